@@ -1,0 +1,256 @@
+"""Provider configuration classes for the ``batch_api`` processor, and their registry.
+
+This keeps MMIRAGE's extension contract: a provider is a :class:`BatchProviderConfig`
+dataclass subclass (validated in ``__post_init__``) registered with
+:class:`BatchProviderConfigRegistry` under the name used in YAML ``provider:``.
+
+Provider limits (requests and bytes per batch) come from each provider's batch
+documentation; see ``PROVIDER_LIMITS_SOURCE`` on each subclass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Optional
+
+from mmirage_beam.errors import ConfigError
+
+DEFAULT_MAX_CHUNK_BYTES = 52_428_800  # 50 MiB, MMIRAGE's default upload size per chunk
+_POLICIES = ("isolate", "reject")
+
+
+@dataclass
+class BatchProviderConfig:
+    """Fields shared by every batch provider (MMIRAGE names and defaults).
+
+    Attributes:
+        provider: the registry name, e.g. ``"openai"``.
+        max_chunk_bytes: upper bound, in bytes, of one uploaded chunk (default 50 MiB).
+        max_requests_per_chunk: optional cap on requests per chunk.
+        metadata_output_path: base path of the receipt files.
+        oversized_request_policy: ``"isolate"`` (a request larger than
+            ``max_chunk_bytes`` gets a chunk of its own) or ``"reject"`` (the run fails
+            before anything is submitted).
+
+    Subclasses may set the class attributes ``PROVIDER_MAX_REQUESTS_PER_BATCH``,
+    ``PROVIDER_MAX_BATCH_BYTES`` and ``PROVIDER_LIMITS_SOURCE``; values above them are
+    rejected.
+
+    Raises:
+        ConfigError: on any invalid field, naming it.
+    """
+
+    PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = None
+    PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = None
+    PROVIDER_LIMITS_SOURCE: ClassVar[str] = ""
+
+    provider: str = ""
+    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES
+    max_requests_per_chunk: Optional[int] = None
+    metadata_output_path: str = ""
+    oversized_request_policy: str = "isolate"
+
+    def __post_init__(self) -> None:
+        _check_int("max_chunk_bytes", self.max_chunk_bytes, minimum=1)
+        if self.max_requests_per_chunk is not None:
+            _check_int("max_requests_per_chunk", self.max_requests_per_chunk, minimum=1)
+        if self.oversized_request_policy not in _POLICIES:
+            raise ConfigError(
+                "oversized_request_policy",
+                f"must be one of {', '.join(_POLICIES)}, got {self.oversized_request_policy!r}",
+            )
+        if not isinstance(self.metadata_output_path, str):
+            raise ConfigError("metadata_output_path", "must be a string path")
+        limit_bytes = self.PROVIDER_MAX_BATCH_BYTES
+        if limit_bytes is not None and self.max_chunk_bytes > limit_bytes:
+            raise ConfigError(
+                "max_chunk_bytes",
+                f"{self.max_chunk_bytes} is above the {self.provider} limit of {limit_bytes} "
+                f"bytes per batch ({self.PROVIDER_LIMITS_SOURCE})",
+            )
+        limit_n = self.PROVIDER_MAX_REQUESTS_PER_BATCH
+        if (
+            limit_n is not None
+            and self.max_requests_per_chunk is not None
+            and self.max_requests_per_chunk > limit_n
+        ):
+            raise ConfigError(
+                "max_requests_per_chunk",
+                f"{self.max_requests_per_chunk} is above the {self.provider} limit of "
+                f"{limit_n} requests per batch ({self.PROVIDER_LIMITS_SOURCE})",
+            )
+
+    @property
+    def effective_max_requests_per_chunk(self) -> Optional[int]:
+        """The request cap actually applied: the configured one, else the provider's."""
+        if self.max_requests_per_chunk is not None:
+            return self.max_requests_per_chunk
+        return self.PROVIDER_MAX_REQUESTS_PER_BATCH
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in fields(cls)}
+
+
+@dataclass
+class OpenAIBatchConfig(BatchProviderConfig):
+    """``provider: openai`` (OpenAI Batch API over chat completions).
+
+    Limits: 50,000 requests and 200 MB per batch input file (OpenAI Batch API guide).
+    """
+
+    PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = 50_000
+    PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = 200 * 1024 * 1024
+    PROVIDER_LIMITS_SOURCE: ClassVar[str] = (
+        "OpenAI Batch API guide: 50,000 requests and 200 MB per input file"
+    )
+
+    provider: str = "openai"
+    model: str = "gpt-4.1-mini"
+    batch_endpoint: str = "/v1/chat/completions"
+    completion_window: str = "24h"
+    base_url: Optional[str] = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.base_url == "":
+            self.base_url = None  # e.g. an unset ${VAR:-}
+        _check_str("model", self.model)
+        _check_str("batch_endpoint", self.batch_endpoint)
+        if not self.batch_endpoint.startswith("/"):
+            raise ConfigError(
+                "batch_endpoint", f"must start with '/', got {self.batch_endpoint!r}"
+            )
+        if self.completion_window != "24h":
+            raise ConfigError(
+                "completion_window",
+                f"OpenAI only supports '24h', got {self.completion_window!r}",
+            )
+        if self.base_url is not None:
+            _check_str("base_url", self.base_url)
+        if not isinstance(self.metadata, dict):
+            raise ConfigError("metadata", "must be a mapping of strings to strings")
+        # OpenAI metadata: at most 16 pairs, keys <= 64 chars, values <= 512 chars; we add
+        # two of our own (mmirage_run_id, mmirage_chunk_id).
+        if len(self.metadata) > 14:
+            raise ConfigError(
+                "metadata",
+                f"has {len(self.metadata)} pairs; OpenAI allows 16 and mmirage-beam adds 2 "
+                "(mmirage_run_id, mmirage_chunk_id), so at most 14",
+            )
+        for k, v in self.metadata.items():
+            if not isinstance(k, str) or len(k) > 64:
+                raise ConfigError(f"metadata.{k}", "keys must be strings of at most 64 chars")
+            if not isinstance(v, str) or len(v) > 512:
+                raise ConfigError(f"metadata.{k}", "values must be strings of at most 512 chars")
+
+
+@dataclass
+class AnthropicBatchConfig(BatchProviderConfig):
+    """``provider: anthropic`` (Anthropic Message Batches API).
+
+    Limits: 100,000 requests and 256 MB per batch creation (Anthropic Message Batches
+    documentation).
+    """
+
+    PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = 100_000
+    PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = 256 * 1024 * 1024
+    PROVIDER_LIMITS_SOURCE: ClassVar[str] = (
+        "Anthropic Message Batches docs: 100,000 requests and 256 MB per batch"
+    )
+
+    provider: str = "anthropic"
+    model: str = "claude-haiku-4-5"
+    max_tokens: int = 8192
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    base_url: Optional[str] = None
+    timeout_seconds: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.base_url == "":
+            self.base_url = None  # e.g. an unset ${VAR:-}
+        _check_str("model", self.model)
+        _check_int("max_tokens", self.max_tokens, minimum=1)
+        if self.temperature is not None and self.top_p is not None:
+            raise ConfigError(
+                "temperature",
+                "temperature and top_p are mutually exclusive for Anthropic; set only one",
+            )
+        if self.temperature is not None:
+            t = _check_number("temperature", self.temperature)
+            if not 0 <= t <= 1:
+                raise ConfigError("temperature", f"must be in [0, 1], got {t}")
+        if self.top_p is not None:
+            p = _check_number("top_p", self.top_p)
+            if not 0 < p <= 1:
+                raise ConfigError("top_p", f"must be in (0, 1], got {p}")
+        if self.timeout_seconds is not None:
+            s = _check_number("timeout_seconds", self.timeout_seconds)
+            if not s > 0:
+                raise ConfigError("timeout_seconds", f"must be > 0, got {s}")
+        if self.base_url is not None:
+            _check_str("base_url", self.base_url)
+
+
+class BatchProviderConfigRegistry:
+    """Maps a YAML ``provider:`` name to its :class:`BatchProviderConfig` subclass."""
+
+    _registry: ClassVar[dict[str, type[BatchProviderConfig]]] = {}
+
+    @classmethod
+    def register(cls, name: str, config_cls: type[BatchProviderConfig]) -> None:
+        """Register ``config_cls`` for ``provider: name``.
+
+        Raises:
+            TypeError: if ``config_cls`` is not a BatchProviderConfig dataclass subclass.
+        """
+        if not (isinstance(config_cls, type) and issubclass(config_cls, BatchProviderConfig)):
+            raise TypeError(f"{config_cls!r} is not a BatchProviderConfig subclass")
+        cls._registry[name] = config_cls
+
+    @classmethod
+    def get(cls, name: str) -> type[BatchProviderConfig]:
+        """Return the class registered for ``name``.
+
+        Raises:
+            ConfigError: naming ``provider`` and the registered names, if unknown.
+        """
+        try:
+            return cls._registry[name]
+        except KeyError:
+            known = ", ".join(sorted(cls._registry)) or "none"
+            raise ConfigError(
+                "provider", f"unknown provider {name!r}; registered providers: {known}"
+            ) from None
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return sorted(cls._registry)
+
+
+BatchProviderConfigRegistry.register("openai", OpenAIBatchConfig)
+BatchProviderConfigRegistry.register("anthropic", AnthropicBatchConfig)
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(name, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ConfigError(name, f"must be a number, got {value!r}")
+    return float(value)
+
+
+def _check_str(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(name, f"must be a non-empty string, got {value!r}")
+    return value

@@ -1,0 +1,455 @@
+"""Load and validate an MMIRAGE-compatible YAML config (``batch_api`` mode).
+
+Everything is validated here, when the pipeline graph is built and before any data is
+read; every problem raises :class:`~mmirage_beam.errors.ConfigError` naming the YAML key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from mmirage_beam.config.batch_provider import BatchProviderConfig, BatchProviderConfigRegistry
+from mmirage_beam.errors import ConfigError
+
+DATASET_TYPES = {"jsonl": "JSONL", "loadable": "loadable", "parquet": "parquet"}
+INPUT_TYPES = ("text", "image")
+OUTPUT_TYPES = ("plain", "JSON")
+OUTPUT_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_SECRET_KEY_RE = re.compile(r"^(api_key|.*_api_key|token|.*_token|secret|.*_secret)$", re.I)
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    """``loading_params.datasets[i]``.
+
+    Attributes:
+        path: file (JSONL, Parquet) or directory (``loadable``: HF ``save_to_disk``).
+        type: ``"JSONL"``, ``"parquet"`` or ``"loadable"`` (case-insensitive in YAML).
+        output_dir: where placeholder rows go (``<output_dir>/shard_<shard_id>/``).
+        image_base_path: directory that relative image paths resolve against.
+    """
+
+    path: str
+    type: str
+    output_dir: str = ""
+    image_base_path: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """``processing_params.inputs[i]``: ``key`` is a JMESPath expression."""
+
+    name: str
+    key: str
+    type: str = "text"
+    default: Any = None
+    has_default: bool = False
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """``processing_params.outputs[i]`` with ``type: batch_api``.
+
+    Attributes:
+        name: output name, ``[A-Za-z0-9_-]+``; also the Jinja2 variable of the result.
+        prompt: Jinja2 template rendered with the row's inputs.
+        output_type: ``"plain"`` or ``"JSON"``.
+        output_schema: for JSON outputs, a list of field names or a mapping
+            ``field: type`` / ``field: {type, min, max}``.
+    """
+
+    name: str
+    prompt: str
+    output_type: str = "plain"
+    output_schema: Any = None
+    type: str = "batch_api"
+
+
+@dataclass(frozen=True)
+class ExecutionConfig:
+    """``execution_params``: ``mode`` (only ``local``), ``retry``, ``merge``, the rest kept."""
+
+    mode: str = "local"
+    retry: bool = False
+    merge: bool = False
+    skip_invalid_rows: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The whole validated config.
+
+    Attributes:
+        processor: the ``batch_api`` processor's provider config.
+        datasets: datasets in config order (their concatenation defines source_index).
+        num_shards / shard_id: this run handles the ``shard_id``-th of ``num_shards``
+            contiguous slices of rows.
+        inputs, outputs: processing inputs and batch outputs.
+        output_schema: top-level Jinja2 template tree rendered per row (None: keep inputs
+            and outputs as they are).
+        remove_columns: drop the source columns from output rows (default ``False``).
+        config_path: the YAML file the config came from (for messages).
+    """
+
+    processor: BatchProviderConfig
+    datasets: tuple[DatasetConfig, ...]
+    inputs: tuple[InputConfig, ...]
+    outputs: tuple[OutputConfig, ...]
+    output_schema: Any = None
+    remove_columns: bool = False
+    num_shards: int = 1
+    shard_id: int = 0
+    state_dir: Optional[str] = None
+    batch_size: Optional[int] = None
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    config_path: Optional[str] = None
+
+
+def expand_env(value: Any, key: str = "") -> Any:
+    """Expand ``${VAR}`` (and ``${VAR:-default}``) in every string of a YAML tree.
+
+    Raises:
+        ConfigError: naming the key when a referenced variable is not set.
+    """
+    if isinstance(value, str):
+
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            if name not in os.environ and default is not None:
+                return default
+            if name not in os.environ:
+                raise ConfigError(key or "<root>", f"environment variable ${{{name}}} is not set")
+            return os.environ[name]
+
+        return _ENV_RE.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: expand_env(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, f"{key}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
+    """Read, expand and validate the YAML config at ``path``.
+
+    Relative dataset, image and metadata paths are kept as written (resolved against the
+    current directory, as MMIRAGE does).
+
+    Raises:
+        ConfigError: (exit status 2) for a missing file, bad YAML or any invalid key.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("--config", f"config file not found: {path}")
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError("--config", f"{path} is not valid YAML: {exc}") from None
+    cfg = config_from_dict(raw)
+    return dataclasses.replace(cfg, config_path=str(path))
+
+
+def config_from_dict(raw: Any) -> PipelineConfig:
+    """Validate a parsed YAML mapping (see :func:`load_config`).
+
+    Raises:
+        ConfigError: naming the offending key.
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError("<root>", "the config must be a YAML mapping")
+    for section in ("processors", "loading_params", "processing_params"):
+        if section not in raw:
+            raise ConfigError(section, "section is missing")
+    _reject_secrets(raw.get("processors"), "processors")
+    raw = expand_env(raw)
+    processor = _processor(raw["processors"])
+    loading = _mapping(raw["loading_params"], "loading_params")
+    processing = _mapping(raw["processing_params"], "processing_params")
+    execution = _execution(raw.get("execution_params") or {})
+    datasets = _datasets(loading.get("datasets"))
+    num_shards = _int(loading.get("num_shards", 1), "loading_params.num_shards", minimum=1)
+    shard_id = _shard_id(loading.get("shard_id", 0))
+    if shard_id >= num_shards:
+        raise ConfigError(
+            "loading_params.shard_id", f"{shard_id} must be < num_shards ({num_shards})"
+        )
+    batch_size = loading.get("batch_size")
+    if batch_size is not None:
+        batch_size = _int(batch_size, "loading_params.batch_size", minimum=1)
+    inputs = _inputs(processing.get("inputs"))
+    outputs = _outputs(processing.get("outputs"), {i.name for i in inputs})
+    remove_columns = processing.get("remove_columns", False)
+    if not isinstance(remove_columns, bool):
+        raise ConfigError("processing_params.remove_columns", "must be true or false")
+    output_schema = processing.get("output_schema")
+    _check_templates(output_schema, "processing_params.output_schema")
+    names = {i.name for i in inputs}
+    for i, o in enumerate(outputs):
+        _check_variables(o.prompt, f"processing_params.outputs[{i}].prompt", names)
+    _check_variables(
+        output_schema, "processing_params.output_schema", names | {o.name for o in outputs}
+    )
+    return PipelineConfig(
+        processor=processor,
+        datasets=datasets,
+        inputs=inputs,
+        outputs=outputs,
+        output_schema=output_schema,
+        remove_columns=remove_columns,
+        num_shards=num_shards,
+        shard_id=shard_id,
+        state_dir=loading.get("state_dir"),
+        batch_size=batch_size,
+        execution=execution,
+    )
+
+
+def _reject_secrets(value: Any, key: str) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            sub = f"{key}.{k}"
+            if isinstance(k, str) and _SECRET_KEY_RE.match(k):
+                raise ConfigError(
+                    sub,
+                    "API keys and tokens are never read from the config; remove this key and "
+                    "set the provider's environment variable (e.g. OPENAI_API_KEY) instead",
+                )
+            _reject_secrets(v, sub)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _reject_secrets(v, f"{key}[{i}]")
+
+
+def _mapping(value: Any, key: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(key, "must be a mapping")
+    return value
+
+
+def _int(value: Any, key: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(key, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _shard_id(value: Any) -> int:
+    key = "loading_params.shard_id"
+    if isinstance(value, str) and value.startswith("$"):
+        var = value[1:].strip("{}")
+        if var not in os.environ:
+            raise ConfigError(key, f"environment variable {var} is not set")
+        value = os.environ[var]
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ConfigError(key, f"must be an integer or $ENV_VAR, got {value!r}") from None
+    return _int(value, key, minimum=0)
+
+
+def _processor(value: Any) -> BatchProviderConfig:
+    if not isinstance(value, list) or not value:
+        raise ConfigError("processors", "must be a non-empty list")
+    batch = [(i, p) for i, p in enumerate(value) if isinstance(p, dict) and p.get("type") == "batch_api"]
+    if not batch:
+        raise ConfigError("processors", "no processor with type: batch_api")
+    if len(batch) > 1:
+        raise ConfigError(f"processors[{batch[1][0]}]", "only one batch_api processor is supported")
+    i, block = batch[0]
+    key = f"processors[{i}]"
+    if "provider" not in block:
+        raise ConfigError(f"{key}.provider", "is required (openai, anthropic or a registered name)")
+    try:
+        cls = BatchProviderConfigRegistry.get(block["provider"])
+    except ConfigError as exc:
+        raise exc.under(key) from None
+    kwargs = {k: v for k, v in block.items() if k != "type"}
+    unknown = sorted(set(kwargs) - cls.field_names())
+    if unknown:
+        raise ConfigError(
+            f"{key}.{unknown[0]}",
+            f"unknown field for provider {block['provider']!r}; accepted: "
+            + ", ".join(sorted(cls.field_names())),
+        )
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        raise exc.under(key) from None
+    except TypeError as exc:
+        raise ConfigError(key, str(exc)) from None
+
+
+def _datasets(value: Any) -> tuple[DatasetConfig, ...]:
+    key = "loading_params.datasets"
+    if not isinstance(value, list) or not value:
+        raise ConfigError(key, "must be a non-empty list")
+    out = []
+    for i, d in enumerate(value):
+        k = f"{key}[{i}]"
+        if not isinstance(d, dict):
+            raise ConfigError(k, "must be a mapping with path, type, output_dir")
+        if not isinstance(d.get("path"), str) or not d["path"]:
+            raise ConfigError(f"{k}.path", "is required")
+        t = d.get("type")
+        if not isinstance(t, str) or t.lower() not in DATASET_TYPES:
+            raise ConfigError(f"{k}.type", f"must be one of JSONL, loadable, parquet, got {t!r}")
+        ibp = d.get("image_base_path")
+        if ibp is not None and not isinstance(ibp, str):
+            raise ConfigError(f"{k}.image_base_path", "must be a string path")
+        out.append(
+            DatasetConfig(
+                path=d["path"],
+                type=DATASET_TYPES[t.lower()],
+                output_dir=str(d.get("output_dir") or ""),
+                image_base_path=ibp,
+            )
+        )
+    return tuple(out)
+
+
+def _inputs(value: Any) -> tuple[InputConfig, ...]:
+    import jmespath
+
+    key = "processing_params.inputs"
+    if not isinstance(value, list) or not value:
+        raise ConfigError(key, "must be a non-empty list")
+    out, seen = [], set()
+    for i, d in enumerate(value):
+        k = f"{key}[{i}]"
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not d["name"]:
+            raise ConfigError(f"{k}.name", "is required")
+        if d["name"] in seen:
+            raise ConfigError(f"{k}.name", f"duplicate input name {d['name']!r}")
+        seen.add(d["name"])
+        if not d["name"].isidentifier():
+            raise ConfigError(f"{k}.name", f"{d['name']!r} must be a valid template variable name")
+        expr = d.get("key", d["name"])
+        if not isinstance(expr, str) or not expr:
+            raise ConfigError(f"{k}.key", "must be a JMESPath expression")
+        try:
+            jmespath.compile(expr)
+        except jmespath.exceptions.JMESPathError as exc:
+            raise ConfigError(f"{k}.key", f"invalid JMESPath {expr!r}: {exc}") from None
+        t = d.get("type", "text")
+        if t not in INPUT_TYPES:
+            raise ConfigError(f"{k}.type", f"must be text or image, got {t!r}")
+        out.append(
+            InputConfig(
+                name=d["name"], key=expr, type=t, default=d.get("default"), has_default="default" in d
+            )
+        )
+    return tuple(out)
+
+
+def _outputs(value: Any, input_names: set[str]) -> tuple[OutputConfig, ...]:
+    from mmirage_beam.transforms.schema import json_schema_for
+
+    key = "processing_params.outputs"
+    if not isinstance(value, list) or not value:
+        raise ConfigError(key, "must be a non-empty list")
+    out, seen = [], set()
+    for i, d in enumerate(value):
+        k = f"{key}[{i}]"
+        if not isinstance(d, dict):
+            raise ConfigError(k, "must be a mapping")
+        name = d.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{k}.name", "is required")
+        if not OUTPUT_NAME_RE.match(name):
+            raise ConfigError(
+                f"{k}.name",
+                f"{name!r} may only use A-Z, a-z, 0-9, '_' and '-' (it is part of every custom_id)",
+            )
+        if name in seen:
+            raise ConfigError(f"{k}.name", f"duplicate output name {name!r}")
+        if name in input_names:
+            raise ConfigError(f"{k}.name", f"{name!r} is also an input name")
+        seen.add(name)
+        if d.get("type", "batch_api") != "batch_api":
+            raise ConfigError(f"{k}.type", f"must be batch_api, got {d.get('type')!r}")
+        prompt = d.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ConfigError(f"{k}.prompt", "must be a non-empty Jinja2 template")
+        _check_templates(prompt, f"{k}.prompt")
+        ot = d.get("output_type", "plain")
+        if ot not in OUTPUT_TYPES:
+            raise ConfigError(f"{k}.output_type", f"must be plain or JSON, got {ot!r}")
+        schema = d.get("output_schema")
+        if ot == "JSON":
+            if schema is None:
+                raise ConfigError(f"{k}.output_schema", "is required for output_type: JSON")
+            try:
+                json_schema_for(schema)
+            except ConfigError as exc:
+                raise exc.under(f"{k}.output_schema") from None
+        out.append(OutputConfig(name=name, prompt=prompt, output_type=ot, output_schema=schema))
+    return tuple(out)
+
+
+def _execution(value: Any) -> ExecutionConfig:
+    e = _mapping(value, "execution_params")
+    mode = e.get("mode", "local")
+    if mode not in ("local", "slurm"):
+        raise ConfigError("execution_params.mode", f"must be local (or slurm), got {mode!r}")
+    skip = e.get("skip_invalid_rows", False)
+    if not isinstance(skip, bool):
+        raise ConfigError("execution_params.skip_invalid_rows", "must be true or false")
+    extra = {k: v for k, v in e.items() if k not in ("mode", "retry", "merge", "skip_invalid_rows")}
+    return ExecutionConfig(
+        mode=mode,
+        retry=bool(e.get("retry", False)),
+        merge=bool(e.get("merge", False)),
+        skip_invalid_rows=skip,
+        extra=extra,
+    )
+
+
+def _check_templates(value: Any, key: str) -> None:
+    """Parse every Jinja2 template in a tree so syntax errors surface at load time."""
+    import jinja2
+
+    if isinstance(value, str):
+        try:
+            jinja2.Environment().parse(value)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ConfigError(key, f"Jinja2 syntax error: {exc.message} (line {exc.lineno})") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_templates(v, f"{key}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_templates(v, f"{key}[{i}]")
+
+
+def _check_variables(value: Any, key: str, known: set[str]) -> None:
+    """Every top-level template variable must be an input (or output) name."""
+    import jinja2
+    from jinja2 import meta
+
+    if isinstance(value, str):
+        if "{" not in value:
+            return
+        used = meta.find_undeclared_variables(jinja2.Environment().parse(value))
+        unknown = sorted(used - known)
+        if unknown:
+            raise ConfigError(
+                key,
+                f"uses undefined variable {unknown[0]!r}; defined: {', '.join(sorted(known))}",
+            )
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_variables(v, f"{key}.{k}", known)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_variables(v, f"{key}[{i}]", known)

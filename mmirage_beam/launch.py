@@ -1,0 +1,96 @@
+"""Launcher helpers shared by the ``pipelines/`` drivers: errors, options, summaries."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any, Callable, Optional, Sequence
+
+from mmirage_beam.errors import MmirageError
+
+_LOG = logging.getLogger("mmirage_beam")
+
+
+# Import-time notices of Beam about optional cloud filesystems it cannot load; they
+# concern remote storage the user did not ask for.
+_IMPORT_NOISE = ("Failed to import GCSFileSystem", "apitools not found")
+
+
+class _DropImportNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        return not any(n in msg for n in _IMPORT_NOISE)
+
+
+def configure_logging(verbose: bool = False) -> None:
+    """mmirage at INFO (DEBUG with ``verbose``) on stderr; Beam's own chatter at WARNING.
+
+    Call it before importing ``apache_beam`` so Beam's import-time notices are filtered.
+    """
+    logging.basicConfig(
+        level=logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_DropImportNoise())
+    logging.getLogger("mmirage_beam").setLevel(logging.DEBUG if verbose else logging.INFO)
+    for noisy in ("apache_beam", "httpx", "openai", "anthropic", "werkzeug"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int]:
+    """Run a driver ``main`` turning mmirage errors into a message and an exit status."""
+
+    def wrapper(argv: Optional[Sequence[str]] = None) -> int:
+        try:
+            return main(argv)
+        except MmirageError as exc:
+            kind = "config error" if exc.exit_code == 2 else "error"
+            print(f"mmirage: {kind}: {exc}", file=sys.stderr)
+            return exc.exit_code
+
+    return wrapper
+
+
+def counters(result: Any, namespace: str = "mmirage") -> dict[str, int]:
+    """Committed (falling back to attempted) counter totals of ``namespace``, by name."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    totals: dict[str, int] = {}
+    try:
+        query = result.metrics().query(MetricsFilter().with_namespace(namespace))
+    except Exception:  # a runner without metrics support
+        return totals
+    for c in query["counters"]:
+        value = c.committed if c.committed is not None else c.attempted
+        totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + int(value or 0)
+    return totals
+
+
+def read_jsonl(path: str, limit: Optional[int] = None) -> list[dict[str, Any]]:
+    """Lines of a (small) JSONL file through Beam's FileSystems; [] when it is absent."""
+    from apache_beam.io.filesystems import FileSystems
+
+    if not FileSystems.exists(path):
+        return []
+    out = []
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        for raw in f.read().decode("utf-8").splitlines():
+            if raw.strip():
+                out.append(json.loads(raw))
+                if limit is not None and len(out) >= limit:
+                    break
+    return out
+
+
+def human_bytes(n: int) -> str:
+    """``1536`` -> ``"1.5 KiB"``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"

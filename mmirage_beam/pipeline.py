@@ -1,0 +1,140 @@
+"""Composition of the submit pipeline from the public PTransforms.
+
+    ReadDatasets -> ExtractInputs -> BuildRequests -> ChunkRequests -> SubmitChunks
+         \\errors ------\\errors--------\\errors---------\\rejected   |-> receipt parts
+          => invalid rows file + invalid_row_count (side input: the barrier) |-> export
+    ExtractInputs -> RenderPlaceholderRows -> <output_dir>/shard_<id>/placeholders-*.jsonl
+
+Nothing is submitted unless ``invalid_row_count`` is 0 (or ``skip_invalid_rows``): the
+count is a singleton side input of SubmitChunks, so Beam computes it over every row
+before the first chunk is submitted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import apache_beam as beam
+
+from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.io.readers import ReadDatasets
+from mmirage_beam.io.writers import WriteJsonLinesShards, WriteSingleFile
+from mmirage_beam.providers.base import BatchAdapterRegistry
+from mmirage_beam.receipts import receipts_base
+from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
+from mmirage_beam.transforms.chunking import ChunkRequests
+from mmirage_beam.transforms.rows import RenderPlaceholderRows
+from mmirage_beam.transforms.submit import SubmitChunks
+
+
+@dataclass(frozen=True)
+class SubmitPlan:
+    """What :func:`build_submit_pipeline` wired, for the launcher's summary."""
+
+    run_id: str
+    receipts_base: str
+    invalid_rows_path: str
+    export_file: Optional[str]
+    dry_run: bool
+
+
+def invalid_rows_path(base: str, run_id: str) -> str:
+    """``<receipts base>.invalid_rows.<run_id>.jsonl``."""
+    return f"{base}.invalid_rows.{run_id}.jsonl"
+
+
+def export_file_for(export_prompts: str, run_id: str) -> str:
+    """DESIGN.md: ``P.jsonl`` -> ``P.<run_id>.jsonl``; any other ``P`` is a directory."""
+    if export_prompts.endswith(".jsonl"):
+        return f"{export_prompts[: -len('.jsonl')]}.{run_id}.jsonl"
+    return f"{export_prompts.rstrip('/')}/exported_prompts.{run_id}.jsonl"
+
+
+def _error_line(err: Any) -> bytes:
+    return (json.dumps(err.to_json(), ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def build_submit_pipeline(
+    p: beam.Pipeline,
+    config: PipelineConfig,
+    run_id: str,
+    export_prompts: Optional[str] = None,
+    skip_invalid_rows: Optional[bool] = None,
+) -> SubmitPlan:
+    """Add the whole submit (or dry-run) graph for ``config`` to pipeline ``p``.
+
+    Args:
+        p: the pipeline to extend.
+        config: the validated config.
+        run_id: the run's id (file names, receipts, OpenAI batch metadata).
+        export_prompts: dry run: write requests here instead of submitting.
+        skip_invalid_rows: override ``execution_params.skip_invalid_rows``.
+
+    Raises:
+        mmirage_beam.errors.ConfigError: no adapter is registered for the provider.
+    """
+    proc = config.processor
+    adapter_cls = BatchAdapterRegistry.get(proc.provider)
+    skip = config.execution.skip_invalid_rows if skip_invalid_rows is None else skip_invalid_rows
+    dry_run = export_prompts is not None
+    base = receipts_base(proc.metadata_output_path, config.state_dir)
+    bad_rows_path = invalid_rows_path(base, run_id)
+
+    read = p | "ReadDatasets" >> ReadDatasets(
+        config.datasets, num_shards=config.num_shards, shard_id=config.shard_id
+    )
+    extracted = read.rows | "ExtractInputs" >> ExtractInputs(config.inputs, config.datasets)
+    built = extracted.rows | "BuildRequests" >> BuildRequests(
+        config.outputs, config.datasets, adapter_cls, proc
+    )
+    chunked = built.requests | "ChunkRequests" >> ChunkRequests(
+        max_chunk_bytes=proc.max_chunk_bytes,
+        max_requests_per_chunk=proc.effective_max_requests_per_chunk,
+        oversized_request_policy=proc.oversized_request_policy,
+        chunk_overhead_bytes=adapter_cls.chunk_overhead_bytes,
+    )
+    errors = (
+        read.errors,
+        extracted.errors,
+        built.errors,
+        chunked.rejected,
+    ) | "AllRowErrors" >> beam.Flatten()
+    invalid_count = beam.pvalue.AsSingleton(
+        errors | "CountInvalidRows" >> beam.combiners.Count.Globally()
+    )
+    (
+        errors
+        | "InvalidRowLines" >> beam.Map(_error_line)
+        | "WriteInvalidRows" >> WriteSingleFile(bad_rows_path)
+    )
+    gate = None if skip else invalid_count
+    submitted = chunked.chunks | "SubmitChunks" >> SubmitChunks(
+        adapter_cls,
+        proc,
+        run_id,
+        base,
+        {o.name: o.output_type for o in config.outputs},
+        dry_run=dry_run,
+        invalid_row_count=gate,
+        skip_invalid_rows=skip,
+    )
+    export_file = export_file_for(export_prompts, run_id) if dry_run else None
+    if export_file:
+        submitted.export | "WriteExport" >> WriteSingleFile(export_file)
+
+    placeholders = extracted.rows | "PlaceholderRows" >> RenderPlaceholderRows(
+        config.outputs, config.output_schema, config.remove_columns, invalid_row_count=gate
+    )
+    for i, ds in enumerate(config.datasets):
+        if not ds.output_dir:
+            continue
+        out_dir = f"{ds.output_dir.rstrip('/')}/shard_{config.shard_id}"
+        (
+            placeholders
+            | f"Dataset{i}Rows" >> beam.Filter(lambda kv, i=i: kv[0] == i)
+            | f"Dataset{i}Lines" >> beam.Values()
+            | f"WriteDataset{i}Rows" >> WriteJsonLinesShards(out_dir, "placeholders")
+        )
+    return SubmitPlan(run_id, base, bad_rows_path, export_file, dry_run)

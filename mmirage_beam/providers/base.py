@@ -1,0 +1,272 @@
+"""The provider plugin contract: :class:`BatchSubmissionAdapter` and its registry.
+
+Keeps MMIRAGE's extension contract (``build_request``, ``estimate_request_bytes``,
+``submit_chunk``, ``parse_submission_result``, ``check_batch_status``,
+``retrieve_results``). Generic code never branches on a provider's name: everything
+provider-specific lives in an adapter subclass (one module per provider).
+
+Adapters are instantiated on workers (in a DoFn's ``setup()``), with credentials read
+from the worker's environment; the class itself travels pickled with the DoFn, so a
+provider registered only in the launcher still works on remote workers.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence
+
+from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.errors import ConfigError, CredentialsError
+
+NORMALISED_STATUSES = ("completed", "failed", "in_progress", "unknown")
+
+# Provider status words -> normalised status. Adapters may extend this via
+# ``STATUS_MAP``; ``_normalize_status`` falls back to "unknown".
+_COMMON_STATUS_MAP = {
+    "completed": "completed",
+    "succeeded": "completed",
+    "success": "completed",
+    "ended": "completed",
+    "done": "completed",
+    "failed": "failed",
+    "error": "failed",
+    "errored": "failed",
+    "expired": "failed",
+    "cancelled": "failed",
+    "canceled": "failed",
+    "validating": "in_progress",
+    "in_progress": "in_progress",
+    "queued": "in_progress",
+    "running": "in_progress",
+    "finalizing": "in_progress",
+    "cancelling": "in_progress",
+    "canceling": "in_progress",
+    "pending": "in_progress",
+}
+
+
+@dataclass(frozen=True)
+class BatchSubmissionResult:
+    """A provider batch as seen at submission or status check.
+
+    Attributes:
+        provider_batch_id: the provider's id (``batch_...``, ``msgbatch_...``).
+        status: normalised: ``completed | failed | in_progress | unknown``.
+        raw_response: the provider's own object, as a JSON-compatible dict.
+    """
+
+    provider_batch_id: str
+    status: str
+    raw_response: Dict[str, Any]
+
+    def __post_init__(self) -> None:
+        if self.status not in NORMALISED_STATUSES:
+            raise ValueError(
+                f"status must be one of {NORMALISED_STATUSES}, got {self.status!r}"
+            )
+
+
+def credential_env_var(provider: str, key: str) -> str:
+    """``<PROVIDER>_<KEY>`` upper-cased, non-alphanumerics turned into ``_``.
+
+    >>> credential_env_var("azure-openai", "api_key")
+    'AZURE_OPENAI_API_KEY'
+    """
+    return re.sub(r"[^A-Za-z0-9]", "_", f"{provider}_{key}").upper()
+
+
+def resolve_credentials(
+    adapter_cls: type["BatchSubmissionAdapter"],
+    provider: str,
+    environ: Optional[Mapping[str, str]] = None,
+) -> Dict[str, str]:
+    """Read every ``required_credentials`` entry of ``adapter_cls`` from the environment.
+
+    Each key ``k`` comes from ``<PROVIDER>_<K>``, or from the file named by
+    ``<PROVIDER>_<K>_FILE`` (mounted secrets); surrounding whitespace is stripped.
+
+    Raises:
+        CredentialsError: naming the variable(s) to set; never includes a value.
+    """
+    env = os.environ if environ is None else environ
+    found: Dict[str, str] = {}
+    missing = []
+    for key in adapter_cls.required_credentials:
+        var = credential_env_var(provider, key)
+        value = env.get(var)
+        if not value and env.get(f"{var}_FILE"):
+            path = env[f"{var}_FILE"]
+            try:
+                value = Path(path).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise CredentialsError(
+                    f"{var}_FILE points to {path!r}, which cannot be read ({exc.strerror})"
+                ) from None
+        if value:
+            found[key] = value.strip()
+        else:
+            missing.append(var)
+    if missing:
+        raise CredentialsError(
+            f"provider {provider!r} needs {' and '.join(missing)} in the environment "
+            f"(or {missing[0]}_FILE naming a file that holds it); keys are never read from "
+            "the config. Use --export-prompts for a dry run without a key."
+        )
+    return found
+
+
+class BatchSubmissionAdapter(abc.ABC):
+    """How one provider builds, sizes, submits, checks and retrieves batches.
+
+    Subclasses set ``required_credentials`` (each read from ``<PROVIDER>_<KEY>``) and
+    implement the abstract methods. ``payload`` passed to :meth:`build_request` is
+    provider-neutral::
+
+        {
+          "messages": [{"role": "user", "content": str | [parts]}],  # OpenAI chat shape;
+              # parts are {"type": "text", "text"} then {"type": "image_url",
+              # "image_url": {"url": "data:<mime>;base64,..." | "https://..."}}
+          "images": [{"source": path-or-url, "url": str | None, "media_type": str | None,
+                      "data": base64-str | None, "size_bytes": int | None,
+                      "animated": bool}],
+          "output_name": str, "output_type": "plain" | "JSON",
+          "json_schema": dict | None,   # JSON-schema object for structured output
+        }
+
+    Args:
+        credentials: ``{key: value}`` for ``required_credentials`` (empty for a dry run).
+    """
+
+    required_credentials: ClassVar[Sequence[str]] = ("api_key",)
+    #: bytes a chunk's upload adds on top of the sum of its request lines.
+    chunk_overhead_bytes: ClassVar[int] = 0
+    #: extra provider status words -> normalised status.
+    STATUS_MAP: ClassVar[Mapping[str, str]] = {}
+
+    #: the run being submitted; set by the submit step before ``submit_chunk``.
+    run_id: Optional[str] = None
+
+    def __init__(self, credentials: Optional[Mapping[str, str]] = None) -> None:
+        self.credentials: Dict[str, str] = dict(credentials or {})
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Never pickle credentials or live clients.
+        return {}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.credentials = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    # -- lifecycle (optional) -------------------------------------------------------
+    def setup(self, config: BatchProviderConfig) -> None:
+        """Open clients; called once per worker before any submission. Default: no-op."""
+
+    def teardown(self) -> None:
+        """Close clients. Default: no-op."""
+
+    # -- the MMIRAGE contract -------------------------------------------------------
+    @abc.abstractmethod
+    def build_request(
+        self, custom_id: str, payload: Dict[str, Any], config: BatchProviderConfig
+    ) -> Dict[str, Any]:
+        """Turn a neutral payload into one provider batch request line (a dict).
+
+        Raises:
+            mmirage_beam.errors.RequestBuildError: when the row can never be accepted
+                (e.g. an image type the provider refuses).
+        """
+
+    def serialize_request(self, request: Dict[str, Any]) -> bytes:
+        """The exact bytes of ``request`` as one JSONL line: compact UTF-8 JSON + ``\\n``."""
+        text = json.dumps(request, ensure_ascii=False, separators=(",", ":"))
+        return text.encode("utf-8") + b"\n"
+
+    def estimate_request_bytes(self, request: Dict[str, Any]) -> int:
+        """Serialised UTF-8 size of ``request``, in bytes, used for chunking."""
+        return len(self.serialize_request(request))
+
+    @abc.abstractmethod
+    def submit_chunk(
+        self, chunk_id: str, requests: Sequence[Dict[str, Any]], config: BatchProviderConfig
+    ) -> Dict[str, Any]:
+        """Submit one chunk as one provider batch; return the provider's raw response."""
+
+    def submit_chunk_lines(
+        self, chunk_id: str, lines: Sequence[bytes], config: BatchProviderConfig
+    ) -> Dict[str, Any]:
+        """Submit already-serialised request lines (each ``serialize_request`` output).
+
+        The default decodes them and calls :meth:`submit_chunk`; adapters that upload a
+        file override it to send exactly these bytes.
+        """
+        return self.submit_chunk(chunk_id, [json.loads(line) for line in lines], config)
+
+    @abc.abstractmethod
+    def parse_submission_result(self, raw_result: Dict[str, Any]) -> BatchSubmissionResult:
+        """Wrap a raw submission/status response in a :class:`BatchSubmissionResult`."""
+
+    @abc.abstractmethod
+    def check_batch_status(
+        self, provider_batch_id: str, config: BatchProviderConfig
+    ) -> BatchSubmissionResult:
+        """Query the provider for the batch's current status."""
+
+    @abc.abstractmethod
+    def retrieve_results(
+        self, provider_batch_id: str, config: BatchProviderConfig
+    ) -> Sequence[Dict[str, Any]]:
+        """Download results, one dict per request: ``custom_id`` and ``generated_text``
+        or ``error``, plus ``input_tokens`` / ``output_tokens`` when reported."""
+
+    def _normalize_status(self, status: Optional[str]) -> str:
+        """Map a provider status word to ``completed | failed | in_progress | unknown``."""
+        if not status:
+            return "unknown"
+        word = str(status).lower()
+        return self.STATUS_MAP.get(word) or _COMMON_STATUS_MAP.get(word, "unknown")
+
+
+class BatchAdapterRegistry:
+    """Maps a provider name to its :class:`BatchSubmissionAdapter` subclass."""
+
+    _registry: ClassVar[Dict[str, type[BatchSubmissionAdapter]]] = {}
+
+    @classmethod
+    def register(cls, name: str, adapter_cls: type[BatchSubmissionAdapter]) -> None:
+        """Register ``adapter_cls`` for ``provider: name``.
+
+        Raises:
+            TypeError: if ``adapter_cls`` is not a BatchSubmissionAdapter subclass.
+        """
+        if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, BatchSubmissionAdapter)):
+            raise TypeError(f"{adapter_cls!r} is not a BatchSubmissionAdapter subclass")
+        cls._registry[name] = adapter_cls
+
+    @classmethod
+    def get(cls, name: str) -> type[BatchSubmissionAdapter]:
+        """Return the adapter class for ``name``.
+
+        Raises:
+            ConfigError: naming ``provider`` when no adapter is registered.
+        """
+        _load_builtins()
+        try:
+            return cls._registry[name]
+        except KeyError:
+            known = ", ".join(sorted(cls._registry)) or "none"
+            raise ConfigError(
+                "provider", f"no adapter registered for {name!r}; registered: {known}"
+            ) from None
+
+
+def _load_builtins() -> None:
+    # Imported lazily so that importing the contract never imports an SDK.
+    import mmirage_beam.providers.anthropic_batch  # noqa: F401
+    import mmirage_beam.providers.openai_batch  # noqa: F401

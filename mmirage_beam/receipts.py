@@ -1,0 +1,176 @@
+"""Receipts: one JSON line per submitted batch, mapping custom_ids to source_index.
+
+File names (DESIGN.md): ``<base>.<modality>.<run_id>.jsonl`` where ``base`` is
+``metadata_output_path`` without ``.jsonl``; a dry run writes
+``<base>.dry-run.<modality>.<run_id>.jsonl``. Fields are MMIRAGE's (``provider,
+chunk_id, provider_batch_id, status, custom_id_to_source_index, request_hash,
+model_params_snapshot, submitted_request_count, total_bytes, has_oversized_request,
+flush_reason, submitted_at_utc``) plus ``run_id``, ``output_name``, ``modality``, so
+either tool reads the other's receipts.
+
+Durability: the moment a provider accepts a batch, its receipt is written as its own
+file ``<receipt file>.parts/<chunk_id>.json`` (temporary name, then rename, through
+Beam's FileSystems so remote storage works too). When the pipeline finishes, the parts of
+each receipt file are consolidated into it and the parts folder is removed; readers
+accept either form, so a run that died midway still has every receipt.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import uuid
+from typing import Any, Iterable, Optional
+
+from mmirage_beam.records import Chunk
+
+DEFAULT_METADATA_BASE = "batch_metadata"
+
+
+def receipts_base(metadata_output_path: str, state_dir: Optional[str] = None) -> str:
+    """``metadata_output_path`` without a trailing ``.jsonl``.
+
+    An empty ``metadata_output_path`` (MMIRAGE's default) means
+    ``<state_dir or .>/batch_metadata``.
+    """
+    path = metadata_output_path
+    if not path:
+        from apache_beam.io.filesystems import FileSystems
+
+        path = FileSystems.join(state_dir or ".", DEFAULT_METADATA_BASE)
+    return path[: -len(".jsonl")] if path.endswith(".jsonl") else path
+
+
+def receipt_path(base: str, modality: str, run_id: str, dry_run: bool = False) -> str:
+    """``<base>.<modality>.<run_id>.jsonl`` (``<base>.dry-run.<modality>...`` for dry runs)."""
+    middle = f"dry-run.{modality}" if dry_run else modality
+    return f"{base}.{middle}.{run_id}.jsonl"
+
+
+def parts_dir(receipt_file: str) -> str:
+    """The folder holding one durable file per receipt of ``receipt_file``."""
+    return receipt_file + ".parts"
+
+
+def request_hash(lines: Iterable[bytes]) -> str:
+    """SHA-256 (hex) of the exact bytes of a chunk's request lines."""
+    h = hashlib.sha256()
+    for line in lines:
+        h.update(line)
+    return h.hexdigest()
+
+
+def make_receipt(
+    *,
+    provider: str,
+    chunk: Chunk,
+    provider_batch_id: str,
+    status: str,
+    run_id: str,
+    output_type: str,
+    model: Optional[str],
+    submitted_at: Optional[_dt.datetime] = None,
+) -> dict[str, Any]:
+    """The receipt line for ``chunk`` once submitted as ``provider_batch_id``."""
+    when = submitted_at or _dt.datetime.now(_dt.timezone.utc)
+    snapshot: dict[str, Any] = {
+        "output_name": chunk.output_name,
+        "output_type": output_type,
+        "modality": chunk.modality,
+    }
+    if model:
+        snapshot["model"] = model
+    return {
+        "provider": provider,
+        "chunk_id": chunk.chunk_id,
+        "provider_batch_id": provider_batch_id,
+        "status": status,
+        "custom_id_to_source_index": {r.custom_id: r.source_index for r in chunk.requests},
+        "request_hash": request_hash(r.line for r in chunk.requests),
+        "model_params_snapshot": snapshot,
+        "submitted_request_count": len(chunk.requests),
+        "total_bytes": chunk.total_bytes,
+        "has_oversized_request": chunk.has_oversized_request,
+        "flush_reason": chunk.flush_reason,
+        "submitted_at_utc": when.isoformat(),
+        "run_id": run_id,
+        "output_name": chunk.output_name,
+        "modality": chunk.modality,
+    }
+
+
+def receipt_line(receipt: dict[str, Any]) -> bytes:
+    """One receipt as a JSONL line (UTF-8, ``\\n``-terminated)."""
+    return (json.dumps(receipt, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def write_durably(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary sibling, then a rename.
+
+    Works on every Beam filesystem (local, gs://, s3://, ...).
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with FileSystems.create(tmp) as f:
+        f.write(data)
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+    FileSystems.rename([tmp], [path])
+
+
+def read_receipt_part(path: str) -> Optional[dict[str, Any]]:
+    """The receipt stored at a part path, or None when there is none."""
+    from apache_beam.io.filesystems import FileSystems
+
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        return json.loads(f.read().decode("utf-8"))
+
+
+def consolidate(receipt_file: str) -> int:
+    """Append-free consolidation: rewrite ``receipt_file`` from its parts, then drop them.
+
+    Receipts already in ``receipt_file`` are kept; parts win for the same chunk_id.
+    Returns the number of receipts in the file. A missing parts folder is a no-op.
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    pdir = parts_dir(receipt_file)
+    if not FileSystems.exists(pdir):
+        return len(read_receipts(receipt_file)) if FileSystems.exists(receipt_file) else 0
+    by_chunk: dict[str, dict[str, Any]] = {}
+    if FileSystems.exists(receipt_file):
+        for r in read_receipts(receipt_file):
+            by_chunk[r["chunk_id"]] = r
+    matches = FileSystems.match([FileSystems.join(pdir, "*.json")])[0].metadata_list
+    for m in sorted(matches, key=lambda m: m.path):
+        r = read_receipt_part(m.path)
+        if r is not None:
+            by_chunk[r["chunk_id"]] = r
+    data = b"".join(receipt_line(by_chunk[k]) for k in sorted(by_chunk))
+    write_durably(receipt_file, data)
+    FileSystems.delete([pdir])
+    return len(by_chunk)
+
+
+def read_receipts(path: str) -> list[dict[str, Any]]:
+    """Every receipt in a receipt file (blank lines skipped); parts folder included."""
+    from apache_beam.io.filesystems import FileSystems
+
+    out: dict[str, dict[str, Any]] = {}
+    if FileSystems.exists(path):
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            for raw in f.read().decode("utf-8").splitlines():
+                if raw.strip():
+                    r = json.loads(raw)
+                    out[r.get("chunk_id") or f"#{len(out)}"] = r
+    pdir = parts_dir(path)
+    if FileSystems.exists(pdir):
+        for m in FileSystems.match([FileSystems.join(pdir, "*.json")])[0].metadata_list:
+            r = read_receipt_part(m.path)
+            if r is not None:
+                out[r["chunk_id"]] = r
+    return [out[k] for k in sorted(out)]

@@ -1,0 +1,280 @@
+"""ExtractInputs and BuildRequests: from source rows to provider-ready requests.
+
+    SourceRow --ExtractInputs--> ExtractedRow --BuildRequests--> BatchRequest (+ RowError)
+
+Provider specifics stay in the adapter (``build_request``); this module renders prompts,
+resolves images and builds the provider-neutral payload described in
+:class:`mmirage_beam.providers.base.BatchSubmissionAdapter`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator, NamedTuple, Sequence
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.metrics import Metrics
+
+from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.config.loader import DatasetConfig, InputConfig, OutputConfig
+from mmirage_beam.errors import RequestBuildError
+from mmirage_beam.ids import custom_id
+from mmirage_beam.records import BatchRequest, RowError, SourceRow
+from mmirage_beam.transforms.schema import json_schema_for
+
+_LOG = logging.getLogger(__name__)
+_NS = "mmirage"
+ERRORS_TAG = "errors"
+
+
+class ExtractedRow(NamedTuple):
+    """A source row with its inputs extracted.
+
+    Attributes:
+        source_index: the row's source_index.
+        dataset_index: the row's dataset (config order).
+        row: the original row dict.
+        values: input name -> extracted value (JSON types; image inputs keep the path/URL).
+        images: the row's images in input order, each the payload image dict of
+            :func:`mmirage_beam.images.load_image`; empty for a text-only row.
+    """
+
+    source_index: int
+    dataset_index: int
+    row: dict[str, Any]
+    values: dict[str, Any]
+    images: tuple[dict[str, Any], ...]
+
+    @property
+    def modality(self) -> str:
+        return "multimodal" if self.images else "text"
+
+
+def _clean_text(value: str) -> str:
+    """Replace unpaired surrogates (invalid in UTF-8) with U+FFFD so JSON stays valid."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+class _ExtractInputsFn(beam.DoFn):
+    def __init__(self, inputs: Sequence[InputConfig], datasets: Sequence[DatasetConfig]) -> None:
+        self._inputs = tuple(inputs)
+        self._datasets = tuple(datasets)
+        self._rows = Metrics.counter(_NS, "rows_extracted")
+
+    def setup(self) -> None:
+        import jmespath
+
+        self._compiled = [(i, jmespath.compile(i.key)) for i in self._inputs]
+
+    def process(self, element: SourceRow) -> Iterator[Any]:
+        from mmirage_beam.images import load_image
+
+        ds = self._datasets[element.dataset_index]
+        values: dict[str, Any] = {}
+        images: list[dict[str, Any]] = []
+        for spec, expr in self._compiled:
+            value = expr.search(element.row)
+            if value is None:
+                if not spec.has_default:
+                    yield pvalue.TaggedOutput(
+                        ERRORS_TAG,
+                        RowError(
+                            element.source_index,
+                            ds.path,
+                            spec.name,
+                            f"input {spec.name!r} (key {spec.key!r}) is missing or null",
+                        ),
+                    )
+                    return
+                value = spec.default
+            if isinstance(value, str):
+                value = _clean_text(value)
+            if spec.type == "image" and value is not None:
+                refs = value if isinstance(value, list) else [value]
+                try:
+                    images.extend(load_image(v, ds.image_base_path) for v in refs)
+                except RequestBuildError as exc:
+                    yield pvalue.TaggedOutput(
+                        ERRORS_TAG, RowError(element.source_index, ds.path, spec.name, str(exc))
+                    )
+                    return
+            values[spec.name] = value
+        self._rows.inc()
+        yield ExtractedRow(
+            element.source_index, element.dataset_index, element.row, values, tuple(images)
+        )
+
+
+class ExtractInputs(beam.PTransform):
+    """PCollection[SourceRow] -> ``ExtractInputsResult(rows, errors)``.
+
+    ``rows`` is PCollection[ExtractedRow]: every ``processing_params.inputs`` JMESPath
+    (compiled once per worker) applied to the row; image inputs resolved against the
+    dataset's ``image_base_path`` and read (URLs are kept as URLs). ``errors`` is
+    PCollection[RowError]: a missing or null input without ``default``, or an unreadable
+    or unrecognisable image, naming the input and the source_index.
+    """
+
+    def __init__(self, inputs: Sequence[InputConfig], datasets: Sequence[DatasetConfig]) -> None:
+        super().__init__()
+        if not inputs:
+            raise ValueError("inputs must not be empty")
+        self._inputs = tuple(inputs)
+        self._datasets = tuple(datasets)
+
+    def expand(self, rows: beam.PCollection) -> "ExtractInputsResult":
+        out = rows | "Extract" >> beam.ParDo(
+            _ExtractInputsFn(self._inputs, self._datasets)
+        ).with_outputs(ERRORS_TAG, main="rows")
+        return ExtractInputsResult(out.rows, out[ERRORS_TAG])
+
+
+class ExtractInputsResult(NamedTuple):
+    rows: beam.PCollection
+    errors: beam.PCollection
+
+
+def build_payload(
+    prompt: str, images: Sequence[dict[str, Any]], output: OutputConfig
+) -> dict[str, Any]:
+    """The provider-neutral payload for one (row, output): see BatchSubmissionAdapter."""
+    if images:
+        content: Any = [{"type": "text", "text": prompt}] + [
+            {"type": "image_url", "image_url": {"url": img["url"]}} for img in images
+        ]
+    else:
+        content = prompt
+    return {
+        "messages": [{"role": "user", "content": content}],
+        "images": list(images),
+        "output_name": output.name,
+        "output_type": output.output_type,
+        "json_schema": json_schema_for(output.output_schema)
+        if output.output_type == "JSON"
+        else None,
+    }
+
+
+class _BuildRequestsFn(beam.DoFn):
+    def __init__(
+        self,
+        outputs: Sequence[OutputConfig],
+        datasets: Sequence[DatasetConfig],
+        adapter_cls: type,
+        provider_config: BatchProviderConfig,
+    ) -> None:
+        self._outputs = tuple(outputs)
+        self._datasets = tuple(datasets)
+        self._adapter_cls = adapter_cls
+        self._config = provider_config
+        self._requests = Metrics.counter(_NS, "requests")
+        self._bytes = Metrics.counter(_NS, "request_bytes")
+
+    def setup(self) -> None:
+        from mmirage_beam.transforms.render import make_environment
+
+        env = make_environment()
+        self._templates = [(o, env.from_string(o.prompt)) for o in self._outputs]
+        # Only building and sizing happen here: no credentials, no client.
+        self._adapter = self._adapter_cls()
+        self._hard_limit = type(self._config).PROVIDER_MAX_BATCH_BYTES
+        self._overhead = self._adapter.chunk_overhead_bytes
+
+    def process(self, element: ExtractedRow) -> Iterator[Any]:
+        import jinja2
+
+        ds_path = self._datasets[element.dataset_index].path
+        built: list[BatchRequest] = []
+        for output, template in self._templates:
+            where = f"output {output.name!r}"
+            try:
+                prompt = _clean_text(template.render(**element.values))
+                if not prompt.strip():
+                    raise RequestBuildError(f"the prompt of {where} renders to whitespace only")
+                cid = custom_id(output.name, element.modality, element.source_index)
+                payload = build_payload(prompt, element.images, output)
+                request = self._adapter.build_request(cid, payload, self._config)
+                line = self._adapter.serialize_request(request)
+                nbytes = self._adapter.estimate_request_bytes(request)
+                if self._hard_limit is not None and nbytes + self._overhead > self._hard_limit:
+                    raise RequestBuildError(
+                        f"the request of {where} is {nbytes} bytes, above the provider's "
+                        f"hard limit of {self._hard_limit} bytes per batch; it can never be "
+                        "submitted"
+                    )
+            except jinja2.UndefinedError as exc:
+                yield pvalue.TaggedOutput(
+                    ERRORS_TAG,
+                    RowError(
+                        element.source_index,
+                        ds_path,
+                        output.name,
+                        f"the prompt of {where} uses an undefined variable: {exc.message}",
+                    ),
+                )
+                return
+            except (RequestBuildError, jinja2.TemplateError) as exc:
+                yield pvalue.TaggedOutput(
+                    ERRORS_TAG, RowError(element.source_index, ds_path, output.name, str(exc))
+                )
+                return
+            built.append(
+                BatchRequest(cid, element.source_index, output.name, element.modality, line, nbytes)
+            )
+        # A row yields its requests only when every output of it is valid.
+        for req in built:
+            self._requests.inc()
+            self._bytes.inc(req.nbytes)
+            yield req
+
+
+class BuildRequests(beam.PTransform):
+    """PCollection[ExtractedRow] -> ``BuildRequestsResult(requests, errors)``.
+
+    For every row and every output: render the Jinja2 prompt (StrictUndefined), build
+    the neutral payload (text part first, then one part per image for a multimodal row),
+    let the adapter turn it into the provider's request, and serialise it
+    (:class:`~mmirage_beam.records.BatchRequest`, ``nbytes`` in bytes). A row whose
+    outputs cannot all be built yields no request and one RowError naming the output,
+    the reason and the source_index (undefined variable, whitespace-only prompt, an image
+    the provider refuses, a request above the provider's hard per-batch byte limit).
+
+    Args:
+        outputs: the ``processing_params.outputs``.
+        datasets: the configured datasets (for error messages).
+        adapter_cls: the provider's BatchSubmissionAdapter subclass (pickled with the DoFn).
+        provider_config: the processor's BatchProviderConfig.
+    """
+
+    def __init__(
+        self,
+        outputs: Sequence[OutputConfig],
+        datasets: Sequence[DatasetConfig],
+        adapter_cls: type,
+        provider_config: BatchProviderConfig,
+    ) -> None:
+        super().__init__()
+        if not outputs:
+            raise ValueError("outputs must not be empty")
+        self._fn = _BuildRequestsFn(outputs, datasets, adapter_cls, provider_config)
+
+    def expand(self, rows: beam.PCollection) -> "BuildRequestsResult":
+        out = rows | "Build" >> beam.ParDo(self._fn).with_outputs(ERRORS_TAG, main="requests")
+        return BuildRequestsResult(out.requests, out[ERRORS_TAG])
+
+
+class BuildRequestsResult(NamedTuple):
+    requests: beam.PCollection
+    errors: beam.PCollection
+
+
+def variables_for(values: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Any]:
+    """Template variables of one row: its inputs, then its outputs (outputs win)."""
+    merged = dict(values)
+    merged.update(outputs)
+    return merged

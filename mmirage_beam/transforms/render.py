@@ -1,0 +1,72 @@
+"""Jinja2 rendering shared by prompts (submit) and the top-level ``output_schema``.
+
+Templates use ``StrictUndefined``: a variable missing from the row is an error naming
+the variable, never an empty string. In ``output_schema``, a string that is exactly one
+expression (``"{{ answer }}"``, ``"{{ answer.question }}"``) keeps the value's type (a
+number stays a number, a parsed JSON object stays an object); anything else renders to a
+string. Nested dicts and lists are rendered leaf by leaf.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import jinja2
+
+_BARE_EXPR = re.compile(r"^\s*\{\{\s*(.+?)\s*\}\}\s*$", re.S)
+
+
+def make_environment() -> jinja2.Environment:
+    """The environment every mmirage template is compiled in (strict, no autoescape)."""
+    return jinja2.Environment(
+        undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False
+    )
+
+
+class SchemaRenderer:
+    """Compiles an ``output_schema`` tree once; :meth:`render` fills it for one row.
+
+    Args:
+        schema: the ``processing_params.output_schema`` tree (dict/list/str/scalars).
+
+    Raises (from :meth:`render`):
+        jinja2.UndefinedError: a template uses a variable the row does not have.
+    """
+
+    def __init__(self, schema: Any) -> None:
+        self._env = make_environment()
+        self._compiled = self._compile(schema)
+
+    def _compile(self, node: Any) -> Callable[[dict[str, Any]], Any]:
+        if isinstance(node, dict):
+            items = [(k, self._compile(v)) for k, v in node.items()]
+            return lambda ctx: {k: f(ctx) for k, f in items}
+        if isinstance(node, list):
+            parts = [self._compile(v) for v in node]
+            return lambda ctx: [f(ctx) for f in parts]
+        if isinstance(node, str):
+            m = _BARE_EXPR.match(node)
+            if m and "{{" not in m.group(1) and "{%" not in node:
+                expr = self._env.compile_expression(m.group(1), undefined_to_none=False)
+
+                def bare(ctx: dict[str, Any], expr: Any = expr) -> Any:
+                    value = expr(**ctx)
+                    if isinstance(value, jinja2.Undefined):
+                        str(value)  # raises UndefinedError naming the variable
+                    return value
+
+                return bare
+            if "{{" in node or "{%" in node:
+                tmpl = self._env.from_string(node)
+                return lambda ctx: tmpl.render(**ctx)
+        return lambda ctx: node
+
+    def render(self, variables: dict[str, Any]) -> Any:
+        """Render the schema with ``variables`` (inputs and outputs of one row)."""
+        return self._compiled(variables)
+
+
+def undefined_name(exc: jinja2.UndefinedError) -> str:
+    """The message Jinja2 gives for an undefined variable, e.g. ``'x' is undefined``."""
+    return str(exc.message or exc)

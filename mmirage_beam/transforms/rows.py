@@ -1,0 +1,123 @@
+"""Output rows: the top-level ``output_schema`` rendered for each source row.
+
+At submission the batch outputs are not known yet, so each is the placeholder
+``__BATCH_SUBMITTED__:<custom_id>``; ``merge`` renders the same schema with the real
+values.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Optional, Sequence
+
+import apache_beam as beam
+
+from mmirage_beam.config.loader import OutputConfig
+from mmirage_beam.ids import custom_id
+from mmirage_beam.transforms.render import SchemaRenderer
+
+PLACEHOLDER_PREFIX = "__BATCH_SUBMITTED__:"
+
+
+class Placeholder(str):
+    """``__BATCH_SUBMITTED__:<custom_id>``; any attribute or item of it is itself, so a
+    schema template such as ``{{ answer.question }}`` renders the placeholder before the
+    JSON answer exists."""
+
+    def __getattr__(self, name: str) -> "Placeholder":
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+    def __getitem__(self, key: object) -> "Placeholder":  # type: ignore[override]
+        return self
+
+
+def placeholder(cid: str) -> Placeholder:
+    """``__BATCH_SUBMITTED__:<custom_id>``."""
+    return Placeholder(PLACEHOLDER_PREFIX + cid)
+
+
+def assemble_output_row(
+    row: dict[str, Any],
+    values: dict[str, Any],
+    outputs: dict[str, Any],
+    renderer: Optional[SchemaRenderer],
+    remove_columns: bool,
+    source_index: int,
+) -> dict[str, Any]:
+    """One output row.
+
+    The schema is rendered with the row's inputs and outputs (outputs win); with no
+    schema, the row is the inputs and outputs themselves. Unless ``remove_columns``, the
+    original columns come first and rendered keys override them. ``source_index`` is
+    always set.
+
+    Raises:
+        jinja2.UndefinedError: a schema template uses an unknown variable.
+    """
+    variables = dict(values)
+    variables.update(outputs)
+    rendered = renderer.render(variables) if renderer is not None else variables
+    if not isinstance(rendered, dict):
+        rendered = {"output": rendered}
+    out: dict[str, Any] = {} if remove_columns else dict(row)
+    out.update(rendered)
+    out["source_index"] = source_index
+    return out
+
+
+class _PlaceholderRowFn(beam.DoFn):
+    def __init__(
+        self, outputs: Sequence[OutputConfig], schema: Any, remove_columns: bool
+    ) -> None:
+        self._names = [o.name for o in outputs]
+        self._schema = schema
+        self._remove = remove_columns
+
+    def setup(self) -> None:
+        self._renderer = SchemaRenderer(self._schema) if self._schema is not None else None
+
+    def process(self, element: Any, invalid_row_count: int = 0) -> Iterator[Any]:
+        # When the run is refused (invalid rows), no placeholder may point nowhere.
+        if not invalid_row_count:
+            outputs = {
+                n: placeholder(custom_id(n, element.modality, element.source_index))
+                for n in self._names
+            }
+            row = assemble_output_row(
+                element.row,
+                element.values,
+                outputs,
+                self._renderer,
+                self._remove,
+                element.source_index,
+            )
+            line = json.dumps(row, ensure_ascii=False, default=str) + "\n"
+            yield element.dataset_index, line.encode("utf-8")
+
+
+class RenderPlaceholderRows(beam.PTransform):
+    """PCollection[ExtractedRow] -> PCollection[(dataset_index, bytes JSONL line)].
+
+    Args:
+        outputs: the batch outputs (each becomes a placeholder value).
+        output_schema: the top-level ``output_schema`` (None: inputs and outputs).
+        remove_columns: drop the source columns.
+        invalid_row_count: optional singleton side input; rows are written only when 0.
+    """
+
+    def __init__(
+        self,
+        outputs: Sequence[OutputConfig],
+        output_schema: Any,
+        remove_columns: bool,
+        invalid_row_count: Optional[Any] = None,
+    ) -> None:
+        super().__init__()
+        self._fn = _PlaceholderRowFn(outputs, output_schema, remove_columns)
+        self._invalid = invalid_row_count
+
+    def expand(self, rows: beam.PCollection) -> beam.PCollection:
+        kwargs = {} if self._invalid is None else {"invalid_row_count": self._invalid}
+        return rows | "Render" >> beam.ParDo(self._fn, **kwargs)

@@ -1,0 +1,1 @@
+"""Thin drivers: parse flags, load the config, compose the PTransforms, run."""

@@ -1,0 +1,163 @@
+"""``mmirage run`` / ``python -m pipelines.submit``: the submit pipeline (or a dry run).
+
+Usage:
+    python -m pipelines.submit --config C.yaml [--export-prompts P] [--run-id ID]
+        [--skip-invalid-rows] [standard Beam pipeline options, e.g. --runner ...]
+
+Exit status: 0 submitted (or exported); 1 rows failed validation (nothing submitted) or a
+submission failed; 2 bad flags, bad config or a missing API key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from mmirage_beam.launch import configure_logging, counters, guarded, human_bytes, read_jsonl
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
+    ap = argparse.ArgumentParser(
+        prog="mmirage run",
+        description="Render every row into provider batch requests and submit them in "
+        "byte-bounded chunks (or export them with --export-prompts). Unknown flags are "
+        "passed to Beam as pipeline options (default runner: DirectRunner).",
+    )
+    ap.add_argument("--config", required=True, help="MMIRAGE-compatible YAML config")
+    ap.add_argument(
+        "--export-prompts",
+        metavar="PATH",
+        help="dry run: write provider-ready requests to PATH (.jsonl file, else a folder); "
+        "no API key needed, nothing is submitted",
+    )
+    ap.add_argument("--run-id", help="use this run id instead of a fresh one")
+    ap.add_argument(
+        "--skip-invalid-rows",
+        action="store_true",
+        default=None,
+        help="submit the valid rows even when some rows are invalid (they are listed in "
+        "the invalid-rows file)",
+    )
+    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return ap.parse_known_args(argv)
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
+    args, beam_args = parse_args(argv)
+    configure_logging(args.verbose)
+
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from mmirage_beam.config import load_config
+    from mmirage_beam.errors import ConfigError, MmirageError
+    from mmirage_beam.ids import check_run_id, new_run_id
+    from mmirage_beam.pipeline import build_submit_pipeline
+    from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
+    from mmirage_beam.receipts import consolidate, receipt_path
+
+    config = load_config(args.config)
+    dry_run = args.export_prompts is not None
+    if config.execution.mode == "slurm":
+        raise ConfigError(
+            "execution_params.mode",
+            "slurm is not supported in batch_api mode; use mode: local (Beam runners such "
+            "as --runner DataflowRunner or FlinkRunner scale the job instead)",
+        )
+    provider = config.processor.provider
+    adapter_cls = BatchAdapterRegistry.get(provider)
+    if not dry_run:
+        resolve_credentials(adapter_cls, provider)  # fail before reading any data
+    try:
+        run_id = check_run_id(args.run_id) if args.run_id else new_run_id()
+    except ValueError as exc:
+        raise ConfigError("--run-id", str(exc)) from None
+
+    options = PipelineOptions(beam_args)
+    pipeline = beam.Pipeline(options=options)
+    plan = build_submit_pipeline(
+        pipeline,
+        config,
+        run_id,
+        export_prompts=args.export_prompts,
+        skip_invalid_rows=args.skip_invalid_rows,
+    )
+    what = "dry run (export only)" if dry_run else f"submission to {provider}"
+    print(f"mmirage run {run_id}: {what}, config {args.config}", file=sys.stderr)
+    try:
+        result = pipeline.run()
+        result.wait_until_finish()
+    except MmirageError:
+        raise
+    except Exception as exc:  # the runner re-raises worker failures in many wrappers
+        receipts = [receipt_path(plan.receipts_base, m, run_id, dry_run) for m in _MODALITIES]
+        for path in receipts:
+            consolidate(path)
+        print(
+            f"mmirage: error: the pipeline failed: {_short(exc)}\n"
+            f"Receipts of batches accepted before the failure are in {receipts[0]} / "
+            f"{receipts[1]}.",
+            file=sys.stderr,
+        )
+        return 1
+
+    written = []
+    for m in _MODALITIES:
+        path = receipt_path(plan.receipts_base, m, run_id, dry_run)
+        if consolidate(path):
+            written.append(path)
+    stats = counters(result)
+    invalid = read_jsonl(plan.invalid_rows_path)
+    _print_summary(plan, stats, written, invalid, skipped=bool(args.skip_invalid_rows))
+    if invalid and not (args.skip_invalid_rows or config.execution.skip_invalid_rows):
+        return 1
+    return 0
+
+
+_MODALITIES = ("text", "multimodal")
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1] if text else type(exc).__name__
+
+
+def _print_summary(plan, stats, receipts, invalid, skipped: bool) -> None:  # noqa: ANN001
+    lines = [
+        f"run id:              {plan.run_id}",
+        f"rows read:           {stats.get('rows_read', 0)}",
+        f"invalid rows:        {len(invalid)}",
+        f"requests:            {stats.get('requests', 0)}",
+        f"chunks:              {stats.get('chunks', 0)}",
+        f"request bytes:       {stats.get('request_bytes', 0)} "
+        f"({human_bytes(stats.get('request_bytes', 0))})",
+    ]
+    if plan.dry_run:
+        lines.append(f"batches exported:    {stats.get('batches_submitted', 0)}")
+        lines.append(f"exported prompts:    {plan.export_file}")
+    else:
+        lines.append(f"batches submitted:   {stats.get('batches_submitted', 0)}")
+        if stats.get("batches_already_receipted"):
+            lines.append(f"  already receipted: {stats['batches_already_receipted']}")
+    lines.append("receipts:            " + (", ".join(receipts) if receipts else "none"))
+    print("\n".join(lines))
+    if invalid:
+        print(f"\n{len(invalid)} invalid row(s), all listed in {plan.invalid_rows_path}:")
+        for e in invalid[:10]:
+            where = f" ({e['location']})" if e.get("location") else ""
+            name = f" [{e['input_name']}]" if e.get("input_name") else ""
+            print(f"  source_index {e['source_index']}{name} {e['dataset_path']}{where}: "
+                  f"{e['reason']}")
+        if len(invalid) > 10:
+            print(f"  ... and {len(invalid) - 10} more")
+        if skipped:
+            print("These rows were skipped (--skip-invalid-rows); the rest was processed.")
+        else:
+            print("Nothing was submitted. Fix these rows, or rerun with --skip-invalid-rows.")
+
+
+main = guarded(_main)
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Packaging for mmirage-beam: ships ``mmirage_beam`` (and ``pipelines``) to Beam workers."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+
+
+def _requirements() -> list[str]:
+    lines = (HERE / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+
+
+setup(
+    name="mmirage-beam",
+    version="0.1.0",
+    description=(
+        "Declarative provider batch-API pipelines (OpenAI, Anthropic) on Apache Beam, "
+        "compatible with MMIRAGE batch_api configs"
+    ),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["mmirage_beam", "mmirage_beam.*", "pipelines"]),
+    package_data={"mmirage_beam": ["examples/**/*", "examples/*"]},
+    include_package_data=True,
+    install_requires=_requirements(),
+    extras_require={
+        "test": ["pytest==9.0.3", "pytest-timeout==2.4.0", "ruff==0.17.6", "pydantic>=2"],
+    },
+    entry_points={"console_scripts": ["mmirage=mmirage_beam.cli:main"]},
+)

@@ -1,0 +1,84 @@
+"""Shared fixtures: paths of the real data bundled in the repo, configs, the fake provider."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "mmirage_beam" / "examples" / "data"
+GSM8K_JSONL = DATA / "gsm8k" / "test.jsonl"
+GSM8K_PARQUET = DATA / "gsm8k" / "test_conversations.parquet"
+GSM8K_LOADABLE = DATA / "gsm8k" / "hf_saved_conversations_300"
+IMAGES = DATA / "images"
+TEST_DATA = REPO / "tests" / "data"
+
+
+def base_config(tmp_path: Path, provider: str = "openai", **processor: Any) -> dict[str, Any]:
+    """A minimal valid config dict over the first rows of GSM8K (written by the caller)."""
+    proc: dict[str, Any] = {
+        "type": "batch_api",
+        "provider": provider,
+        "metadata_output_path": str(tmp_path / "meta" / "batch_metadata.jsonl"),
+    }
+    proc.update(processor)
+    return {
+        "processors": [proc],
+        "loading_params": {
+            "datasets": [
+                {"path": str(GSM8K_JSONL), "type": "JSONL", "output_dir": str(tmp_path / "shards")}
+            ],
+            "num_shards": 1,
+            "shard_id": 0,
+        },
+        "processing_params": {
+            "inputs": [{"name": "question", "key": "question"}],
+            "outputs": [
+                {
+                    "name": "answer",
+                    "type": "batch_api",
+                    "output_type": "plain",
+                    "prompt": "Answer concisely:\n{{ question }}",
+                }
+            ],
+            "remove_columns": True,
+            "output_schema": {"question": "{{ question }}", "answer": "{{ answer }}"},
+        },
+        "execution_params": {"mode": "local"},
+    }
+
+
+def write_config(tmp_path: Path, cfg: dict[str, Any], name: str = "config.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(copy.deepcopy(cfg), sort_keys=False), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def fake_provider():
+    from mmirage_beam.testing import FakeProviderServer
+
+    with FakeProviderServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+def provider_env(monkeypatch, fake_provider):
+    """Keys for both providers in the environment (values are test-only)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    return fake_provider
+
+
+@pytest.fixture(autouse=True)
+def _no_real_keys(monkeypatch):
+    for var in list(os.environ):
+        if var.endswith("_API_KEY") or var.endswith("_API_KEY_FILE"):
+            monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
