@@ -24,7 +24,7 @@ class ConfigError(MmirageError, ValueError):
         self.message = message
         super().__init__(f"{key}: {message}")
 
-    def under(self, prefix: str) -> "ConfigError":
+    def under(self, prefix: str) -> ConfigError:
         """The same error with ``prefix.`` in front of the key."""
         sep = "" if self.key.startswith("[") else "."
         return ConfigError(f"{prefix}{sep}{self.key}", self.message)

@@ -57,8 +57,9 @@ class BatchRequest(NamedTuple):
         output_name: the ``processing_params.outputs[*].name``.
         modality: ``"text"`` or ``"multimodal"``.
         line: the request serialised exactly as uploaded: compact UTF-8 JSON plus ``\\n``.
-        nbytes: the adapter's ``estimate_request_bytes`` for the request, in bytes (equal to
-            ``len(line)`` for the built-in adapters).
+        nbytes: the request's size for chunking, in bytes: the adapter's
+            ``estimate_request_bytes``, never less than ``len(line)`` (equal to it for the
+            built-in adapters).
     """
 
     custom_id: str

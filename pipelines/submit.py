@@ -147,8 +147,10 @@ def _print_summary(plan, stats, receipts, invalid, skipped: bool) -> None:  # no
         for e in invalid[:10]:
             where = f" ({e['location']})" if e.get("location") else ""
             name = f" [{e['input_name']}]" if e.get("input_name") else ""
-            print(f"  source_index {e['source_index']}{name} {e['dataset_path']}{where}: "
-                  f"{e['reason']}")
+            print(
+                f"  source_index {e['source_index']}{name} {e['dataset_path']}{where}: "
+                f"{e['reason']}"
+            )
         if len(invalid) > 10:
             print(f"  ... and {len(invalid) - 10} more")
         if skipped:

@@ -120,9 +120,7 @@ class OpenAIBatchConfig(BatchProviderConfig):
         _check_str("model", self.model)
         _check_str("batch_endpoint", self.batch_endpoint)
         if not self.batch_endpoint.startswith("/"):
-            raise ConfigError(
-                "batch_endpoint", f"must start with '/', got {self.batch_endpoint!r}"
-            )
+            raise ConfigError("batch_endpoint", f"must start with '/', got {self.batch_endpoint!r}")
         if self.completion_window != "24h":
             raise ConfigError(
                 "completion_window",

@@ -261,7 +261,9 @@ def _shard_id(value: Any) -> int:
 def _processor(value: Any) -> BatchProviderConfig:
     if not isinstance(value, list) or not value:
         raise ConfigError("processors", "must be a non-empty list")
-    batch = [(i, p) for i, p in enumerate(value) if isinstance(p, dict) and p.get("type") == "batch_api"]
+    batch = [
+        (i, p) for i, p in enumerate(value) if isinstance(p, dict) and p.get("type") == "batch_api"
+    ]
     if not batch:
         raise ConfigError("processors", "no processor with type: batch_api")
     if len(batch) > 1:
@@ -346,7 +348,11 @@ def _inputs(value: Any) -> tuple[InputConfig, ...]:
             raise ConfigError(f"{k}.type", f"must be text or image, got {t!r}")
         out.append(
             InputConfig(
-                name=d["name"], key=expr, type=t, default=d.get("default"), has_default="default" in d
+                name=d["name"],
+                key=expr,
+                type=t,
+                default=d.get("default"),
+                has_default="default" in d,
             )
         )
     return tuple(out)
@@ -423,7 +429,9 @@ def _check_templates(value: Any, key: str) -> None:
         try:
             jinja2.Environment().parse(value)
         except jinja2.TemplateSyntaxError as exc:
-            raise ConfigError(key, f"Jinja2 syntax error: {exc.message} (line {exc.lineno})") from None
+            raise ConfigError(
+                key, f"Jinja2 syntax error: {exc.message} (line {exc.lineno})"
+            ) from None
     elif isinstance(value, dict):
         for k, v in value.items():
             _check_templates(v, f"{key}.{k}")

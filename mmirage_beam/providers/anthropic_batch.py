@@ -11,7 +11,7 @@ commas inside ``{"requests":[...]}``: 14 bytes more than the JSONL lines it is b
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Dict, Mapping, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.errors import RequestBuildError
@@ -86,8 +86,10 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         status = raw_result.get("processing_status")
         normalised = self._normalize_status(status)
         counts = raw_result.get("request_counts") or {}
-        if status == "ended" and not counts.get("succeeded") and any(
-            counts.get(k) for k in ("errored", "canceled", "expired")
+        if (
+            status == "ended"
+            and not counts.get("succeeded")
+            and any(counts.get(k) for k in ("errored", "canceled", "expired"))
         ):
             normalised = "failed"
         return _Result(

@@ -66,9 +66,7 @@ class BatchSubmissionResult:
 
     def __post_init__(self) -> None:
         if self.status not in NORMALISED_STATUSES:
-            raise ValueError(
-                f"status must be one of {NORMALISED_STATUSES}, got {self.status!r}"
-            )
+            raise ValueError(f"status must be one of {NORMALISED_STATUSES}, got {self.status!r}")
 
 
 def credential_env_var(provider: str, key: str) -> str:
@@ -81,7 +79,7 @@ def credential_env_var(provider: str, key: str) -> str:
 
 
 def resolve_credentials(
-    adapter_cls: type["BatchSubmissionAdapter"],
+    adapter_cls: type[BatchSubmissionAdapter],
     provider: str,
     environ: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Dict, Mapping, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.errors import RequestBuildError

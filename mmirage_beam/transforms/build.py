@@ -127,7 +127,7 @@ class ExtractInputs(beam.PTransform):
         self._inputs = tuple(inputs)
         self._datasets = tuple(datasets)
 
-    def expand(self, rows: beam.PCollection) -> "ExtractInputsResult":
+    def expand(self, rows: beam.PCollection) -> ExtractInputsResult:
         out = rows | "Extract" >> beam.ParDo(
             _ExtractInputsFn(self._inputs, self._datasets)
         ).with_outputs(ERRORS_TAG, main="rows")
@@ -200,7 +200,9 @@ class _BuildRequestsFn(beam.DoFn):
                 payload = build_payload(prompt, element.images, output)
                 request = self._adapter.build_request(cid, payload, self._config)
                 line = self._adapter.serialize_request(request)
-                nbytes = self._adapter.estimate_request_bytes(request)
+                # Never below the real size, so a chunk's upload stays within its cap
+                # even for an adapter whose estimate is low.
+                nbytes = max(self._adapter.estimate_request_bytes(request), len(line))
                 if self._hard_limit is not None and nbytes + self._overhead > self._hard_limit:
                     raise RequestBuildError(
                         f"the request of {where} is {nbytes} bytes, above the provider's "
@@ -263,7 +265,7 @@ class BuildRequests(beam.PTransform):
             raise ValueError("outputs must not be empty")
         self._fn = _BuildRequestsFn(outputs, datasets, adapter_cls, provider_config)
 
-    def expand(self, rows: beam.PCollection) -> "BuildRequestsResult":
+    def expand(self, rows: beam.PCollection) -> BuildRequestsResult:
         out = rows | "Build" >> beam.ParDo(self._fn).with_outputs(ERRORS_TAG, main="requests")
         return BuildRequestsResult(out.requests, out[ERRORS_TAG])
 

@@ -24,12 +24,12 @@ class Placeholder(str):
     schema template such as ``{{ answer.question }}`` renders the placeholder before the
     JSON answer exists."""
 
-    def __getattr__(self, name: str) -> "Placeholder":
+    def __getattr__(self, name: str) -> Placeholder:
         if name.startswith("__"):
             raise AttributeError(name)
         return self
 
-    def __getitem__(self, key: object) -> "Placeholder":  # type: ignore[override]
+    def __getitem__(self, key: object) -> Placeholder:  # type: ignore[override]
         return self
 
 
@@ -68,9 +68,7 @@ def assemble_output_row(
 
 
 class _PlaceholderRowFn(beam.DoFn):
-    def __init__(
-        self, outputs: Sequence[OutputConfig], schema: Any, remove_columns: bool
-    ) -> None:
+    def __init__(self, outputs: Sequence[OutputConfig], schema: Any, remove_columns: bool) -> None:
         self._names = [o.name for o in outputs]
         self._schema = schema
         self._remove = remove_columns

@@ -168,7 +168,7 @@ class SubmitChunks(beam.PTransform):
         )
         self._invalid = invalid_row_count
 
-    def expand(self, chunks: beam.PCollection) -> "SubmitChunksResult":
+    def expand(self, chunks: beam.PCollection) -> SubmitChunksResult:
         kwargs = {}
         if self._invalid is not None:
             kwargs["invalid_row_count"] = self._invalid

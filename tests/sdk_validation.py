@@ -1,0 +1,104 @@
+"""Validate exported requests against the official SDKs' own request types.
+
+The same checks as the project's ``validate_requests.py`` tool: OpenAI bodies against
+``openai.types.chat.CompletionCreateParamsNonStreaming``, Anthropic requests against
+``anthropic.types.messages.batch_create_params.Request``, custom_id rules, image bytes
+matching their declared media type, one model per OpenAI batch, and provider limits.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+CUSTOM_ID_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+LIMITS = {"openai": (50_000, 200 * 1024 * 1024), "anthropic": (100_000, 256 * 1024 * 1024)}
+MAGIC = {
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
+
+
+def _force(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _force(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_force(v) for v in value]
+    if type(value).__name__ == "ValidatorIterator":
+        return [_force(v) for v in value]
+    return value
+
+
+def _check_image(media_type: str, data: str, errors: list[str], where: str) -> None:
+    raw = base64.b64decode(data, validate=True)
+    heads = MAGIC.get(media_type)
+    if heads and not any(raw.startswith(h) for h in heads):
+        errors.append(f"{where}: bytes are not {media_type}")
+
+
+def validate_export(path: str | Path) -> tuple[int, list[str]]:
+    """Return ``(number of requests, problems)`` for an exported prompts file."""
+    from anthropic.types.messages import batch_create_params
+    from openai.types.chat import completion_create_params
+    from pydantic import TypeAdapter
+
+    oa = TypeAdapter(completion_create_params.CompletionCreateParamsNonStreaming)
+    an = TypeAdapter(batch_create_params.Request)
+    errors: list[str] = []
+    batches: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"ids": set(), "models": set(), "n": 0, "bytes": 0, "provider": None}
+    )
+    total = 0
+    for lineno, raw in enumerate(Path(path).read_bytes().splitlines(), 1):
+        row = json.loads(raw)
+        req, bid = row["request"], row["batch_id"]
+        where = f"line {lineno} ({bid})"
+        total += 1
+        provider = "anthropic" if "params" in req else "openai"
+        b = batches[bid]
+        b["provider"], b["n"] = provider, b["n"] + 1
+        b["bytes"] += len(json.dumps(req, ensure_ascii=False, separators=(",", ":")).encode()) + 1
+        cid = req.get("custom_id")
+        if not isinstance(cid, str) or not CUSTOM_ID_RE.match(cid):
+            errors.append(f"{where}: bad custom_id {cid!r}")
+        if cid in b["ids"]:
+            errors.append(f"{where}: duplicate custom_id {cid!r}")
+        b["ids"].add(cid)
+        if provider == "openai":
+            if req.get("method") != "POST":
+                errors.append(f"{where}: method must be POST")
+            body = req["body"]
+            b["models"].add(body.get("model"))
+            _force(oa.validate_python(body))
+            for m in body["messages"]:
+                if isinstance(m["content"], list):
+                    for part in m["content"]:
+                        if part["type"] == "image_url":
+                            url = part["image_url"]["url"]
+                            mt = re.match(r"^data:([^;,]+);base64,(.*)$", url, re.S)
+                            if mt:
+                                _check_image(mt.group(1), mt.group(2), errors, where)
+                            elif not url.startswith(("http://", "https://")):
+                                errors.append(f"{where}: bad image url")
+        else:
+            b["models"].add(req["params"].get("model"))
+            _force(an.validate_python(req))
+            for m in req["params"]["messages"]:
+                if isinstance(m["content"], list):
+                    for block in m["content"]:
+                        src = block.get("source") or {}
+                        if block["type"] == "image" and src.get("type") == "base64":
+                            _check_image(src["media_type"], src["data"], errors, where)
+    for bid, b in batches.items():
+        max_n, max_bytes = LIMITS[b["provider"]]
+        if b["n"] > max_n or b["bytes"] > max_bytes:
+            errors.append(f"batch {bid}: over the provider limits")
+        if b["provider"] == "openai" and len(b["models"]) > 1:
+            errors.append(f"batch {bid}: several models")
+    return total, errors

@@ -1,0 +1,113 @@
+"""The provider plugin contract: registries, credentials, normalised statuses, and
+MMIRAGE's documented Mistral example working with only its imports changed."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from mmirage_beam.config import config_from_dict
+from mmirage_beam.errors import CredentialsError
+from mmirage_beam.providers.base import (
+    BatchAdapterRegistry,
+    BatchSubmissionResult,
+    credential_env_var,
+    resolve_credentials,
+)
+from mmirage_beam.providers.openai_batch import OpenAIBatchAdapter
+from pipelines.submit import main as run_main
+from tests.conftest import base_config, write_config
+
+
+def test_credential_env_var_names():
+    assert credential_env_var("azure-openai", "api_key") == "AZURE_OPENAI_API_KEY"
+    assert credential_env_var("openai", "api_key") == "OPENAI_API_KEY"
+    assert credential_env_var("my.gw", "token") == "MY_GW_TOKEN"
+
+
+def test_resolve_credentials_env_and_file(tmp_path):
+    assert resolve_credentials(OpenAIBatchAdapter, "openai", {"OPENAI_API_KEY": "k1"}) == {
+        "api_key": "k1"
+    }
+    secret = tmp_path / "key"
+    secret.write_text("k2\n")
+    env = {"OPENAI_API_KEY_FILE": str(secret)}
+    assert resolve_credentials(OpenAIBatchAdapter, "openai", env) == {"api_key": "k2"}
+    with pytest.raises(CredentialsError, match="OPENAI_API_KEY") as info:
+        resolve_credentials(OpenAIBatchAdapter, "openai", {})
+    assert info.value.exit_code == 2
+
+
+def test_adapter_pickles_without_credentials():
+    adapter = OpenAIBatchAdapter({"api_key": "sk-very-secret"})
+    blob = pickle.dumps(adapter)
+    assert b"sk-very-secret" not in blob
+    assert pickle.loads(blob).credentials == {}
+    assert "secret" not in repr(adapter)
+
+
+def test_status_normalisation():
+    a = OpenAIBatchAdapter()
+    for word, norm in [
+        ("validating", "in_progress"),
+        ("in_progress", "in_progress"),
+        ("finalizing", "in_progress"),
+        ("cancelling", "in_progress"),
+        ("completed", "completed"),
+        ("failed", "failed"),
+        ("expired", "failed"),
+        ("cancelled", "failed"),
+        ("weird", "unknown"),
+        (None, "unknown"),
+    ]:
+        assert a._normalize_status(word) == norm
+    with pytest.raises(ValueError):
+        BatchSubmissionResult("b", "running", {})
+
+
+def test_registries_reject_wrong_types():
+    from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
+
+    with pytest.raises(TypeError):
+        BatchAdapterRegistry.register("x", dict)
+    with pytest.raises(TypeError):
+        BatchProviderConfigRegistry.register("x", dict)
+
+
+def test_mistral_example_plugs_in(tmp_path, capsys, monkeypatch):
+    from tests.plugins import mistral_example  # registers "mistral"
+
+    cfg = base_config(tmp_path, "mistral")
+    loaded = config_from_dict(cfg)
+    assert isinstance(loaded.processor, mistral_example.MistralBatchConfig)
+    assert loaded.processor.model == "mistral-small-latest"
+    assert BatchAdapterRegistry.get("mistral") is mistral_example.MistralBatchAdapter
+
+    path = write_config(tmp_path, cfg)
+    # A real run needs MISTRAL_API_KEY, checked before any data is read.
+    assert run_main(["--config", path]) == 2
+    assert "MISTRAL_API_KEY" in capsys.readouterr().err
+
+    # The dry run needs no key and exports the example's request shape.
+    assert (
+        run_main(
+            ["--config", path, "--export-prompts", str(tmp_path / "m.jsonl"), "--run-id", "mis"]
+        )
+        == 0
+    )
+    lines = [json.loads(x) for x in Path(tmp_path / "m.mis.jsonl").read_text().splitlines()]
+    assert len(lines) == 1319
+    req = next(ln["request"] for ln in lines if ln["request"]["custom_id"] == "answer-text-3")
+    assert req["params"]["model"] == "mistral-small-latest"
+    assert req["params"]["messages"][0]["role"] == "user"
+    assert req["params"]["messages"][0]["content"].startswith("Answer concisely:\n")
+
+    adapter = mistral_example.MistralBatchAdapter()
+    result = adapter.parse_submission_result({"id": "job-1", "status": "running"})
+    assert result == BatchSubmissionResult(
+        "job-1", "in_progress", {"id": "job-1", "status": "running"}
+    )
+    assert adapter.parse_submission_result({"id": "j", "status": "SUCCESS"}).status == "completed"
