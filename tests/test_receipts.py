@@ -1,0 +1,58 @@
+"""Receipts: MMIRAGE-compatible request_hash, durable parts and their consolidation."""
+
+from __future__ import annotations
+
+import json
+
+from mmirage_beam.receipts import (
+    consolidate,
+    parts_dir,
+    read_receipts,
+    receipt_path,
+    receipts_base,
+    request_hash,
+    write_durably,
+)
+from tests.conftest import TEST_DATA
+
+ORIGINAL = TEST_DATA / "mmirage_original"
+
+
+def test_request_hash_matches_the_original_tool():
+    # The original tool's first chunk hashes as json.dumps(requests, sort_keys=True,
+    # separators=(",", ":")); its later chunks do not reproduce from their exported
+    # requests, so merge verifies only receipts that carry a run_id (ours).
+    exported = [json.loads(x) for x in (ORIGINAL / "prompts.3aa41d.jsonl").read_text().splitlines()]
+    receipts = [
+        json.loads(x)
+        for x in (ORIGINAL / "batch_metadata.dry-run.text.3aa41d.jsonl").read_text().splitlines()
+    ]
+    for r in receipts[:1]:
+        batch = f"text-{r['chunk_id']}"
+        lines = [
+            json.dumps(e["request"], ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+            for e in exported
+            if e["batch_id"] == batch
+        ]
+        assert len(lines) == r["submitted_request_count"]
+        assert request_hash(lines) == r["request_hash"]
+
+
+def test_names():
+    assert receipts_base("out/meta.jsonl") == "out/meta"
+    assert receipts_base("out/meta") == "out/meta"
+    assert receipts_base("", "st") == "st/batch_metadata"
+    assert receipt_path("b", "text", "r1") == "b.text.r1.jsonl"
+    assert receipt_path("b", "multimodal", "r1", dry_run=True) == "b.dry-run.multimodal.r1.jsonl"
+
+
+def test_parts_are_readable_before_and_after_consolidation(tmp_path):
+    rfile = str(tmp_path / "m.text.r1.jsonl")
+    for i in (2, 1):
+        r = {"chunk_id": f"a-chunk-{i:06d}", "provider_batch_id": f"b{i}"}
+        write_durably(f"{parts_dir(rfile)}/{r['chunk_id']}.json", (json.dumps(r) + "\n").encode())
+    assert [r["chunk_id"] for r in read_receipts(rfile)] == ["a-chunk-000001", "a-chunk-000002"]
+    assert not list(tmp_path.glob("**/*.tmp-*"))
+    assert consolidate(rfile) == 2
+    assert not (tmp_path / "m.text.r1.jsonl.parts").exists()
+    assert [r["provider_batch_id"] for r in read_receipts(rfile)] == ["b1", "b2"]
