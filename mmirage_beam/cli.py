@@ -13,6 +13,9 @@ USAGE = """usage: mmirage <command> [options]
 
 commands:
   run            render and submit batches (or --export-prompts for a dry run)
+  check          report the provider status of a run's batches (--watch to follow)
+  merge          fetch results and join them onto the source rows, in order
+  demo           the whole lifecycle on the bundled GSM8K sample against the fake provider
   fake-provider  serve the embedded OpenAI- and Anthropic-compatible batch API locally
 
 Run 'mmirage <command> --help' for a command's options."""
@@ -29,6 +32,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from pipelines.submit import main as run_main
 
         return run_main(rest)
+    if command == "check":
+        from pipelines.check import main as check_main
+
+        return check_main(rest)
+    if command == "merge":
+        from pipelines.merge import main as merge_main
+
+        return merge_main(rest)
+    if command == "demo":
+        from mmirage_beam.demo import main as demo_main
+
+        return demo_main(rest)
     if command == "fake-provider":
         from mmirage_beam.testing.fake_provider import main as fake_main
 

@@ -21,7 +21,7 @@ import datetime as _dt
 import hashlib
 import json
 import uuid
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, NamedTuple, Optional
 
 from mmirage_beam.records import Chunk
 
@@ -180,3 +180,67 @@ def read_receipts(path: str) -> list[dict[str, Any]]:
             if r is not None:
                 out[r["chunk_id"]] = r
     return [out[k] for k in sorted(out)]
+
+
+MODALITIES = ("text", "multimodal")
+
+
+class ReceiptFile(NamedTuple):
+    """One receipt file found for a config: its path, run id, modality and mtime (s)."""
+
+    path: str
+    run_id: str
+    modality: str
+    mtime: float
+
+
+def receipt_patterns(base: str) -> list[str]:
+    """The glob patterns searched for receipts of ``base`` (for messages)."""
+    return [f"{base}.{m}.*.jsonl" for m in MODALITIES] + [
+        f"{base}.{m}.*.jsonl.parts" for m in MODALITIES
+    ]
+
+
+def find_receipt_files(
+    base: str, run_id: Optional[str] = None
+) -> tuple[list[ReceiptFile], list[str]]:
+    """Receipt files of ``base``, newest run first, and the dry-run files skipped.
+
+    Finds ``<base>.<modality>.<run_id>.jsonl`` (and the ``.parts`` folder of a run that
+    stopped before consolidating). ``<base>.dry-run.*`` files are returned separately,
+    never as receipts. With ``run_id``, only that run.
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    found: dict[str, ReceiptFile] = {}
+    skipped: list[str] = []
+    patterns = [f"{base}.*.jsonl", f"{base}.*.jsonl.parts"]
+    for result in FileSystems.match(patterns):
+        for m in result.metadata_list:
+            path = m.path.rstrip("/")
+            rest = path[len(base) + 1 :]
+            if rest.endswith(".parts"):
+                rest = rest[: -len(".parts")]
+                path = path[: -len(".parts")]
+            if rest.startswith("dry-run."):
+                if path not in skipped:
+                    skipped.append(path)
+                continue
+            parts = rest.split(".")
+            if len(parts) != 3 or parts[0] not in MODALITIES or parts[2] != "jsonl":
+                continue
+            if run_id is not None and parts[1] != run_id:
+                continue
+            mtime = float(getattr(m, "last_updated_in_seconds", 0.0) or 0.0)
+            prev = found.get(path)
+            if prev is None or mtime > prev.mtime:
+                found[path] = ReceiptFile(path, parts[1], parts[0], mtime)
+    # Newest run first: a run's time is its newest file's.
+    run_time: dict[str, float] = {}
+    for f in found.values():
+        run_time[f.run_id] = max(run_time.get(f.run_id, 0.0), f.mtime)
+    ordered = sorted(
+        found.values(),
+        key=lambda f: (-run_time[f.run_id], f.run_id, MODALITIES.index(f.modality)),
+    )
+    return ordered, sorted(skipped)

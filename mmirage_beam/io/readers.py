@@ -1,0 +1,749 @@
+"""Read the configured datasets into :class:`~mmirage_beam.records.SourceRow` elements.
+
+``source_index`` is the 0-based position of a row in the concatenation of the configured
+datasets, in config order (JSONL: non-blank lines; Parquet / Arrow: row position). It is
+computed the same way on every runner and re-run, without funnelling rows through one
+worker:
+
+1. When :class:`ReadDatasets` is constructed, only metadata is touched: every dataset is
+   cut into *splits* (JSONL: byte ranges of about ``desired_split_bytes``, a line belonging
+   to the range it starts in, as in Beam's ``textio``; Parquet: one row group; ``loadable``
+   (HuggingFace ``save_to_disk``): one Arrow file listed in ``state.json``).
+2. A counting pass gives each split its number of rows (and, for JSONL, of physical
+   lines); the counts become a tiny table of prefix sums (one entry per split) that is a
+   singleton side input.
+3. A reading pass decodes each split in parallel and numbers its rows ``offset + local
+   position``, keeping only the rows of this shard's contiguous slice.
+
+Value conversion (Parquet / Arrow rows, see :func:`to_json_value`): rows become plain
+JSON-compatible dicts; binary values always become standard base64 strings.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import decimal
+import json
+import logging
+import math
+import os
+import posixpath
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from mmirage_beam.errors import ConfigError
+from mmirage_beam.records import RowError, SourceRow
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from mmirage_beam.config.loader import DatasetConfig
+
+_LOGGER = logging.getLogger(__name__)
+
+DEFAULT_DESIRED_SPLIT_BYTES = 64 * 1024 * 1024  # 64 MiB
+_ARROW_SLICE_ROWS = 256  # rows turned into Python objects at once (bounds memory)
+_PARQUET_BATCH_ROWS = 1024  # rows per record batch read from a Parquet row group
+_METRICS_NAMESPACE = "mmirage"
+_ERRORS_TAG = "errors"
+_UTF8_BOM = b"\xef\xbb\xbf"
+_ARROW_FILE_MAGIC = b"ARROW1"
+_JSONL, _PARQUET, _ARROW = "JSONL", "parquet", "loadable"
+_TYPES = {"jsonl": _JSONL, "parquet": _PARQUET, "loadable": _ARROW}
+# Files picked up when a dataset path is a directory (compressed variants allowed for JSONL).
+# ``.json`` is left out: directories often hold JSON metadata (``state.json``...); use a glob
+# such as ``dir/*.json`` for JSONL files named ``.json``.
+_JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonlines")
+_PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
+_COMPRESSION_SUFFIXES = ("", ".gz", ".bz2", ".deflate", ".zst", ".zstd", ".lzma", ".xz")
+
+
+class ReadDatasetsResult(NamedTuple):
+    """The outputs of :class:`ReadDatasets`.
+
+    Attributes:
+        rows: ``PCollection[SourceRow]``, one element per row of this shard.
+        errors: ``PCollection[RowError]``, one element per JSONL line of this shard that
+            is not valid UTF-8, not JSON, or not a JSON object.
+    """
+
+    rows: beam.PCollection
+    errors: beam.PCollection
+
+
+class ReadDatasets(beam.PTransform):
+    """Read datasets into numbered rows: ``PBegin -> ReadDatasetsResult``.
+
+    Apply it to the pipeline root: ``result = p | ReadDatasets(cfg.datasets)``, then use
+    ``result.rows`` (``PCollection[SourceRow]``) and ``result.errors``
+    (``PCollection[RowError]``). Elements are unordered; ``source_index`` gives the order.
+
+    Supported dataset types:
+
+    * ``JSONL``: UTF-8, one JSON object per line, ``\\n`` or ``\\r\\n`` line ends, a BOM
+      at the start of a file tolerated. Whitespace-only lines are skipped and not counted.
+      A line that is not UTF-8, not JSON, or not a JSON object becomes a ``RowError``
+      (``location="line N"``, N the 1-based physical line number in the file) that still
+      uses up its ``source_index``. ``NaN``/``Infinity`` literals and out-of-range floats
+      become ``None``. Compressed files (``.gz``, ``.bz2``, ...) are one split each.
+    * ``parquet``: one split per row group (row counts from the footer).
+    * ``loadable``: a HuggingFace ``save_to_disk`` directory; its Arrow IPC files are read
+      in the order of ``state.json``'s ``_data_files`` (no ``datasets`` package needed).
+
+    A JSONL or Parquet ``path`` may also be a glob or a directory: matching files are read
+    in sorted path order (from a directory: only files named ``*.jsonl``, ``*.ndjson``,
+    ``*.jsonlines`` (optionally compressed) or ``*.parquet``, ``*.pq``, ``*.parq``, and not
+    starting with ``.`` or ``_``; a glob takes every file it matches). Files are opened
+    through Beam's ``FileSystems``, so remote paths (``gs://``, ``s3://``...) work when
+    their Beam filesystem is installed.
+
+    Args:
+        datasets: ``loading_params.datasets``, in config order.
+        num_shards: number of contiguous row slices the whole input is cut into.
+        shard_id: the slice this pipeline reads: with N rows in total, rows
+            ``[shard_id * N // num_shards, (shard_id + 1) * N // num_shards)``.
+        desired_split_bytes: target size of a JSONL split, in bytes (default 64 MiB).
+
+    Raises:
+        ConfigError: (when constructed) a dataset path that does not exist or matches no
+            file, an unreadable Parquet footer or ``state.json``, an unknown dataset type,
+            or invalid ``num_shards`` / ``shard_id``; the message names
+            ``loading_params.datasets[i]`` and the path.
+        ValueError: ``desired_split_bytes`` is not a positive integer.
+        RuntimeError: (on a worker, failing the pipeline) a file changed between the
+            counting and the reading pass. A Parquet / Arrow file that cannot be decoded
+            also fails the pipeline (``pyarrow.ArrowException`` / ``OSError``).
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[DatasetConfig],
+        num_shards: int = 1,
+        shard_id: int = 0,
+        desired_split_bytes: int = DEFAULT_DESIRED_SPLIT_BYTES,
+    ) -> None:
+        super().__init__()
+        if isinstance(datasets, (str, bytes)) or not isinstance(datasets, Sequence):
+            raise ConfigError("loading_params.datasets", "must be a list of datasets")
+        if not datasets:
+            raise ConfigError("loading_params.datasets", "must be a non-empty list")
+        if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
+            raise ConfigError(
+                "loading_params.num_shards", f"must be an integer >= 1, got {num_shards!r}"
+            )
+        if isinstance(shard_id, bool) or not isinstance(shard_id, int) or shard_id < 0:
+            raise ConfigError(
+                "loading_params.shard_id", f"must be an integer >= 0, got {shard_id!r}"
+            )
+        if shard_id >= num_shards:
+            raise ConfigError(
+                "loading_params.shard_id", f"{shard_id} must be < num_shards ({num_shards})"
+            )
+        if (
+            isinstance(desired_split_bytes, bool)
+            or not isinstance(desired_split_bytes, int)
+            or desired_split_bytes < 1
+        ):
+            raise ValueError(
+                f"desired_split_bytes must be a positive integer, got {desired_split_bytes!r}"
+            )
+        self._datasets = tuple(datasets)
+        self._num_shards = num_shards
+        self._shard_id = shard_id
+        self._desired_split_bytes = desired_split_bytes
+        self._splits = _list_splits(self._datasets, desired_split_bytes)
+
+    @property
+    def num_splits(self) -> int:
+        """Number of splits (units of parallel work) the datasets were cut into."""
+        return len(self._splits)
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            "datasets": ", ".join(f"{d.type}:{d.path}" for d in self._datasets),
+            "num_shards": self._num_shards,
+            "shard_id": self._shard_id,
+            "desired_split_bytes": self._desired_split_bytes,
+            "num_splits": len(self._splits),
+        }
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> ReadDatasetsResult:
+        file_ids = tuple(s.file_id for s in self._splits)
+        offsets = (
+            pbegin
+            | "CreateSplitsToCount" >> beam.Create(self._splits, reshuffle=False)
+            | "ReshuffleSplitsToCount" >> beam.Reshuffle()
+            | "CountRows" >> beam.ParDo(_CountSplitRowsFn())
+            | "CollectCounts" >> beam.combiners.ToList()
+            | "ComputeOffsets"
+            >> beam.Map(
+                _compute_offsets,
+                file_ids=file_ids,
+                num_shards=self._num_shards,
+                shard_id=self._shard_id,
+            )
+        )
+        outputs = (
+            pbegin
+            | "CreateSplitsToRead" >> beam.Create(self._splits, reshuffle=False)
+            | "ReshuffleSplitsToRead" >> beam.Reshuffle()
+            | "ReadRows"
+            >> beam.ParDo(
+                _ReadSplitFn(self._num_shards, self._shard_id),
+                offsets=beam.pvalue.AsSingleton(offsets),
+            ).with_outputs(_ERRORS_TAG, main="rows")
+        )
+        return ReadDatasetsResult(rows=outputs.rows, errors=outputs[_ERRORS_TAG])
+
+
+def to_json_value(value: Any) -> Any:
+    """Turn a value decoded from Arrow / Parquet (or numpy) into plain JSON-compatible data.
+
+    * ``None``, ``bool``, ``int``, ``str`` are kept; finite floats are kept, NaN and
+      infinities become ``None``.
+    * numpy scalars become Python numbers, numpy arrays and tuples become lists.
+    * ``bytes`` always become a standard (RFC 4648, padded) base64 ``str``, even when they
+      happen to be valid UTF-8, so binary columns (e.g. HF ``Image`` bytes) stay unambiguous.
+    * ``datetime`` / ``date`` / ``time`` become ISO 8601 strings (timezone kept when
+      known); ``timedelta`` becomes seconds (``float``); ``Decimal`` becomes ``float``
+      (or ``None`` if not finite).
+    * dicts (structs, maps) keep their structure; non-string keys become strings.
+    * anything else becomes ``str(value)`` (e.g. ``uuid.UUID``).
+    """
+    t = type(value)
+    if value is None or t is str or t is int or t is bool:
+        return value
+    if t is float:
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {_json_key(k): to_json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json_value(v) for v in value]
+    if t.__module__ == "numpy" and hasattr(value, "tolist"):
+        return to_json_value(value.tolist())
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return float(value) if value.is_finite() else None
+    return str(value)
+
+
+def _json_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    plain = to_json_value(key)
+    return plain if isinstance(plain, str) else json.dumps(plain)
+
+
+# --------------------------------------------------------------------------------------
+# Splits (construction time: metadata only)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Split:
+    """One unit of parallel work; ``split_id`` order is source_index order.
+
+    Attributes:
+        split_id: global ordinal over all splits of all datasets.
+        dataset_index: position of the dataset in the config.
+        dataset_path: the dataset's configured ``path``.
+        kind: ``"JSONL"``, ``"parquet"`` or ``"loadable"``.
+        path: the file to read.
+        file_id: global ordinal of ``path`` (JSONL line numbers restart per file).
+        start: JSONL: first byte of the range; Parquet: row-group index.
+        end: JSONL: first byte after the range, ``None`` to read to the end of the file.
+        num_rows: Parquet: rows in the row group (from the footer).
+        compressed: JSONL: the file is compressed (read whole, decompressed).
+    """
+
+    split_id: int
+    dataset_index: int
+    dataset_path: str
+    kind: str
+    path: str
+    file_id: int
+    start: int = 0
+    end: int | None = None
+    num_rows: int | None = None
+    compressed: bool = False
+
+
+def _list_splits(datasets: Sequence[DatasetConfig], desired_split_bytes: int) -> tuple[_Split, ...]:
+    splits: list[_Split] = []
+    file_id = 0
+    for index, ds in enumerate(datasets):
+        key = f"loading_params.datasets[{index}]"
+        path, kind = getattr(ds, "path", None), getattr(ds, "type", None)
+        if not isinstance(path, str) or not path:
+            raise ConfigError(f"{key}.path", "is required")
+        if not isinstance(kind, str) or kind.lower() not in _TYPES:
+            raise ConfigError(
+                f"{key}.type", f"must be one of JSONL, loadable, parquet, got {kind!r}"
+            )
+        kind = _TYPES[kind.lower()]
+        first = len(splits)
+        if kind == _JSONL:
+            files = _expand_paths(path, index, _JSONL_SUFFIXES)
+            for file_path, size in files:
+                compressed = (
+                    CompressionTypes.detect_compression_type(file_path)
+                    != CompressionTypes.UNCOMPRESSED
+                )
+                if compressed:
+                    ranges: Iterable[tuple[int, int | None]] = [(0, None)]
+                else:
+                    ranges = [
+                        (start, min(start + desired_split_bytes, size))
+                        for start in range(0, size, desired_split_bytes)
+                    ]
+                for start, end in ranges:
+                    splits.append(
+                        _Split(
+                            len(splits),
+                            index,
+                            path,
+                            kind,
+                            file_path,
+                            file_id,
+                            start,
+                            end,
+                            compressed=compressed,
+                        )
+                    )
+                file_id += 1
+        elif kind == _PARQUET:
+            files = _expand_paths(path, index, _PARQUET_SUFFIXES)
+            for file_path, _ in files:
+                for group, num_rows in enumerate(_parquet_row_group_rows(file_path, index)):
+                    splits.append(
+                        _Split(
+                            len(splits),
+                            index,
+                            path,
+                            kind,
+                            file_path,
+                            file_id,
+                            group,
+                            num_rows=num_rows,
+                        )
+                    )
+                file_id += 1
+        else:
+            files = [(f, 0) for f in _hf_arrow_files(path, index)]
+            for file_path, _ in files:
+                splits.append(_Split(len(splits), index, path, kind, file_path, file_id))
+                file_id += 1
+        _LOGGER.info(
+            "ReadDatasets: dataset %d (%s %s): %d file(s), %d split(s)",
+            index,
+            kind,
+            path,
+            len(files),
+            len(splits) - first,
+        )
+    return tuple(splits)
+
+
+def _has_glob(path: str) -> bool:
+    return any(c in path for c in "*?[")
+
+
+def _match(pattern: str, key: str) -> list[tuple[str, int]]:
+    from apache_beam.io.filesystem import BeamIOError
+
+    try:
+        result = FileSystems.match([pattern])[0]
+    except (BeamIOError, ValueError, OSError) as exc:
+        raise ConfigError(key, f"cannot list {pattern!r}: {exc}") from None
+    return [(m.path, m.size_in_bytes) for m in result.metadata_list]
+
+
+def _expand_paths(path: str, index: int, suffixes: tuple[str, ...]) -> list[tuple[str, int]]:
+    """``(file path, size in bytes)`` of the files a dataset path names, in sorted order."""
+    key = f"loading_params.datasets[{index}].path"
+    if _has_glob(path):
+        files = _match(path, key)
+        if not files:
+            raise ConfigError(key, f"no file matches the pattern {path!r}")
+        return sorted(files)
+    is_local_dir = "://" not in path and os.path.isdir(path)
+    if not is_local_dir:
+        files = [(p, size) for p, size in _match(path, key) if p.rstrip("/") == path.rstrip("/")]
+        if files:
+            return files
+    try:
+        pattern = FileSystems.join(path, "*")
+    except ValueError as exc:
+        raise ConfigError(key, f"cannot access {path!r}: {exc}") from None
+    wanted = tuple(s + c for s in suffixes for c in _COMPRESSION_SUFFIXES)
+    listed = [
+        (p, size)
+        for p, size in _match(pattern, key)
+        if not posixpath.basename(p).startswith((".", "_")) and p.lower().endswith(wanted)
+    ]
+    if listed:
+        return sorted(listed)
+    if is_local_dir:
+        raise ConfigError(key, f"directory {path!r} holds no file ending in {', '.join(suffixes)}")
+    raise ConfigError(key, f"file not found: {path!r}")
+
+
+def _parquet_row_group_rows(path: str, index: int) -> list[int]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            metadata = pq.read_metadata(f)
+    except (OSError, pa.ArrowException) as exc:
+        raise ConfigError(
+            f"loading_params.datasets[{index}].path",
+            f"cannot read the Parquet footer of {path!r}: {exc}",
+        ) from None
+    return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+
+
+def _read_json_file(path: str) -> Any:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return json.loads(f.read().decode("utf-8"))
+
+
+def _hf_arrow_files(path: str, index: int) -> list[str]:
+    """Arrow files of a HF ``save_to_disk`` directory, in ``state.json`` order."""
+    key = f"loading_params.datasets[{index}].path"
+    try:
+        state_path = FileSystems.join(path, "state.json")
+        dict_path = FileSystems.join(path, "dataset_dict.json")
+        if not FileSystems.exists(state_path):
+            if FileSystems.exists(dict_path):
+                names = _read_json_file(dict_path).get("splits", [])
+                example = FileSystems.join(path, names[0]) if names else f"{path}/<split>"
+                raise ConfigError(
+                    key,
+                    f"{path!r} is a DatasetDict (splits: {', '.join(map(str, names))}); set "
+                    f"path to one split's directory, e.g. {example!r}",
+                )
+            if not FileSystems.exists(path):
+                raise ConfigError(key, f"dataset directory not found: {path!r}")
+            raise ConfigError(
+                key, f"{path!r} is not a HuggingFace save_to_disk directory (no state.json)"
+            )
+        state = _read_json_file(state_path)
+        names = [entry["filename"] for entry in state["_data_files"]]
+        files = [FileSystems.join(path, name) for name in names]
+    except ConfigError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(key, f"cannot read {path!r}/state.json: {exc!r}") from None
+    for f in files:
+        if not FileSystems.exists(f):
+            raise ConfigError(key, f"Arrow file listed in state.json not found: {f!r}")
+    return files
+
+
+# --------------------------------------------------------------------------------------
+# Counting pass
+
+
+class _CountSplitRowsFn(beam.DoFn):
+    """``_Split -> (split_id, rows, physical_lines)``; ``physical_lines`` is JSONL only."""
+
+    def process(self, split: _Split) -> Iterator[tuple[int, int, int]]:
+        if split.kind == _PARQUET:
+            rows, lines = split.num_rows or 0, 0
+        elif split.kind == _JSONL:
+            rows = lines = 0
+            with _open_jsonl(split) as f:
+                for content in _jsonl_lines(f, split):
+                    lines += 1
+                    rows += content is not None
+        else:
+            with _open_binary(split.path) as f:
+                rows, lines = sum(b.num_rows for b in _arrow_batches(f)), 0
+        _LOGGER.debug(
+            "ReadDatasets: split %d of %s holds %d rows", split.split_id, split.path, rows
+        )
+        yield split.split_id, rows, lines
+
+
+@dataclasses.dataclass(frozen=True)
+class _Offsets:
+    """Prefix sums over splits (indexed by ``split_id``) and this shard's row slice.
+
+    Attributes:
+        rows_before: source_index of each split's first row.
+        row_counts: rows in each split.
+        lines_before: physical lines in the same file before each split (JSONL).
+        total_rows: rows in all datasets.
+        shard_start, shard_end: this shard's source_index range ``[start, end)``.
+    """
+
+    rows_before: tuple[int, ...]
+    row_counts: tuple[int, ...]
+    lines_before: tuple[int, ...]
+    total_rows: int
+    shard_start: int
+    shard_end: int
+
+
+def _compute_offsets(
+    counts: list[tuple[int, int, int]], file_ids: tuple[int, ...], num_shards: int, shard_id: int
+) -> _Offsets:
+    by_id: dict[int, tuple[int, int]] = {}
+    for split_id, rows, lines in counts:
+        if split_id in by_id:
+            raise RuntimeError(f"ReadDatasets: split {split_id} was counted twice")
+        by_id[split_id] = (rows, lines)
+    if len(by_id) != len(file_ids):
+        missing = sorted(set(range(len(file_ids))) - set(by_id))
+        raise RuntimeError(f"ReadDatasets: splits {missing[:10]} were not counted")
+    rows_before, row_counts, lines_before = [], [], []
+    total = line_total = 0
+    previous_file = None
+    for split_id, file_id in enumerate(file_ids):
+        rows, lines = by_id[split_id]
+        if file_id != previous_file:
+            previous_file, line_total = file_id, 0
+        rows_before.append(total)
+        row_counts.append(rows)
+        lines_before.append(line_total)
+        total += rows
+        line_total += lines
+    start, end = shard_id * total // num_shards, (shard_id + 1) * total // num_shards
+    _LOGGER.info(
+        "ReadDatasets: %d rows in %d splits; shard %d of %d reads source_index [%d, %d)",
+        total,
+        len(file_ids),
+        shard_id,
+        num_shards,
+        start,
+        end,
+    )
+    return _Offsets(tuple(rows_before), tuple(row_counts), tuple(lines_before), total, start, end)
+
+
+# --------------------------------------------------------------------------------------
+# Reading pass
+
+
+class _ReadSplitFn(beam.DoFn):
+    """``_Split -> SourceRow`` (main output) and ``RowError`` (``errors`` output).
+
+    Only the rows of the split that fall inside this shard's slice are decoded.
+    """
+
+    def __init__(self, num_shards: int, shard_id: int) -> None:
+        self._num_shards = num_shards
+        self._shard_id = shard_id
+        self._rows_read = Metrics.counter(_METRICS_NAMESPACE, "rows_read")
+        self._row_errors = Metrics.counter(_METRICS_NAMESPACE, "row_errors")
+
+    def process(self, split: _Split, offsets: _Offsets) -> Iterator[Any]:
+        first = offsets.rows_before[split.split_id]
+        count = offsets.row_counts[split.split_id]
+        begin = max(offsets.shard_start - first, 0)
+        stop = min(offsets.shard_end - first, count)
+        if begin >= stop:
+            return
+        if split.kind == _JSONL:
+            yield from self._read_jsonl(split, first, begin, stop, count, offsets)
+            return
+        with _open_binary(split.path) as f:
+            if split.kind == _PARQUET:
+                import pyarrow.parquet as pq
+
+                batches: Iterable[pa.RecordBatch] = pq.ParquetFile(f).iter_batches(
+                    batch_size=_PARQUET_BATCH_ROWS, row_groups=[split.start]
+                )
+            else:
+                batches = _arrow_batches(f)
+            source_index = first + begin
+            for row in _rows_in_range(batches, begin, stop, split):
+                self._rows_read.inc()
+                yield SourceRow(source_index, split.dataset_index, row)
+                source_index += 1
+
+    def _read_jsonl(
+        self, split: _Split, first: int, begin: int, stop: int, count: int, offsets: _Offsets
+    ) -> Iterator[Any]:
+        lines_before = offsets.lines_before[split.split_id]
+        in_file = "" if split.path == split.dataset_path else f" of {split.path}"
+        local = -1
+        with _open_jsonl(split) as f:
+            for line_index, content in enumerate(_jsonl_lines(f, split)):
+                if content is None:
+                    continue
+                local += 1
+                if local < begin:
+                    continue
+                if local >= stop:
+                    return
+                source_index = first + local
+                row, reason = _decode_jsonl_line(content)
+                if reason is None:
+                    self._rows_read.inc()
+                    yield SourceRow(source_index, split.dataset_index, row)
+                else:
+                    self._row_errors.inc()
+                    yield beam.pvalue.TaggedOutput(
+                        _ERRORS_TAG,
+                        RowError(
+                            source_index=source_index,
+                            dataset_path=split.dataset_path,
+                            input_name=None,
+                            reason=reason,
+                            location=f"line {lines_before + line_index + 1}{in_file}",
+                        ),
+                    )
+        if local + 1 != count:
+            raise RuntimeError(
+                f"{split.path} changed while being read: bytes [{split.start}, {split.end}) "
+                f"held {count} rows when counted and {local + 1} when read"
+            )
+
+
+def _open_binary(path: str) -> BinaryIO:
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def _open_jsonl(split: _Split) -> BinaryIO:
+    compression = CompressionTypes.AUTO if split.compressed else CompressionTypes.UNCOMPRESSED
+    return FileSystems.open(split.path, compression_type=compression)
+
+
+def _jsonl_lines(f: BinaryIO, split: _Split) -> Iterator[bytes | None]:
+    """Each physical line that starts in the split's byte range, in order.
+
+    Yields the line without BOM (at the start of the file) and line terminator, or
+    ``None`` for a whitespace-only line. As in Beam's ``textio``, a range that does not
+    start at byte 0 begins after the first ``\\n`` at or after byte ``start - 1``.
+    """
+    position = split.start
+    if split.start > 0:
+        f.seek(split.start - 1)
+        position = split.start - 1 + len(f.readline())
+    first_in_file = split.start == 0
+    while split.end is None or position < split.end:
+        line = f.readline()
+        if not line:
+            return
+        position += len(line)
+        if first_in_file:
+            first_in_file = False
+            if line.startswith(_UTF8_BOM):
+                line = line[len(_UTF8_BOM) :]
+        if line.endswith(b"\n"):
+            line = line[:-1]
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        yield line if line.strip() else None
+
+
+def _finite_float(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _non_finite(_: str) -> None:
+    return None
+
+
+_JSON_TYPE_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def _decode_jsonl_line(content: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """``(row, None)`` for a JSON object line, else ``(None, reason)``."""
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, (
+            f"line is not valid UTF-8: byte 0x{content[exc.start]:02x} at byte offset "
+            f"{exc.start} ({exc.reason})"
+        )
+    try:
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_non_finite)
+    except json.JSONDecodeError as exc:
+        return None, f"line is not valid JSON: {exc.msg} at column {exc.colno}"
+    except RecursionError:
+        return None, "line is not valid JSON: nested too deeply"
+    if not isinstance(value, dict):
+        kind = "null" if value is None else _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
+        return None, f"line is a JSON {kind}, not a JSON object"
+    return value, None
+
+
+def _arrow_batches(f: BinaryIO) -> Iterator[pa.RecordBatch]:
+    """Record batches of an Arrow IPC stream (HF ``save_to_disk``) or IPC file, one at a time."""
+    import pyarrow as pa
+
+    magic = f.read(len(_ARROW_FILE_MAGIC))
+    f.seek(0)
+    if magic == _ARROW_FILE_MAGIC:
+        reader = pa.ipc.open_file(f)
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+    else:
+        with pa.ipc.open_stream(f) as stream:
+            yield from stream
+
+
+def _rows_in_range(
+    batches: Iterable[pa.RecordBatch], begin: int, stop: int, split: _Split
+) -> Iterator[dict[str, Any]]:
+    """Plain-JSON rows ``[begin, stop)`` (positions within the split) of ``batches``."""
+    position = 0
+    for batch in batches:
+        n = batch.num_rows
+        if position + n > begin and position < stop:
+            convert = _needs_conversion(batch.schema)
+            for s in range(max(begin - position, 0), min(stop - position, n), _ARROW_SLICE_ROWS):
+                part = batch.slice(s, min(_ARROW_SLICE_ROWS, stop - position - s))
+                for row in part.to_pylist(maps_as_pydicts="lossy"):
+                    yield to_json_value(row) if convert else row
+        position += n
+        if position >= stop:
+            return
+    raise RuntimeError(
+        f"{split.path} changed while being read: expected at least {stop} rows in split "
+        f"{split.split_id}, found {position}"
+    )
+
+
+def _needs_conversion(schema: pa.Schema) -> bool:
+    """False when ``to_pylist`` already yields plain JSON for every column."""
+    return any(_type_needs_conversion(field.type) for field in schema)
+
+
+def _type_needs_conversion(t: pa.DataType) -> bool:
+    import pyarrow.types as pat
+
+    if pat.is_null(t) or pat.is_boolean(t) or pat.is_integer(t):
+        return False
+    if pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t):
+        return False
+    if pat.is_list(t) or pat.is_large_list(t) or pat.is_fixed_size_list(t):
+        return _type_needs_conversion(t.value_type)
+    if pat.is_struct(t):
+        return any(_type_needs_conversion(t.field(i).type) for i in range(t.num_fields))
+    if pat.is_dictionary(t):
+        return _type_needs_conversion(t.value_type)
+    return True
