@@ -1,0 +1,31 @@
+"""Test helpers: an in-memory fake of the OpenAI and Anthropic batch APIs.
+
+``FakeProviderServer`` serves both APIs on one loopback port for the real SDKs;
+``fake_answer_text`` and ``fake_answer_json`` compute the answers it gives, so tests can
+state their expectations. See :mod:`mmirage_beam.testing.fake_provider` for the
+endpoints, scripting keys and prompt markers.
+
+The names are loaded lazily so that ``python -m mmirage_beam.testing.fake_provider``
+does not import the module twice.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mmirage_beam.testing.fake_provider import (
+        FakeProviderServer,
+        fake_answer_json,
+        fake_answer_text,
+    )
+
+__all__ = ["FakeProviderServer", "fake_answer_json", "fake_answer_text"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from mmirage_beam.testing import fake_provider
+
+        return getattr(fake_provider, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
