@@ -120,8 +120,18 @@ def main(argv: list[str] | None = None) -> int:
         [sys.executable, str(loop_py), str(data), str(work / "plain.jsonl"), PROMPT, MODEL]
     )
     t_beam, m_beam = timed(
-        [sys.executable, "-m", "pipelines.submit", "--config", str(cfg), "--export-prompts",
-         str(work / "prompts.jsonl"), "--run-id", "bench", *beam_args]
+        [
+            sys.executable,
+            "-m",
+            "pipelines.submit",
+            "--config",
+            str(cfg),
+            "--export-prompts",
+            str(work / "prompts.jsonl"),
+            "--run-id",
+            "bench",
+            *beam_args,
+        ]
     )
     exported = sum(1 for _ in (work / "prompts.bench.jsonl").open(encoding="utf-8"))
     if exported != args.n:

@@ -23,6 +23,18 @@ class _DropImportNoise(logging.Filter):
         return not any(n in msg for n in _IMPORT_NOISE)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time (test runners swap it)."""
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: ANN201
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
+
+
 def configure_logging(verbose: bool = False) -> None:
     """mmirage at INFO (DEBUG with ``verbose``) on stderr; Beam's own chatter at WARNING.
 
@@ -31,7 +43,7 @@ def configure_logging(verbose: bool = False) -> None:
     logging.basicConfig(
         level=logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        handlers=[_StderrHandler()],
         force=True,
     )
     for handler in logging.getLogger().handlers:

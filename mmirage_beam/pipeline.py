@@ -138,3 +138,117 @@ def build_submit_pipeline(
             | f"WriteDataset{i}Rows" >> WriteJsonLinesShards(out_dir, "placeholders")
         )
     return SubmitPlan(run_id, base, bad_rows_path, export_file, dry_run)
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """What :func:`build_merge_pipeline` wired, for the launcher's summary."""
+
+    output_path: str
+    errors_path: str
+    num_partitions: int
+    verified_receipts: int
+
+
+def errors_path_for(output_path: str) -> str:
+    """``OUT.jsonl`` -> ``OUT.errors.jsonl`` (any other name: ``OUT.errors.jsonl`` added)."""
+    stem = output_path[: -len(".jsonl")] if output_path.endswith(".jsonl") else output_path
+    return f"{stem}.errors.jsonl"
+
+
+def build_merge_pipeline(
+    p: beam.Pipeline,
+    config: PipelineConfig,
+    batches: list[Any],
+    receipts: list[dict[str, Any]],
+    providers: dict[str, tuple[type, Any]],
+    output_path: str,
+    num_partitions: Optional[int] = None,
+    rows_per_partition: int = 100_000,
+    verify_source: bool = True,
+) -> MergePlan:
+    """Add the merge graph: fetch results, verify and re-read the source, join, write.
+
+    Args:
+        p: the pipeline to extend.
+        config: the validated config (datasets, inputs, outputs, output_schema).
+        batches: the :class:`~mmirage_beam.transforms.merge.BatchToFetch` of the merge.
+        receipts: their receipt dicts; those with a ``run_id`` (written by mmirage-beam)
+            are verified against the re-read source.
+        providers: provider name -> (adapter class, provider config).
+        output_path: the merged JSONL file; errors go to ``OUT.errors.jsonl``.
+        num_partitions: ordered-write partitions (default: one per
+            ``rows_per_partition`` rows of the receipts' source_index range).
+        verify_source: rebuild the requests and compare chunk hashes.
+    """
+    from mmirage_beam.transforms.merge import (
+        AssembleMergedRows,
+        FetchResults,
+        VerifySourceUnchanged,
+        WriteOrdered,
+        partition_bounds,
+    )
+
+    indices = [int(i) for r in receipts for i in r["custom_id_to_source_index"].values()]
+    lo, hi = (min(indices), max(indices)) if indices else (0, 0)
+    if num_partitions is None:
+        num_partitions = max(1, (hi - lo + 1) // max(1, rows_per_partition) + 1)
+    bounds = partition_bounds(lo, hi, num_partitions)
+    errors_path = errors_path_for(output_path)
+
+    fetched = (
+        p
+        | "Batches" >> beam.Create(batches, reshuffle=False)
+        | "FetchResults" >> FetchResults(providers)
+    )
+    # Every row of the datasets is read (not only this config's shard): receipts from
+    # several shards can be merged together; rows without results are not written.
+    read = p | "ReadDatasets" >> ReadDatasets(config.datasets)
+    verifiable = [r for r in receipts if r.get("run_id")] if verify_source else []
+    extracted = read.rows | "ExtractInputs" >> ExtractInputs(
+        config.inputs, config.datasets, load_images=bool(verifiable)
+    )
+    if verifiable:
+        adapter_cls = providers[config.processor.provider][0]
+        rebuilt = extracted.rows | "RebuildRequests" >> BuildRequests(
+            config.outputs, config.datasets, adapter_cls, config.processor
+        )
+        changed = {
+            "receipts": p | "VerifiableReceipts" >> beam.Create(verifiable, reshuffle=False),
+            "requests": rebuilt.requests,
+        } | "VerifySourceUnchanged" >> VerifySourceUnchanged()
+    else:
+        changed = p | "NoVerification" >> beam.Create([])
+    assembled = {
+        "results": fetched.results,
+        "rows": extracted.rows,
+        "changed": changed,
+    } | "AssembleMergedRows" >> AssembleMergedRows(
+        config.outputs, config.output_schema, config.remove_columns
+    )
+    assembled.rows | "WriteOrdered" >> WriteOrdered(output_path, bounds)
+    error_lines = (
+        assembled.errors | "ErrorLines" >> beam.Map(_json_line),
+        fetched.unknown
+        | "UnknownLines"
+        >> beam.Map(
+            lambda u: _json_line(
+                {
+                    "custom_id": u["custom_id"],
+                    "source_index": None,
+                    "output_name": None,
+                    "error_type": "unknown_custom_id",
+                    "message": f"batch {u['provider_batch_id']} returned a result for a "
+                    "custom_id that is in none of the receipts",
+                    "status_code": None,
+                    "retryable": False,
+                }
+            )
+        ),
+    ) | "AllErrors" >> beam.Flatten()
+    error_lines | "WriteErrors" >> WriteSingleFile(errors_path)
+    return MergePlan(output_path, errors_path, len(bounds), len(verifiable))
+
+
+def _json_line(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")

@@ -197,7 +197,7 @@ class ReceiptFile(NamedTuple):
 def receipt_patterns(base: str) -> list[str]:
     """The glob patterns searched for receipts of ``base`` (for messages)."""
     return [f"{base}.{m}.*.jsonl" for m in MODALITIES] + [
-        f"{base}.{m}.*.jsonl.parts" for m in MODALITIES
+        f"{base}.{m}.*.jsonl.parts/*.json" for m in MODALITIES
     ]
 
 
@@ -214,14 +214,17 @@ def find_receipt_files(
 
     found: dict[str, ReceiptFile] = {}
     skipped: list[str] = []
-    patterns = [f"{base}.*.jsonl", f"{base}.*.jsonl.parts"]
+    # A folder is not matched by a glob on every filesystem (local: never), so the parts
+    # of an unconsolidated run are found through the files inside them.
+    patterns = [f"{base}.*.jsonl", f"{base}.*.jsonl.parts/*.json"]
     for result in FileSystems.match(patterns):
         for m in result.metadata_list:
-            path = m.path.rstrip("/")
+            path = m.path
+            if path.endswith(".json") and ".jsonl.parts/" in path:
+                path = path.rsplit("/", 1)[0][: -len(".parts")]
+            if not path.startswith(base + "."):
+                continue
             rest = path[len(base) + 1 :]
-            if rest.endswith(".parts"):
-                rest = rest[: -len(".parts")]
-                path = path[: -len(".parts")]
             if rest.startswith("dry-run."):
                 if path not in skipped:
                     skipped.append(path)

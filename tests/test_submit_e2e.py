@@ -23,8 +23,19 @@ def _receipts(tmp_path, modality, run_id):
 
 def _export(tmp_path, cfg_path, run_id):
     """The dry-run export of the same config: what a submission must upload."""
-    assert run_main(["--config", cfg_path, "--export-prompts", str(tmp_path / "exp.jsonl"),
-                     "--run-id", run_id + "x"]) == 0
+    assert (
+        run_main(
+            [
+                "--config",
+                cfg_path,
+                "--export-prompts",
+                str(tmp_path / "exp.jsonl"),
+                "--run-id",
+                run_id + "x",
+            ]
+        )
+        == 0
+    )
     return {
         ln["request"]["custom_id"]: ln["request"]
         for ln in _read_jsonl(tmp_path / f"exp.{run_id}x.jsonl")
@@ -48,9 +59,7 @@ def _check_submission(tmp_path, fake, provider, modality, run_id, expected, n_ro
         ids_in_batch = {h["custom_id"] for h in held if h["batch_id"] == r["provider_batch_id"]}
         assert ids_in_batch == set(r["custom_id_to_source_index"])
         mapping.update(r["custom_id_to_source_index"])
-    assert mapping == {
-        f"{o}-{modality}-{i}": i for o in outputs for i in range(n_rows)
-    }
+    assert mapping == {f"{o}-{modality}-{i}": i for o in outputs for i in range(n_rows)}
     return receipts
 
 
@@ -100,8 +109,12 @@ def test_images_submission(tmp_path, capsys, provider_env, provider):
     data.write_text("\n".join(lines[i] for i in keep) + "\n", encoding="utf-8")
     cfg = base_config(tmp_path, provider, base_url=base_url, max_chunk_bytes=2 * 1024 * 1024)
     cfg["loading_params"]["datasets"] = [
-        {"path": str(data), "type": "JSONL", "output_dir": str(tmp_path / "shards"),
-         "image_base_path": str(IMAGES)}
+        {
+            "path": str(data),
+            "type": "JSONL",
+            "output_dir": str(tmp_path / "shards"),
+            "image_base_path": str(IMAGES),
+        }
     ]
     cfg["processing_params"]["inputs"] = [
         {"name": "question", "key": "question"},
@@ -123,11 +136,20 @@ def test_workers_in_separate_processes(tmp_path, capsys, provider_env):
     """Two worker processes: the DoFns (adapter class, config) travel pickled and the key
     is read from each worker's environment."""
     fake = provider_env
-    cfg = base_config(tmp_path, "anthropic", base_url=fake.anthropic_base_url,
-                      max_requests_per_chunk=200)
+    cfg = base_config(
+        tmp_path, "anthropic", base_url=fake.anthropic_base_url, max_requests_per_chunk=200
+    )
     path = write_config(tmp_path, cfg)
-    code = run_main(["--config", path, "--run-id", "mp", "--direct_num_workers=2",
-                     "--direct_running_mode=multi_processing"])
+    code = run_main(
+        [
+            "--config",
+            path,
+            "--run-id",
+            "mp",
+            "--direct_num_workers=2",
+            "--direct_running_mode=multi_processing",
+        ]
+    )
     assert code == 0, capsys.readouterr()
     receipts = _receipts(tmp_path, "text", "mp")
     assert len(receipts) == 7

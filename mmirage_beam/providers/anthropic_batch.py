@@ -16,7 +16,9 @@ from typing import Any, ClassVar, Dict, Mapping, Sequence
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.providers.base import BatchAdapterRegistry, BatchSubmissionAdapter
+from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
+from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
 
 ACCEPTED_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 # Anthropic: "5MB per image" (vision docs). Checked on the base64 text, the larger of
@@ -100,6 +102,22 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         batch = self._client.messages.batches.retrieve(provider_batch_id)
         return self.parse_submission_result(batch.model_dump(mode="json"))
 
+    def describe_batch(self, result: _Result) -> _Progress:
+        """``processing_status``; done = succeeded, failed = errored + canceled + expired,
+        total = all five counts (``processing`` included); the outcome counts as detail."""
+        raw = result.raw_response or {}
+        counts = raw.get("request_counts") or {}
+        n = {k: int(counts.get(k) or 0) for k in _OUTCOMES}
+        shown = [f"{k} {v}" for k, v in n.items() if v]
+        return _Progress(
+            provider_status=str(raw.get("processing_status") or result.status),
+            completed=n["succeeded"],
+            failed=n["errored"] + n["canceled"] + n["expired"],
+            total=sum(n.values()),
+            created_at=_parse_timestamp(raw.get("created_at")),
+            detail=", ".join(shown),
+        )
+
     def retrieve_results(
         self, provider_batch_id: str, config: BatchProviderConfig
     ) -> Sequence[Dict[str, Any]]:
@@ -159,6 +177,9 @@ def _image_block(img: Dict[str, Any]) -> Dict[str, Any]:
         "type": "image",
         "source": {"type": "base64", "media_type": img["media_type"], "data": img["data"]},
     }
+
+
+_OUTCOMES = ("processing", "succeeded", "errored", "canceled", "expired")
 
 
 BatchAdapterRegistry.register("anthropic", AnthropicBatchAdapter)

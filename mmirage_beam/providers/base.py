@@ -69,6 +69,64 @@ class BatchSubmissionResult:
             raise ValueError(f"status must be one of {NORMALISED_STATUSES}, got {self.status!r}")
 
 
+@dataclass(frozen=True)
+class BatchProgress:
+    """A provider batch's progress, in provider-neutral terms, for reports.
+
+    Attributes:
+        provider_status: the provider's own status word (``in_progress``, ``ended``...).
+        completed: requests that succeeded so far (None: the provider does not say).
+        failed: requests that failed so far (errored, expired, cancelled...).
+        total: requests in the batch, including those still processing.
+        created_at: when the provider created the batch, Unix seconds.
+        detail: a short human-readable note (provider error codes, outcome counts).
+        error_code: the provider's code for a batch-level failure (e.g.
+            ``token_limit_exceeded``), None when the batch did not fail as a whole.
+    """
+
+    provider_status: str
+    completed: Optional[int] = None
+    failed: Optional[int] = None
+    total: Optional[int] = None
+    created_at: Optional[float] = None
+    detail: str = ""
+    error_code: Optional[str] = None
+
+
+def parse_timestamp(value: Any) -> Optional[float]:
+    """Unix seconds from a Unix timestamp (int/float) or an RFC 3339 / ISO 8601 string.
+
+    Returns None for None, an empty string or anything that is not a timestamp.
+
+    >>> parse_timestamp("1970-01-01T00:01:00Z")
+    60.0
+    """
+    import datetime as _dt
+
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.strip():
+        text = value.strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            when = _dt.datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=_dt.timezone.utc)
+        return when.timestamp()
+    return None
+
+
+def _optional_int(value: Any) -> Optional[int]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value)
+
+
 def credential_env_var(provider: str, key: str) -> str:
     """``<PROVIDER>_<KEY>`` upper-cased, non-alphanumerics turned into ``_``.
 
@@ -229,6 +287,24 @@ class BatchSubmissionAdapter(abc.ABC):
             return "unknown"
         word = str(status).lower()
         return self.STATUS_MAP.get(word) or _COMMON_STATUS_MAP.get(word, "unknown")
+
+    def describe_batch(self, result: BatchSubmissionResult) -> BatchProgress:
+        """Progress of a batch from its :meth:`check_batch_status` result, for reports.
+
+        The default reads the common fields of ``result.raw_response``: a ``status``
+        word (else the normalised status), ``request_counts.{completed, failed, total}``
+        and ``created_at``. Adapters override it to map their provider's own fields.
+        """
+        raw = result.raw_response or {}
+        counts = raw.get("request_counts")
+        counts = counts if isinstance(counts, dict) else {}
+        return BatchProgress(
+            provider_status=str(raw.get("status") or result.status),
+            completed=_optional_int(counts.get("completed")),
+            failed=_optional_int(counts.get("failed")),
+            total=_optional_int(counts.get("total")),
+            created_at=parse_timestamp(raw.get("created_at")),
+        )
 
 
 class BatchAdapterRegistry:

@@ -17,7 +17,9 @@ from typing import Any, ClassVar, Dict, Mapping, Sequence
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.providers.base import BatchAdapterRegistry, BatchSubmissionAdapter
+from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
+from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
 
 ACCEPTED_IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp", "image/gif")
 _SCHEMA_NAME_RE = re.compile(r"[^a-zA-Z0-9_-]")
@@ -116,6 +118,28 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
         batch = self._client.batches.retrieve(provider_batch_id)
         return self.parse_submission_result(batch.model_dump(mode="json"))
 
+    def describe_batch(self, result: _Result) -> _Progress:
+        """``status``, ``request_counts.{completed, failed, total}``, ``created_at``; the
+        ``errors.data[]`` codes and messages (e.g. ``token_limit_exceeded``) as detail."""
+        raw = result.raw_response or {}
+        counts = raw.get("request_counts") or {}
+        errors = (raw.get("errors") or {}).get("data") or []
+        notes = []
+        for err in errors:
+            code = err.get("code") or "error"
+            line = f" (line {err['line']})" if err.get("line") is not None else ""
+            message = " ".join(str(err.get("message") or "").split())
+            notes.append(f"{code}{line}: {message}" if message else f"{code}{line}")
+        return _Progress(
+            provider_status=str(raw.get("status") or result.status),
+            completed=_count(counts.get("completed")),
+            failed=_count(counts.get("failed")),
+            total=_count(counts.get("total")),
+            created_at=_parse_timestamp(raw.get("created_at")),
+            detail="; ".join(notes),
+            error_code=(errors[0].get("code") or "batch_failed") if errors else None,
+        )
+
     def retrieve_results(
         self, provider_batch_id: str, config: BatchProviderConfig
     ) -> Sequence[Dict[str, Any]]:
@@ -166,6 +190,10 @@ def normalise_result_line(line: Dict[str, Any]) -> Dict[str, Any]:
             "status_code": None,
         }
     return result
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 BatchAdapterRegistry.register("openai", OpenAIBatchAdapter)

@@ -61,9 +61,15 @@ def _clean_text(value: str) -> str:
 
 
 class _ExtractInputsFn(beam.DoFn):
-    def __init__(self, inputs: Sequence[InputConfig], datasets: Sequence[DatasetConfig]) -> None:
+    def __init__(
+        self,
+        inputs: Sequence[InputConfig],
+        datasets: Sequence[DatasetConfig],
+        load_images: bool = True,
+    ) -> None:
         self._inputs = tuple(inputs)
         self._datasets = tuple(datasets)
+        self._load_images = load_images
         self._rows = Metrics.counter(_NS, "rows_extracted")
 
     def setup(self) -> None:
@@ -96,6 +102,10 @@ class _ExtractInputsFn(beam.DoFn):
                 value = _clean_text(value)
             if spec.type == "image" and value is not None:
                 refs = value if isinstance(value, list) else [value]
+                if not self._load_images:
+                    images.extend({"source": v} for v in refs)
+                    values[spec.name] = value
+                    continue
                 try:
                     images.extend(load_image(v, ds.image_base_path) for v in refs)
                 except RequestBuildError as exc:
@@ -118,18 +128,27 @@ class ExtractInputs(beam.PTransform):
     dataset's ``image_base_path`` and read (URLs are kept as URLs). ``errors`` is
     PCollection[RowError]: a missing or null input without ``default``, or an unreadable
     or unrecognisable image, naming the input and the source_index.
+
+    With ``load_images=False`` image files are not read: each image is ``{"source": value}``
+    (enough for the modality and for rendering, as merge needs).
     """
 
-    def __init__(self, inputs: Sequence[InputConfig], datasets: Sequence[DatasetConfig]) -> None:
+    def __init__(
+        self,
+        inputs: Sequence[InputConfig],
+        datasets: Sequence[DatasetConfig],
+        load_images: bool = True,
+    ) -> None:
         super().__init__()
         if not inputs:
             raise ValueError("inputs must not be empty")
         self._inputs = tuple(inputs)
         self._datasets = tuple(datasets)
+        self._load_images = load_images
 
     def expand(self, rows: beam.PCollection) -> ExtractInputsResult:
         out = rows | "Extract" >> beam.ParDo(
-            _ExtractInputsFn(self._inputs, self._datasets)
+            _ExtractInputsFn(self._inputs, self._datasets, self._load_images)
         ).with_outputs(ERRORS_TAG, main="rows")
         return ExtractInputsResult(out.rows, out[ERRORS_TAG])
 

@@ -14,6 +14,35 @@ from typing import Any, Callable
 
 import jinja2
 
+
+class MissingValue:
+    """An output without a usable value (failed, pending): any attribute or item of it is
+    itself, it renders as an empty string, and a bare ``{{ expr }}`` yielding it becomes
+    ``None`` (JSON ``null``)."""
+
+    def __getattr__(self, name: str) -> MissingValue:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+    def __getitem__(self, key: object) -> MissingValue:
+        return self
+
+    def __str__(self) -> str:
+        return ""
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(())
+
+    def __repr__(self) -> str:
+        return "MissingValue()"
+
+
+MISSING = MissingValue()
+
 _BARE_EXPR = re.compile(r"^\s*\{\{\s*(.+?)\s*\}\}\s*$", re.S)
 
 
@@ -54,6 +83,8 @@ class SchemaRenderer:
                     value = expr(**ctx)
                     if isinstance(value, jinja2.Undefined):
                         str(value)  # raises UndefinedError naming the variable
+                    if isinstance(value, MissingValue):
+                        return None
                     return value
 
                 return bare

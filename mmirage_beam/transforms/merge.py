@@ -1,0 +1,532 @@
+"""The collect side: fetch results, verify the source, join by source_index, write in order.
+
+    BatchToFetch --FetchResults--> OutputResult (keyed by source_index)   + unknown ids
+    ExtractedRow (re-read with the same reader) ---------------------------+
+    receipts + rebuilt requests --VerifySourceUnchanged--> changed rows ---+
+        --CoGroupByKey--> AssembleMergedRows --> (source_index, JSON line) + error lines
+        --WriteOrdered--> range partitions, sorted within, concatenated in order -> OUT
+
+Provider specifics stay in the adapters (``retrieve_results``); results arrive here as
+the neutral dicts described in :mod:`mmirage_beam.results`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.metrics import Metrics
+
+from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.config.loader import OutputConfig
+from mmirage_beam.results import is_retryable, parse_json_output, validate_json_output
+from mmirage_beam.transforms.render import MISSING, SchemaRenderer
+from mmirage_beam.transforms.rows import assemble_output_row
+from mmirage_beam.transforms.schema import json_schema_for
+
+_LOG = logging.getLogger(__name__)
+_NS = "mmirage"
+UNKNOWN_TAG = "unknown"
+ERRORS_TAG = "errors"
+TERMINAL_STATUSES = ("completed", "failed")
+
+
+class BatchToFetch(NamedTuple):
+    """One receipted provider batch whose results are to be fetched.
+
+    Attributes:
+        provider: registry name of the provider.
+        provider_batch_id: the provider's batch id.
+        status: normalised status from the launcher's lookup (``completed | failed |
+            in_progress | unknown``).
+        provider_status: the provider's own status word.
+        failure: batch-level failure ``{"type", "message"}`` (e.g.
+            ``token_limit_exceeded``), or None.
+        run_id: the run that submitted it.
+        output_name: the output all its requests belong to.
+        custom_id_to_source_index: the receipt's mapping.
+    """
+
+    provider: str
+    provider_batch_id: str
+    status: str
+    provider_status: str
+    failure: Optional[dict]
+    run_id: str
+    output_name: str
+    custom_id_to_source_index: dict
+
+
+class OutputResult(NamedTuple):
+    """The outcome of one request, normalised.
+
+    Attributes:
+        source_index: the row it belongs to (from the receipt, never parsed from the id).
+        output_name: the output it produces.
+        custom_id: the request's custom_id.
+        text: the generated text, or None when it failed or is pending.
+        error: ``{"type", "message", "status_code", "retryable"}`` or None.
+        input_tokens / output_tokens: usage when the provider reported it.
+    """
+
+    source_index: int
+    output_name: str
+    custom_id: str
+    text: Optional[str]
+    error: Optional[dict]
+    input_tokens: Optional[int]
+    output_tokens: Optional[int]
+
+
+def _error(kind: str, message: str, status_code: Any = None) -> dict[str, Any]:
+    err = {"type": kind, "message": message, "status_code": status_code}
+    err["retryable"] = is_retryable(err)
+    return err
+
+
+class _FetchResultsFn(beam.DoFn):
+    def __init__(self, providers: dict[str, tuple[type, BatchProviderConfig]]) -> None:
+        self._providers = dict(providers)
+        self._unknown = Metrics.counter(_NS, "unknown_custom_ids")
+        self._duplicates = Metrics.counter(_NS, "duplicate_results")
+        self._fetched = Metrics.counter(_NS, "batches_fetched")
+
+    def setup(self) -> None:
+        from mmirage_beam.providers.base import resolve_credentials
+
+        self._adapters = {}
+        for name, (cls, config) in self._providers.items():
+            adapter = cls(resolve_credentials(cls, name))
+            adapter.setup(config)
+            self._adapters[name] = (adapter, config)
+
+    def teardown(self) -> None:
+        for adapter, _ in getattr(self, "_adapters", {}).values():
+            adapter.teardown()
+
+    def process(self, batch: BatchToFetch) -> Iterator[Any]:
+        mapping = batch.custom_id_to_source_index
+        results: Iterable[dict[str, Any]] = ()
+        if batch.status in TERMINAL_STATUSES:
+            adapter, config = self._adapters[batch.provider]
+            results = adapter.retrieve_results(batch.provider_batch_id, config)
+            self._fetched.inc()
+        seen: set[str] = set()
+        for r in results:
+            cid = r.get("custom_id")
+            if cid not in mapping:
+                self._unknown.inc()
+                yield pvalue.TaggedOutput(
+                    UNKNOWN_TAG,
+                    {
+                        "custom_id": cid,
+                        "provider_batch_id": batch.provider_batch_id,
+                        "run_id": batch.run_id,
+                    },
+                )
+                continue
+            if cid in seen:
+                self._duplicates.inc()
+                continue
+            seen.add(cid)
+            error = r.get("error")
+            if error is not None:
+                error = _error(
+                    error.get("type") or "unknown_error",
+                    error.get("message") or "",
+                    error.get("status_code"),
+                )
+            yield OutputResult(
+                int(mapping[cid]),
+                batch.output_name,
+                cid,
+                r.get("generated_text") if error is None else None,
+                error,
+                r.get("input_tokens"),
+                r.get("output_tokens"),
+            )
+        if len(seen) == len(mapping):
+            return
+        if batch.status not in TERMINAL_STATUSES:
+            missing = _error(
+                "pending",
+                f"batch {batch.provider_batch_id} is still {batch.provider_status}; "
+                "merge again when it has ended",
+            )
+        elif batch.failure:
+            missing = _error(
+                batch.failure.get("type") or f"batch_{batch.provider_status}",
+                f"batch {batch.provider_batch_id} {batch.provider_status}: "
+                f"{batch.failure.get('message') or ''}".strip(),
+            )
+        else:
+            missing = _error(
+                "missing_result",
+                f"batch {batch.provider_batch_id} ended {batch.provider_status} without a "
+                "result for this request",
+            )
+        for cid, idx in mapping.items():
+            if cid not in seen:
+                yield OutputResult(int(idx), batch.output_name, cid, None, missing, None, None)
+
+
+class FetchResults(beam.PTransform):
+    """PCollection[BatchToFetch] -> ``FetchResultsResult(results, unknown)``.
+
+    Retrieves each terminal batch's results through its adapter (OpenAI: output and
+    error files; Anthropic: ``results()``), maps every result to its source_index with
+    the receipt, and gives every request of the receipt an outcome: its result, or an
+    error (``pending`` for a batch still running, the batch-level failure, or
+    ``missing_result``). Results whose custom_id is not in the receipt go to ``unknown``
+    (dicts with ``custom_id``, ``provider_batch_id``, ``run_id``), counted, never guessed.
+
+    Args:
+        providers: provider name -> (adapter class, provider config), for every provider
+            in the receipts. Keys are read from the workers' environment.
+    """
+
+    def __init__(self, providers: dict[str, tuple[type, BatchProviderConfig]]) -> None:
+        super().__init__()
+        self._fn = _FetchResultsFn(providers)
+
+    def expand(self, batches: beam.PCollection) -> FetchResultsResult:
+        out = (
+            batches
+            | "Spread" >> beam.Reshuffle()
+            | "Fetch" >> beam.ParDo(self._fn).with_outputs(UNKNOWN_TAG, main="results")
+        )
+        return FetchResultsResult(out.results, out[UNKNOWN_TAG])
+
+
+class FetchResultsResult(NamedTuple):
+    results: beam.PCollection
+    unknown: beam.PCollection
+
+
+# -- source verification -----------------------------------------------------------------
+
+
+def _expected_entries(receipt: dict[str, Any]) -> Iterator[tuple[str, tuple]]:
+    key = f"{receipt['run_id']}/{receipt.get('modality', '')}/{receipt['chunk_id']}"
+    for pos, (cid, idx) in enumerate(receipt["custom_id_to_source_index"].items()):
+        yield cid, (key, pos, int(idx), receipt["request_hash"])
+
+
+def _pair_with_line(element: tuple[str, dict[str, list]]) -> Iterator[tuple[str, tuple]]:
+    _cid, grouped = element
+    lines = grouped["line"]
+    for key, pos, idx, expected in grouped["expected"]:
+        yield key, (pos, idx, expected, lines[0] if lines else None)
+
+
+def _check_chunk(element: tuple[str, Iterable[tuple]]) -> Iterator[tuple[int, str]]:
+    from mmirage_beam.receipts import request_hash
+
+    key, entries = element
+    ordered = sorted(entries, key=lambda e: e[0])
+    lines = [e[3] for e in ordered]
+    expected = ordered[0][2]
+    if any(line is None for line in lines) or request_hash(lines) != expected:
+        Metrics.counter(_NS, "chunks_source_changed").inc()
+        for _pos, idx, _exp, _line in ordered:
+            yield idx, key
+
+
+class VerifySourceUnchanged(beam.PTransform):
+    """Detect rows whose requests no longer match what was submitted.
+
+    Input: a dict ``{"receipts": PCollection[receipt dict], "requests":
+    PCollection[BatchRequest]}`` (the requests rebuilt from the re-read source). For every
+    receipted chunk, the rebuilt requests of its custom_ids, in receipt order, are hashed
+    as at submission (:func:`mmirage_beam.receipts.request_hash`); a chunk whose hash
+    differs, or one of whose custom_ids can no longer be rebuilt, marks all its rows.
+
+    Output: PCollection[(source_index, chunk key)] of rows that must not be joined.
+    """
+
+    def expand(self, pcolls: dict[str, beam.PCollection]) -> beam.PCollection:
+        expected = pcolls["receipts"] | "ExpectedRequests" >> beam.FlatMap(_expected_entries)
+        rebuilt = pcolls["requests"] | "RebuiltLines" >> beam.Map(lambda r: (r.custom_id, r.line))
+        return (
+            {"expected": expected, "line": rebuilt}
+            | "JoinById" >> beam.CoGroupByKey()
+            | "ByChunk" >> beam.FlatMap(_pair_with_line)
+            | "GroupChunks" >> beam.GroupByKey()
+            | "CompareHashes" >> beam.FlatMap(_check_chunk)
+        )
+
+
+# -- assembly ----------------------------------------------------------------------------
+
+
+class MergedRow(NamedTuple):
+    source_index: int
+    line: bytes
+
+
+class _AssembleFn(beam.DoFn):
+    def __init__(self, outputs: Sequence[OutputConfig], schema: Any, remove_columns: bool):
+        self._outputs = tuple(outputs)
+        self._schema = schema
+        self._remove = remove_columns
+        self._rows = Metrics.counter(_NS, "rows_written")
+        self._ok = Metrics.counter(_NS, "outputs_succeeded")
+        self._failed_rows = Metrics.counter(_NS, "rows_with_failures")
+        self._missing_rows = Metrics.counter(_NS, "missing_source_rows")
+        self._changed_rows = Metrics.counter(_NS, "source_changed_rows")
+        self._in = Metrics.counter(_NS, "input_tokens")
+        self._out = Metrics.counter(_NS, "output_tokens")
+
+    def setup(self) -> None:
+        self._renderer = SchemaRenderer(self._schema) if self._schema is not None else None
+        self._json_schemas = {
+            o.name: json_schema_for(o.output_schema)
+            for o in self._outputs
+            if o.output_type == "JSON"
+        }
+
+    def _failed(self, kind: str) -> None:
+        Metrics.counter(_NS, f"failed_{kind}").inc()
+
+    def process(self, element: tuple[int, dict[str, list]]) -> Iterator[Any]:
+        source_index, grouped = element
+        results: list[OutputResult] = list(grouped["results"])
+        if results:  # else a row this merge submitted nothing for
+            yield from self._assemble(source_index, results, grouped)
+
+    def _assemble(
+        self, source_index: int, results: list[OutputResult], grouped: dict[str, list]
+    ) -> Iterator[Any]:
+        rows = grouped["rows"]
+        changed = grouped["changed"]
+        by_output: dict[str, OutputResult] = {}
+        for r in results:
+            prev = by_output.get(r.output_name)
+            if prev is None or (prev.error is not None and r.error is None):
+                by_output[r.output_name] = r
+        values: dict[str, Any] = {}
+        errors: dict[str, dict[str, Any]] = {}
+        tokens_in = tokens_out = 0
+        reported = False
+        for output in self._outputs:
+            r = by_output.get(output.name)
+            if r is None:
+                continue
+            if r.input_tokens is not None:
+                reported = True
+                tokens_in += int(r.input_tokens or 0)
+                tokens_out += int(r.output_tokens or 0)
+            if not rows or changed:
+                kind = "source_changed" if changed else "missing_source_row"
+                why = (
+                    f"the source no longer matches what was submitted (chunk {changed[0]})"
+                    if changed
+                    else "the source dataset has no row with this source_index any more"
+                )
+                errors[output.name] = _error(kind, why)
+                values[output.name] = MISSING
+            elif r.error is not None:
+                errors[output.name] = r.error
+                values[output.name] = MISSING
+            elif output.output_type == "JSON":
+                parsed, why = parse_json_output(r.text)
+                if why is None:
+                    why = validate_json_output(parsed, self._json_schemas[output.name])
+                    kind = "schema_mismatch"
+                else:
+                    kind = "invalid_json"
+                if why is None:
+                    values[output.name] = parsed
+                    self._ok.inc()
+                else:
+                    values[output.name] = r.text  # keep the raw text, mark the row
+                    errors[output.name] = {
+                        "type": kind,
+                        "message": why,
+                        "status_code": None,
+                        "retryable": False,
+                    }
+            else:
+                values[output.name] = r.text
+                self._ok.inc()
+        if not rows:
+            self._missing_rows.inc()
+        if changed:
+            self._changed_rows.inc()
+        if rows and not changed:
+            extracted = rows[0]
+            out = assemble_output_row(
+                extracted.row,
+                extracted.values,
+                values,
+                self._renderer,
+                self._remove,
+                source_index,
+            )
+        else:
+            out = {name: None for name in values}
+            out["source_index"] = source_index
+        if reported:
+            out["input_tokens"] = tokens_in
+            out["output_tokens"] = tokens_out
+            self._in.inc(tokens_in)
+            self._out.inc(tokens_out)
+        if errors:
+            out["mmirage_errors"] = errors
+            self._failed_rows.inc()
+            for name, err in errors.items():
+                self._failed(err["type"])
+                cid = by_output[name].custom_id
+                yield pvalue.TaggedOutput(
+                    ERRORS_TAG,
+                    {
+                        "custom_id": cid,
+                        "source_index": source_index,
+                        "output_name": name,
+                        "error_type": err["type"],
+                        "message": err.get("message", ""),
+                        "status_code": err.get("status_code"),
+                        "retryable": bool(err.get("retryable")),
+                    },
+                )
+        self._rows.inc()
+        line = json.dumps(out, ensure_ascii=False, default=_json_default) + "\n"
+        yield MergedRow(source_index, line.encode("utf-8"))
+
+
+def _json_default(value: Any) -> Any:
+    if value is MISSING:
+        return None
+    return str(value)
+
+
+class AssembleMergedRows(beam.PTransform):
+    """Join results onto source rows and render each output row.
+
+    Input: a dict ``{"results": PCollection[OutputResult], "rows":
+    PCollection[ExtractedRow], "changed": PCollection[(source_index, chunk key)]}``.
+    Output: ``AssembleResult(rows=PCollection[MergedRow], errors=PCollection[dict])``.
+
+    One row per source_index that has results: the top-level ``output_schema`` rendered
+    with the real values (JSON outputs parsed and validated first, tolerating a fenced
+    block), ``source_index``, ``input_tokens``/``output_tokens`` summed over its outputs
+    when reported, and ``mmirage_errors`` ``{output: {type, message, status_code,
+    retryable}}`` for every output that failed, is pending, is not valid JSON (the raw
+    text is kept) or whose source row changed or vanished (then the output is null).
+    Each such output is also a line on ``errors``.
+    """
+
+    def __init__(
+        self, outputs: Sequence[OutputConfig], output_schema: Any, remove_columns: bool
+    ) -> None:
+        super().__init__()
+        self._fn = _AssembleFn(outputs, output_schema, remove_columns)
+
+    def expand(self, pcolls: dict[str, beam.PCollection]) -> AssembleResult:
+        keyed = {
+            "results": pcolls["results"]
+            | "ResultsByIndex" >> beam.Map(lambda r: (r.source_index, r)),
+            "rows": pcolls["rows"]
+            | "RowsByIndex" >> beam.Map(lambda r: (r.source_index, r._replace(images=()))),
+            "changed": pcolls["changed"],
+        }
+        out = (
+            keyed
+            | "JoinBySourceIndex" >> beam.CoGroupByKey()
+            | "Assemble" >> beam.ParDo(self._fn).with_outputs(ERRORS_TAG, main="rows")
+        )
+        return AssembleResult(out.rows, out[ERRORS_TAG])
+
+
+class AssembleResult(NamedTuple):
+    rows: beam.PCollection
+    errors: beam.PCollection
+
+
+# -- ordered write -----------------------------------------------------------------------
+
+
+def partition_bounds(lo: int, hi: int, num_partitions: int) -> list[int]:
+    """Start indices of ``num_partitions`` equal ranges over ``[lo, hi]`` (inclusive)."""
+    span = max(1, hi - lo + 1)
+    n = max(1, min(num_partitions, span))
+    return [lo + (span * i) // n for i in range(n)]
+
+
+class _WritePartitionFn(beam.DoFn):
+    def __init__(self, parts_dir: str) -> None:
+        self._dir = parts_dir
+
+    def process(self, element: tuple[int, Iterable[MergedRow]]) -> Iterator[tuple[int, str]]:
+        from mmirage_beam.receipts import write_durably
+
+        part, rows = element
+        ordered = sorted(rows, key=lambda r: r.source_index)
+        path = f"{self._dir}/part-{part:05d}.jsonl"
+        write_durably(path, b"".join(r.line for r in ordered))
+        yield part, path
+
+
+class _ConcatenateFn(beam.DoFn):
+    def __init__(self, output_path: str) -> None:
+        self._out = output_path
+
+    def process(self, parts: list[tuple[int, str]]) -> Iterator[str]:
+        from apache_beam.io.filesystems import FileSystems
+
+        tmp = f"{self._out}.tmp-merge"
+        with FileSystems.create(tmp) as out:
+            for _part, path in sorted(parts):
+                with FileSystems.open(path, compression_type="uncompressed") as f:
+                    while True:
+                        block = f.read(1 << 20)
+                        if not block:
+                            break
+                        out.write(block)
+        if FileSystems.exists(self._out):
+            FileSystems.delete([self._out])
+        FileSystems.rename([tmp], [self._out])
+        FileSystems.delete([path for _part, path in parts])
+        yield self._out
+
+
+class WriteOrdered(beam.PTransform):
+    """PCollection[MergedRow] -> one file, rows in source_index order.
+
+    A scalable plan: rows are range-partitioned by source_index into ``bounds`` ranges,
+    each partition is sorted by one worker and written as ``<output>.parts/part-NNNNN``,
+    then the parts are concatenated in partition order into ``output_path`` (streamed,
+    1 MiB at a time). Memory per worker is one partition, never the whole output.
+
+    Args:
+        output_path: the final file.
+        bounds: ascending start source_index of each partition
+            (see :func:`partition_bounds`).
+    """
+
+    def __init__(self, output_path: str, bounds: Sequence[int]) -> None:
+        super().__init__()
+        if not bounds:
+            raise ValueError("bounds must not be empty")
+        self._out = output_path
+        self._bounds = list(bounds)
+
+    def expand(self, rows: beam.PCollection) -> beam.PCollection:
+        import bisect
+
+        bounds = self._bounds
+
+        def part_of(row: MergedRow) -> tuple[int, MergedRow]:
+            return max(0, bisect.bisect_right(bounds, row.source_index) - 1), row
+
+        return (
+            rows
+            | "RangePartition" >> beam.Map(part_of)
+            | "GroupPartitions" >> beam.GroupByKey()
+            | "SortAndWritePartition" >> beam.ParDo(_WritePartitionFn(self._out + ".parts"))
+            | "CollectParts" >> beam.combiners.ToList()
+            | "Concatenate" >> beam.ParDo(_ConcatenateFn(self._out))
+        )

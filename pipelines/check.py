@@ -1,0 +1,118 @@
+"""``mmirage check`` / ``python -m pipelines.check``: provider status of a run's batches.
+
+Usage:
+    python -m pipelines.check --config C.yaml [--metadata-path R ...] [--run-id ID]
+        [--watch [--interval SECS] [--timeout SECS]]
+
+Reads the receipts (every run of the config's ``metadata_output_path``, newest first, or
+the given files / ``.parts`` folders), looks every distinct provider batch up and prints
+one line per batch (status, the provider's own status word, requests done / failed /
+total, age) and a summary per provider and per run: ``rich`` tables on a terminal, plain
+aligned text otherwise. ``--watch`` polls until every batch is terminal.
+
+Exit status: 0 nothing failed (batches still running are not a failure); 1 a batch
+failed at the provider or could not be looked up; 2 bad flags, bad config, no receipt
+found or a missing API key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from mmirage_beam.launch import configure_logging, guarded
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """The command line of ``mmirage check``.
+
+    Raises:
+        SystemExit: (status 2) on bad flags, as argparse does.
+    """
+    ap = argparse.ArgumentParser(
+        prog="mmirage check",
+        description="Report the provider status of submitted batches from their receipts.",
+    )
+    ap.add_argument("--config", required=True, help="MMIRAGE-compatible YAML config")
+    ap.add_argument(
+        "--metadata-path",
+        action="append",
+        metavar="R",
+        help="a receipt file (or its .parts folder) to read instead of the config's "
+        "metadata_output_path; repeatable",
+    )
+    ap.add_argument("--run-id", help="only this run's receipts")
+    ap.add_argument(
+        "--watch", action="store_true", help="poll until every batch is completed or failed"
+    )
+    ap.add_argument(
+        "--interval",
+        type=float,
+        default=60.0,
+        metavar="SECS",
+        help="seconds between polls with --watch (default 60)",
+    )
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECS",
+        help="stop watching after SECS seconds (default: no limit)",
+    )
+    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return ap.parse_args(argv)
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    configure_logging(args.verbose)
+
+    from mmirage_beam import status
+    from mmirage_beam.config import load_config
+    from mmirage_beam.errors import ConfigError
+    from mmirage_beam.ids import check_run_id
+
+    if args.run_id is not None:
+        try:
+            check_run_id(args.run_id)
+        except ValueError as exc:
+            raise ConfigError("--run-id", str(exc)) from None
+    if not args.interval > 0:
+        raise ConfigError("--interval", f"must be > 0 seconds, got {args.interval}")
+    if args.timeout is not None and args.timeout < 0:
+        raise ConfigError("--timeout", f"must be >= 0 seconds, got {args.timeout}")
+
+    config = load_config(args.config)
+    receipts = status.collect_receipts(config, args.metadata_path or (), run_id=args.run_id)
+    tty = sys.stdout.isatty()
+    timed_out = False
+    with status.BatchStatusChecker(receipts.providers, config) as checker:
+        if args.watch:
+            display = status.RichWatchDisplay() if tty else status.PlainWatchDisplay()
+            with display:
+                statuses, timed_out = status.watch_statuses(
+                    checker,
+                    receipts.batches,
+                    interval_secs=args.interval,
+                    timeout_secs=args.timeout,
+                    on_poll=display.update,
+                )
+        else:
+            statuses = checker.check(receipts.batches)
+    report = status.build_report(receipts, statuses)
+    if timed_out:
+        waiting = len(status.not_terminal(statuses))
+        print(
+            f"stopped watching after {args.timeout:g}s (--timeout): {waiting} batch(es) "
+            "not finished yet",
+            flush=True,
+        )
+    status.print_report(report, rich_output=tty)
+    return report.exit_code
+
+
+main = guarded(_main)
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""``mmirage merge`` / ``python -m pipelines.merge``: join results back onto the rows.
+
+Usage:
+    python -m pipelines.merge --config C.yaml --output-path OUT.jsonl
+        [--metadata-path R ...] [--run-id ID] [--allow-partial] [--no-verify-source]
+        [--partitions N] [standard Beam pipeline options]
+
+Exit status: 0 merged and every request succeeded; 1 merged with failed requests, or
+refused because batches are still running (without --allow-partial), or the source
+changed; 2 bad flags, bad config, no receipts or a missing API key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Optional, Sequence
+
+from mmirage_beam.launch import configure_logging, counters, guarded, read_jsonl
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
+    ap = argparse.ArgumentParser(
+        prog="mmirage merge",
+        description="Fetch the results of a run's batches and join them onto the source "
+        "rows by source_index, in order, into one JSONL file. Unknown flags are Beam "
+        "pipeline options (default runner: DirectRunner).",
+    )
+    ap.add_argument("--config", required=True, help="the config the run was submitted with")
+    ap.add_argument("--output-path", required=True, help="merged JSONL file to write")
+    ap.add_argument(
+        "--metadata-path",
+        action="append",
+        default=[],
+        metavar="R",
+        help="receipt file (repeatable); default: found from metadata_output_path",
+    )
+    ap.add_argument("--run-id", help="merge this run (default: the newest run)")
+    ap.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="merge while batches are still running; their rows are marked pending",
+    )
+    ap.add_argument(
+        "--no-verify-source",
+        action="store_true",
+        help="skip rebuilding the requests to check that the source did not change",
+    )
+    ap.add_argument(
+        "--partitions",
+        type=int,
+        help="range partitions of the ordered write (default: one per 100,000 rows)",
+    )
+    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return ap.parse_known_args(argv)
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
+    args, beam_args = parse_args(argv)
+    configure_logging(args.verbose)
+
+    import apache_beam as beam
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from mmirage_beam.config import load_config
+    from mmirage_beam.errors import ConfigError
+    from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for
+    from mmirage_beam.status import BatchStatusChecker, collect_receipts
+
+    if args.partitions is not None and args.partitions < 1:
+        raise ConfigError("--partitions", "must be >= 1")
+    config = load_config(args.config)
+    selection = collect_receipts(config, args.metadata_path, args.run_id)
+    run = args.run_id or selection.run_ids[0]
+    entries = [e for e in selection.receipts if e.run_id == run]
+    others = [r for r in selection.run_ids if r != run]
+    if others:
+        print(
+            f"mmirage merge: merging run {run} (the newest); also found run(s) "
+            f"{', '.join(others)}: pass --run-id to merge another",
+            file=sys.stderr,
+        )
+    batch_entries = list({e.key: e for e in entries}.values())
+    with BatchStatusChecker({e.provider for e in batch_entries}, config) as checker:
+        statuses = checker.check(batch_entries)
+        providers = checker.adapter_plans()
+    batches, pending, lookup_failed = _batches_to_fetch(entries, statuses)
+    print(
+        f"mmirage merge: run {run}: {len(batches)} batch(es), "
+        f"{sum(e.request_count for e in entries)} request(s)",
+        file=sys.stderr,
+    )
+    if lookup_failed:
+        for st in lookup_failed:
+            print(f"  cannot look up {st.receipt.provider_batch_id}: {st.error}", file=sys.stderr)
+        print("mmirage: error: some batches cannot be looked up; nothing merged.", file=sys.stderr)
+        return 1
+    if pending and not args.allow_partial:
+        print(
+            f"mmirage: {len(pending)} batch(es) have not ended yet; nothing merged "
+            "(use --allow-partial to merge what is available):",
+            file=sys.stderr,
+        )
+        for b in pending:
+            print(f"  {b.provider_batch_id} ({b.provider}, {b.provider_status})", file=sys.stderr)
+        return 1
+    receipts = [e.receipt for e in entries]
+
+    out = args.output_path
+    errors_path = errors_path_for(out)
+    if FileSystems.exists(errors_path):
+        FileSystems.delete([errors_path])  # a stale error file must not outlive its merge
+    pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+    plan = build_merge_pipeline(
+        pipeline,
+        config,
+        batches,
+        receipts,
+        providers,
+        out,
+        num_partitions=args.partitions,
+        verify_source=not args.no_verify_source,
+    )
+    result = pipeline.run()
+    result.wait_until_finish()
+    stats = counters(result)
+    errors = read_jsonl(errors_path)
+    _print_totals(plan, stats, errors, pending, args.allow_partial)
+    failed = stats.get("rows_with_failures", 0) or stats.get("unknown_custom_ids", 0)
+    return 1 if failed else 0
+
+
+def _batches_to_fetch(entries: list[Any], statuses: list[Any]) -> tuple[list, list, list]:
+    """Receipts + their statuses -> (BatchToFetch per receipt, not ended, lookup failed)."""
+    from mmirage_beam.status import LOOKUP_FAILED
+    from mmirage_beam.transforms.merge import TERMINAL_STATUSES, BatchToFetch
+
+    by_key = {st.receipt.key: st for st in statuses}
+    batches, pending = [], []
+    for e in entries:
+        st = by_key[e.key]
+        progress = st.progress
+        provider_status = progress.provider_status if progress else st.status
+        failure = None
+        if st.status == "failed":
+            failure = {
+                "type": (progress.error_code if progress else None) or f"batch_{provider_status}",
+                "message": progress.detail if progress else "",
+            }
+        b = BatchToFetch(
+            provider=e.provider,
+            provider_batch_id=e.provider_batch_id,
+            status=st.status,
+            provider_status=provider_status,
+            failure=failure,
+            run_id=e.run_id,
+            output_name=e.output_name or "",
+            custom_id_to_source_index=dict(e.receipt["custom_id_to_source_index"]),
+        )
+        batches.append(b)
+        if st.status not in TERMINAL_STATUSES and st.status != LOOKUP_FAILED:
+            pending.append(b)
+    failed = [st for st in statuses if st.status == LOOKUP_FAILED]
+    return batches, pending, failed
+
+
+def _print_totals(plan, stats, errors, pending, allow_partial) -> None:  # noqa: ANN001
+    by_type: dict[str, int] = {}
+    for e in errors:
+        by_type[e["error_type"]] = by_type.get(e["error_type"], 0) + 1
+    lines = [
+        f"rows written:        {stats.get('rows_written', 0)}",
+        f"outputs succeeded:   {stats.get('outputs_succeeded', 0)}",
+        f"outputs failed:      {sum(n for t, n in by_type.items() if t != 'unknown_custom_id')}",
+    ]
+    for kind, n in sorted(by_type.items()):
+        if kind != "unknown_custom_id":
+            lines.append(f"  {kind + ':':<18} {n}")
+    lines += [
+        f"missing source rows: {stats.get('missing_source_rows', 0)}",
+        f"source changed rows: {stats.get('source_changed_rows', 0)}",
+        f"unknown custom_ids:  {stats.get('unknown_custom_ids', 0)}",
+        f"input tokens:        {stats.get('input_tokens', 0)}",
+        f"output tokens:       {stats.get('output_tokens', 0)}",
+        f"merged file:         {plan.output_path} ({plan.num_partitions} partition(s))",
+    ]
+    if errors:
+        lines.append(f"errors file:         {plan.errors_path}")
+    if pending and allow_partial:
+        lines.append(
+            f"PARTIAL: {len(pending)} batch(es) still running; their rows carry "
+            "mmirage_errors of type 'pending'. Merge again once they have ended."
+        )
+    print("\n".join(lines))
+
+
+main = guarded(_main)
+
+if __name__ == "__main__":
+    sys.exit(main())

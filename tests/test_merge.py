@@ -1,0 +1,278 @@
+"""mmirage merge end to end: real submissions to the fake provider through the real SDKs,
+then the merge pipeline on DirectRunner, with every scripted failure mode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mmirage_beam.testing import fake_answer_json, fake_answer_text
+from pipelines.merge import main as merge_main
+from pipelines.submit import main as submit_main
+from tests.conftest import GSM8K_JSONL, IMAGES, base_config, write_config
+
+PROMPT = "Answer concisely:\n{{ question }}"
+FACTS_SCHEMA = {"numbers": "list", "count": {"type": "int", "min": 0, "max": 100}}
+
+
+def _read_jsonl(path):
+    return [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x]
+
+
+def _rows(n, markers=None):
+    rows = [json.loads(x) for x in GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:n]]
+    for i, marker in (markers or {}).items():
+        rows[i]["question"] += f" {marker}"
+    return rows
+
+
+def _setup(tmp_path, provider, fake, rows, json_output=False, **proc):
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    base_url = fake.openai_base_url if provider == "openai" else fake.anthropic_base_url
+    cfg = base_config(tmp_path, provider, base_url=base_url, **proc)
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    if json_output:
+        cfg["processing_params"]["outputs"].append(
+            {
+                "name": "facts",
+                "type": "batch_api",
+                "output_type": "JSON",
+                "prompt": "Facts of: {{ question }}",
+                "output_schema": FACTS_SCHEMA,
+            }
+        )
+        cfg["processing_params"]["output_schema"]["count"] = "{{ facts.count }}"
+    return write_config(tmp_path, cfg)
+
+
+def _submit(cfg_path, run_id="r1"):
+    assert submit_main(["--config", cfg_path, "--run-id", run_id]) == 0
+
+
+def _merge(tmp_path, cfg_path, *extra):
+    out = tmp_path / "merged.jsonl"
+    code = merge_main(["--config", cfg_path, "--output-path", str(out), *extra])
+    merged = _read_jsonl(out) if out.exists() else None
+    errors_file = tmp_path / "merged.errors.jsonl"
+    errors = _read_jsonl(errors_file) if errors_file.exists() else []
+    return code, merged, errors
+
+
+def _json_schema():
+    from mmirage_beam.transforms.schema import json_schema_for
+
+    return json_schema_for(FACTS_SCHEMA)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_merge_text_plain_and_json(tmp_path, capsys, provider_env, provider):
+    fake = provider_env
+    rows = _rows(60)
+    cfg = _setup(tmp_path, provider, fake, rows, json_output=True, max_requests_per_chunk=25)
+    fake.script(shuffle_results=True)
+    _submit(cfg)
+    code, merged, errors = _merge(tmp_path, cfg, "--partitions", "3")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert errors == []
+    assert [m["source_index"] for m in merged] == list(range(60))
+    for i, m in enumerate(merged):
+        assert m["question"] == rows[i]["question"]
+        assert m["answer"] == fake_answer_text("Answer concisely:\n" + rows[i]["question"])
+        facts = fake_answer_json("Facts of: " + rows[i]["question"], _json_schema())
+        assert m["count"] == facts["count"] and isinstance(m["count"], int)
+        assert m["input_tokens"] > 0 and m["output_tokens"] > 0
+        assert "mmirage_errors" not in m
+    total_in = sum(m["input_tokens"] for m in merged)
+    assert "rows written:        60" in out
+    assert f"input tokens:        {total_in}" in out
+    assert "outputs succeeded:   120" in out
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_merge_images(tmp_path, capsys, provider_env, provider):
+    fake = provider_env
+    keep = [i for i in range(10) if provider == "anthropic" or i != 8]
+    lines = (IMAGES / "vision_questions.jsonl").read_text(encoding="utf-8").splitlines()
+    data = tmp_path / "vision.jsonl"
+    data.write_text("\n".join(lines[i] for i in keep) + "\n", encoding="utf-8")
+    base_url = fake.openai_base_url if provider == "openai" else fake.anthropic_base_url
+    cfg = base_config(tmp_path, provider, base_url=base_url, max_chunk_bytes=2 * 1024 * 1024)
+    cfg["loading_params"]["datasets"] = [
+        {"path": str(data), "type": "JSONL", "output_dir": "", "image_base_path": str(IMAGES)}
+    ]
+    cfg["processing_params"]["inputs"].append({"name": "image", "key": "image", "type": "image"})
+    cfg["processing_params"]["outputs"][0]["prompt"] = "{{ question }}"
+    cfg["processing_params"]["output_schema"]["image"] = "{{ image }}"
+    path = write_config(tmp_path, cfg)
+    _submit(path)
+    code, merged, errors = _merge(tmp_path, path)
+    assert code == 0 and errors == []
+    src = [json.loads(lines[i]) for i in keep]
+    assert [m["source_index"] for m in merged] == list(range(len(keep)))
+    for m, row in zip(merged, src):
+        assert m["image"] == row["image"]
+        assert m["answer"] == fake_answer_text(row["question"])
+
+
+def test_output_and_error_files_and_retryable(tmp_path, capsys, provider_env):
+    fake = provider_env
+    markers = {
+        3: "FAKE_ERROR:server_error",
+        7: "FAKE_ERROR:invalid_request",
+        9: "FAKE_ERROR:timeout",
+    }
+    rows = _rows(12, markers)
+    cfg = _setup(tmp_path, "openai", fake, rows)
+    _submit(cfg)
+    code, merged, errors = _merge(tmp_path, cfg)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert [m["source_index"] for m in merged] == list(range(12))  # nothing dropped
+    for i, m in enumerate(merged):
+        if i in markers:
+            assert m["answer"] is None
+            assert set(m["mmirage_errors"]) == {"answer"}
+        else:
+            assert m["answer"] == fake_answer_text("Answer concisely:\n" + rows[i]["question"])
+    by_index = {e["source_index"]: e for e in errors}
+    assert set(by_index) == set(markers)
+    assert by_index[3]["retryable"] is True and by_index[3]["status_code"] == 500
+    assert (
+        by_index[7]["retryable"] is False and by_index[7]["error_type"] == "invalid_request_error"
+    )
+    assert by_index[9]["error_type"] == "request_timeout" and by_index[9]["retryable"] is True
+    assert all(e["custom_id"] == f"answer-text-{e['source_index']}" for e in errors)
+    assert "outputs failed:      3" in out
+
+
+def test_all_requests_failed_no_output_file(tmp_path, capsys, provider_env):
+    fake = provider_env
+    rows = _rows(5, {i: "FAKE_ERROR:invalid_request" for i in range(5)})
+    cfg = _setup(tmp_path, "openai", fake, rows)
+    _submit(cfg)
+    assert all(b["output_file_id"] is None for b in fake.batches("openai"))
+    code, merged, errors = _merge(tmp_path, cfg)
+    assert code == 1 and len(merged) == 5 and len(errors) == 5
+    assert all(m["answer"] is None and m["mmirage_errors"]["answer"]["type"] for m in merged)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("mode", ["expire", "cancel"])
+def test_expired_and_cancelled_keep_partial_results(tmp_path, capsys, provider_env, provider, mode):
+    fake = provider_env
+    rows = _rows(10)
+    cfg = _setup(tmp_path, provider, fake, rows)
+    fake.script(**{f"{mode}_after_requests": 4})
+    _submit(cfg)
+    code, merged, errors = _merge(tmp_path, cfg)
+    assert code == 1
+    assert [m["source_index"] for m in merged] == list(range(10))
+    done = [m for m in merged if "mmirage_errors" not in m]
+    failed = [m for m in merged if "mmirage_errors" in m]
+    assert len(done) == 4 and len(failed) == 6
+    for m in done:
+        assert m["answer"] == fake_answer_text(
+            "Answer concisely:\n" + rows[m["source_index"]]["question"]
+        )
+    kinds = {e["error_type"] for e in errors}
+    expected = {
+        ("openai", "expire"): {"batch_expired"},
+        ("openai", "cancel"): {"batch_cancelled"},
+        ("anthropic", "expire"): {"expired"},
+        ("anthropic", "cancel"): {"canceled"},
+    }[(provider, mode)]
+    assert kinds == expected and all(e["retryable"] for e in errors)
+
+
+def test_anthropic_errored_results(tmp_path, capsys, provider_env):
+    fake = provider_env
+    rows = _rows(6, {1: "FAKE_ERROR:server_error", 2: "FAKE_ERROR:invalid_request"})
+    cfg = _setup(tmp_path, "anthropic", fake, rows)
+    _submit(cfg)
+    code, merged, errors = _merge(tmp_path, cfg)
+    assert code == 1 and len(merged) == 6
+    kinds = {e["source_index"]: (e["error_type"], e["retryable"]) for e in errors}
+    assert kinds == {1: ("api_error", True), 2: ("invalid_request_error", False)}
+
+
+def test_unknown_custom_id_is_reported_not_guessed(tmp_path, capsys, provider_env):
+    fake = provider_env
+    rows = _rows(5)
+    cfg = _setup(tmp_path, "openai", fake, rows)
+    fake.script(unknown_custom_id=True)
+    _submit(cfg)
+    code, merged, errors = _merge(tmp_path, cfg)
+    out = capsys.readouterr().out
+    assert code == 1 and len(merged) == 5
+    assert all("mmirage_errors" not in m for m in merged)
+    assert [e["error_type"] for e in errors] == ["unknown_custom_id"]
+    assert errors[0]["custom_id"] == "fake_unknown_custom_id"
+    assert "unknown custom_ids:  1" in out
+
+
+def test_json_fence_tolerated_and_non_json_kept_raw(tmp_path, capsys, provider_env):
+    fake = provider_env
+    rows = _rows(4, {1: "FAKE_FENCE", 2: "FAKE_ERROR:not_json"})
+    cfg = _setup(tmp_path, "openai", fake, rows, json_output=True)
+    _submit(cfg)
+    code, merged, errors = _merge(tmp_path, cfg)
+    assert code == 1
+    assert (
+        merged[1]["count"]
+        == fake_answer_json("Facts of: " + rows[1]["question"], _json_schema())["count"]
+    )
+    assert "mmirage_errors" not in merged[1]
+    assert merged[2]["mmirage_errors"]["facts"]["type"] == "invalid_json"
+    assert [e["error_type"] for e in errors] == ["invalid_json"]
+
+
+def test_refuses_while_running_and_allow_partial(tmp_path, capsys, provider_env):
+    fake = provider_env
+    rows = _rows(6)
+    cfg = _setup(tmp_path, "openai", fake, rows)
+    fake.script(processing_delay_secs=3600)
+    _submit(cfg)
+    code, merged, _ = _merge(tmp_path, cfg)
+    err = capsys.readouterr().err
+    assert code == 1 and merged is None
+    assert "have not ended yet" in err and fake.batches("openai")[0]["id"] in err
+    code, merged, errors = _merge(tmp_path, cfg, "--allow-partial")
+    out = capsys.readouterr().out
+    assert code == 1 and len(merged) == 6
+    assert all(m["mmirage_errors"]["answer"]["type"] == "pending" for m in merged)
+    assert "PARTIAL" in out
+
+
+def test_changed_source_is_detected_not_misjoined(tmp_path, capsys, provider_env):
+    fake = provider_env
+    rows = _rows(8)
+    cfg = _setup(tmp_path, "openai", fake, rows, max_requests_per_chunk=4)
+    _submit(cfg)
+    # The dataset is edited after submission: row 5's question changes.
+    rows[5]["question"] = "A different question entirely?"
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8"
+    )
+    code, merged, errors = _merge(tmp_path, cfg)
+    out = capsys.readouterr().out
+    assert code == 1 and len(merged) == 8
+    # Rows 4..7 were one chunk: none of them is joined to possibly wrong answers.
+    for m in merged:
+        if m["source_index"] >= 4:
+            assert m["answer"] is None
+            assert m["mmirage_errors"]["answer"]["type"] == "source_changed"
+        else:
+            assert m["answer"] == fake_answer_text(
+                "Answer concisely:\n" + rows[m["source_index"]]["question"]
+            )
+    assert "source changed rows: 4" in out
+
+
+def test_no_receipts_is_exit_2(tmp_path, capsys, provider_env):
+    cfg = _setup(tmp_path, "openai", provider_env, _rows(2))
+    code, merged, _ = _merge(tmp_path, cfg)
+    assert code == 2 and merged is None
