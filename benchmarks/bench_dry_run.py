@@ -1,7 +1,7 @@
-"""Benchmark: the mmirage dry run vs a minimal plain-Python loop, side by side.
+"""Benchmark: the mmirage dry run vs a minimal plain-Python loop, side by side, and merge.
 
 Usage:
-    python benchmarks/bench_dry_run.py N [--workdir DIR] [-- extra Beam options]
+    python benchmarks/bench_dry_run.py N [--workdir DIR] [--no-merge] [extra Beam options]
 
 Makes an N-row JSONL by repeating the bundled GSM8K test split, then runs, each in its
 own process so peak memory is measured separately:
@@ -9,14 +9,17 @@ own process so peak memory is measured separately:
      extract, render, build, chunk, export, receipts, placeholder rows);
   2. a minimal loop that reads the same JSONL, renders the same Jinja2 template and
      writes the same OpenAI request lines (no validation, chunking or receipts).
-Prints wall time, rows/s and peak RSS for both, and their ratios.
+  3. unless ``--no-merge``: the same rows submitted to the embedded fake provider
+     (started here, on a loopback port), then ``mmirage merge`` timed on its own: fetch
+     results, re-read and verify the source, join, ordered write.
+Prints wall time, rows/s and peak RSS for each, and the dry run's ratios to the loop.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import subprocess
 import sys
 import tempfile
@@ -85,22 +88,29 @@ def make_rows(n: int, path: Path) -> None:
 
 
 def timed(cmd: list[str]) -> tuple[float, float]:
-    """Run ``cmd`` in a child process; return (seconds, peak RSS in MiB of that child)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if proc.returncode != 0:
-        sys.exit(f"benchmark command failed: {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    # ru_maxrss of children is the max over all children so far: run the heavier first.
-    return seconds, max(peak, before) / 1024.0
+    """Run ``cmd`` in a child process; return (seconds, that child's peak RSS in MiB).
+
+    ``os.wait4`` gives the resource usage of exactly this child (not the running maximum
+    over all children that ``RUSAGE_CHILDREN`` would give).
+    """
+    with tempfile.TemporaryFile() as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            out.seek(0)
+            log = out.read().decode("utf-8", "replace")
+            sys.exit(f"benchmark command failed: {' '.join(cmd)}\n{log}")
+    return seconds, usage.ru_maxrss / 1024.0  # Linux: ru_maxrss is in KiB
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("n", type=int, help="number of rows")
     ap.add_argument("--workdir", help="keep files here (default: a temp folder)")
+    ap.add_argument("--no-merge", action="store_true", help="skip the merge measurement")
     args, beam_args = ap.parse_known_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mmirage-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -114,8 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     loop_py = work / "plain_loop.py"
     loop_py.write_text(PLAIN_LOOP, encoding="utf-8")
 
-    # The plain loop first: children's ru_maxrss is a running maximum, so the lighter
-    # process must be measured before the heavier one.
     t_loop, m_loop = timed(
         [sys.executable, str(loop_py), str(data), str(work / "plain.jsonl"), PROMPT, MODEL]
     )
@@ -136,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     exported = sum(1 for _ in (work / "prompts.bench.jsonl").open(encoding="utf-8"))
     if exported != args.n:
         sys.exit(f"expected {args.n} exported requests, found {exported}")
+    merge_row = None if args.no_merge else merge_benchmark(work, cfg, beam_args)
     n = args.n
     print(f"rows: {n:,}  (GSM8K test split repeated; one plain output per row)")
     print(f"{'':28}{'seconds':>10}{'rows/s':>12}{'peak RSS MiB':>15}")
@@ -145,7 +154,54 @@ def main(argv: list[str] | None = None) -> int:
         f"{'ratio mmirage / loop':28}{t_beam / t_loop:>9.1f}x{(n / t_beam) / (n / t_loop):>11.2f}x"
         f"{m_beam / m_loop:>14.1f}x"
     )
+    if merge_row is not None:
+        t_merge, m_merge = merge_row
+        print(f"{'mmirage merge (Beam)':28}{t_merge:>10.2f}{n / t_merge:>12,.0f}{m_merge:>15.1f}")
     return 0
+
+
+def merge_benchmark(work: Path, cfg: Path, beam_args: list[str]) -> tuple[float, float]:
+    """Submit the rows to a fake provider started here, then time ``mmirage merge``."""
+    sys.path.insert(0, str(REPO))
+    from mmirage_beam.testing import FakeProviderServer
+
+    text = cfg.read_text(encoding="utf-8")
+    with FakeProviderServer() as fake:
+        live = work / "bench_live.yaml"
+        live.write_text(
+            text.replace(
+                "provider: openai", f"provider: openai\n    base_url: {fake.openai_base_url}"
+            ),
+            encoding="utf-8",
+        )
+        env = dict(os.environ, OPENAI_API_KEY="sk-bench-fake")
+        submit = subprocess.run(
+            [sys.executable, "-m", "pipelines.submit", "--config", str(live), "--run-id", "live"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if submit.returncode != 0:
+            sys.exit(f"benchmark submission failed:\n{submit.stdout}\n{submit.stderr}")
+        os.environ["OPENAI_API_KEY"] = "sk-bench-fake"
+        result = timed(
+            [
+                sys.executable,
+                "-m",
+                "pipelines.merge",
+                "--config",
+                str(live),
+                "--output-path",
+                str(work / "merged.jsonl"),
+                *beam_args,
+            ]
+        )
+    merged = sum(1 for _ in (work / "merged.jsonl").open(encoding="utf-8"))
+    rows = sum(1 for _ in (work / "rows.jsonl").open(encoding="utf-8"))
+    if merged != rows:
+        sys.exit(f"expected {rows} merged rows, found {merged}")
+    return result
 
 
 if __name__ == "__main__":
