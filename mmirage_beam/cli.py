@@ -15,6 +15,7 @@ commands:
   run            render and submit batches (or --export-prompts for a dry run)
   check          report the provider status of a run's batches (--watch to follow)
   merge          fetch results and join them onto the source rows, in order
+  resubmit       re-send a run's failed requests as a new, linked run
   demo           the whole lifecycle on the bundled GSM8K sample against the fake provider
   fake-provider  serve the embedded OpenAI- and Anthropic-compatible batch API locally
 
@@ -40,6 +41,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from pipelines.merge import main as merge_main
 
         return merge_main(rest)
+    if command == "resubmit":
+        from pipelines.resubmit import main as resubmit_main
+
+        return resubmit_main(rest)
     if command == "demo":
         from mmirage_beam.demo import main as demo_main
 

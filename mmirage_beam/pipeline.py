@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import apache_beam as beam
+from apache_beam.metrics import Metrics
 
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.io.readers import ReadDatasets
@@ -56,12 +57,30 @@ def _error_line(err: Any) -> bytes:
     return (json.dumps(err.to_json(), ensure_ascii=False) + "\n").encode("utf-8")
 
 
+class _SelectRequestsFn(beam.DoFn):
+    """Keeps the requests a (resumed or resubmission) run must send."""
+
+    def __init__(self, keep_listed: bool) -> None:
+        self._keep_listed = keep_listed
+        self._skipped = Metrics.counter("mmirage", "requests_not_selected")
+
+    def process(self, request: Any, ids: frozenset) -> Any:
+        if (request.custom_id in ids) == self._keep_listed:
+            yield request
+        else:
+            self._skipped.inc()
+
+
 def build_submit_pipeline(
     p: beam.Pipeline,
     config: PipelineConfig,
     run_id: str,
     export_prompts: Optional[str] = None,
     skip_invalid_rows: Optional[bool] = None,
+    attempt: int = 1,
+    exclude_custom_ids: frozenset = frozenset(),
+    only_custom_ids: Optional[frozenset] = None,
+    parent_run_id: Optional[str] = None,
 ) -> SubmitPlan:
     """Add the whole submit (or dry-run) graph for ``config`` to pipeline ``p``.
 
@@ -71,6 +90,12 @@ def build_submit_pipeline(
         run_id: the run's id (file names, receipts, OpenAI batch metadata).
         export_prompts: dry run: write requests here instead of submitting.
         skip_invalid_rows: override ``execution_params.skip_invalid_rows``.
+        attempt: the submission attempt of ``run_id`` (resumes count up; chunk ids of a
+            later attempt never reuse an earlier one's).
+        exclude_custom_ids: requests already submitted in this run (a resume).
+        only_custom_ids: send only these requests (a resubmission); placeholder rows
+            are not written again.
+        parent_run_id: for a resubmission, the run it re-sends failures of.
 
     Raises:
         mmirage_beam.errors.ConfigError: no adapter is registered for the provider.
@@ -89,11 +114,20 @@ def build_submit_pipeline(
     built = extracted.rows | "BuildRequests" >> BuildRequests(
         config.outputs, config.datasets, adapter_cls, proc
     )
-    chunked = built.requests | "ChunkRequests" >> ChunkRequests(
+    requests = built.requests
+    if exclude_custom_ids or only_custom_ids is not None:
+        keep_listed = only_custom_ids is not None
+        ids = only_custom_ids if keep_listed else exclude_custom_ids
+        ids_view = beam.pvalue.AsSingleton(p | "SelectedIds" >> beam.Create([frozenset(ids)]))
+        requests = requests | "SelectRequests" >> beam.ParDo(
+            _SelectRequestsFn(keep_listed), ids_view
+        )
+    chunked = requests | "ChunkRequests" >> ChunkRequests(
         max_chunk_bytes=proc.max_chunk_bytes,
         max_requests_per_chunk=proc.effective_max_requests_per_chunk,
         oversized_request_policy=proc.oversized_request_policy,
         chunk_overhead_bytes=adapter_cls.chunk_overhead_bytes,
+        attempt=attempt,
     )
     errors = (
         read.errors,
@@ -119,6 +153,8 @@ def build_submit_pipeline(
         dry_run=dry_run,
         invalid_row_count=gate,
         skip_invalid_rows=skip,
+        attempt=attempt,
+        parent_run_id=parent_run_id,
     )
     export_file = export_file_for(export_prompts, run_id) if dry_run else None
     if export_file:
@@ -128,7 +164,7 @@ def build_submit_pipeline(
         config.outputs, config.output_schema, config.remove_columns, invalid_row_count=gate
     )
     for i, ds in enumerate(config.datasets):
-        if not ds.output_dir:
+        if not ds.output_dir or only_custom_ids is not None:
             continue
         out_dir = f"{ds.output_dir.rstrip('/')}/shard_{config.shard_id}"
         (
@@ -252,3 +288,55 @@ def build_merge_pipeline(
 
 def _json_line(obj: dict[str, Any]) -> bytes:
     return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+# Outcomes that a resubmission cannot fix: the request was never answered for a reason
+# outside the provider (the source changed or vanished, the id is not ours), or it is
+# still running.
+NOT_RESUBMITTABLE = frozenset(
+    {"unknown_custom_id", "missing_source_row", "source_changed", "pending"}
+)
+
+
+def resubmittable(error: dict[str, Any], only: str) -> bool:
+    """Whether a failed request (an ``OUT.errors.jsonl`` line or an error dict with
+    ``error_type``/``type`` and ``retryable``) is re-sent under ``--only only``."""
+    kind = error.get("error_type") or error.get("type")
+    if kind in NOT_RESUBMITTABLE:
+        return False
+    return only == "all" or bool(error.get("retryable"))
+
+
+def build_failures_pipeline(
+    p: beam.Pipeline,
+    batches: list[Any],
+    providers: dict[str, tuple[type, Any]],
+    only: str,
+    ids_path: str,
+) -> None:
+    """Fetch the batches' results, keep per custom_id the best outcome across linked runs
+    (see ``OutputResult.better_than``), and write the custom_ids still failed (and
+    resubmittable under ``only``) to ``ids_path``, one per line."""
+    from mmirage_beam.transforms.merge import FetchResults
+
+    def best(results: Any) -> Any:
+        chosen = None
+        for r in results:
+            if r.better_than(chosen):
+                chosen = r
+        return chosen
+
+    fetched = (
+        p
+        | "Batches" >> beam.Create(batches, reshuffle=False)
+        | "FetchResults" >> FetchResults(providers)
+    )
+    (
+        fetched.results
+        | "ById" >> beam.Map(lambda r: (r.custom_id, r))
+        | "BestOutcome" >> beam.CombinePerKey(best)
+        | "StillFailed"
+        >> beam.Filter(lambda kv: kv[1].error is not None and resubmittable(kv[1].error, only))
+        | "IdLines" >> beam.Map(lambda kv: (kv[0] + "\n").encode("utf-8"))
+        | "WriteIds" >> WriteSingleFile(ids_path)
+    )

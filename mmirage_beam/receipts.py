@@ -77,8 +77,15 @@ def make_receipt(
     output_type: str,
     model: Optional[str],
     submitted_at: Optional[_dt.datetime] = None,
+    attempt: int = 1,
+    parent_run_id: Optional[str] = None,
 ) -> dict[str, Any]:
-    """The receipt line for ``chunk`` once submitted as ``provider_batch_id``."""
+    """The receipt line for ``chunk`` once submitted as ``provider_batch_id``.
+
+    Besides MMIRAGE's fields and ``run_id``/``output_name``/``modality``: ``attempt``
+    (1, or the resume attempt that submitted it) and, for a resubmission run,
+    ``parent_run_id`` (the run whose failed requests it re-sends).
+    """
     when = submitted_at or _dt.datetime.now(_dt.timezone.utc)
     snapshot: dict[str, Any] = {
         "output_name": chunk.output_name,
@@ -103,7 +110,24 @@ def make_receipt(
         "run_id": run_id,
         "output_name": chunk.output_name,
         "modality": chunk.modality,
+        "attempt": attempt,
+        **({"parent_run_id": parent_run_id} if parent_run_id else {}),
     }
+
+
+def intent_path(receipt_file: str, chunk_id: str) -> str:
+    """``<receipt file>.parts/<chunk_id>.intent``: written just before a chunk is submitted.
+
+    An intent without its receipt means the run stopped while that chunk was being
+    submitted: the batch may or may not exist at the provider (see
+    :mod:`mmirage_beam.resume`).
+    """
+    return f"{parts_dir(receipt_file)}/{chunk_id}.intent"
+
+
+def part_path(receipt_file: str, chunk_id: str) -> str:
+    """``<receipt file>.parts/<chunk_id>.json``: the durable receipt of one chunk."""
+    return f"{parts_dir(receipt_file)}/{chunk_id}.json"
 
 
 def receipt_line(receipt: dict[str, Any]) -> bytes:
@@ -137,10 +161,11 @@ def read_receipt_part(path: str) -> Optional[dict[str, Any]]:
 
 
 def consolidate(receipt_file: str) -> int:
-    """Append-free consolidation: rewrite ``receipt_file`` from its parts, then drop them.
+    """Rewrite ``receipt_file`` from its current lines and its parts, then drop the parts.
 
     Receipts already in ``receipt_file`` are kept; parts win for the same chunk_id.
-    Returns the number of receipts in the file. A missing parts folder is a no-op.
+    Unresolved intents (``*.intent``) are kept, and with them the parts folder. Returns
+    the number of receipts in the file. A missing parts folder is a no-op.
     """
     from apache_beam.io.filesystems import FileSystems
 
@@ -158,7 +183,11 @@ def consolidate(receipt_file: str) -> int:
             by_chunk[r["chunk_id"]] = r
     data = b"".join(receipt_line(by_chunk[k]) for k in sorted(by_chunk))
     write_durably(receipt_file, data)
-    FileSystems.delete([pdir])
+    if matches:
+        FileSystems.delete([m.path for m in matches])
+    # Intents of interrupted submissions stay until a resume resolves them.
+    if not FileSystems.match([FileSystems.join(pdir, "*")])[0].metadata_list:
+        FileSystems.delete([pdir])
     return len(by_chunk)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from mmirage_beam.launch import configure_logging, counters, guarded, read_jsonl
 
@@ -63,48 +63,28 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from mmirage_beam.collect import select_run
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for
-    from mmirage_beam.status import BatchStatusChecker, collect_receipts
 
     if args.partitions is not None and args.partitions < 1:
         raise ConfigError("--partitions", "must be >= 1")
     config = load_config(args.config)
-    selection = collect_receipts(config, args.metadata_path, args.run_id)
-    run = args.run_id or selection.run_ids[0]
-    entries = [e for e in selection.receipts if e.run_id == run]
-    others = [r for r in selection.run_ids if r != run]
-    if others:
-        print(
-            f"mmirage merge: merging run {run} (the newest); also found run(s) "
-            f"{', '.join(others)}: pass --run-id to merge another",
-            file=sys.stderr,
-        )
-    batch_entries = list({e.key: e for e in entries}.values())
-    with BatchStatusChecker({e.provider for e in batch_entries}, config) as checker:
-        statuses = checker.check(batch_entries)
-        providers = checker.adapter_plans()
-    batches, pending, lookup_failed = _batches_to_fetch(entries, statuses)
-    print(
-        f"mmirage merge: run {run}: {len(batches)} batch(es), "
-        f"{sum(e.request_count for e in entries)} request(s)",
-        file=sys.stderr,
-    )
-    if lookup_failed:
-        for st in lookup_failed:
-            print(f"  cannot look up {st.receipt.provider_batch_id}: {st.error}", file=sys.stderr)
+    sel = select_run(config, args.metadata_path, args.run_id, "merge")
+    if sel.lookup_failed:
         print("mmirage: error: some batches cannot be looked up; nothing merged.", file=sys.stderr)
         return 1
-    if pending and not args.allow_partial:
+    if sel.pending and not args.allow_partial:
         print(
-            f"mmirage: {len(pending)} batch(es) have not ended yet; nothing merged "
+            f"mmirage: {len(sel.pending)} batch(es) have not ended yet; nothing merged "
             "(use --allow-partial to merge what is available):",
             file=sys.stderr,
         )
-        for b in pending:
+        for b in sel.pending:
             print(f"  {b.provider_batch_id} ({b.provider}, {b.provider_status})", file=sys.stderr)
         return 1
+    entries, batches, pending, providers = sel.entries, sel.batches, sel.pending, sel.providers
     receipts = [e.receipt for e in entries]
 
     out = args.output_path
@@ -129,40 +109,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     _print_totals(plan, stats, errors, pending, args.allow_partial)
     failed = stats.get("rows_with_failures", 0) or stats.get("unknown_custom_ids", 0)
     return 1 if failed else 0
-
-
-def _batches_to_fetch(entries: list[Any], statuses: list[Any]) -> tuple[list, list, list]:
-    """Receipts + their statuses -> (BatchToFetch per receipt, not ended, lookup failed)."""
-    from mmirage_beam.status import LOOKUP_FAILED
-    from mmirage_beam.transforms.merge import TERMINAL_STATUSES, BatchToFetch
-
-    by_key = {st.receipt.key: st for st in statuses}
-    batches, pending = [], []
-    for e in entries:
-        st = by_key[e.key]
-        progress = st.progress
-        provider_status = progress.provider_status if progress else st.status
-        failure = None
-        if st.status == "failed":
-            failure = {
-                "type": (progress.error_code if progress else None) or f"batch_{provider_status}",
-                "message": progress.detail if progress else "",
-            }
-        b = BatchToFetch(
-            provider=e.provider,
-            provider_batch_id=e.provider_batch_id,
-            status=st.status,
-            provider_status=provider_status,
-            failure=failure,
-            run_id=e.run_id,
-            output_name=e.output_name or "",
-            custom_id_to_source_index=dict(e.receipt["custom_id_to_source_index"]),
-        )
-        batches.append(b)
-        if st.status not in TERMINAL_STATUSES and st.status != LOOKUP_FAILED:
-            pending.append(b)
-    failed = [st for st in statuses if st.status == LOOKUP_FAILED]
-    return batches, pending, failed
 
 
 def _print_totals(plan, stats, errors, pending, allow_partial) -> None:  # noqa: ANN001

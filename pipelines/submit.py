@@ -55,7 +55,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.ids import check_run_id, new_run_id
     from mmirage_beam.pipeline import build_submit_pipeline
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
-    from mmirage_beam.receipts import consolidate, receipt_path
+    from mmirage_beam.receipts import consolidate, receipt_path, receipts_base
+    from mmirage_beam.resume import ResumeState, prepare_resume
 
     config = load_config(args.config)
     dry_run = args.export_prompts is not None
@@ -74,6 +75,18 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as exc:
         raise ConfigError("--run-id", str(exc)) from None
 
+    resume = ResumeState()
+    if args.run_id and not dry_run:
+        base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+        resume = prepare_resume(base, run_id, adapter_cls, config.processor)
+        if resume.submitted_ids or resume.attempt > 1:
+            print(
+                f"mmirage run {run_id}: resuming (attempt {resume.attempt}): "
+                f"{len(resume.submitted_ids)} request(s) already receipted are not sent "
+                f"again; adopted {len(resume.adopted)} interrupted batch(es), "
+                f"re-sending {len(resume.resent) + len(resume.dropped)} interrupted chunk(s)",
+                file=sys.stderr,
+            )
     options = PipelineOptions(beam_args)
     pipeline = beam.Pipeline(options=options)
     plan = build_submit_pipeline(
@@ -82,25 +95,30 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         run_id,
         export_prompts=args.export_prompts,
         skip_invalid_rows=args.skip_invalid_rows,
+        attempt=resume.attempt,
+        exclude_custom_ids=resume.submitted_ids,
     )
     what = "dry run (export only)" if dry_run else f"submission to {provider}"
     print(f"mmirage run {run_id}: {what}, config {args.config}", file=sys.stderr)
+    resume_cmd = " ".join(
+        ["mmirage run", "--config", args.config, "--run-id", run_id, *map(_quote, beam_args)]
+    )
     try:
         result = pipeline.run()
         result.wait_until_finish()
-    except MmirageError:
-        raise
-    except Exception as exc:  # the runner re-raises worker failures in many wrappers
+    except Exception as exc:  # worker failures come back as the runner re-raises them
         receipts = [receipt_path(plan.receipts_base, m, run_id, dry_run) for m in _MODALITIES]
         for path in receipts:
             consolidate(path)
         print(
             f"mmirage: error: the pipeline failed: {_short(exc)}\n"
             f"Receipts of batches accepted before the failure are in {receipts[0]} / "
-            f"{receipts[1]}.",
+            f"{receipts[1]}.\n"
+            f"Nothing already accepted is lost or sent twice; resume the run with:\n"
+            f"  {resume_cmd}",
             file=sys.stderr,
         )
-        return 1
+        return exc.exit_code if isinstance(exc, MmirageError) else 1
 
     written = []
     for m in _MODALITIES:
@@ -109,13 +127,20 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             written.append(path)
     stats = counters(result)
     invalid = read_jsonl(plan.invalid_rows_path)
-    _print_summary(plan, stats, written, invalid, skipped=bool(args.skip_invalid_rows))
+    skipping = bool(args.skip_invalid_rows or config.execution.skip_invalid_rows)
+    _print_summary(plan, stats, written, invalid, skipped=skipping)
     if invalid and not (args.skip_invalid_rows or config.execution.skip_invalid_rows):
         return 1
     return 0
 
 
 _MODALITIES = ("text", "multimodal")
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
 
 
 def _short(exc: BaseException) -> str:
@@ -140,6 +165,13 @@ def _print_summary(plan, stats, receipts, invalid, skipped: bool) -> None:  # no
         lines.append(f"batches submitted:   {stats.get('batches_submitted', 0)}")
         if stats.get("batches_already_receipted"):
             lines.append(f"  already receipted: {stats['batches_already_receipted']}")
+        if stats.get("requests_not_selected"):
+            lines.append(
+                f"already submitted:   {stats['requests_not_selected']} request(s) "
+                "(earlier attempts of this run; not sent again)"
+            )
+        if not stats.get("batches_submitted") and stats.get("requests_not_selected"):
+            lines.append("nothing left to submit: every request of this run has a receipt")
     lines.append("receipts:            " + (", ".join(receipts) if receipts else "none"))
     print("\n".join(lines))
     if invalid:

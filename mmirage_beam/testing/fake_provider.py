@@ -116,6 +116,8 @@ Markers in the prompt text
 - ``FAKE_ERROR:server_error``: OpenAI error line with status 500 (``server_error``);
   Anthropic ``errored`` with ``api_error``.
 - ``FAKE_ERROR:invalid_request``: 400 ``invalid_request_error`` (both).
+- ``FAKE_ERROR:transient``: like ``server_error`` the first time this server processes a
+  request with that custom_id, a normal answer afterwards (a resubmission succeeds).
 - ``FAKE_ERROR:rate_limit``: 429 (OpenAI code ``rate_limit_exceeded``; Anthropic
   ``rate_limit_error``).
 - ``FAKE_ERROR:timeout``: OpenAI ``response: null, error.code: "request_timeout"``;
@@ -213,6 +215,7 @@ FAKE_ERROR_PREFIX = "FAKE_ERROR:"
 FENCE_MARKER = "FAKE_FENCE"
 _ERROR_MARKERS = ("server_error", "invalid_request", "rate_limit", "timeout")
 _NOT_JSON_MARKER = FAKE_ERROR_PREFIX + "not_json"
+_TRANSIENT_MARKER = FAKE_ERROR_PREFIX + "transient"
 
 _OPENAI_ENDPOINT_NAMES = (
     "files_create",
@@ -532,6 +535,8 @@ def _error_marker(prompt_text: str) -> str | None:
     for name in _ERROR_MARKERS:
         if FAKE_ERROR_PREFIX + name in prompt_text:
             return name
+    if _TRANSIENT_MARKER in prompt_text:
+        return "transient"
     return None
 
 
@@ -1540,6 +1545,7 @@ class FakeProviderServer:
             self._batches: dict[str, _Batch] = {}
             self._submitted: list[dict[str, Any]] = []
             self._create_counts: dict[str, int] = {}
+            self._transient_failed: set[str] = set()
             self._call_counts: dict[str, int] = {}
             self._script: dict[str, Any] = dict(_SCRIPT_DEFAULTS)
 
@@ -1840,6 +1846,15 @@ class FakeProviderServer:
         )
         self._create_counts[custom_id] = self._create_counts.get(custom_id, 0) + 1
 
+    def _resolve_transient(self, marker: str | None, custom_id: str) -> str | None:
+        """``transient`` fails as ``server_error`` once per custom_id, then not at all."""
+        if marker != "transient":
+            return marker
+        if custom_id in self._transient_failed:
+            return None
+        self._transient_failed.add(custom_id)
+        return "server_error"
+
     def _process_openai_line(self, endpoint: str, line: Mapping[str, Any], now: float) -> _Item:
         custom_id, body = line["custom_id"], line["body"]
         failure = _openai_check_body(endpoint, body)
@@ -1847,7 +1862,7 @@ class FakeProviderServer:
             return _Item(custom_id, _openai_http_line(custom_id, failure), ok=False)
         prompt, images, mode, schema = _openai_prompt(endpoint, body)
         input_tokens = _words(prompt) + _TOKENS_PER_IMAGE * images
-        marker = _error_marker(prompt)
+        marker = self._resolve_transient(_error_marker(prompt), custom_id)
         if marker == "timeout":
             result = _openai_error_line(custom_id, "request_timeout", "The request timed out.")
             return _Item(custom_id, result, ok=False, input_tokens=input_tokens)
@@ -1995,7 +2010,7 @@ class FakeProviderServer:
                 custom_id, _anthropic_errored(custom_id, "invalid_request_error", problem), False
             )
         prompt, images, mode, schema = _anthropic_prompt(params)
-        marker = _error_marker(prompt)
+        marker = self._resolve_transient(_error_marker(prompt), custom_id)
         if marker is not None:
             kind, message = {
                 "server_error": ("api_error", "Internal server error (FAKE_ERROR:server_error)"),

@@ -154,10 +154,13 @@ def _decode_key(key: str) -> tuple[str, str, int]:
     return output_name, modality, shard
 
 
-def _chunk_id(output_name: str, seq: int, shard: int | None) -> str:
+def _chunk_id(output_name: str, seq: int, shard: int | None, attempt: int = 1) -> str:
+    # "." cannot occur in an output name, so a later attempt never collides with another
+    # output's first attempt.
+    stem = output_name if attempt == 1 else f"{output_name}.a{attempt}"
     if shard is None:
-        return f"{output_name}-chunk-{seq:06d}"
-    return f"{output_name}-s{shard:03d}-chunk-{seq:06d}"
+        return f"{stem}-chunk-{seq:06d}"
+    return f"{stem}-s{shard:03d}-chunk-{seq:06d}"
 
 
 class _SumInt(beam.CombineFn):
@@ -206,12 +209,14 @@ class _ChunkFn(beam.DoFn):
         oversized_request_policy: str,
         chunk_overhead_bytes: int,
         shards_per_key: int,
+        attempt: int = 1,
     ) -> None:
         self._max_chunk_bytes = max_chunk_bytes
         self._max_requests_per_chunk = max_requests_per_chunk
         self._oversized_request_policy = oversized_request_policy
         self._chunk_overhead_bytes = chunk_overhead_bytes
         self._shards_per_key = shards_per_key
+        self._attempt = attempt
         self._chunks = Metrics.counter(_METRICS_NAMESPACE, "chunks")
         self._chunk_bytes = Metrics.distribution(_METRICS_NAMESPACE, "chunk_bytes")
         self._chunked_requests = Metrics.counter(_METRICS_NAMESPACE, "chunked_requests")
@@ -310,7 +315,9 @@ class _ChunkFn(beam.DoFn):
         output_name, modality, shard = _decode_key(key)
         total_bytes = sum(request.nbytes for request in requests)
         chunk = Chunk(
-            chunk_id=_chunk_id(output_name, seq, shard if self._shards_per_key > 1 else None),
+            chunk_id=_chunk_id(
+                output_name, seq, shard if self._shards_per_key > 1 else None, self._attempt
+            ),
             output_name=output_name,
             modality=modality,
             requests=requests,
@@ -379,7 +386,8 @@ class ChunkRequests(beam.PTransform):
 
     Chunk ids are ``<output_name>-chunk-<NNNNNN>`` counted from 1 per key, or
     ``<output_name>-s<SSS>-chunk-<NNNNNN>`` when ``shards_per_key > 1``: unique per
-    ``(output_name, modality)`` within the run.
+    ``(output_name, modality)`` within the run. A resumed run's later attempts insert
+    ``.a<attempt>`` after the output name, so no chunk id of a run is ever reused.
 
     Args:
         max_chunk_bytes: limit on a chunk's size, in bytes (> ``chunk_overhead_bytes``).
@@ -389,6 +397,7 @@ class ChunkRequests(beam.PTransform):
         shards_per_key: split each ``(output_name, modality)`` into this many independent
             chunk streams (by a stable hash of ``custom_id``) for parallelism; 1 keeps the
             greedy fill optimal.
+        attempt: the run's submission attempt (1 for a fresh run, +1 per resume).
 
     Raises:
         ConfigError: (a ``ValueError``) naming the offending argument when it has the wrong
@@ -403,8 +412,11 @@ class ChunkRequests(beam.PTransform):
         chunk_overhead_bytes: int = 0,
         shards_per_key: int = 1,
         label: str | None = None,
+        attempt: int = 1,
     ) -> None:
         super().__init__(label)
+        _require_int("attempt", attempt, 1)
+        self._attempt = attempt
         _require_int("max_chunk_bytes", max_chunk_bytes, 1)
         if max_requests_per_chunk is not None:
             _require_int("max_requests_per_chunk", max_requests_per_chunk, 1)
@@ -444,6 +456,7 @@ class ChunkRequests(beam.PTransform):
                     self._oversized_request_policy,
                     self._chunk_overhead_bytes,
                     shards_per_key,
+                    self._attempt,
                 )
             ).with_outputs(_REJECTED_TAG, main=_CHUNKS_TAG)
         )

@@ -48,6 +48,7 @@ class BatchToFetch(NamedTuple):
         run_id: the run that submitted it.
         output_name: the output all its requests belong to.
         custom_id_to_source_index: the receipt's mapping.
+        run_rank: order of its run among linked runs (higher = submitted later).
     """
 
     provider: str
@@ -58,6 +59,7 @@ class BatchToFetch(NamedTuple):
     run_id: str
     output_name: str
     custom_id_to_source_index: dict
+    run_rank: int = 0
 
 
 class OutputResult(NamedTuple):
@@ -70,6 +72,7 @@ class OutputResult(NamedTuple):
         text: the generated text, or None when it failed or is pending.
         error: ``{"type", "message", "status_code", "retryable"}`` or None.
         input_tokens / output_tokens: usage when the provider reported it.
+        run_id / run_rank: the run that produced it, and its order among linked runs.
     """
 
     source_index: int
@@ -79,6 +82,17 @@ class OutputResult(NamedTuple):
     error: Optional[dict]
     input_tokens: Optional[int]
     output_tokens: Optional[int]
+    run_id: str = ""
+    run_rank: int = 0
+
+    def better_than(self, other: Optional[OutputResult]) -> bool:
+        """Success beats failure; among equals, the newer run wins."""
+        if other is None:
+            return True
+        mine, theirs = self.error is None, other.error is None
+        if mine != theirs:
+            return mine
+        return self.run_rank > other.run_rank
 
 
 def _error(kind: str, message: str, status_code: Any = None) -> dict[str, Any]:
@@ -147,6 +161,8 @@ class _FetchResultsFn(beam.DoFn):
                 error,
                 r.get("input_tokens"),
                 r.get("output_tokens"),
+                batch.run_id,
+                batch.run_rank,
             )
         if len(seen) == len(mapping):
             return
@@ -170,7 +186,17 @@ class _FetchResultsFn(beam.DoFn):
             )
         for cid, idx in mapping.items():
             if cid not in seen:
-                yield OutputResult(int(idx), batch.output_name, cid, None, missing, None, None)
+                yield OutputResult(
+                    int(idx),
+                    batch.output_name,
+                    cid,
+                    None,
+                    missing,
+                    None,
+                    None,
+                    batch.run_id,
+                    batch.run_rank,
+                )
 
 
 class FetchResults(beam.PTransform):
@@ -300,25 +326,25 @@ class _AssembleFn(beam.DoFn):
     def _assemble(
         self, source_index: int, results: list[OutputResult], grouped: dict[str, list]
     ) -> Iterator[Any]:
-        rows = grouped["rows"]
-        changed = grouped["changed"]
-        by_output: dict[str, OutputResult] = {}
-        for r in results:
-            prev = by_output.get(r.output_name)
-            if prev is None or (prev.error is not None and r.error is None):
-                by_output[r.output_name] = r
-        values: dict[str, Any] = {}
-        errors: dict[str, dict[str, Any]] = {}
         tokens_in = tokens_out = 0
         reported = False
+        rows = grouped["rows"]
+        changed = grouped["changed"]
+        # Per output, across linked runs: the newest success, else the newest failure.
+        by_output: dict[str, OutputResult] = {}
+        for r in results:
+            if r.better_than(by_output.get(r.output_name)):
+                by_output[r.output_name] = r
+            if r.input_tokens is not None:  # every attempt's usage was billed
+                reported = True
+                tokens_in += int(r.input_tokens or 0)
+                tokens_out += int(r.output_tokens or 0)
+        values: dict[str, Any] = {}
+        errors: dict[str, dict[str, Any]] = {}
         for output in self._outputs:
             r = by_output.get(output.name)
             if r is None:
                 continue
-            if r.input_tokens is not None:
-                reported = True
-                tokens_in += int(r.input_tokens or 0)
-                tokens_out += int(r.output_tokens or 0)
             if not rows or changed:
                 kind = "source_changed" if changed else "missing_source_row"
                 why = (
@@ -384,6 +410,7 @@ class _AssembleFn(beam.DoFn):
                     ERRORS_TAG,
                     {
                         "custom_id": cid,
+                        "run_id": by_output[name].run_id,
                         "source_index": source_index,
                         "output_name": name,
                         "error_type": err["type"],

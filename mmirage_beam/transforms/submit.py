@@ -18,8 +18,9 @@ from apache_beam.metrics import Metrics
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.receipts import (
+    intent_path,
     make_receipt,
-    parts_dir,
+    part_path,
     read_receipt_part,
     receipt_line,
     receipt_path,
@@ -42,7 +43,11 @@ class _SubmitChunkFn(beam.DoFn):
         output_types: dict[str, str],
         dry_run: bool,
         skip_invalid_rows: bool,
+        attempt: int = 1,
+        parent_run_id: Optional[str] = None,
     ) -> None:
+        self._attempt = attempt
+        self._parent = parent_run_id
         self._adapter_cls = adapter_cls
         self._config = provider_config
         self._run_id = run_id
@@ -77,10 +82,23 @@ class _SubmitChunkFn(beam.DoFn):
             self._blocked.inc()
             return
         rfile = receipt_path(self._base, chunk.modality, self._run_id, self._dry_run)
-        part = f"{parts_dir(rfile)}/{chunk.chunk_id}.json"
+        part = part_path(rfile, chunk.chunk_id)
         lines = [r.line for r in chunk.requests]
+        receipt = make_receipt(
+            provider=self._config.provider,
+            chunk=chunk,
+            provider_batch_id="",
+            status="submitting",
+            run_id=self._run_id,
+            output_type=self._output_types.get(chunk.output_name, "plain"),
+            model=getattr(self._config, "model", None),
+            attempt=self._attempt,
+            parent_run_id=self._parent,
+        )
+        intent = None
         if self._dry_run:
-            batch_id, status = f"dry-run-{chunk.modality}-{chunk.chunk_id}", "dry_run"
+            receipt["provider_batch_id"] = f"dry-run-{chunk.modality}-{chunk.chunk_id}"
+            receipt["status"] = "dry_run"
             prefix = b'{"batch_id":"' + f"{chunk.modality}-{chunk.chunk_id}".encode() + b'"'
             yield pvalue.TaggedOutput(
                 EXPORT_TAG,
@@ -89,30 +107,39 @@ class _SubmitChunkFn(beam.DoFn):
         else:
             existing = read_receipt_part(part)
             if existing is not None:
+                if existing.get("request_hash") != receipt["request_hash"]:
+                    raise RuntimeError(
+                        f"chunk id {chunk.chunk_id} of run {self._run_id} already has a receipt "
+                        "for different requests; refusing to submit"
+                    )
                 # A retried bundle: this chunk was already accepted; never submit twice.
                 self._reused.inc()
                 yield existing
                 return
+            # The intent is durable before the provider is called: if the run dies between
+            # the provider accepting the batch and the receipt below, a resume finds it.
+            intent = intent_path(rfile, chunk.chunk_id)
+            receipt["intent_at_utc"] = receipt["submitted_at_utc"]
+            write_durably(intent, receipt_line(receipt))
+            del receipt["intent_at_utc"]
             raw = self._adapter.submit_chunk_lines(chunk.chunk_id, lines, self._config)
             result = self._adapter.parse_submission_result(raw)
-            batch_id, status = result.provider_batch_id, result.status
+            receipt["provider_batch_id"], receipt["status"] = (
+                result.provider_batch_id,
+                result.status,
+            )
             _LOG.info(
                 "submitted %s (%d requests, %d bytes) as %s",
                 chunk.chunk_id,
                 len(lines),
                 chunk.total_bytes,
-                batch_id,
+                result.provider_batch_id,
             )
-        receipt = make_receipt(
-            provider=self._config.provider,
-            chunk=chunk,
-            provider_batch_id=batch_id,
-            status=status,
-            run_id=self._run_id,
-            output_type=self._output_types.get(chunk.output_name, "plain"),
-            model=getattr(self._config, "model", None),
-        )
         write_durably(part, receipt_line(receipt))  # durable before anything is emitted
+        if intent is not None:
+            from apache_beam.io.filesystems import FileSystems
+
+            FileSystems.delete([intent])
         self._submitted.inc()
         self._submitted_requests.inc(len(lines))
         self._submitted_bytes.inc(chunk.total_bytes)
@@ -139,6 +166,11 @@ class SubmitChunks(beam.PTransform):
         output_types: output name -> ``"plain" | "JSON"`` for the receipts' snapshot.
         invalid_row_count: optional singleton side input (int); when it is > 0 and
             ``skip_invalid_rows`` is false, no chunk is submitted (the validation barrier).
+        attempt: the run's submission attempt (recorded in receipts).
+        parent_run_id: for a resubmission, the run whose failures it re-sends.
+
+    Just before a chunk goes to the provider, ``<receipt file>.parts/<chunk_id>.intent``
+    is written; it is replaced by the receipt once the provider accepted the batch.
 
     Raises (on the worker):
         mmirage_beam.errors.CredentialsError: the key is missing on the worker.
@@ -155,6 +187,8 @@ class SubmitChunks(beam.PTransform):
         dry_run: bool = False,
         invalid_row_count: Optional[Any] = None,
         skip_invalid_rows: bool = False,
+        attempt: int = 1,
+        parent_run_id: Optional[str] = None,
     ) -> None:
         super().__init__()
         self._fn = _SubmitChunkFn(
@@ -165,6 +199,8 @@ class SubmitChunks(beam.PTransform):
             output_types,
             dry_run,
             skip_invalid_rows,
+            attempt,
+            parent_run_id,
         )
         self._invalid = invalid_row_count
 

@@ -1,0 +1,147 @@
+"""Selecting what to collect: a run, the runs linked to it, and their batches' status.
+
+Shared by ``mmirage merge`` and ``mmirage resubmit``. Runs are linked by the
+``parent_run_id`` of resubmission receipts; per request, the newest successful result
+across linked runs wins (see :class:`mmirage_beam.transforms.merge.OutputResult`).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from mmirage_beam.config.loader import PipelineConfig
+
+
+@dataclass
+class RunSelection:
+    """The batches of a run and its linked runs, looked up at their providers.
+
+    Attributes:
+        run: the run asked for (or the newest).
+        linked: it and its linked runs, oldest first.
+        entries: their receipts (:class:`mmirage_beam.status.ReceiptEntry`).
+        batches: one :class:`~mmirage_beam.transforms.merge.BatchToFetch` per receipt.
+        pending: those whose batch has not ended.
+        lookup_failed: statuses of batches the provider could not resolve.
+        providers: provider -> (adapter class, provider config).
+    """
+
+    run: str
+    linked: list[str]
+    entries: list[Any]
+    batches: list[Any]
+    pending: list[Any]
+    lookup_failed: list[Any]
+    providers: dict[str, tuple[type, Any]]
+
+
+def select_run(
+    config: PipelineConfig,
+    metadata_paths: Sequence[str],
+    run_id: Optional[str],
+    verb: str,
+) -> RunSelection:
+    """Find the receipts of ``run_id`` (default: the newest run) and its linked runs, and
+    look every batch up. Messages for the user go to stderr, prefixed ``mmirage <verb>``.
+
+    Raises:
+        mmirage_beam.status.NoReceiptsError: no receipt found (exit 2).
+        mmirage_beam.errors.CredentialsError: a provider key is missing (exit 2).
+    """
+    from mmirage_beam.status import BatchStatusChecker, collect_receipts
+
+    selection = collect_receipts(config, metadata_paths, run_id)
+    run = run_id or selection.run_ids[0]
+    # With --run-id, collect_receipts kept only that run: read again to find its links.
+    every = collect_receipts(config, metadata_paths) if run_id else selection
+    linked, rank = linked_runs(every.receipts, run)
+    entries = [e for e in every.receipts if e.run_id in linked]
+    others = [r for r in every.run_ids if r not in linked]
+    if len(linked) > 1:
+        print(
+            f"mmirage {verb}: run {run} is linked to run(s) "
+            f"{', '.join(r for r in linked if r != run)} (resubmissions): per request, "
+            "the newest successful result is kept",
+            file=sys.stderr,
+        )
+    if others:
+        print(
+            f"mmirage {verb}: using run {run}; also found run(s) {', '.join(others)}: "
+            "pass --run-id to choose another",
+            file=sys.stderr,
+        )
+    batch_entries = list({e.key: e for e in entries}.values())
+    with BatchStatusChecker({e.provider for e in batch_entries}, config) as checker:
+        statuses = checker.check(batch_entries)
+        providers = checker.adapter_plans()
+    batches, pending, lookup_failed = batches_to_fetch(entries, statuses, rank)
+    print(
+        f"mmirage {verb}: run {run}: {len(batches)} batch(es), "
+        f"{sum(e.request_count for e in entries)} request(s)",
+        file=sys.stderr,
+    )
+    for st in lookup_failed:
+        print(f"  cannot look up {st.receipt.provider_batch_id}: {st.error}", file=sys.stderr)
+    return RunSelection(run, linked, entries, batches, pending, lookup_failed, providers)
+
+
+def linked_runs(receipts: Sequence[Any], run: str) -> tuple[list[str], dict[str, int]]:
+    """The runs linked to ``run`` by ``parent_run_id`` (both ways), oldest first, and
+    each one's rank (0 = oldest), from the receipts' submission times."""
+    edges: dict[str, set[str]] = {}
+    first_seen: dict[str, float] = {}
+    for e in receipts:
+        parent = e.receipt.get("parent_run_id")
+        edges.setdefault(e.run_id, set())
+        if parent:
+            edges[e.run_id].add(parent)
+            edges.setdefault(parent, set()).add(e.run_id)
+        t = e.submitted_at or 0.0
+        first_seen[e.run_id] = min(first_seen.get(e.run_id, t), t)
+    seen, todo = {run}, [run]
+    while todo:
+        for other in edges.get(todo.pop(), ()):
+            if other not in seen:
+                seen.add(other)
+                todo.append(other)
+    ordered = sorted(seen, key=lambda r: (first_seen.get(r, 0.0), r))
+    return ordered, {r: i for i, r in enumerate(ordered)}
+
+
+def batches_to_fetch(
+    entries: list[Any], statuses: list[Any], rank: dict[str, int]
+) -> tuple[list, list, list]:
+    """Receipts + their statuses -> (BatchToFetch per receipt, not ended, lookup failed)."""
+    from mmirage_beam.status import LOOKUP_FAILED
+    from mmirage_beam.transforms.merge import TERMINAL_STATUSES, BatchToFetch
+
+    by_key = {st.receipt.key: st for st in statuses}
+    batches, pending = [], []
+    for e in entries:
+        st = by_key[e.key]
+        progress = st.progress
+        provider_status = progress.provider_status if progress else st.status
+        failure = None
+        if st.status == "failed":
+            failure = {
+                "type": (progress.error_code if progress else None) or f"batch_{provider_status}",
+                "message": progress.detail if progress else "",
+            }
+        b = BatchToFetch(
+            provider=e.provider,
+            provider_batch_id=e.provider_batch_id,
+            status=st.status,
+            provider_status=provider_status,
+            failure=failure,
+            run_id=e.run_id,
+            output_name=e.output_name or "",
+            custom_id_to_source_index=dict(e.receipt["custom_id_to_source_index"]),
+            run_rank=rank.get(e.run_id, 0),
+        )
+        batches.append(b)
+        if st.status not in TERMINAL_STATUSES and st.status != LOOKUP_FAILED:
+            pending.append(b)
+    failed = [st for st in statuses if st.status == LOOKUP_FAILED]
+    return batches, pending, failed

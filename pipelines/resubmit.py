@@ -1,0 +1,177 @@
+"""``mmirage resubmit`` / ``python -m pipelines.resubmit``: re-send a run's failed requests.
+
+Usage:
+    python -m pipelines.resubmit --config C.yaml [--from OUT.errors.jsonl | --run-id ID]
+        [--only retryable|all] [--new-run-id ID] [standard Beam pipeline options]
+
+Builds new requests (from the source rows, exactly as at submission) for the failed,
+expired and cancelled custom_ids of a run, never for succeeded ones, and submits them as
+a new run whose receipts carry ``parent_run_id``; ``mmirage merge`` then takes, per
+custom_id, the newest successful result across the linked runs.
+
+Exit status: 0 resubmitted (or nothing to resubmit); 1 a submission failed or rows are
+invalid; 2 bad flags, bad config, no receipts or a missing key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from mmirage_beam.launch import configure_logging, counters, guarded, read_jsonl
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
+    ap = argparse.ArgumentParser(
+        prog="mmirage resubmit",
+        description="Re-send the failed requests of a run as a new, linked run. Unknown "
+        "flags are Beam pipeline options.",
+    )
+    ap.add_argument("--config", required=True, help="the config the run was submitted with")
+    ap.add_argument(
+        "--from",
+        dest="errors_file",
+        metavar="OUT.errors.jsonl",
+        help="take the failed requests from a merge's errors file",
+    )
+    ap.add_argument(
+        "--run-id",
+        help="the run to resubmit failures of (default: the newest); without --from its "
+        "results are fetched from the provider",
+    )
+    ap.add_argument(
+        "--only",
+        choices=["retryable", "all"],
+        default="retryable",
+        help="retryable (default): expired, cancelled, timeouts, rate limits, server "
+        "errors, token_limit_exceeded; all: also invalid requests and invalid JSON",
+    )
+    ap.add_argument("--new-run-id", help="run id of the resubmission (default: a fresh one)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return ap.parse_known_args(argv)
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
+    args, beam_args = parse_args(argv)
+    configure_logging(args.verbose)
+
+    import tempfile
+
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from mmirage_beam.collect import select_run
+    from mmirage_beam.config import load_config
+    from mmirage_beam.errors import ConfigError
+    from mmirage_beam.ids import check_run_id, new_run_id
+    from mmirage_beam.pipeline import (
+        build_failures_pipeline,
+        build_submit_pipeline,
+        resubmittable,
+    )
+    from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
+    from mmirage_beam.receipts import MODALITIES, consolidate, receipt_path
+
+    config = load_config(args.config)
+    provider = config.processor.provider
+    adapter_cls = BatchAdapterRegistry.get(provider)
+    resolve_credentials(adapter_cls, provider)
+    try:
+        new_run = check_run_id(args.new_run_id) if args.new_run_id else new_run_id()
+    except ValueError as exc:
+        raise ConfigError("--new-run-id", str(exc)) from None
+
+    if args.errors_file:
+        errors = read_jsonl(args.errors_file)
+        if not errors and not _exists(args.errors_file):
+            raise ConfigError("--from", f"{args.errors_file} does not exist")
+        runs = {e.get("run_id") for e in errors if e.get("run_id")}
+        parent = args.run_id or (sorted(runs)[-1] if len(runs) == 1 else None)
+        if parent is None:
+            sel = select_run(config, [], None, "resubmit")
+            parent = sel.run
+        ids = {e["custom_id"] for e in errors if resubmittable(e, args.only)}
+        source = args.errors_file
+    else:
+        sel = select_run(config, [], args.run_id, "resubmit")
+        if sel.lookup_failed:
+            print("mmirage: error: some batches cannot be looked up.", file=sys.stderr)
+            return 1
+        if sel.pending:
+            print(
+                f"mmirage resubmit: {len(sel.pending)} batch(es) have not ended; their "
+                "requests are not resubmitted (they may still succeed)",
+                file=sys.stderr,
+            )
+        parent = sel.run
+        with tempfile.TemporaryDirectory() as tmp:
+            ids_path = f"{tmp}/failed_ids.txt"
+            fetch = beam.Pipeline(options=PipelineOptions(beam_args))
+            build_failures_pipeline(fetch, sel.batches, sel.providers, args.only, ids_path)
+            fetch.run().wait_until_finish()
+            try:
+                with open(ids_path, encoding="utf-8") as f:
+                    ids = {line.strip() for line in f if line.strip()}
+            except FileNotFoundError:
+                ids = set()
+        source = f"the results of run {parent}"
+    if not ids:
+        print(f"mmirage resubmit: nothing to resubmit ({args.only} failures in {source}: none)")
+        return 0
+    print(
+        f"mmirage resubmit: re-sending {len(ids)} failed request(s) ({args.only}) of run "
+        f"{parent} as run {new_run}",
+        file=sys.stderr,
+    )
+    pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+    plan = build_submit_pipeline(
+        pipeline,
+        config,
+        new_run,
+        skip_invalid_rows=True,
+        only_custom_ids=frozenset(ids),
+        parent_run_id=parent,
+    )
+    try:
+        result = pipeline.run()
+        result.wait_until_finish()
+    except Exception as exc:  # the runner re-raises worker failures in many wrappers
+        for m in MODALITIES:
+            consolidate(receipt_path(plan.receipts_base, m, new_run))
+        print(
+            f"mmirage: error: the resubmission failed: {str(exc).strip().splitlines()[-1]}\n"
+            f"Resume it with: mmirage run --config {args.config} --run-id {new_run}",
+            file=sys.stderr,
+        )
+        return 1
+    written = [
+        p
+        for p in (receipt_path(plan.receipts_base, m, new_run) for m in MODALITIES)
+        if consolidate(p)
+    ]
+    stats = counters(result)
+    print(f"resubmission run:    {new_run} (parent run {parent})")
+    print(f"requests re-sent:    {stats.get('requests_submitted', 0)} of {len(ids)} failed")
+    print(f"batches submitted:   {stats.get('batches_submitted', 0)}")
+    print("receipts:            " + (", ".join(written) if written else "none"))
+    missing = len(ids) - stats.get("requests_submitted", 0)
+    if missing:
+        print(
+            f"{missing} failed request(s) could not be rebuilt (their rows are invalid now, "
+            f"see {plan.invalid_rows_path}, or no longer exist)"
+        )
+    print(f"Then merge as usual: mmirage merge --config {args.config} --output-path OUT.jsonl")
+    return 0
+
+
+def _exists(path: str) -> bool:
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.exists(path)
+
+
+main = guarded(_main)
+
+if __name__ == "__main__":
+    sys.exit(main())
