@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -202,6 +202,7 @@ def build_merge_pipeline(
     num_partitions: Optional[int] = None,
     rows_per_partition: int = 100_000,
     verify_source: bool = True,
+    invalid_rows_files: Sequence[str] = (),
 ) -> MergePlan:
     """Add the merge graph: fetch results, verify and re-read the source, join, write.
 
@@ -216,6 +217,8 @@ def build_merge_pipeline(
         num_partitions: ordered-write partitions (default: one per
             ``rows_per_partition`` rows of the receipts' source_index range).
         verify_source: rebuild the requests and compare chunk hashes.
+        invalid_rows_files: the runs' ``<base>.invalid_rows.<run_id>.jsonl`` files; their
+            rows (skipped at submission) are written marked ``mmirage_skipped``.
     """
     from mmirage_beam.transforms.merge import (
         AssembleMergedRows,
@@ -242,7 +245,7 @@ def build_merge_pipeline(
     read = p | "ReadDatasets" >> ReadDatasets(config.datasets)
     verifiable = [r for r in receipts if r.get("run_id")] if verify_source else []
     extracted = read.rows | "ExtractInputs" >> ExtractInputs(
-        config.inputs, config.datasets, load_images=bool(verifiable)
+        config.inputs, config.datasets, load_images=bool(verifiable), lenient=True
     )
     if verifiable:
         adapter_cls = providers[config.processor.provider][0]
@@ -255,10 +258,19 @@ def build_merge_pipeline(
         } | "VerifySourceUnchanged" >> VerifySourceUnchanged()
     else:
         changed = p | "NoVerification" >> beam.Create([])
+    skipped = (
+        p
+        | "InvalidRowsFiles" >> beam.Create(list(invalid_rows_files))
+        | "ReadInvalidRows" >> beam.io.ReadAllFromText()
+        | "ParseInvalidRows" >> beam.Map(json.loads)
+        | "WithIndex" >> beam.Filter(lambda e: e.get("source_index") is not None)
+        | "SkippedByIndex" >> beam.Map(lambda e: (int(e["source_index"]), e["reason"]))
+    )
     assembled = {
         "results": fetched.results,
         "rows": extracted.rows,
         "changed": changed,
+        "skipped": skipped,
     } | "AssembleMergedRows" >> AssembleMergedRows(
         config.outputs, config.output_schema, config.remove_columns
     )

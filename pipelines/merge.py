@@ -66,7 +66,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.collect import select_run
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
-    from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for
+    from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for, invalid_rows_path
+    from mmirage_beam.receipts import receipts_base
 
     if args.partitions is not None and args.partitions < 1:
         raise ConfigError("--partitions", "must be >= 1")
@@ -85,6 +86,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"  {b.provider_batch_id} ({b.provider}, {b.provider_status})", file=sys.stderr)
         return 1
     entries, batches, pending, providers = sel.entries, sel.batches, sel.pending, sel.providers
+    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     receipts = [e.receipt for e in entries]
 
     out = args.output_path
@@ -101,6 +103,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         out,
         num_partitions=args.partitions,
         verify_source=not args.no_verify_source,
+        invalid_rows_files=[
+            path
+            for path in (invalid_rows_path(base, run) for run in sel.linked)
+            if FileSystems.exists(path)
+        ],
     )
     result = pipeline.run()
     result.wait_until_finish()
@@ -124,6 +131,7 @@ def _print_totals(plan, stats, errors, pending, allow_partial) -> None:  # noqa:
         if kind != "unknown_custom_id":
             lines.append(f"  {kind + ':':<18} {n}")
     lines += [
+        f"skipped at submit:   {stats.get('rows_skipped_invalid', 0)} (invalid rows)",
         f"missing source rows: {stats.get('missing_source_rows', 0)}",
         f"source changed rows: {stats.get('source_changed_rows', 0)}",
         f"unknown custom_ids:  {stats.get('unknown_custom_ids', 0)}",

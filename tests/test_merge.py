@@ -276,3 +276,19 @@ def test_no_receipts_is_exit_2(tmp_path, capsys, provider_env):
     cfg = _setup(tmp_path, "openai", provider_env, _rows(2))
     code, merged, _ = _merge(tmp_path, cfg)
     assert code == 2 and merged is None
+
+
+def test_rows_skipped_at_submission_are_written_marked(tmp_path, capsys, provider_env):
+    fake = provider_env
+    rows = _rows(6)
+    rows[2]["question"] = None  # invalid: the input is null
+    cfg = _setup(tmp_path, "openai", fake, rows)
+    assert submit_main(["--config", cfg, "--run-id", "r1", "--skip-invalid-rows"]) == 0
+    code, merged, errors = _merge(tmp_path, cfg)
+    out = capsys.readouterr().out
+    assert code == 0 and errors == []
+    assert [m["source_index"] for m in merged] == list(range(6))
+    skipped = merged[2]
+    assert skipped["answer"] is None and "question" in skipped["mmirage_skipped"]
+    assert all("mmirage_skipped" not in m for i, m in enumerate(merged) if i != 2)
+    assert "skipped at submit:   1" in out

@@ -20,12 +20,14 @@ from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.config.loader import DatasetConfig, InputConfig, OutputConfig
 from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.ids import custom_id
+from mmirage_beam.io.readers import replace_lone_surrogates
 from mmirage_beam.records import BatchRequest, RowError, SourceRow
 from mmirage_beam.transforms.schema import json_schema_for
 
 _LOG = logging.getLogger(__name__)
 _NS = "mmirage"
 ERRORS_TAG = "errors"
+BUILT_ROWS_TAG = "rows"
 
 
 class ExtractedRow(NamedTuple):
@@ -57,7 +59,7 @@ def _clean_text(value: str) -> str:
         value.encode("utf-8")
         return value
     except UnicodeEncodeError:
-        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return replace_lone_surrogates(value)  # one U+FFFD per surrogate
 
 
 class _ExtractInputsFn(beam.DoFn):
@@ -66,10 +68,12 @@ class _ExtractInputsFn(beam.DoFn):
         inputs: Sequence[InputConfig],
         datasets: Sequence[DatasetConfig],
         load_images: bool = True,
+        lenient: bool = False,
     ) -> None:
         self._inputs = tuple(inputs)
         self._datasets = tuple(datasets)
         self._load_images = load_images
+        self._lenient = lenient
         self._rows = Metrics.counter(_NS, "rows_extracted")
 
     def setup(self) -> None:
@@ -85,6 +89,9 @@ class _ExtractInputsFn(beam.DoFn):
         images: list[dict[str, Any]] = []
         for spec, expr in self._compiled:
             value = expr.search(element.row)
+            if value is None and self._lenient and not spec.has_default:
+                values[spec.name] = None
+                continue
             if value is None:
                 if not spec.has_default:
                     yield pvalue.TaggedOutput(
@@ -130,7 +137,9 @@ class ExtractInputs(beam.PTransform):
     or unrecognisable image, naming the input and the source_index.
 
     With ``load_images=False`` image files are not read: each image is ``{"source": value}``
-    (enough for the modality and for rendering, as merge needs).
+    (enough for the modality and for rendering, as merge needs). With ``lenient=True`` a
+    missing or null input is ``None`` instead of an error (merge re-reads rows that were
+    skipped as invalid at submission, to write them marked).
     """
 
     def __init__(
@@ -138,6 +147,7 @@ class ExtractInputs(beam.PTransform):
         inputs: Sequence[InputConfig],
         datasets: Sequence[DatasetConfig],
         load_images: bool = True,
+        lenient: bool = False,
     ) -> None:
         super().__init__()
         if not inputs:
@@ -145,10 +155,11 @@ class ExtractInputs(beam.PTransform):
         self._inputs = tuple(inputs)
         self._datasets = tuple(datasets)
         self._load_images = load_images
+        self._lenient = lenient
 
     def expand(self, rows: beam.PCollection) -> ExtractInputsResult:
         out = rows | "Extract" >> beam.ParDo(
-            _ExtractInputsFn(self._inputs, self._datasets, self._load_images)
+            _ExtractInputsFn(self._inputs, self._datasets, self._load_images, self._lenient)
         ).with_outputs(ERRORS_TAG, main="rows")
         return ExtractInputsResult(out.rows, out[ERRORS_TAG])
 
@@ -252,10 +263,11 @@ class _BuildRequestsFn(beam.DoFn):
             self._requests.inc()
             self._bytes.inc(req.nbytes)
             yield req
+        yield pvalue.TaggedOutput(BUILT_ROWS_TAG, element)
 
 
 class BuildRequests(beam.PTransform):
-    """PCollection[ExtractedRow] -> ``BuildRequestsResult(requests, errors)``.
+    """PCollection[ExtractedRow] -> ``BuildRequestsResult(requests, errors, rows)``.
 
     For every row and every output: render the Jinja2 prompt (StrictUndefined), build
     the neutral payload (text part first, then one part per image for a multimodal row),
@@ -264,6 +276,8 @@ class BuildRequests(beam.PTransform):
     outputs cannot all be built yields no request and one RowError naming the output,
     the reason and the source_index (undefined variable, whitespace-only prompt, an image
     the provider refuses, a request above the provider's hard per-batch byte limit).
+    ``rows`` is PCollection[ExtractedRow]: the rows whose every request was built (the
+    ones placeholder rows may be written for).
 
     Args:
         outputs: the ``processing_params.outputs``.
@@ -285,13 +299,16 @@ class BuildRequests(beam.PTransform):
         self._fn = _BuildRequestsFn(outputs, datasets, adapter_cls, provider_config)
 
     def expand(self, rows: beam.PCollection) -> BuildRequestsResult:
-        out = rows | "Build" >> beam.ParDo(self._fn).with_outputs(ERRORS_TAG, main="requests")
-        return BuildRequestsResult(out.requests, out[ERRORS_TAG])
+        out = rows | "Build" >> beam.ParDo(self._fn).with_outputs(
+            ERRORS_TAG, BUILT_ROWS_TAG, main="requests"
+        )
+        return BuildRequestsResult(out.requests, out[ERRORS_TAG], out[BUILT_ROWS_TAG])
 
 
 class BuildRequestsResult(NamedTuple):
     requests: beam.PCollection
     errors: beam.PCollection
+    rows: beam.PCollection
 
 
 def variables_for(values: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Any]:

@@ -320,8 +320,24 @@ class _AssembleFn(beam.DoFn):
     def process(self, element: tuple[int, dict[str, list]]) -> Iterator[Any]:
         source_index, grouped = element
         results: list[OutputResult] = list(grouped["results"])
-        if results:  # else a row this merge submitted nothing for
+        if results:
             yield from self._assemble(source_index, results, grouped)
+        elif grouped.get("skipped") and grouped["rows"]:
+            yield from self._skipped(source_index, grouped)
+        # else: a row this merge submitted nothing for
+
+    def _skipped(self, source_index: int, grouped: dict[str, list]) -> Iterator[Any]:
+        """A row left out at submission (--skip-invalid-rows): written, marked, no outputs."""
+        extracted = grouped["rows"][0]
+        values = {o.name: MISSING for o in self._outputs}
+        out = assemble_output_row(
+            extracted.row, extracted.values, values, self._renderer, self._remove, source_index
+        )
+        out["mmirage_skipped"] = grouped["skipped"][0]
+        Metrics.counter(_NS, "rows_skipped_invalid").inc()
+        self._rows.inc()
+        line = json.dumps(out, ensure_ascii=False, default=_json_default) + "\n"
+        yield MergedRow(source_index, line.encode("utf-8"))
 
     def _assemble(
         self, source_index: int, results: list[OutputResult], grouped: dict[str, list]
@@ -434,7 +450,9 @@ class AssembleMergedRows(beam.PTransform):
     """Join results onto source rows and render each output row.
 
     Input: a dict ``{"results": PCollection[OutputResult], "rows":
-    PCollection[ExtractedRow], "changed": PCollection[(source_index, chunk key)]}``.
+    PCollection[ExtractedRow], "changed": PCollection[(source_index, chunk key)],
+    "skipped"?: PCollection[(source_index, reason)]}`` (rows left out at submission by
+    ``--skip-invalid-rows``: written with null outputs and ``mmirage_skipped: reason``).
     Output: ``AssembleResult(rows=PCollection[MergedRow], errors=PCollection[dict])``.
 
     One row per source_index that has results: the top-level ``output_schema`` rendered
@@ -459,6 +477,8 @@ class AssembleMergedRows(beam.PTransform):
             "rows": pcolls["rows"]
             | "RowsByIndex" >> beam.Map(lambda r: (r.source_index, r._replace(images=()))),
             "changed": pcolls["changed"],
+            "skipped": pcolls.get("skipped")
+            or (pcolls["changed"].pipeline | "NoSkippedRows" >> beam.Create([])),
         }
         out = (
             keyed
