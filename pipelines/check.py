@@ -109,6 +109,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             flush=True,
         )
     status.print_report(report, rich_output=tty)
+    for line in status.advice_lines(report, args.config):
+        print(line)
     return report.exit_code
 
 
