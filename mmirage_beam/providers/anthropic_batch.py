@@ -7,6 +7,29 @@ images are base64 (``image/jpeg|png|gif|webp``, at most 5 MB each) or URL source
 structured output is ``params.output_config.format = {type: "json_schema", schema}``.
 The SDK serialises the body as compact JSON, so an upload is the request lines joined by
 commas inside ``{"requests":[...]}``: 14 bytes more than the JSONL lines it is built from.
+
+Retries, and the duplicate-batch window: the client is built with the SDK's retries off
+(``max_retries=0``); every call goes through
+:meth:`~mmirage_beam.providers.base.BatchSubmissionAdapter.call_with_retries` (408, 409,
+429, >= 500 incl. 529 and connection errors, honouring ``retry-after-ms`` /
+``retry-after``). Anthropic message batches carry no metadata and the API takes no
+idempotency key, so a batch cannot be traced back to its run and chunk: the adapter
+keeps the contract's default ``find_batch`` (always None, "cannot tell"; not overridden,
+so a resumed run knows it cannot look batches up) and a retried create is never
+preceded by an adoption step, unlike OpenAI.
+
+The window that remains: a ``POST /v1/messages/batches`` that Anthropic *stored* but
+whose answer was a retryable error (a 5xx or 529 sent after the batch was created) or
+never arrived (the connection dropped or timed out after the body was sent) is retried
+and creates a *second* batch with the same requests. What the user sees: two message
+batches holding the same custom_ids, both processed and both billed; the receipt names
+only the batch whose create answered (the last one), so ``check`` and ``merge`` follow
+that one, and if both are ever receipted (e.g. one by a resumed run) ``merge`` keeps,
+per custom_id, the newest successful result. A create refused before anything was
+stored (a 400 or 413 validation error, which is never retried, or a 429 rate limit)
+makes no batch. The same duplicate can come from a run that stopped between a stored
+create and its receipt: the resume of that run cannot look the batch up either and
+sends the chunk again.
 """
 
 from __future__ import annotations
@@ -19,6 +42,7 @@ from mmirage_beam.providers.base import BatchAdapterRegistry, BatchSubmissionAda
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.retrying import make_retry_filter
 
 ACCEPTED_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 # Anthropic: "5MB per image" (vision docs). Checked on the base64 text, the larger of
@@ -30,7 +54,12 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
     """``provider: anthropic``: builds Message Batch requests and drives the API.
 
     The client (``anthropic.Anthropic``) is built in :meth:`setup` with the key from
-    ``ANTHROPIC_API_KEY``, the config's ``base_url`` and ``timeout_seconds``.
+    ``ANTHROPIC_API_KEY``, the config's ``base_url`` and ``timeout_seconds``, and the
+    SDK's retries off: every call is retried by :meth:`call_with_retries`.
+
+    :meth:`find_batch` is the contract's default (None): message batches carry no
+    metadata, so a create that Anthropic stored but answered with a retryable error is
+    retried into a second batch with the same custom_ids (see the module docstring).
     """
 
     required_credentials: ClassVar[Sequence[str]] = ("api_key",)
@@ -41,7 +70,11 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
     def setup(self, config: BatchProviderConfig) -> None:
         import anthropic
 
-        kwargs: Dict[str, Any] = {"api_key": self.credentials.get("api_key")}
+        self._retry_filter = make_retry_filter(
+            (anthropic.APIConnectionError,), (anthropic.APIStatusError,)
+        )
+        # every retry goes through call_with_retries
+        kwargs: Dict[str, Any] = {"api_key": self.credentials.get("api_key"), "max_retries": 0}
         if getattr(config, "base_url", None):
             kwargs["base_url"] = config.base_url
         if getattr(config, "timeout_seconds", None):
@@ -53,6 +86,12 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         if client is not None:
             client.close()
             self._client = None
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        """Connection errors and timeouts (``anthropic.APIConnectionError``), and
+        ``anthropic.APIStatusError`` with 408, 409, 429 or >= 500 (529 overloaded)."""
+        retry_filter = getattr(self, "_retry_filter", None)
+        return retry_filter(exc) if retry_filter is not None else super().is_retryable(exc)
 
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: BatchProviderConfig
@@ -81,7 +120,19 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
     def submit_chunk(
         self, chunk_id: str, requests: Sequence[Dict[str, Any]], config: BatchProviderConfig
     ) -> Dict[str, Any]:
-        batch = self._client.messages.batches.create(requests=list(requests))
+        """Create one message batch; the create is retried (see the module docstring for
+        the duplicate-batch window this leaves).
+
+        Raises:
+            mmirage_beam.providers.retrying.ProviderRetriesExhausted: the create still
+                failed after the last attempt.
+            anthropic.APIStatusError: a non-retryable answer (e.g. 400, 413), at once.
+        """
+        body = list(requests)
+        batch = self.call_with_retries(
+            f"Anthropic messages.batches.create (chunk {chunk_id})",
+            lambda: self._client.messages.batches.create(requests=body),
+        )
         return batch.model_dump(mode="json")
 
     def parse_submission_result(self, raw_result: Dict[str, Any]) -> _Result:
@@ -99,7 +150,10 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         )
 
     def check_batch_status(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
-        batch = self._client.messages.batches.retrieve(provider_batch_id)
+        batch = self.call_with_retries(
+            f"Anthropic messages.batches.retrieve ({provider_batch_id})",
+            lambda: self._client.messages.batches.retrieve(provider_batch_id),
+        )
         return self.parse_submission_result(batch.model_dump(mode="json"))
 
     def describe_batch(self, result: _Result) -> _Progress:
@@ -121,11 +175,21 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
     def retrieve_results(
         self, provider_batch_id: str, config: BatchProviderConfig
     ) -> Sequence[Dict[str, Any]]:
-        """Stream ``results()``; ``succeeded``, ``errored``, ``canceled``, ``expired``."""
-        out: list[Dict[str, Any]] = []
-        for item in self._client.messages.batches.results(provider_batch_id):
-            out.append(normalise_result(item.model_dump(mode="json")))
-        return out
+        """Stream ``results()``; ``succeeded``, ``errored``, ``canceled``, ``expired``.
+
+        The whole download is retried (it is a read): an error while the stream is read
+        starts it again from the first line.
+        """
+
+        def download() -> list[Dict[str, Any]]:
+            return [
+                normalise_result(item.model_dump(mode="json"))
+                for item in self._client.messages.batches.results(provider_batch_id)
+            ]
+
+        return self.call_with_retries(
+            f"Anthropic messages.batches.results ({provider_batch_id})", download
+        )
 
 
 def normalise_result(item: Dict[str, Any]) -> Dict[str, Any]:

@@ -16,12 +16,16 @@ import abc
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Sequence, TypeVar
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.errors import ConfigError, CredentialsError
+from mmirage_beam.providers import retrying
+
+_T = TypeVar("_T")
 
 NORMALISED_STATUSES = ("completed", "failed", "in_progress", "unknown")
 
@@ -207,6 +211,18 @@ class BatchSubmissionAdapter(abc.ABC):
     #: the run being submitted; set by the submit step before ``submit_chunk``.
     run_id: Optional[str] = None
 
+    #: Retry policy of every provider call (see :mod:`mmirage_beam.providers.retrying`):
+    #: attempts in all, then the full-jitter backoff in seconds, and the longest
+    #: server-requested wait (``retry-after-ms`` / ``retry-after``) honoured, in seconds.
+    #: Class attributes, so a subclass or a test can tune them.
+    RETRY_MAX_ATTEMPTS: ClassVar[int] = 6
+    RETRY_INITIAL_DELAY_SECS: ClassVar[float] = 0.5
+    RETRY_FACTOR: ClassVar[float] = 2.0
+    RETRY_MAX_DELAY_SECS: ClassVar[float] = 30.0
+    RETRY_MAX_RETRY_AFTER_SECS: ClassVar[float] = 120.0
+    #: called with each retry delay in seconds; None means ``time.sleep``.
+    RETRY_SLEEP: ClassVar[Optional[Callable[[float], None]]] = None
+
     def __init__(self, credentials: Optional[Mapping[str, str]] = None) -> None:
         self.credentials: Dict[str, str] = dict(credentials or {})
 
@@ -226,6 +242,81 @@ class BatchSubmissionAdapter(abc.ABC):
 
     def teardown(self) -> None:
         """Close clients. Default: no-op."""
+
+    # -- retries ----------------------------------------------------------------------
+    def retry_policy(self) -> retrying.RetryPolicy:
+        """The :class:`~mmirage_beam.providers.retrying.RetryPolicy` of the ``RETRY_*``
+        class attributes."""
+        cls = type(self)
+        return retrying.RetryPolicy(
+            max_attempts=cls.RETRY_MAX_ATTEMPTS,
+            initial_delay_secs=cls.RETRY_INITIAL_DELAY_SECS,
+            factor=cls.RETRY_FACTOR,
+            max_delay_secs=cls.RETRY_MAX_DELAY_SECS,
+            max_retry_after_secs=cls.RETRY_MAX_RETRY_AFTER_SECS,
+        )
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        """True when ``exc`` is worth another attempt: this service's retry predicate.
+
+        The default is duck-typed: connection errors and timeouts, and any error whose
+        ``.status_code`` is 408, 409, 429 or >= 500. Adapters override it with their SDK's
+        exception classes (:func:`~mmirage_beam.providers.retrying.make_retry_filter`).
+        """
+        return _DUCK_TYPED_RETRY_FILTER(exc)
+
+    def call_with_retries(self, what: str, fn: Callable[[], _T]) -> _T:
+        """``fn()`` retried with this adapter's policy and :meth:`is_retryable`.
+
+        Build clients with the SDK's own retries off (``max_retries=0``) and wrap every
+        provider call in this, so each retry is logged once and follows one policy.
+        ``fn`` is repeated unchanged: a create must check for its own earlier success.
+
+        Args:
+            what: names the call in logs and errors (no keys, no request bodies).
+
+        Raises:
+            mmirage_beam.providers.retrying.ProviderRetriesExhausted: the last attempt
+                failed with a retryable error (exit status 1).
+        """
+        return retrying.call_with_retries(
+            fn,
+            what=what,
+            retry_filter=self.is_retryable,
+            policy=self.retry_policy(),
+            sleep=type(self).RETRY_SLEEP or time.sleep,
+        )
+
+    def find_batch(
+        self, run_id: str, chunk_id: str, created_after: Optional[float] = None
+    ) -> Optional[Dict[str, Any]]:
+        """The provider's batch created for chunk ``chunk_id`` of run ``run_id``, if any.
+
+        Used to adopt a batch whose create succeeded on the provider's side although the
+        call answered an error (or whose receipt was lost in a crash), instead of
+        creating a second one. Only providers that store batch metadata can answer;
+        override this only if yours can (the resume step treats an adapter that keeps
+        this default as "cannot look batches up").
+
+        The default leaves a window: a create the provider stored but answered with a
+        retryable error (5xx, 529, or a connection cut after the body was sent) is
+        retried and makes a second batch with the same custom_ids; both are processed
+        and billed, the receipt names the one whose create answered, and ``merge`` keeps
+        the newest successful result per custom_id. Anthropic is such a provider (see
+        :mod:`mmirage_beam.providers.anthropic_batch`).
+
+        Args:
+            run_id: the run's id (``mmirage_run_id`` in the batch metadata).
+            chunk_id: the chunk's id (``mmirage_chunk_id``).
+            created_after: Unix seconds; batches created before this are not looked at
+                (None: look at every batch the provider lists).
+
+        Returns:
+            The raw batch (as :meth:`submit_chunk` returns it, so
+            :meth:`parse_submission_result` reads it), or None: none was found, or this
+            provider cannot tell (the default).
+        """
+        return None
 
     # -- the MMIRAGE contract -------------------------------------------------------
     @abc.abstractmethod
@@ -305,6 +396,9 @@ class BatchSubmissionAdapter(abc.ABC):
             total=_optional_int(counts.get("total")),
             created_at=parse_timestamp(raw.get("created_at")),
         )
+
+
+_DUCK_TYPED_RETRY_FILTER = retrying.make_retry_filter((), (Exception,))
 
 
 class BatchAdapterRegistry:
