@@ -7,7 +7,7 @@ import logging
 import sys
 from typing import Any, Callable, Optional, Sequence
 
-from mmirage_beam.errors import MmirageError
+from mmirage_beam.errors import ConfigError, MmirageError
 
 _LOG = logging.getLogger("mmirage_beam")
 
@@ -39,15 +39,19 @@ def configure_logging(verbose: bool = False) -> None:
     """mmirage at INFO (DEBUG with ``verbose``) on stderr; Beam's own chatter at WARNING.
 
     Call it before importing ``apache_beam`` so Beam's import-time notices are filtered.
+    Replaces the root handlers a previous call or an implicit ``logging.basicConfig``
+    installed (plain stream handlers), and keeps any other handler of the program that
+    embeds the driver (files, pytest's ``caplog``...).
     """
-    logging.basicConfig(
-        level=logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=[_StderrHandler()],
-        force=True,
-    )
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_DropImportNoise())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if type(old) in (logging.StreamHandler, _StderrHandler):
+            root.removeHandler(old)
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_DropImportNoise())
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
     logging.getLogger("mmirage_beam").setLevel(logging.DEBUG if verbose else logging.INFO)
     for noisy in ("apache_beam", "httpx", "openai", "anthropic", "werkzeug"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -60,7 +64,8 @@ def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int
         try:
             return main(argv)
         except MmirageError as exc:
-            kind = "config error" if exc.exit_code == 2 else "error"
+            # A missing key (CredentialsError) also exits 2 but is not a config problem.
+            kind = "config error" if isinstance(exc, ConfigError) else "error"
             print(f"mmirage: {kind}: {exc}", file=sys.stderr)
             return exc.exit_code
 

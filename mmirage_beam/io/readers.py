@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import posixpath
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
@@ -92,7 +93,8 @@ class ReadDatasets(beam.PTransform):
       A line that is not UTF-8, not JSON, or not a JSON object becomes a ``RowError``
       (``location="line N"``, N the 1-based physical line number in the file) that still
       uses up its ``source_index``. ``NaN``/``Infinity`` literals and out-of-range floats
-      become ``None``. Compressed files (``.gz``, ``.bz2``, ...) are one split each.
+      become ``None``; an escaped lone UTF-16 surrogate (``"\\ud800"``, which has no
+      UTF-8 encoding) becomes U+FFFD. Compressed files (``.gz``, ``.bz2``, ...) are one split each.
     * ``parquet``: one split per row group (row counts from the footer).
     * ``loadable``: a HuggingFace ``save_to_disk`` directory; its Arrow IPC files are read
       in the order of ``state.json``'s ``_data_files`` (no ``datasets`` package needed).
@@ -668,6 +670,23 @@ def _non_finite(_: str) -> None:
 
 
 _JSON_TYPE_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+# A JSON escape of a UTF-16 surrogate (``\\ud800``); alone it decodes to a str that
+# cannot be encoded as UTF-8.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def replace_lone_surrogates(value: Any) -> Any:
+    """``value`` with every lone UTF-16 surrogate in its strings (keys included) replaced
+    by U+FFFD, so that it can be written as UTF-8 JSON; other values are returned as is.
+    """
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {replace_lone_surrogates(k): replace_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [replace_lone_surrogates(v) for v in value]
+    return value
 
 
 def _decode_jsonl_line(content: bytes) -> tuple[dict[str, Any] | None, str | None]:
@@ -688,6 +707,11 @@ def _decode_jsonl_line(content: bytes) -> tuple[dict[str, Any] | None, str | Non
     if not isinstance(value, dict):
         kind = "null" if value is None else _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
         return None, f"line is a JSON {kind}, not a JSON object"
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        # An escaped lone surrogate ("\\ud800") is valid JSON but not valid UTF-8: it
+        # would make every file the row reaches unwritable. Paired ones decode to one
+        # character and are left alone.
+        value = replace_lone_surrogates(value)
     return value, None
 
 
