@@ -3,7 +3,7 @@
     ReadDatasets -> ExtractInputs -> BuildRequests -> ChunkRequests -> SubmitChunks
          \\errors ------\\errors--------\\errors---------\\rejected   |-> receipt parts
           => invalid rows file + invalid_row_count (side input: the barrier) |-> export
-    ExtractInputs -> RenderPlaceholderRows -> <output_dir>/shard_<id>/placeholders-*.jsonl
+    BuildRequests.rows -> RenderPlaceholderRows -> <output_dir>/shard_<id>/placeholders-*.jsonl
 
 Nothing is submitted unless ``invalid_row_count`` is 0 (or ``skip_invalid_rows``): the
 count is a singleton side input of SubmitChunks, so Beam computes it over every row
@@ -160,7 +160,7 @@ def build_submit_pipeline(
     if export_file:
         submitted.export | "WriteExport" >> WriteSingleFile(export_file)
 
-    placeholders = extracted.rows | "PlaceholderRows" >> RenderPlaceholderRows(
+    placeholders = built.rows | "PlaceholderRows" >> RenderPlaceholderRows(
         config.outputs, config.output_schema, config.remove_columns, invalid_row_count=gate
     )
     for i, ds in enumerate(config.datasets):

@@ -186,7 +186,7 @@ def _print_summary(plan, stats, receipts, invalid, skipped: bool) -> None:  # no
         if len(invalid) > 10:
             print(f"  ... and {len(invalid) - 10} more")
         if skipped:
-            print("These rows were skipped (--skip-invalid-rows); the rest was processed.")
+            print("These rows were skipped (skip_invalid_rows); the rest was processed.")
         else:
             print("Nothing was submitted. Fix these rows, or rerun with --skip-invalid-rows.")
 

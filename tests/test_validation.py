@@ -155,11 +155,6 @@ def test_skip_invalid_rows_submits_the_rest(tmp_path, capsys, provider_env, how)
     assert "Nothing was submitted" not in out
 
 
-@pytest.mark.xfail(
-    reason="mmirage_beam/pipeline.py renders placeholders from ExtractInputs rows; it "
-    "should use BuildRequests(...).rows so a row skipped in BuildRequests gets none",
-    strict=False,
-)
 def test_skipped_rows_get_no_placeholder(tmp_path, capsys):
     data = _write_lines(tmp_path, MIXED)
     assert _run(tmp_path, _config(tmp_path, data), "ph", "--skip-invalid-rows") == 0

@@ -167,6 +167,10 @@ def resolve_credentials(
                 raise CredentialsError(
                     f"{var}_FILE points to {path!r}, which cannot be read ({exc.strerror})"
                 ) from None
+            except UnicodeDecodeError:
+                raise CredentialsError(
+                    f"{var}_FILE points to {path!r}, which is not UTF-8 text"
+                ) from None
         if value:
             found[key] = value.strip()
         else:
