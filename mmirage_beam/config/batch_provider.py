@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Optional
 
 from mmirage_beam.errors import ConfigError
+from mmirage_beam.registry import ProviderRegistry
 
 DEFAULT_MAX_CHUNK_BYTES = 52_428_800  # 50 MiB, MMIRAGE's default upload size per chunk
 _POLICIES = ("isolate", "reject")
@@ -194,40 +195,15 @@ class AnthropicBatchConfig(BatchProviderConfig):
             _check_str("base_url", self.base_url)
 
 
-class BatchProviderConfigRegistry:
-    """Maps a YAML ``provider:`` name to its :class:`BatchProviderConfig` subclass."""
+class BatchProviderConfigRegistry(ProviderRegistry):
+    """Maps a YAML ``provider:`` name to its :class:`BatchProviderConfig` subclass.
 
-    _registry: ClassVar[dict[str, type[BatchProviderConfig]]] = {}
+    ``register(name, config_cls)`` (TypeError for a non-subclass) and ``get(name)``
+    (ConfigError naming ``provider`` and the registered names).
+    """
 
-    @classmethod
-    def register(cls, name: str, config_cls: type[BatchProviderConfig]) -> None:
-        """Register ``config_cls`` for ``provider: name``.
-
-        Raises:
-            TypeError: if ``config_cls`` is not a BatchProviderConfig dataclass subclass.
-        """
-        if not (isinstance(config_cls, type) and issubclass(config_cls, BatchProviderConfig)):
-            raise TypeError(f"{config_cls!r} is not a BatchProviderConfig subclass")
-        cls._registry[name] = config_cls
-
-    @classmethod
-    def get(cls, name: str) -> type[BatchProviderConfig]:
-        """Return the class registered for ``name``.
-
-        Raises:
-            ConfigError: naming ``provider`` and the registered names, if unknown.
-        """
-        try:
-            return cls._registry[name]
-        except KeyError:
-            known = ", ".join(sorted(cls._registry)) or "none"
-            raise ConfigError(
-                "provider", f"unknown provider {name!r}; registered providers: {known}"
-            ) from None
-
-    @classmethod
-    def names(cls) -> list[str]:
-        return sorted(cls._registry)
+    base_class = BatchProviderConfig
+    unknown_message = "unknown provider {name!r}; registered providers: {known}"
 
 
 BatchProviderConfigRegistry.register("openai", OpenAIBatchConfig)

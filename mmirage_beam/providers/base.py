@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Sequence, TypeVar
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
-from mmirage_beam.errors import ConfigError, CredentialsError
+from mmirage_beam.errors import CredentialsError
 from mmirage_beam.providers import retrying
+from mmirage_beam.registry import ProviderRegistry
 
 _T = TypeVar("_T")
 
@@ -405,37 +406,19 @@ class BatchSubmissionAdapter(abc.ABC):
 _DUCK_TYPED_RETRY_FILTER = retrying.make_retry_filter((), (Exception,))
 
 
-class BatchAdapterRegistry:
-    """Maps a provider name to its :class:`BatchSubmissionAdapter` subclass."""
+class BatchAdapterRegistry(ProviderRegistry):
+    """Maps a provider name to its :class:`BatchSubmissionAdapter` subclass.
 
-    _registry: ClassVar[Dict[str, type[BatchSubmissionAdapter]]] = {}
+    ``register(name, adapter_cls)`` (TypeError for a non-subclass) and ``get(name)``
+    (ConfigError naming ``provider``); the built-in adapters are imported on first use.
+    """
 
-    @classmethod
-    def register(cls, name: str, adapter_cls: type[BatchSubmissionAdapter]) -> None:
-        """Register ``adapter_cls`` for ``provider: name``.
-
-        Raises:
-            TypeError: if ``adapter_cls`` is not a BatchSubmissionAdapter subclass.
-        """
-        if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, BatchSubmissionAdapter)):
-            raise TypeError(f"{adapter_cls!r} is not a BatchSubmissionAdapter subclass")
-        cls._registry[name] = adapter_cls
+    base_class = BatchSubmissionAdapter
+    unknown_message = "no adapter registered for {name!r}; registered: {known}"
 
     @classmethod
-    def get(cls, name: str) -> type[BatchSubmissionAdapter]:
-        """Return the adapter class for ``name``.
-
-        Raises:
-            ConfigError: naming ``provider`` when no adapter is registered.
-        """
+    def _before_get(cls) -> None:
         _load_builtins()
-        try:
-            return cls._registry[name]
-        except KeyError:
-            known = ", ".join(sorted(cls._registry)) or "none"
-            raise ConfigError(
-                "provider", f"no adapter registered for {name!r}; registered: {known}"
-            ) from None
 
 
 def _load_builtins() -> None:

@@ -1,0 +1,61 @@
+"""The one registry mechanism behind ``BatchProviderConfigRegistry`` and
+``BatchAdapterRegistry`` (MMIRAGE's two plugin registries): provider name -> class."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from mmirage_beam.errors import ConfigError
+
+
+class ProviderRegistry:
+    """Provider name -> a subclass of ``base_class``. Each subclass has its own table.
+
+    Subclasses set ``base_class`` and ``unknown_message`` (formatted with ``name`` and
+    ``known``) and may override :meth:`_before_get` (e.g. to import built-ins lazily).
+    """
+
+    base_class: ClassVar[type]
+    unknown_message: ClassVar[str]
+    _registry: ClassVar[dict[str, type]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._registry = {}
+
+    @classmethod
+    def register(cls, name: str, klass: type) -> None:
+        """Register ``klass`` for ``provider: name`` (a later registration replaces it).
+
+        Raises:
+            TypeError: if ``klass`` is not a subclass of ``base_class``.
+        """
+        if not (isinstance(klass, type) and issubclass(klass, cls.base_class)):
+            raise TypeError(f"{klass!r} is not a {cls.base_class.__name__} subclass")
+        cls._registry[name] = klass
+
+    @classmethod
+    def get(cls, name: str) -> Any:
+        """Return the class registered for ``name``.
+
+        Raises:
+            ConfigError: on key ``provider``, listing the registered names, if unknown.
+        """
+        cls._before_get()
+        try:
+            return cls._registry[name]
+        except KeyError:
+            known = ", ".join(sorted(cls._registry)) or "none"
+            raise ConfigError(
+                "provider", cls.unknown_message.format(name=name, known=known)
+            ) from None
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The registered provider names, sorted."""
+        cls._before_get()
+        return sorted(cls._registry)
+
+    @classmethod
+    def _before_get(cls) -> None:
+        """Hook run before every lookup. Default: nothing."""
