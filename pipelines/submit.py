@@ -55,7 +55,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.ids import check_run_id, new_run_id
     from mmirage_beam.pipeline import build_submit_pipeline
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
-    from mmirage_beam.receipts import consolidate, receipt_path, receipts_base
+    from mmirage_beam.receipts import MODALITIES, consolidate, receipt_path, receipts_base
     from mmirage_beam.resume import ResumeState, prepare_resume
 
     config = load_config(args.config)
@@ -107,21 +107,29 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         result = pipeline.run()
         result.wait_until_finish()
     except Exception as exc:  # worker failures come back as the runner re-raises them
-        receipts = [receipt_path(plan.receipts_base, m, run_id, dry_run) for m in _MODALITIES]
-        for path in receipts:
-            consolidate(path)
+        code = exc.exit_code if isinstance(exc, MmirageError) else 1
+        if dry_run:
+            print(f"mmirage: error: the dry run failed: {_short(exc)}", file=sys.stderr)
+            return code
+        kept = [
+            f"{path} ({n})"
+            for path in (receipt_path(plan.receipts_base, m, run_id) for m in MODALITIES)
+            if (n := consolidate(path))
+        ]
         print(
             f"mmirage: error: the pipeline failed: {_short(exc)}\n"
-            f"Receipts of batches accepted before the failure are in {receipts[0]} / "
-            f"{receipts[1]}.\n"
-            f"Nothing already accepted is lost or sent twice; resume the run with:\n"
-            f"  {resume_cmd}",
+            + (
+                "Receipts of the batches accepted before the failure: " + ", ".join(kept)
+                if kept
+                else "No batch had been accepted."
+            )
+            + f"\nNothing accepted is lost or sent twice; resume the run with:\n  {resume_cmd}",
             file=sys.stderr,
         )
-        return exc.exit_code if isinstance(exc, MmirageError) else 1
+        return code
 
     written = []
-    for m in _MODALITIES:
+    for m in MODALITIES:
         path = receipt_path(plan.receipts_base, m, run_id, dry_run)
         if consolidate(path):
             written.append(path)
@@ -129,12 +137,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     invalid = read_jsonl(plan.invalid_rows_path)
     skipping = bool(args.skip_invalid_rows or config.execution.skip_invalid_rows)
     _print_summary(plan, stats, written, invalid, skipped=skipping)
-    if invalid and not (args.skip_invalid_rows or config.execution.skip_invalid_rows):
-        return 1
-    return 0
-
-
-_MODALITIES = ("text", "multimodal")
+    return 1 if invalid and not skipping else 0
 
 
 def _quote(arg: str) -> str:
