@@ -76,18 +76,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "fake provider (no key, no network).",
     )
     ap.add_argument("--provider", choices=["openai", "anthropic"], default="openai")
-    ap.add_argument("--workdir", default="mmirage-demo", help="where files go")
+    ap.add_argument(
+        "--workdir",
+        default="mmirage-demo",
+        help="where files go (in a <provider>/ folder, replaced on every demo)",
+    )
     ap.add_argument("--rows", type=int, default=200, help="GSM8K rows to use (max 1319)")
     ap.add_argument("--delay", type=float, default=3.0, help="seconds the fake takes per batch")
     args = ap.parse_args(argv)
 
+    import shutil
+
+    from mmirage_beam.ids import new_run_id
     from mmirage_beam.testing import FakeProviderServer
     from pipelines.check import main as check_main
     from pipelines.merge import main as merge_main
     from pipelines.submit import main as submit_main
 
-    work = Path(args.workdir).resolve()
-    work.mkdir(parents=True, exist_ok=True)
+    # Each provider's demo has a folder of its own, started afresh, so a demo never
+    # checks or merges the batches of an earlier one (whose fake server is gone).
+    work = Path(args.workdir).resolve() / args.provider
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    run_id = new_run_id()
     data = work / "gsm8k_sample.jsonl"
     lines = [ln for ln in SAMPLE.read_text(encoding="utf-8").splitlines() if ln.strip()]
     data.write_text("\n".join(lines[: max(1, args.rows)]) + "\n", encoding="utf-8")
@@ -110,16 +122,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"== fake {args.provider} batch API on {base_url}")
         print(f"== config: {config}\n")
         print(f"== 1/3  mmirage run --config {config}")
-        code = submit_main(["--config", str(config)])
+        code = submit_main(["--config", str(config), "--run-id", run_id])
         if code:
             return code
         print(f"\n== 2/3  mmirage check --config {config} --watch")
-        code = check_main(["--config", str(config), "--watch", "--interval", "1"])
+        code = check_main(
+            ["--config", str(config), "--run-id", run_id, "--watch", "--interval", "1"]
+        )
         if code:
             return code
         merged = work / "merged.jsonl"
         print(f"\n== 3/3  mmirage merge --config {config} --output-path {merged}")
-        code = merge_main(["--config", str(config), "--output-path", str(merged)])
+        code = merge_main(
+            ["--config", str(config), "--run-id", run_id, "--output-path", str(merged)]
+        )
     print(f"\nmerged file: {merged}")
     with merged.open(encoding="utf-8") as f:
         for _, line in zip(range(3), f):

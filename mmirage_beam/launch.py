@@ -111,3 +111,42 @@ def human_bytes(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"
+
+
+def check_beam_args(beam_args: Sequence[str], own_flags: Sequence[str]) -> None:
+    """Refuse flags that are neither the tool's nor a Beam pipeline option.
+
+    Beam only warns about and discards flags it does not know, so a typo such as
+    ``--export-promts`` would otherwise turn a dry run into a real, paid submission.
+
+    Raises:
+        ConfigError: (exit 2) naming the flag and the closest known one.
+    """
+    import difflib
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from mmirage_beam.errors import ConfigError
+
+    known = set(
+        PipelineOptions([]).get_all_options(drop_default=False, retain_unknown_options=False)
+    )
+    for arg in beam_args:
+        if not arg.startswith("--"):
+            continue  # the value of the previous flag
+        flag = arg.split("=", 1)[0]
+        if flag[2:].replace("-", "_") in known:
+            continue
+        candidates = list(own_flags) + [f"--{k}" for k in known]
+        close = difflib.get_close_matches(flag, candidates, n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ConfigError(
+            flag,
+            f"unknown flag{hint} (flags other than the tool's own must be Beam pipeline "
+            "options; nothing was run)",
+        )
+
+
+def own_flags(parser: Any) -> list[str]:
+    """Every option string an argparse parser defines."""
+    return [s for action in parser._actions for s in action.option_strings]

@@ -28,6 +28,7 @@ RETRYABLE_ERROR_TYPES = frozenset(
         "canceled",
         "request_timeout",
         "timeout",
+        "timeout_error",
         "rate_limit_exceeded",
         "rate_limit_error",
         "server_error",

@@ -19,7 +19,14 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch import configure_logging, counters, guarded, read_jsonl
+from mmirage_beam.launch import (
+    check_beam_args,
+    configure_logging,
+    counters,
+    guarded,
+    own_flags,
+    read_jsonl,
+)
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
@@ -49,12 +56,15 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     )
     ap.add_argument("--new-run-id", help="run id of the resubmission (default: a fresh one)")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return ap.parse_known_args(argv)
+    args, beam_args = ap.parse_known_args(argv)
+    args.own_flags = own_flags(ap)
+    return args, beam_args
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     args, beam_args = parse_args(argv)
     configure_logging(args.verbose)
+    check_beam_args(beam_args, args.own_flags)
 
     import tempfile
 

@@ -15,7 +15,8 @@ def test_demo_runs_submit_check_merge(tmp_path, capsys):
     assert code == 0, out
     for step in ("1/3  mmirage run", "2/3  mmirage check", "3/3  mmirage merge"):
         assert step in out
-    merged = [json.loads(x) for x in (tmp_path / "merged.jsonl").read_text().splitlines()]
+    merged_file = tmp_path / "openai" / "merged.jsonl"
+    merged = [json.loads(x) for x in merged_file.read_text().splitlines()]
     rows = [json.loads(x) for x in GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:20]]
     assert [m["source_index"] for m in merged] == list(range(20))
     for m, row in zip(merged, rows):

@@ -227,6 +227,8 @@ def test_json_fence_tolerated_and_non_json_kept_raw(tmp_path, capsys, provider_e
     )
     assert "mmirage_errors" not in merged[1]
     assert merged[2]["mmirage_errors"]["facts"]["type"] == "invalid_json"
+    assert merged[2]["mmirage_errors"]["facts"]["raw_text"]  # the raw answer is kept
+    assert merged[2]["count"] is None  # "{{ facts.count }}" renders null, never crashes
     assert [e["error_type"] for e in errors] == ["invalid_json"]
 
 
@@ -280,15 +282,20 @@ def test_no_receipts_is_exit_2(tmp_path, capsys, provider_env):
 
 def test_rows_skipped_at_submission_are_written_marked(tmp_path, capsys, provider_env):
     fake = provider_env
-    rows = _rows(6)
+    rows = _rows(7)
     rows[2]["question"] = None  # invalid: the input is null
     cfg = _setup(tmp_path, "openai", fake, rows)
+    data = tmp_path / "rows.jsonl"
+    lines = data.read_text(encoding="utf-8").splitlines()
+    lines[6] = "{this line is not JSON"
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert submit_main(["--config", cfg, "--run-id", "r1", "--skip-invalid-rows"]) == 0
     code, merged, errors = _merge(tmp_path, cfg)
     out = capsys.readouterr().out
     assert code == 0 and errors == []
-    assert [m["source_index"] for m in merged] == list(range(6))
+    assert [m["source_index"] for m in merged] == list(range(7))  # nothing dropped
     skipped = merged[2]
     assert skipped["answer"] is None and "question" in skipped["mmirage_skipped"]
-    assert all("mmirage_skipped" not in m for i, m in enumerate(merged) if i != 2)
-    assert "skipped at submit:   1" in out
+    assert merged[6]["answer"] is None and "not valid JSON" in merged[6]["mmirage_skipped"]
+    assert all("mmirage_skipped" not in m for i, m in enumerate(merged) if i not in (2, 6))
+    assert "skipped at submit:   2" in out

@@ -213,7 +213,11 @@ def normalise_result(item: Dict[str, Any]) -> Dict[str, Any]:
             "status_code": None,
         }
     else:
-        result["error"] = {"type": kind or "unknown", "message": "", "status_code": None}
+        why = {
+            "canceled": "the batch was canceled before this request ran",
+            "expired": "the batch expired (24 h) before this request ran",
+        }.get(kind or "", "")
+        result["error"] = {"type": kind or "unknown", "message": why, "status_code": None}
     return result
 
 

@@ -292,8 +292,13 @@ def normalise_result_line(line: Dict[str, Any]) -> Dict[str, Any]:
         return result
     if response is not None:
         err = (response.get("body") or {}).get("error") or {}
+        # OpenAI's rate-limit errors have type "requests"/"tokens" and the telling word in
+        # code ("rate_limit_exceeded"); other errors have a "*_error" type.
+        kind = err.get("type") or ""
+        if not kind.endswith("_error"):
+            kind = err.get("code") or kind
         result["error"] = {
-            "type": err.get("type") or err.get("code") or f"http_{response.get('status_code')}",
+            "type": kind or f"http_{response.get('status_code')}",
             "message": err.get("message") or "",
             "status_code": response.get("status_code"),
         }

@@ -322,17 +322,34 @@ class _AssembleFn(beam.DoFn):
         results: list[OutputResult] = list(grouped["results"])
         if results:
             yield from self._assemble(source_index, results, grouped)
-        elif grouped.get("skipped") and grouped["rows"]:
+        elif grouped.get("skipped"):
             yield from self._skipped(source_index, grouped)
         # else: a row this merge submitted nothing for
 
     def _skipped(self, source_index: int, grouped: dict[str, list]) -> Iterator[Any]:
-        """A row left out at submission (--skip-invalid-rows): written, marked, no outputs."""
-        extracted = grouped["rows"][0]
+        """A row left out at submission (--skip-invalid-rows): written, marked, no outputs.
+
+        A row that could not even be read (e.g. a line that is not JSON) is written with
+        its ``source_index``, null outputs and the reason.
+        """
         values = {o.name: MISSING for o in self._outputs}
-        out = assemble_output_row(
-            extracted.row, extracted.values, values, self._renderer, self._remove, source_index
-        )
+        out = None
+        if grouped["rows"]:
+            extracted = grouped["rows"][0]
+            try:
+                out = assemble_output_row(
+                    extracted.row,
+                    extracted.values,
+                    values,
+                    self._renderer,
+                    self._remove,
+                    source_index,
+                )
+            except Exception:  # rendered from null inputs; the raw columns are enough
+                out = None
+        if out is None:
+            out = {o.name: None for o in self._outputs}
+            out["source_index"] = source_index
         out["mmirage_skipped"] = grouped["skipped"][0]
         Metrics.counter(_NS, "rows_skipped_invalid").inc()
         self._rows.inc()
@@ -384,12 +401,15 @@ class _AssembleFn(beam.DoFn):
                     values[output.name] = parsed
                     self._ok.inc()
                 else:
-                    values[output.name] = r.text  # keep the raw text, mark the row
+                    # The row is marked and keeps the raw text; templates see a missing
+                    # value, so "{{ answer.field }}" renders null instead of failing.
+                    values[output.name] = MISSING
                     errors[output.name] = {
                         "type": kind,
                         "message": why,
                         "status_code": None,
                         "retryable": False,
+                        "raw_text": r.text,
                     }
             else:
                 values[output.name] = r.text
@@ -398,17 +418,27 @@ class _AssembleFn(beam.DoFn):
             self._missing_rows.inc()
         if changed:
             self._changed_rows.inc()
+        out = None
         if rows and not changed:
             extracted = rows[0]
-            out = assemble_output_row(
-                extracted.row,
-                extracted.values,
-                values,
-                self._renderer,
-                self._remove,
-                source_index,
-            )
-        else:
+            try:
+                out = assemble_output_row(
+                    extracted.row,
+                    extracted.values,
+                    values,
+                    self._renderer,
+                    self._remove,
+                    source_index,
+                )
+            except Exception as exc:  # a template the values do not fit: mark, never crash
+                Metrics.counter(_NS, "render_failures").inc()
+                errors["output_schema"] = {
+                    "type": "render_failed",
+                    "message": f"output_schema could not be rendered: {exc}",
+                    "status_code": None,
+                    "retryable": False,
+                }
+        if out is None:
             out = {name: None for name in values}
             out["source_index"] = source_index
         if reported:
@@ -421,12 +451,12 @@ class _AssembleFn(beam.DoFn):
             self._failed_rows.inc()
             for name, err in errors.items():
                 self._failed(err["type"])
-                cid = by_output[name].custom_id
+                cid = by_output[name].custom_id if name in by_output else None
                 yield pvalue.TaggedOutput(
                     ERRORS_TAG,
                     {
                         "custom_id": cid,
-                        "run_id": by_output[name].run_id,
+                        "run_id": by_output[name].run_id if name in by_output else None,
                         "source_index": source_index,
                         "output_name": name,
                         "error_type": err["type"],

@@ -1,0 +1,45 @@
+"""The command line: unknown flags are refused before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from mmirage_beam.cli import main as cli_main
+from tests.conftest import base_config, write_config
+
+
+@pytest.mark.parametrize("command", ["run", "merge", "resubmit"])
+def test_mistyped_flag_is_refused_not_passed_to_beam(tmp_path, capsys, provider_env, command):
+    fake = provider_env
+    cfg = write_config(tmp_path, base_config(tmp_path, base_url=fake.openai_base_url))
+    extra = ["--output-path", str(tmp_path / "o.jsonl")] if command == "merge" else []
+    # A dry run with a typo must not become a real (paid) submission.
+    code = cli_main([command, "--config", cfg, *extra, "--export-promts", str(tmp_path / "p")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--export-promts" in err and "unknown flag" in err
+    assert fake.submitted_requests() == [] and fake.batches() == []
+
+
+def test_beam_options_are_accepted(tmp_path, capsys):
+    cfg = write_config(tmp_path, base_config(tmp_path))
+    code = cli_main(
+        [
+            "run",
+            "--config",
+            cfg,
+            "--export-prompts",
+            str(tmp_path / "p.jsonl"),
+            "--runner",
+            "DirectRunner",
+            "--direct_num_workers=1",
+        ]
+    )
+    assert code == 0, capsys.readouterr()
+
+
+def test_usage(capsys):
+    assert cli_main([]) == 2
+    assert cli_main(["--help"]) == 0
+    assert "resubmit" in capsys.readouterr().out
+    assert cli_main(["nonsense"]) == 2
