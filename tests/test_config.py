@@ -297,3 +297,71 @@ def test_shipped_configs_load(monkeypatch):
 
     for path in sorted((REPO / "configs").glob("*.yaml")):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    "path, value, key, words",
+    [
+        (
+            "processing_params.outputs.0.output_tpye",
+            "JSON",
+            "processing_params.outputs[0].output_tpye",
+            "'output_type'",
+        ),
+        (
+            "processing_params.outputs.0.promt",
+            "x",
+            "processing_params.outputs[0].promt",
+            "'prompt'",
+        ),
+        (
+            "processing_params.inputs.0.kye",
+            "x",
+            "processing_params.inputs[0].kye",
+            "accepted: default, key",
+        ),
+        (
+            "processing_params.remove_column",
+            True,
+            "processing_params.remove_column",
+            "'remove_columns'",
+        ),
+        ("loading_params.num_shard", 2, "loading_params.num_shard", "'num_shards'"),
+        (
+            "loading_params.datasets.0.outptu_dir",
+            "x",
+            "loading_params.datasets[0].outptu_dir",
+            "'output_dir'",
+        ),
+    ],
+)
+def test_typos_are_errors_not_silently_ignored(tmp_path, path, value, key, words):
+    cfg = _with(base_config(tmp_path), path, value)
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(cfg)
+    assert info.value.key == key and words in info.value.message
+
+
+def test_schema_bound_typo_is_an_error(tmp_path):
+    cfg = base_config(tmp_path)
+    out = cfg["processing_params"]["outputs"][0]
+    out["output_type"] = "JSON"
+    out["output_schema"] = {"x": {"type": "int", "minimum": 1}}
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(cfg)
+    assert info.value.key == "processing_params.outputs[0].output_schema.x.minimum"
+
+
+def test_unrelated_keys_of_other_modes_are_only_warned(tmp_path, caplog):
+    cfg = base_config(tmp_path)
+    cfg["loading_params"]["cache_directory"] = "/tmp/x"
+    config_from_dict(cfg)
+    assert "loading_params.cache_directory" in caplog.text
+
+
+def test_the_original_tools_config_loads_unchanged():
+    from tests.conftest import TEST_DATA
+
+    cfg = load_config(TEST_DATA / "mmirage_original" / "config.yaml")
+    assert cfg.processor.model == "gpt-4o-mini" and cfg.processor.max_requests_per_chunk == 10
+    assert [o.name for o in cfg.outputs] == ["rewritten"]

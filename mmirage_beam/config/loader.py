@@ -7,6 +7,7 @@ read; every problem raises :class:`~mmirage_beam.errors.ConfigError` naming the 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ DATASET_TYPES = {"jsonl": "JSONL", "loadable": "loadable", "parquet": "parquet"}
 INPUT_TYPES = ("text", "image")
 OUTPUT_TYPES = ("plain", "JSON")
 OUTPUT_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_LOG = logging.getLogger(__name__)
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _SECRET_KEY_RE = re.compile(r"^(api_key|.*_api_key|token|.*_token|secret|.*_secret)$", re.I)
 
@@ -166,6 +168,12 @@ def config_from_dict(raw: Any) -> PipelineConfig:
     """
     if not isinstance(raw, dict):
         raise ConfigError("<root>", "the config must be a YAML mapping")
+    _check_keys(
+        raw,
+        "",
+        {"processors", "loading_params", "processing_params", "execution_params"},
+        strict=False,
+    )
     for section in ("processors", "loading_params", "processing_params"):
         if section not in raw:
             raise ConfigError(section, "section is missing")
@@ -173,7 +181,19 @@ def config_from_dict(raw: Any) -> PipelineConfig:
     raw = expand_env(raw)
     processor = _processor(raw["processors"])
     loading = _mapping(raw["loading_params"], "loading_params")
+    _check_keys(
+        loading,
+        "loading_params",
+        {"datasets", "num_shards", "shard_id", "state_dir", "batch_size"},
+        strict=False,
+    )
     processing = _mapping(raw["processing_params"], "processing_params")
+    _check_keys(
+        processing,
+        "processing_params",
+        {"inputs", "outputs", "output_schema", "remove_columns"},
+        strict=False,
+    )
     execution = _execution(raw.get("execution_params") or {})
     datasets = _datasets(loading.get("datasets"))
     num_shards = _int(loading.get("num_shards", 1), "loading_params.num_shards", minimum=1)
@@ -211,6 +231,23 @@ def config_from_dict(raw: Any) -> PipelineConfig:
         batch_size=batch_size,
         execution=execution,
     )
+
+
+def _check_keys(mapping: dict, key: str, known: set[str], strict: bool) -> None:
+    """Unknown keys: an error when ``strict`` or when one is a likely typo of a known key
+    (so ``output_tpye`` never silently becomes a plain output); otherwise a warning
+    (MMIRAGE configs may carry keys of other modes)."""
+    import difflib
+
+    for k in mapping:
+        if k in known:
+            continue
+        close = difflib.get_close_matches(str(k), sorted(known), n=1, cutoff=0.75)
+        where = f"{key}.{k}" if key else str(k)
+        if strict or close:
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(where, f"unknown key; {hint}accepted: {', '.join(sorted(known))}")
+        _LOG.warning("config key %s is not used by mmirage-beam and is ignored", where)
 
 
 def _reject_secrets(value: Any, key: str) -> None:
@@ -301,6 +338,7 @@ def _datasets(value: Any) -> tuple[DatasetConfig, ...]:
         k = f"{key}[{i}]"
         if not isinstance(d, dict):
             raise ConfigError(k, "must be a mapping with path, type, output_dir")
+        _check_keys(d, k, {"path", "type", "output_dir", "image_base_path"}, strict=False)
         if not isinstance(d.get("path"), str) or not d["path"]:
             raise ConfigError(f"{k}.path", "is required")
         t = d.get("type")
@@ -329,6 +367,8 @@ def _inputs(value: Any) -> tuple[InputConfig, ...]:
     out, seen = [], set()
     for i, d in enumerate(value):
         k = f"{key}[{i}]"
+        if isinstance(d, dict):
+            _check_keys(d, k, {"name", "key", "type", "default"}, strict=True)
         if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not d["name"]:
             raise ConfigError(f"{k}.name", "is required")
         if d["name"] in seen:
@@ -369,6 +409,7 @@ def _outputs(value: Any, input_names: set[str]) -> tuple[OutputConfig, ...]:
         k = f"{key}[{i}]"
         if not isinstance(d, dict):
             raise ConfigError(k, "must be a mapping")
+        _check_keys(d, k, {"name", "type", "output_type", "prompt", "output_schema"}, strict=True)
         name = d.get("name")
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{k}.name", "is required")

@@ -73,6 +73,12 @@ def _field(name: str, decl: Any) -> dict[str, Any]:
         decl = {"type": decl or "string"}
     if not isinstance(decl, dict):
         raise ConfigError(name, f"must be a type name or {{type, min, max}}, got {decl!r}")
+    unknown = sorted(set(decl) - {"type", "min", "max", "items", "description"})
+    if unknown:
+        raise ConfigError(
+            f"{name}.{unknown[0]}",
+            "unknown key; a field is {type, min, max, items, description}",
+        )
     t = _TYPES.get(str(decl.get("type", "string")).lower())
     if t is None:
         raise ConfigError(
