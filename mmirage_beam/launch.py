@@ -55,6 +55,11 @@ def configure_logging(verbose: bool = False) -> None:
     logging.getLogger("mmirage_beam").setLevel(logging.DEBUG if verbose else logging.INFO)
     for noisy in ("apache_beam", "httpx", "openai", "anthropic", "werkzeug"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # The runner logs a worker failure's whole traceback chain; the drivers print one
+    # clear message (and the resume command) instead. -v shows it all.
+    logging.getLogger("apache_beam.runners").setLevel(
+        logging.WARNING if verbose else logging.CRITICAL
+    )
 
 
 def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int]:

@@ -181,8 +181,8 @@ def consolidate(receipt_file: str) -> int:
         r = read_receipt_part(m.path)
         if r is not None:
             by_chunk[r["chunk_id"]] = r
-    data = b"".join(receipt_line(by_chunk[k]) for k in sorted(by_chunk))
-    write_durably(receipt_file, data)
+    if by_chunk:  # no receipt yet (only intents): no empty receipt file
+        write_durably(receipt_file, b"".join(receipt_line(by_chunk[k]) for k in sorted(by_chunk)))
     if matches:
         FileSystems.delete([m.path for m in matches])
     # Intents of interrupted submissions stay until a resume resolves them.

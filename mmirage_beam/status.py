@@ -1009,7 +1009,13 @@ def advice_lines(report: StatusReport, config_arg: Optional[str]) -> List[str]:
     seen: set = set()
     for s in report.statuses:
         run = s.receipt.run_id
-        if s.status == LOOKUP_FAILED:
+        if s.status == LOOKUP_FAILED and "connection" in (s.error or "").lower():
+            key = ("unreachable", s.receipt.provider)
+            text = (
+                f"{s.receipt.provider} cannot be reached ({s.error}): check the network and "
+                "the config's base_url; nothing is lost, run check again later"
+            )
+        elif s.status == LOOKUP_FAILED:
             key = ("lookup", s.receipt.provider)
             text = (
                 f"{s.receipt.provider} does not know some batches (e.g. "
@@ -1029,8 +1035,10 @@ def advice_lines(report: StatusReport, config_arg: Optional[str]) -> List[str]:
                 key = (word, run)
                 text = _ADVICE[word]
             elif failed_requests and s.terminal:
-                key = ("errored", run)
-                text = _ADVICE["errored"]
+                detail = (progress.detail if progress else "").lower()
+                outcome = next((w for w in ("expired", "canceled") if w in detail), "errored")
+                key = (outcome, run)
+                text = _ADVICE[outcome]
             else:
                 continue
             retry = code in (None, "token_limit_exceeded")

@@ -28,7 +28,8 @@ def _submit(tmp_path, fake, provider, **script):
         ("openai", {"token_limit_exceeded": True}, "enqueued tokens"),
         ("openai", {"expire_after_requests": 3}, "24 h completion window"),
         ("openai", {"cancel_after_requests": 3}, "was cancelled"),
-        ("anthropic", {"expire_after_requests": 3}, "retryable ones"),
+        ("anthropic", {"expire_after_requests": 3}, "24 h completion window"),
+        ("anthropic", {"cancel_after_requests": 3}, "was cancelled"),
     ],
 )
 def test_failures_are_explained_with_the_fix(
