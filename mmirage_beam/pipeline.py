@@ -3,7 +3,8 @@
     ReadDatasets -> ExtractInputs -> BuildRequests -> ChunkRequests -> SubmitChunks
          \\errors ------\\errors--------\\errors---------\\rejected   |-> receipt parts
           => invalid rows file + invalid_row_count (side input: the barrier) |-> export
-    BuildRequests.rows -> RenderPlaceholderRows -> <output_dir>/shard_<id>/placeholders-*.jsonl
+    BuildRequests.rows -> RenderPlaceholderRows
+        -> <output_dir>/shard_<id>/placeholders.<run_id>-*.jsonl
 
 Nothing is submitted unless ``invalid_row_count`` is 0 (or ``skip_invalid_rows``): the
 count is a singleton side input of SubmitChunks, so Beam computes it over every row
@@ -171,7 +172,7 @@ def build_submit_pipeline(
             placeholders
             | f"Dataset{i}Rows" >> beam.Filter(lambda kv, i=i: kv[0] == i)
             | f"Dataset{i}Lines" >> beam.Values()
-            | f"WriteDataset{i}Rows" >> WriteJsonLinesShards(out_dir, "placeholders")
+            | f"WriteDataset{i}Rows" >> WriteJsonLinesShards(out_dir, f"placeholders.{run_id}")
         )
     return SubmitPlan(run_id, base, bad_rows_path, export_file, dry_run)
 

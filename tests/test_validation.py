@@ -81,8 +81,8 @@ def _content(request: dict[str, Any]) -> Any:
     return body["messages"][0]["content"]
 
 
-def _placeholders(tmp_path: Path) -> list[dict[str, Any]]:
-    files = sorted((tmp_path / "shards" / "shard_0").glob("*.jsonl"))
+def _placeholders(tmp_path: Path, run_id: str = "*") -> list[dict[str, Any]]:
+    files = sorted((tmp_path / "shards" / "shard_0").glob(f"placeholders.{run_id}-*.jsonl"))
     return sorted((r for f in files for r in _read_jsonl(f)), key=lambda r: r["source_index"])
 
 
@@ -269,7 +269,7 @@ def test_unpaired_surrogates_do_not_crash_and_json_stays_utf8(tmp_path, capsys, 
     assert _content(requests["answer-text-2"]) == "paired \U0001f600 is fine "
     held = {h["custom_id"]: _content(h["request"]) for h in fake.submitted_requests()}
     assert held == {cid: _content(r) for cid, r in requests.items()}
-    row1 = _placeholders(tmp_path)[1]
+    row1 = _placeholders(tmp_path, "sur2")[1]
     assert row1["question"] == "bad \ufffd here" and row1["notes"] == ["x\ufffd"]
     assert row1["\ufffdkey"] == 1
 

@@ -22,6 +22,33 @@ class BytesSink(fileio.FileSink):
         self._fh.flush()
 
 
+def _remove_temp_dir(_written: Any, temp_dir: str) -> None:
+    """Beam's WriteToFiles moves its files out of the temp folder but leaves the folder."""
+    if FileSystems.exists(temp_dir):
+        FileSystems.delete([temp_dir])
+
+
+def _write_files(pcoll: beam.PCollection, directory: str, **kwargs: Any) -> Any:
+    """``fileio.WriteToFiles`` into ``directory`` through a temp folder removed afterwards."""
+    import uuid
+
+    from apache_beam.options.value_provider import StaticValueProvider
+
+    temp_dir = FileSystems.join(directory, f".mmirage-tmp-{uuid.uuid4().hex}")
+    written = pcoll | "WriteToFiles" >> fileio.WriteToFiles(
+        path=directory,
+        temp_directory=StaticValueProvider(str, temp_dir),
+        sink=lambda _dest: BytesSink(),
+        **kwargs,
+    )
+    (
+        written
+        | "AllWritten" >> beam.combiners.ToList()
+        | "RemoveTempDir" >> beam.Map(_remove_temp_dir, temp_dir)
+    )
+    return written
+
+
 def _dirname_basename(path: str) -> tuple[str, str]:
     if "/" not in path:
         return ".", path
@@ -44,12 +71,7 @@ class WriteSingleFile(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection) -> Any:
         name = self._name
-        return pcoll | "WriteFile" >> fileio.WriteToFiles(
-            path=self._dir,
-            file_naming=lambda *_args, **_kw: name,
-            sink=lambda _dest: BytesSink(),
-            shards=1,
-        )
+        return _write_files(pcoll, self._dir, file_naming=lambda *_args, **_kw: name, shards=1)
 
 
 class WriteJsonLinesShards(beam.PTransform):
@@ -61,10 +83,8 @@ class WriteJsonLinesShards(beam.PTransform):
         self._prefix = prefix
 
     def expand(self, pcoll: beam.PCollection) -> Any:
-        return pcoll | "WriteShards" >> fileio.WriteToFiles(
-            path=self._dir,
-            file_naming=fileio.default_file_naming(self._prefix, ".jsonl"),
-            sink=lambda _dest: BytesSink(),
+        return _write_files(
+            pcoll, self._dir, file_naming=fileio.default_file_naming(self._prefix, ".jsonl")
         )
 
 

@@ -567,6 +567,9 @@ class _ConcatenateFn(beam.DoFn):
             FileSystems.delete([self._out])
         FileSystems.rename([tmp], [self._out])
         FileSystems.delete([path for _part, path in parts])
+        parts_dir = f"{self._out}.parts"
+        if FileSystems.exists(parts_dir):
+            FileSystems.delete([parts_dir])
         yield self._out
 
 
