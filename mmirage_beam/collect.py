@@ -66,10 +66,10 @@ def select_run(
             "the newest successful result is kept",
             file=sys.stderr,
         )
-    if others:
+    if others and not run_id:
         print(
-            f"mmirage {verb}: using run {run}; also found run(s) {', '.join(others)}: "
-            "pass --run-id to choose another",
+            f"mmirage {verb}: using run {run} (the newest); also found run(s) "
+            f"{', '.join(others)}: pass --run-id to choose another",
             file=sys.stderr,
         )
     batch_entries = list({e.key: e for e in entries}.values())

@@ -162,7 +162,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     ]
     stats = counters(result)
     print(f"resubmission run:    {new_run} (parent run {parent})")
-    print(f"requests re-sent:    {stats.get('requests_submitted', 0)} of {len(ids)} failed")
+    print(
+        f"requests re-sent:    {stats.get('requests_submitted', 0)} of the {len(ids)} "
+        f"failed request(s) selected by --only {args.only}"
+    )
     print(f"batches submitted:   {stats.get('batches_submitted', 0)}")
     print("receipts:            " + (", ".join(written) if written else "none"))
     missing = len(ids) - stats.get("requests_submitted", 0)

@@ -174,7 +174,10 @@ def _print_summary(plan, stats, receipts, invalid, skipped: bool) -> None:  # no
     ]
     if plan.dry_run:
         lines.append(f"batches exported:    {stats.get('batches_submitted', 0)}")
-        lines.append(f"exported prompts:    {plan.export_file}")
+        if invalid and not skipped:
+            lines.append("exported prompts:    none (invalid rows stopped the dry run)")
+        else:
+            lines.append(f"exported prompts:    {plan.export_file}")
     else:
         lines.append(f"batches submitted:   {stats.get('batches_submitted', 0)}")
         if stats.get("batches_already_receipted"):

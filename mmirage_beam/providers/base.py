@@ -180,7 +180,7 @@ def resolve_credentials(
         raise CredentialsError(
             f"provider {provider!r} needs {' and '.join(missing)} in the environment "
             f"(or {missing[0]}_FILE naming a file that holds it); keys are never read from "
-            "the config. Use --export-prompts for a dry run without a key."
+            "the config. ('mmirage run --export-prompts P' is a dry run that needs no key.)"
         )
     return found
 

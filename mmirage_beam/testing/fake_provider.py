@@ -2626,23 +2626,70 @@ def _anthropic_errored(custom_id: str, kind: str, message: str) -> dict[str, Any
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m mmirage_beam.testing.fake_provider",
-        description="Serve a fake OpenAI + Anthropic batch API on a loopback port.",
+        prog="mmirage fake-provider",
+        description="Serve a fake OpenAI (Files + Batches) and Anthropic (Message Batches) "
+        "API on one loopback port, in memory. Point the SDKs or a config's base_url at it: "
+        "OpenAI http://HOST:PORT/v1, Anthropic http://HOST:PORT. Any non-empty key is "
+        "accepted. Script failures at start with the flags below, or later with "
+        "POST /_fake/script (same keys as --script); GET /_fake/state shows what it holds.",
+        epilog="Markers in a prompt script single requests: FAKE_ERROR:server_error, "
+        "FAKE_ERROR:invalid_request, FAKE_ERROR:rate_limit, FAKE_ERROR:timeout, "
+        "FAKE_ERROR:transient (fails once), FAKE_ERROR:not_json, FAKE_FENCE.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind")
     parser.add_argument("--port", type=int, default=0, help="TCP port (0: a free port)")
     parser.add_argument(
-        "--delay", type=float, default=0.0, help="processing_delay_secs for every batch"
+        "--delay", type=float, default=0.0, help="seconds each batch takes to complete"
     )
-    parser.add_argument("--script", default=None, help="JSON object of scripting keys")
-    parser.add_argument("--expire-after-requests", type=int, default=None)
-    parser.add_argument("--cancel-after-requests", type=int, default=None)
-    parser.add_argument("--token-limit-exceeded", action="store_true")
-    parser.add_argument("--empty-error-file-id", action="store_true")
-    parser.add_argument("--shuffle-results", action="store_true")
-    parser.add_argument("--unknown-custom-id", action="store_true")
-    parser.add_argument("--leading-errors", default=None, help="JSON, see leading_errors")
-    parser.add_argument("--fail-batch-creates", default=None, help="JSON, see fail_batch_creates")
+    parser.add_argument(
+        "--script",
+        default=None,
+        help="JSON object of scripting keys, e.g. '{\"shuffle_results\": true}'",
+    )
+    parser.add_argument(
+        "--expire-after-requests",
+        type=int,
+        default=None,
+        metavar="N",
+        help="batches expire after N requests (partial results)",
+    )
+    parser.add_argument(
+        "--cancel-after-requests",
+        type=int,
+        default=None,
+        metavar="N",
+        help="batches are cancelled after N requests (partial results)",
+    )
+    parser.add_argument(
+        "--token-limit-exceeded",
+        action="store_true",
+        help="OpenAI batches fail validation with token_limit_exceeded",
+    )
+    parser.add_argument(
+        "--empty-error-file-id",
+        action="store_true",
+        help='OpenAI error_file_id is "" when nothing failed',
+    )
+    parser.add_argument(
+        "--shuffle-results", action="store_true", help="results in a shuffled order"
+    )
+    parser.add_argument(
+        "--unknown-custom-id",
+        action="store_true",
+        help="add a result whose custom_id was never submitted",
+    )
+    parser.add_argument(
+        "--leading-errors",
+        default=None,
+        metavar="JSON",
+        help='first calls fail, e.g. \'{"status": 429, "count": 3, "retry_after_ms": 10}\'',
+    )
+    parser.add_argument(
+        "--fail-batch-creates",
+        default=None,
+        metavar="JSON",
+        help='fail batch creations, e.g. \'{"nth": 2, "permanent": true}\'',
+    )
     parser.add_argument(
         "--verbose", action="store_true", help="log every request (DEBUG) to stderr"
     )
