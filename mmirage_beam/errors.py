@@ -30,6 +30,19 @@ class ConfigError(MmirageError, ValueError):
         return ConfigError(f"{prefix}{sep}{self.key}", self.message)
 
 
+def require_int(key: str, value: object, minimum: int) -> int:
+    """``value`` if it is an int (not a bool) >= ``minimum``.
+
+    Raises:
+        ConfigError: naming ``key`` otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(key, f"must be >= {minimum}, got {value}")
+    return value
+
+
 class CredentialsError(MmirageError):
     """A required credential is missing from the environment (exit 2)."""
 

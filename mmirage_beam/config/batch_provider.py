@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Optional
 
-from mmirage_beam.errors import ConfigError
+from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.registry import ProviderRegistry
 
 DEFAULT_MAX_CHUNK_BYTES = 52_428_800  # 50 MiB, MMIRAGE's default upload size per chunk
@@ -53,9 +53,9 @@ class BatchProviderConfig:
     oversized_request_policy: str = "isolate"
 
     def __post_init__(self) -> None:
-        _check_int("max_chunk_bytes", self.max_chunk_bytes, minimum=1)
+        require_int("max_chunk_bytes", self.max_chunk_bytes, minimum=1)
         if self.max_requests_per_chunk is not None:
-            _check_int("max_requests_per_chunk", self.max_requests_per_chunk, minimum=1)
+            require_int("max_requests_per_chunk", self.max_requests_per_chunk, minimum=1)
         if self.oversized_request_policy not in _POLICIES:
             raise ConfigError(
                 "oversized_request_policy",
@@ -173,7 +173,7 @@ class AnthropicBatchConfig(BatchProviderConfig):
         if self.base_url == "":
             self.base_url = None  # e.g. an unset ${VAR:-}
         _check_str("model", self.model)
-        _check_int("max_tokens", self.max_tokens, minimum=1)
+        require_int("max_tokens", self.max_tokens, minimum=1)
         if self.temperature is not None and self.top_p is not None:
             raise ConfigError(
                 "temperature",
@@ -208,14 +208,6 @@ class BatchProviderConfigRegistry(ProviderRegistry):
 
 BatchProviderConfigRegistry.register("openai", OpenAIBatchConfig)
 BatchProviderConfigRegistry.register("anthropic", AnthropicBatchConfig)
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(name, f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise ConfigError(name, f"must be >= {minimum}, got {value}")
-    return value
 
 
 def _check_number(name: str, value: Any) -> float:

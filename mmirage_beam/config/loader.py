@@ -17,7 +17,7 @@ from typing import Any, Optional
 import yaml
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig, BatchProviderConfigRegistry
-from mmirage_beam.errors import ConfigError
+from mmirage_beam.errors import ConfigError, require_int
 
 DATASET_TYPES = {"jsonl": "JSONL", "loadable": "loadable", "parquet": "parquet"}
 INPUT_TYPES = ("text", "image")
@@ -196,7 +196,7 @@ def config_from_dict(raw: Any) -> PipelineConfig:
     )
     execution = _execution(raw.get("execution_params") or {})
     datasets = _datasets(loading.get("datasets"))
-    num_shards = _int(loading.get("num_shards", 1), "loading_params.num_shards", minimum=1)
+    num_shards = require_int("loading_params.num_shards", loading.get("num_shards", 1), 1)
     shard_id = _shard_id(loading.get("shard_id", 0))
     if shard_id >= num_shards:
         raise ConfigError(
@@ -204,7 +204,7 @@ def config_from_dict(raw: Any) -> PipelineConfig:
         )
     batch_size = loading.get("batch_size")
     if batch_size is not None:
-        batch_size = _int(batch_size, "loading_params.batch_size", minimum=1)
+        batch_size = require_int("loading_params.batch_size", batch_size, 1)
     inputs = _inputs(processing.get("inputs"))
     outputs = _outputs(processing.get("outputs"), {i.name for i in inputs})
     remove_columns = processing.get("remove_columns", False)
@@ -272,14 +272,6 @@ def _mapping(value: Any, key: str) -> dict[str, Any]:
     return value
 
 
-def _int(value: Any, key: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(key, f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise ConfigError(key, f"must be >= {minimum}, got {value}")
-    return value
-
-
 def _shard_id(value: Any) -> int:
     key = "loading_params.shard_id"
     if isinstance(value, str) and value.startswith("$"):
@@ -292,7 +284,7 @@ def _shard_id(value: Any) -> int:
             value = int(value.strip())
         except ValueError:
             raise ConfigError(key, f"must be an integer or $ENV_VAR, got {value!r}") from None
-    return _int(value, key, minimum=0)
+    return require_int(key, value, 0)
 
 
 def _processor(value: Any) -> BatchProviderConfig:

@@ -34,7 +34,7 @@ from apache_beam.transforms.userstate import (
     on_timer,
 )
 
-from mmirage_beam.errors import ConfigError
+from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.records import BatchRequest, Chunk, RowError
 
 __all__ = [
@@ -356,14 +356,6 @@ class _ChunkFn(beam.DoFn):
         )
 
 
-def _require_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(name, f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise ConfigError(name, f"must be >= {minimum}, got {value}")
-    return value
-
-
 class ChunkRequests(beam.PTransform):
     """Group requests into byte- and count-bounded chunks, one per provider batch.
 
@@ -415,25 +407,25 @@ class ChunkRequests(beam.PTransform):
         attempt: int = 1,
     ) -> None:
         super().__init__(label)
-        _require_int("attempt", attempt, 1)
+        require_int("attempt", attempt, 1)
         self._attempt = attempt
-        _require_int("max_chunk_bytes", max_chunk_bytes, 1)
+        require_int("max_chunk_bytes", max_chunk_bytes, 1)
         if max_requests_per_chunk is not None:
-            _require_int("max_requests_per_chunk", max_requests_per_chunk, 1)
+            require_int("max_requests_per_chunk", max_requests_per_chunk, 1)
         if oversized_request_policy not in OVERSIZED_REQUEST_POLICIES:
             raise ConfigError(
                 "oversized_request_policy",
                 f"must be one of {', '.join(OVERSIZED_REQUEST_POLICIES)}, "
                 f"got {oversized_request_policy!r}",
             )
-        _require_int("chunk_overhead_bytes", chunk_overhead_bytes, 0)
+        require_int("chunk_overhead_bytes", chunk_overhead_bytes, 0)
         if chunk_overhead_bytes >= max_chunk_bytes:
             raise ConfigError(
                 "chunk_overhead_bytes",
                 f"must be smaller than max_chunk_bytes={max_chunk_bytes}, "
                 f"got {chunk_overhead_bytes}",
             )
-        _require_int("shards_per_key", shards_per_key, 1)
+        require_int("shards_per_key", shards_per_key, 1)
         self._max_chunk_bytes = max_chunk_bytes
         self._max_requests_per_chunk = max_requests_per_chunk
         self._oversized_request_policy = oversized_request_policy
