@@ -224,6 +224,7 @@ def build_merge_pipeline(
     from mmirage_beam.transforms.merge import (
         AssembleMergedRows,
         FetchResults,
+        MergedRow,
         VerifySourceUnchanged,
         WriteOrdered,
         partition_bounds,
@@ -276,26 +277,31 @@ def build_merge_pipeline(
         config.outputs, config.output_schema, config.remove_columns
     )
     assembled.rows | "WriteOrdered" >> WriteOrdered(output_path, bounds)
+    # The errors file is ordered too: by source_index, unknown custom_ids first.
     error_lines = (
-        assembled.errors | "ErrorLines" >> beam.Map(_json_line),
+        assembled.errors
+        | "ErrorLines" >> beam.Map(lambda e: MergedRow(e["source_index"], _json_line(e))),
         fetched.unknown
         | "UnknownLines"
         >> beam.Map(
-            lambda u: _json_line(
-                {
-                    "custom_id": u["custom_id"],
-                    "source_index": None,
-                    "output_name": None,
-                    "error_type": "unknown_custom_id",
-                    "message": f"batch {u['provider_batch_id']} returned a result for a "
-                    "custom_id that is in none of the receipts",
-                    "status_code": None,
-                    "retryable": False,
-                }
+            lambda u: MergedRow(
+                lo - 1,
+                _json_line(
+                    {
+                        "custom_id": u["custom_id"],
+                        "source_index": None,
+                        "output_name": None,
+                        "error_type": "unknown_custom_id",
+                        "message": f"batch {u['provider_batch_id']} returned a result for a "
+                        "custom_id that is in none of the receipts",
+                        "status_code": None,
+                        "retryable": False,
+                    },
+                ),
             )
         ),
     ) | "AllErrors" >> beam.Flatten()
-    error_lines | "WriteErrors" >> WriteSingleFile(errors_path)
+    error_lines | "WriteErrors" >> WriteOrdered(errors_path, bounds)
     return MergePlan(output_path, errors_path, len(bounds), len(verifiable))
 
 

@@ -100,9 +100,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     receipts = [e.receipt for e in entries]
 
     out = args.output_path
-    errors_path = errors_path_for(out)
-    if FileSystems.exists(errors_path):
-        FileSystems.delete([errors_path])  # a stale error file must not outlive its merge
+    errors_path = errors_path_for(out)  # rewritten (empty when nothing failed) by the merge
     pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
     plan = build_merge_pipeline(
         pipeline,

@@ -139,6 +139,7 @@ def test_output_and_error_files_and_retryable(tmp_path, capsys, provider_env):
         else:
             assert m["answer"] == fake_answer_text("Answer concisely:\n" + rows[i]["question"])
     by_index = {e["source_index"]: e for e in errors}
+    assert [e["source_index"] for e in errors] == sorted(markers)  # the errors file is ordered
     assert set(by_index) == set(markers)
     assert by_index[3]["retryable"] is True and by_index[3]["status_code"] == 500
     assert (

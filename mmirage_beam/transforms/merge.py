@@ -541,7 +541,7 @@ class _WritePartitionFn(beam.DoFn):
         from mmirage_beam.receipts import write_durably
 
         part, rows = element
-        ordered = sorted(rows, key=lambda r: r.source_index)
+        ordered = sorted(rows, key=lambda r: (r.source_index, r.line))
         path = f"{self._dir}/part-{part:05d}.jsonl"
         write_durably(path, b"".join(r.line for r in ordered))
         yield part, path
@@ -574,7 +574,9 @@ class _ConcatenateFn(beam.DoFn):
 
 
 class WriteOrdered(beam.PTransform):
-    """PCollection[MergedRow] -> one file, rows in source_index order.
+    """PCollection[MergedRow] -> one file, rows in source_index order (then by bytes, so
+    lines of the same source_index come in a stable order). Always writes the file, empty
+    when there are no rows.
 
     A scalable plan: rows are range-partitioned by source_index into ``bounds`` ranges,
     each partition is sorted by one worker and written as ``<output>.parts/part-NNNNN``,
