@@ -1007,6 +1007,11 @@ def advice_lines(report: StatusReport, config_arg: Optional[str]) -> List[str]:
     config = config_arg or "C.yaml"
     lines: List[str] = []
     seen: set = set()
+    children: Dict[str, set] = {}
+    for st in report.statuses:
+        parent = st.receipt.receipt.get("parent_run_id")
+        if parent:
+            children.setdefault(parent, set()).add(st.receipt.run_id)
     for s in report.statuses:
         run = s.receipt.run_id
         if s.status == LOOKUP_FAILED and "connection" in (s.error or "").lower():
@@ -1048,6 +1053,12 @@ def advice_lines(report: StatusReport, config_arg: Optional[str]) -> List[str]:
                 if retry
                 else "."
             )
+            if retry and run in children:
+                text += (
+                    f"\n    (already resubmitted as run(s) {', '.join(sorted(children[run]))}; "
+                    "merge takes the newest successful results across them, and resubmit "
+                    "re-sends only what is still failing)"
+                )
         if key in seen:
             continue
         seen.add(key)

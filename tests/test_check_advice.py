@@ -50,3 +50,16 @@ def test_nothing_to_explain_when_all_completed(tmp_path, capsys, provider_env):
     capsys.readouterr()
     assert check_main(["--config", path]) == 0
     assert "what this means" not in capsys.readouterr().out
+
+
+def test_advice_knows_a_run_was_already_resubmitted(tmp_path, capsys, provider_env):
+    from pipelines.resubmit import main as resubmit_main
+
+    fake = provider_env
+    path = _submit(tmp_path, fake, "openai", expire_after_requests=3)
+    fake.script(expire_after_requests=None)
+    assert resubmit_main(["--config", path, "--run-id", "adv", "--new-run-id", "adv2"]) == 0
+    capsys.readouterr()
+    assert check_main(["--config", path]) == 1  # the original batch still expired
+    out = capsys.readouterr().out
+    assert "already resubmitted as run(s) adv2" in out
