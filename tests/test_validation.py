@@ -453,3 +453,40 @@ def test_clean_input_lists_no_invalid_row(tmp_path, capsys):
     assert "invalid rows:        0" in out and "invalid row(s)" not in out
     assert len(_export(tmp_path, "ok")) == 3
     assert _invalid(tmp_path, "ok") == []
+
+
+def test_corrupt_parquet_row_group_is_invalid_rows_not_a_crash(tmp_path, capsys):
+    """A Parquet file whose footer is fine but whose second row group's data page is
+    corrupt: those 10 rows are invalid (named), the run stops before submitting."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "corrupt.parquet"
+    pq.write_table(
+        pa.table({"question": [f"question {i}?" for i in range(30)]}),
+        path,
+        row_group_size=10,
+        compression="NONE",
+    )
+    data = bytearray(path.read_bytes())
+    offset = pq.ParquetFile(path).metadata.row_group(1).column(0).data_page_offset
+    data[offset : offset + 40] = b"\xff" * 40
+    path.write_bytes(bytes(data))
+    cfg = base_config(tmp_path)
+    cfg["loading_params"]["datasets"] = [
+        {"path": str(path), "type": "parquet", "output_dir": str(tmp_path / "shards")}
+    ]
+    code = run_main(
+        [
+            "--config",
+            write_config(tmp_path, cfg),
+            "--export-prompts",
+            str(tmp_path / "p.jsonl"),
+            "--run-id",
+            "pq",
+        ]
+    )
+    assert code == 1
+    invalid = _read_jsonl(tmp_path / "meta" / "batch_metadata.invalid_rows.pq.jsonl")
+    assert sorted(e["source_index"] for e in invalid) == list(range(10, 20))
+    assert all("row group 1 cannot be read" in e["reason"] for e in invalid)

@@ -569,20 +569,39 @@ class _ReadSplitFn(beam.DoFn):
         if split.kind == _JSONL:
             yield from self._read_jsonl(split, first, begin, stop, count, offsets)
             return
-        with _open_binary(split.path) as f:
-            if split.kind == _PARQUET:
-                import pyarrow.parquet as pq
+        import pyarrow as pa
 
-                batches: Iterable[pa.RecordBatch] = pq.ParquetFile(f).iter_batches(
-                    batch_size=_PARQUET_BATCH_ROWS, row_groups=[split.start]
+        source_index = first + begin
+        try:
+            with _open_binary(split.path) as f:
+                if split.kind == _PARQUET:
+                    import pyarrow.parquet as pq
+
+                    batches: Iterable[pa.RecordBatch] = pq.ParquetFile(f).iter_batches(
+                        batch_size=_PARQUET_BATCH_ROWS, row_groups=[split.start]
+                    )
+                else:
+                    batches = _arrow_batches(f)
+                for row in _rows_in_range(batches, begin, stop, split):
+                    self._rows_read.inc()
+                    yield SourceRow(source_index, split.dataset_index, row)
+                    source_index += 1
+        except (pa.ArrowException, OSError) as exc:
+            # Corrupt data (the footer was readable, so the rows are counted): every row
+            # not read is invalid, named, and stops the run before anything is submitted.
+            what = f"row group {split.start}" if split.kind == _PARQUET else "Arrow data"
+            for index in range(source_index, first + stop):
+                self._row_errors.inc()
+                yield beam.pvalue.TaggedOutput(
+                    _ERRORS_TAG,
+                    RowError(
+                        source_index=index,
+                        dataset_path=split.dataset_path,
+                        input_name=None,
+                        reason=f"{split.path}: {what} cannot be read ({exc})",
+                        location=what,
+                    ),
                 )
-            else:
-                batches = _arrow_batches(f)
-            source_index = first + begin
-            for row in _rows_in_range(batches, begin, stop, split):
-                self._rows_read.inc()
-                yield SourceRow(source_index, split.dataset_index, row)
-                source_index += 1
 
     def _read_jsonl(
         self, split: _Split, first: int, begin: int, stop: int, count: int, offsets: _Offsets
