@@ -40,11 +40,12 @@ class RunSelection:
 def select_run(
     config: PipelineConfig,
     metadata_paths: Sequence[str],
-    run_id: Optional[str],
+    run_id: Optional[str | Sequence[str]],
     verb: str,
 ) -> RunSelection:
-    """Find the receipts of ``run_id`` (default: the newest run) and its linked runs, and
-    look every batch up. Messages for the user go to stderr, prefixed ``mmirage <verb>``.
+    """Find the receipts of ``run_id`` (default: the newest run; several ids, e.g. one
+    run per shard, are merged together) and its linked runs, and look every batch up.
+    Messages for the user go to stderr, prefixed ``mmirage <verb>``.
 
     Raises:
         mmirage_beam.status.NoReceiptsError: no receipt found (exit 2).
@@ -52,24 +53,27 @@ def select_run(
     """
     from mmirage_beam.status import BatchStatusChecker, collect_receipts
 
-    selection = collect_receipts(config, metadata_paths, run_id)
-    run = run_id or selection.run_ids[0]
-    # With --run-id, collect_receipts kept only that run: read again to find its links.
-    every = collect_receipts(config, metadata_paths) if run_id else selection
-    linked, rank = linked_runs(every.receipts, run)
+    asked = [run_id] if isinstance(run_id, str) else list(run_id or [])
+    for r in asked:  # each asked run must exist (NoReceiptsError names the patterns)
+        collect_receipts(config, metadata_paths, r)
+    every = collect_receipts(config, metadata_paths)
+    starts = asked or [every.run_ids[0]]
+    run = ", ".join(starts)
+    linked, rank = linked_runs(every.receipts, starts)
     entries = [e for e in every.receipts if e.run_id in linked]
     others = [r for r in every.run_ids if r not in linked]
-    if len(linked) > 1:
+    resubmissions = [r for r in linked if r not in starts]
+    if resubmissions:
         print(
-            f"mmirage {verb}: run {run} is linked to run(s) "
-            f"{', '.join(r for r in linked if r != run)} (resubmissions): per request, "
-            "the newest successful result is kept",
+            f"mmirage {verb}: run {run} is linked to run(s) {', '.join(resubmissions)} "
+            "(resubmissions): per request, the newest successful result is kept",
             file=sys.stderr,
         )
-    if others and not run_id:
+    if others and not asked:
         print(
             f"mmirage {verb}: using run {run} (the newest); also found run(s) "
-            f"{', '.join(others)}: pass --run-id to choose another",
+            f"{', '.join(others)}: pass --run-id to choose another (repeat it to merge "
+            "several runs, e.g. one per shard)",
             file=sys.stderr,
         )
     batch_entries = list({e.key: e for e in entries}.values())
@@ -87,8 +91,10 @@ def select_run(
     return RunSelection(run, linked, entries, batches, pending, lookup_failed, providers)
 
 
-def linked_runs(receipts: Sequence[Any], run: str) -> tuple[list[str], dict[str, int]]:
-    """The runs linked to ``run`` by ``parent_run_id`` (both ways), oldest first, and
+def linked_runs(
+    receipts: Sequence[Any], runs: str | Sequence[str]
+) -> tuple[list[str], dict[str, int]]:
+    """The runs linked to ``runs`` by ``parent_run_id`` (both ways), oldest first, and
     each one's rank (0 = oldest), from the receipts' submission times."""
     edges: dict[str, set[str]] = {}
     first_seen: dict[str, float] = {}
@@ -100,7 +106,8 @@ def linked_runs(receipts: Sequence[Any], run: str) -> tuple[list[str], dict[str,
             edges.setdefault(parent, set()).add(e.run_id)
         t = e.submitted_at or 0.0
         first_seen[e.run_id] = min(first_seen.get(e.run_id, t), t)
-    seen, todo = {run}, [run]
+    starts = [runs] if isinstance(runs, str) else list(runs)
+    seen, todo = set(starts), list(starts)
     while todo:
         for other in edges.get(todo.pop(), ()):
             if other not in seen:

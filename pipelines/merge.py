@@ -42,7 +42,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         metavar="R",
         help="receipt file (repeatable); default: found from metadata_output_path",
     )
-    ap.add_argument("--run-id", help="merge this run (default: the newest run)")
+    ap.add_argument(
+        "--run-id",
+        action="append",
+        default=[],
+        help="merge this run (default: the newest); repeat it to merge several runs into "
+        "one file, e.g. the runs of num_shards shards",
+    )
     ap.add_argument(
         "--allow-partial",
         action="store_true",

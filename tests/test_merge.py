@@ -300,3 +300,26 @@ def test_rows_skipped_at_submission_are_written_marked(tmp_path, capsys, provide
     assert merged[6]["answer"] is None and "not valid JSON" in merged[6]["mmirage_skipped"]
     assert all("mmirage_skipped" not in m for i, m in enumerate(merged) if i not in (2, 6))
     assert "skipped at submit:   2" in out
+
+
+def test_shards_submitted_as_runs_merge_into_one_file(tmp_path, capsys, provider_env):
+    import yaml
+
+    fake = provider_env
+    rows = _rows(9)
+    cfg_path = _setup(tmp_path, "openai", fake, rows)
+    cfg = yaml.safe_load(Path(cfg_path).read_text())
+    cfg["loading_params"]["num_shards"] = 3
+    for shard in range(3):
+        cfg["loading_params"]["shard_id"] = shard
+        shard_cfg = write_config(tmp_path, cfg, f"shard{shard}.yaml")
+        assert submit_main(["--config", shard_cfg, "--run-id", f"s{shard}"]) == 0
+    held = sorted(int(h["custom_id"].rsplit("-", 1)[1]) for h in fake.submitted_requests())
+    assert held == list(range(9))  # source_index is global across shards
+    runs = [a for s in range(3) for a in ("--run-id", f"s{s}")]
+    code, merged, errors = _merge(tmp_path, cfg_path, *runs, "--partitions", "2")
+    assert code == 0 and errors == []
+    assert [m["source_index"] for m in merged] == list(range(9))
+    for m in merged:
+        question = rows[m["source_index"]]["question"]
+        assert m["answer"] == fake_answer_text("Answer concisely:\n" + question)
