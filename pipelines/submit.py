@@ -115,10 +115,13 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         ["mmirage run", "--config", args.config, "--run-id", run_id, *map(_quote, beam_args)]
     )
     try:
-        result = pipeline.run()
-        result.wait_until_finish()
-    except Exception as exc:  # worker failures come back as the runner re-raises them
+        with _interrupt_on_sigterm():
+            result = pipeline.run()
+            result.wait_until_finish()
+    except (Exception, KeyboardInterrupt) as exc:  # also Ctrl-C / SIGTERM: say how to resume
         code = exc.exit_code if isinstance(exc, MmirageError) else 1
+        if isinstance(exc, KeyboardInterrupt):
+            code, exc = 130, RuntimeError("interrupted")
         if dry_run:
             print(f"mmirage: error: the dry run failed: {_short(exc)}", file=sys.stderr)
             return code
@@ -149,6 +152,29 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     skipping = bool(args.skip_invalid_rows or config.execution.skip_invalid_rows)
     _print_summary(plan, stats, written, invalid, skipped=skipping)
     return 1 if invalid and not skipping else 0
+
+
+class _interrupt_on_sigterm:
+    """Within the block, SIGTERM interrupts like Ctrl-C, so the run stops the same way
+    (receipts consolidated, resume command printed)."""
+
+    def __enter__(self) -> None:
+        import signal
+        import threading
+
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._raise)
+
+    def __exit__(self, *exc_info: object) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+    @staticmethod
+    def _raise(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
 
 
 def _quote(arg: str) -> str:
