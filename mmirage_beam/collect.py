@@ -57,7 +57,8 @@ def select_run(
     for r in asked:  # each asked run must exist (NoReceiptsError names the patterns)
         collect_receipts(config, metadata_paths, r)
     every = collect_receipts(config, metadata_paths)
-    starts = asked or [every.run_ids[0]]
+    # Receipt files given explicitly: all their runs; else the newest run.
+    starts = asked or (every.run_ids if metadata_paths else [every.run_ids[0]])
     run = ", ".join(starts)
     linked, rank = linked_runs(every.receipts, starts)
     entries = [e for e in every.receipts if e.run_id in linked]
@@ -69,7 +70,7 @@ def select_run(
             "(resubmissions): per request, the newest successful result is kept",
             file=sys.stderr,
         )
-    if others and not asked:
+    if others and not asked and not metadata_paths:
         print(
             f"mmirage {verb}: using run {run} (the newest); also found run(s) "
             f"{', '.join(others)}: pass --run-id to choose another (repeat it to merge "

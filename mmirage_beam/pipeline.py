@@ -129,6 +129,7 @@ def build_submit_pipeline(
         oversized_request_policy=proc.oversized_request_policy,
         chunk_overhead_bytes=adapter_cls.chunk_overhead_bytes,
         attempt=attempt,
+        run_part=(f".shard{config.shard_id}of{config.num_shards}" if config.num_shards > 1 else ""),
     )
     errors = (
         read.errors,

@@ -3,9 +3,45 @@
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
 from typing import Any, ClassVar
 
 from mmirage_beam.errors import ConfigError
+
+_LOG = logging.getLogger(__name__)
+ENTRY_POINT_GROUP = "mmirage_beam.providers"
+PLUGINS_ENV_VAR = "MMIRAGE_PLUGINS"
+_plugins_loaded = False
+
+
+def load_plugins() -> None:
+    """Import provider plugins once, so they register themselves: every module named in
+    ``$MMIRAGE_PLUGINS`` (comma-separated) and every entry point of the
+    ``mmirage_beam.providers`` group (declared in a plugin package's setup).
+
+    Raises:
+        ConfigError: a named module cannot be imported (naming it).
+    """
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV_VAR, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(
+                PLUGINS_ENV_VAR, f"cannot import plugin module {name!r}: {exc}"
+            ) from None
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception as exc:  # one broken plugin must not hide the others
+            _LOG.warning("provider plugin %s (%s) failed to load: %s", ep.name, ep.value, exc)
 
 
 class ProviderRegistry:
@@ -58,4 +94,5 @@ class ProviderRegistry:
 
     @classmethod
     def _before_get(cls) -> None:
-        """Hook run before every lookup. Default: nothing."""
+        """Hook run before every lookup. Default: load the plugins (once)."""
+        load_plugins()

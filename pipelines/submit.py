@@ -191,7 +191,8 @@ def _short(exc: BaseException) -> str:
 def _print_summary(plan, stats, receipts, invalid, skipped: bool) -> None:  # noqa: ANN001
     lines = [
         f"run id:              {plan.run_id}",
-        f"rows read:           {stats.get('rows_read', 0)}",
+        f"rows read:           {stats.get('rows_read', 0) + stats.get('row_errors', 0)}"
+        + (f" ({stats['row_errors']} unreadable)" if stats.get("row_errors") else ""),
         f"invalid rows:        {len(invalid)}",
         f"requests:            {stats.get('requests', 0)}",
         f"chunks:              {stats.get('chunks', 0)}",
@@ -219,6 +220,7 @@ def _print_summary(plan, stats, receipts, invalid, skipped: bool) -> None:  # no
     print("\n".join(lines))
     if invalid:
         print(f"\n{len(invalid)} invalid row(s), all listed in {plan.invalid_rows_path}:")
+        invalid = sorted(invalid, key=lambda e: (e["source_index"] is None, e["source_index"] or 0))
         for e in invalid[:10]:
             where = f" ({e['location']})" if e.get("location") else ""
             name = f" [{e['input_name']}]" if e.get("input_name") else ""

@@ -365,3 +365,38 @@ def test_the_original_tools_config_loads_unchanged():
     cfg = load_config(TEST_DATA / "mmirage_original" / "config.yaml")
     assert cfg.processor.model == "gpt-4o-mini" and cfg.processor.max_requests_per_chunk == 10
     assert [o.name for o in cfg.outputs] == ["rewritten"]
+
+
+def test_json_field_typo_in_output_schema_fails_at_load(tmp_path):
+    cfg = base_config(tmp_path)
+    out = cfg["processing_params"]["outputs"][0]
+    out["output_type"] = "JSON"
+    out["output_schema"] = {"label": "str", "score": "int"}
+    cfg["processing_params"]["output_schema"] = {"x": "{{ answer.lable }}"}
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(cfg)
+    assert info.value.key == "processing_params.output_schema.x"
+    assert "no field 'lable'" in info.value.message and "label, score" in info.value.message
+    cfg["processing_params"]["output_schema"] = {"x": "{{ answer['score'] }} {{ answer.label }}"}
+    config_from_dict(cfg)  # declared fields are fine
+
+
+def test_plugin_config_value_error_is_a_config_error(tmp_path):
+    from dataclasses import dataclass
+
+    from mmirage_beam.config import BatchProviderConfig, BatchProviderConfigRegistry
+
+    @dataclass
+    class PickyConfig(BatchProviderConfig):
+        provider: str = "picky"
+        level: int = 1
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            if self.level > 3:
+                raise ValueError("level must be at most 3")
+
+    BatchProviderConfigRegistry.register("picky", PickyConfig)
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(base_config(tmp_path, "picky", level=9))
+    assert info.value.key == "processors[0]" and "at most 3" in info.value.message

@@ -111,3 +111,32 @@ def test_mistral_example_plugs_in(tmp_path, capsys, monkeypatch):
         "job-1", "in_progress", {"id": "job-1", "status": "running"}
     )
     assert adapter.parse_submission_result({"id": "j", "status": "SUCCESS"}).status == "completed"
+
+
+def test_plugins_load_from_the_environment_in_the_cli(tmp_path):
+    """`mmirage` itself can use a plugin: MMIRAGE_PLUGINS names modules to import."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    path = write_config(tmp_path, base_config(tmp_path, "mistral"))
+    env = dict(os.environ, MMIRAGE_PLUGINS="tests.plugins.mistral_example", PYTHONPATH=str(REPO))
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.submit",
+        "--config",
+        path,
+        "--export-prompts",
+        str(tmp_path / "m.jsonl"),
+        "--run-id",
+        "plug",
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "m.plug.jsonl").exists()
+    env["MMIRAGE_PLUGINS"] = "no_such_plugin_module"
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "no_such_plugin_module" in proc.stderr

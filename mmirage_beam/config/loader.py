@@ -218,6 +218,7 @@ def config_from_dict(raw: Any) -> PipelineConfig:
     _check_variables(
         output_schema, "processing_params.output_schema", names | {o.name for o in outputs}
     )
+    _check_json_fields(output_schema, "processing_params.output_schema", outputs)
     return PipelineConfig(
         processor=processor,
         datasets=datasets,
@@ -317,7 +318,7 @@ def _processor(value: Any) -> BatchProviderConfig:
         return cls(**kwargs)
     except ConfigError as exc:
         raise exc.under(key) from None
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # a plugin's own __post_init__ checks
         raise ConfigError(key, str(exc)) from None
 
 
@@ -494,3 +495,46 @@ def _check_variables(value: Any, key: str, known: set[str]) -> None:
     elif isinstance(value, list):
         for i, v in enumerate(value):
             _check_variables(v, f"{key}[{i}]", known)
+
+
+def _check_json_fields(value: Any, key: str, outputs: tuple[OutputConfig, ...]) -> None:
+    """``{{ answer.field }}`` of a JSON output must name a field of its output_schema, so
+    a typo fails now, not at merge after the batches are paid for."""
+    import jinja2
+    from jinja2 import nodes
+
+    from mmirage_beam.transforms.schema import json_schema_for
+
+    fields = {
+        o.name: set(json_schema_for(o.output_schema)["properties"])
+        for o in outputs
+        if o.output_type == "JSON"
+    }
+    if not fields:
+        return
+    if isinstance(value, str):
+        if "{" not in value:
+            return
+        ast = jinja2.Environment().parse(value)
+        for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
+            target = node.node
+            if not (isinstance(target, nodes.Name) and target.name in fields):
+                continue
+            if isinstance(node, nodes.Getattr):
+                attr = node.attr
+            elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
+                attr = node.arg.value
+            else:
+                continue
+            if attr not in fields[target.name]:
+                raise ConfigError(
+                    key,
+                    f"{target.name}.{attr}: output {target.name!r} has no field {attr!r}; "
+                    f"its output_schema declares {', '.join(sorted(fields[target.name]))}",
+                )
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_json_fields(v, f"{key}.{k}", outputs)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_json_fields(v, f"{key}[{i}]", outputs)

@@ -418,6 +418,7 @@ class BatchAdapterRegistry(ProviderRegistry):
 
     @classmethod
     def _before_get(cls) -> None:
+        super()._before_get()
         _load_builtins()
 
 

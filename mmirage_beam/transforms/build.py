@@ -116,6 +116,10 @@ class _ExtractInputsFn(beam.DoFn):
                 try:
                     images.extend(load_image(v, ds.image_base_path) for v in refs)
                 except RequestBuildError as exc:
+                    if self._lenient:  # merge re-reads rows: a bad image is no reason to
+                        images.extend({"source": v} for v in refs)  # lose the row
+                        values[spec.name] = value
+                        continue
                     yield pvalue.TaggedOutput(
                         ERRORS_TAG, RowError(element.source_index, ds.path, spec.name, str(exc))
                     )
@@ -173,6 +177,9 @@ def build_payload(
     prompt: str, images: Sequence[dict[str, Any]], output: OutputConfig
 ) -> dict[str, Any]:
     """The provider-neutral payload for one (row, output): see BatchSubmissionAdapter."""
+    unreadable = [img["source"] for img in images if not img.get("url")]
+    if unreadable:
+        raise RequestBuildError(f"image {unreadable[0]!r} was not loaded")
     if images:
         content: Any = [{"type": "text", "text": prompt}] + [
             {"type": "image_url", "image_url": {"url": img["url"]}} for img in images

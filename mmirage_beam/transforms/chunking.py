@@ -154,10 +154,12 @@ def _decode_key(key: str) -> tuple[str, str, int]:
     return output_name, modality, shard
 
 
-def _chunk_id(output_name: str, seq: int, shard: int | None, attempt: int = 1) -> str:
-    # "." cannot occur in an output name, so a later attempt never collides with another
-    # output's first attempt.
-    stem = output_name if attempt == 1 else f"{output_name}.a{attempt}"
+def _chunk_id(
+    output_name: str, seq: int, shard: int | None, attempt: int = 1, run_part: str = ""
+) -> str:
+    # "." cannot occur in an output name, so a later attempt or another data shard never
+    # collides with another output's chunk ids.
+    stem = output_name + run_part + ("" if attempt == 1 else f".a{attempt}")
     if shard is None:
         return f"{stem}-chunk-{seq:06d}"
     return f"{stem}-s{shard:03d}-chunk-{seq:06d}"
@@ -210,7 +212,9 @@ class _ChunkFn(beam.DoFn):
         chunk_overhead_bytes: int,
         shards_per_key: int,
         attempt: int = 1,
+        run_part: str = "",
     ) -> None:
+        self._run_part = run_part
         self._max_chunk_bytes = max_chunk_bytes
         self._max_requests_per_chunk = max_requests_per_chunk
         self._oversized_request_policy = oversized_request_policy
@@ -316,7 +320,11 @@ class _ChunkFn(beam.DoFn):
         total_bytes = sum(request.nbytes for request in requests)
         chunk = Chunk(
             chunk_id=_chunk_id(
-                output_name, seq, shard if self._shards_per_key > 1 else None, self._attempt
+                output_name,
+                seq,
+                shard if self._shards_per_key > 1 else None,
+                self._attempt,
+                self._run_part,
             ),
             output_name=output_name,
             modality=modality,
@@ -390,6 +398,8 @@ class ChunkRequests(beam.PTransform):
             chunk streams (by a stable hash of ``custom_id``) for parallelism; 1 keeps the
             greedy fill optimal.
         attempt: the run's submission attempt (1 for a fresh run, +1 per resume).
+        run_part: inserted after the output name in chunk ids, e.g. ``".shard2of3"`` for
+            one of ``num_shards`` data shards, so shards never share a chunk id.
 
     Raises:
         ConfigError: (a ``ValueError``) naming the offending argument when it has the wrong
@@ -405,10 +415,12 @@ class ChunkRequests(beam.PTransform):
         shards_per_key: int = 1,
         label: str | None = None,
         attempt: int = 1,
+        run_part: str = "",
     ) -> None:
         super().__init__(label)
         require_int("attempt", attempt, 1)
         self._attempt = attempt
+        self._run_part = run_part
         require_int("max_chunk_bytes", max_chunk_bytes, 1)
         if max_requests_per_chunk is not None:
             require_int("max_requests_per_chunk", max_requests_per_chunk, 1)
@@ -449,6 +461,7 @@ class ChunkRequests(beam.PTransform):
                     self._chunk_overhead_bytes,
                     shards_per_key,
                     self._attempt,
+                    self._run_part,
                 )
             ).with_outputs(_REJECTED_TAG, main=_CHUNKS_TAG)
         )
