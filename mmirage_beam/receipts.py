@@ -191,6 +191,21 @@ def consolidate(receipt_file: str) -> int:
     return len(by_chunk)
 
 
+def consolidate_run(base: str, run_id: str, dry_run: bool = False) -> dict[str, int]:
+    """:func:`consolidate` every modality's receipt file of a run.
+
+    Returns:
+        receipt file -> number of receipts, for the files that hold at least one.
+    """
+    counts = {}
+    for modality in MODALITIES:
+        path = receipt_path(base, modality, run_id, dry_run)
+        n = consolidate(path)
+        if n:
+            counts[path] = n
+    return counts
+
+
 def read_receipts(path: str) -> list[dict[str, Any]]:
     """Every receipt in a receipt file (blank lines skipped); parts folder included."""
     from apache_beam.io.filesystems import FileSystems

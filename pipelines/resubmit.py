@@ -69,6 +69,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     import tempfile
 
     import apache_beam as beam
+    from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from mmirage_beam.collect import select_run
@@ -81,7 +82,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         resubmittable,
     )
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
-    from mmirage_beam.receipts import MODALITIES, consolidate, receipt_path
+    from mmirage_beam.receipts import consolidate_run
 
     config = load_config(args.config)
     provider = config.processor.provider
@@ -94,7 +95,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     if args.errors_file:
         errors = read_jsonl(args.errors_file)
-        if not errors and not _exists(args.errors_file):
+        if not errors and not FileSystems.exists(args.errors_file):
             raise ConfigError("--from", f"{args.errors_file} does not exist")
         runs = {e.get("run_id") for e in errors if e.get("run_id")}
         parent = args.run_id or (sorted(runs)[-1] if len(runs) == 1 else None)
@@ -147,19 +148,14 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         result = pipeline.run()
         result.wait_until_finish()
     except Exception as exc:  # the runner re-raises worker failures in many wrappers
-        for m in MODALITIES:
-            consolidate(receipt_path(plan.receipts_base, m, new_run))
+        consolidate_run(plan.receipts_base, new_run)
         print(
             f"mmirage: error: the resubmission failed: {str(exc).strip().splitlines()[-1]}\n"
             f"Resume it with: mmirage run --config {args.config} --run-id {new_run}",
             file=sys.stderr,
         )
         return 1
-    written = [
-        p
-        for p in (receipt_path(plan.receipts_base, m, new_run) for m in MODALITIES)
-        if consolidate(p)
-    ]
+    written = list(consolidate_run(plan.receipts_base, new_run))
     stats = counters(result)
     print(f"resubmission run:    {new_run} (parent run {parent})")
     print(
@@ -176,12 +172,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         )
     print(f"Then merge as usual: mmirage merge --config {args.config} --output-path OUT.jsonl")
     return 0
-
-
-def _exists(path: str) -> bool:
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems.exists(path)
 
 
 main = guarded(_main)

@@ -66,7 +66,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.ids import check_run_id, new_run_id
     from mmirage_beam.pipeline import build_submit_pipeline
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
-    from mmirage_beam.receipts import MODALITIES, consolidate, receipt_path, receipts_base
+    from mmirage_beam.receipts import consolidate_run, receipts_base
     from mmirage_beam.resume import ResumeState, prepare_resume
 
     config = load_config(args.config)
@@ -125,11 +125,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         if dry_run:
             print(f"mmirage: error: the dry run failed: {_short(exc)}", file=sys.stderr)
             return code
-        kept = [
-            f"{path} ({n})"
-            for path in (receipt_path(plan.receipts_base, m, run_id) for m in MODALITIES)
-            if (n := consolidate(path))
-        ]
+        kept = [f"{path} ({n})" for path, n in consolidate_run(plan.receipts_base, run_id).items()]
         print(
             f"mmirage: error: the pipeline failed: {_short(exc)}\n"
             + (
@@ -142,11 +138,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         )
         return code
 
-    written = []
-    for m in MODALITIES:
-        path = receipt_path(plan.receipts_base, m, run_id, dry_run)
-        if consolidate(path):
-            written.append(path)
+    written = list(consolidate_run(plan.receipts_base, run_id, dry_run))
     stats = counters(result)
     invalid = read_jsonl(plan.invalid_rows_path)
     skipping = bool(args.skip_invalid_rows or config.execution.skip_invalid_rows)
