@@ -410,19 +410,10 @@ class BatchAdapterRegistry(ProviderRegistry):
     """Maps a provider name to its :class:`BatchSubmissionAdapter` subclass.
 
     ``register(name, adapter_cls)`` (TypeError for a non-subclass) and ``get(name)``
-    (ConfigError naming ``provider``); the built-in adapters are imported on first use.
+    (ConfigError naming ``provider``). The built-in adapters register themselves when
+    :mod:`mmirage_beam.providers` is imported (which importing this module does first),
+    so the contract depends on nothing below it.
     """
 
     base_class = BatchSubmissionAdapter
     unknown_message = "no adapter registered for {name!r}; registered: {known}"
-
-    @classmethod
-    def _before_get(cls) -> None:
-        super()._before_get()
-        _load_builtins()
-
-
-def _load_builtins() -> None:
-    # Imported lazily so that importing the contract never imports an SDK.
-    import mmirage_beam.providers.anthropic_batch  # noqa: F401
-    import mmirage_beam.providers.openai_batch  # noqa: F401

@@ -1,0 +1,43 @@
+"""The contract module depends on nothing below it; the built-ins still register."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+BASE = Path(__file__).resolve().parent.parent / "mmirage_beam" / "providers" / "base.py"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def test_base_imports_no_adapter():
+    imported = _imported_modules(BASE)
+    adapters = {m for m in imported if m.endswith(("openai_batch", "anthropic_batch"))}
+    assert adapters == set(), adapters
+
+
+def test_builtins_registered_through_the_package():
+    code = (
+        "from mmirage_beam.providers.base import BatchAdapterRegistry as R\n"
+        "import sys\n"
+        "print(R.names())\n"
+        "print(R.get('openai').__module__, R.get('anthropic').__module__)\n"
+        "print('openai' in sys.modules, 'anthropic' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[0] == "['anthropic', 'openai']"
+    assert out[1] == "mmirage_beam.providers.openai_batch mmirage_beam.providers.anthropic_batch"
+    assert out[2] == "False False"  # registering imports no SDK
