@@ -21,7 +21,7 @@ class RunSelection:
     Attributes:
         run: the run asked for (or the newest).
         linked: it and its linked runs, oldest first.
-        entries: their receipts (:class:`mmirage_beam.status.ReceiptEntry`).
+        entries: their receipts (:class:`mmirage_beam.check.discovery.ReceiptEntry`).
         batches: one :class:`~mmirage_beam.transforms.merge.BatchToFetch` per receipt.
         pending: those whose batch has not ended.
         lookup_failed: statuses of batches the provider could not resolve.
@@ -48,10 +48,11 @@ def select_run(
     Messages for the user go to stderr, prefixed ``mmirage <verb>``.
 
     Raises:
-        mmirage_beam.status.NoReceiptsError: no receipt found (exit 2).
+        mmirage_beam.check.discovery.NoReceiptsError: no receipt found (exit 2).
         mmirage_beam.errors.CredentialsError: a provider key is missing (exit 2).
     """
-    from mmirage_beam.status import BatchStatusChecker, collect_receipts
+    from mmirage_beam.check.discovery import collect_receipts
+    from mmirage_beam.check.lookup import BatchStatusChecker
 
     asked = [run_id] if isinstance(run_id, str) else list(run_id or [])
     for r in asked:  # each asked run must exist (NoReceiptsError names the patterns)
@@ -122,7 +123,7 @@ def batches_to_fetch(
     entries: list[Any], statuses: list[Any], rank: dict[str, int]
 ) -> tuple[list, list, list]:
     """Receipts + their statuses -> (BatchToFetch per receipt, not ended, lookup failed)."""
-    from mmirage_beam.status import LOOKUP_FAILED
+    from mmirage_beam.check.lookup import LOOKUP_FAILED
     from mmirage_beam.transforms.merge import TERMINAL_STATUSES, BatchToFetch
 
     by_key = {st.receipt.key: st for st in statuses}

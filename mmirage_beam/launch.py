@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from typing import Any, Callable, Optional, Sequence
@@ -93,19 +92,13 @@ def counters(result: Any, namespace: str = "mmirage") -> dict[str, int]:
 
 
 def read_jsonl(path: str, limit: Optional[int] = None) -> list[dict[str, Any]]:
-    """Lines of a (small) JSONL file through Beam's FileSystems; [] when it is absent."""
-    from apache_beam.io.filesystems import FileSystems
+    """Lines of a (small) JSONL file through Beam's FileSystems; [] when it is absent.
 
-    if not FileSystems.exists(path):
-        return []
-    out = []
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-        for raw in f.read().decode("utf-8").splitlines():
-            if raw.strip():
-                out.append(json.loads(raw))
-                if limit is not None and len(out) >= limit:
-                    break
-    return out
+    Split on ``\n`` only (:mod:`mmirage_beam.jsonl`), never ``str.splitlines()``.
+    """
+    from mmirage_beam.jsonl import read_jsonl as _read
+
+    return _read(path, limit)
 
 
 def human_bytes(n: int) -> str:

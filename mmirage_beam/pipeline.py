@@ -292,8 +292,9 @@ def build_merge_pipeline(
                         "custom_id": u["custom_id"],
                         "source_index": None,
                         "output_name": None,
-                        "error_type": "unknown_custom_id",
-                        "message": f"batch {u['provider_batch_id']} returned a result for a "
+                        "error_type": u.get("error_type") or "unknown_custom_id",
+                        "message": u.get("message")
+                        or f"batch {u['provider_batch_id']} returned a result for a "
                         "custom_id that is in none of the receipts",
                         "status_code": None,
                         "retryable": False,
@@ -333,11 +334,29 @@ def build_failures_pipeline(
     providers: dict[str, tuple[type, Any]],
     only: str,
     ids_path: str,
+    outputs: Sequence[Any] = (),
 ) -> None:
     """Fetch the batches' results, keep per custom_id the best outcome across linked runs
     (see ``OutputResult.better_than``), and write the custom_ids still failed (and
-    resubmittable under ``only``) to ``ids_path``, one per line."""
+    resubmittable under ``only``) to ``ids_path``, one per line.
+
+    ``outputs`` (the config's outputs): a JSON output's answer that is not valid JSON or
+    does not match its schema counts as failed, exactly as merge counts it
+    (:func:`mmirage_beam.results.check_answer`), so ``--only all`` re-sends it.
+    """
+    from mmirage_beam.results import check_answer
     from mmirage_beam.transforms.merge import FetchResults
+    from mmirage_beam.transforms.schema import json_schema_for
+
+    json_outputs = {
+        o.name: json_schema_for(o.output_schema) for o in outputs if o.output_type == "JSON"
+    }
+
+    def with_answer_check(r: Any) -> Any:
+        if r.error is not None or r.output_name not in json_outputs:
+            return r
+        _value, err = check_answer("JSON", r.text, json_outputs[r.output_name])
+        return r if err is None else r._replace(error=err)
 
     def best(results: Any) -> Any:
         chosen = None
@@ -353,6 +372,7 @@ def build_failures_pipeline(
     )
     (
         fetched.results
+        | "CheckAnswers" >> beam.Map(with_answer_check)
         | "ById" >> beam.Map(lambda r: (r.custom_id, r))
         | "BestOutcome" >> beam.CombinePerKey(best)
         | "StillFailed"

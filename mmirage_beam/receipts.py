@@ -212,11 +212,11 @@ def read_receipts(path: str) -> list[dict[str, Any]]:
 
     out: dict[str, dict[str, Any]] = {}
     if FileSystems.exists(path):
-        with FileSystems.open(path, compression_type="uncompressed") as f:
-            for raw in f.read().decode("utf-8").splitlines():
-                if raw.strip():
-                    r = json.loads(raw)
-                    out[r.get("chunk_id") or f"#{len(out)}"] = r
+        from mmirage_beam.jsonl import iter_jsonl_file
+
+        # split on "\n" only: a provider message in a receipt may hold U+2028
+        for _line, r in iter_jsonl_file(path):
+            out[r.get("chunk_id") or f"#{len(out)}"] = r
     pdir = parts_dir(path)
     if FileSystems.exists(pdir):
         for m in FileSystems.match([FileSystems.join(pdir, "*.json")])[0].metadata_list:

@@ -2,25 +2,58 @@
 
 Adapters' ``retrieve_results`` yield neutral dicts::
 
-    {"custom_id", "generated_text"?, "error"?: {"type", "message", "status_code"},
-     "input_tokens"?, "output_tokens"?}
+    {"custom_id", "generated_text"?, "error"?: {"type", "message", "status_code",
+     "raw_text"?}, "input_tokens"?, "output_tokens"?, "line"?, "offset"?}
 
-This module holds the provider-neutral rules applied to them at merge.
+``custom_id`` is None only for a result line so damaged that its custom_id cannot be
+recovered (then ``line`` / ``offset`` say where it is in the provider's file).
+
+This module holds the provider-neutral rules applied to them at merge: the outcome types
+an adapter reports besides the provider's own error codes, which of them a new attempt
+can fix, and :func:`results_from_lines`, which parses a provider's result file line by
+line so that one bad line is an error for its request and never ends the merge.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+from mmirage_beam.jsonl import RawLine
+
+# -- outcome types (shared by every adapter) ------------------------------------------
+#: the provider's result line is not UTF-8, not JSON, cut short, of the wrong shape, or a
+#: 200 whose body is an error object or empty. Retryable: the request itself was fine
+#: as far as anyone can tell, and a new attempt gets a new line.
+MALFORMED_RESPONSE = "malformed_response"
+#: the model declined (OpenAI ``message.refusal``, Anthropic ``stop_reason: "refusal"``).
+#: Not retryable: the same prompt is refused again; ``--only all`` re-sends it anyway.
+REFUSAL = "refusal"
+#: the answer was cut at the token limit (OpenAI ``finish_reason: "length"``, Anthropic
+#: ``stop_reason: "max_tokens"`` / ``"model_context_window_exceeded"``). Not retryable:
+#: the same limit cuts it again; raise ``max_tokens`` (or shorten the prompt) first. For
+#: JSON outputs this is the type, never ``invalid_json``.
+TRUNCATED = "truncated"
+#: the provider's content filter removed the answer (OpenAI ``finish_reason:
+#: "content_filter"``). Not retryable: the filter decides the same way again.
+CONTENT_FILTER = "content_filter"
+#: a well-formed success with no text at all. Retryable: sampling again usually answers.
+EMPTY = "empty"
+#: the outcome types adapters report for answers that are not usable; the provider's
+#: text (refusal, cut answer) is kept as the error's ``raw_text`` and tokens are counted.
+ANSWER_ERROR_TYPES = (MALFORMED_RESPONSE, REFUSAL, TRUNCATED, CONTENT_FILTER, EMPTY)
 
 _FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.S)
 
 # Error types (lower-case) a new attempt can fix: expiry and cancellation, timeouts,
-# rate limits and server errors (OpenAI and Anthropic vocabularies, PROVIDERS.md), and
-# OpenAI's batch-level enqueued-token limit.
+# rate limits and server errors (OpenAI and Anthropic vocabularies, PROVIDERS.md),
+# OpenAI's batch-level enqueued-token limit, and of ours ``malformed_response`` and
+# ``empty`` (see above; ``refusal``, ``truncated`` and ``content_filter`` are not).
 RETRYABLE_ERROR_TYPES = frozenset(
     {
+        MALFORMED_RESPONSE,
+        EMPTY,
         "batch_expired",
         "expired",
         "batch_cancelled",
@@ -93,3 +126,144 @@ def validate_json_output(value: Any, schema: dict[str, Any]) -> Optional[str]:
     where = ".".join(str(p) for p in first.absolute_path) or "(root)"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{where}: {first.message}{more}"
+
+
+# -- result files, line by line ---------------------------------------------------------
+
+
+class MalformedResult(ValueError):
+    """A result line is valid JSON of the wrong shape; raised by adapters' normalisers.
+
+    Attributes:
+        custom_id: the line's custom_id when it has one (so the error is that
+            request's), else None.
+    """
+
+    def __init__(self, message: str, custom_id: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.custom_id = custom_id
+
+
+_CUSTOM_ID_RE = re.compile(rb'"custom_id"\s*:\s*("(?:[^"\\]|\\.){1,256}?")')
+
+
+def recover_custom_id(data: bytes) -> Optional[str]:
+    """The custom_id of a damaged line, read from its raw bytes, or None.
+
+    Looks for the first ``"custom_id": "..."`` member; provider lines put it first, so
+    it survives a line cut short or damaged further on.
+    """
+    m = _CUSTOM_ID_RE.search(data)
+    if m is None:
+        return None
+    try:
+        value = json.loads(m.group(1).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+def malformed_result(custom_id: Optional[str], message: str, line: RawLine) -> dict[str, Any]:
+    """The neutral result of a line that cannot be read: ``malformed_response``."""
+    return {
+        "custom_id": custom_id,
+        "error": {"type": MALFORMED_RESPONSE, "message": message, "status_code": None},
+        "line": line.number,
+        "offset": line.offset,
+    }
+
+
+def results_from_lines(
+    lines: Iterable[RawLine], normalise: Callable[[Any], dict[str, Any]], where: str
+) -> Iterator[dict[str, Any]]:
+    """One neutral result per non-blank line of a provider result file, in file order.
+
+    Each line is decoded (UTF-8) and parsed (JSON) on its own, then given to
+    ``normalise`` (the adapter's line normaliser, which raises :class:`MalformedResult`
+    for a wrong shape). A line that fails any step becomes a ``malformed_response``
+    error whose message names ``where``, the line number and byte offset; its custom_id
+    is recovered from the raw bytes when possible (else None: an unknown line). The
+    other lines are unaffected.
+
+    Args:
+        lines: the file's lines (:func:`mmirage_beam.jsonl.iter_raw_lines`).
+        normalise: parsed line -> neutral result dict.
+        where: names the file in messages, e.g. ``"output file file-1 of batch_2"``.
+    """
+    for line in lines:
+        if not line.data.strip():
+            continue
+        yield result_from_line(line, normalise, where)
+
+
+def result_from_line(
+    line: RawLine, normalise: Callable[[Any], dict[str, Any]], where: str
+) -> dict[str, Any]:
+    """The neutral result of one line (see :func:`results_from_lines`)."""
+    at = f"line {line.number} (byte offset {line.offset}) of the {where}"
+    try:
+        text = line.data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return malformed_result(
+            recover_custom_id(line.data),
+            f"{at} is not valid UTF-8 (byte offset {line.offset + exc.start})",
+            line,
+        )
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        body = text.strip()
+        cut = " (cut short?)" if body.startswith("{") and not body.endswith("}") else ""
+        return malformed_result(
+            recover_custom_id(line.data),
+            f"{at} is not valid JSON{cut}: {exc.msg} at column {exc.colno}",
+            line,
+        )
+    cid = value.get("custom_id") if isinstance(value, dict) else None
+    cid = cid if isinstance(cid, str) and cid else None
+    try:
+        result = normalise(value)
+    except MalformedResult as exc:
+        return malformed_result(exc.custom_id or cid, f"{at} has the wrong shape: {exc}", line)
+    if not isinstance(result.get("custom_id"), str) or not result["custom_id"]:
+        return malformed_result(None, f"{at} has the wrong shape: no custom_id", line)
+    error = result.get("error")
+    if error is not None and error.get("type") == MALFORMED_RESPONSE:
+        error["message"] = f"{at}: {error.get('message') or ''}".rstrip(": ")
+        result.setdefault("line", line.number)
+        result.setdefault("offset", line.offset)
+    return result
+
+
+def check_answer(
+    output_type: str, text: Optional[str], json_schema: Optional[dict[str, Any]]
+) -> tuple[Any, Optional[dict[str, Any]]]:
+    """The value of a successful answer, or why it is not usable: the one rule merge and
+    ``resubmit`` share, so they count the same failures.
+
+    Args:
+        output_type: the output's ``output_type`` (``JSON`` answers are parsed, tolerating
+            a fenced block, and validated against ``json_schema``).
+        text: the generated text.
+        json_schema: the output's JSON schema (JSON outputs).
+
+    Returns:
+        ``(value, None)``, or ``(None, error)`` with ``error`` of type ``invalid_json`` or
+        ``schema_mismatch`` (not retryable) keeping the answer as ``raw_text``.
+    """
+    if output_type != "JSON":
+        return text, None
+    parsed, why = parse_json_output(text)
+    kind = "invalid_json"
+    if why is None and json_schema is not None:
+        why = validate_json_output(parsed, json_schema)
+        kind = "schema_mismatch"
+    if why is None:
+        return parsed, None
+    return None, {
+        "type": kind,
+        "message": why,
+        "status_code": None,
+        "retryable": False,
+        "raw_text": text,
+    }

@@ -68,7 +68,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     configure_logging(args.verbose)
 
-    from mmirage_beam import status
+    from mmirage_beam.check import advice, discovery, lookup, report, watch
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.ids import check_run_id
@@ -83,15 +83,17 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     if args.timeout is not None and args.timeout < 0:
         raise ConfigError("--timeout", f"must be >= 0 seconds, got {args.timeout}")
 
+    # 1. find the receipts of the config's runs (or the given files)
     config = load_config(args.config)
-    receipts = status.collect_receipts(config, args.metadata_path or (), run_id=args.run_id)
+    receipts = discovery.collect_receipts(config, args.metadata_path or (), run_id=args.run_id)
     tty = sys.stdout.isatty()
     timed_out = False
-    with status.BatchStatusChecker(receipts.providers, config) as checker:
+    # 2. look every batch up once, or until all are terminal (--watch)
+    with lookup.BatchStatusChecker(receipts.providers, config) as checker:
         if args.watch:
-            display = status.RichWatchDisplay() if tty else status.PlainWatchDisplay()
+            display = watch.RichWatchDisplay() if tty else watch.PlainWatchDisplay()
             with display:
-                statuses, timed_out = status.watch_statuses(
+                statuses, timed_out = watch.watch_statuses(
                     checker,
                     receipts.batches,
                     interval_secs=args.interval,
@@ -100,18 +102,20 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                 )
         else:
             statuses = checker.check(receipts.batches)
-    report = status.build_report(receipts, statuses)
+    # 3. the report, per batch, per provider and per run
+    summary = report.build_report(receipts, statuses)
     if timed_out:
-        waiting = len(status.not_terminal(statuses))
+        waiting = len(lookup.not_terminal(statuses))
         print(
             f"stopped watching after {args.timeout:g}s (--timeout): {waiting} batch(es) "
             "not finished yet",
             flush=True,
         )
-    status.print_report(report, rich_output=tty)
-    for line in status.advice_lines(report, args.config):
+    report.print_report(summary, rich_output=tty)
+    # 4. what the failures mean and the command that fixes them
+    for line in advice.advice_lines(summary, args.config):
         print(line)
-    return report.exit_code
+    return summary.exit_code
 
 
 main = guarded(_main)

@@ -76,6 +76,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.ids import check_run_id, new_run_id
+    from mmirage_beam.jsonl import read_text_lines
     from mmirage_beam.pipeline import (
         build_failures_pipeline,
         build_submit_pipeline,
@@ -119,13 +120,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             ids_path = f"{tmp}/failed_ids.txt"
             fetch = beam.Pipeline(options=PipelineOptions(beam_args))
-            build_failures_pipeline(fetch, sel.batches, sel.providers, args.only, ids_path)
+            build_failures_pipeline(
+                fetch, sel.batches, sel.providers, args.only, ids_path, config.outputs
+            )
             fetch.run().wait_until_finish()
-            try:
-                with open(ids_path, encoding="utf-8") as f:
-                    ids = {line.strip() for line in f if line.strip()}
-            except FileNotFoundError:
-                ids = set()
+            ids = set(read_text_lines(ids_path))
         source = f"the results of run {parent}"
     if not ids:
         print(f"mmirage resubmit: nothing to resubmit ({args.only} failures in {source}: none)")

@@ -34,7 +34,8 @@ sends the chunk again.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, Mapping, Sequence
+import contextlib
+from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.errors import RequestBuildError
@@ -43,6 +44,14 @@ from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.retrying import make_retry_filter
+from mmirage_beam.results import (
+    EMPTY,
+    MALFORMED_RESPONSE,
+    REFUSAL,
+    TRUNCATED,
+    MalformedResult,
+    results_from_lines,
+)
 
 ACCEPTED_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 # Anthropic: "5MB per image" (vision docs). Checked on the base64 text, the larger of
@@ -139,10 +148,13 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         status = raw_result.get("processing_status")
         normalised = self._normalize_status(status)
         counts = raw_result.get("request_counts") or {}
-        if (
-            status == "ended"
-            and not counts.get("succeeded")
-            and any(counts.get(k) for k in ("errored", "canceled", "expired"))
+        # An ended batch with requests that never ran (expired: the 24 h window closed;
+        # canceled) is a failed batch, exactly as OpenAI's "expired" / "cancelled" batch
+        # statuses are; so is one where nothing succeeded. Requests that ran and errored
+        # in a batch that otherwise succeeded are request-level failures, as on OpenAI.
+        if status == "ended" and (
+            any(counts.get(k) for k in ("canceled", "expired"))
+            or (not counts.get("succeeded") and counts.get("errored"))
         ):
             normalised = "failed"
         return _Result(
@@ -150,7 +162,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         )
 
     def check_batch_status(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
-        batch = self.call_with_retries(
+        batch = self.call_lookup_with_retries(
             f"Anthropic messages.batches.retrieve ({provider_batch_id})",
             lambda: self._client.messages.batches.retrieve(provider_batch_id),
         )
@@ -174,51 +186,118 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
 
     def retrieve_results(
         self, provider_batch_id: str, config: BatchProviderConfig
-    ) -> Sequence[Dict[str, Any]]:
-        """Stream ``results()``; ``succeeded``, ``errored``, ``canceled``, ``expired``.
+    ) -> Iterator[Dict[str, Any]]:
+        """Stream the batch's results file; ``succeeded``, ``errored``, ``canceled``,
+        ``expired``, one neutral dict per line (:mod:`mmirage_beam.results`).
 
-        The whole download is retried (it is a read): an error while the stream is read
-        starts it again from the first line.
+        The raw bytes of ``results()`` are read through the SDK's
+        ``with_streaming_response`` (so the SDK's own JSONL decoder, which ends the whole
+        download on the first damaged line, is never used), split on ``\\n`` only and
+        parsed line by line: a damaged line is a ``malformed_response`` for its custom_id
+        (or an unknown line). A download error is retried; a retry skips the lines
+        already read. Memory: one line at a time.
         """
 
-        def download() -> list[Dict[str, Any]]:
-            return [
-                normalise_result(item.model_dump(mode="json"))
-                for item in self._client.messages.batches.results(provider_batch_id)
-            ]
+        @contextlib.contextmanager
+        def open_stream() -> Iterator[Iterator[bytes]]:
+            stream = self._client.messages.batches.with_streaming_response.results
+            with stream(provider_batch_id) as response:
+                yield response.iter_bytes()
 
-        return self.call_with_retries(
-            f"Anthropic messages.batches.results ({provider_batch_id})", download
+        lines = self.stream_lines_with_retries(
+            f"Anthropic messages.batches.results ({provider_batch_id})",
+            open_stream,
+            self.is_retryable_lookup,  # results() looks the batch up first
+        )
+        yield from results_from_lines(
+            lines, normalise_result, f"results file of batch {provider_batch_id}"
         )
 
 
-def normalise_result(item: Dict[str, Any]) -> Dict[str, Any]:
-    """One Anthropic result line -> the neutral result dict."""
-    result: Dict[str, Any] = {"custom_id": item.get("custom_id")}
-    res = item.get("result") or {}
+#: ``stop_reason`` values that mean the answer was cut (Anthropic Messages API
+#: reference, "stop_reason").
+_CUT_STOP_REASONS = ("max_tokens", "model_context_window_exceeded")
+
+
+def normalise_result(item: Any) -> Dict[str, Any]:
+    """One Anthropic result line (parsed JSON) -> the neutral result dict.
+
+    Success needs ``result.type == "succeeded"`` with a ``message`` object; its
+    ``stop_reason`` ``refusal`` -> ``refusal``, ``max_tokens`` (or
+    ``model_context_window_exceeded``) -> ``truncated``, and no text -> ``empty``, with
+    the text kept as ``raw_text`` and usage reported.
+
+    Raises:
+        mmirage_beam.results.MalformedResult: the line is JSON of the wrong shape.
+    """
+    if not isinstance(item, dict):
+        raise MalformedResult(f"a JSON {type(item).__name__}, not an object")
+    cid = item.get("custom_id")
+    if not isinstance(cid, str) or not cid:
+        raise MalformedResult("no custom_id")
+    result: Dict[str, Any] = {"custom_id": cid}
+    res = item.get("result")
+    if not isinstance(res, dict):
+        raise MalformedResult("'result' is not an object", cid)
     kind = res.get("type")
     if kind == "succeeded":
-        message = res.get("message") or {}
-        texts = [b.get("text", "") for b in message.get("content") or [] if b.get("type") == "text"]
-        result["generated_text"] = "".join(texts)
-        usage = message.get("usage") or {}
-        if "input_tokens" in usage:
+        message = res.get("message")
+        if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+            result["error"] = {
+                "type": MALFORMED_RESPONSE,
+                "message": "succeeded without a message (no message.content list)",
+                "status_code": None,
+            }
+            return result
+        usage = message.get("usage")
+        if isinstance(usage, dict) and "input_tokens" in usage:
             result["input_tokens"] = int(usage["input_tokens"] or 0)
             result["output_tokens"] = int(usage.get("output_tokens") or 0)
+        texts = [
+            b.get("text") or ""
+            for b in message["content"]
+            if isinstance(b, dict) and b.get("type") == "text"
+        ]
+        text = "".join(texts)
+        stop = message.get("stop_reason")
+        if stop == "refusal":
+            result["error"] = _answer_error(
+                REFUSAL, "the model refused (stop_reason: refusal)", text
+            )
+        elif stop in _CUT_STOP_REASONS:
+            result["error"] = _answer_error(
+                TRUNCATED, f"the answer was cut (stop_reason: {stop})", text
+            )
+        elif not text:
+            result["error"] = _answer_error(
+                EMPTY, f"the answer is empty (stop_reason: {stop})", text
+            )
+        else:
+            result["generated_text"] = text
     elif kind == "errored":
-        err = ((res.get("error") or {}).get("error")) or {}
+        outer = res.get("error") if isinstance(res.get("error"), dict) else {}
+        err = outer.get("error") if isinstance(outer.get("error"), dict) else outer
         result["error"] = {
             "type": err.get("type") or "api_error",
             "message": err.get("message") or "",
             "status_code": None,
         }
-    else:
+    elif kind in ("canceled", "expired"):
         why = {
             "canceled": "the batch was canceled before this request ran",
             "expired": "the batch expired (24 h) before this request ran",
-        }.get(kind or "", "")
-        result["error"] = {"type": kind or "unknown", "message": why, "status_code": None}
+        }[kind]
+        result["error"] = {"type": kind, "message": why, "status_code": None}
+    else:
+        raise MalformedResult(f"unknown result type {kind!r}", cid)
     return result
+
+
+def _answer_error(kind: str, message: str, raw_text: Optional[str]) -> Dict[str, Any]:
+    err: Dict[str, Any] = {"type": kind, "message": message, "status_code": None}
+    if raw_text:
+        err["raw_text"] = raw_text
+    return err
 
 
 def _prompt_text(messages: Sequence[Dict[str, Any]]) -> str:

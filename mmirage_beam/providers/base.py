@@ -14,17 +14,33 @@ from __future__ import annotations
 
 import abc
 import json
+import logging
 import os
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Sequence, TypeVar
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    ContextManager,
+    Dict,
+    Iterable,
+    Iterator,
+    Mapping,
+    Optional,
+    Sequence,
+    TypeVar,
+)
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.errors import CredentialsError
+from mmirage_beam.jsonl import RawLine
 from mmirage_beam.providers import retrying
 from mmirage_beam.registry import ProviderRegistry
+
+_LOG = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
@@ -292,6 +308,90 @@ class BatchSubmissionAdapter(abc.ABC):
             sleep=type(self).RETRY_SLEEP or time.sleep,
         )
 
+    def is_retryable_lookup(self, exc: BaseException) -> bool:
+        """:meth:`is_retryable`, plus HTTP 404: a batch that was receipted exists, so a
+        404 on looking it up (or its results) is transient on the provider's side (e.g.
+        a replica that has not seen it yet) and is retried like a 5xx before it is
+        reported."""
+        return self.is_retryable(exc) or retrying.status_code_of(exc) == 404
+
+    def call_lookup_with_retries(self, what: str, fn: Callable[[], _T]) -> _T:
+        """:meth:`call_with_retries` for a lookup of a receipted batch: a 404 is retried
+        too (:meth:`is_retryable_lookup`), with the same policy."""
+        return retrying.call_with_retries(
+            fn,
+            what=what,
+            retry_filter=self.is_retryable_lookup,
+            policy=self.retry_policy(),
+            sleep=type(self).RETRY_SLEEP or time.sleep,
+        )
+
+    def stream_lines_with_retries(
+        self,
+        what: str,
+        open_stream: Callable[[], ContextManager[Iterable[bytes]]],
+        retry_filter: Optional[Callable[[BaseException], bool]] = None,
+    ) -> Iterator[RawLine]:
+        """The lines of a downloaded file (split on ``b"\\n"`` only), streamed, retried.
+
+        ``open_stream()`` opens the download and yields its byte blocks (e.g. an SDK's
+        ``with_streaming_response`` call's ``iter_bytes()``). Opening and reading are
+        retried with :meth:`retry_policy` and :meth:`is_retryable`, like every other
+        call; a retry after lines were already yielded re-opens the download and skips
+        the bytes of those lines, so no line is yielded twice. Memory: one line plus
+        one block, never the file. ``retry_filter`` replaces :meth:`is_retryable`
+        (e.g. :meth:`is_retryable_lookup` when opening also looks the batch up).
+
+        Raises:
+            mmirage_beam.providers.retrying.ProviderRetriesExhausted: the last attempt
+                failed with a retryable error.
+            Exception: any non-retryable error, at once.
+        """
+        from mmirage_beam.jsonl import iter_raw_lines
+
+        policy = self.retry_policy()
+        sleep = type(self).RETRY_SLEEP or time.sleep
+        done = lines_done = 0  # bytes and lines already yielded
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                start, first = done, lines_done
+                with open_stream() as blocks:
+                    for line in iter_raw_lines(_skip_bytes(blocks, start)):
+                        line = line._replace(number=line.number + first, offset=line.offset + start)
+                        yield line
+                        done, lines_done = line.offset + line.length, line.number
+                return
+            except Exception as exc:
+                if not (retry_filter or self.is_retryable)(exc):
+                    raise
+                summary = retrying.describe_error(exc)
+                if attempt >= policy.max_attempts:
+                    raise retrying.ProviderRetriesExhausted(
+                        f"{what} failed after {attempt} attempts; last error: {summary}",
+                        call=what,
+                        attempts=attempt,
+                        status_code=retrying.status_code_of(exc),
+                        last_error=summary,
+                    ) from exc
+                asked = retrying.retry_after_secs(exc)
+                delay = (
+                    min(asked, policy.max_retry_after_secs)
+                    if asked is not None
+                    else policy.backoff_secs(attempt)
+                )
+                _LOG.warning(
+                    "%s failed (attempt %d of %d: %s) after %d byte(s); retrying in %.3f s",
+                    what,
+                    attempt,
+                    policy.max_attempts,
+                    summary,
+                    done,
+                    delay,
+                )
+                sleep(delay)
+
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None
     ) -> Optional[Dict[str, Any]]:
@@ -373,9 +473,13 @@ class BatchSubmissionAdapter(abc.ABC):
     @abc.abstractmethod
     def retrieve_results(
         self, provider_batch_id: str, config: BatchProviderConfig
-    ) -> Sequence[Dict[str, Any]]:
-        """Download results, one dict per request: ``custom_id`` and ``generated_text``
-        or ``error``, plus ``input_tokens`` / ``output_tokens`` when reported."""
+    ) -> Iterable[Dict[str, Any]]:
+        """Download results, one dict per result line: ``custom_id`` and
+        ``generated_text`` or ``error``, plus ``input_tokens`` / ``output_tokens`` when
+        reported (:mod:`mmirage_beam.results`). Prefer a generator that streams the
+        provider's file (:meth:`stream_lines_with_retries` +
+        :func:`mmirage_beam.results.results_from_lines`): it is consumed once, by one
+        DoFn call per batch, and need not fit in memory."""
 
     def _normalize_status(self, status: Optional[str]) -> str:
         """Map a provider status word to ``completed | failed | in_progress | unknown``."""
@@ -404,6 +508,16 @@ class BatchSubmissionAdapter(abc.ABC):
 
 
 _DUCK_TYPED_RETRY_FILTER = retrying.make_retry_filter((), (Exception,))
+
+
+def _skip_bytes(blocks: Iterable[bytes], n: int) -> Iterator[bytes]:
+    """``blocks`` without their first ``n`` bytes."""
+    for block in blocks:
+        if n >= len(block):
+            n -= len(block)
+            continue
+        yield block[n:] if n else block
+        n = 0
 
 
 class BatchAdapterRegistry(ProviderRegistry):

@@ -22,11 +22,11 @@ behind: storage only, no requests).
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
 import re
 import time
-from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.errors import RequestBuildError
@@ -35,6 +35,15 @@ from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.retrying import make_retry_filter
+from mmirage_beam.results import (
+    CONTENT_FILTER,
+    EMPTY,
+    MALFORMED_RESPONSE,
+    REFUSAL,
+    TRUNCATED,
+    MalformedResult,
+    results_from_lines,
+)
 
 _LOG = logging.getLogger(__name__)
 
@@ -221,7 +230,7 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
         )
 
     def check_batch_status(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
-        batch = self.call_with_retries(
+        batch = self.call_lookup_with_retries(
             f"OpenAI batches.retrieve ({provider_batch_id})",
             lambda: self._client.batches.retrieve(provider_batch_id),
         )
@@ -251,47 +260,85 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
 
     def retrieve_results(
         self, provider_batch_id: str, config: BatchProviderConfig
-    ) -> Sequence[Dict[str, Any]]:
-        """Read the output file and the error file (either may be null or ``""``).
+    ) -> Iterator[Dict[str, Any]]:
+        """Stream the output file, then the error file (either may be null or ``""``).
 
-        Returns one dict per line: ``custom_id`` plus ``generated_text`` (and
-        ``input_tokens``/``output_tokens`` when reported) or ``error``
-        (``{"type", "message", "status_code"}``).
+        Yields one neutral dict per line (:mod:`mmirage_beam.results`), the file read as
+        a byte stream (``files.with_streaming_response.content``) split on ``\\n``
+        only, each line parsed on its own: a damaged line is a ``malformed_response``
+        for its custom_id (or an unknown line), never the end of the download. Memory:
+        one line at a time.
         """
-        batch = self.call_with_retries(
+        batch = self.call_lookup_with_retries(
             f"OpenAI batches.retrieve ({provider_batch_id})",
             lambda: self._client.batches.retrieve(provider_batch_id),
         )
-        out: list[Dict[str, Any]] = []
-        for file_id in (batch.output_file_id, batch.error_file_id):
+        for kind, file_id in (("output", batch.output_file_id), ("error", batch.error_file_id)):
             if not file_id:
                 continue
-            content = self.call_with_retries(
-                f"OpenAI files.content ({file_id} of {provider_batch_id})",
-                lambda fid=file_id: self._client.files.content(fid).read(),
+
+            @contextlib.contextmanager
+            def open_stream(fid: str = file_id) -> Iterator[Iterator[bytes]]:
+                with self._client.files.with_streaming_response.content(fid) as response:
+                    yield response.iter_bytes()
+
+            lines = self.stream_lines_with_retries(
+                f"OpenAI files.content ({file_id} of {provider_batch_id})", open_stream
             )
-            for raw in content.splitlines():
-                if raw.strip():
-                    out.append(normalise_result_line(json.loads(raw)))
-        return out
+            yield from results_from_lines(
+                lines,
+                normalise_result_line,
+                f"{kind} file {file_id} of batch {provider_batch_id}",
+            )
 
 
-def normalise_result_line(line: Dict[str, Any]) -> Dict[str, Any]:
-    """One OpenAI output/error file line -> the neutral result dict."""
-    result: Dict[str, Any] = {"custom_id": line.get("custom_id")}
+def normalise_result_line(line: Any) -> Dict[str, Any]:
+    """One OpenAI output/error file line (parsed JSON) -> the neutral result dict.
+
+    Success needs HTTP 200 *and* a body shaped like the endpoint's response: for chat
+    completions ``choices[0].message`` (OpenAI API reference, "The chat completion
+    object"); for ``/v1/responses`` bodies (``object: "response"``) the Responses parser.
+    A 200 whose body is an error object or empty is ``malformed_response``. A usable
+    body can still be no answer: ``message.refusal`` -> ``refusal``, ``finish_reason``
+    ``length`` -> ``truncated``, ``content_filter`` -> ``content_filter``, no text ->
+    ``empty``; the provider's text is kept as ``raw_text`` and usage is reported.
+
+    Raises:
+        mmirage_beam.results.MalformedResult: the line is JSON of the wrong shape.
+    """
+    if not isinstance(line, dict):
+        raise MalformedResult(f"a JSON {type(line).__name__}, not an object")
+    cid = line.get("custom_id")
+    if not isinstance(cid, str) or not cid:
+        raise MalformedResult("no custom_id")
+    result: Dict[str, Any] = {"custom_id": cid}
     response = line.get("response") or None
     error = line.get("error") or None
-    if response is not None and int(response.get("status_code") or 0) == 200:
-        body = response.get("body") or {}
-        choices = body.get("choices") or [{}]
-        result["generated_text"] = ((choices[0] or {}).get("message") or {}).get("content")
-        usage = body.get("usage") or {}
-        if "prompt_tokens" in usage:
-            result["input_tokens"] = int(usage["prompt_tokens"])
-            result["output_tokens"] = int(usage.get("completion_tokens") or 0)
-        return result
+    if response is not None and not isinstance(response, dict):
+        raise MalformedResult("'response' is not an object", cid)
+    if response is not None and _status(response) == 200:
+        body = response.get("body")
+        if isinstance(body, dict) and body.get("error"):
+            err = body["error"] if isinstance(body["error"], dict) else {}
+            message = err.get("message") or str(body["error"])
+            result["error"] = _malformed(f"HTTP 200 with an error body: {message}")
+            return result
+        if not isinstance(body, dict) or not body:
+            result["error"] = _malformed("HTTP 200 with an empty body")
+            return result
+        if body.get("object") == "response":
+            # /v1/responses: parsed by the Responses module (output[].content[]).
+            try:
+                from mmirage_beam.providers.openai_responses import normalise_responses_body
+            except ImportError:  # TODO(lead): wire normalise_responses_body once it lands
+                result["error"] = _malformed("a /v1/responses body (no parser installed)")
+                return result
+            return {**result, **normalise_responses_body(body)}
+        return {**result, **_chat_outcome(body, cid)}
     if response is not None:
-        err = (response.get("body") or {}).get("error") or {}
+        body = response.get("body")
+        err = (body.get("error") if isinstance(body, dict) else None) or {}
+        err = err if isinstance(err, dict) else {"message": str(err)}
         # OpenAI's rate-limit errors have type "requests"/"tokens" and the telling word in
         # code ("rate_limit_exceeded"); other errors have a "*_error" type.
         kind = err.get("type") or ""
@@ -302,14 +349,74 @@ def normalise_result_line(line: Dict[str, Any]) -> Dict[str, Any]:
             "message": err.get("message") or "",
             "status_code": response.get("status_code"),
         }
-    else:
-        error = error or {}
+    elif error is not None:
+        error = error if isinstance(error, dict) else {"message": str(error)}
         result["error"] = {
             "type": error.get("code") or "unknown_error",
             "message": error.get("message") or "",
             "status_code": None,
         }
+    else:
+        raise MalformedResult("neither 'response' nor 'error'", cid)
     return result
+
+
+def _status(response: Dict[str, Any]) -> Optional[int]:
+    try:
+        return int(response.get("status_code"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _malformed(message: str) -> Dict[str, Any]:
+    return {"type": MALFORMED_RESPONSE, "message": message, "status_code": 200}
+
+
+def _chat_outcome(body: Dict[str, Any], cid: str) -> Dict[str, Any]:
+    """A chat-completion body -> ``generated_text`` or a typed error, plus usage."""
+    out: Dict[str, Any] = {}
+    usage = body.get("usage")
+    if isinstance(usage, dict) and "prompt_tokens" in usage:
+        out["input_tokens"] = int(usage.get("prompt_tokens") or 0)
+        out["output_tokens"] = int(usage.get("completion_tokens") or 0)
+    choices = body.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        out["error"] = _malformed("HTTP 200 but the body has no choices[0].message")
+        return out
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        out["error"] = _malformed("choices[0].message.content is not a string")
+        return out
+    finish = choice.get("finish_reason")
+    refusal = message.get("refusal")
+    if refusal:
+        out["error"] = _answer_error(REFUSAL, f"the model refused: {refusal}", str(refusal))
+    elif finish == "length":
+        out["error"] = _answer_error(
+            TRUNCATED, "the answer was cut at max_tokens (finish_reason: length)", content
+        )
+    elif finish == "content_filter":
+        out["error"] = _answer_error(
+            CONTENT_FILTER,
+            "the answer was removed by OpenAI's content filter (finish_reason: content_filter)",
+            content,
+        )
+    elif not content:
+        out["error"] = _answer_error(
+            EMPTY, f"the answer is empty (finish_reason: {finish})", content
+        )
+    else:
+        out["generated_text"] = content
+    return out
+
+
+def _answer_error(kind: str, message: str, raw_text: Optional[str]) -> Dict[str, Any]:
+    err: Dict[str, Any] = {"type": kind, "message": message, "status_code": 200}
+    if raw_text:
+        err["raw_text"] = raw_text
+    return err
 
 
 def _count(value: Any) -> int | None:

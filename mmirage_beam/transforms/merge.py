@@ -22,7 +22,7 @@ from apache_beam.metrics import Metrics
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.config.loader import OutputConfig
-from mmirage_beam.results import is_retryable, parse_json_output, validate_json_output
+from mmirage_beam.results import check_answer, is_retryable
 from mmirage_beam.transforms.render import MISSING, SchemaRenderer
 from mmirage_beam.transforms.rows import assemble_output_row
 from mmirage_beam.transforms.schema import json_schema_for
@@ -95,9 +95,13 @@ class OutputResult(NamedTuple):
         return self.run_rank > other.run_rank
 
 
-def _error(kind: str, message: str, status_code: Any = None) -> dict[str, Any]:
-    err = {"type": kind, "message": message, "status_code": status_code}
+def _error(
+    kind: str, message: str, status_code: Any = None, raw_text: Optional[str] = None
+) -> dict[str, Any]:
+    err: dict[str, Any] = {"type": kind, "message": message, "status_code": status_code}
     err["retryable"] = is_retryable(err)
+    if raw_text is not None:
+        err["raw_text"] = raw_text  # the provider's own text (refusal, cut answer)
     return err
 
 
@@ -107,6 +111,7 @@ class _FetchResultsFn(beam.DoFn):
         self._unknown = Metrics.counter(_NS, "unknown_custom_ids")
         self._duplicates = Metrics.counter(_NS, "duplicate_results")
         self._fetched = Metrics.counter(_NS, "batches_fetched")
+        self._malformed_unknown = Metrics.counter(_NS, "unreadable_result_lines")
 
     def setup(self) -> None:
         from mmirage_beam.providers.base import resolve_credentials
@@ -129,18 +134,21 @@ class _FetchResultsFn(beam.DoFn):
             results = adapter.retrieve_results(batch.provider_batch_id, config)
             self._fetched.inc()
         seen: set[str] = set()
-        for r in results:
+        for r in results:  # streamed: one result line at a time
             cid = r.get("custom_id")
             if cid not in mapping:
                 self._unknown.inc()
-                yield pvalue.TaggedOutput(
-                    UNKNOWN_TAG,
-                    {
-                        "custom_id": cid,
-                        "provider_batch_id": batch.provider_batch_id,
-                        "run_id": batch.run_id,
-                    },
-                )
+                unknown = {
+                    "custom_id": cid,
+                    "provider_batch_id": batch.provider_batch_id,
+                    "run_id": batch.run_id,
+                }
+                if cid is None:  # a damaged line whose custom_id cannot be recovered
+                    self._malformed_unknown.inc()
+                    err = r.get("error") or {}
+                    unknown["error_type"] = err.get("type") or "malformed_response"
+                    unknown["message"] = err.get("message") or ""
+                yield pvalue.TaggedOutput(UNKNOWN_TAG, unknown)
                 continue
             if cid in seen:
                 self._duplicates.inc()
@@ -152,6 +160,7 @@ class _FetchResultsFn(beam.DoFn):
                     error.get("type") or "unknown_error",
                     error.get("message") or "",
                     error.get("status_code"),
+                    error.get("raw_text"),
                 )
             yield OutputResult(
                 int(mapping[cid]),
@@ -207,7 +216,12 @@ class FetchResults(beam.PTransform):
     the receipt, and gives every request of the receipt an outcome: its result, or an
     error (``pending`` for a batch still running, the batch-level failure, or
     ``missing_result``). Results whose custom_id is not in the receipt go to ``unknown``
-    (dicts with ``custom_id``, ``provider_batch_id``, ``run_id``), counted, never guessed.
+    (dicts with ``custom_id``, ``provider_batch_id``, ``run_id``; for a damaged line
+    whose custom_id cannot be recovered, ``custom_id`` None plus ``error_type``
+    ``malformed_response`` and a ``message`` naming the line), counted, never guessed.
+
+    One DoFn call per batch; the adapter streams the provider's file, so a worker holds
+    one result line at a time (plus the receipt's custom_ids), never the whole file.
 
     Args:
         providers: provider name -> (adapter class, provider config), for every provider
@@ -390,30 +404,18 @@ class _AssembleFn(beam.DoFn):
             elif r.error is not None:
                 errors[output.name] = r.error
                 values[output.name] = MISSING
-            elif output.output_type == "JSON":
-                parsed, why = parse_json_output(r.text)
-                if why is None:
-                    why = validate_json_output(parsed, self._json_schemas[output.name])
-                    kind = "schema_mismatch"
-                else:
-                    kind = "invalid_json"
-                if why is None:
-                    values[output.name] = parsed
+            else:
+                value, err = check_answer(
+                    output.output_type, r.text, self._json_schemas.get(output.name)
+                )
+                if err is None:
+                    values[output.name] = value
                     self._ok.inc()
                 else:
                     # The row is marked and keeps the raw text; templates see a missing
                     # value, so "{{ answer.field }}" renders null instead of failing.
                     values[output.name] = MISSING
-                    errors[output.name] = {
-                        "type": kind,
-                        "message": why,
-                        "status_code": None,
-                        "retryable": False,
-                        "raw_text": r.text,
-                    }
-            else:
-                values[output.name] = r.text
-                self._ok.inc()
+                    errors[output.name] = err
         if not rows:
             self._missing_rows.inc()
         if changed:

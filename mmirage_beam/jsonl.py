@@ -1,0 +1,146 @@
+"""Reading JSONL the one safe way: split on ``b"\\n"`` only, decode each line on its own.
+
+``str.splitlines()`` also splits on U+2028, U+2029, U+0085, ``\\x1c``-``\\x1e``, ``\\x0b``,
+``\\x0c`` and ``\\r`` (Python docs, "str.splitlines"), which ``json.dumps(...,
+ensure_ascii=False)`` leaves raw and which do occur in model output and in provider
+error messages. JSON Lines (https://jsonlines.org) separates records by ``\\n`` only, so
+every JSONL file this tool reads (receipts, errors files, provider results, invalid-rows
+files, id lists) goes through :func:`iter_raw_lines`. A trailing ``\\r`` is dropped
+(``\\r\\n`` files), as JSON allows it as whitespace anyway.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple, Optional
+
+_READ_BLOCK = 1 << 20  # bytes read at a time from a file
+
+
+class RawLine(NamedTuple):
+    """One line of a byte stream.
+
+    Attributes:
+        number: 1-based line number in the stream.
+        offset: byte offset of the line's first byte in the stream.
+        data: the line's bytes, without its ``\\n`` (nor a trailing ``\\r``).
+        length: bytes the line takes in the stream, its ``\\n`` included.
+    """
+
+    number: int
+    offset: int
+    data: bytes
+    length: int = -1
+
+    @property
+    def end(self) -> int:
+        """Offset just past the line's ``\\n`` (or its last byte)."""
+        return self.offset + self.length
+
+
+def iter_raw_lines(chunks: Iterable[bytes]) -> Iterator[RawLine]:
+    """Split a stream of byte blocks into lines on ``b"\\n"`` only.
+
+    Holds at most one line plus one block in memory. Blank lines are yielded too (the
+    caller decides); a last line without ``\\n`` is yielded as well.
+
+    Args:
+        chunks: byte blocks of any size (e.g. ``httpx.Response.iter_bytes()``).
+    """
+    number = 0
+    offset = 0  # offset of the first byte of ``pending``
+    pending = b""
+    for block in chunks:
+        if not block:
+            continue
+        pending += block
+        start = 0
+        while True:
+            end = pending.find(b"\n", start)
+            if end < 0:
+                break
+            number += 1
+            yield RawLine(number, offset + start, _strip_cr(pending[start:end]), end + 1 - start)
+            start = end + 1
+        offset += start
+        pending = pending[start:]
+    if pending:
+        yield RawLine(number + 1, offset, _strip_cr(pending), len(pending))
+
+
+def _strip_cr(data: bytes) -> bytes:
+    return data[:-1] if data.endswith(b"\r") else data
+
+
+def iter_file_blocks(f: BinaryIO, block_size: int = _READ_BLOCK) -> Iterator[bytes]:
+    """The blocks of an open binary file, ``block_size`` bytes at a time."""
+    while True:
+        block = f.read(block_size)
+        if not block:
+            return
+        yield block
+
+
+def iter_jsonl_file(path: str) -> Iterator[tuple[RawLine, Any]]:
+    """``(line, parsed JSON)`` for every non-blank line of ``path`` (Beam FileSystems).
+
+    Raises:
+        ValueError: a line is not UTF-8 or not JSON; the message names the file and the
+            line number.
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        for line in iter_raw_lines(iter_file_blocks(f)):
+            if not line.data.strip():
+                continue
+            yield line, parse_line(line, path)
+
+
+def parse_line(line: RawLine, where: str) -> Any:
+    """The JSON value of one line.
+
+    Raises:
+        ValueError: not UTF-8 or not JSON, naming ``where`` and the line number.
+    """
+    try:
+        return json.loads(line.data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{where} line {line.number}: not valid UTF-8 (byte {exc.start})"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where} line {line.number}: not valid JSON ({exc.msg})") from None
+
+
+def read_jsonl(path: str, limit: Optional[int] = None) -> list[dict[str, Any]]:
+    """The records of a JSONL file (blank lines skipped); ``[]`` when it is absent.
+
+    Raises:
+        ValueError: a line is not UTF-8 or not JSON (names the file and line).
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    if not FileSystems.exists(path):
+        return []
+    out = []
+    for _line, value in iter_jsonl_file(path):
+        out.append(value)
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def read_text_lines(path: str) -> list[str]:
+    """The non-blank lines of a UTF-8 text file (e.g. an id list), split on ``\\n`` only,
+    stripped; ``[]`` when it is absent."""
+    from apache_beam.io.filesystems import FileSystems
+
+    if not FileSystems.exists(path):
+        return []
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        return [
+            text
+            for line in iter_raw_lines(iter_file_blocks(f))
+            if (text := line.data.decode("utf-8").strip())
+        ]
