@@ -7,8 +7,9 @@ across linked runs wins (see :class:`mmirage_beam.transforms.merge.OutputResult`
 
 from __future__ import annotations
 
+import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from mmirage_beam.config.loader import PipelineConfig
@@ -26,6 +27,7 @@ class RunSelection:
         pending: those whose batch has not ended.
         lookup_failed: statuses of batches the provider could not resolve.
         providers: provider -> (adapter class, provider config).
+        starts: the runs asked for (or the newest), before linking.
     """
 
     run: str
@@ -35,6 +37,7 @@ class RunSelection:
     pending: list[Any]
     lookup_failed: list[Any]
     providers: dict[str, tuple[type, Any]]
+    starts: list[str] = field(default_factory=list)
 
 
 def select_run(
@@ -90,7 +93,9 @@ def select_run(
     )
     for st in lookup_failed:
         print(f"  cannot look up {st.receipt.provider_batch_id}: {st.error}", file=sys.stderr)
-    return RunSelection(run, linked, entries, batches, pending, lookup_failed, providers)
+    return RunSelection(
+        run, linked, entries, batches, pending, lookup_failed, providers, list(starts)
+    )
 
 
 def linked_runs(
@@ -154,3 +159,87 @@ def batches_to_fetch(
             pending.append(b)
     failed = [st for st in statuses if st.status == LOOKUP_FAILED]
     return batches, pending, failed
+
+
+@dataclass
+class Unfinished:
+    """What the receipts folder says about runs that stopped before every chunk was
+    submitted.
+
+    Attributes:
+        intents: leftover ``*.intent`` files (chunks whose submission was interrupted).
+        intent_requests: custom_ids of those chunks that no receipt holds.
+        states: run id -> its run-state record (:func:`receipts.read_run_state`) when it
+            says the run did not finish (``state`` other than ``finished``).
+        short_by: run id -> requests the run built (``requests_total`` of a finished
+            record) minus the requests its receipts hold, when positive.
+    """
+
+    intents: list[str]
+    intent_requests: set[str]
+    states: dict[str, dict[str, Any]]
+    short_by: dict[str, int]
+
+    @property
+    def runs(self) -> list[str]:
+        """The runs that are unfinished by any signal, sorted."""
+        from_intents = {_run_of_intent(p) for p in self.intents}
+        return sorted(from_intents | set(self.states) | set(self.short_by))
+
+    def __bool__(self) -> bool:
+        return bool(self.intents or self.states or self.short_by)
+
+
+def _run_of_intent(path: str) -> str:
+    # <base>.<modality>.<run_id>.jsonl.parts/<chunk_id>.intent
+    folder = path.rsplit("/", 1)[0]
+    return folder[: -len(".jsonl.parts")].rsplit(".", 1)[-1]
+
+
+def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> Unfinished:
+    """Signals that ``runs`` stopped before all their chunks were submitted: leftover
+    intents, a run-state record that is not ``finished``, or receipts holding fewer
+    requests than the record says the run built.
+
+    Args:
+        base: the receipts base (``receipts.receipts_base``).
+        runs: the runs of the merge (linked runs included).
+        entries: their receipts (:class:`~mmirage_beam.check.discovery.ReceiptEntry`).
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    from mmirage_beam.receipts import MODALITIES, parts_dir, read_run_state, receipt_path
+
+    receipted = {cid for e in entries for cid in e.receipt.get("custom_id_to_source_index", {})}
+    intents: list[str] = []
+    intent_requests: set[str] = set()
+    for run in runs:
+        for modality in MODALITIES:
+            pdir = parts_dir(receipt_path(base, modality, run))
+            if not FileSystems.exists(pdir):
+                continue
+            for m in FileSystems.match([f"{pdir}/*.intent"])[0].metadata_list:
+                intents.append(m.path)
+                with FileSystems.open(m.path, compression_type="uncompressed") as f:
+                    intent = json.loads(f.read().decode("utf-8"))
+                mapping = intent.get("custom_id_to_source_index") or {}
+                intent_requests.update(c for c in mapping if c not in receipted)
+    states: dict[str, dict[str, Any]] = {}
+    short_by: dict[str, int] = {}
+    for run in runs:
+        record = read_run_state(base, run)
+        if record is None:
+            continue
+        if record.get("state") != "finished":
+            states[run] = record
+            continue
+        total = record.get("requests_total")
+        if isinstance(total, int) and not isinstance(total, bool):
+            held = sum(
+                len(e.receipt.get("custom_id_to_source_index") or {})
+                for e in entries
+                if e.run_id == run
+            )
+            if total > held:
+                short_by[run] = total - held
+    return Unfinished(sorted(intents), intent_requests, states, short_by)

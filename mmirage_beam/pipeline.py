@@ -205,6 +205,7 @@ def build_merge_pipeline(
     rows_per_partition: int = 100_000,
     verify_source: bool = True,
     invalid_rows_files: Sequence[str] = (),
+    unsubmitted_run: Optional[tuple[str, str]] = None,
 ) -> MergePlan:
     """Add the merge graph: fetch results, verify and re-read the source, join, write.
 
@@ -221,6 +222,11 @@ def build_merge_pipeline(
         verify_source: rebuild the requests and compare chunk hashes.
         invalid_rows_files: the runs' ``<base>.invalid_rows.<run_id>.jsonl`` files; their
             rows (skipped at submission) are written marked ``mmirage_skipped``.
+        unsubmitted_run: ``(run_id, resume command)``: report every rebuilt request that
+            no receipt holds as ``never_submitted`` of that run (its row is written,
+            marked), counted in ``requests_never_submitted``. Only when the receipts are
+            every receipt of runs that read all the rows this merge reads (one shard) and
+            the source is verified.
     """
     from mmirage_beam.transforms.merge import (
         AssembleMergedRows,
@@ -255,12 +261,21 @@ def build_merge_pipeline(
         rebuilt = extracted.rows | "RebuildRequests" >> BuildRequests(
             config.outputs, config.datasets, adapter_cls, config.processor
         )
-        changed = {
+        verified = {
             "receipts": p | "VerifiableReceipts" >> beam.Create(verifiable, reshuffle=False),
             "requests": rebuilt.requests,
-        } | "VerifySourceUnchanged" >> VerifySourceUnchanged()
+        } | "VerifySourceUnchanged" >> VerifySourceUnchanged(unsubmitted_run is not None)
+        changed = verified.changed
+        results = fetched.results
+        if unsubmitted_run is not None:
+            run, resume_command = unsubmitted_run
+            never = verified.unsubmitted | "NeverSubmitted" >> beam.Map(
+                _count_never_submitted, run, resume_command
+            )
+            results = (results, never) | "WithNeverSubmitted" >> beam.Flatten()
     else:
         changed = p | "NoVerification" >> beam.Create([])
+        results = fetched.results
     skipped = (
         p
         | "InvalidRowsFiles" >> beam.Create(list(invalid_rows_files))
@@ -270,7 +285,7 @@ def build_merge_pipeline(
         | "SkippedByIndex" >> beam.Map(lambda e: (int(e["source_index"]), e["reason"]))
     )
     assembled = {
-        "results": fetched.results,
+        "results": results,
         "rows": extracted.rows,
         "changed": changed,
         "skipped": skipped,
@@ -307,15 +322,25 @@ def build_merge_pipeline(
     return MergePlan(output_path, errors_path, len(bounds), len(verifiable))
 
 
+def _count_never_submitted(element: tuple[str, int, str], run: str, resume_command: str) -> Any:
+    from apache_beam.metrics import Metrics
+
+    from mmirage_beam.transforms.merge import never_submitted_result
+
+    Metrics.counter("mmirage", "requests_never_submitted").inc()
+    return never_submitted_result(element, run, resume_command)
+
+
 def _json_line(obj: dict[str, Any]) -> bytes:
     return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 # Outcomes that a resubmission cannot fix: the request was never answered for a reason
-# outside the provider (the source changed or vanished, the id is not ours), or it is
-# still running.
+# outside the provider (the source row vanished, the id is not ours), it is still
+# running, or it was never submitted (the run's resume sends it). A ``source_changed``
+# row is re-sent: the resubmission builds its request from the current row.
 NOT_RESUBMITTABLE = frozenset(
-    {"unknown_custom_id", "missing_source_row", "source_changed", "pending"}
+    {"unknown_custom_id", "missing_source_row", "pending", "never_submitted"}
 )
 
 

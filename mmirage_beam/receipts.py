@@ -67,6 +67,19 @@ def request_hash(lines: Iterable[bytes]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+#: hex digits kept of each request's SHA-256 in ``request_hashes`` (64 bits: enough to
+#: tell a changed request from an unchanged one, and 16 bytes per request in a receipt).
+REQUEST_HASH_CHARS = 16
+
+
+def request_line_hash(line: bytes) -> str:
+    """The hash of one request line, as stored per custom_id in a receipt's
+    ``request_hashes``: the first :data:`REQUEST_HASH_CHARS` hex digits of the SHA-256 of
+    its canonical JSON (sorted keys, compact), so it does not depend on key order."""
+    text = json.dumps(json.loads(line), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:REQUEST_HASH_CHARS]
+
+
 def make_receipt(
     *,
     provider: str,
@@ -83,8 +96,10 @@ def make_receipt(
     """The receipt line for ``chunk`` once submitted as ``provider_batch_id``.
 
     Besides MMIRAGE's fields and ``run_id``/``output_name``/``modality``: ``attempt``
-    (1, or the resume attempt that submitted it) and, for a resubmission run,
-    ``parent_run_id`` (the run whose failed requests it re-sends).
+    (1, or the resume attempt that submitted it), ``request_hashes`` (custom_id ->
+    :func:`request_line_hash`, so merge marks only the rows whose own request changed;
+    receipts without it are checked per chunk with ``request_hash``) and, for a
+    resubmission run, ``parent_run_id`` (the run whose failed requests it re-sends).
     """
     when = submitted_at or _dt.datetime.now(_dt.timezone.utc)
     snapshot: dict[str, Any] = {
@@ -101,6 +116,7 @@ def make_receipt(
         "status": status,
         "custom_id_to_source_index": {r.custom_id: r.source_index for r in chunk.requests},
         "request_hash": request_hash(r.line for r in chunk.requests),
+        "request_hashes": {r.custom_id: request_line_hash(r.line) for r in chunk.requests},
         "model_params_snapshot": snapshot,
         "submitted_request_count": len(chunk.requests),
         "total_bytes": chunk.total_bytes,
@@ -113,6 +129,33 @@ def make_receipt(
         "attempt": attempt,
         **({"parent_run_id": parent_run_id} if parent_run_id else {}),
     }
+
+
+def run_state_path(base: str, run_id: str) -> str:
+    """``<base>.run-state.<run_id>.json``: what a run's launcher says about the run."""
+    return f"{base}.run-state.{run_id}.json"
+
+
+def write_run_state(base: str, run_id: str, state: str, **fields: Any) -> None:
+    """Record a run's state for ``merge``: ``submitting`` before the pipeline runs,
+    ``interrupted`` when it stopped early, ``finished`` when every chunk was submitted
+    (then with ``requests_total``: the requests the run built, over all its attempts,
+    so a merge can tell that receipts cover fewer). Written durably, replacing the
+    previous record; extra ``fields`` (e.g. ``rows_read``) are kept as given.
+    """
+    record = {"run_id": run_id, "state": state, **fields}
+    write_durably(run_state_path(base, run_id), receipt_line(record))
+
+
+def read_run_state(base: str, run_id: str) -> Optional[dict[str, Any]]:
+    """The run-state record of ``run_id`` (see :func:`write_run_state`), or None."""
+    from apache_beam.io.filesystems import FileSystems
+
+    path = run_state_path(base, run_id)
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        return json.loads(f.read().decode("utf-8"))
 
 
 def intent_path(receipt_file: str, chunk_id: str) -> str:

@@ -79,7 +79,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from mmirage_beam.collect import select_run
+    from mmirage_beam.collect import find_unfinished, select_run
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for, invalid_rows_path
@@ -105,6 +105,17 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     receipts = [e.receipt for e in entries]
 
+    unfinished = find_unfinished(base, sel.linked, entries)
+    resume_run = (unfinished.runs or sel.starts or [sel.run])[0]
+    resume_command = f"mmirage run --config {args.config} --run-id {resume_run}"
+    # Requests the source still builds but no receipt holds were never submitted; told
+    # apart only when every row this merge reads belongs to the merged run(s): one shard.
+    count_unsubmitted = (
+        config.num_shards == 1
+        and not args.no_verify_source
+        and all(r.get("run_id") for r in receipts)
+    )
+
     out = args.output_path
     errors_path = errors_path_for(out)  # rewritten (empty when nothing failed) by the merge
     pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
@@ -122,33 +133,68 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             for path in (invalid_rows_path(base, run) for run in sel.linked)
             if FileSystems.exists(path)
         ],
+        unsubmitted_run=(resume_run, resume_command) if count_unsubmitted else None,
     )
     result = pipeline.run()
     result.wait_until_finish()
     stats = counters(result)
     errors = read_jsonl(errors_path)
     _print_totals(plan, stats, errors, pending, args.allow_partial)
+    never_rows = {e["source_index"] for e in errors if e["error_type"] == "never_submitted"}
+    never_requests = sum(1 for e in errors if e["error_type"] == "never_submitted")
+    if unfinished or never_requests:
+        _print_unfinished(unfinished, never_requests, len(never_rows), resume_command)
+        return 1
     failed = stats.get("rows_with_failures", 0) or stats.get("unknown_custom_ids", 0)
     return 1 if failed else 0
+
+
+def _print_unfinished(unfinished, never_requests, never_rows, resume_command) -> None:  # noqa: ANN001
+    """The run stopped before every chunk was submitted: never say it is complete."""
+    runs = ", ".join(unfinished.runs) or "the merged run"
+    lines = [f"UNFINISHED: run {runs} stopped before all its chunks were submitted:"]
+    if never_requests:
+        lines.append(
+            f"  {never_rows} row(s) ({never_requests} request(s)) were never submitted; "
+            "they are in the merged file marked never_submitted"
+        )
+    elif unfinished.intent_requests:
+        lines.append(
+            f"  {len(unfinished.intent_requests)} request(s) were being submitted when it "
+            "stopped and have no receipt"
+        )
+    if unfinished.intents:
+        lines.append(f"  {len(unfinished.intents)} interrupted chunk submission(s) (intents)")
+    for run, record in sorted(unfinished.states.items()):
+        lines.append(f"  run {run} is recorded as {record.get('state')!r}, not finished")
+    for run, n in sorted(unfinished.short_by.items()):
+        lines.append(f"  run {run} built {n} request(s) more than its receipts hold")
+    lines.append(
+        f"Resume it (only what has no receipt is sent), then merge again:\n  {resume_command}"
+    )
+    print("\n".join(lines))
 
 
 def _print_totals(plan, stats, errors, pending, allow_partial) -> None:  # noqa: ANN001
     by_type: dict[str, int] = {}
     for e in errors:
+        if e.get("source_index") is None:  # unknown ids and unreadable lines: no output
+            continue
         by_type[e["error_type"]] = by_type.get(e["error_type"], 0) + 1
+    unreadable = stats.get("unreadable_result_lines", 0)
     lines = [
         f"rows written:        {stats.get('rows_written', 0)}",
         f"outputs succeeded:   {stats.get('outputs_succeeded', 0)}",
-        f"outputs failed:      {sum(n for t, n in by_type.items() if t != 'unknown_custom_id')}",
+        f"outputs failed:      {sum(by_type.values())}",
     ]
     for kind, n in sorted(by_type.items()):
-        if kind != "unknown_custom_id":
-            lines.append(f"  {kind + ':':<18} {n}")
+        lines.append(f"  {kind + ':':<18} {n}")
     lines += [
         f"skipped at submit:   {stats.get('rows_skipped_invalid', 0)} (invalid rows)",
         f"missing source rows: {stats.get('missing_source_rows', 0)}",
         f"source changed rows: {stats.get('source_changed_rows', 0)}",
-        f"unknown custom_ids:  {stats.get('unknown_custom_ids', 0)}",
+        f"unknown custom_ids:  {stats.get('unknown_custom_ids', 0) - unreadable}",
+        f"unreadable lines:    {unreadable} (result lines without a recoverable custom_id)",
         f"input tokens:        {stats.get('input_tokens', 0)}",
         f"output tokens:       {stats.get('output_tokens', 0)}",
         f"merged file:         {plan.output_path} ({plan.num_partitions} partition(s))",

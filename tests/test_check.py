@@ -157,7 +157,9 @@ def test_unresolvable_batch_id_does_not_hide_the_others(tmp_path, capsys, provid
     assert len(rows) == 4
     lost = rows.pop("batch_doesnotexist")
     assert lost["status"] == "lookup_failed"
-    assert lost["detail"].startswith("lookup failed: NotFoundError (HTTP 404)")
+    # A 404 on a receipted batch is retried first (it may be transient), then reported.
+    assert lost["detail"].startswith("lookup failed: ProviderRetriesExhausted (HTTP 404)")
+    assert "failed after 6 attempts" in lost["detail"] and "No batch found" in lost["detail"]
     assert lost["done"] == lost["failed"] == "-" and lost["total"] == str(PER_CHUNK)
     assert [r["status"] for r in rows.values()] == ["completed"] * 3
     assert "4 batch(es): completed 3, lookup_failed 1; requests done 30, failed 0, total 40" in out
@@ -176,7 +178,7 @@ def test_receipts_of_the_original_mmirage_tool(tmp_path, capsys, provider_env):
     assert sorted(rows) == ["batch_orig00001", "batch_orig00002", "batch_orig00003"]
     for row in rows.values():
         assert (row["run"], row["modality"], row["status"]) == ("3aa41d", "text", "lookup_failed")
-        assert "NotFoundError (HTTP 404)" in row["detail"]
+        assert "(HTTP 404)" in row["detail"] and "failed after 6 attempts" in row["detail"]
     assert [r["total"] for r in rows.values()] == ["10", "10", "5"]
     assert f"skipped dry-run receipts (nothing was submitted): {dry}" in out
     assert "run 3aa41d 3 batch(es): lookup_failed 3" in _squeeze(out)

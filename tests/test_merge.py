@@ -250,24 +250,71 @@ def test_refuses_while_running_and_allow_partial(tmp_path, capsys, provider_env)
     assert "PARTIAL" in out
 
 
-def test_changed_source_is_detected_not_misjoined(tmp_path, capsys, provider_env):
-    fake = provider_env
-    rows = _rows(8)
-    cfg = _setup(tmp_path, "openai", fake, rows, max_requests_per_chunk=4)
-    _submit(cfg)
-    # The dataset is edited after submission: row 5's question changes.
+def _edit_row_5(tmp_path, rows):
     rows[5]["question"] = "A different question entirely?"
     (tmp_path / "rows.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8"
     )
+
+
+def test_changed_source_marks_only_the_changed_row_and_resubmit_fixes_it(
+    tmp_path, capsys, provider_env
+):
+    from pipelines.resubmit import main as resubmit_main
+
+    fake = provider_env
+    rows = _rows(8)
+    cfg = _setup(tmp_path, "openai", fake, rows, max_requests_per_chunk=4)
+    _submit(cfg)
+    _edit_row_5(tmp_path, rows)  # the dataset is edited after submission
     code, merged, errors = _merge(tmp_path, cfg)
     out = capsys.readouterr().out
     assert code == 1 and len(merged) == 8
-    # Rows 4..7 were one chunk: none of them is joined to possibly wrong answers.
     for m in merged:
-        if m["source_index"] >= 4:
+        if m["source_index"] == 5:
+            # the configured output_schema shape: fields from the row, the answer null
+            assert set(m) >= {"question", "answer", "source_index", "mmirage_errors"}
+            assert m["question"] == "A different question entirely?"
             assert m["answer"] is None
             assert m["mmirage_errors"]["answer"]["type"] == "source_changed"
+        else:  # rows 4, 6, 7 shared its chunk: their own requests did not change
+            assert "mmirage_errors" not in m
+            assert m["answer"] == fake_answer_text(
+                "Answer concisely:\n" + rows[m["source_index"]]["question"]
+            )
+    assert "source changed rows: 1" in out
+    assert [e["source_index"] for e in errors] == [5]
+    # The README's advice: resubmit --from the errors file re-sends the changed row.
+    errors_file = str(tmp_path / "merged.errors.jsonl")
+    assert resubmit_main(["--config", cfg, "--from", errors_file, "--new-run-id", "r2"]) == 0
+    assert "re-sending 1 failed request(s)" in capsys.readouterr().err
+    code, merged, errors = _merge(tmp_path, cfg, "--run-id", "r1")
+    assert code == 0 and errors == [], capsys.readouterr().out
+    assert merged[5]["answer"] == fake_answer_text(
+        "Answer concisely:\nA different question entirely?"
+    )
+
+
+def test_changed_source_with_old_receipts_marks_the_chunk(tmp_path, capsys, provider_env):
+    """Receipts written before per-request hashes are checked per chunk."""
+    fake = provider_env
+    rows = _rows(8)
+    cfg = _setup(tmp_path, "openai", fake, rows, max_requests_per_chunk=4)
+    _submit(cfg)
+    receipt = tmp_path / "meta" / "batch_metadata.text.r1.jsonl"
+    old = [json.loads(x) for x in receipt.read_bytes().split(b"\n") if x.strip()]
+    for r in old:
+        assert len(r.pop("request_hashes")) == 4
+    receipt.write_text("".join(json.dumps(r) + "\n" for r in old), encoding="utf-8")
+    _edit_row_5(tmp_path, rows)
+    code, merged, errors = _merge(tmp_path, cfg)
+    out = capsys.readouterr().out
+    assert code == 1 and len(merged) == 8
+    for m in merged:
+        if m["source_index"] >= 4:  # rows 4..7 were one chunk: none is joined
+            assert m["answer"] is None
+            assert m["mmirage_errors"]["answer"]["type"] == "source_changed"
+            assert "question" in m  # still the output_schema shape
         else:
             assert m["answer"] == fake_answer_text(
                 "Answer concisely:\n" + rows[m["source_index"]]["question"]

@@ -249,17 +249,51 @@ class FetchResultsResult(NamedTuple):
 # -- source verification -----------------------------------------------------------------
 
 
+NEVER_SUBMITTED = "never_submitted"
+UNSUBMITTED_TAG = "unsubmitted"
+
+
 def _expected_entries(receipt: dict[str, Any]) -> Iterator[tuple[str, tuple]]:
     key = f"{receipt['run_id']}/{receipt.get('modality', '')}/{receipt['chunk_id']}"
+    hashes = receipt.get("request_hashes") or {}
     for pos, (cid, idx) in enumerate(receipt["custom_id_to_source_index"].items()):
-        yield cid, (key, pos, int(idx), receipt["request_hash"])
+        yield cid, (key, pos, int(idx), receipt["request_hash"], hashes.get(cid))
 
 
-def _pair_with_line(element: tuple[str, dict[str, list]]) -> Iterator[tuple[str, tuple]]:
-    _cid, grouped = element
-    lines = grouped["line"]
-    for key, pos, idx, expected in grouped["expected"]:
-        yield key, (pos, idx, expected, lines[0] if lines else None)
+class _PairWithLineFn(beam.DoFn):
+    """Per custom_id: its receipts' expectations and its rebuilt request (if any).
+
+    A receipt with a per-request hash is checked here, for this request alone; one
+    without goes on to the chunk-level check. A rebuilt request no receipt knows goes to
+    ``unsubmitted`` (when asked for).
+    """
+
+    def __init__(self, report_unsubmitted: bool) -> None:
+        self._report_unsubmitted = report_unsubmitted
+
+    def process(self, element: tuple[str, dict[str, list]]) -> Iterator[Any]:
+        from mmirage_beam.receipts import request_line_hash
+
+        cid, grouped = element
+        lines = list(grouped["line"])
+        line = lines[0][0] if lines else None
+        expected = list(grouped["expected"])
+        if not expected:
+            if self._report_unsubmitted and lines:
+                _line, idx, output_name = lines[0]
+                yield pvalue.TaggedOutput(UNSUBMITTED_TAG, (cid, idx, output_name))
+            return
+        now = request_line_hash(line) if line is not None else None
+        # Receipts of linked runs may hold the same custom_id: once one of them matches
+        # the current request (e.g. a resubmission of the changed row), it is unchanged.
+        hashed = [e for e in expected if e[4] is not None]
+        if hashed and not any(e[4] == now for e in hashed):
+            Metrics.counter(_NS, "requests_source_changed").inc()
+            key, _pos, idx, _chunk_hash, _own = hashed[-1]
+            yield idx, key
+        for key, pos, idx, chunk_hash, own_hash in expected:
+            if own_hash is None:
+                yield pvalue.TaggedOutput("by_chunk", (key, (pos, idx, chunk_hash, line)))
 
 
 def _check_chunk(element: tuple[str, Iterable[tuple]]) -> Iterator[tuple[int, str]]:
@@ -279,24 +313,67 @@ class VerifySourceUnchanged(beam.PTransform):
     """Detect rows whose requests no longer match what was submitted.
 
     Input: a dict ``{"receipts": PCollection[receipt dict], "requests":
-    PCollection[BatchRequest]}`` (the requests rebuilt from the re-read source). For every
-    receipted chunk, the rebuilt requests of its custom_ids, in receipt order, are hashed
-    as at submission (:func:`mmirage_beam.receipts.request_hash`); a chunk whose hash
+    PCollection[BatchRequest]}`` (the requests rebuilt from the re-read source). A
+    receipt with ``request_hashes`` (written since per-request hashes exist) marks a row
+    only when that row's own rebuilt request differs from its hash, or can no longer be
+    rebuilt. An older receipt (only the chunk's ``request_hash``) is checked per chunk:
+    the rebuilt requests of its custom_ids, in receipt order, are hashed as at
+    submission (:func:`mmirage_beam.receipts.request_hash`), and a chunk whose hash
     differs, or one of whose custom_ids can no longer be rebuilt, marks all its rows.
 
-    Output: PCollection[(source_index, chunk key)] of rows that must not be joined.
+    Output: ``VerifyResult(changed, unsubmitted)``: ``changed`` is
+    PCollection[(source_index, chunk key)] of rows that must not be joined;
+    ``unsubmitted`` (with ``report_unsubmitted``) is PCollection[(custom_id,
+    source_index, output_name)] of rebuilt requests that no receipt holds: requests of
+    the run that were never submitted.
+
+    Args:
+        report_unsubmitted: fill ``unsubmitted`` (only meaningful when the receipts are
+            every receipt of runs that read the same rows as this merge).
     """
 
-    def expand(self, pcolls: dict[str, beam.PCollection]) -> beam.PCollection:
+    def __init__(self, report_unsubmitted: bool = False) -> None:
+        super().__init__()
+        self._report_unsubmitted = report_unsubmitted
+
+    def expand(self, pcolls: dict[str, beam.PCollection]) -> VerifyResult:
         expected = pcolls["receipts"] | "ExpectedRequests" >> beam.FlatMap(_expected_entries)
-        rebuilt = pcolls["requests"] | "RebuiltLines" >> beam.Map(lambda r: (r.custom_id, r.line))
-        return (
+        rebuilt = pcolls["requests"] | "RebuiltLines" >> beam.Map(
+            lambda r: (r.custom_id, (r.line, r.source_index, r.output_name))
+        )
+        paired = (
             {"expected": expected, "line": rebuilt}
             | "JoinById" >> beam.CoGroupByKey()
-            | "ByChunk" >> beam.FlatMap(_pair_with_line)
-            | "GroupChunks" >> beam.GroupByKey()
-            | "CompareHashes" >> beam.FlatMap(_check_chunk)
+            | "CompareRequests"
+            >> beam.ParDo(_PairWithLineFn(self._report_unsubmitted)).with_outputs(
+                "by_chunk", UNSUBMITTED_TAG, main="changed"
+            )
         )
+        by_chunk = (
+            paired.by_chunk
+            | "GroupChunks" >> beam.GroupByKey()
+            | "CompareChunkHashes" >> beam.FlatMap(_check_chunk)
+        )
+        changed = (paired.changed, by_chunk) | "AllChanged" >> beam.Flatten()
+        return VerifyResult(changed, paired[UNSUBMITTED_TAG])
+
+
+class VerifyResult(NamedTuple):
+    changed: beam.PCollection
+    unsubmitted: beam.PCollection
+
+
+def never_submitted_result(
+    element: tuple[str, int, str], run_id: str, resume_command: str
+) -> OutputResult:
+    """An :class:`OutputResult` of type ``never_submitted`` for a rebuilt request no
+    receipt holds (the run stopped before submitting it)."""
+    cid, idx, output_name = element
+    err = _error(
+        NEVER_SUBMITTED,
+        f"the run stopped before this request was submitted; resume it: {resume_command}",
+    )
+    return OutputResult(int(idx), output_name, cid, None, err, None, None, run_id, -1)
 
 
 # -- assembly ----------------------------------------------------------------------------
@@ -334,11 +411,23 @@ class _AssembleFn(beam.DoFn):
     def process(self, element: tuple[int, dict[str, list]]) -> Iterator[Any]:
         source_index, grouped = element
         results: list[OutputResult] = list(grouped["results"])
+        if grouped.get("skipped"):  # skipped at submission: never submitted on purpose
+            results = [r for r in results if (r.error or {}).get("type") != NEVER_SUBMITTED]
         if results:
             yield from self._assemble(source_index, results, grouped)
         elif grouped.get("skipped"):
             yield from self._skipped(source_index, grouped)
         # else: a row this merge submitted nothing for
+
+    def _null_shape(self, values: dict[str, Any], source_index: int) -> dict[str, Any]:
+        """A row that cannot be rendered: the configured ``output_schema``'s keys (else
+        the outputs) with null values, and ``source_index``."""
+        if isinstance(self._schema, dict):
+            out: dict[str, Any] = {str(k): None for k in self._schema}
+        else:
+            out = {name: None for name in values}
+        out["source_index"] = source_index
+        return out
 
     def _skipped(self, source_index: int, grouped: dict[str, list]) -> Iterator[Any]:
         """A row left out at submission (--skip-invalid-rows): written, marked, no outputs.
@@ -395,11 +484,14 @@ class _AssembleFn(beam.DoFn):
             if not rows or changed:
                 kind = "source_changed" if changed else "missing_source_row"
                 why = (
-                    f"the source no longer matches what was submitted (chunk {changed[0]})"
+                    f"the source row no longer matches what was submitted (chunk "
+                    f"{changed[0]}); the answer is not joined. Re-send it built from the "
+                    "current row: mmirage resubmit --config C --from OUT.errors.jsonl"
                     if changed
                     else "the source dataset has no row with this source_index any more"
                 )
                 errors[output.name] = _error(kind, why)
+                errors[output.name]["retryable"] = bool(changed)  # a resubmission fixes it
                 values[output.name] = MISSING
             elif r.error is not None:
                 errors[output.name] = r.error
@@ -421,7 +513,7 @@ class _AssembleFn(beam.DoFn):
         if changed:
             self._changed_rows.inc()
         out = None
-        if rows and not changed:
+        if rows:  # a changed row too: its fields from the row, its answers null
             extracted = rows[0]
             try:
                 out = assemble_output_row(
@@ -441,8 +533,7 @@ class _AssembleFn(beam.DoFn):
                     "retryable": False,
                 }
         if out is None:
-            out = {name: None for name in values}
-            out["source_index"] = source_index
+            out = self._null_shape(values, source_index)
         if reported:
             out["input_tokens"] = tokens_in
             out["output_tokens"] = tokens_out
