@@ -85,6 +85,13 @@ def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int
             kind = "config error" if isinstance(exc, ConfigError) else "error"
             print(f"mmirage: {kind}: {exc}", file=sys.stderr)
             return exc.exit_code
+        except KeyboardInterrupt:
+            print(
+                "mmirage: interrupted (the job was cancelled); nothing was left half-written"
+                " that the same command does not redo: run it again to continue",
+                file=sys.stderr,
+            )
+            return 130
 
     return wrapper
 

@@ -33,7 +33,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         prog="mmirage run",
         description="Render every row into provider batch requests and submit them in "
         "byte-bounded chunks (or export them with --export-prompts). Unknown flags are "
-        "passed to Beam as pipeline options (default runner: DirectRunner).",
+        "passed to Beam as pipeline options (default runner: DirectRunner). Relative "
+        "paths, in the config and on the command line, are relative to the current "
+        "directory (as in MMIRAGE); "
+        "they are made absolute before the pipeline is built, so workers in other folders "
+        "or machines see the same files.",
     )
     ap.add_argument("--config", required=True, help="MMIRAGE-compatible YAML config")
     ap.add_argument(
