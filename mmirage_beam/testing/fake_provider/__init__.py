@@ -91,10 +91,15 @@ Values are captured by each batch when it is created.
   ``errors.data[0].code == "token_limit_exceeded"`` and no output.
 - ``enqueued_token_limit`` (int): the same failure when this batch's prompt tokens plus
   those of unfinished batches of the same model exceed the limit.
-- ``leading_errors`` (dict): ``{"status": 429|500|503|529, "count": N,
+- ``leading_errors`` (dict): ``{"status": 429|500|502|503|529|404|..., "count": N,
   "retry_after_ms": 10, "paths": [endpoint names]}``; the first N matching calls (after
   authentication) answer ``status`` with ``retry-after-ms`` and ``retry-after`` headers
-  in the provider's error shape. Endpoint names: ``files_create``, ``files_list``,
+  in the provider's error shape. A 404 is the provider's "not found" for the object of
+  the URL and carries no retry headers: OpenAI ``{"error": {"message": "No batch found
+  with id '<id>'.", "type": "invalid_request_error", "param": null, "code": null}}``,
+  Anthropic ``{"type": "error", "error": {"type": "not_found_error", "message"}}`` (so
+  ``{"status": 404, "count": 2, "paths": ["batches_retrieve"]}`` is a transient 404 on
+  batch lookup). Endpoint names: ``files_create``, ``files_list``,
   ``files_retrieve``, ``files_delete``, ``files_content``, ``batches_create``,
   ``batches_list``, ``batches_retrieve``, ``batches_cancel``,
   ``messages_batches_create``, ``messages_batches_list``, ``messages_batches_retrieve``,
@@ -113,6 +118,11 @@ Values are captured by each batch when it is created.
 
 Markers in the prompt text
 --------------------------
+A marker is ``FAKE_ERROR:<name>`` (the whole word: ``FAKE_ERROR:empty_body_200`` is not
+``empty``); the first known one in the prompt text counts.
+
+Failures:
+
 - ``FAKE_ERROR:server_error``: OpenAI error line with status 500 (``server_error``);
   Anthropic ``errored`` with ``api_error``.
 - ``FAKE_ERROR:invalid_request``: 400 ``invalid_request_error`` (both).
@@ -122,8 +132,48 @@ Markers in the prompt text
   ``rate_limit_error``).
 - ``FAKE_ERROR:timeout``: OpenAI ``response: null, error.code: "request_timeout"``;
   Anthropic ``errored`` with ``timeout_error``.
+- ``FAKE_ERROR:u2028``: an error whose message holds raw (unescaped) U+2028, U+2029 and
+  U+0085: OpenAI error-file line with status 400 ``invalid_request_error``; Anthropic
+  ``errored`` ``invalid_request_error``. The line is UTF-8 written with
+  ``ensure_ascii=False``.
+
+Answers that are not usable (the request succeeds; usage is counted):
+
+- ``FAKE_ERROR:refusal``: OpenAI chat ``message.content: null``, ``message.refusal:
+  "I'm sorry, but I can't help with that."``, ``finish_reason: "stop"``; Responses
+  ``output[0].content[0] = {"type": "refusal", "refusal": ...}``; Anthropic
+  ``stop_reason: "refusal"`` with ``content: []``.
+- ``FAKE_ERROR:length``: the answer is cut to its first half (a JSON answer becomes an
+  unterminated JSON text such as ``{"final_answer": 1``): OpenAI chat/completions
+  ``finish_reason: "length"``; Responses ``status: "incomplete"``,
+  ``incomplete_details: {"reason": "max_output_tokens"}``; Anthropic ``stop_reason:
+  "max_tokens"``.
+- ``FAKE_ERROR:content_filter``: OpenAI chat ``finish_reason: "content_filter"`` with
+  ``content: null`` (completions: the cut text); Responses ``status: "incomplete"``,
+  ``incomplete_details: {"reason": "content_filter"}`` with the cut text. Anthropic has
+  no such finish: it answers normally.
+- ``FAKE_ERROR:empty``: OpenAI chat ``content: ""``; Responses ``output: []``;
+  Anthropic ``content: []`` (``stop_reason: "end_turn"``).
+- ``FAKE_ERROR:error_body_200`` (OpenAI only; Anthropic answers normally): the output
+  line has ``response.status_code: 200`` and ``body: {"error": {"message", "type":
+  "server_error", "param", "code"}}``.
+- ``FAKE_ERROR:empty_body_200`` (OpenAI only): ``response.status_code: 200``, ``body: {}``.
 - ``FAKE_ERROR:not_json``: a JSON-schema request gets plain, non-JSON text instead.
 - ``FAKE_FENCE``: the JSON answer is wrapped in a Markdown ```` ```json ```` fence.
+
+Broken result lines (both providers: the OpenAI output file, the Anthropic results
+JSONL; each line still ends with one ``\\n``, the other lines are untouched):
+
+- ``FAKE_ERROR:malformed_line``: not JSON: ``{"custom_id": "<id>", "response": <<garbage``
+  (Anthropic ``"result": <<garbage``).
+- ``FAKE_ERROR:truncated_line``: the first half of the valid line's bytes.
+- ``FAKE_ERROR:wrong_shape``: valid JSON of the wrong shape: ``{"custom_id": "<id>",
+  "unexpected": true}`` (OpenAI), ``{"custom_id": "<id>", "result": {"type":
+  "mystery"}}`` (Anthropic).
+- ``FAKE_ERROR:invalid_utf8``: the valid line with the bytes ``ff fe`` (invalid UTF-8)
+  in front of the answer text, inside its JSON string.
+
+These lines count as processed successfully in ``request_counts``.
 
 Deterministic answers
 ---------------------

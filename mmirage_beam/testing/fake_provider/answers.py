@@ -296,19 +296,35 @@ def schema_root_is_object(schema: Any) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
+REFUSAL_TEXT = "I'm sorry, but I can't help with that."
+# Markers that change the answer rather than fail the request.
+FINISH_MARKERS = ("refusal", "length", "content_filter", "empty")
+
+
 @dataclass(frozen=True)
 class Answer:
+    """An answer and its usage.
+
+    ``finish`` is ``"stop"`` (a whole answer), ``"refusal"`` (``text`` is the refusal),
+    ``"length"`` or ``"content_filter"`` (``text`` is the first half of the answer) or
+    ``"empty"`` (``text`` is ``""``).
+    """
+
     text: str
     input_tokens: int
     output_tokens: int
+    finish: str = "stop"
 
 
 def count_words(text: str) -> int:
     return len(text.split())
 
 
-def make_answer(prompt_text: str, images: int, mode: str, schema: Any) -> Answer:
-    """Answer text and usage; ``mode`` is ``"text"``, ``"json_object"`` or ``"json_schema"``."""
+def make_answer(
+    prompt_text: str, images: int, mode: str, schema: Any, marker: str | None = None
+) -> Answer:
+    """Answer text and usage; ``mode`` is ``"text"``, ``"json_object"`` or ``"json_schema"``;
+    ``marker`` one of :data:`FINISH_MARKERS` (or anything else for a whole answer)."""
     if mode == "json_schema" and NOT_JSON_MARKER not in prompt_text:
         text = json.dumps(fake_answer_json(prompt_text, schema))
     elif mode == "json_object" and NOT_JSON_MARKER not in prompt_text:
@@ -317,10 +333,18 @@ def make_answer(prompt_text: str, images: int, mode: str, schema: Any) -> Answer
         text = fake_answer_text(prompt_text)
     if mode != "text" and FENCE_MARKER in prompt_text and NOT_JSON_MARKER not in prompt_text:
         text = f"```json\n{text}\n```"
+    finish = marker if marker in FINISH_MARKERS else "stop"
+    if finish == "refusal":
+        text = REFUSAL_TEXT
+    elif finish in ("length", "content_filter"):
+        text = text[: max(1, len(text) // 2)]  # a cut JSON text is never valid JSON
+    elif finish == "empty":
+        text = ""
     return Answer(
         text=text,
         input_tokens=count_words(prompt_text) + limits.TOKENS_PER_IMAGE * images,
         output_tokens=count_words(text),
+        finish=finish,
     )
 
 

@@ -216,29 +216,33 @@ class AnthropicApi:
             return Item(custom_id, errored_line(custom_id, "invalid_request_error", problem), False)
         prompt, images, mode, schema = prompt_of(params)
         marker = self.store.resolve_transient(error_marker(prompt), custom_id)
-        if marker is not None:
-            kind, message = {
-                "server_error": ("api_error", "Internal server error (FAKE_ERROR:server_error)"),
-                "invalid_request": (
-                    "invalid_request_error",
-                    "Scripted invalid request (FAKE_ERROR:invalid_request)",
-                ),
-                "rate_limit": ("rate_limit_error", "Rate limited (FAKE_ERROR:rate_limit)"),
-                "timeout": ("timeout_error", "Request timed out (FAKE_ERROR:timeout)"),
-            }[marker]
-            return Item(custom_id, errored_line(custom_id, kind, message), False)
+        if marker in _FAILURES:
+            kind, message = _FAILURES[marker]
+            line: dict[str, Any] | bytes = errored_line(custom_id, kind, message)
+            if marker == "u2028":
+                line = scripting.broken_line(
+                    marker, custom_id, line, body_key="result", answer_text="", wrong_shape={}
+                )
+            return Item(custom_id, line, False)
         try:
-            answer = make_answer(prompt, images, mode, schema)
+            answer = make_answer(prompt, images, mode, schema, marker)
         except ValueError as exc:  # e.g. an unresolvable $ref deep in the schema
             line = errored_line(custom_id, "invalid_request_error", f"Invalid schema: {exc}")
             return Item(custom_id, line, False)
+        # Anthropic has no content-filter finish: FAKE_ERROR:content_filter answers normally.
+        if answer.finish == "content_filter":
+            answer = make_answer(prompt, images, mode, schema)
+        stop_reason = {"refusal": "refusal", "length": "max_tokens"}.get(answer.finish, "end_turn")
+        content = (
+            [] if answer.finish in ("empty", "refusal") else [{"type": "text", "text": answer.text}]
+        )
         message_obj = {
             "id": new_id("msg_"),
             "type": "message",
             "role": "assistant",
             "model": params["model"],
-            "content": [{"type": "text", "text": answer.text}],
-            "stop_reason": "end_turn",
+            "content": content,
+            "stop_reason": stop_reason,
             "stop_sequence": None,
             "usage": {
                 "input_tokens": answer.input_tokens,
@@ -249,6 +253,15 @@ class AnthropicApi:
             },
         }
         line = {"custom_id": custom_id, "result": {"type": "succeeded", "message": message_obj}}
+        if marker in scripting.LINE_MARKERS:
+            line = scripting.broken_line(
+                marker,
+                custom_id,
+                line,
+                body_key="result",
+                answer_text=answer.text,
+                wrong_shape={"custom_id": custom_id, "result": {"type": "mystery"}},
+            )
         return Item(custom_id, line, True, answer.input_tokens, answer.output_tokens)
 
     def messages_batches_retrieve(self, request: Request, batch_id: str) -> Response:
@@ -389,3 +402,16 @@ class AnthropicApi:
                 else None
             ),
         }
+
+
+# Markers that make a request ``errored``: (error type, message).
+_FAILURES: dict[str, tuple[str, str]] = {
+    "server_error": ("api_error", "Internal server error (FAKE_ERROR:server_error)"),
+    "invalid_request": (
+        "invalid_request_error",
+        "Scripted invalid request (FAKE_ERROR:invalid_request)",
+    ),
+    "rate_limit": ("rate_limit_error", "Rate limited (FAKE_ERROR:rate_limit)"),
+    "timeout": ("timeout_error", "Request timed out (FAKE_ERROR:timeout)"),
+    "u2028": ("invalid_request_error", scripting.U2028_MESSAGE),
+}

@@ -334,7 +334,7 @@ class FakeProviderServer:
             self._store.call_counts[endpoint] = self._store.call_counts.get(endpoint, 0) + 1
         try:
             self._check_auth(provider, request)
-            self._take_leading_error(provider, endpoint)
+            self._take_leading_error(provider, endpoint, args)
             return handler(request, **args)
         except ApiError as err:
             return error_response(provider, err)
@@ -359,7 +359,7 @@ class FakeProviderServer:
             "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
         )
 
-    def _take_leading_error(self, provider: str, endpoint: str) -> None:
+    def _take_leading_error(self, provider: str, endpoint: str, args: dict[str, str]) -> None:
         with self._store.lock:
             leading: LeadingErrors | None = self._store.script["leading_errors"]
             if leading is None or leading.remaining <= 0:
@@ -368,7 +368,7 @@ class FakeProviderServer:
                 return
             leading.remaining -= 1
             status, retry_ms = leading.status, leading.retry_after_ms
-        raise status_error(provider, status, retry_ms, f"leading error on {endpoint}")
+        raise status_error(provider, status, retry_ms, f"leading error on {endpoint}", args)
 
     # -- admin endpoints ------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from mmirage_beam.testing.fake_provider.app import FakeProviderServer
+from mmirage_beam.testing.fake_provider.scripting import SCRIPT_KEYS, markers_help
 
 __all__ = ["main"]
 
@@ -23,9 +24,16 @@ def _parser() -> argparse.ArgumentParser:
         "OpenAI http://HOST:PORT/v1, Anthropic http://HOST:PORT. Any non-empty key is "
         "accepted. Script failures at start with the flags below, or later with "
         "POST /_fake/script (same keys as --script); GET /_fake/state shows what it holds.",
-        epilog="Markers in a prompt script single requests: FAKE_ERROR:server_error, "
-        "FAKE_ERROR:invalid_request, FAKE_ERROR:rate_limit, FAKE_ERROR:timeout, "
-        "FAKE_ERROR:transient (fails once), FAKE_ERROR:not_json, FAKE_FENCE.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Markers in a prompt script single requests (see the package docstring of "
+        "mmirage_beam.testing.fake_provider for each provider's exact shape):\n"
+        + markers_help()
+        + "\n  FAKE_FENCE                  the JSON answer comes in a ```json fence"
+        + "\n\nScript keys (--script JSON or POST /_fake/script): "
+        + ", ".join(SCRIPT_KEYS)
+        + ".\nleading_errors accepts any 4xx/5xx status; 404 answers the provider's "
+        'not-found error, e.g. {"status": 404, "count": 2, "paths": '
+        '["batches_retrieve"]}.',
     )
     parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind")
     parser.add_argument("--port", type=int, default=0, help="TCP port (0: a free port)")
@@ -73,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
         "--leading-errors",
         default=None,
         metavar="JSON",
-        help='first calls fail, e.g. \'{"status": 429, "count": 3, "retry_after_ms": 10}\'',
+        help='first calls fail, e.g. \'{"status": 429, "count": 3, "retry_after_ms": 10}\' '
+        'or \'{"status": 404, "count": 2, "paths": ["batches_retrieve"]}\'',
     )
     parser.add_argument(
         "--fail-batch-creates",

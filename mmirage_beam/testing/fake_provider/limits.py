@@ -10,7 +10,25 @@ from __future__ import annotations
 
 import re
 
-OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions")
+# The batch ``endpoint`` enum of the OpenAPI spec (CreateBatchRequest.endpoint).
+OPENAI_ENDPOINTS = (
+    "/v1/responses",
+    "/v1/chat/completions",
+    "/v1/embeddings",
+    "/v1/completions",
+    "/v1/moderations",
+    "/v1/images/generations",
+    "/v1/images/edits",
+    "/v1/videos",
+)
+# Accepted at batch create, but every line gets a 400 ``unsupported_endpoint`` result: the
+# fake does not fabricate image, video or moderation bodies.
+OPENAI_UNFAKED_ENDPOINTS = (
+    "/v1/moderations",
+    "/v1/images/generations",
+    "/v1/images/edits",
+    "/v1/videos",
+)
 OPENAI_MAX_LINES = 50_000
 OPENAI_MAX_FILE_BYTES = 200 * 1024 * 1024  # 200 MiB
 OPENAI_MAX_METADATA_PAIRS = 16

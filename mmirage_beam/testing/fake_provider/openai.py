@@ -189,6 +189,17 @@ class OpenAIApi:
 
     def _process_line(self, endpoint: str, line: Mapping[str, Any], now: float) -> Item:
         custom_id, body = line["custom_id"], line["body"]
+        if endpoint in limits.OPENAI_UNFAKED_ENDPOINTS:
+            failure = oa_error(
+                400,
+                f"The fake provider does not fake {endpoint} results; only "
+                + ", ".join(
+                    e for e in limits.OPENAI_ENDPOINTS if e not in limits.OPENAI_UNFAKED_ENDPOINTS
+                )
+                + ".",
+                code="unsupported_endpoint",
+            )
+            return Item(custom_id, http_line(custom_id, failure), ok=False)
         failure = check_body(endpoint, body)
         if failure is not None:
             return Item(custom_id, http_line(custom_id, failure), ok=False)
@@ -198,50 +209,43 @@ class OpenAIApi:
         if marker == "timeout":
             result = error_line(custom_id, "request_timeout", "The request timed out.")
             return Item(custom_id, result, ok=False, input_tokens=input_tokens)
-        if marker is not None:
-            status, failure = {
-                "server_error": (
-                    500,
-                    oa_error(
-                        500,
-                        "The server had an error while processing your request. Sorry about "
-                        "that! (FAKE_ERROR:server_error)",
-                    ),
-                ),
-                "invalid_request": (
-                    400,
-                    oa_error(400, "Scripted invalid request (FAKE_ERROR:invalid_request)."),
-                ),
-                "rate_limit": (
-                    429,
-                    HttpFailure(
-                        429,
-                        {
-                            "message": "Rate limit reached (FAKE_ERROR:rate_limit).",
-                            "type": "requests",
-                            "param": None,
-                            "code": "rate_limit_exceeded",
-                        },
-                    ),
-                ),
-            }[marker]
-            result = http_line(custom_id, failure)
+        if marker in _FAILURES:
+            result = http_line(custom_id, _FAILURES[marker])
+            if marker == "u2028":
+                result = scripting.broken_line(
+                    marker, custom_id, result, body_key="response", answer_text="", wrong_shape={}
+                )
             return Item(custom_id, result, ok=False, input_tokens=input_tokens)
         try:
-            answer = make_answer(prompt, images, mode, schema)
+            answer = make_answer(prompt, images, mode, schema, marker)
         except ValueError as exc:  # e.g. an unresolvable $ref deep in the schema
             failure = oa_error(400, f"Invalid schema: {exc}", code="invalid_json_schema")
             return Item(custom_id, http_line(custom_id, failure), ok=False)
-        result = {
+        if marker == "error_body_200":
+            response_body: dict[str, Any] = {"error": dict(_FAILURES["server_error"].error)}
+        elif marker == "empty_body_200":
+            response_body = {}
+        else:
+            response_body = success_body(endpoint, body, answer, now)
+        result: dict[str, Any] | bytes = {
             "id": new_id("batch_req_"),
             "custom_id": custom_id,
             "response": {
                 "status_code": 200,
                 "request_id": new_id("req_"),
-                "body": success_body(endpoint, body, answer, now),
+                "body": response_body,
             },
             "error": None,
         }
+        if marker in scripting.LINE_MARKERS:
+            result = scripting.broken_line(
+                marker,
+                custom_id,
+                result,
+                body_key="response",
+                answer_text=answer.text,
+                wrong_shape={"custom_id": custom_id, "unexpected": True},
+            )
         return Item(custom_id, result, True, answer.input_tokens, answer.output_tokens)
 
     def batches_retrieve(self, request: Request, batch_id: str) -> Response:
@@ -548,3 +552,24 @@ def _parse_input_file(
                     )
                 )
     return lines, errors, model
+
+
+# Markers that fail the request with an HTTP-style error line.
+_FAILURES: dict[str, HttpFailure] = {
+    "server_error": oa_error(
+        500,
+        "The server had an error while processing your request. Sorry about that! "
+        "(FAKE_ERROR:server_error)",
+    ),
+    "invalid_request": oa_error(400, "Scripted invalid request (FAKE_ERROR:invalid_request)."),
+    "rate_limit": HttpFailure(
+        429,
+        {
+            "message": "Rate limit reached (FAKE_ERROR:rate_limit).",
+            "type": "requests",
+            "param": None,
+            "code": "rate_limit_exceeded",
+        },
+    ),
+    "u2028": oa_error(400, scripting.U2028_MESSAGE),
+}

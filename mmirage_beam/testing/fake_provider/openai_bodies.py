@@ -201,66 +201,139 @@ def prompt_of(endpoint: str, body: Mapping[str, Any]) -> tuple[str, int, str, An
     return "\n".join(texts), images, mode, schema
 
 
+def _chat_message(answer: Answer) -> tuple[dict[str, Any], str]:
+    """(message, finish_reason) of a chat completion for ``answer.finish``."""
+    content: str | None = answer.text
+    refusal = None
+    finish_reason = {"length": "length", "content_filter": "content_filter"}.get(
+        answer.finish, "stop"
+    )
+    if answer.finish == "refusal":
+        content, refusal = None, answer.text
+    elif answer.finish == "content_filter":
+        content = None
+    message = {"role": "assistant", "content": content, "refusal": refusal, "annotations": []}
+    return message, finish_reason
+
+
+def _responses_output(answer: Answer) -> tuple[list[dict[str, Any]], str, Any]:
+    """(output items, status, incomplete_details) of a Responses body."""
+    if answer.finish == "empty":
+        return [], "completed", None
+    status, incomplete = "completed", None
+    if answer.finish in ("length", "content_filter"):
+        reason = "max_output_tokens" if answer.finish == "length" else "content_filter"
+        status, incomplete = "incomplete", {"reason": reason}
+    if answer.finish == "refusal":
+        content: dict[str, Any] = {"type": "refusal", "refusal": answer.text}
+    else:
+        content = {"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []}
+    message = {
+        "type": "message",
+        "id": new_id("msg_"),
+        "status": status,
+        "role": "assistant",
+        "content": [content],
+    }
+    return [message], status, incomplete
+
+
 def success_body(
     endpoint: str, body: Mapping[str, Any], answer: Answer, now: float
 ) -> dict[str, Any]:
+    """The HTTP 200 body of one request, shaped as the endpoint's response object.
+
+    Chat completions validate as the spec's ``CreateChatCompletionResponse`` (and the
+    SDK's ``ChatCompletion``), Responses as ``Response`` with every field the spec marks
+    required, completions as ``CreateCompletionResponse``, embeddings as
+    ``CreateEmbeddingResponse`` (https://github.com/openai/openai-openapi).
+    """
     model = body["model"]
     created = int(now)
     usage = {
         "prompt_tokens": answer.input_tokens,
         "completion_tokens": answer.output_tokens,
         "total_tokens": answer.input_tokens + answer.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
     }
     if endpoint == "/v1/chat/completions":
+        message, finish_reason = _chat_message(answer)
         return {
             "id": new_id("chatcmpl-"),
             "object": "chat.completion",
             "created": created,
             "model": model,
             "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": answer.text, "refusal": None},
-                    "logprobs": None,
-                    "finish_reason": "stop",
-                }
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
             ],
             "usage": usage,
             "service_tier": "default",
             "system_fingerprint": "fp_fake",
         }
     if endpoint == "/v1/responses":
+        output, status, incomplete = _responses_output(answer)
+        temperature = body.get("temperature")
+        top_p = body.get("top_p")
+        metadata = body.get("metadata")
+        instructions = body.get("instructions")
+        text_cfg = body.get("text") if isinstance(body.get("text"), Mapping) else None
         return {
             "id": new_id("resp_"),
             "object": "response",
             "created_at": created,
-            "status": "completed",
+            "status": status,
+            "completed_at": created if status == "completed" else None,
+            "error": None,
+            "incomplete_details": incomplete,
+            "instructions": instructions if isinstance(instructions, str) else None,
+            "max_output_tokens": body.get("max_output_tokens"),
             "model": model,
-            "output": [
-                {
-                    "type": "message",
-                    "id": new_id("msg_"),
-                    "status": "completed",
-                    "role": "assistant",
-                    "content": [{"type": "output_text", "text": answer.text, "annotations": []}],
-                }
-            ],
+            "output": output,
+            "parallel_tool_calls": True,
+            "previous_response_id": None,
+            "reasoning": {"effort": None, "summary": None},
+            "service_tier": "default",
+            "store": True,
+            "temperature": 1.0 if temperature is None else temperature,
+            "text": dict(text_cfg) if text_cfg else {"format": {"type": "text"}},
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": 1.0 if top_p is None else top_p,
+            "truncation": "disabled",
             "usage": {
                 "input_tokens": answer.input_tokens,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                 "output_tokens": answer.output_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": answer.input_tokens + answer.output_tokens,
             },
+            "user": None,
+            "metadata": dict(metadata) if isinstance(metadata, Mapping) else {},
         }
     if endpoint == "/v1/completions":
+        finish_reason = {"length": "length", "content_filter": "content_filter"}.get(
+            answer.finish, "stop"
+        )
         return {
             "id": new_id("cmpl-"),
             "object": "text_completion",
             "created": created,
             "model": model,
             "choices": [
-                {"text": answer.text, "index": 0, "logprobs": None, "finish_reason": "stop"}
+                {
+                    "text": answer.text,
+                    "index": 0,
+                    "logprobs": None,
+                    "finish_reason": finish_reason,
+                }
             ],
-            "usage": usage,
+            "usage": {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
         }
     inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
     data = []

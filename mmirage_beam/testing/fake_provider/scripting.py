@@ -7,7 +7,9 @@ marker; this module parses and validates them.
 
 from __future__ import annotations
 
+import json
 import random
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,9 +17,37 @@ from typing import Any
 UNKNOWN_CUSTOM_ID = "fake_unknown_custom_id"
 FAKE_ERROR_PREFIX = "FAKE_ERROR:"
 FENCE_MARKER = "FAKE_FENCE"
-ERROR_MARKERS = ("server_error", "invalid_request", "rate_limit", "timeout")
 NOT_JSON_MARKER = FAKE_ERROR_PREFIX + "not_json"
 TRANSIENT_MARKER = FAKE_ERROR_PREFIX + "transient"
+
+# Marker name -> what it does (``mmirage fake-provider --help`` lists these; the package
+# docstring gives each provider's exact shape).
+MARKERS: dict[str, str] = {
+    "server_error": "the request fails with a 500 server error",
+    "invalid_request": "the request fails with a 400 invalid_request_error",
+    "rate_limit": "the request fails with a 429",
+    "timeout": "the request times out (OpenAI error.code request_timeout)",
+    "transient": "fails like server_error once per custom_id, then answers",
+    "not_json": "a JSON-output request gets plain, non-JSON text",
+    "refusal": "the model refuses (OpenAI message.refusal, Anthropic stop_reason refusal)",
+    "length": "the answer is cut at the token limit (finish_reason length, max_tokens)",
+    "content_filter": "OpenAI finish_reason content_filter (Anthropic answers normally)",
+    "empty": "an empty answer (content '', output [], content [])",
+    "error_body_200": "OpenAI: status_code 200 with an error object as the body",
+    "empty_body_200": "OpenAI: status_code 200 with an empty body {}",
+    "malformed_line": "this request's result line is not JSON",
+    "truncated_line": "this request's result line is cut mid-way",
+    "wrong_shape": "this request's result line is JSON of the wrong shape",
+    "invalid_utf8": "this request's result line holds invalid UTF-8 in the answer text",
+    "u2028": "an error whose message holds raw U+2028, U+2029 and U+0085",
+}
+# Markers that change how the result line is written.
+LINE_MARKERS = ("malformed_line", "truncated_line", "wrong_shape", "invalid_utf8", "u2028")
+U2028_MESSAGE = (
+    "Scripted invalid request (FAKE_ERROR:u2028):\u2028line separator,\u2029paragraph "
+    "separator,\u0085next line."
+)
+_MARKER_RE = re.compile(re.escape(FAKE_ERROR_PREFIX) + r"([a-z0-9_]+)")
 DEFAULT_RETRY_AFTER_MS = 10
 
 OPENAI_ENDPOINT_NAMES = (
@@ -43,13 +73,55 @@ API_ENDPOINT_NAMES = frozenset(OPENAI_ENDPOINT_NAMES + ANTHROPIC_ENDPOINT_NAMES)
 
 
 def error_marker(prompt_text: str) -> str | None:
-    """The ``FAKE_ERROR:<name>`` marker in a prompt (``None`` when there is none)."""
-    for name in ERROR_MARKERS:
-        if FAKE_ERROR_PREFIX + name in prompt_text:
+    """The first known ``FAKE_ERROR:<name>`` marker in a prompt, other than ``not_json``.
+
+    A marker is the whole word after the prefix (``FAKE_ERROR:empty_body_200`` is
+    ``empty_body_200``, not ``empty``). Returns ``None`` when there is none.
+    """
+    for match in _MARKER_RE.finditer(prompt_text):
+        name = match.group(1)
+        if name in MARKERS and name != "not_json":
             return name
-    if TRANSIENT_MARKER in prompt_text:
-        return "transient"
     return None
+
+
+def broken_line(
+    marker: str,
+    custom_id: str,
+    line: Mapping[str, Any],
+    *,
+    body_key: str,
+    answer_text: str,
+    wrong_shape: Mapping[str, Any],
+) -> bytes:
+    """The bytes of a result line scripted by one of :data:`LINE_MARKERS` (no ``\\n``).
+
+    ``line`` is the valid line it replaces; ``body_key`` the key after ``custom_id``
+    (OpenAI ``response``, Anthropic ``result``); ``answer_text`` the answer text inside
+    ``line`` (``invalid_utf8`` puts the bytes ``ff fe`` in front of it); ``wrong_shape``
+    the valid JSON of the wrong shape; ``u2028`` writes ``line`` with raw (unescaped)
+    non-ASCII characters.
+    """
+    valid = json.dumps(line).encode("utf-8")
+    if marker == "malformed_line":
+        return f'{{"custom_id": {json.dumps(custom_id)}, "{body_key}": <<garbage'.encode()
+    if marker == "truncated_line":
+        return valid[: len(valid) // 2]
+    if marker == "wrong_shape":
+        return json.dumps(wrong_shape).encode("utf-8")
+    if marker == "invalid_utf8":
+        encoded = json.dumps(answer_text)[1:-1].encode("utf-8")
+        if encoded and encoded in valid:
+            return valid.replace(encoded, b"\xff\xfe" + encoded, 1)
+        return valid.replace(b'"custom_id"', b'"\xff\xfe": 0, "custom_id"', 1)
+    if marker == "u2028":
+        return json.dumps(line, ensure_ascii=False).encode("utf-8")
+    raise ValueError(f"not a line marker: {marker!r}")
+
+
+def markers_help() -> str:
+    """One line per marker, ``FAKE_ERROR:<name>  <what it does>``, for ``--help``."""
+    return "\n".join(f"  {FAKE_ERROR_PREFIX}{name:<16} {what}" for name, what in MARKERS.items())
 
 
 def shuffled(seed: int | None, lines: list[dict[str, Any]]) -> list[dict[str, Any]]:

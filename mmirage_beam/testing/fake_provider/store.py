@@ -26,9 +26,15 @@ def rfc3339(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def jsonl(lines: Iterable[Mapping[str, Any]]) -> bytes:
-    """JSON Lines with exactly one ``\\n`` after each line and no blank lines."""
-    return b"".join(json.dumps(line).encode("utf-8") + b"\n" for line in lines)
+def jsonl(lines: Iterable[Mapping[str, Any] | bytes]) -> bytes:
+    """JSON Lines with exactly one ``\\n`` after each line and no blank lines.
+
+    A ``bytes`` line (a scripted broken line) is written as it is.
+    """
+    return b"".join(
+        (line if isinstance(line, bytes) else json.dumps(line).encode("utf-8")) + b"\n"
+        for line in lines
+    )
 
 
 @dataclass
@@ -55,10 +61,11 @@ class StoredFile:
 
 @dataclass
 class Item:
-    """One processed request: the OpenAI result line or the Anthropic result line."""
+    """One processed request: the OpenAI result line or the Anthropic result line
+    (``bytes`` when a marker scripts a line that is not plain JSON)."""
 
     custom_id: str
-    line: dict[str, Any]
+    line: dict[str, Any] | bytes
     ok: bool
     input_tokens: int = 0
     output_tokens: int = 0

@@ -70,8 +70,36 @@ def error_response(provider: str, err: ApiError) -> Response:
     return json_response(body, err.status, err.headers)
 
 
-def status_error(provider: str, status: int, retry_after_ms: int, what: str) -> ApiError:
-    """A scripted transient error in the provider's shape, with retry-after headers."""
+def not_found_error(provider: str, args: Mapping[str, str]) -> ApiError:
+    """The provider's 404 for the object named in the URL arguments ``args``.
+
+    OpenAI: ``{"error": {"message": "No batch found with id '...'.", "type":
+    "invalid_request_error", "param": null, "code": null}}`` (files: "No such File
+    object: ..."); Anthropic: ``{"type": "error", "error": {"type": "not_found_error",
+    "message": ...}}``.
+    """
+    if provider == ANTHROPIC:
+        what = args.get("batch_id", "")
+        return ApiError(404, "not_found_error", f"Message batch {what} not found.")
+    if "file_id" in args:
+        return ApiError(404, "invalid_request_error", f"No such File object: {args['file_id']}")
+    return ApiError(
+        404, "invalid_request_error", f"No batch found with id '{args.get('batch_id', '')}'."
+    )
+
+
+def status_error(
+    provider: str,
+    status: int,
+    retry_after_ms: int,
+    what: str,
+    args: Mapping[str, str] | None = None,
+) -> ApiError:
+    """A scripted error in the provider's shape: a 404 like :func:`not_found_error` for
+    the object in ``args``; any other status with ``retry-after-ms``/``retry-after``
+    headers."""
+    if status == 404:
+        return not_found_error(provider, args or {})
     if provider == ANTHROPIC:
         kind = {429: "rate_limit_error", 529: "overloaded_error", 504: "timeout_error"}.get(
             status, "api_error" if status >= 500 else "invalid_request_error"
