@@ -365,7 +365,7 @@ def test_openai_create_validation_is_http_400(fake):
     bad = [
         {"input_file_id": "file-missing"},
         {"input_file_id": other},
-        {"endpoint": "/v1/moderations"},
+        {"endpoint": "/v1/audio/speech"},
         {"completion_window": "48h"},
         {"metadata": {f"k{i}": "v" for i in range(17)}},
         {"metadata": {"k" * 65: "v"}},
