@@ -87,8 +87,8 @@ def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int
             return exc.exit_code
         except KeyboardInterrupt:
             print(
-                "mmirage: interrupted (the job was cancelled); nothing was left half-written"
-                " that the same command does not redo: run it again to continue",
+                "mmirage: interrupted (any job it started was cancelled); run the same "
+                "command again to continue",
                 file=sys.stderr,
             )
             return 130

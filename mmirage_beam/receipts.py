@@ -136,18 +136,32 @@ def receipt_line(receipt: dict[str, Any]) -> bytes:
 
 
 def write_durably(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary sibling, then a rename.
+    """Write ``data`` to ``path`` atomically: a temporary sibling, then a rename over it.
 
-    Works on every Beam filesystem (local, gs://, s3://, ...).
+    A reader (or a crash at any moment) sees the old content or the new, never none:
+    the old file is not deleted first (a local rename replaces its target atomically;
+    object stores copy over it). Works on every Beam filesystem (local, gs://, s3://...).
     """
     from apache_beam.io.filesystems import FileSystems
 
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     with FileSystems.create(tmp) as f:
         f.write(data)
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([tmp], [path])
+    replace_file(tmp, path)
+
+
+def replace_file(src: str, dst: str) -> None:
+    """Rename ``src`` over ``dst`` without a moment where ``dst`` is missing, where the
+    filesystem allows it; else (a rename that refuses an existing target) delete first."""
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        FileSystems.rename([src], [dst])
+    except Exception:
+        if not FileSystems.exists(dst) or not FileSystems.exists(src):
+            raise
+        FileSystems.delete([dst])
+        FileSystems.rename([src], [dst])
 
 
 def read_receipt_part(path: str) -> Optional[dict[str, Any]]:

@@ -77,9 +77,9 @@ def concatenate_files(parts: Sequence[str], output_path: str, block_bytes: int =
                     if not block:
                         break
                     out.write(block)
-    if FileSystems.exists(output_path):
-        FileSystems.delete([output_path])
-    FileSystems.rename([tmp], [output_path])
+    from mmirage_beam.receipts import replace_file
+
+    replace_file(tmp, output_path)
 
 
 class _ConcatenatePartsFn(beam.DoFn):
