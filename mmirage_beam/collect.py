@@ -198,8 +198,8 @@ def _run_of_intent(path: str) -> str:
 
 def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> Unfinished:
     """Signals that ``runs`` stopped before all their chunks were submitted: leftover
-    intents, a run-state record that is not ``finished``, or receipts holding fewer
-    requests than the record says the run built.
+    intents, a run's stop marker still present, a run-state record that is not
+    ``finished``, or receipts holding fewer requests than the record says the run built.
 
     Args:
         base: the receipts base (``receipts.receipts_base``).
@@ -208,26 +208,26 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
     """
     from apache_beam.io.filesystems import FileSystems
 
-    from mmirage_beam.receipts import MODALITIES, parts_dir, read_run_state, receipt_path
+    from mmirage_beam.pipeline import stop_marker_path
+    from mmirage_beam.receipts import pending_intents, read_run_state
 
     receipted = {cid for e in entries for cid in e.receipt.get("custom_id_to_source_index", {})}
     intents: list[str] = []
     intent_requests: set[str] = set()
     for run in runs:
-        for modality in MODALITIES:
-            pdir = parts_dir(receipt_path(base, modality, run))
-            if not FileSystems.exists(pdir):
-                continue
-            for m in FileSystems.match([f"{pdir}/*.intent"])[0].metadata_list:
-                intents.append(m.path)
-                with FileSystems.open(m.path, compression_type="uncompressed") as f:
-                    intent = json.loads(f.read().decode("utf-8"))
-                mapping = intent.get("custom_id_to_source_index") or {}
-                intent_requests.update(c for c in mapping if c not in receipted)
+        for path in pending_intents(base, run):
+            intents.append(path)
+            with FileSystems.open(path, compression_type="uncompressed") as f:
+                intent = json.loads(f.read().decode("utf-8"))
+            mapping = intent.get("custom_id_to_source_index") or {}
+            intent_requests.update(c for c in mapping if c not in receipted)
     states: dict[str, dict[str, Any]] = {}
     short_by: dict[str, int] = {}
     for run in runs:
         record = read_run_state(base, run)
+        if record is None and FileSystems.exists(stop_marker_path(base, run)):
+            # the launcher was stopped (Ctrl-C / SIGTERM) and did not clean up after it
+            record = {"run_id": run, "state": "stopped"}
         if record is None:
             continue
         if record.get("state") != "finished":

@@ -101,7 +101,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     work.mkdir(parents=True)
     run_id = new_run_id()
     data = work / "gsm8k_sample.jsonl"
-    lines = [ln for ln in SAMPLE.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    lines = [
+        ln for ln in SAMPLE.read_text(encoding="utf-8").split("\n") if ln.strip()
+    ]  # JSONL: "\n" only
     data.write_text("\n".join(lines[: max(1, args.rows)]) + "\n", encoding="utf-8")
     n_rows = min(len(lines), max(1, args.rows))
 

@@ -23,7 +23,9 @@ from mmirage_beam.launch import (
     guarded,
     own_flags,
     read_jsonl,
+    run_pipeline,
 )
+from mmirage_beam.paths import resolve_path
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
@@ -31,13 +33,22 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         prog="mmirage merge",
         description="Fetch the results of a run's batches and join them onto the source "
         "rows by source_index, in order, into one JSONL file. Unknown flags are Beam "
-        "pipeline options (default runner: DirectRunner).",
+        "pipeline options (default runner: DirectRunner). Relative paths, in the config "
+        "and on the command line, are relative to the current directory (as in MMIRAGE); "
+        "they are made absolute before the pipeline is built, so workers in other folders "
+        "or machines see the same files.",
     )
     ap.add_argument("--config", required=True, help="the config the run was submitted with")
-    ap.add_argument("--output-path", required=True, help="merged JSONL file to write")
+    ap.add_argument(
+        "--output-path",
+        required=True,
+        type=resolve_path,
+        help="merged JSONL file to write (relative paths: to the current directory)",
+    )
     ap.add_argument(
         "--metadata-path",
         action="append",
+        type=resolve_path,
         default=[],
         metavar="R",
         help="receipt file (repeatable); default: found from metadata_output_path",
@@ -84,6 +95,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for, invalid_rows_path
     from mmirage_beam.receipts import receipts_base
+    from mmirage_beam.storage import check_locations, config_locations
 
     if args.partitions is not None and args.partitions < 1:
         raise ConfigError("--partitions", "must be >= 1")
@@ -118,7 +130,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     out = args.output_path
     errors_path = errors_path_for(out)  # rewritten (empty when nothing failed) by the merge
-    pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+    options = PipelineOptions(beam_args)
+    check_locations(config_locations(config, output_path=out), options)
+    pipeline = beam.Pipeline(options=options)
     plan = build_merge_pipeline(
         pipeline,
         config,
@@ -135,8 +149,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         ],
         unsubmitted_run=(resume_run, resume_command) if count_unsubmitted else None,
     )
-    result = pipeline.run()
-    result.wait_until_finish()
+    result = run_pipeline(pipeline)
     stats = counters(result)
     errors = read_jsonl(errors_path)
     _print_totals(plan, stats, errors, pending, args.allow_partial)
