@@ -239,3 +239,113 @@ def test_receipts_with_u2028_are_read_whole(tmp_path, capsys, provider_env):
     assert read_receipts(str(receipt))[0]["model_params_snapshot"]["note"] == "a\u2028b\u0085c"
     code, out, err = _check(capsys, "--config", cfg)
     assert code == 0, out + err
+
+
+# -- every outcome in one results file --------------------------------------------------
+
+_BOTH = {
+    "FAKE_ERROR:refusal": "refusal",
+    "FAKE_ERROR:length": "truncated",  # a cut JSON answer: truncated, not invalid_json
+    "FAKE_ERROR:empty": "empty",
+    "FAKE_ERROR:malformed_line": "malformed_response",
+    "FAKE_ERROR:truncated_line": "malformed_response",
+    "FAKE_ERROR:wrong_shape": "malformed_response",
+    "FAKE_ERROR:invalid_utf8": "malformed_response",
+    "FAKE_ERROR:u2028": "invalid_request_error",
+    "FAKE_ERROR:not_json": "invalid_json",
+}
+MIXED = {
+    "openai": {
+        **_BOTH,
+        "FAKE_ERROR:content_filter": "content_filter",
+        "FAKE_ERROR:error_body_200": "malformed_response",
+        "FAKE_ERROR:empty_body_200": "malformed_response",
+        "FAKE_ERROR:server_error": "server_error",
+    },
+    "anthropic": {**_BOTH, "FAKE_ERROR:server_error": "api_error"},
+}
+RETRYABLE = {"malformed_response", "empty", "server_error", "api_error"}
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_merge_of_every_outcome(tmp_path, capsys, provider_env, provider):
+    """One results file mixing every outcome: every row written, in order, with typed
+    errors, tokens and the provider's text kept, correct totals, exit 1; the errors file
+    (raw U+2028 inside) then drives resubmit."""
+    fake = provider_env
+    expected = MIXED[provider]
+    markers = {i + 1: m for i, m in enumerate(expected)}  # rows 0 and the last two are fine
+    n = len(markers) + 3
+    rows = _rows(n, markers)
+    cfg = _setup(tmp_path, provider, fake, rows, json_output=True)
+    fake.script(shuffle_results=True)
+    assert submit_main(["--config", cfg, "--run-id", "r1"]) == 0
+    capsys.readouterr()
+    code, merged, errors = _merge(tmp_path, cfg)
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert [m["source_index"] for m in merged] == list(range(n))
+    by_index = {e["source_index"]: e for e in errors}
+    assert sorted(by_index) == sorted(markers)
+    assert [e["source_index"] for e in errors] == sorted(markers)  # ordered
+    for i, m in enumerate(merged):
+        assert m["question"] == rows[i]["question"]  # the output_schema shape, always
+        if i not in markers:
+            assert "mmirage_errors" not in m and isinstance(m["answer"], str)
+            continue
+        kind = expected[markers[i]]
+        err = m["mmirage_errors"]["answer"]
+        assert m["answer"] is None
+        assert err["type"] == kind == by_index[i]["error_type"], (markers[i], err)
+        assert err["retryable"] is (kind in RETRYABLE) is by_index[i]["retryable"]
+        if kind in ("refusal", "truncated", "empty", "content_filter", "invalid_json"):
+            assert m["input_tokens"] > 0  # usage of an unusable answer is still counted
+        if kind == "malformed_response":
+            assert "line " in err["message"] and "byte offset" in err["message"]
+    refused = merged[next(i for i, mk in markers.items() if mk == "FAKE_ERROR:refusal")]
+    if provider == "openai":
+        assert "can't help" in refused["mmirage_errors"]["answer"]["raw_text"]
+    cut = merged[next(i for i, mk in markers.items() if mk == "FAKE_ERROR:length")]
+    assert cut["mmirage_errors"]["answer"]["raw_text"].startswith("{")
+    u2028 = by_index[next(i for i, mk in markers.items() if mk == "FAKE_ERROR:u2028")]
+    assert "\u2028" in u2028["message"]
+    squeezed = " ".join(out.split())
+    assert f"rows written: {n}" in squeezed
+    assert "outputs succeeded: 3" in squeezed
+    assert f"outputs failed: {len(markers)}" in squeezed
+    for kind in set(expected.values()):
+        count = sum(1 for k in expected.values() if k == kind)
+        assert f"{kind}: {count}" in squeezed, kind
+    assert "unknown custom_ids: 0" in squeezed and "unreadable lines: 0" in squeezed
+    total_in = sum(m.get("input_tokens", 0) for m in merged)
+    assert f"input tokens: {total_in}" in squeezed
+    # The errors file, raw U+2028 and all, is read whole by resubmit.
+    errors_file = str(tmp_path / "merged.errors.jsonl")
+    assert resubmit_main(["--config", cfg, "--from", errors_file, "--new-run-id", "r2"]) == 0
+    retryable = sum(1 for k in expected.values() if k in RETRYABLE)
+    assert f"re-sending {retryable} failed request(s) (retryable)" in capsys.readouterr().err
+
+
+def test_a_line_without_a_recoverable_custom_id_is_reported(tmp_path, capsys, provider_env):
+    """A result line so damaged that its custom_id is lost: reported with its line
+    number; its request has no result (missing_result); the rest merges."""
+    fake = provider_env
+    rows = _rows(4)
+    cfg = _setup(tmp_path, "openai", fake, rows)
+    assert submit_main(["--config", cfg, "--run-id", "r1"]) == 0
+    assert check_main(["--config", cfg]) == 0  # the batch ends: its output file exists
+    # Damage the stored output file as a storage fault could (the fake has no marker
+    # for a line that loses its custom_id).
+    (out_file,) = [f for f in fake._store.files.values() if f.purpose == "batch_output"]
+    lines = out_file.content.split(b"\n")
+    lines[1] = b"\x00\x01 garbage without any id"
+    out_file.content = b"\n".join(lines)
+    capsys.readouterr()
+    code, merged, errors = _merge(tmp_path, cfg)
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 1 and [m["source_index"] for m in merged] == [0, 1, 2, 3]
+    unreadable = [e for e in errors if e["source_index"] is None]
+    assert len(unreadable) == 1 and unreadable[0]["error_type"] == "malformed_response"
+    assert "line 2 (byte offset" in unreadable[0]["message"]
+    assert [e["error_type"] for e in errors if e["source_index"] is not None] == ["missing_result"]
+    assert "unreadable lines: 1" in out and "unknown custom_ids: 0" in out
