@@ -124,6 +124,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     # apart only when every row this merge reads belongs to the merged run(s): one shard.
     count_unsubmitted = (
         config.num_shards == 1
+        and not args.metadata_path  # receipt files picked by hand may be a subset
         and not args.no_verify_source
         and all(r.get("run_id") for r in receipts)
     )
