@@ -187,3 +187,28 @@ def test_download_is_streamed_and_resumed_after_a_cut(provider):
     assert [json.loads(ln.data)["n"] for ln in lines] == list(range(50))
     assert all(isinstance(ln, RawLine) for ln in lines)
     assert [ln.offset for ln in lines] == [data.index(b'{"n": %d}' % i) for i in range(50)]
+
+
+def test_download_that_never_opens_gives_up_after_the_policy():
+    import contextlib
+
+    from mmirage_beam.providers.base import BatchAdapterRegistry
+    from mmirage_beam.providers.retrying import ProviderRetriesExhausted
+
+    cls = BatchAdapterRegistry.get("openai")
+    adapter = cls({"api_key": "k"})
+    opened = []
+
+    @contextlib.contextmanager
+    def open_stream():
+        opened.append(1)
+        raise ConnectionError("refused")
+        yield  # pragma: no cover
+
+    type(adapter).RETRY_SLEEP = staticmethod(lambda s: None)
+    try:
+        with pytest.raises(ProviderRetriesExhausted, match="failed after 6 attempts"):
+            list(adapter.stream_lines_with_retries("download f", open_stream))
+    finally:
+        type(adapter).RETRY_SLEEP = None
+    assert len(opened) == 6

@@ -338,8 +338,9 @@ class BatchSubmissionAdapter(abc.ABC):
         ``with_streaming_response`` call's ``iter_bytes()``). Opening and reading are
         retried with :meth:`retry_policy` and :meth:`is_retryable`, like every other
         call; a retry after lines were already yielded re-opens the download and skips
-        the bytes of those lines, so no line is yielded twice. Memory: one line plus
-        one block, never the file. ``retry_filter`` replaces :meth:`is_retryable`
+        the bytes of those lines, so no line is yielded twice; an attempt that read
+        something starts a fresh budget of attempts. Memory: one line plus one block,
+        never the file. ``retry_filter`` replaces :meth:`is_retryable`
         (e.g. :meth:`is_retryable_lookup` when opening also looks the batch up).
 
         Raises:
@@ -366,6 +367,8 @@ class BatchSubmissionAdapter(abc.ABC):
             except Exception as exc:
                 if not (retry_filter or self.is_retryable)(exc):
                     raise
+                if done > start:  # this attempt made progress: a fresh budget of retries
+                    attempt = 1
                 summary = retrying.describe_error(exc)
                 if attempt >= policy.max_attempts:
                     raise retrying.ProviderRetriesExhausted(
