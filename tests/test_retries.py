@@ -270,7 +270,7 @@ def test_adapter_sleeps_what_the_fake_asks(tmp_path, provider_env, monkeypatch):
     assert fake.call_counts()["batches_retrieve"] == 4
     # Result downloads retry too: the batch read and each file read.
     fake.script(leading_errors={"status": 503, "count": 1, "paths": ["files_content"]})
-    assert len(adapter.retrieve_results(raw["id"], config)) == 3
+    assert len(list(adapter.retrieve_results(raw["id"], config))) == 3  # streamed
     adapter.teardown()
 
 
@@ -279,7 +279,7 @@ def test_anthropic_results_download_retried(tmp_path, provider_env, fast_retries
     adapter, config = _adapter(AnthropicBatchAdapter, tmp_path, fake)
     raw = adapter.submit_chunk_lines("c0", _lines(adapter, config, range(4)), config)
     fake.script(leading_errors={"status": 529, "count": 2, "paths": ["messages_batches_results"]})
-    results = adapter.retrieve_results(raw["id"], config)
+    results = list(adapter.retrieve_results(raw["id"], config))  # streamed
     assert sorted(r["custom_id"] for r in results) == [f"answer-text-{i}" for i in range(4)]
     assert fake.call_counts()["messages_batches_results"] == 3
     adapter.teardown()
