@@ -17,6 +17,7 @@ import sys
 from typing import Optional, Sequence
 
 from mmirage_beam.launch import (
+    beam_options,
     check_beam_args,
     configure_logging,
     counters,
@@ -88,7 +89,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     import apache_beam as beam
     from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
 
     from mmirage_beam.collect import select_run
     from mmirage_beam.config import load_config
@@ -119,7 +119,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     out = args.output_path
     errors_path = errors_path_for(out)  # rewritten (empty when nothing failed) by the merge
-    options = PipelineOptions(beam_args)
+    options = beam_options(beam_args, args.verbose)
     check_locations(config_locations(config, output_path=out), options)
     pipeline = beam.Pipeline(options=options)
     plan = build_merge_pipeline(

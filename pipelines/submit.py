@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from mmirage_beam.launch import (
     RunOutcome,
+    beam_options,
     check_beam_args,
     configure_logging,
     counters,
@@ -67,7 +68,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     check_beam_args(beam_args, args.own_flags)
 
     import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
 
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError, MmirageError
@@ -95,7 +95,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as exc:
         raise ConfigError("--run-id", str(exc)) from None
 
-    options = PipelineOptions(beam_args)
+    options = beam_options(beam_args, args.verbose)
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     check_locations(config_locations(config, export_prompts=args.export_prompts), options)
     if not dry_run:
