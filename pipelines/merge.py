@@ -95,7 +95,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for, invalid_rows_path
     from mmirage_beam.receipts import receipts_base
-    from mmirage_beam.storage import check_locations, config_locations
+    from mmirage_beam.storage import check_locations, config_locations, translation_only
 
     if args.partitions is not None and args.partitions < 1:
         raise ConfigError("--partitions", "must be >= 1")
@@ -138,6 +138,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         ],
     )
     result = run_pipeline(pipeline)
+    if translation_only(options):
+        print("mmirage merge: the runner only translated the job (--dry_run); nothing merged")
+        return 0
     stats = counters(result)
     errors = read_jsonl(errors_path)
     _print_totals(plan, stats, errors, pending, args.allow_partial)
