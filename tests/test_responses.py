@@ -162,6 +162,17 @@ def test_openai_sampling_fields_are_validated_at_load(tmp_path, field, value, wo
     assert words in info.value.message
 
 
+def test_responses_max_tokens_below_the_api_minimum_is_refused_at_load(tmp_path):
+    from mmirage_beam.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(base_config(tmp_path, batch_endpoint="/v1/responses", max_tokens=15))
+    assert info.value.key == "processors[0].max_tokens" and ">= 16" not in info.value.message
+    assert "minimum max_output_tokens of 16" in info.value.message
+    # Chat completions has no such minimum.
+    assert config_from_dict(base_config(tmp_path, max_tokens=15)).processor.max_tokens == 15
+
+
 def _message(*parts, status="completed", incomplete=None, usage=True):
     body = {
         "id": "resp_1",

@@ -24,6 +24,10 @@ DEFAULT_MAX_CHUNK_BYTES = 52_428_800  # 50 MiB, MMIRAGE's default upload size pe
 # /v1/videos (openai-python 3.57 ``batch_create_params.endpoint``), whose bodies and
 # results have nothing in common with a prompt -> text job: refused at load.
 OPENAI_SUPPORTED_ENDPOINTS = ("/v1/chat/completions", "/v1/responses")
+# The Responses API refuses a smaller ``max_output_tokens`` ("Invalid 'max_output_tokens':
+# integer below minimum value. Expected a value >= 16", code integer_below_min_value,
+# quoted in vectorize-io/hindsight#58 and earendil-works/pi#6265).
+RESPONSES_MIN_OUTPUT_TOKENS = 16
 # ``detail`` of an image part (openai-python 3.57 ``ImageDetail``).
 OPENAI_IMAGE_DETAILS = ("auto", "low", "high", "original")
 _POLICIES = ("isolate", "reject")
@@ -164,6 +168,16 @@ class OpenAIBatchConfig(BatchProviderConfig):
                 f"{self.batch_endpoint!r} is not supported: mmirage-beam builds prompt -> text "
                 "requests, for /v1/chat/completions (the default) and /v1/responses only "
                 "(embeddings, legacy completions, moderations, images and videos are refused)",
+            )
+        if (
+            self.batch_endpoint == "/v1/responses"
+            and self.max_tokens is not None
+            and self.max_tokens < RESPONSES_MIN_OUTPUT_TOKENS
+        ):
+            raise ConfigError(
+                "max_tokens",
+                f"{self.max_tokens} is below the Responses API's minimum max_output_tokens "
+                f"of {RESPONSES_MIN_OUTPUT_TOKENS}; every request would be refused",
             )
         if self.completion_window != "24h":
             raise ConfigError(
