@@ -18,6 +18,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from mmirage_beam.testing.fake_provider import limits
 from mmirage_beam.testing.fake_provider.anthropic import AnthropicApi
 from mmirage_beam.testing.fake_provider.openai import OpenAIApi
 from mmirage_beam.testing.fake_provider.scripting import (
@@ -34,6 +35,7 @@ from mmirage_beam.testing.fake_provider.wire import (
     ApiError,
     error_response,
     json_response,
+    new_id,
     status_error,
 )
 
@@ -82,6 +84,9 @@ class FakeProviderServer:
         processing_delay_secs: seconds from creation until a batch has finished; 0
             means finished on the first read after creation.
         clock: returns the current Unix time in seconds; injectable for tests.
+        max_batch_file_bytes: the largest ``purpose=batch`` upload accepted, in bytes
+            (default 200 MiB, OpenAI's batch input limit); larger uploads get 400 "File
+            is too large.". Tests lower it to avoid uploading 200 MB.
 
     Raises:
         ValueError: for a non-loopback host or a negative delay.
@@ -94,11 +99,18 @@ class FakeProviderServer:
         processing_delay_secs: float = 0.0,
         *,
         clock: Callable[[], float] = time.time,
+        max_batch_file_bytes: int = limits.OPENAI_MAX_FILE_BYTES,
     ) -> None:
         check_loopback(host)
+        if isinstance(max_batch_file_bytes, bool) or not isinstance(max_batch_file_bytes, int):
+            raise ValueError(f"max_batch_file_bytes must be an int, got {max_batch_file_bytes!r}")
         self._host = host
         self._requested_port = port
-        self._store = Store(clock, parse_delay("processing_delay_secs", processing_delay_secs))
+        self._store = Store(
+            clock,
+            parse_delay("processing_delay_secs", processing_delay_secs),
+            max_batch_file_bytes,
+        )
         self._openai = OpenAIApi(self._store)
         self._anthropic = AnthropicApi(self._store)
         self._server: BaseWSGIServer | None = None
@@ -305,6 +317,10 @@ class FakeProviderServer:
             response = self._dispatch(request)
         finally:
             request.close()  # closes spooled upload files
+        # Every answer carries a request id, as the real services do; the SDKs expose it
+        # as ``_request_id`` (OpenAI ``x-request-id``, Anthropic ``request-id``).
+        header = "request-id" if request.path.startswith("/v1/messages") else "x-request-id"
+        response.headers[header] = new_id("req_")
         return response(environ, start_response)
 
     def _dispatch(self, request: Request) -> Response:

@@ -61,9 +61,27 @@ class OpenAIApi:
                 f"Invalid value for 'purpose': {purpose!r}.",
                 param="purpose",
             )
-        content = upload.read()
+        filename = upload.filename or ""
+        maximum = (
+            self.store.max_batch_file_bytes
+            if purpose == "batch"
+            else limits.OPENAI_MAX_UPLOAD_BYTES
+        )
+        content = upload.read(maximum + 1)
+        if len(content) > maximum:
+            raise ApiError(400, "invalid_request_error", "File is too large.", param="file")
+        expires_after = None
+        if purpose == "batch":
+            if not filename.endswith(".jsonl"):
+                raise ApiError(
+                    400,
+                    "invalid_request_error",
+                    f"Invalid file format for Batch API. Must be .jsonl, got {filename!r}.",
+                    param="file",
+                )
+            expires_after = limits.OPENAI_BATCH_FILE_LIFETIME_SECS
         with self.store.lock:
-            stored = self.store.store_file(upload.filename or "upload.jsonl", purpose, content)
+            stored = self.store.store_file(filename, purpose, content, expires_after)
             return json_response(stored.view())
 
     def files_list(self, request: Request) -> Response:
@@ -75,7 +93,7 @@ class OpenAIApi:
             files = [f for f in self.store.files.values() if purpose in (None, f.purpose)]
             if request.args.get("order", "desc") == "desc":
                 files.reverse()
-            return json_response(_page([f.view() for f in files], request, limit))
+            return json_response(_page([f.view() for f in files], request, limit, empty_id=""))
 
     def files_retrieve(self, request: Request, file_id: str) -> Response:
         with self.store.lock:
@@ -119,6 +137,7 @@ class OpenAIApi:
                 code="invalid_value",
             )
         _check_metadata(metadata)
+        output_expires_after = _check_output_expires_after(payload.get("output_expires_after"))
         with self.store.lock:
             if not isinstance(input_file_id, str) or input_file_id not in self.store.files:
                 raise ApiError(
@@ -140,6 +159,7 @@ class OpenAIApi:
             if failure is not None and not failure.created:
                 raise status_error(OPENAI, failure.status, failure.retry_after_ms, "create")
             batch = self._create_batch(stored, endpoint, metadata)
+            batch.output_expires_after = output_expires_after
             if failure is not None:
                 raise status_error(OPENAI, failure.status, failure.retry_after_ms, "create")
             return json_response(self.view(batch, batch.created - 1e-6))
@@ -270,9 +290,9 @@ class OpenAIApi:
             batch = self.store.get_batch(OPENAI, batch_id)
             now = self.store.clock()
             view = self.view(batch, now)
-            if view["status"] in ("completed", "failed", "expired", "cancelled"):
+            if view["status"] in lifecycle.OPENAI_TERMINAL:
                 raise ApiError(
-                    400,
+                    409,
                     "invalid_request_error",
                     f"Cannot cancel a batch with status '{view['status']}'.",
                 )
@@ -324,11 +344,15 @@ class OpenAIApi:
                     http_line(UNKNOWN_CUSTOM_ID, oa_error(500, "Unknown request (fake)."))
                 )
         prefix = batch.id
+        expires_after = limits.OPENAI_BATCH_FILE_LIFETIME_SECS
+        if batch.output_expires_after is not None:
+            expires_after = batch.output_expires_after["seconds"]
         if ok_lines:
             stored = self.store.store_file(
                 f"{prefix}_output.jsonl",
                 "batch_output",
                 jsonl(scripting.shuffled(batch.shuffle_seed, ok_lines)),
+                expires_after,
             )
             batch.output_file_id = stored.id
         if err_lines:
@@ -336,13 +360,17 @@ class OpenAIApi:
                 f"{prefix}_error.jsonl",
                 "batch_output",
                 jsonl(scripting.shuffled(batch.shuffle_seed, err_lines)),
+                expires_after,
             )
             batch.error_file_id = stored.id
         elif batch.empty_error_file_id:
             batch.error_file_id = ""
         succeeded = sum(1 for it in processed if it.ok)
         total = len(batch.items)
-        batch.final_counts = {"total": total, "completed": succeeded, "failed": total - succeeded}
+        # Requests an expired batch never ran are not counted as failed (the real service
+        # does not), so completed + failed < total is possible; cancelled ones are.
+        failed = total - succeeded if cancelled else len(processed) - succeeded
+        batch.final_counts = {"total": total, "completed": succeeded, "failed": failed}
         input_tokens = sum(it.input_tokens for it in processed if it.ok)
         output_tokens = sum(it.output_tokens for it in processed if it.ok)
         batch.usage = {
@@ -432,7 +460,12 @@ def _check_metadata(metadata: Any) -> None:
             )
 
 
-def _page(items: list[dict[str, Any]], request: Request, limit: int) -> dict[str, Any]:
+def _page(
+    items: list[dict[str, Any]], request: Request, limit: int, empty_id: str | None = None
+) -> dict[str, Any]:
+    """One page of a list (``after`` cursor); ``first_id``/``last_id`` are ``empty_id``
+    for an empty page (the spec's ListFilesResponse requires strings there,
+    ListBatchesResponse does not require them)."""
     after = request.args.get("after")
     start = 0
     if after:
@@ -442,8 +475,8 @@ def _page(items: list[dict[str, Any]], request: Request, limit: int) -> dict[str
     return {
         "object": "list",
         "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
+        "first_id": page[0]["id"] if page else empty_id,
+        "last_id": page[-1]["id"] if page else empty_id,
         "has_more": start + limit < len(items),
     }
 
@@ -456,12 +489,6 @@ def _parse_input_file(
     content: bytes, endpoint: str
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
     """(parsed lines with a custom_id, line-level validation errors, the file's model)."""
-    if len(content) > limits.OPENAI_MAX_FILE_BYTES:
-        message = (
-            f"The input file is {len(content):,} bytes; the maximum is "
-            f"{limits.OPENAI_MAX_FILE_BYTES:,} bytes (200 MB)."
-        )
-        return [], [_line_error("file_too_large", message, None)], None
     numbered = [(n, raw) for n, raw in enumerate(content.split(b"\n"), start=1) if raw.strip()]
     if not numbered:
         return [], [_line_error("empty_file", "The input file is empty.", None)], None
@@ -573,3 +600,29 @@ _FAILURES: dict[str, HttpFailure] = {
     ),
     "u2028": oa_error(400, scripting.U2028_MESSAGE),
 }
+
+
+def _check_output_expires_after(value: Any) -> dict[str, Any] | None:
+    """Validates ``output_expires_after`` (``{"anchor": "created_at", "seconds": N}``)."""
+    if value is None:
+        return None
+    low, high = limits.OPENAI_OUTPUT_EXPIRES_MIN_SECS, limits.OPENAI_OUTPUT_EXPIRES_MAX_SECS
+    if not isinstance(value, Mapping) or value.get("anchor") != "created_at":
+        raise ApiError(
+            400,
+            "invalid_request_error",
+            "Invalid 'output_expires_after.anchor': supported values are: 'created_at'.",
+            param="output_expires_after.anchor",
+            code="invalid_value",
+        )
+    seconds = value.get("seconds")
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not low <= seconds <= high:
+        raise ApiError(
+            400,
+            "invalid_request_error",
+            f"Invalid 'output_expires_after.seconds': must be an integer between {low} and "
+            f"{high}, got {seconds!r}.",
+            param="output_expires_after.seconds",
+            code="invalid_value",
+        )
+    return {"anchor": "created_at", "seconds": seconds}
