@@ -313,7 +313,6 @@ def success_body(
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": answer.input_tokens + answer.output_tokens,
             },
-            "user": None,
             "metadata": dict(metadata) if isinstance(metadata, Mapping) else {},
         }
     if endpoint == "/v1/completions":
