@@ -45,6 +45,7 @@ _LOG = logging.getLogger("mmirage_beam.testing.fake_provider")
 
 
 def check_loopback(host: str) -> None:
+    """Raises ValueError unless ``host`` is a loopback address or ``localhost``."""
     if host == "localhost":
         return
     try:
@@ -59,14 +60,17 @@ class _QuietRequestHandler(WSGIRequestHandler):
     """Sends Werkzeug's per-request lines to this module's logger at DEBUG."""
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """Logs the request line at DEBUG."""
         _LOG.debug("%s %r %s %s", self.address_string(), self.requestline, code, size)
 
     def log(self, type: str, message: str, *args: Any) -> None:
+        """Logs Werkzeug's messages (info at DEBUG, others at WARNING)."""
         level = logging.DEBUG if type == "info" else logging.WARNING
         _LOG.log(level, "%s - " + message.rstrip(), self.address_string(), *args)
 
 
 def check_provider(provider: str | None) -> None:
+    """Raises ValueError unless ``provider`` is ``openai``, ``anthropic`` or None."""
     if provider is not None and provider not in PROVIDERS:
         raise ValueError(f"provider must be one of {PROVIDERS} or None, got {provider!r}")
 
@@ -75,7 +79,7 @@ class FakeProviderServer:
     """Embedded OpenAI + Anthropic batch API fake on one loopback port.
 
     Use as a context manager (``with FakeProviderServer() as fake:``) or call
-    :meth:`start` and :meth:`stop`. All state is in memory. See the module docstring for
+    :meth:`start` and :meth:`stop`. All state is in memory. See the package docstring for
     the endpoints, scripting keys, prompt markers and answer rules.
 
     Args:

@@ -48,6 +48,7 @@ class OpenAIApi:
     # -- OpenAI files ---------------------------------------------------------------------
 
     def files_create(self, request: Request) -> Response:
+        """``POST /v1/files`` (multipart ``file``, ``purpose``)."""
         upload = request.files.get("file")
         purpose = request.form.get("purpose")
         if upload is None:
@@ -85,6 +86,7 @@ class OpenAIApi:
             return json_response(stored.view())
 
     def files_list(self, request: Request) -> Response:
+        """``GET /v1/files?after=&limit=&order=&purpose=``."""
         limit = query_limit(
             request, limits.OPENAI_FILE_LIST_MAX_LIMIT, limits.OPENAI_FILE_LIST_MAX_LIMIT
         )
@@ -96,16 +98,19 @@ class OpenAIApi:
             return json_response(_page([f.view() for f in files], request, limit, empty_id=""))
 
     def files_retrieve(self, request: Request, file_id: str) -> Response:
+        """``GET /v1/files/{file_id}``."""
         with self.store.lock:
             return json_response(self.store.get_file(file_id).view())
 
     def files_delete(self, request: Request, file_id: str) -> Response:
+        """``DELETE /v1/files/{file_id}``."""
         with self.store.lock:
             self.store.get_file(file_id)
             del self.store.files[file_id]
             return json_response({"id": file_id, "object": "file", "deleted": True})
 
     def files_content(self, request: Request, file_id: str) -> Response:
+        """``GET /v1/files/{file_id}/content``: the raw bytes."""
         with self.store.lock:
             content = self.store.get_file(file_id).content
         return Response(content, mimetype="application/octet-stream")
@@ -113,6 +118,7 @@ class OpenAIApi:
     # -- OpenAI batches -------------------------------------------------------------------
 
     def batches_create(self, request: Request) -> Response:
+        """``POST /v1/batches``: checks the arguments, creates and validates the batch."""
         payload = json_payload(request)
         input_file_id = payload.get("input_file_id")
         endpoint = payload.get("endpoint")
@@ -269,12 +275,14 @@ class OpenAIApi:
         return Item(custom_id, result, True, answer.input_tokens, answer.output_tokens)
 
     def batches_retrieve(self, request: Request, batch_id: str) -> Response:
+        """``GET /v1/batches/{batch_id}``."""
         with self.store.lock:
             return json_response(
                 self.view(self.store.get_batch(OPENAI, batch_id), self.store.clock())
             )
 
     def batches_list(self, request: Request) -> Response:
+        """``GET /v1/batches?after=&limit=``, newest first."""
         limit = query_limit(request, limits.DEFAULT_LIST_LIMIT, limits.OPENAI_BATCH_LIST_MAX_LIMIT)
         with self.store.lock:
             now = self.store.clock()
@@ -286,6 +294,7 @@ class OpenAIApi:
             return json_response(_page(views, request, limit))
 
     def batches_cancel(self, request: Request, batch_id: str) -> Response:
+        """``POST /v1/batches/{batch_id}/cancel`` (409 once the batch has ended)."""
         with self.store.lock:
             batch = self.store.get_batch(OPENAI, batch_id)
             now = self.store.clock()
@@ -382,6 +391,7 @@ class OpenAIApi:
         }
 
     def view(self, batch: Batch, now: float) -> dict[str, Any]:
+        """The batch object at ``now`` (output and error files made once it has ended)."""
         phase = lifecycle.openai_phase(batch, now)
         status = phase.pop("status")
         terminal = status in ("completed", "failed", "expired", "cancelled")

@@ -40,6 +40,8 @@ def jsonl(lines: Iterable[Mapping[str, Any] | bytes]) -> bytes:
 
 @dataclass
 class StoredFile:
+    """One file: an upload or a batch's output or error file."""
+
     id: str
     filename: str
     purpose: str
@@ -48,6 +50,7 @@ class StoredFile:
     expires_at: int | None = None
 
     def view(self) -> dict[str, Any]:
+        """The OpenAI file object."""
         return {
             "id": self.id,
             "object": "file",
@@ -75,6 +78,8 @@ class Item:
 
 @dataclass
 class Batch:
+    """One batch of either provider, with its processed items and progress."""
+
     provider: str
     id: str
     created: float
