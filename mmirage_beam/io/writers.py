@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -56,22 +56,83 @@ def _dirname_basename(path: str) -> tuple[str, str]:
     return head or "/", tail
 
 
-class WriteSingleFile(beam.PTransform):
-    """PCollection[bytes] -> exactly one file at ``path`` (written via a temp folder).
+def concatenate_files(parts: Sequence[str], output_path: str, block_bytes: int = 1 << 20) -> None:
+    """Stream ``parts`` (in the order given) into ``output_path``, atomically.
 
-    Elements are concatenated in arbitrary order; give each element whole lines. All
-    elements go through one writer (one shard), streamed, not held in memory.
+    The bytes go to ``<output_path>.tmp-concat`` ``block_bytes`` (1 MiB) at a time, which
+    is then renamed over ``output_path``; a reader never sees a half-written file. Works
+    on every Beam filesystem.
+
+    Raises:
+        apache_beam.io.filesystem.BeamIOError / OSError: a part cannot be read or the
+        output written.
+    """
+    tmp = f"{output_path}.tmp-concat"
+    with FileSystems.create(tmp) as out:
+        for path in parts:
+            with FileSystems.open(path, compression_type="uncompressed") as f:
+                while True:
+                    block = f.read(block_bytes)
+                    if not block:
+                        break
+                    out.write(block)
+    if FileSystems.exists(output_path):
+        FileSystems.delete([output_path])
+    FileSystems.rename([tmp], [output_path])
+
+
+class _ConcatenatePartsFn(beam.DoFn):
+    """list of part file names -> the single output file (nothing when there are none)."""
+
+    def __init__(self, output_path: str, parts_dir: str) -> None:
+        self._out = output_path
+        self._parts_dir = parts_dir
+
+    def process(self, part_names: list[str]) -> Iterator[str]:
+        parts = sorted(set(part_names))
+        if parts:
+            concatenate_files(parts, self._out)
+        if FileSystems.exists(self._parts_dir):
+            FileSystems.delete([self._parts_dir])
+        if parts:
+            yield self._out
+
+
+class WriteSingleFile(beam.PTransform):
+    """PCollection[bytes] -> exactly one file at ``path``, complete on every runner.
+
+    Each element must be whole lines. Every bundle of every worker writes its own part
+    file (``fileio.WriteToFiles``, names ``part-<i>-of-<n>`` unique per destination) into
+    a hidden folder beside ``path``; one final step concatenates the parts, streamed, into
+    ``path`` (atomically: temp file + rename) and removes the folder. Memory stays bounded
+    by one block (1 MiB), whatever the number of elements; elements come in no
+    particular order. Writes nothing when the PCollection is empty.
+
+    Returns:
+        PCollection[str] holding ``path`` once written (empty when nothing was written).
     """
 
     def __init__(self, path: str) -> None:
         super().__init__()
         if not path:
             raise ValueError("path must not be empty")
+        self._path = path
         self._dir, self._name = _dirname_basename(path)
 
     def expand(self, pcoll: beam.PCollection) -> Any:
-        name = self._name
-        return _write_files(pcoll, self._dir, file_naming=lambda *_args, **_kw: name, shards=1)
+        import uuid
+
+        parts_dir = FileSystems.join(self._dir, f".{self._name}.parts-{uuid.uuid4().hex[:12]}")
+        written = _write_files(
+            pcoll, parts_dir, file_naming=fileio.default_file_naming("part", ".jsonl")
+        )
+        return (
+            written
+            # FileResult.file_name of a final file is its name inside ``parts_dir``.
+            | "PartNames" >> beam.Map(lambda r, d=parts_dir: FileSystems.join(d, r.file_name))
+            | "CollectParts" >> beam.combiners.ToList()
+            | "Concatenate" >> beam.ParDo(_ConcatenatePartsFn(self._path, parts_dir))
+        )
 
 
 class WriteJsonLinesShards(beam.PTransform):
