@@ -104,9 +104,10 @@ def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x]
 
 
-def _launcher_dir(root: Path, provider: str = "openai") -> Path:
-    """A launcher folder: config.yaml with relative paths, and data/rows.jsonl (the first
-    N_ROWS GSM8K test rows, two with failure markers, one without its question)."""
+def _launcher_dir(root: Path, provider: str = "openai", absolute: bool = False) -> Path:
+    """A launcher folder: config.yaml with relative paths (``absolute``: made absolute),
+    and data/rows.jsonl (the first N_ROWS GSM8K test rows, two with failure markers, one
+    without its question)."""
     root.mkdir(parents=True)
     (root / "data").mkdir()
     rows = [json.loads(x) for x in GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:N_ROWS]]
@@ -117,7 +118,16 @@ def _launcher_dir(root: Path, provider: str = "openai") -> Path:
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
     )
     cfg = json.loads(json.dumps(CONFIG))
-    cfg["processors"][0]["provider"] = provider
+    proc = cfg["processors"][0]
+    proc["provider"] = provider
+    if provider == "mistral":
+        del proc["base_url"]  # the MMIRAGE example's config has no base_url
+    elif provider != "openai":
+        proc["base_url"] = proc["base_url"].replace("OPENAI", provider.upper())
+    if absolute:
+        proc["metadata_output_path"] = str(root / proc["metadata_output_path"])
+        for ds in cfg["loading_params"]["datasets"]:
+            ds["path"], ds["output_dir"] = str(root / ds["path"]), str(root / ds["output_dir"])
     (root / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
     return root
 
@@ -288,3 +298,130 @@ def test_every_runner_gives_the_same_files(runner, reference, tmp_path, request)
     print(f"{runner}: {got['timings']}")
     for what in ("export", "merged", "errors", "invalid_rows", "receipts"):
         assert got[what] == reference[what], f"{runner}: {what} differs from the DirectRunner's"
+
+
+def _traces(path: Path) -> list[dict]:
+    return _read_jsonl(path) if path.exists() else []
+
+
+def test_dofns_run_in_worker_processes_in_another_folder(beam_services, tmp_path):
+    """Provider ``tracer`` (tests/plugins/site: found only through its entry point, in the
+    launcher and on the workers) records the pid, parent and folder of every step: building
+    and submitting happen in the pool's SDK worker processes, in the pool's folder, with
+    the key the pool was given (TRACER_API_KEY_FILE), not the launcher's."""
+    services = beam_services
+    root = _launcher_dir(tmp_path / "launch", provider="tracer")
+    flags = runner_flags("portable_external", services)
+    trace_file = services.trace_file
+    trace_file.unlink(missing_ok=True)
+    with FakeProviderServer() as fake:
+        env = clean_env(
+            {
+                "TRACER_API_KEY": TRACER_LAUNCHER_KEY,
+                "MMIRAGE_TRACER_BASE_URL": fake.openai_base_url,
+                "MMIRAGE_TRACE_FILE": str(trace_file),
+            },
+            pythonpath=[PLUGIN_SITE],
+        )
+        run = run_cli(
+            ["run", "--config", "config.yaml", "--run-id", "trace1", "--skip-invalid-rows", *flags],
+            root,
+            env,
+        )
+        assert run.returncode == 0, run.stderr[-4000:]
+        merge = run_cli(
+            ["merge", "--config", "config.yaml", "--output-path", "out/merged.jsonl", *flags],
+            root,
+            env,
+        )
+        assert merge.returncode == 1, merge.stdout + merge.stderr[-4000:]
+        assert len(fake.batches("openai")) == 10
+    assert len(_read_jsonl(root / "out" / "merged.jsonl")) == N_ROWS
+    traces = _traces(trace_file)
+    pool_cwd = str(services.pool.cwd)
+    on_workers = [t for t in traces if t["cwd"] == pool_cwd]
+    in_launcher = [t for t in traces if t["cwd"] == str(root)]
+    assert len(on_workers) + len(in_launcher) == len(traces), traces
+    worker_pids = {t["pid"] for t in on_workers}
+    print(
+        f"pytest pid {os.getpid()}; pool pid {services.pool.proc.pid} in {pool_cwd}; "
+        f"launcher in {root}; worker pids {sorted(worker_pids)}"
+    )
+    for t in on_workers[:3] + [t for t in on_workers if t["stage"] != "build_request"][:6]:
+        print("worker trace:", json.dumps(t))
+    for t in in_launcher[:2]:
+        print("launcher trace:", json.dumps(t))
+    # Building (2 per valid row) and submitting (one per batch) ran only on the workers,
+    # children of the pool, never in the launcher or in this process.
+    stages = [t["stage"] for t in on_workers]
+    assert stages.count("build_request") >= 2 * (N_ROWS - 1)
+    assert stages.count("submit_chunk_lines") == 10
+    assert not any(t["stage"] in ("build_request", "submit_chunk_lines") for t in in_launcher)
+    assert {t["ppid"] for t in on_workers} == {services.pool.proc.pid}
+    assert os.getpid() not in worker_pids and services.pool.proc.pid not in worker_pids
+    # The workers' clients used the pool's key (from its *_API_KEY_FILE); the launcher's
+    # (check before merging) used its own.
+    assert {t["key_sha256"] for t in on_workers if t["stage"] != "build_request"} == {
+        _sha(TRACER_WORKER_KEY)
+    }
+    assert {t["key_sha256"] for t in in_launcher if t["stage"] == "setup"} == {
+        _sha(TRACER_LAUNCHER_KEY)
+    }
+
+
+def test_worker_without_the_key_stops_the_run_before_submitting(tmp_path):
+    """The launcher has OPENAI_API_KEY, the worker pool does not: the run fails on the
+    workers before any chunk is submitted, naming the variable."""
+    root = _launcher_dir(tmp_path / "launch")
+    with PortableServices(tmp_path / "services", worker_env()) as services:
+        with FakeProviderServer() as fake:
+            env = clean_env(
+                {"OPENAI_API_KEY": LAUNCHER_KEY, "MMIRAGE_OPENAI_BASE_URL": fake.openai_base_url}
+            )
+            flags = runner_flags("portable_external", services)
+            run = run_cli(
+                ["run", "--config", "config.yaml", "--run-id", "nokey", *flags], root, env
+            )
+            counts = fake.call_counts()
+            assert fake.batches() == [] and fake.submitted_requests() == []
+        leftovers = services.stop()
+    assert leftovers == []
+    assert run.returncode != 0, run.stdout
+    assert "OPENAI_API_KEY" in run.stderr.splitlines()[-4] + run.stderr.splitlines()[-3], (
+        run.stderr[-3000:]
+    )
+    assert counts.get("files_create", 0) == 0 and counts.get("batches_create", 0) == 0, counts
+    assert not list((root / "meta").glob("batch_metadata.text.*"))
+
+
+def test_plugin_registered_only_in_the_launcher_runs_on_workers(beam_services, tmp_path):
+    """The MMIRAGE Mistral example is imported in the launcher only ($MMIRAGE_PLUGINS is
+    not set on the workers): its adapter class travels pickled in the pipeline and builds
+    the same requests on the pool's workers as in memory."""
+    exports = {}
+    for runner in ("direct", "portable_external"):
+        root = _launcher_dir(tmp_path / runner, provider="mistral")
+        env = clean_env({"MMIRAGE_PLUGINS": "tests.plugins.mistral_example"})
+        proc = run_cli(
+            [
+                "run",
+                "--config",
+                "config.yaml",
+                "--export-prompts",
+                "export.jsonl",
+                "--run-id",
+                "mis",
+                "--skip-invalid-rows",
+                *runner_flags(runner, beam_services),
+            ],
+            root,
+            env,
+        )
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        lines = (root / "export.mis.jsonl").read_bytes().splitlines()
+        exports[runner] = sorted(lines, key=lambda x: json.loads(x)["request"]["custom_id"])
+    assert len(exports["direct"]) == 2 * (N_ROWS - 1)
+    req = json.loads(exports["direct"][0])["request"]
+    assert req["params"]["model"] == "mistral-small-latest" and "messages" in req["params"]
+    assert exports["portable_external"] == exports["direct"]
+    assert "MMIRAGE_PLUGINS" not in beam_services.pool_env
