@@ -61,3 +61,14 @@ class RequestBuildError(ValueError):
     Raised by adapters' ``build_request`` and by prompt rendering; the pipeline turns it
     into a :class:`mmirage_beam.records.RowError` carrying the source_index.
     """
+
+
+class RunStopped(MmirageError):
+    """A stop was requested (Ctrl-C / SIGTERM on the launcher): no new batch is created.
+
+    Raised by the submit DoFn on the worker when the run's stop marker exists, before it
+    writes an intent or calls the provider, so the job ends with every accepted batch
+    receipted.
+    """
+
+    exit_code = 130

@@ -118,40 +118,240 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def check_beam_args(beam_args: Sequence[str], own_flags: Sequence[str]) -> None:
-    """Refuse flags that are neither the tool's nor a Beam pipeline option.
+# Beam modules that define pipeline options but are not imported by ``apache_beam``
+# itself; some cannot be imported without optional dependencies (dask, pandas).
+_OPTION_MODULES = (
+    "apache_beam.runners.render",
+    "apache_beam.runners.dask.dask_runner",
+    "apache_beam.yaml.options",
+    "apache_beam.runners.interactive.interactive_runner",
+)
 
-    Beam only warns about and discards flags it does not know, so a typo such as
-    ``--export-promts`` would otherwise turn a dry run into a real, paid submission.
+
+def _beam_option_parser() -> Any:
+    """Beam's own argument parser with the options of every runner Beam ships.
+
+    Option classes are registered by importing their modules; a module whose optional
+    dependencies are missing (the Dask runner without ``dask``) has its flags read from
+    its source instead, so that ``--dask_client_address`` is accepted whatever is
+    installed.
+    """
+    import importlib
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    import apache_beam
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    static_flags: set[str] = set()
+    for name in _OPTION_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # optional dependency missing: read the flags from the source
+            src = Path(apache_beam.__file__).parent.joinpath(*name.split(".")[1:])
+            src = src.with_suffix(".py")
+            if src.is_file():
+                text = src.read_text(encoding="utf-8")
+                static_flags.update(re.findall(r"add_argument\(\s*['\"](--[A-Za-z0-9_]+)", text))
+
+    class _RaisingParser(_BeamArgumentParser):
+        def error(self, message: str) -> None:  # argparse would print usage and exit
+            raise ValueError(message)
+
+    parser = _RaisingParser(allow_abbrev=False)
+    classes: dict[str, type] = {}
+    stack = list(PipelineOptions.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        classes.setdefault(f"{cls.__module__}.{cls.__qualname__}", cls)
+        stack.extend(cls.__subclasses__())
+    known: set[str] = set()
+    for cls in classes.values():
+        try:
+            cls._add_argparse_args(parser)
+        except Exception:  # an option class whose flags clash with another's
+            continue
+    for action in parser._actions:
+        known.update(action.option_strings)
+    for flag in sorted(static_flags - known):
+        parser.add_argument(flag, nargs="?")
+    return parser
+
+
+def check_beam_args(beam_args: Sequence[str], own_flags: Sequence[str]) -> None:
+    """Refuse every argument that is neither the tool's nor a Beam pipeline option.
+
+    Beam's parser only warns about and discards what it does not know, so a typo such as
+    ``--export-promts``, a hyphenated Beam flag (``--num-workers``: Beam's are
+    ``--num_workers``) or ``--dry-run`` would otherwise turn a dry run into a real, paid
+    submission. The check uses Beam's own parser with the option classes of every runner
+    Beam ships registered (Dataflow, Flink, Spark, Prism, Dask, portable...). Beam's
+    ``--dry_run`` is honoured only by the DataflowRunner, so it is refused elsewhere.
 
     Raises:
-        ConfigError: (exit 2) naming the flag and the closest known one.
+        ConfigError: (exit 2) naming the argument and, where one is close, the flag the
+        user probably meant; nothing has been read or run.
     """
     import difflib
 
-    from apache_beam.options.pipeline_options import PipelineOptions
-
     from mmirage_beam.errors import ConfigError
 
-    known = set(
-        PipelineOptions([]).get_all_options(drop_default=False, retain_unknown_options=False)
-    )
-    for arg in beam_args:
-        if not arg.startswith("--"):
-            continue  # the value of the previous flag
+    parser = _beam_option_parser()
+    try:
+        known_args, unknown = parser.parse_known_args(list(beam_args))
+    except ValueError as exc:  # e.g. "argument --num_workers: expected one argument"
+        raise ConfigError("beam options", f"{exc} (nothing was run)") from None
+    if unknown:
+        arg = next((a for a in unknown if a.startswith("-")), unknown[0])
         flag = arg.split("=", 1)[0]
-        if flag[2:].replace("-", "_") in known:
-            continue
-        candidates = list(own_flags) + [f"--{k}" for k in known]
-        close = difflib.get_close_matches(flag, candidates, n=1, cutoff=0.75)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        if not flag.startswith("-"):
+            raise ConfigError(
+                flag, "unexpected argument (every value must follow its flag; nothing was run)"
+            )
+        beam_flags = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+        if flag in ("--dry-run", "--dryrun"):
+            hint = "; for a dry run use --export-prompts PATH"
+        else:
+            close = difflib.get_close_matches(
+                flag.replace("-", "_").replace("__", "--", 1),
+                [f.replace("-", "_").replace("__", "--", 1) for f in own_flags] + beam_flags,
+                n=1,
+                cutoff=0.75,
+            )
+            by_norm = {f.replace("-", "_").replace("__", "--", 1): f for f in own_flags}
+            hint = f"; did you mean {by_norm.get(close[0], close[0])}?" if close else ""
         raise ConfigError(
             flag,
             f"unknown flag{hint} (flags other than the tool's own must be Beam pipeline "
-            "options; nothing was run)",
+            "options, spelt as Beam spells them; nothing was run)",
+        )
+    runner = str(getattr(known_args, "runner", None) or "")
+    if getattr(known_args, "dry_run", False) and "dataflow" not in runner.lower():
+        raise ConfigError(
+            "--dry_run",
+            "Beam's --dry_run is honoured only by the DataflowRunner; for a dry run that "
+            "sends nothing use --export-prompts PATH (nothing was run)",
         )
 
 
 def own_flags(parser: Any) -> list[str]:
     """Every option string an argparse parser defines."""
     return [s for action in parser._actions for s in action.option_strings]
+
+
+# How long a stop request waits for in-flight provider calls before the job is cancelled;
+# above the SDKs' own per-call timeouts of our adapters (see ``timeout_seconds``).
+STOP_GRACE_SECS = 120.0
+# How long a cancelled job may take to reach a terminal state.
+_CANCEL_WAIT_SECS = 60.0
+
+
+class RunOutcome:
+    """What :func:`run_pipeline` saw: the result, and whether a stop was requested."""
+
+    def __init__(self) -> None:
+        self.result: Any = None
+        self.stop_requested = False
+        self.forced = False
+        self.cancelled = False
+
+
+def _terminal(result: Any) -> bool:
+    from apache_beam.runners.runner import PipelineState
+
+    try:
+        return PipelineState.is_terminal(result.state)
+    except Exception:
+        return True
+
+
+def _cancel(outcome: RunOutcome, wait_secs: float = _CANCEL_WAIT_SECS) -> None:
+    """Cancel a job that is still running (portable, Flink, Dataflow) and wait for it."""
+    result = outcome.result
+    if result is None or _terminal(result):
+        return
+    try:
+        result.cancel()
+        outcome.cancelled = True
+    except Exception as exc:  # a runner without cancellation
+        _LOG.warning("could not cancel the job: %s", exc)
+        return
+    try:
+        result.wait_until_finish(duration=int(wait_secs * 1000))
+    except Exception:
+        pass
+
+
+def run_pipeline(
+    pipeline: Any,
+    stop_marker: Optional[str] = None,
+    grace_secs: float = STOP_GRACE_SECS,
+    outcome: Optional[RunOutcome] = None,
+) -> Any:
+    """Run ``pipeline`` to completion; Ctrl-C and SIGTERM stop it on every runner.
+
+    With ``stop_marker`` (a path the workers can see, watched by ``SubmitChunks``), the
+    first Ctrl-C or SIGTERM writes the marker: no new provider call starts, the calls in
+    flight finish and their receipts are written, and the job then fails with
+    :class:`~mmirage_beam.errors.RunStopped`; if it has not ended after ``grace_secs`` it
+    is cancelled. A second Ctrl-C (or a run without ``stop_marker``) cancels the job at
+    once (``PipelineResult.cancel()``, waiting for it to stop) and raises
+    ``KeyboardInterrupt``. On in-process runners ``pipeline.run()`` itself does the
+    work, so the interrupt is raised in it.
+
+    Returns:
+        the finished ``PipelineResult``.
+
+    Raises:
+        KeyboardInterrupt: stopped at once; whatever the job raised otherwise.
+    """
+    import signal
+    import threading
+
+    outcome = outcome if outcome is not None else RunOutcome()
+    timer: list[threading.Timer] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop_marker is not None and not outcome.stop_requested:
+            outcome.stop_requested = True
+            from mmirage_beam.receipts import write_durably
+
+            try:
+                write_durably(stop_marker, b"stop requested\n")
+            except Exception as exc:  # cannot tell the workers: stop at once instead
+                _LOG.warning("could not write the stop marker %s: %s", stop_marker, exc)
+            else:
+                print(
+                    "mmirage: stopping: no new batch will be created; waiting for the "
+                    "provider calls in flight to be receipted (Ctrl-C again to stop at "
+                    "once)",
+                    file=sys.stderr,
+                )
+                t = threading.Timer(grace_secs, _cancel, args=(outcome,))
+                t.daemon = True
+                t.start()
+                timer.append(t)
+                return
+        outcome.forced = True
+        _cancel(outcome)
+        raise KeyboardInterrupt
+
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handlers[sig] = signal.signal(sig, on_signal)
+    try:
+        try:
+            outcome.result = pipeline.run()
+            outcome.result.wait_until_finish()
+        except KeyboardInterrupt:
+            outcome.forced = True
+            _cancel(outcome)
+            raise
+        return outcome.result
+    finally:
+        for t in timer:
+            t.cancel()
+        for sig, old in handlers.items():
+            signal.signal(sig, old)

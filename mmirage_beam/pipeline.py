@@ -40,11 +40,38 @@ class SubmitPlan:
     invalid_rows_path: str
     export_file: Optional[str]
     dry_run: bool
+    stop_marker: Optional[str] = None
+    chunking_parallelism: int = 1
 
 
 def invalid_rows_path(base: str, run_id: str) -> str:
     """``<receipts base>.invalid_rows.<run_id>.jsonl``."""
     return f"{base}.invalid_rows.{run_id}.jsonl"
+
+
+def stop_marker_path(base: str, run_id: str) -> str:
+    """``<receipts base>.stop.<run_id>``: once it exists, the run submits nothing more."""
+    return f"{base}.stop.{run_id}"
+
+
+def default_chunking_parallelism(options: Any) -> int:
+    """Chunkers per ``(output, modality)`` when ``chunking_parallelism`` is not set: the
+    job's worker count as the runner options give it (``--num_workers`` /
+    ``--max_num_workers`` on Dataflow, ``--parallelism`` on Flink, ``--direct_num_workers``
+    in multi_processing mode), else 1.
+
+    More chunkers spread the buffering over more workers; each may end with one partly
+    filled chunk, so a run has at most ``chunking_parallelism - 1`` more batches per
+    ``(output, modality)`` than the greedy minimum.
+    """
+    if options is None:
+        return 1
+    opts = options.get_all_options(drop_default=False, retain_unknown_options=False)
+    candidates = [opts.get("max_num_workers"), opts.get("num_workers"), opts.get("parallelism")]
+    if opts.get("direct_running_mode") == "multi_processing":
+        candidates.append(opts.get("direct_num_workers"))
+    values = [int(v) for v in candidates if isinstance(v, int) and v > 0]
+    return max(values) if values else 1
 
 
 def export_file_for(export_prompts: str, run_id: str) -> str:
@@ -82,6 +109,7 @@ def build_submit_pipeline(
     exclude_custom_ids: frozenset = frozenset(),
     only_custom_ids: Optional[frozenset] = None,
     parent_run_id: Optional[str] = None,
+    chunking_parallelism: Optional[int] = None,
 ) -> SubmitPlan:
     """Add the whole submit (or dry-run) graph for ``config`` to pipeline ``p``.
 
@@ -97,6 +125,13 @@ def build_submit_pipeline(
         only_custom_ids: send only these requests (a resubmission); placeholder rows
             are not written again.
         parent_run_id: for a resubmission, the run it re-sends failures of.
+        chunking_parallelism: chunkers per ``(output, modality)``; default
+            ``execution_params.chunking_parallelism``, else
+            :func:`default_chunking_parallelism` of the pipeline's options.
+
+    Every path in ``config`` must already be absolute or a URI
+    (``config.loader.resolve_config_paths``; ``load_config`` does it): workers in other
+    processes resolve a relative path in their own working directory.
 
     Raises:
         mmirage_beam.errors.ConfigError: no adapter is registered for the provider.
@@ -107,6 +142,12 @@ def build_submit_pipeline(
     dry_run = export_prompts is not None
     base = receipts_base(proc.metadata_output_path, config.state_dir)
     bad_rows_path = invalid_rows_path(base, run_id)
+    shards = (
+        chunking_parallelism
+        or config.execution.chunking_parallelism
+        or default_chunking_parallelism(p.options)
+    )
+    stop_marker = None if dry_run else stop_marker_path(base, run_id)
 
     read = p | "ReadDatasets" >> ReadDatasets(
         config.datasets, num_shards=config.num_shards, shard_id=config.shard_id
@@ -130,6 +171,7 @@ def build_submit_pipeline(
         chunk_overhead_bytes=adapter_cls.chunk_overhead_bytes,
         attempt=attempt,
         run_part=(f".shard{config.shard_id}of{config.num_shards}" if config.num_shards > 1 else ""),
+        shards_per_key=shards,
     )
     errors = (
         read.errors,
@@ -157,6 +199,7 @@ def build_submit_pipeline(
         skip_invalid_rows=skip,
         attempt=attempt,
         parent_run_id=parent_run_id,
+        stop_marker=stop_marker,
     )
     export_file = export_file_for(export_prompts, run_id) if dry_run else None
     if export_file:
@@ -175,7 +218,7 @@ def build_submit_pipeline(
             | f"Dataset{i}Lines" >> beam.Values()
             | f"WriteDataset{i}Rows" >> WriteJsonLinesShards(out_dir, f"placeholders.{run_id}")
         )
-    return SubmitPlan(run_id, base, bad_rows_path, export_file, dry_run)
+    return SubmitPlan(run_id, base, bad_rows_path, export_file, dry_run, stop_marker, shards)
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,20 @@ def consolidate_run(base: str, run_id: str, dry_run: bool = False) -> dict[str, 
     return counts
 
 
+def pending_intents(base: str, run_id: str) -> list[str]:
+    """Intent files of ``run_id`` still present: chunks whose provider call started but
+    whose receipt was never written (the provider may or may not have accepted them)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    found = []
+    for modality in MODALITIES:
+        pdir = parts_dir(receipt_path(base, modality, run_id))
+        if FileSystems.exists(pdir):
+            pattern = FileSystems.join(pdir, "*.intent")
+            found.extend(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    return sorted(found)
+
+
 def read_receipts(path: str) -> list[dict[str, Any]]:
     """Every receipt in a receipt file (blank lines skipped); parts folder included."""
     from apache_beam.io.filesystems import FileSystems

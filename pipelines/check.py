@@ -22,6 +22,7 @@ import sys
 from typing import Optional, Sequence
 
 from mmirage_beam.launch import configure_logging, guarded
+from mmirage_beam.paths import resolve_path
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -38,6 +39,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument(
         "--metadata-path",
         action="append",
+        type=resolve_path,
         metavar="R",
         help="a receipt file (or its .parts folder) to read instead of the config's "
         "metadata_output_path; repeatable",

@@ -24,6 +24,7 @@ from mmirage_beam.launch import (
     own_flags,
     read_jsonl,
 )
+from mmirage_beam.paths import resolve_path
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
@@ -34,10 +35,16 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         "pipeline options (default runner: DirectRunner).",
     )
     ap.add_argument("--config", required=True, help="the config the run was submitted with")
-    ap.add_argument("--output-path", required=True, help="merged JSONL file to write")
+    ap.add_argument(
+        "--output-path",
+        required=True,
+        type=resolve_path,
+        help="merged JSONL file to write (relative paths: to the current directory)",
+    )
     ap.add_argument(
         "--metadata-path",
         action="append",
+        type=resolve_path,
         default=[],
         metavar="R",
         help="receipt file (repeatable); default: found from metadata_output_path",

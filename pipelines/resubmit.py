@@ -27,6 +27,7 @@ from mmirage_beam.launch import (
     own_flags,
     read_jsonl,
 )
+from mmirage_beam.paths import resolve_path
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
@@ -39,6 +40,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     ap.add_argument(
         "--from",
         dest="errors_file",
+        type=resolve_path,
         metavar="OUT.errors.jsonl",
         help="take the failed requests from a merge's errors file",
     )

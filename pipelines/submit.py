@@ -15,6 +15,7 @@ import sys
 from typing import Optional, Sequence
 
 from mmirage_beam.launch import (
+    RunOutcome,
     check_beam_args,
     configure_logging,
     counters,
@@ -22,7 +23,9 @@ from mmirage_beam.launch import (
     human_bytes,
     own_flags,
     read_jsonl,
+    run_pipeline,
 )
+from mmirage_beam.paths import resolve_path
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
@@ -36,6 +39,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     ap.add_argument(
         "--export-prompts",
         metavar="PATH",
+        type=resolve_path,
         help="dry run: write provider-ready requests to PATH (.jsonl file, else a folder); "
         "no API key needed, nothing is submitted",
     )
@@ -64,10 +68,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError, MmirageError
     from mmirage_beam.ids import check_run_id, new_run_id
-    from mmirage_beam.pipeline import build_submit_pipeline
+    from mmirage_beam.pipeline import build_submit_pipeline, stop_marker_path
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
     from mmirage_beam.receipts import consolidate_run, receipts_base
     from mmirage_beam.resume import ResumeState, prepare_resume
+    from mmirage_beam.storage import check_locations, config_locations, probe_location
 
     config = load_config(args.config)
     dry_run = args.export_prompts is not None
@@ -86,9 +91,14 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as exc:
         raise ConfigError("--run-id", str(exc)) from None
 
+    options = PipelineOptions(beam_args)
+    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+    check_locations(config_locations(config, export_prompts=args.export_prompts), options)
+    if not dry_run:
+        probe_location(base, run_id, "processors[0].metadata_output_path")
+        _remove_if_exists(stop_marker_path(base, run_id))  # left by an earlier stopped attempt
     resume = ResumeState()
     if args.run_id and not dry_run:
-        base = receipts_base(config.processor.metadata_output_path, config.state_dir)
         resume = prepare_resume(base, run_id, adapter_cls, config.processor)
         if resume.submitted_ids or resume.attempt > 1:
             print(
@@ -98,7 +108,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                 f"re-sending {len(resume.resent) + len(resume.dropped)} interrupted chunk(s)",
                 file=sys.stderr,
             )
-    options = PipelineOptions(beam_args)
     pipeline = beam.Pipeline(options=options)
     plan = build_submit_pipeline(
         pipeline,
@@ -114,29 +123,21 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     resume_cmd = " ".join(
         ["mmirage run", "--config", args.config, "--run-id", run_id, *map(_quote, beam_args)]
     )
+    outcome = RunOutcome()
     try:
-        with _interrupt_on_sigterm():
-            result = pipeline.run()
-            result.wait_until_finish()
+        result = run_pipeline(pipeline, stop_marker=plan.stop_marker, outcome=outcome)
     except (Exception, KeyboardInterrupt) as exc:  # also Ctrl-C / SIGTERM: say how to resume
         code = exc.exit_code if isinstance(exc, MmirageError) else 1
-        if isinstance(exc, KeyboardInterrupt):
-            code, exc = 130, RuntimeError("interrupted")
+        if isinstance(exc, KeyboardInterrupt) or outcome.stop_requested:
+            code, exc = 130, RuntimeError("stopped on request (Ctrl-C or SIGTERM)")
         if dry_run:
             print(f"mmirage: error: the dry run failed: {_short(exc)}", file=sys.stderr)
             return code
-        kept = [f"{path} ({n})" for path, n in consolidate_run(plan.receipts_base, run_id).items()]
-        print(
-            f"mmirage: error: the pipeline failed: {_short(exc)}\n"
-            + (
-                "Receipts of the batches accepted before the failure: " + ", ".join(kept)
-                if kept
-                else "No batch had been accepted."
-            )
-            + f"\nNothing accepted is lost or sent twice; resume the run with:\n  {resume_cmd}",
-            file=sys.stderr,
-        )
+        print(_failure_report(plan, run_id, exc, resume_cmd), file=sys.stderr)
         return code
+    finally:
+        if plan.stop_marker:
+            _remove_if_exists(plan.stop_marker)
 
     written = list(consolidate_run(plan.receipts_base, run_id, dry_run))
     stats = counters(result)
@@ -146,27 +147,38 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     return 1 if invalid and not skipping else 0
 
 
-class _interrupt_on_sigterm:
-    """Within the block, SIGTERM interrupts like Ctrl-C, so the run stops the same way
-    (receipts consolidated, resume command printed)."""
+def _remove_if_exists(path: str) -> None:
+    from apache_beam.io.filesystems import FileSystems
 
-    def __enter__(self) -> None:
-        import signal
-        import threading
+    try:
+        if FileSystems.exists(path):
+            FileSystems.delete([path])
+    except Exception:  # best effort: a stale marker is removed by the next attempt
+        pass
 
-        self._previous = None
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._raise)
 
-    def __exit__(self, *exc_info: object) -> None:
-        import signal
+def _failure_report(plan, run_id: str, exc: BaseException, resume_cmd: str) -> str:  # noqa: ANN001
+    """What was accepted, derived from what is recorded once the job has stopped."""
+    from mmirage_beam.receipts import consolidate_run, pending_intents
 
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-
-    @staticmethod
-    def _raise(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
+    kept = [f"{path} ({n})" for path, n in consolidate_run(plan.receipts_base, run_id).items()]
+    in_flight = pending_intents(plan.receipts_base, run_id)
+    lines = [f"mmirage: error: the pipeline failed: {_short(exc)}"]
+    lines.append(
+        "Receipts of the batches accepted before the failure: " + ", ".join(kept)
+        if kept
+        else "No batch had been accepted."
+    )
+    if in_flight:
+        lines.append(
+            f"{len(in_flight)} chunk(s) were being submitted when the run stopped and have "
+            "no receipt: the provider may have accepted them. The resume below looks each "
+            "one up before sending anything again (see README, 'Failure modes')."
+        )
+    else:
+        lines.append("Every accepted batch has its receipt; nothing will be sent twice.")
+    lines.append(f"Resume the run with:\n  {resume_cmd}")
+    return "\n".join(lines)
 
 
 def _quote(arg: str) -> str:

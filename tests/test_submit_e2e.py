@@ -152,7 +152,11 @@ def test_workers_in_separate_processes(tmp_path, capsys, provider_env):
     )
     assert code == 0, capsys.readouterr()
     receipts = _receipts(tmp_path, "text", "mp")
-    assert len(receipts) == 7
+    # chunking_parallelism defaults to the 2 workers: two chunkers of ~660 requests
+    # each make 4 chunks of at most 200 each (the greedy minimum for 1319 is 7).
+    assert len(receipts) == 8
+    assert {r["chunk_id"].split("-")[1] for r in receipts} == {"s000", "s001"}
+    assert all(r["submitted_request_count"] <= 200 for r in receipts)
     held = fake.submitted_requests("anthropic")
     assert sorted(h["custom_id"] for h in held) == sorted(f"answer-text-{i}" for i in range(1319))
     assert set(fake.create_counts().values()) == {1}

@@ -77,12 +77,18 @@ class OutputConfig:
 
 @dataclass(frozen=True)
 class ExecutionConfig:
-    """``execution_params``: ``mode`` (only ``local``), ``retry``, ``merge``, the rest kept."""
+    """``execution_params``: ``mode`` (only ``local``), ``retry``, ``merge``, the rest kept.
+
+    ``chunking_parallelism``: how many independent chunkers each ``(output, modality)``
+    is spread over (requests go to one by a stable hash of their custom_id); ``None``
+    sizes it to the job's workers (see ``pipeline.default_chunking_parallelism``).
+    """
 
     mode: str = "local"
     retry: bool = False
     merge: bool = False
     skip_invalid_rows: bool = False
+    chunking_parallelism: Optional[int] = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -143,8 +149,12 @@ def expand_env(value: Any, key: str = "") -> Any:
 def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
     """Read, expand and validate the YAML config at ``path``.
 
-    Relative dataset, image and metadata paths are kept as written (resolved against the
-    current directory, as MMIRAGE does).
+    Every path (datasets' ``path``, ``output_dir`` and ``image_base_path``,
+    ``metadata_output_path``, ``state_dir``) is made absolute against the current working
+    directory of the calling process, as MMIRAGE resolves them, so that workers in other
+    processes or folders see the same files (:func:`resolve_config_paths`). URIs such as
+    ``gs://bucket/x`` are kept. Relative image paths inside the rows resolve against
+    ``image_base_path``, which defaults to that directory.
 
     Raises:
         ConfigError: (exit status 2) for a missing file, bad YAML or any invalid key.
@@ -156,8 +166,40 @@ def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
         raw = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError("--config", f"{path} is not valid YAML: {exc}") from None
-    cfg = config_from_dict(raw)
+    cfg = resolve_config_paths(config_from_dict(raw))
     return dataclasses.replace(cfg, config_path=str(path))
+
+
+def resolve_config_paths(cfg: PipelineConfig, base_dir: Optional[str] = None) -> PipelineConfig:
+    """``cfg`` with every path absolute (or a URI), relative ones resolved against
+    ``base_dir`` (default: the current working directory). Idempotent.
+
+    Call it in the launcher, before building a pipeline: workers never see a relative
+    path. :func:`load_config` does it already.
+    """
+    from mmirage_beam.paths import resolve_optional, resolve_path
+
+    base_dir = base_dir or os.getcwd()
+    datasets = tuple(
+        dataclasses.replace(
+            d,
+            path=resolve_path(d.path, base_dir),
+            output_dir=resolve_path(d.output_dir, base_dir),
+            image_base_path=resolve_path(d.image_base_path or base_dir, base_dir),
+        )
+        for d in cfg.datasets
+    )
+    processor = cfg.processor
+    if processor.metadata_output_path:
+        processor = dataclasses.replace(
+            processor, metadata_output_path=resolve_path(processor.metadata_output_path, base_dir)
+        )
+    return dataclasses.replace(
+        cfg,
+        datasets=datasets,
+        processor=processor,
+        state_dir=resolve_optional(cfg.state_dir or ".", base_dir),
+    )
 
 
 def config_from_dict(raw: Any) -> PipelineConfig:
@@ -445,12 +487,18 @@ def _execution(value: Any) -> ExecutionConfig:
     skip = e.get("skip_invalid_rows", False)
     if not isinstance(skip, bool):
         raise ConfigError("execution_params.skip_invalid_rows", "must be true or false")
-    extra = {k: v for k, v in e.items() if k not in ("mode", "retry", "merge", "skip_invalid_rows")}
+    parallelism = e.get("chunking_parallelism")
+    if parallelism is not None:
+        parallelism = require_int("execution_params.chunking_parallelism", parallelism, 1)
+    own = ("mode", "retry", "merge", "skip_invalid_rows", "chunking_parallelism")
+    _check_keys(e, "execution_params", set(own), strict=False)
+    extra = {k: v for k, v in e.items() if k not in own}
     return ExecutionConfig(
         mode=mode,
         retry=bool(e.get("retry", False)),
         merge=bool(e.get("merge", False)),
         skip_invalid_rows=skip,
+        chunking_parallelism=parallelism,
         extra=extra,
     )
 

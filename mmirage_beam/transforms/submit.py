@@ -45,7 +45,9 @@ class _SubmitChunkFn(beam.DoFn):
         skip_invalid_rows: bool,
         attempt: int = 1,
         parent_run_id: Optional[str] = None,
+        stop_marker: Optional[str] = None,
     ) -> None:
+        self._stop_marker = stop_marker
         self._attempt = attempt
         self._parent = parent_run_id
         self._adapter_cls = adapter_cls
@@ -116,6 +118,7 @@ class _SubmitChunkFn(beam.DoFn):
                 self._reused.inc()
                 yield existing
                 return
+            self._raise_if_stop_requested(chunk)
             # The intent is durable before the provider is called: if the run dies between
             # the provider accepting the batch and the receipt below, a resume finds it.
             intent = intent_path(rfile, chunk.chunk_id)
@@ -145,6 +148,18 @@ class _SubmitChunkFn(beam.DoFn):
         self._submitted_bytes.inc(chunk.total_bytes)
         yield receipt
 
+    def _raise_if_stop_requested(self, chunk: Chunk) -> None:
+        if self._stop_marker is None:
+            return
+        from apache_beam.io.filesystems import FileSystems
+
+        from mmirage_beam.errors import RunStopped
+
+        if FileSystems.exists(self._stop_marker):
+            raise RunStopped(
+                f"run {self._run_id} was asked to stop; chunk {chunk.chunk_id} was not submitted"
+            )
+
 
 class SubmitChunks(beam.PTransform):
     """PCollection[Chunk] -> ``SubmitChunksResult(receipts, export)``.
@@ -168,6 +183,8 @@ class SubmitChunks(beam.PTransform):
             ``skip_invalid_rows`` is false, no chunk is submitted (the validation barrier).
         attempt: the run's submission attempt (recorded in receipts).
         parent_run_id: for a resubmission, the run whose failures it re-sends.
+        stop_marker: a path; once it exists (the launcher was asked to stop), no further
+            chunk is submitted and the DoFn raises ``RunStopped`` instead.
 
     Just before a chunk goes to the provider, ``<receipt file>.parts/<chunk_id>.intent``
     is written; it is replaced by the receipt once the provider accepted the batch.
@@ -189,6 +206,7 @@ class SubmitChunks(beam.PTransform):
         skip_invalid_rows: bool = False,
         attempt: int = 1,
         parent_run_id: Optional[str] = None,
+        stop_marker: Optional[str] = None,
     ) -> None:
         super().__init__()
         self._fn = _SubmitChunkFn(
@@ -201,6 +219,7 @@ class SubmitChunks(beam.PTransform):
             skip_invalid_rows,
             attempt,
             parent_run_id,
+            stop_marker,
         )
         self._invalid = invalid_row_count
 
