@@ -92,7 +92,8 @@ CONFIG = {
             "numbers": "{{ facts.numbers }}",
         },
     },
-    "execution_params": {"mode": "local"},
+    # Fixed, so every runner cuts the same chunks (the default follows the worker count).
+    "execution_params": {"mode": "local", "chunking_parallelism": 2},
 }
 
 
@@ -219,7 +220,7 @@ def _lifecycle(root: Path, runner: str, services: PortableServices | None) -> di
         check = mmirage("check", "--config", "config.yaml", "--run-id", RUN_ID)
         assert check.returncode == 0, check.stdout + check.stderr[-3000:]
         batches = fake.batches("openai")
-        assert len(batches) == len(receipts) == 10
+        assert len(batches) == len(receipts) >= 2 * 2 * 2  # 2 outputs x 2 shards x >= 2
         for b in batches:  # check sees every batch the provider holds
             assert b["id"] in check.stdout, check.stdout
 
@@ -269,16 +270,17 @@ def _lifecycle(root: Path, runner: str, services: PortableServices | None) -> di
         )
         for r in receipts
     )
+    here = str(root).encode()  # files name their dataset by its absolute path
     return {
         "export": b"\n".join(
             sorted(export_lines, key=lambda x: json.loads(x)["request"]["custom_id"])
-        ),
-        "merged": merged,
-        "errors": errors,
-        "invalid_rows": (
-            root / "meta" / f"batch_metadata.invalid_rows.{RUN_ID}.jsonl"
-        ).read_bytes(),
-        "receipts": normalised,
+        ).replace(here, b"<launcher>"),
+        "merged": merged.replace(here, b"<launcher>"),
+        "errors": errors.replace(here, b"<launcher>"),
+        "invalid_rows": (root / "meta" / f"batch_metadata.invalid_rows.{RUN_ID}.jsonl")
+        .read_bytes()
+        .replace(here, b"<launcher>"),
+        "receipts": [r.replace(str(root), "<launcher>") for r in normalised],
         "timings": timings,
     }
 
@@ -335,7 +337,8 @@ def test_dofns_run_in_worker_processes_in_another_folder(beam_services, tmp_path
             env,
         )
         assert merge.returncode == 1, merge.stdout + merge.stderr[-4000:]
-        assert len(fake.batches("openai")) == 10
+        n_batches = len(fake.batches("openai"))
+        assert n_batches >= 8
     assert len(_read_jsonl(root / "out" / "merged.jsonl")) == N_ROWS
     traces = _traces(trace_file)
     pool_cwd = str(services.pool.cwd)
@@ -355,7 +358,7 @@ def test_dofns_run_in_worker_processes_in_another_folder(beam_services, tmp_path
     # children of the pool, never in the launcher or in this process.
     stages = [t["stage"] for t in on_workers]
     assert stages.count("build_request") >= 2 * (N_ROWS - 1)
-    assert stages.count("submit_chunk_lines") == 10
+    assert stages.count("submit_chunk_lines") == n_batches
     assert not any(t["stage"] in ("build_request", "submit_chunk_lines") for t in in_launcher)
     assert {t["ppid"] for t in on_workers} == {services.pool.proc.pid}
     assert os.getpid() not in worker_pids and services.pool.proc.pid not in worker_pids
@@ -387,9 +390,9 @@ def test_worker_without_the_key_stops_the_run_before_submitting(tmp_path):
         leftovers = services.stop()
     assert leftovers == []
     assert run.returncode != 0, run.stdout
-    assert "OPENAI_API_KEY" in run.stderr.splitlines()[-4] + run.stderr.splitlines()[-3], (
-        run.stderr[-3000:]
-    )
+    error = [ln for ln in run.stderr.splitlines() if ln.startswith("mmirage: error:")]
+    assert error and "needs OPENAI_API_KEY" in error[-1], run.stderr[-3000:]
+    assert "No batch had been accepted." in run.stderr
     assert counts.get("files_create", 0) == 0 and counts.get("batches_create", 0) == 0, counts
     assert not list((root / "meta").glob("batch_metadata.text.*"))
 
