@@ -23,6 +23,16 @@ class _DropImportNoise(logging.Filter):
         return not any(n in msg for n in _IMPORT_NOISE)
 
 
+class _DropJobMessages(logging.Filter):
+    """The portable runner relays the job's messages (a worker failure's whole traceback
+    chain) through the root logger; the drivers print one clear message instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.pathname.replace("\\", "/").endswith(
+            "runners/portability/portable_runner.py"
+        )
+
+
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is at the time (test runners swap it)."""
 
@@ -50,6 +60,8 @@ def configure_logging(verbose: bool = False) -> None:
     handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(_DropImportNoise())
+    if not verbose:
+        handler.addFilter(_DropJobMessages())
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.getLogger("mmirage_beam").setLevel(logging.DEBUG if verbose else logging.INFO)
@@ -73,6 +85,13 @@ def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int
             kind = "config error" if isinstance(exc, ConfigError) else "error"
             print(f"mmirage: {kind}: {exc}", file=sys.stderr)
             return exc.exit_code
+        except KeyboardInterrupt:
+            print(
+                "mmirage: interrupted (any job it started was cancelled); run the same "
+                "command again to continue",
+                file=sys.stderr,
+            )
+            return 130
 
     return wrapper
 

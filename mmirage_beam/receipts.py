@@ -136,18 +136,32 @@ def receipt_line(receipt: dict[str, Any]) -> bytes:
 
 
 def write_durably(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary sibling, then a rename.
+    """Write ``data`` to ``path`` atomically: a temporary sibling, then a rename over it.
 
-    Works on every Beam filesystem (local, gs://, s3://, ...).
+    A reader (or a crash at any moment) sees the old content or the new, never none:
+    the old file is not deleted first (a local rename replaces its target atomically;
+    object stores copy over it). Works on every Beam filesystem (local, gs://, s3://...).
     """
     from apache_beam.io.filesystems import FileSystems
 
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     with FileSystems.create(tmp) as f:
         f.write(data)
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([tmp], [path])
+    replace_file(tmp, path)
+
+
+def replace_file(src: str, dst: str) -> None:
+    """Rename ``src`` over ``dst`` without a moment where ``dst`` is missing, where the
+    filesystem allows it; else (a rename that refuses an existing target) delete first."""
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        FileSystems.rename([src], [dst])
+    except Exception:
+        if not FileSystems.exists(dst) or not FileSystems.exists(src):
+            raise
+        FileSystems.delete([dst])
+        FileSystems.rename([src], [dst])
 
 
 def read_receipt_part(path: str) -> Optional[dict[str, Any]]:
@@ -169,25 +183,26 @@ def consolidate(receipt_file: str) -> int:
     """
     from apache_beam.io.filesystems import FileSystems
 
+    from mmirage_beam.io.fs import delete_folder, list_files
+
     pdir = parts_dir(receipt_file)
-    if not FileSystems.exists(pdir):
+    matches = list_files(pdir, "*.json")
+    if not matches:
         return len(read_receipts(receipt_file)) if FileSystems.exists(receipt_file) else 0
     by_chunk: dict[str, dict[str, Any]] = {}
     if FileSystems.exists(receipt_file):
         for r in read_receipts(receipt_file):
             by_chunk[r["chunk_id"]] = r
-    matches = FileSystems.match([FileSystems.join(pdir, "*.json")])[0].metadata_list
-    for m in sorted(matches, key=lambda m: m.path):
-        r = read_receipt_part(m.path)
+    for path in matches:
+        r = read_receipt_part(path)
         if r is not None:
             by_chunk[r["chunk_id"]] = r
     if by_chunk:  # no receipt yet (only intents): no empty receipt file
         write_durably(receipt_file, b"".join(receipt_line(by_chunk[k]) for k in sorted(by_chunk)))
-    if matches:
-        FileSystems.delete([m.path for m in matches])
+    FileSystems.delete(matches)
     # Intents of interrupted submissions stay until a resume resolves them.
-    if not FileSystems.match([FileSystems.join(pdir, "*")])[0].metadata_list:
-        FileSystems.delete([pdir])
+    if not list_files(pdir, "**"):
+        delete_folder(pdir)
     return len(by_chunk)
 
 
@@ -209,14 +224,11 @@ def consolidate_run(base: str, run_id: str, dry_run: bool = False) -> dict[str, 
 def pending_intents(base: str, run_id: str) -> list[str]:
     """Intent files of ``run_id`` still present: chunks whose provider call started but
     whose receipt was never written (the provider may or may not have accepted them)."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.fs import list_files
 
     found = []
     for modality in MODALITIES:
-        pdir = parts_dir(receipt_path(base, modality, run_id))
-        if FileSystems.exists(pdir):
-            pattern = FileSystems.join(pdir, "*.intent")
-            found.extend(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+        found.extend(list_files(parts_dir(receipt_path(base, modality, run_id)), "*.intent"))
     return sorted(found)
 
 
@@ -231,12 +243,12 @@ def read_receipts(path: str) -> list[dict[str, Any]]:
                 if raw.strip():
                     r = json.loads(raw)
                     out[r.get("chunk_id") or f"#{len(out)}"] = r
-    pdir = parts_dir(path)
-    if FileSystems.exists(pdir):
-        for m in FileSystems.match([FileSystems.join(pdir, "*.json")])[0].metadata_list:
-            r = read_receipt_part(m.path)
-            if r is not None:
-                out[r["chunk_id"]] = r
+    from mmirage_beam.io.fs import list_files
+
+    for part in list_files(parts_dir(path), "*.json"):
+        r = read_receipt_part(part)
+        if r is not None:
+            out[r["chunk_id"]] = r
     return [out[k] for k in sorted(out)]
 
 

@@ -69,13 +69,12 @@ def _can_find_batches(adapter_cls: type[BatchSubmissionAdapter]) -> bool:
 def _intents(receipt_file: str) -> list[tuple[str, dict[str, Any]]]:
     from apache_beam.io.filesystems import FileSystems
 
-    pdir = parts_dir(receipt_file)
-    if not FileSystems.exists(pdir):
-        return []
+    from mmirage_beam.io.fs import list_files
+
     out = []
-    for m in FileSystems.match([f"{pdir}/*.intent"])[0].metadata_list:
-        with FileSystems.open(m.path, compression_type="uncompressed") as f:
-            out.append((m.path, json.loads(f.read().decode("utf-8"))))
+    for path in list_files(parts_dir(receipt_file), "*.intent"):
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            out.append((path, json.loads(f.read().decode("utf-8"))))
     return sorted(out, key=lambda x: x[0])
 
 

@@ -23,6 +23,7 @@ from mmirage_beam.launch import (
     guarded,
     own_flags,
     read_jsonl,
+    run_pipeline,
 )
 from mmirage_beam.paths import resolve_path
 
@@ -32,7 +33,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         prog="mmirage merge",
         description="Fetch the results of a run's batches and join them onto the source "
         "rows by source_index, in order, into one JSONL file. Unknown flags are Beam "
-        "pipeline options (default runner: DirectRunner).",
+        "pipeline options (default runner: DirectRunner). Relative paths, in the config "
+        "and on the command line, are relative to the current directory (as in MMIRAGE); "
+        "they are made absolute before the pipeline is built, so workers in other folders "
+        "or machines see the same files.",
     )
     ap.add_argument("--config", required=True, help="the config the run was submitted with")
     ap.add_argument(
@@ -91,6 +95,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for, invalid_rows_path
     from mmirage_beam.receipts import receipts_base
+    from mmirage_beam.storage import check_locations, config_locations
 
     if args.partitions is not None and args.partitions < 1:
         raise ConfigError("--partitions", "must be >= 1")
@@ -114,7 +119,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     out = args.output_path
     errors_path = errors_path_for(out)  # rewritten (empty when nothing failed) by the merge
-    pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+    options = PipelineOptions(beam_args)
+    check_locations(config_locations(config, output_path=out), options)
+    pipeline = beam.Pipeline(options=options)
     plan = build_merge_pipeline(
         pipeline,
         config,
@@ -130,8 +137,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             if FileSystems.exists(path)
         ],
     )
-    result = pipeline.run()
-    result.wait_until_finish()
+    result = run_pipeline(pipeline)
     stats = counters(result)
     errors = read_jsonl(errors_path)
     _print_totals(plan, stats, errors, pending, args.allow_partial)

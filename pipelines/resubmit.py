@@ -20,12 +20,14 @@ import sys
 from typing import Optional, Sequence
 
 from mmirage_beam.launch import (
+    RunOutcome,
     check_beam_args,
     configure_logging,
     counters,
     guarded,
     own_flags,
     read_jsonl,
+    run_pipeline,
 )
 from mmirage_beam.paths import resolve_path
 
@@ -34,7 +36,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     ap = argparse.ArgumentParser(
         prog="mmirage resubmit",
         description="Re-send the failed requests of a run as a new, linked run. Unknown "
-        "flags are Beam pipeline options.",
+        "flags are Beam pipeline options. Relative paths, in the config "
+        "and on the command line, are relative to the current directory (as in MMIRAGE); "
+        "they are made absolute before the pipeline is built, so workers in other folders "
+        "or machines see the same files.",
     )
     ap.add_argument("--config", required=True, help="the config the run was submitted with")
     ap.add_argument(
@@ -68,8 +73,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     configure_logging(args.verbose)
     check_beam_args(beam_args, args.own_flags)
 
-    import tempfile
-
     import apache_beam as beam
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -84,7 +87,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         resubmittable,
     )
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
-    from mmirage_beam.receipts import consolidate_run
+    from mmirage_beam.receipts import consolidate_run, receipts_base
+    from mmirage_beam.storage import check_locations, config_locations, probe_location
 
     config = load_config(args.config)
     provider = config.processor.provider
@@ -94,6 +98,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         new_run = check_run_id(args.new_run_id) if args.new_run_id else new_run_id()
     except ValueError as exc:
         raise ConfigError("--new-run-id", str(exc)) from None
+    options = PipelineOptions(beam_args)
+    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+    check_locations(config_locations(config), options)
+    probe_location(base, new_run, "processors[0].metadata_output_path")
 
     if args.errors_file:
         errors = read_jsonl(args.errors_file)
@@ -118,16 +126,16 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                 file=sys.stderr,
             )
         parent = sel.run
-        with tempfile.TemporaryDirectory() as tmp:
-            ids_path = f"{tmp}/failed_ids.txt"
-            fetch = beam.Pipeline(options=PipelineOptions(beam_args))
-            build_failures_pipeline(fetch, sel.batches, sel.providers, args.only, ids_path)
-            fetch.run().wait_until_finish()
-            try:
-                with open(ids_path, encoding="utf-8") as f:
-                    ids = {line.strip() for line in f if line.strip()}
-            except FileNotFoundError:
-                ids = set()
+        # Written by the workers, so beside the receipts (a location both sides see).
+        ids_path = f"{base}.resubmit-ids.{new_run}.txt"
+        fetch = beam.Pipeline(options=options)
+        build_failures_pipeline(fetch, sel.batches, sel.providers, args.only, ids_path)
+        run_pipeline(fetch)
+        ids = set()
+        if FileSystems.exists(ids_path):
+            with FileSystems.open(ids_path, compression_type="uncompressed") as f:
+                ids = {x.strip() for x in f.read().decode("utf-8").split("\n") if x.strip()}
+            FileSystems.delete([ids_path])
         source = f"the results of run {parent}"
     if not ids:
         print(f"mmirage resubmit: nothing to resubmit ({args.only} failures in {source}: none)")
@@ -137,7 +145,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         f"{parent} as run {new_run}",
         file=sys.stderr,
     )
-    pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+    pipeline = beam.Pipeline(options=options)
     plan = build_submit_pipeline(
         pipeline,
         config,
@@ -146,17 +154,22 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         only_custom_ids=frozenset(ids),
         parent_run_id=parent,
     )
+    outcome = RunOutcome()
     try:
-        result = pipeline.run()
-        result.wait_until_finish()
-    except Exception as exc:  # the runner re-raises worker failures in many wrappers
+        result = run_pipeline(pipeline, stop_marker=plan.stop_marker, outcome=outcome)
+    except (Exception, KeyboardInterrupt) as exc:  # the runner wraps worker failures
+        stopped = isinstance(exc, KeyboardInterrupt) or outcome.stop_requested
         consolidate_run(plan.receipts_base, new_run)
+        why = "stopped on request" if stopped else str(exc).strip().split("\n")[-1]
         print(
-            f"mmirage: error: the resubmission failed: {str(exc).strip().splitlines()[-1]}\n"
+            f"mmirage: error: the resubmission failed: {why}\n"
             f"Resume it with: mmirage run --config {args.config} --run-id {new_run}",
             file=sys.stderr,
         )
-        return 1
+        return 130 if stopped else 1
+    finally:
+        if FileSystems.exists(plan.stop_marker or ""):
+            FileSystems.delete([plan.stop_marker])
     written = list(consolidate_run(plan.receipts_base, new_run))
     stats = counters(result)
     print(f"resubmission run:    {new_run} (parent run {parent})")

@@ -33,7 +33,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         prog="mmirage run",
         description="Render every row into provider batch requests and submit them in "
         "byte-bounded chunks (or export them with --export-prompts). Unknown flags are "
-        "passed to Beam as pipeline options (default runner: DirectRunner).",
+        "passed to Beam as pipeline options (default runner: DirectRunner). Relative "
+        "paths, in the config and on the command line, are relative to the current "
+        "directory (as in MMIRAGE); "
+        "they are made absolute before the pipeline is built, so workers in other folders "
+        "or machines see the same files.",
     )
     ap.add_argument("--config", required=True, help="MMIRAGE-compatible YAML config")
     ap.add_argument(
@@ -161,9 +165,18 @@ def _failure_report(plan, run_id: str, exc: BaseException, resume_cmd: str) -> s
     """What was accepted, derived from what is recorded once the job has stopped."""
     from mmirage_beam.receipts import consolidate_run, pending_intents
 
-    kept = [f"{path} ({n})" for path, n in consolidate_run(plan.receipts_base, run_id).items()]
-    in_flight = pending_intents(plan.receipts_base, run_id)
     lines = [f"mmirage: error: the pipeline failed: {_short(exc)}"]
+    try:
+        kept = [f"{p} ({n})" for p, n in consolidate_run(plan.receipts_base, run_id).items()]
+        in_flight = pending_intents(plan.receipts_base, run_id)
+    except Exception as storage_exc:  # the receipts location itself is failing
+        lines.append(
+            f"The receipts at {plan.receipts_base}.* cannot be read back ({storage_exc}); "
+            "every accepted batch's receipt part was written before it was reported, so "
+            "fix the storage, then resume with:"
+        )
+        lines.append(f"  {resume_cmd}")
+        return "\n".join(lines)
     lines.append(
         "Receipts of the batches accepted before the failure: " + ", ".join(kept)
         if kept

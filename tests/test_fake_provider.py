@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from mmirage_beam.testing import FakeProviderServer, fake_answer_json, fake_answer_text
-from mmirage_beam.testing import fake_provider as fp
+from mmirage_beam.testing.fake_provider import limits
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGES = REPO / "mmirage_beam" / "examples" / "data" / "images"
@@ -350,10 +350,10 @@ def test_openai_line_level_validation_fails_the_batch(fake):
 
 def test_openai_file_limits_fail_the_batch(fake, monkeypatch):
     oa = _oa(fake)
-    monkeypatch.setattr(fp, "_OPENAI_MAX_LINES", 2)
+    monkeypatch.setattr(limits, "OPENAI_MAX_LINES", 2)
     batch = _run_openai(oa, [_chat_line(f"l{i}", "x") for i in range(3)])
     assert batch.status == "failed" and batch.errors.data[0].code == "too_many_tasks"
-    monkeypatch.setattr(fp, "_OPENAI_MAX_FILE_BYTES", 50)
+    monkeypatch.setattr(limits, "OPENAI_MAX_FILE_BYTES", 50)
     batch = _run_openai(oa, [_chat_line("big", "x" * 100)])
     assert batch.status == "failed" and batch.errors.data[0].code == "file_too_large"
 
@@ -365,7 +365,7 @@ def test_openai_create_validation_is_http_400(fake):
     bad = [
         {"input_file_id": "file-missing"},
         {"input_file_id": other},
-        {"endpoint": "/v1/moderations"},
+        {"endpoint": "/v1/audio/speech"},
         {"completion_window": "48h"},
         {"metadata": {f"k{i}": "v" for i in range(17)}},
         {"metadata": {"k" * 65: "v"}},
@@ -532,10 +532,10 @@ def test_anthropic_bad_custom_ids_and_sizes_are_http_errors(fake, monkeypatch):
         with pytest.raises(anthropic.BadRequestError) as info:
             an.messages.batches.create(requests=requests)
         assert info.value.body["error"]["type"] == "invalid_request_error"
-    monkeypatch.setattr(fp, "_ANTHROPIC_MAX_REQUESTS", 2)
+    monkeypatch.setattr(limits, "ANTHROPIC_MAX_REQUESTS", 2)
     with pytest.raises(anthropic.BadRequestError):
         an.messages.batches.create(requests=[_anthropic_request(f"r{i}", "x") for i in range(3)])
-    monkeypatch.setattr(fp, "_ANTHROPIC_MAX_BODY_BYTES", 100)
+    monkeypatch.setattr(limits, "ANTHROPIC_MAX_BODY_BYTES", 100)
     with pytest.raises(anthropic.APIStatusError) as info:
         an.messages.batches.create(requests=[_anthropic_request("big", "x" * 200)])
     assert info.value.status_code == 413

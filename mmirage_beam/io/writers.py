@@ -24,8 +24,9 @@ class BytesSink(fileio.FileSink):
 
 def _remove_temp_dir(_written: Any, temp_dir: str) -> None:
     """Beam's WriteToFiles moves its files out of the temp folder but leaves the folder."""
-    if FileSystems.exists(temp_dir):
-        FileSystems.delete([temp_dir])
+    from mmirage_beam.io.fs import delete_folder
+
+    delete_folder(temp_dir)
 
 
 def _write_files(pcoll: beam.PCollection, directory: str, **kwargs: Any) -> Any:
@@ -76,9 +77,9 @@ def concatenate_files(parts: Sequence[str], output_path: str, block_bytes: int =
                     if not block:
                         break
                     out.write(block)
-    if FileSystems.exists(output_path):
-        FileSystems.delete([output_path])
-    FileSystems.rename([tmp], [output_path])
+    from mmirage_beam.receipts import replace_file
+
+    replace_file(tmp, output_path)
 
 
 class _ConcatenatePartsFn(beam.DoFn):
@@ -92,8 +93,9 @@ class _ConcatenatePartsFn(beam.DoFn):
         parts = sorted(set(part_names))
         if parts:
             concatenate_files(parts, self._out)
-        if FileSystems.exists(self._parts_dir):
-            FileSystems.delete([self._parts_dir])
+        from mmirage_beam.io.fs import delete_folder
+
+        delete_folder(self._parts_dir)
         if parts:
             yield self._out
 

@@ -2,11 +2,11 @@
 
 ``FakeProviderServer`` serves both APIs on one loopback port for the real SDKs;
 ``fake_answer_text`` and ``fake_answer_json`` compute the answers it gives, so tests can
-state their expectations. See :mod:`mmirage_beam.testing.fake_provider` for the
-endpoints, scripting keys and prompt markers.
+state their expectations. See the package docstring of
+:mod:`mmirage_beam.testing.fake_provider` for the endpoints, scripting keys and prompt
+markers.
 
-The names are loaded lazily so that ``python -m mmirage_beam.testing.fake_provider``
-does not import the module twice.
+The names are loaded lazily so that importing ``mmirage_beam.testing`` stays cheap.
 """
 
 from __future__ import annotations

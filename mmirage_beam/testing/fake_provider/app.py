@@ -1,0 +1,396 @@
+"""The HTTP server: :class:`FakeProviderServer` binds a loopback port, routes each call
+to the OpenAI or Anthropic handlers (after authentication and scripted leading errors),
+serves the admin endpoints and offers the in-process helpers tests use."""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import Map, Rule
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+from werkzeug.wrappers import Request, Response
+
+from mmirage_beam.testing.fake_provider.anthropic import AnthropicApi
+from mmirage_beam.testing.fake_provider.openai import OpenAIApi
+from mmirage_beam.testing.fake_provider.scripting import (
+    SCRIPT_DEFAULTS,
+    SCRIPT_PARSERS,
+    LeadingErrors,
+    parse_delay,
+)
+from mmirage_beam.testing.fake_provider.store import Batch, Store
+from mmirage_beam.testing.fake_provider.wire import (
+    ANTHROPIC,
+    OPENAI,
+    PROVIDERS,
+    ApiError,
+    error_response,
+    json_response,
+    status_error,
+)
+
+__all__ = ["FakeProviderServer"]
+
+_LOG = logging.getLogger("mmirage_beam.testing.fake_provider")
+
+
+def check_loopback(host: str) -> None:
+    if host == "localhost":
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ValueError(f"the fake provider binds loopback addresses only, not {host!r}")
+
+
+class _QuietRequestHandler(WSGIRequestHandler):
+    """Sends Werkzeug's per-request lines to this module's logger at DEBUG."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        _LOG.debug("%s %r %s %s", self.address_string(), self.requestline, code, size)
+
+    def log(self, type: str, message: str, *args: Any) -> None:
+        level = logging.DEBUG if type == "info" else logging.WARNING
+        _LOG.log(level, "%s - " + message.rstrip(), self.address_string(), *args)
+
+
+def check_provider(provider: str | None) -> None:
+    if provider is not None and provider not in PROVIDERS:
+        raise ValueError(f"provider must be one of {PROVIDERS} or None, got {provider!r}")
+
+
+class FakeProviderServer:
+    """Embedded OpenAI + Anthropic batch API fake on one loopback port.
+
+    Use as a context manager (``with FakeProviderServer() as fake:``) or call
+    :meth:`start` and :meth:`stop`. All state is in memory. See the module docstring for
+    the endpoints, scripting keys, prompt markers and answer rules.
+
+    Args:
+        host: loopback address to bind (``127.0.0.1``, ``::1`` or ``localhost``).
+        port: TCP port; 0 picks a free one (read it back from :attr:`port`).
+        processing_delay_secs: seconds from creation until a batch has finished; 0
+            means finished on the first read after creation.
+        clock: returns the current Unix time in seconds; injectable for tests.
+
+    Raises:
+        ValueError: for a non-loopback host or a negative delay.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        processing_delay_secs: float = 0.0,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        check_loopback(host)
+        self._host = host
+        self._requested_port = port
+        self._store = Store(clock, parse_delay("processing_delay_secs", processing_delay_secs))
+        self._openai = OpenAIApi(self._store)
+        self._anthropic = AnthropicApi(self._store)
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self._url_map = Map(
+            [
+                Rule("/v1/files", methods=["POST"], endpoint="files_create"),
+                Rule("/v1/files", methods=["GET"], endpoint="files_list"),
+                Rule("/v1/files/<file_id>", methods=["GET"], endpoint="files_retrieve"),
+                Rule("/v1/files/<file_id>", methods=["DELETE"], endpoint="files_delete"),
+                Rule("/v1/files/<file_id>/content", methods=["GET"], endpoint="files_content"),
+                Rule("/v1/batches", methods=["POST"], endpoint="batches_create"),
+                Rule("/v1/batches", methods=["GET"], endpoint="batches_list"),
+                Rule("/v1/batches/<batch_id>", methods=["GET"], endpoint="batches_retrieve"),
+                Rule("/v1/batches/<batch_id>/cancel", methods=["POST"], endpoint="batches_cancel"),
+                Rule("/v1/messages/batches", methods=["POST"], endpoint="messages_batches_create"),
+                Rule("/v1/messages/batches", methods=["GET"], endpoint="messages_batches_list"),
+                Rule(
+                    "/v1/messages/batches/<batch_id>",
+                    methods=["GET"],
+                    endpoint="messages_batches_retrieve",
+                ),
+                Rule(
+                    "/v1/messages/batches/<batch_id>",
+                    methods=["DELETE"],
+                    endpoint="messages_batches_delete",
+                ),
+                Rule(
+                    "/v1/messages/batches/<batch_id>/cancel",
+                    methods=["POST"],
+                    endpoint="messages_batches_cancel",
+                ),
+                Rule(
+                    "/v1/messages/batches/<batch_id>/results",
+                    methods=["GET"],
+                    endpoint="messages_batches_results",
+                ),
+                Rule("/_fake/script", methods=["GET", "POST"], endpoint="admin_script"),
+                Rule("/_fake/state", methods=["GET"], endpoint="admin_state"),
+                Rule("/_fake/reset", methods=["POST"], endpoint="admin_reset"),
+            ],
+            strict_slashes=False,
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> FakeProviderServer:
+        """Binds the port and serves in a daemon thread; returns ``self``."""
+        with self._store.lock:
+            if self._server is not None:
+                return self
+            server = make_server(
+                self._host,
+                self._requested_port,
+                self._wsgi_app,
+                threaded=True,
+                request_handler=_QuietRequestHandler,
+            )
+            thread = threading.Thread(
+                target=server.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name=f"fake-provider-{server.server_port}",
+                daemon=True,
+            )
+            thread.start()
+            self._server, self._thread = server, thread
+            self._store.results_base_url = self.base_url
+        _LOG.info("fake provider listening on %s", self.base_url)
+        return self
+
+    def stop(self) -> None:
+        """Stops serving and closes the port (idempotent)."""
+        with self._store.lock:
+            server, thread = self._server, self._thread
+            self._server = self._thread = None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> FakeProviderServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port. Raises RuntimeError before :meth:`start`."""
+        server = self._server
+        if server is None:
+            raise RuntimeError("FakeProviderServer is not started")
+        return int(server.server_port)
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT`` (no trailing slash)."""
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        """``base_url + "/v1"``, for ``openai.OpenAI(base_url=...)``."""
+        return self.base_url + "/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """``base_url``, for ``anthropic.Anthropic(base_url=...)``."""
+        return self.base_url
+
+    # -- in-process helpers ---------------------------------------------------------------
+
+    def submitted_requests(self, provider: str | None = None) -> list[dict[str, Any]]:
+        """Every request line accepted into a created batch, in order of receipt.
+
+        Each entry is ``{"provider", "batch_id", "custom_id", "request"}`` where
+        ``request`` is the OpenAI input line or the Anthropic ``{custom_id, params}``.
+        Lines of OpenAI batches that later fail validation are included when they parsed
+        as an object with a ``custom_id``.
+        """
+        check_provider(provider)
+        with self._store.lock:
+            return [
+                copy.deepcopy(entry)
+                for entry in self._store.submitted
+                if provider is None or entry["provider"] == provider
+            ]
+
+    def create_counts(self) -> dict[str, int]:
+        """custom_id -> number of created batches (either provider) that contained it."""
+        with self._store.lock:
+            return dict(self._store.create_counts)
+
+    def call_counts(self) -> dict[str, int]:
+        """Endpoint name -> number of HTTP calls received (including rejected ones)."""
+        with self._store.lock:
+            return dict(self._store.call_counts)
+
+    def batches(self, provider: str | None = None) -> list[dict[str, Any]]:
+        """The current batch objects (as the API shows them now), oldest first."""
+        check_provider(provider)
+        with self._store.lock:
+            now = self._store.clock()
+            return [
+                self._view(batch, now)
+                for batch in self._store.batches.values()
+                if not batch.deleted and (provider is None or batch.provider == provider)
+            ]
+
+    def script(self, **behaviour: Any) -> None:
+        """Merges scripting keys into the current script (``None`` restores a default).
+
+        Raises:
+            ValueError: for an unknown key or a bad value (nothing is changed then).
+        """
+        unknown = set(behaviour) - set(SCRIPT_DEFAULTS)
+        if unknown:
+            raise ValueError(
+                f"unknown script keys {sorted(unknown)}; known: {sorted(SCRIPT_DEFAULTS)}"
+            )
+        parsed = {
+            key: SCRIPT_DEFAULTS[key] if value is None else SCRIPT_PARSERS[key](value)
+            for key, value in behaviour.items()
+        }
+        with self._store.lock:
+            merged = {**self._store.script, **parsed}
+            if (
+                merged["expire_after_requests"] is not None
+                and merged["cancel_after_requests"] is not None
+            ):
+                raise ValueError(
+                    "script at most one of 'expire_after_requests' and 'cancel_after_requests'"
+                )
+            self._store.script = merged
+        if parsed:
+            _LOG.info("fake provider scripted: %s", sorted(parsed))
+
+    def script_view(self) -> dict[str, Any]:
+        """The current script as JSON-friendly values (counters show what is left)."""
+        with self._store.lock:
+            out = {}
+            for key, value in self._store.script.items():
+                out[key] = value.view() if hasattr(value, "view") else value
+            return out
+
+    def reset(self) -> None:
+        """Clears the script and forgets every file, batch, record and counter."""
+        with self._store.lock:
+            self._store.reset()
+
+    def _view(self, batch: Batch, now: float) -> dict[str, Any]:
+        """The batch object at time ``now`` (materialising results once it is done)."""
+        api = self._openai if batch.provider == OPENAI else self._anthropic
+        return api.view(batch, now)
+
+    # -- HTTP plumbing --------------------------------------------------------------------
+
+    def _wsgi_app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        request = Request(environ)
+        try:
+            response = self._dispatch(request)
+        finally:
+            request.close()  # closes spooled upload files
+        return response(environ, start_response)
+
+    def _dispatch(self, request: Request) -> Response:
+        provider = ANTHROPIC if request.path.startswith("/v1/messages") else OPENAI
+        adapter = self._url_map.bind_to_environ(request.environ)
+        try:
+            endpoint, args = adapter.match()
+        except HTTPException as exc:
+            status = exc.code or 404
+            kind = "not_found_error" if provider == ANTHROPIC else "invalid_request_error"
+            return error_response(
+                provider,
+                ApiError(status, kind, f"{request.method} {request.path}: {exc.name}"),
+            )
+        if endpoint.startswith("admin_"):
+            handler = getattr(self, f"_h_{endpoint}")
+        elif endpoint.startswith("messages_"):
+            handler = getattr(self._anthropic, endpoint)
+        else:
+            handler = getattr(self._openai, endpoint)
+        if endpoint.startswith("admin_"):
+            try:
+                return handler(request, **args)
+            except ValueError as exc:
+                return json_response({"error": str(exc)}, 400)
+        with self._store.lock:
+            self._store.call_counts[endpoint] = self._store.call_counts.get(endpoint, 0) + 1
+        try:
+            self._check_auth(provider, request)
+            self._take_leading_error(provider, endpoint, args)
+            return handler(request, **args)
+        except ApiError as err:
+            return error_response(provider, err)
+        except Exception:  # a bug in the fake: answer 500 rather than drop the connection
+            _LOG.exception("fake provider failed on %s %s", request.method, request.path)
+            kind = "api_error" if provider == ANTHROPIC else "server_error"
+            return error_response(provider, ApiError(500, kind, "Internal error in the fake."))
+
+    @staticmethod
+    def _check_auth(provider: str, request: Request) -> None:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return
+        if provider == ANTHROPIC:
+            if request.headers.get("x-api-key", "").strip():
+                return
+            raise ApiError(401, "authentication_error", "x-api-key header is required")
+        raise ApiError(
+            401,
+            "invalid_request_error",
+            "You didn't provide an API key. You need to provide your API key in an "
+            "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+        )
+
+    def _take_leading_error(self, provider: str, endpoint: str, args: dict[str, str]) -> None:
+        with self._store.lock:
+            leading: LeadingErrors | None = self._store.script["leading_errors"]
+            if leading is None or leading.remaining <= 0:
+                return
+            if leading.paths is not None and endpoint not in leading.paths:
+                return
+            leading.remaining -= 1
+            status, retry_ms = leading.status, leading.retry_after_ms
+        raise status_error(provider, status, retry_ms, f"leading error on {endpoint}", args)
+
+    # -- admin endpoints ------------------------------------------------------------------
+
+    def _h_admin_script(self, request: Request) -> Response:
+        if request.method == "POST":
+            payload = json.loads(request.get_data() or b"{}")
+            if not isinstance(payload, dict):
+                raise ValueError("the script must be a JSON object")
+            self.script(**payload)
+        return json_response(self.script_view())
+
+    def _h_admin_state(self, request: Request) -> Response:
+        return json_response(
+            {
+                "submitted_requests": self.submitted_requests(),
+                "create_counts": self.create_counts(),
+                "call_counts": self.call_counts(),
+                "batches": self.batches(),
+                "script": self.script_view(),
+            }
+        )
+
+    def _h_admin_reset(self, request: Request) -> Response:
+        self.reset()
+        return json_response({"ok": True})

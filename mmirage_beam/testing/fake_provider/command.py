@@ -1,0 +1,160 @@
+"""``mmirage fake-provider`` / ``python -m mmirage_beam.testing.fake_provider``: serve the
+fake on a port until Ctrl-C or SIGTERM, with failures scripted from flags."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import threading
+from typing import Any
+
+from mmirage_beam.testing.fake_provider.app import FakeProviderServer
+from mmirage_beam.testing.fake_provider.scripting import SCRIPT_KEYS, markers_help
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mmirage fake-provider",
+        description="Serve a fake OpenAI (Files + Batches) and Anthropic (Message Batches) "
+        "API on one loopback port, in memory. Point the SDKs or a config's base_url at it: "
+        "OpenAI http://HOST:PORT/v1, Anthropic http://HOST:PORT. Any non-empty key is "
+        "accepted. Script failures at start with the flags below, or later with "
+        "POST /_fake/script (same keys as --script); GET /_fake/state shows what it holds.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Markers in a prompt script single requests (see the package docstring of "
+        "mmirage_beam.testing.fake_provider for each provider's exact shape):\n"
+        + markers_help()
+        + "\n  FAKE_FENCE                  the JSON answer comes in a ```json fence"
+        + "\n\nScript keys (--script JSON or POST /_fake/script): "
+        + ", ".join(SCRIPT_KEYS)
+        + ".\nleading_errors accepts any 4xx/5xx status; 404 answers the provider's "
+        'not-found error, e.g. {"status": 404, "count": 2, "paths": '
+        '["batches_retrieve"]}.',
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind")
+    parser.add_argument("--port", type=int, default=0, help="TCP port (0: a free port)")
+    parser.add_argument(
+        "--delay", type=float, default=0.0, help="seconds each batch takes to complete"
+    )
+    parser.add_argument(
+        "--script",
+        default=None,
+        help="JSON object of scripting keys, e.g. '{\"shuffle_results\": true}'",
+    )
+    parser.add_argument(
+        "--expire-after-requests",
+        type=int,
+        default=None,
+        metavar="N",
+        help="batches expire after N requests (partial results)",
+    )
+    parser.add_argument(
+        "--cancel-after-requests",
+        type=int,
+        default=None,
+        metavar="N",
+        help="batches are cancelled after N requests (partial results)",
+    )
+    parser.add_argument(
+        "--token-limit-exceeded",
+        action="store_true",
+        help="OpenAI batches fail validation with token_limit_exceeded",
+    )
+    parser.add_argument(
+        "--empty-error-file-id",
+        action="store_true",
+        help='OpenAI error_file_id is "" when nothing failed',
+    )
+    parser.add_argument(
+        "--shuffle-results", action="store_true", help="results in a shuffled order"
+    )
+    parser.add_argument(
+        "--unknown-custom-id",
+        action="store_true",
+        help="add a result whose custom_id was never submitted",
+    )
+    parser.add_argument(
+        "--leading-errors",
+        default=None,
+        metavar="JSON",
+        help='first calls fail, e.g. \'{"status": 429, "count": 3, "retry_after_ms": 10}\' '
+        'or \'{"status": 404, "count": 2, "paths": ["batches_retrieve"]}\'',
+    )
+    parser.add_argument(
+        "--fail-batch-creates",
+        default=None,
+        metavar="JSON",
+        help='fail batch creations, e.g. \'{"nth": 2, "permanent": true}\'',
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="log every request (DEBUG) to stderr"
+    )
+    return parser
+
+
+def _script_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    script: dict[str, Any] = {}
+    if args.script:
+        loaded = json.loads(args.script)
+        if not isinstance(loaded, dict):
+            raise ValueError("--script must be a JSON object")
+        script.update(loaded)
+    for key in ("expire_after_requests", "cancel_after_requests"):
+        if getattr(args, key) is not None:
+            script[key] = getattr(args, key)
+    for key in ("token_limit_exceeded", "empty_error_file_id", "shuffle_results"):
+        if getattr(args, key):
+            script[key] = True
+    if args.unknown_custom_id:
+        script["unknown_custom_id"] = True
+    if args.leading_errors:
+        script["leading_errors"] = json.loads(args.leading_errors)
+    if args.fail_batch_creates:
+        script["fail_batch_creates"] = json.loads(args.fail_batch_creates)
+    return script
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the fake until Ctrl-C or SIGTERM; returns the process exit code.
+
+    Prints one banner line ``fake provider listening on http://HOST:PORT (OpenAI:
+    http://HOST:PORT/v1, Anthropic: http://HOST:PORT)`` once the port is bound.
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose else logging.WARNING,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+    try:
+        fake = FakeProviderServer(host=args.host, port=args.port, processing_delay_secs=args.delay)
+        fake.script(**_script_from_args(args))
+    except ValueError as exc:  # includes json.JSONDecodeError
+        parser.error(str(exc))
+    stop = threading.Event()
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        # Handle both explicitly: a shell starts background jobs with SIGINT ignored.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda *_: stop.set())
+    fake.start()
+    try:
+        print(
+            f"fake provider listening on {fake.base_url} "
+            f"(OpenAI: {fake.openai_base_url}, Anthropic: {fake.anthropic_base_url})",
+            flush=True,
+        )
+        while not stop.wait(0.2):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fake.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 0

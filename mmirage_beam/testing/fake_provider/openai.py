@@ -1,0 +1,575 @@
+"""The OpenAI Files and Batches API: uploads, batch creation (input-file validation),
+retrieval, listing and cancellation, and the output and error files of a finished batch."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from werkzeug.wrappers import Request, Response
+
+from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
+from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
+from mmirage_beam.testing.fake_provider.openai_bodies import (
+    HttpFailure,
+    check_body,
+    error_line,
+    http_line,
+    oa_error,
+    prompt_of,
+    success_body,
+)
+from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
+from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, StoredFile, jsonl
+from mmirage_beam.testing.fake_provider.wire import (
+    OPENAI,
+    ApiError,
+    json_payload,
+    json_response,
+    new_id,
+    query_limit,
+    status_error,
+)
+
+
+class OpenAIApi:
+    """The OpenAI Files and Batches endpoints over a shared :class:`Store`.
+
+    Each public method named after an endpoint (``files_create``, ``batches_cancel``...)
+    takes the Werkzeug request (and URL arguments) and returns the response, raising
+    :class:`ApiError` for an HTTP error; the caller holds no lock.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # -- OpenAI files ---------------------------------------------------------------------
+
+    def files_create(self, request: Request) -> Response:
+        upload = request.files.get("file")
+        purpose = request.form.get("purpose")
+        if upload is None:
+            raise ApiError(
+                400, "invalid_request_error", "Missing required parameter: 'file'.", param="file"
+            )
+        if purpose not in limits.OPENAI_FILE_PURPOSES:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"Invalid value for 'purpose': {purpose!r}.",
+                param="purpose",
+            )
+        content = upload.read()
+        with self.store.lock:
+            stored = self.store.store_file(upload.filename or "upload.jsonl", purpose, content)
+            return json_response(stored.view())
+
+    def files_list(self, request: Request) -> Response:
+        limit = query_limit(
+            request, limits.OPENAI_FILE_LIST_MAX_LIMIT, limits.OPENAI_FILE_LIST_MAX_LIMIT
+        )
+        purpose = request.args.get("purpose")
+        with self.store.lock:
+            files = [f for f in self.store.files.values() if purpose in (None, f.purpose)]
+            if request.args.get("order", "desc") == "desc":
+                files.reverse()
+            return json_response(_page([f.view() for f in files], request, limit))
+
+    def files_retrieve(self, request: Request, file_id: str) -> Response:
+        with self.store.lock:
+            return json_response(self.store.get_file(file_id).view())
+
+    def files_delete(self, request: Request, file_id: str) -> Response:
+        with self.store.lock:
+            self.store.get_file(file_id)
+            del self.store.files[file_id]
+            return json_response({"id": file_id, "object": "file", "deleted": True})
+
+    def files_content(self, request: Request, file_id: str) -> Response:
+        with self.store.lock:
+            content = self.store.get_file(file_id).content
+        return Response(content, mimetype="application/octet-stream")
+
+    # -- OpenAI batches -------------------------------------------------------------------
+
+    def batches_create(self, request: Request) -> Response:
+        payload = json_payload(request)
+        input_file_id = payload.get("input_file_id")
+        endpoint = payload.get("endpoint")
+        window = payload.get("completion_window")
+        metadata = payload.get("metadata")
+        if endpoint not in limits.OPENAI_ENDPOINTS:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"Invalid value: {endpoint!r}. Supported values are: "
+                + ", ".join(repr(e) for e in limits.OPENAI_ENDPOINTS)
+                + ".",
+                param="endpoint",
+                code="invalid_value",
+            )
+        if window != "24h":
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"Invalid value: {window!r}. Supported values are: '24h'.",
+                param="completion_window",
+                code="invalid_value",
+            )
+        _check_metadata(metadata)
+        with self.store.lock:
+            if not isinstance(input_file_id, str) or input_file_id not in self.store.files:
+                raise ApiError(
+                    400,
+                    "invalid_request_error",
+                    f"Invalid 'input_file_id': {input_file_id!r}. File not found.",
+                    param="input_file_id",
+                )
+            stored = self.store.files[input_file_id]
+            if stored.purpose != "batch":
+                raise ApiError(
+                    400,
+                    "invalid_request_error",
+                    f"File {input_file_id} has purpose {stored.purpose!r}; batches need "
+                    "purpose 'batch'.",
+                    param="input_file_id",
+                )
+            failure = self.store.take_create_failure()
+            if failure is not None and not failure.created:
+                raise status_error(OPENAI, failure.status, failure.retry_after_ms, "create")
+            batch = self._create_batch(stored, endpoint, metadata)
+            if failure is not None:
+                raise status_error(OPENAI, failure.status, failure.retry_after_ms, "create")
+            return json_response(self.view(batch, batch.created - 1e-6))
+
+    def _create_batch(
+        self, stored: StoredFile, endpoint: str, metadata: dict[str, str] | None
+    ) -> Batch:
+        now = self.store.clock()
+        batch = self.store.new_batch(OPENAI, "batch_", now)
+        batch.endpoint, batch.input_file_id, batch.metadata = endpoint, stored.id, metadata
+        lines, errors, model = _parse_input_file(stored.content, endpoint)
+        for line in lines:
+            self.store.record(batch, line["custom_id"], line)
+        if errors:
+            batch.errors = errors
+            return batch
+        batch.model = model
+        batch.items = [self._process_line(endpoint, line, now) for line in lines]
+        batch.prompt_tokens = sum(item.input_tokens for item in batch.items)
+        limit = self.store.script["enqueued_token_limit"]
+        enqueued = batch.prompt_tokens
+        if limit is not None:
+            enqueued += sum(
+                other.prompt_tokens
+                for other in self.store.batches.values()
+                if other.provider == OPENAI
+                and other is not batch
+                and other.model == model
+                and not lifecycle.is_terminal(other, now)
+            )
+        if self.store.script["token_limit_exceeded"] or (limit is not None and enqueued > limit):
+            batch.items = []
+            batch.prompt_tokens = 0
+            shown = f"{limit:,}" if limit is not None else "90,000"
+            batch.errors = [
+                {
+                    "code": "token_limit_exceeded",
+                    "message": f"Enqueued token limit reached for {model} in organization "
+                    f"org-fake. Limit: {shown} enqueued tokens. Please try submitting an "
+                    "input file with fewer tokens, or wait for your other batch jobs to "
+                    "complete.",
+                    "param": None,
+                    "line": None,
+                }
+            ]
+        return batch
+
+    def _process_line(self, endpoint: str, line: Mapping[str, Any], now: float) -> Item:
+        custom_id, body = line["custom_id"], line["body"]
+        if endpoint in limits.OPENAI_UNFAKED_ENDPOINTS:
+            failure = oa_error(
+                400,
+                f"The fake provider does not fake {endpoint} results; only "
+                + ", ".join(
+                    e for e in limits.OPENAI_ENDPOINTS if e not in limits.OPENAI_UNFAKED_ENDPOINTS
+                )
+                + ".",
+                code="unsupported_endpoint",
+            )
+            return Item(custom_id, http_line(custom_id, failure), ok=False)
+        failure = check_body(endpoint, body)
+        if failure is not None:
+            return Item(custom_id, http_line(custom_id, failure), ok=False)
+        prompt, images, mode, schema = prompt_of(endpoint, body)
+        input_tokens = count_words(prompt) + limits.TOKENS_PER_IMAGE * images
+        marker = self.store.resolve_transient(error_marker(prompt), custom_id)
+        if marker == "timeout":
+            result = error_line(custom_id, "request_timeout", "The request timed out.")
+            return Item(custom_id, result, ok=False, input_tokens=input_tokens)
+        if marker in _FAILURES:
+            result = http_line(custom_id, _FAILURES[marker])
+            if marker == "u2028":
+                result = scripting.broken_line(
+                    marker, custom_id, result, body_key="response", answer_text="", wrong_shape={}
+                )
+            return Item(custom_id, result, ok=False, input_tokens=input_tokens)
+        try:
+            answer = make_answer(prompt, images, mode, schema, marker)
+        except ValueError as exc:  # e.g. an unresolvable $ref deep in the schema
+            failure = oa_error(400, f"Invalid schema: {exc}", code="invalid_json_schema")
+            return Item(custom_id, http_line(custom_id, failure), ok=False)
+        if marker == "error_body_200":
+            response_body: dict[str, Any] = {"error": dict(_FAILURES["server_error"].error)}
+        elif marker == "empty_body_200":
+            response_body = {}
+        else:
+            response_body = success_body(endpoint, body, answer, now)
+        result: dict[str, Any] | bytes = {
+            "id": new_id("batch_req_"),
+            "custom_id": custom_id,
+            "response": {
+                "status_code": 200,
+                "request_id": new_id("req_"),
+                "body": response_body,
+            },
+            "error": None,
+        }
+        if marker in scripting.LINE_MARKERS:
+            result = scripting.broken_line(
+                marker,
+                custom_id,
+                result,
+                body_key="response",
+                answer_text=answer.text,
+                wrong_shape={"custom_id": custom_id, "unexpected": True},
+            )
+        return Item(custom_id, result, True, answer.input_tokens, answer.output_tokens)
+
+    def batches_retrieve(self, request: Request, batch_id: str) -> Response:
+        with self.store.lock:
+            return json_response(
+                self.view(self.store.get_batch(OPENAI, batch_id), self.store.clock())
+            )
+
+    def batches_list(self, request: Request) -> Response:
+        limit = query_limit(request, limits.DEFAULT_LIST_LIMIT, limits.OPENAI_BATCH_LIST_MAX_LIMIT)
+        with self.store.lock:
+            now = self.store.clock()
+            views = [
+                self.view(b, now)
+                for b in reversed(self.store.batches.values())
+                if b.provider == OPENAI
+            ]
+            return json_response(_page(views, request, limit))
+
+    def batches_cancel(self, request: Request, batch_id: str) -> Response:
+        with self.store.lock:
+            batch = self.store.get_batch(OPENAI, batch_id)
+            now = self.store.clock()
+            view = self.view(batch, now)
+            if view["status"] in ("completed", "failed", "expired", "cancelled"):
+                raise ApiError(
+                    400,
+                    "invalid_request_error",
+                    f"Cannot cancel a batch with status '{view['status']}'.",
+                )
+            if batch.cancel_requested_at is None:
+                batch.cancel_requested_at = now
+            return json_response(self.view(batch, now))
+
+    def _finish(self, batch: Batch) -> None:
+        """Materialises the output and error files once the batch has ended."""
+        if batch.finished:
+            return
+        batch.finished = True
+        self._finish_results(batch, *lifecycle.split_processed(batch))
+
+    def _finish_results(
+        self, batch: Batch, processed: list[Item], rest: list[Item], cancelled: bool
+    ) -> None:
+        ok_lines = [it.line for it in processed if it.ok]
+        err_lines = [it.line for it in processed if not it.ok]
+        if cancelled:
+            code, message = "batch_cancelled", "This request was cancelled with its batch."
+        else:
+            code = "batch_expired"
+            message = "This request could not be executed before the completion window expired."
+        err_lines += [error_line(it.custom_id, code, message) for it in rest]
+        if batch.unknown_custom_id:
+            if ok_lines:
+                answer = make_answer("", 0, "text", None)
+                body = success_body(
+                    batch.endpoint,
+                    {"model": batch.model or "fake-model", "input": ""},
+                    answer,
+                    self.store.clock(),
+                )
+                ok_lines.append(
+                    {
+                        "id": new_id("batch_req_"),
+                        "custom_id": UNKNOWN_CUSTOM_ID,
+                        "response": {
+                            "status_code": 200,
+                            "request_id": new_id("req_"),
+                            "body": body,
+                        },
+                        "error": None,
+                    }
+                )
+            else:
+                err_lines.append(
+                    http_line(UNKNOWN_CUSTOM_ID, oa_error(500, "Unknown request (fake)."))
+                )
+        prefix = batch.id
+        if ok_lines:
+            stored = self.store.store_file(
+                f"{prefix}_output.jsonl",
+                "batch_output",
+                jsonl(scripting.shuffled(batch.shuffle_seed, ok_lines)),
+            )
+            batch.output_file_id = stored.id
+        if err_lines:
+            stored = self.store.store_file(
+                f"{prefix}_error.jsonl",
+                "batch_output",
+                jsonl(scripting.shuffled(batch.shuffle_seed, err_lines)),
+            )
+            batch.error_file_id = stored.id
+        elif batch.empty_error_file_id:
+            batch.error_file_id = ""
+        succeeded = sum(1 for it in processed if it.ok)
+        total = len(batch.items)
+        batch.final_counts = {"total": total, "completed": succeeded, "failed": total - succeeded}
+        input_tokens = sum(it.input_tokens for it in processed if it.ok)
+        output_tokens = sum(it.output_tokens for it in processed if it.ok)
+        batch.usage = {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens,
+        }
+
+    def view(self, batch: Batch, now: float) -> dict[str, Any]:
+        phase = lifecycle.openai_phase(batch, now)
+        status = phase.pop("status")
+        terminal = status in ("completed", "failed", "expired", "cancelled")
+        if terminal and status != "failed":
+            self._finish(batch)
+        if status in ("validating", "failed") or (status == "cancelling" and not batch.items):
+            counts = {"total": 0, "completed": 0, "failed": 0}
+        elif terminal:
+            counts = dict(batch.final_counts)
+        else:
+            done = lifecycle.processed(batch, now)
+            if batch.cancel_requested_at is not None:
+                done = min(done, lifecycle.processed(batch, batch.cancel_requested_at))
+            succeeded = sum(1 for it in batch.items[:done] if it.ok)
+            counts = {"total": len(batch.items), "completed": succeeded, "failed": done - succeeded}
+        view: dict[str, Any] = {
+            "id": batch.id,
+            "object": "batch",
+            "endpoint": batch.endpoint,
+            "model": batch.model,
+            "errors": (
+                {"object": "list", "data": copy.deepcopy(batch.errors)}
+                if status == "failed"
+                else None
+            ),
+            "input_file_id": batch.input_file_id,
+            "completion_window": batch.completion_window,
+            "status": status,
+            "output_file_id": batch.output_file_id if terminal else None,
+            "error_file_id": batch.error_file_id if terminal else None,
+            "created_at": int(batch.created),
+            "expires_at": int(batch.created + limits.BATCH_LIFETIME_SECS),
+        }
+        for key, value in phase.items():
+            view[key] = None if value is None else int(value)
+        view["request_counts"] = counts
+        view["metadata"] = copy.deepcopy(batch.metadata)
+        view["usage"] = copy.deepcopy(batch.usage) if terminal else None
+        return view
+
+
+def _check_metadata(metadata: Any) -> None:
+    if metadata is None:
+        return
+    if not isinstance(metadata, Mapping):
+        raise ApiError(
+            400, "invalid_request_error", "Invalid type for 'metadata'.", param="metadata"
+        )
+    if len(metadata) > limits.OPENAI_MAX_METADATA_PAIRS:
+        raise ApiError(
+            400,
+            "invalid_request_error",
+            f"Invalid 'metadata': too many properties. Expected an object with at most "
+            f"{limits.OPENAI_MAX_METADATA_PAIRS} properties, but got {len(metadata)} instead.",
+            param="metadata",
+            code="object_above_max_properties",
+        )
+    for key, value in metadata.items():
+        if len(key) > limits.OPENAI_MAX_METADATA_KEY_CHARS:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"Invalid 'metadata': key {key[:20]!r}... is longer than "
+                f"{limits.OPENAI_MAX_METADATA_KEY_CHARS} characters.",
+                param="metadata",
+                code="string_above_max_length",
+            )
+        if not isinstance(value, str) or len(value) > limits.OPENAI_MAX_METADATA_VALUE_CHARS:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"Invalid 'metadata[{key}]': expected a string of at most "
+                f"{limits.OPENAI_MAX_METADATA_VALUE_CHARS} characters.",
+                param=f"metadata.{key}",
+                code="string_above_max_length",
+            )
+
+
+def _page(items: list[dict[str, Any]], request: Request, limit: int) -> dict[str, Any]:
+    after = request.args.get("after")
+    start = 0
+    if after:
+        ids = [item["id"] for item in items]
+        start = ids.index(after) + 1 if after in ids else len(items)
+    page = items[start : start + limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": start + limit < len(items),
+    }
+
+
+def _line_error(code: str, message: str, line: int | None, param: str | None = None) -> dict:
+    return {"code": code, "message": message, "param": param, "line": line}
+
+
+def _parse_input_file(
+    content: bytes, endpoint: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
+    """(parsed lines with a custom_id, line-level validation errors, the file's model)."""
+    if len(content) > limits.OPENAI_MAX_FILE_BYTES:
+        message = (
+            f"The input file is {len(content):,} bytes; the maximum is "
+            f"{limits.OPENAI_MAX_FILE_BYTES:,} bytes (200 MB)."
+        )
+        return [], [_line_error("file_too_large", message, None)], None
+    numbered = [(n, raw) for n, raw in enumerate(content.split(b"\n"), start=1) if raw.strip()]
+    if not numbered:
+        return [], [_line_error("empty_file", "The input file is empty.", None)], None
+    if len(numbered) > limits.OPENAI_MAX_LINES:
+        message = (
+            f"The input file contains {len(numbered):,} requests; the maximum is "
+            f"{limits.OPENAI_MAX_LINES:,}."
+        )
+        return [], [_line_error("too_many_tasks", message, None)], None
+    lines: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    model: str | None = None
+    for number, raw in numbered:
+        try:
+            line = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            line = None
+        if not isinstance(line, dict):
+            errors.append(
+                _line_error(
+                    "invalid_json_line", "This line is not parseable as valid JSON.", number
+                )
+            )
+            continue
+        custom_id = line.get("custom_id")
+        if not isinstance(custom_id, str) or not custom_id:
+            errors.append(
+                _line_error(
+                    "missing_required_parameter",
+                    "Missing required parameter: 'custom_id'.",
+                    number,
+                    "custom_id",
+                )
+            )
+            continue
+        lines.append(line)
+        for key in ("method", "url", "body"):
+            if key not in line:
+                errors.append(
+                    _line_error(
+                        "missing_required_parameter",
+                        f"Missing required parameter: '{key}'.",
+                        number,
+                        key,
+                    )
+                )
+        if "method" in line and line["method"] != "POST":
+            errors.append(
+                _line_error(
+                    "invalid_method", "The only supported method is 'POST'.", number, "method"
+                )
+            )
+        if "url" in line and line["url"] != endpoint:
+            errors.append(
+                _line_error(
+                    "url_mismatch",
+                    f"The URL provided for this request does not match the batch endpoint "
+                    f"{endpoint}.",
+                    number,
+                    "url",
+                )
+            )
+        if custom_id in seen:
+            errors.append(
+                _line_error(
+                    "duplicate_custom_id",
+                    f"The custom_id {custom_id!r} is duplicated; each custom_id must be "
+                    "unique within the batch.",
+                    number,
+                    "custom_id",
+                )
+            )
+        seen.add(custom_id)
+        body = line.get("body")
+        line_model = body.get("model") if isinstance(body, Mapping) else None
+        if isinstance(line_model, str) and line_model:
+            if model is None:
+                model = line_model
+            elif line_model != model:
+                errors.append(
+                    _line_error(
+                        "model_mismatch",
+                        f"The model {line_model!r} differs from the file's model {model!r}; "
+                        "a batch file must use a single model.",
+                        number,
+                        "body.model",
+                    )
+                )
+    return lines, errors, model
+
+
+# Markers that fail the request with an HTTP-style error line.
+_FAILURES: dict[str, HttpFailure] = {
+    "server_error": oa_error(
+        500,
+        "The server had an error while processing your request. Sorry about that! "
+        "(FAKE_ERROR:server_error)",
+    ),
+    "invalid_request": oa_error(400, "Scripted invalid request (FAKE_ERROR:invalid_request)."),
+    "rate_limit": HttpFailure(
+        429,
+        {
+            "message": "Rate limit reached (FAKE_ERROR:rate_limit).",
+            "type": "requests",
+            "param": None,
+            "code": "rate_limit_exceeded",
+        },
+    ),
+    "u2028": oa_error(400, scripting.U2028_MESSAGE),
+}

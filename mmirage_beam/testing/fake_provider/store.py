@@ -1,0 +1,213 @@
+"""The fake's in-memory state: files, batches and their processed items, the records
+tests read back (submitted requests, create and call counts) and the current script.
+
+One :class:`Store` is shared by the OpenAI and Anthropic handlers; every access holds
+``store.lock``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from mmirage_beam.testing.fake_provider.scripting import SCRIPT_DEFAULTS, CreateFailure
+from mmirage_beam.testing.fake_provider.wire import ANTHROPIC, ApiError, new_id
+
+
+def rfc3339(ts: float | None) -> str | None:
+    """A Unix time as an RFC 3339 UTC string (``...Z``), or ``None``."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def jsonl(lines: Iterable[Mapping[str, Any] | bytes]) -> bytes:
+    """JSON Lines with exactly one ``\\n`` after each line and no blank lines.
+
+    A ``bytes`` line (a scripted broken line) is written as it is.
+    """
+    return b"".join(
+        (line if isinstance(line, bytes) else json.dumps(line).encode("utf-8")) + b"\n"
+        for line in lines
+    )
+
+
+@dataclass
+class StoredFile:
+    id: str
+    filename: str
+    purpose: str
+    content: bytes
+    created_at: int
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "file",
+            "bytes": len(self.content),
+            "created_at": self.created_at,
+            "filename": self.filename,
+            "purpose": self.purpose,
+            "status": "processed",
+            "status_details": None,
+            "expires_at": None,
+        }
+
+
+@dataclass
+class Item:
+    """One processed request: the OpenAI result line or the Anthropic result line
+    (``bytes`` when a marker scripts a line that is not plain JSON)."""
+
+    custom_id: str
+    line: dict[str, Any] | bytes
+    ok: bool
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass
+class Batch:
+    provider: str
+    id: str
+    created: float
+    delay_secs: float
+    items: list[Item]
+    stop_after: int | None = None
+    stop_kind: str | None = None  # "expired" | "cancelled"
+    empty_error_file_id: bool = False
+    shuffle_seed: int | None = None
+    unknown_custom_id: bool = False
+    # OpenAI only.
+    endpoint: str = ""
+    input_file_id: str = ""
+    completion_window: str = "24h"
+    metadata: dict[str, str] | None = None
+    model: str | None = None
+    errors: list[dict[str, Any]] | None = None  # set: the batch fails after validating
+    prompt_tokens: int = 0
+    # Progress.
+    cancel_requested_at: float | None = None
+    finished: bool = False
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    results_jsonl: bytes = b""
+    final_counts: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, Any] | None = None
+    deleted: bool = False
+
+
+class Store:
+    """Everything the fake holds, guarded by one re-entrant lock.
+
+    Args:
+        clock: returns the current Unix time in seconds.
+        default_delay_secs: processing delay of batches when none is scripted.
+    """
+
+    def __init__(self, clock: Callable[[], float], default_delay_secs: float) -> None:
+        self.clock = clock
+        self.default_delay_secs = default_delay_secs
+        self.lock = threading.RLock()
+        self.results_base_url = ""  # base_url of the last start(), kept after stop()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets every file, batch, record and counter and clears the script."""
+        with self.lock:
+            self.files: dict[str, StoredFile] = {}
+            self.batches: dict[str, Batch] = {}
+            self.submitted: list[dict[str, Any]] = []
+            self.create_counts: dict[str, int] = {}
+            self.transient_failed: set[str] = set()
+            self.call_counts: dict[str, int] = {}
+            self.script: dict[str, Any] = dict(SCRIPT_DEFAULTS)
+
+    # -- files ----------------------------------------------------------------------------
+
+    def get_file(self, file_id: str) -> StoredFile:
+        """The stored file; raises a 404 :class:`ApiError` (OpenAI shape) when unknown."""
+        stored = self.files.get(file_id)
+        if stored is None:
+            raise ApiError(
+                404, "invalid_request_error", f"No such File object: {file_id}", param="id"
+            )
+        return stored
+
+    def store_file(self, filename: str, purpose: str, content: bytes) -> StoredFile:
+        """Stores ``content`` as a new file and returns it."""
+        stored = StoredFile(new_id("file-"), filename, purpose, content, int(self.clock()))
+        self.files[stored.id] = stored
+        return stored
+
+    # -- batches --------------------------------------------------------------------------
+
+    def get_batch(self, provider: str, batch_id: str) -> Batch:
+        """The batch; raises a 404 :class:`ApiError` in ``provider``'s shape when unknown."""
+        batch = self.batches.get(batch_id)
+        if batch is None or batch.provider != provider or batch.deleted:
+            if provider == ANTHROPIC:
+                raise ApiError(404, "not_found_error", f"Message batch {batch_id} not found.")
+            raise ApiError(
+                404, "invalid_request_error", f"No batch found with id '{batch_id}'.", param="id"
+            )
+        return batch
+
+    def new_batch(self, provider: str, prefix: str, now: float) -> Batch:
+        """Registers a new batch that captures the current script's batch-level keys."""
+        script = self.script
+        delay = script["processing_delay_secs"]
+        batch = Batch(
+            provider=provider,
+            id=new_id(prefix),
+            created=now,
+            delay_secs=self.default_delay_secs if delay is None else delay,
+            items=[],
+            empty_error_file_id=script["empty_error_file_id"],
+            shuffle_seed=script["shuffle_seed"] if script["shuffle_results"] else None,
+            unknown_custom_id=script["unknown_custom_id"],
+        )
+        if script["expire_after_requests"] is not None:
+            batch.stop_after, batch.stop_kind = script["expire_after_requests"], "expired"
+        elif script["cancel_after_requests"] is not None:
+            batch.stop_after, batch.stop_kind = script["cancel_after_requests"], "cancelled"
+        self.batches[batch.id] = batch
+        return batch
+
+    def record(self, batch: Batch, custom_id: str, request: Mapping[str, Any]) -> None:
+        """Records one request accepted into ``batch`` (see ``submitted_requests``)."""
+        self.submitted.append(
+            {
+                "provider": batch.provider,
+                "batch_id": batch.id,
+                "custom_id": custom_id,
+                "request": copy.deepcopy(dict(request)),
+            }
+        )
+        self.create_counts[custom_id] = self.create_counts.get(custom_id, 0) + 1
+
+    # -- scripting state ------------------------------------------------------------------
+
+    def resolve_transient(self, marker: str | None, custom_id: str) -> str | None:
+        """``transient`` fails as ``server_error`` once per custom_id, then not at all."""
+        if marker != "transient":
+            return marker
+        if custom_id in self.transient_failed:
+            return None
+        self.transient_failed.add(custom_id)
+        return "server_error"
+
+    def take_create_failure(self) -> CreateFailure | None:
+        """Counts a valid create call; returns the scripted failure if this one fails."""
+        failure: CreateFailure | None = self.script["fail_batch_creates"]
+        if failure is None:
+            return None
+        failure.seen += 1
+        if failure.seen == failure.nth or (failure.permanent and failure.seen > failure.nth):
+            return failure
+        return None
