@@ -7,9 +7,10 @@ portable services (job service + external SDK worker pool) started as separate p
 
 ``PortableServices`` starts ``python -m apache_beam.runners.portability.local_job_service_main``
 and ``python -m apache_beam.runners.worker.worker_pool_main`` with this interpreter (the
-project's venv), each in its own working directory and process group, on ports the OS
-picks (``--port 0`` / ``--service_port 0``, read back from the job service's port file and
-the pool's log), and waits until both accept TCP connections. ``stop()`` sends SIGTERM to
+project's venv), each in its own working directory and process group, on free loopback
+ports (the job service's is picked by the OS, ``--port 0``, and read from its port file;
+the pool's is picked free just before it starts, retried if taken), and waits until both
+accept TCP connections. ``stop()`` sends SIGTERM to
 each process group, SIGKILL after a grace period, and reaps every process of the group:
 the pool does not wait for the SDK workers it starts (they stay ``<defunct>``), so the test
 process makes itself a child subreaper (Linux ``prctl``) and waits for them itself.
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -39,7 +39,6 @@ RUNNERS = ("direct", "multi_processing", "portable_external", "portable_loopback
 PORTABLE_RUNNERS = ("portable_external", "portable_loopback")
 #: Set to 1 (CI does) to fail instead of skip when the job service cannot start.
 REQUIRE_ENV_VAR = "MMIRAGE_REQUIRE_PORTABLE"
-_POOL_PORT = re.compile(r"Started worker pool servicer at port: [^:\s]+:(\d+)")
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -194,16 +193,30 @@ class PortableServices:
             self.job.port = _wait_for(
                 self.job, lambda: _read_int(port_file) if port_file.exists() else None, self
             )
-            proc, log = _spawn(
-                "pool",
-                ["-m", "apache_beam.runners.worker.worker_pool_main", "--service_port", "0"],
-                self.workdir / "pool",
-                dict(self.pool_env),
-                logs,
-            )
-            self._services.append(Service("worker pool", proc, 0, self.workdir / "pool", log))
-            self.pool = self._services[-1]
-            self.pool.port = _wait_for(self.pool, lambda: _pool_port(self.pool.log), self)
+            # The pool logs its port only if logging happens to be configured, so it gets
+            # a free port chosen here (another process may take it first: then retry).
+            for attempt in range(3):
+                port = _free_port()
+                proc, log = _spawn(
+                    "pool",
+                    [
+                        "-m",
+                        "apache_beam.runners.worker.worker_pool_main",
+                        "--service_port",
+                        str(port),
+                    ],
+                    self.workdir / "pool",
+                    dict(self.pool_env),
+                    logs,
+                )
+                self.pool = Service("worker pool", proc, port, self.workdir / "pool", log)
+                self._services.append(self.pool)
+                try:
+                    _wait_for(self.pool, lambda port=port: port, self)
+                    break
+                except ServiceStartError:
+                    if attempt == 2 or proc.poll() is None:
+                        raise
         except BaseException:
             self.stop()
             raise
@@ -299,9 +312,10 @@ def _read_int(path: Path) -> Optional[int]:
     return int(text) if text.isdigit() else None
 
 
-def _pool_port(log: Path) -> Optional[int]:
-    m = _POOL_PORT.search(log.read_text(encoding="utf-8", errors="replace"))
-    return int(m.group(1)) if m else None
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _become_subreaper() -> None:

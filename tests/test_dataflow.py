@@ -15,8 +15,10 @@ merged file) are ``gs://`` paths, as on a real Dataflow job.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -117,14 +119,18 @@ def _translate(build) -> dict:  # noqa: ANN001
             payload = beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload)
             if payload.state_specs or payload.timer_family_specs:
                 stateful.append(t.unique_name)
-    staged = {}
+    staged = {}  # staged name -> the bytes a real run would upload
+    folders = set()
     for env in proto.components.environments.values():
         for dep in env.dependencies:
-            path = beam_runner_api_pb2.ArtifactFilePayload.FromString(dep.type_payload).path
+            path = Path(beam_runner_api_pb2.ArtifactFilePayload.FromString(dep.type_payload).path)
             name = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(
                 dep.role_payload
             ).staged_name
-            staged[name] = Path(path)
+            staged[name] = path.read_bytes()
+            folders.add(path.parent)
+    for folder in folders:  # Beam's temporary staging folders
+        shutil.rmtree(folder, ignore_errors=True)
     return {
         "experiments": list(environment.experiments),
         "debug_experiments": job.options.view_as(DebugOptions).experiments or [],
@@ -145,7 +151,7 @@ def _assert_dataflow_job(job: dict) -> None:
     assert "use_runner_v2" in job["experiments"] and "beam_fn_api" in job["experiments"]
     # The package built from setup.py is staged, with the modules the workers import.
     tarball = job["staged"]["workflow.tar.gz"]
-    with tarfile.open(tarball) as tar:
+    with tarfile.open(fileobj=io.BytesIO(tarball)) as tar:
         names = tar.getnames()
         members = [tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()]
     assert any(n.endswith("mmirage_beam/transforms/submit.py") for n in names), names
@@ -153,7 +159,7 @@ def _assert_dataflow_job(job: dict) -> None:
     assert any(n.endswith("/setup.py") for n in names), names
     # The key of the launcher's environment is in no staged file, option or proto.
     blobs = dict(zip(names, members))
-    blobs.update({name: p.read_bytes() for name, p in job["staged"].items()})
+    blobs.update(job["staged"])
     blobs.update({f"serialised job part {i}": b for i, b in enumerate(job["serialised"])})
     leaked = [name for name, blob in blobs.items() if FAKE_KEY.encode() in blob]
     assert not leaked, f"the API key is in {leaked}"
@@ -212,12 +218,10 @@ def test_merge_pipeline_translates_to_a_runner_v2_dataflow_job(tmp_path, monkeyp
     _assert_dataflow_job(job)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pipelines/merge.py prints its totals after a Dataflow --dry_run that wrote "
-    "nothing (rows written: 0 ... merged file: OUT), exit 0",
-)
 def test_merge_dry_run_on_dataflow_prints_no_summary(tmp_path, monkeypatch, capsys):
+    """``mmirage merge ... --runner DataflowRunner --dry_run True`` with receipts on the
+    local disk is refused before any job is built (exit 2, naming the key), and prints no
+    totals of a merge it never wrote."""
     from mmirage_beam.testing import FakeProviderServer
     from pipelines.merge import main as merge_main
     from pipelines.submit import main as submit_main
@@ -231,7 +235,9 @@ def test_merge_dry_run_on_dataflow_prints_no_summary(tmp_path, monkeypatch, caps
         assert submit_main(["--config", path, "--run-id", "dfdry"]) == 0
         capsys.readouterr()
         out = tmp_path / "merged.jsonl"
-        merge_main(["--config", path, "--output-path", str(out), *DATAFLOW_FLAGS])
+        code = merge_main(["--config", path, "--output-path", str(out), *DATAFLOW_FLAGS])
     printed = capsys.readouterr()
+    assert code == 2, printed.err
+    assert "processors[0].metadata_output_path" in printed.err and "gs://" in printed.err
     assert not out.exists()
     assert "merged file:" not in printed.out and "rows written:" not in printed.out

@@ -137,6 +137,18 @@ def _files_under(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
+def _start_or_skip(services: PortableServices) -> PortableServices:
+    """Start the services; skip the test (fail with $MMIRAGE_REQUIRE_PORTABLE=1) when
+    Beam's job service or worker pool cannot start on this machine."""
+    try:
+        services.start()
+    except ServiceStartError as exc:
+        if os.environ.get(REQUIRE_ENV_VAR) == "1":
+            raise
+        pytest.skip(f"Beam's portable job service or worker pool cannot start here: {exc}")
+    return services
+
+
 @pytest.fixture(scope="module")
 def beam_services(tmp_path_factory):
     """Beam's job service and an EXTERNAL worker pool, each in its own empty folder, for
@@ -154,13 +166,7 @@ def beam_services(tmp_path_factory):
         },
         pythonpath=[PLUGIN_SITE],
     )
-    services = PortableServices(root / "services", env)
-    try:
-        services.start()
-    except ServiceStartError as exc:
-        if os.environ.get(REQUIRE_ENV_VAR) == "1":
-            raise
-        pytest.skip(f"Beam's portable job service or worker pool cannot start here: {exc}")
+    services = _start_or_skip(PortableServices(root / "services", env))
     services.trace_file = root / "trace.jsonl"
     yield services
     leftovers = services.stop()
@@ -354,6 +360,9 @@ def test_dofns_run_in_worker_processes_in_another_folder(beam_services, tmp_path
         print("worker trace:", json.dumps(t))
     for t in in_launcher[:2]:
         print("launcher trace:", json.dumps(t))
+    for line in services.pool.log_text().splitlines():
+        if "Starting worker" in line:
+            print("pool log:", line)
     # Building (2 per valid row) and submitting (one per batch) ran only on the workers,
     # children of the pool, never in the launcher or in this process.
     stages = [t["stage"] for t in on_workers]
@@ -376,17 +385,15 @@ def test_worker_without_the_key_stops_the_run_before_submitting(tmp_path):
     """The launcher has OPENAI_API_KEY, the worker pool does not: the run fails on the
     workers before any chunk is submitted, naming the variable."""
     root = _launcher_dir(tmp_path / "launch")
-    with PortableServices(tmp_path / "services", worker_env()) as services:
-        with FakeProviderServer() as fake:
-            env = clean_env(
-                {"OPENAI_API_KEY": LAUNCHER_KEY, "MMIRAGE_OPENAI_BASE_URL": fake.openai_base_url}
-            )
-            flags = runner_flags("portable_external", services)
-            run = run_cli(
-                ["run", "--config", "config.yaml", "--run-id", "nokey", *flags], root, env
-            )
-            counts = fake.call_counts()
-            assert fake.batches() == [] and fake.submitted_requests() == []
+    services = _start_or_skip(PortableServices(tmp_path / "services", worker_env()))
+    with services, FakeProviderServer() as fake:
+        env = clean_env(
+            {"OPENAI_API_KEY": LAUNCHER_KEY, "MMIRAGE_OPENAI_BASE_URL": fake.openai_base_url}
+        )
+        flags = runner_flags("portable_external", services)
+        run = run_cli(["run", "--config", "config.yaml", "--run-id", "nokey", *flags], root, env)
+        counts = fake.call_counts()
+        assert fake.batches() == [] and fake.submitted_requests() == []
         leftovers = services.stop()
     assert leftovers == []
     assert run.returncode != 0, run.stdout
