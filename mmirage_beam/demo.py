@@ -84,6 +84,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--rows", type=int, default=200, help="GSM8K rows to use (max 1319)")
     ap.add_argument("--delay", type=float, default=3.0, help="seconds the fake takes per batch")
     args = ap.parse_args(argv)
+    if args.rows < 1:
+        print("mmirage demo: --rows must be at least 1", file=sys.stderr)
+        return 2
 
     import shutil
 
@@ -102,8 +105,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     run_id = new_run_id()
     data = work / "gsm8k_sample.jsonl"
     lines = [ln for ln in SAMPLE.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    data.write_text("\n".join(lines[: max(1, args.rows)]) + "\n", encoding="utf-8")
-    n_rows = min(len(lines), max(1, args.rows))
+    data.write_text("\n".join(lines[: args.rows]) + "\n", encoding="utf-8")
+    n_rows = min(len(lines), args.rows)
+    if args.rows > n_rows:
+        print(
+            f"mmirage demo: --rows {args.rows} is more than the bundled sample holds; "
+            f"using all {n_rows} rows",
+            file=sys.stderr,
+        )
 
     with FakeProviderServer(processing_delay_secs=args.delay) as fake:
         base_url = fake.openai_base_url if args.provider == "openai" else fake.anthropic_base_url

@@ -63,6 +63,12 @@ class RequestBuildError(ValueError):
     """
 
 
+class PluginError(MmirageError):
+    """A provider plugin named in ``$MMIRAGE_PLUGINS`` cannot be imported (exit 2)."""
+
+    exit_code = 2
+
+
 class RunStopped(MmirageError):
     """A stop was requested (Ctrl-C / SIGTERM on the launcher): no new batch is created.
 

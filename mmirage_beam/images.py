@@ -37,15 +37,42 @@ def resolve_image_path(value: str, image_base_path: Optional[str]) -> str:
 
 def sniff_media_type(data: bytes) -> tuple[Optional[str], bool]:
     """Return ``(media_type, animated)`` from the image bytes; ``(None, False)`` if unknown."""
+    media_type, animated, _ = sniff_image(data)
+    return media_type, animated
+
+
+def sniff_image(data: bytes) -> tuple[Optional[str], bool, Optional[tuple[int, int]]]:
+    """Return ``(media_type, animated, (width, height))`` from the image bytes, read from
+    the header only (Pillow does not decode the pixels); ``(None, False, None)`` if the
+    bytes are not a recognisable image. Width and height are in pixels."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(io.BytesIO(data)) as im:
             fmt = im.format
             animated = bool(getattr(im, "is_animated", False))
-    except (UnidentifiedImageError, OSError, ValueError):
-        return None, False
-    return _MEDIA_TYPES.get(fmt or "", f"image/{(fmt or 'unknown').lower()}"), animated
+            size = (int(im.size[0]), int(im.size[1]))
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+        return None, False, None
+    return _MEDIA_TYPES.get(fmt or "", f"image/{(fmt or 'unknown').lower()}"), animated, size
+
+
+def image_error(img: dict[str, Any], message: str) -> RequestBuildError:
+    """A :class:`RequestBuildError` about payload image ``img``, carrying the name of the
+    image input it came from (``img["input"]``, set by ExtractInputs) as ``input_name``,
+    so the row error names that input."""
+    err = RequestBuildError(message)
+    err.input_name = img.get("input")  # type: ignore[attr-defined]
+    return err
+
+
+def images_error(images: list[dict[str, Any]], message: str) -> RequestBuildError:
+    """A :class:`RequestBuildError` about a request's images as a whole (their count or
+    total size), naming every image input involved (comma-separated) as ``input_name``."""
+    names = list(dict.fromkeys(str(i["input"]) for i in images if i.get("input")))
+    err = RequestBuildError(message)
+    err.input_name = ", ".join(names) or None  # type: ignore[attr-defined]
+    return err
 
 
 def load_image(value: Any, image_base_path: Optional[str]) -> dict[str, Any]:
@@ -56,9 +83,11 @@ def load_image(value: Any, image_base_path: Optional[str]) -> dict[str, Any]:
         image_base_path: the dataset's ``image_base_path``.
 
     Returns:
-        ``{"source", "url", "media_type", "data", "size_bytes", "animated"}``: for a URL,
-        ``url`` is set and the rest ``None``/``False``; for a file, ``data`` is base64 and
-        ``url`` a ``data:`` URI.
+        ``{"source", "url", "media_type", "data", "size_bytes", "animated", "width",
+        "height"}``: for a URL, ``url`` is set and the rest ``None``/``False`` (the
+        provider fetches it; its size is not known here); for a file, ``data`` is base64,
+        ``url`` a ``data:`` URI, ``size_bytes`` the file's size and ``width``/``height``
+        its pixel dimensions (adapters check them against the provider's limits).
 
     Raises:
         RequestBuildError: the value is not a string, the file cannot be read, or its
@@ -76,6 +105,8 @@ def load_image(value: Any, image_base_path: Optional[str]) -> dict[str, Any]:
             "data": None,
             "size_bytes": None,
             "animated": False,
+            "width": None,
+            "height": None,
         }
     path = resolve_image_path(value, image_base_path)
     try:
@@ -83,8 +114,8 @@ def load_image(value: Any, image_base_path: Optional[str]) -> dict[str, Any]:
             raw = f.read()
     except Exception as exc:  # Beam wraps OS errors in its own IOError types
         raise RequestBuildError(f"image file {path!r} cannot be read ({exc})") from None
-    media_type, animated = sniff_media_type(raw)
-    if media_type is None:
+    media_type, animated, size = sniff_image(raw)
+    if media_type is None or size is None:
         raise RequestBuildError(f"image file {path!r} is not a recognisable image")
     data = base64.b64encode(raw).decode("ascii")
     return {
@@ -94,4 +125,6 @@ def load_image(value: Any, image_base_path: Optional[str]) -> dict[str, Any]:
         "data": data,
         "size_bytes": len(raw),
         "animated": animated,
+        "width": size[0],
+        "height": size[1],
     }

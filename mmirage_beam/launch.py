@@ -138,7 +138,10 @@ def human_bytes(n: int) -> str:
 
 
 # Beam modules that define pipeline options but are not imported by ``apache_beam``
-# itself; some cannot be imported without optional dependencies (dask, pandas).
+# itself. They are read, not imported: some cannot be imported without optional
+# dependencies (dask, pandas), and an option class imported in the launcher would also
+# put its defaults into the pipeline's options, which workers without that class then
+# report as "unparseable".
 _OPTION_MODULES = (
     "apache_beam.runners.render",
     "apache_beam.runners.dask.dask_runner",
@@ -148,31 +151,14 @@ _OPTION_MODULES = (
 
 
 def _beam_option_parser() -> Any:
-    """Beam's own argument parser with the options of every runner Beam ships.
-
-    Option classes are registered by importing their modules; a module whose optional
-    dependencies are missing (the Dask runner without ``dask``) has its flags read from
-    its source instead, so that ``--dask_client_address`` is accepted whatever is
-    installed.
-    """
-    import importlib
-    import importlib.util
+    """Beam's own argument parser with the options of every runner Beam ships: the option
+    classes ``apache_beam`` registers, plus the flags of :data:`_OPTION_MODULES` read from
+    their source (accepted with or without a value)."""
     import re
     from pathlib import Path
 
     import apache_beam
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
-
-    static_flags: set[str] = set()
-    for name in _OPTION_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception:  # optional dependency missing: read the flags from the source
-            src = Path(apache_beam.__file__).parent.joinpath(*name.split(".")[1:])
-            src = src.with_suffix(".py")
-            if src.is_file():
-                text = src.read_text(encoding="utf-8")
-                static_flags.update(re.findall(r"add_argument\(\s*['\"](--[A-Za-z0-9_]+)", text))
 
     class _RaisingParser(_BeamArgumentParser):
         def error(self, message: str) -> None:  # argparse would print usage and exit
@@ -185,14 +171,19 @@ def _beam_option_parser() -> Any:
         cls = stack.pop()
         classes.setdefault(f"{cls.__module__}.{cls.__qualname__}", cls)
         stack.extend(cls.__subclasses__())
-    known: set[str] = set()
     for cls in classes.values():
         try:
             cls._add_argparse_args(parser)
         except Exception:  # an option class whose flags clash with another's
             continue
-    for action in parser._actions:
-        known.update(action.option_strings)
+    known = {s for action in parser._actions for s in action.option_strings}
+    static_flags: set[str] = set()
+    root = Path(apache_beam.__file__).parent
+    for name in _OPTION_MODULES:
+        src = root.joinpath(*name.split(".")[1:]).with_suffix(".py")
+        if src.is_file():
+            text = src.read_text(encoding="utf-8")
+            static_flags.update(re.findall(r"add_argument\(\s*['\"](--[A-Za-z0-9_]+)", text))
     for flag in sorted(static_flags - known):
         parser.add_argument(flag, nargs="?")
     return parser
@@ -370,7 +361,30 @@ def run_pipeline(
             raise
         return outcome.result
     finally:
+        from mmirage_beam import progress
+
+        progress.finish()
         for t in timer:
             t.cancel()
         for sig, old in handlers.items():
             signal.signal(sig, old)
+
+
+def beam_options(beam_args: Sequence[str], verbose: bool = False) -> Any:
+    """``PipelineOptions`` of the driver's Beam flags, with SDK workers' own logging at
+    WARNING unless ``verbose`` or the user chose a level (in multi_processing and portable
+    runs, every worker otherwise prints dozens of INFO lines about its own start-up).
+    mmirage's own progress lines stay (``sdk_harness_log_level_overrides``)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    args = list(beam_args)
+    if not verbose and not any(
+        a.split("=", 1)[0]
+        in ("--default_sdk_harness_log_level", "--sdk_harness_log_level_overrides")
+        for a in args
+    ):
+        args += [
+            "--default_sdk_harness_log_level=WARNING",
+            '--sdk_harness_log_level_overrides={"mmirage_beam": "INFO"}',
+        ]
+    return PipelineOptions(args)

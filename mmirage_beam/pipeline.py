@@ -23,6 +23,7 @@ from apache_beam.metrics import Metrics
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.io.readers import ReadDatasets
 from mmirage_beam.io.writers import WriteJsonLinesShards, WriteSingleFile
+from mmirage_beam.progress import CountProgress
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.receipts import receipts_base
 from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
@@ -152,11 +153,12 @@ def build_submit_pipeline(
     read = p | "ReadDatasets" >> ReadDatasets(
         config.datasets, num_shards=config.num_shards, shard_id=config.shard_id
     )
-    extracted = read.rows | "ExtractInputs" >> ExtractInputs(config.inputs, config.datasets)
+    rows = read.rows | "ProgressRowsRead" >> CountProgress("rows read")
+    extracted = rows | "ExtractInputs" >> ExtractInputs(config.inputs, config.datasets)
     built = extracted.rows | "BuildRequests" >> BuildRequests(
         config.outputs, config.datasets, adapter_cls, proc
     )
-    requests = built.requests
+    requests = built.requests | "ProgressRequests" >> CountProgress("requests built")
     if exclude_custom_ids or only_custom_ids is not None:
         keep_listed = only_custom_ids is not None
         ids = only_custom_ids if keep_listed else exclude_custom_ids
@@ -200,6 +202,9 @@ def build_submit_pipeline(
         attempt=attempt,
         parent_run_id=parent_run_id,
         stop_marker=stop_marker,
+    )
+    submitted.receipts | "ProgressChunks" >> CountProgress(
+        "chunks exported" if dry_run else "batches submitted"
     )
     export_file = export_file_for(export_prompts, run_id) if dry_run else None
     if export_file:
@@ -313,14 +318,18 @@ def build_merge_pipeline(
         | "SkippedByIndex" >> beam.Map(lambda e: (int(e["source_index"]), e["reason"]))
     )
     assembled = {
-        "results": fetched.results,
+        "results": fetched.results | "ProgressResults" >> CountProgress("results fetched"),
         "rows": extracted.rows,
         "changed": changed,
         "skipped": skipped,
     } | "AssembleMergedRows" >> AssembleMergedRows(
         config.outputs, config.output_schema, config.remove_columns
     )
-    assembled.rows | "WriteOrdered" >> WriteOrdered(output_path, bounds)
+    (
+        assembled.rows
+        | "ProgressRowsMerged" >> CountProgress("rows merged")
+        | "WriteOrdered" >> WriteOrdered(output_path, bounds)
+    )
     # The errors file is ordered too: by source_index, unknown custom_ids first.
     error_lines = (
         assembled.errors

@@ -29,12 +29,7 @@ def load_plugins() -> None:
         return
     _plugins_loaded = True
     for name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV_VAR, "").split(","))):
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise ConfigError(
-                PLUGINS_ENV_VAR, f"cannot import plugin module {name!r}: {exc}"
-            ) from None
+        _import_plugin(name)
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -42,6 +37,42 @@ def load_plugins() -> None:
             ep.load()
         except Exception as exc:  # one broken plugin must not hide the others
             _LOG.warning("provider plugin %s (%s) failed to load: %s", ep.name, ep.value, exc)
+
+
+def _import_plugin(name: str) -> None:
+    """Import a ``$MMIRAGE_PLUGINS`` module, from the installed packages or, as
+    ``python -m`` would, from the current directory (the ``mmirage`` command does not put
+    it on ``sys.path`` by itself). A module that is not an installed package is pickled
+    by value with the DoFns, so workers in other folders or machines get its classes.
+
+    Raises:
+        PluginError: it cannot be imported (naming the variable and the module).
+    """
+    import sys
+
+    from mmirage_beam.errors import PluginError
+
+    cwd = os.getcwd()
+    try:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError:
+            if cwd in sys.path or "" in sys.path:
+                raise
+            sys.path.append(cwd)
+            module = importlib.import_module(name)
+    except ImportError as exc:
+        raise PluginError(
+            f"${PLUGINS_ENV_VAR}: cannot import the plugin module {name!r} (looked in the "
+            f"installed packages and in {cwd}): {exc}"
+        ) from None
+    origin = getattr(module, "__file__", None) or ""
+    if origin.startswith(cwd + os.sep) and "site-packages" not in origin:
+        try:  # the cloudpickle Beam itself pickles DoFns with (its default pickler)
+            from apache_beam.internal.cloudpickle import cloudpickle
+        except ImportError:  # pragma: no cover - an older or newer Beam layout
+            return
+        cloudpickle.register_pickle_by_value(sys.modules[name.split(".", 1)[0]])
 
 
 class ProviderRegistry:

@@ -163,3 +163,11 @@ def config_locations(config: Any, **flags: Optional[str]) -> dict[str, str]:
         if path:
             locations["--" + name.replace("_", "-")] = path
     return locations
+
+
+def translation_only(options: Any) -> bool:
+    """Whether the runner only translates the job and runs nothing (Beam's ``--dry_run``
+    on the DataflowRunner): nothing is written, so nothing is probed, and no summary of
+    work that never happened may be printed."""
+    opts = _all_options(options)
+    return bool(opts.get("dry_run")) and "dataflow" in _runner_name(opts)

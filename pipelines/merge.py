@@ -17,6 +17,7 @@ import sys
 from typing import Optional, Sequence
 
 from mmirage_beam.launch import (
+    beam_options,
     check_beam_args,
     configure_logging,
     counters,
@@ -88,14 +89,13 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     import apache_beam as beam
     from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
 
     from mmirage_beam.collect import select_run
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for, invalid_rows_path
     from mmirage_beam.receipts import receipts_base
-    from mmirage_beam.storage import check_locations, config_locations
+    from mmirage_beam.storage import check_locations, config_locations, translation_only
 
     if args.partitions is not None and args.partitions < 1:
         raise ConfigError("--partitions", "must be >= 1")
@@ -119,7 +119,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     out = args.output_path
     errors_path = errors_path_for(out)  # rewritten (empty when nothing failed) by the merge
-    options = PipelineOptions(beam_args)
+    options = beam_options(beam_args, args.verbose)
     check_locations(config_locations(config, output_path=out), options)
     pipeline = beam.Pipeline(options=options)
     plan = build_merge_pipeline(
@@ -138,6 +138,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         ],
     )
     result = run_pipeline(pipeline)
+    if translation_only(options):
+        print("mmirage merge: the runner only translated the job (--dry_run); nothing merged")
+        return 0
     stats = counters(result)
     errors = read_jsonl(errors_path)
     _print_totals(plan, stats, errors, pending, args.allow_partial)

@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 
 from mmirage_beam.launch import (
     RunOutcome,
+    beam_options,
     check_beam_args,
     configure_logging,
     counters,
@@ -75,7 +76,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     import apache_beam as beam
     from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
 
     from mmirage_beam.collect import select_run
     from mmirage_beam.config import load_config
@@ -98,7 +98,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         new_run = check_run_id(args.new_run_id) if args.new_run_id else new_run_id()
     except ValueError as exc:
         raise ConfigError("--new-run-id", str(exc)) from None
-    options = PipelineOptions(beam_args)
+    options = beam_options(beam_args, args.verbose)
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     check_locations(config_locations(config), options)
     probe_location(base, new_run, "processors[0].metadata_output_path")

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from mmirage_beam.launch import (
     RunOutcome,
+    beam_options,
     check_beam_args,
     configure_logging,
     counters,
@@ -67,7 +68,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     check_beam_args(beam_args, args.own_flags)
 
     import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
 
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError, MmirageError
@@ -76,7 +76,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
     from mmirage_beam.receipts import consolidate_run, receipts_base
     from mmirage_beam.resume import ResumeState, prepare_resume
-    from mmirage_beam.storage import check_locations, config_locations, probe_location
+    from mmirage_beam.storage import (
+        check_locations,
+        config_locations,
+        probe_location,
+        translation_only,
+    )
 
     config = load_config(args.config)
     dry_run = args.export_prompts is not None
@@ -95,10 +100,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as exc:
         raise ConfigError("--run-id", str(exc)) from None
 
-    options = PipelineOptions(beam_args)
+    options = beam_options(beam_args, args.verbose)
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     check_locations(config_locations(config, export_prompts=args.export_prompts), options)
-    if not dry_run:
+    translate_only = translation_only(options)
+    if not dry_run and not translate_only:
         probe_location(base, run_id, "processors[0].metadata_output_path")
         _remove_if_exists(stop_marker_path(base, run_id))  # left by an earlier stopped attempt
     resume = ResumeState()
@@ -143,6 +149,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         if plan.stop_marker:
             _remove_if_exists(plan.stop_marker)
 
+    if translate_only:
+        print(
+            f"mmirage run {run_id}: the runner only translated the job (--dry_run); nothing "
+            "was read, exported or submitted"
+        )
+        return 0
     written = list(consolidate_run(plan.receipts_base, run_id, dry_run))
     stats = counters(result)
     invalid = read_jsonl(plan.invalid_rows_path)

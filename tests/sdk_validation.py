@@ -1,7 +1,9 @@
 """Validate exported requests against the official SDKs' own request types.
 
 The same checks as the project's ``validate_requests.py`` tool: OpenAI bodies against
-``openai.types.chat.CompletionCreateParamsNonStreaming``, Anthropic requests against
+``openai.types.chat.CompletionCreateParamsNonStreaming`` (``/v1/chat/completions``) or
+``openai.types.responses.response_create_params.ResponseCreateParamsNonStreaming``
+(``/v1/responses``, which the tool does not check), Anthropic requests against
 ``anthropic.types.messages.batch_create_params.Request``, custom_id rules, image bytes
 matching their declared media type, one model per OpenAI batch, and provider limits.
 """
@@ -42,13 +44,45 @@ def _check_image(media_type: str, data: str, errors: list[str], where: str) -> N
         errors.append(f"{where}: bytes are not {media_type}")
 
 
+def _check_responses_body(
+    adapter: Any, body: dict[str, Any], errors: list[str], where: str
+) -> None:
+    """A ``/v1/responses`` body: the SDK's TypedDict (which pydantic validates without
+    extra keys failing), plus what it cannot say: no chat-only keys, ``input`` parts of
+    the Responses types only, images as http(s) or matching base64 data URLs."""
+    _force(adapter.validate_python(body))
+    for key in ("messages", "response_format", "max_tokens", "max_completion_tokens"):
+        if key in body:
+            errors.append(f"{where}: chat-completions key {key!r} in a Responses body")
+    if not isinstance(body.get("input"), list):
+        errors.append(f"{where}: input must be a list of messages")
+        return
+    for item in body["input"]:
+        for part in item.get("content") or []:
+            kind = part.get("type")
+            if kind not in ("input_text", "input_image"):
+                errors.append(f"{where}: input part type {kind!r}")
+            if kind == "input_image":
+                url = part.get("image_url") or ""
+                mt = re.match(r"^data:([^;,]+);base64,(.*)$", url, re.S)
+                if mt:
+                    _check_image(mt.group(1), mt.group(2), errors, where)
+                elif not url.startswith(("http://", "https://")):
+                    errors.append(f"{where}: bad image url")
+    fmt = (body.get("text") or {}).get("format")
+    if fmt is not None and not (fmt.get("type") == "json_schema" and "json_schema" not in fmt):
+        errors.append(f"{where}: text.format must be a flat json_schema format")
+
+
 def validate_export(path: str | Path) -> tuple[int, list[str]]:
     """Return ``(number of requests, problems)`` for an exported prompts file."""
     from anthropic.types.messages import batch_create_params
     from openai.types.chat import completion_create_params
+    from openai.types.responses import response_create_params
     from pydantic import TypeAdapter
 
     oa = TypeAdapter(completion_create_params.CompletionCreateParamsNonStreaming)
+    oa_responses = TypeAdapter(response_create_params.ResponseCreateParamsNonStreaming)
     an = TypeAdapter(batch_create_params.Request)
     errors: list[str] = []
     batches: dict[str, dict[str, Any]] = defaultdict(
@@ -75,6 +109,11 @@ def validate_export(path: str | Path) -> tuple[int, list[str]]:
                 errors.append(f"{where}: method must be POST")
             body = req["body"]
             b["models"].add(body.get("model"))
+            if req.get("url") == "/v1/responses":
+                _check_responses_body(oa_responses, body, errors, where)
+                continue
+            if req.get("url") != "/v1/chat/completions":
+                errors.append(f"{where}: url {req.get('url')!r} is not a supported endpoint")
             _force(oa.validate_python(body))
             for m in body["messages"]:
                 if isinstance(m["content"], list):

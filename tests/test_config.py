@@ -400,3 +400,35 @@ def test_plugin_config_value_error_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError) as info:
         config_from_dict(base_config(tmp_path, "picky", level=9))
     assert info.value.key == "processors[0]" and "at most 3" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "/v1/embeddings",
+        "/v1/completions",
+        "/v1/moderations",
+        "/v1/images/generations",
+        "/v1/images/edits",
+        "/v1/videos",
+        "/v1/chat/completion",
+    ],
+)
+def test_non_generative_endpoints_are_refused_at_load(tmp_path, endpoint):
+    """Only prompt -> text endpoints are built; the rest would fail every request."""
+    cfg = base_config(tmp_path, batch_endpoint=endpoint)
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(cfg)
+    assert info.value.key == "processors[0].batch_endpoint"
+    message = str(info.value)
+    assert repr(endpoint) in message
+    assert "/v1/chat/completions" in message and "/v1/responses" in message
+    assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("endpoint", ["/v1/chat/completions", "/v1/responses"])
+def test_generative_endpoints_load(tmp_path, endpoint):
+    assert (
+        config_from_dict(base_config(tmp_path, batch_endpoint=endpoint)).processor.batch_endpoint
+        == endpoint
+    )

@@ -140,3 +140,35 @@ def test_plugins_load_from_the_environment_in_the_cli(tmp_path):
     env["MMIRAGE_PLUGINS"] = "no_such_plugin_module"
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "no_such_plugin_module" in proc.stderr
+
+
+def test_the_readme_plugin_example_works_from_a_fresh_folder(tmp_path):
+    """`MMIRAGE_PLUGINS=my_pkg.mistral mmirage run ...` from the folder holding my_pkg,
+    with no PYTHONPATH; a module that cannot be imported is named with the variable."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import REPO
+
+    mmirage = Path(sys.executable).parent / "mmirage"
+    if not mmirage.exists():
+        pytest.skip("the mmirage console script is not installed in this environment")
+    folder = tmp_path / "fresh"
+    (folder / "my_pkg").mkdir(parents=True)
+    (folder / "my_pkg" / "__init__.py").write_text("")
+    shutil.copy(REPO / "tests" / "plugins" / "mistral_example.py", folder / "my_pkg" / "mistral.py")
+    path = write_config(tmp_path, base_config(tmp_path, "mistral"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["MMIRAGE_PLUGINS"] = "my_pkg.mistral"
+    cmd = [str(mmirage), "run", "--config", path, "--export-prompts", str(tmp_path / "m.jsonl")]
+    proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert list(tmp_path.glob("m.*.jsonl"))
+    env["MMIRAGE_PLUGINS"] = "my_pkg.missing"
+    proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "$MMIRAGE_PLUGINS" in proc.stderr and "my_pkg.missing" in proc.stderr
+    assert "processors[0]" not in proc.stderr

@@ -261,3 +261,27 @@ def test_a_stop_lets_calls_in_flight_finish_and_the_resume_sends_nothing_twice(
     sent = _submitted(fake)
     assert sorted(sent) == sorted(f"answer-text-{i}" for i in range(1319))
     assert set(sent.values()) == {1}
+
+
+def test_progress_lines_come_every_interval_while_a_job_runs(monkeypatch, caplog):
+    import logging
+
+    from mmirage_beam import progress
+
+    monkeypatch.setattr(progress, "INTERVAL_SECS", 0.05)
+    monkeypatch.setattr(progress, "_STATE", {"thread": None, "started": 0.0, "active": False})
+    caplog.set_level(logging.INFO, logger="mmirage_beam.progress")
+    progress.add("rows read", 3)
+    progress.add("requests built", 6)
+    time.sleep(0.3)
+    lines = [r.getMessage() for r in caplog.records if r.name == "mmirage_beam.progress"]
+    assert len(lines) >= 2  # repeated even though nothing changed
+    assert "rows read 3, requests built 6" in lines[-1]
+    progress.finish()
+    time.sleep(0.15)
+    n = len([r for r in caplog.records if r.name == "mmirage_beam.progress"])
+    time.sleep(0.2)
+    assert len([r for r in caplog.records if r.name == "mmirage_beam.progress"]) == n
+    assert progress.progress_line({"rows read": 132000}, 20.4) == (
+        "progress after 20 s: rows read 132,000"
+    )

@@ -490,3 +490,138 @@ def test_corrupt_parquet_row_group_is_invalid_rows_not_a_crash(tmp_path, capsys)
     invalid = _read_jsonl(tmp_path / "meta" / "batch_metadata.invalid_rows.pq.jsonl")
     assert sorted(e["source_index"] for e in invalid) == list(range(10, 20))
     assert all("row group 1 cannot be read" in e["reason"] for e in invalid)
+
+
+# -- null values never render as the text "None" -------------------------------------------
+
+
+def test_null_used_in_a_prompt_is_an_invalid_row_not_the_text_none(tmp_path, capsys):
+    data = _write_lines(
+        tmp_path,
+        [
+            {"question": "q0", "hint": "h0", "meta": {"author": "Ada"}, "tags": ["a", "b"]},
+            {"question": "q1", "hint": None, "meta": {"author": "Bob"}, "tags": []},
+            {"question": "q2", "hint": "h2", "meta": {"author": None}, "tags": ["c"]},
+            {"question": "q3", "hint": "h3", "meta": {"author": "Cy"}, "tags": ["d", None]},
+        ],
+    )
+    cfg = _config(tmp_path, data)
+    cfg["processing_params"]["inputs"] += [
+        # a declared default of null: the input may be null, but not rendered as null
+        {"name": "hint", "key": "hint", "default": None},
+        {"name": "meta", "key": "meta"},
+        {"name": "tags", "key": "tags"},
+    ]
+    cfg["processing_params"]["outputs"][0]["prompt"] = (
+        "{{ question }} / {{ hint }} / {{ meta.author }} / {{ tags }}"
+    )
+    assert _run(tmp_path, cfg, "nul") == 1
+    invalid = _invalid(tmp_path, "nul")
+    assert [(e["source_index"], e["input_name"]) for e in invalid] == [
+        (1, "hint"),
+        (2, "meta"),
+        (3, "tags"),
+    ]
+    for e in invalid:
+        assert "as the text 'None'" in e["reason"]
+        assert "output 'answer'" in e["reason"]
+        assert f"input {e['input_name']!r} holds null" in e["reason"]
+    assert "None" not in json.dumps(_export_or_empty(tmp_path, "nul"))
+    capsys.readouterr()
+
+
+def _export_or_empty(tmp_path: Path, run_id: str) -> dict[str, Any]:
+    path = tmp_path / f"export.{run_id}.jsonl"
+    return _export(tmp_path, run_id) if path.exists() else {}
+
+
+def test_guarded_nulls_still_render(tmp_path, capsys):
+    """`{% if %}`, `or` and `default(..., true)` are the ways to use a nullable input."""
+    data = _write_lines(
+        tmp_path,
+        [
+            {"question": "q0", "hint": "h0", "meta": {"author": "Ada"}},
+            {"question": "q1", "hint": None, "meta": {"author": None}},
+        ],
+    )
+    cfg = _config(tmp_path, data)
+    cfg["processing_params"]["inputs"] += [
+        {"name": "hint", "key": "hint", "default": None},
+        {"name": "meta", "key": "meta"},
+    ]
+    cfg["processing_params"]["outputs"][0]["prompt"] = (
+        "{{ question }}{% if hint %} (hint: {{ hint }}){% endif %}"
+        " by {{ meta.author or 'anonymous' }}{{ meta.author | default('', true) }}"
+    )
+    assert _run(tmp_path, cfg, "grd") == 0, capsys.readouterr()
+    assert {cid: _content(r) for cid, r in _export(tmp_path, "grd").items()} == {
+        "answer-text-0": "q0 (hint: h0) by AdaAda",
+        "answer-text-1": "q1 by anonymous",
+    }
+    assert _invalid(tmp_path, "grd") == []
+
+
+# -- parallel lists must line up ------------------------------------------------------------
+
+QA_ROWS = [
+    {"items": [{"q": "2+2?", "a": "4"}, {"q": "3+3?", "a": "6"}]},
+    # the second answer is null: items[*].a drops it, so answers no longer line up
+    {"items": [{"q": "1+1?", "a": "2"}, {"q": "5+5?", "a": None}, {"q": "4+4?", "a": "8"}]},
+]
+QA_PROMPT = "{% for q in questions %}{{ q }} -> {{ answers[loop.index0] }}\n{% endfor %}"
+
+
+def test_parallel_lists_of_different_lengths_are_an_invalid_row(tmp_path, capsys):
+    data = _write_lines(tmp_path, QA_ROWS)
+    cfg = _config(tmp_path, data)
+    cfg["processing_params"]["inputs"] = [
+        {"name": "questions", "key": "items[*].q"},
+        {"name": "answers", "key": "items[*].a"},
+    ]
+    cfg["processing_params"]["outputs"][0]["prompt"] = QA_PROMPT
+    cfg["processing_params"]["output_schema"] = {"answer": "{{ answer }}"}
+    assert _run(tmp_path, cfg, "par") == 1
+    (bad,) = _invalid(tmp_path, "par")
+    assert bad["source_index"] == 1 and bad["input_name"] == "answers, questions"
+    assert "'answers' has 2, 'questions' has 3 items" in bad["reason"]
+    assert "map(&field, items)" in bad["reason"]
+    capsys.readouterr()
+    # With --skip-invalid-rows the aligned row alone is sent, paired correctly.
+    assert _run(tmp_path, cfg, "par2", "--skip-invalid-rows") == 0
+    assert {cid: _content(r) for cid, r in _export(tmp_path, "par2").items()} == {
+        "answer-text-0": "2+2? -> 4\n3+3? -> 6\n"
+    }
+
+
+def test_readme_pattern_keeps_nulls_and_the_lists_aligned(tmp_path, capsys):
+    """README: `map(&a, items)` keeps a null per missing answer; the template guards it."""
+    data = _write_lines(tmp_path, QA_ROWS)
+    cfg = _config(tmp_path, data)
+    cfg["processing_params"]["inputs"] = [
+        {"name": "questions", "key": "map(&q, items)"},
+        {"name": "answers", "key": "map(&a, items)"},
+    ]
+    cfg["processing_params"]["outputs"][0]["prompt"] = QA_PROMPT.replace(
+        "answers[loop.index0]", "answers[loop.index0] or '(no answer)'"
+    )
+    cfg["processing_params"]["output_schema"] = {"answer": "{{ answer }}"}
+    assert _run(tmp_path, cfg, "map") == 0, capsys.readouterr()
+    assert _content(_export(tmp_path, "map")["answer-text-1"]) == (
+        "1+1? -> 2\n5+5? -> (no answer)\n4+4? -> 8\n"
+    )
+
+
+def test_parallel_list_detection():
+    from mmirage_beam.transforms.build import parallel_list_inputs
+
+    pair = frozenset({"a", "b"})
+    assert parallel_list_inputs("{% for x in a %}{{ b[loop.index0] }}{% endfor %}") == (pair,)
+    assert parallel_list_inputs(
+        "{% for i in range(a|length) %}{{ a[i] }}{{ b[i] }}{% endfor %}"
+    ) == (pair,)
+    assert parallel_list_inputs("{% for x in a|list %}{{ b[loop.index - 1] }}{% endfor %}") == (
+        pair,
+    )
+    # Lists used side by side, not in step, are free to differ.
+    assert parallel_list_inputs("{{ a | join(', ') }} {% for x in b %}{{ x }}{% endfor %}") == ()
+    assert parallel_list_inputs("{% for x in a %}{{ b[0] }}{% endfor %}") == ()

@@ -18,6 +18,18 @@ from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.registry import ProviderRegistry
 
 DEFAULT_MAX_CHUNK_BYTES = 52_428_800  # 50 MiB, MMIRAGE's default upload size per chunk
+# The OpenAI batch endpoints mmirage-beam builds requests for (generation from a prompt:
+# chat completions and the Responses API). The Batch API also takes /v1/embeddings,
+# /v1/completions, /v1/moderations, /v1/images/generations, /v1/images/edits and
+# /v1/videos (openai-python 3.57 ``batch_create_params.endpoint``), whose bodies and
+# results have nothing in common with a prompt -> text job: refused at load.
+OPENAI_SUPPORTED_ENDPOINTS = ("/v1/chat/completions", "/v1/responses")
+# The Responses API refuses a smaller ``max_output_tokens`` ("Invalid 'max_output_tokens':
+# integer below minimum value. Expected a value >= 16", code integer_below_min_value,
+# quoted in vectorize-io/hindsight#58 and earendil-works/pi#6265).
+RESPONSES_MIN_OUTPUT_TOKENS = 16
+# ``detail`` of an image part (openai-python 3.57 ``ImageDetail``).
+OPENAI_IMAGE_DETAILS = ("auto", "low", "high", "original")
 _POLICIES = ("isolate", "reject")
 
 
@@ -96,7 +108,10 @@ class BatchProviderConfig:
 
 @dataclass
 class OpenAIBatchConfig(BatchProviderConfig):
-    """``provider: openai`` (OpenAI Batch API over chat completions).
+    """``provider: openai`` (OpenAI Batch API over chat completions or the Responses API).
+
+    ``batch_endpoint`` is one of :data:`OPENAI_SUPPORTED_ENDPOINTS`; anything else is a
+    ConfigError naming the key.
 
     Limits: 50,000 requests and 200 MB per batch input file (OpenAI Batch API guide).
     """
@@ -113,15 +128,57 @@ class OpenAIBatchConfig(BatchProviderConfig):
     completion_window: str = "24h"
     base_url: Optional[str] = None
     metadata: dict[str, str] = field(default_factory=dict)
+    #: optional sampling and length settings, sent only when set: chat completions
+    #: ``max_completion_tokens``/``temperature``/``top_p``, Responses
+    #: ``max_output_tokens``/``temperature``/``top_p`` (ranges: openai-python 3.57
+    #: ``completion_create_params`` and ``response_create_params``).
+    max_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    #: ``detail`` of every image part (``auto`` when unset; the Responses API requires
+    #: one on every ``input_image``).
+    image_detail: Optional[str] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.base_url == "":
             self.base_url = None  # e.g. an unset ${VAR:-}
         _check_str("model", self.model)
+        if self.max_tokens is not None:
+            require_int("max_tokens", self.max_tokens, minimum=1)
+        if self.temperature is not None:
+            t = _check_number("temperature", self.temperature)
+            if not 0 <= t <= 2:
+                raise ConfigError("temperature", f"must be in [0, 2], got {t}")
+        if self.top_p is not None:
+            p = _check_number("top_p", self.top_p)
+            if not 0 <= p <= 1:
+                raise ConfigError("top_p", f"must be in [0, 1], got {p}")
+        if self.image_detail is not None and self.image_detail not in OPENAI_IMAGE_DETAILS:
+            raise ConfigError(
+                "image_detail",
+                f"must be one of {', '.join(OPENAI_IMAGE_DETAILS)}, got {self.image_detail!r}",
+            )
         _check_str("batch_endpoint", self.batch_endpoint)
         if not self.batch_endpoint.startswith("/"):
             raise ConfigError("batch_endpoint", f"must start with '/', got {self.batch_endpoint!r}")
+        if self.batch_endpoint not in OPENAI_SUPPORTED_ENDPOINTS:
+            raise ConfigError(
+                "batch_endpoint",
+                f"{self.batch_endpoint!r} is not supported: mmirage-beam builds prompt -> text "
+                "requests, for /v1/chat/completions (the default) and /v1/responses only "
+                "(embeddings, legacy completions, moderations, images and videos are refused)",
+            )
+        if (
+            self.batch_endpoint == "/v1/responses"
+            and self.max_tokens is not None
+            and self.max_tokens < RESPONSES_MIN_OUTPUT_TOKENS
+        ):
+            raise ConfigError(
+                "max_tokens",
+                f"{self.max_tokens} is below the Responses API's minimum max_output_tokens "
+                f"of {RESPONSES_MIN_OUTPUT_TOKENS}; every request would be refused",
+            )
         if self.completion_window != "24h":
             raise ConfigError(
                 "completion_window",

@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Dict, Mapping, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
-from mmirage_beam.errors import RequestBuildError
+from mmirage_beam.images import image_error, images_error
 from mmirage_beam.providers.base import BatchAdapterRegistry, BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
@@ -45,9 +45,24 @@ from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.retrying import make_retry_filter
 
 ACCEPTED_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
-# Anthropic: "5MB per image" (vision docs). Checked on the base64 text, the larger of
-# the two measures, so a request we send is never refused for its size.
-MAX_IMAGE_BYTES = 5 * 1024 * 1024
+# Per-request vision limits. Anthropic "Vision" guide, "General limits" and FAQ
+# (https://platform.claude.com/docs/en/build-with-claude/vision, read 2026-12):
+# - "5MB per image" for the API. Checked on the base64 text, the larger of the two
+#   measures, so a request we send is never refused for its size.
+# - images larger than 8000 x 8000 px are rejected; when a request holds more than 20
+#   images the limit is 2000 x 2000 px per image (the API's 400 reads "At least one of
+#   the image dimensions exceed max allowed size for many-image requests: 2000 pixels",
+#   anthropics/claude-code#13480).
+# - up to 100 images per API request (the API's 400 reads "too many images and
+#   documents: 104 + 1 > 100", anthropics/claude-code#23392).
+# Only local files are checked: an http(s) image is fetched by Anthropic, its size is
+# not known here (it still counts towards the 100).
+VISION_LIMITS_SOURCE = "Anthropic Vision guide, general limits"
+MAX_IMAGE_BYTES = 5 * 1024 * 1024  # 5 MB of base64 text per image
+MAX_IMAGE_SIDE_PX = 8000
+MANY_IMAGES_THRESHOLD = 20  # more than this many images in a request ...
+MANY_IMAGES_MAX_SIDE_PX = 2000  # ... and every image must fit 2000 x 2000 px
+MAX_IMAGES_PER_REQUEST = 100
 
 
 class AnthropicBatchAdapter(BatchSubmissionAdapter):
@@ -98,9 +113,18 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
     ) -> Dict[str, Any]:
         text = _prompt_text(payload["messages"])
         images = payload.get("images") or []
+        if len(images) > MAX_IMAGES_PER_REQUEST:
+            raise images_error(
+                images,
+                f"the request holds {len(images)} images; Anthropic accepts at most "
+                f"{MAX_IMAGES_PER_REQUEST} per request ({VISION_LIMITS_SOURCE})",
+            )
+        max_side = (
+            MANY_IMAGES_MAX_SIDE_PX if len(images) > MANY_IMAGES_THRESHOLD else MAX_IMAGE_SIDE_PX
+        )
         if images:
             content: Any = [{"type": "text", "text": text}]
-            content += [_image_block(img) for img in images]
+            content += [_image_block(img, max_side, len(images)) for img in images]
         else:
             content = text
         params: Dict[str, Any] = {
@@ -228,18 +252,33 @@ def _prompt_text(messages: Sequence[Dict[str, Any]]) -> str:
     return "\n".join(p["text"] for p in content if p.get("type") == "text")
 
 
-def _image_block(img: Dict[str, Any]) -> Dict[str, Any]:
+def _image_block(img: Dict[str, Any], max_side_px: int, n_images: int) -> Dict[str, Any]:
     if img.get("data") is None:
         return {"type": "image", "source": {"type": "url", "url": img["url"]}}
     if img["media_type"] not in ACCEPTED_IMAGE_TYPES:
-        raise RequestBuildError(
+        raise image_error(
+            img,
             f"image {img['source']!r} is {img['media_type']}; Anthropic accepts only JPEG, "
-            "PNG, GIF and WEBP"
+            "PNG, GIF and WEBP",
         )
     if len(img["data"]) > MAX_IMAGE_BYTES:
-        raise RequestBuildError(
+        raise image_error(
+            img,
             f"image {img['source']!r} is {img['size_bytes']} bytes ({len(img['data'])} as "
-            f"base64), over Anthropic's 5 MB ({MAX_IMAGE_BYTES} bytes) per-image limit"
+            f"base64), over Anthropic's 5 MB ({MAX_IMAGE_BYTES} bytes) per-image limit",
+        )
+    width, height = img.get("width"), img.get("height")
+    if width is not None and height is not None and max(width, height) > max_side_px:
+        many = (
+            f" (the limit for a request with more than {MANY_IMAGES_THRESHOLD} images; "
+            f"this one holds {n_images})"
+            if max_side_px == MANY_IMAGES_MAX_SIDE_PX
+            else ""
+        )
+        raise image_error(
+            img,
+            f"image {img['source']!r} is {width} x {height} px; Anthropic accepts at most "
+            f"{max_side_px} px per side{many} ({VISION_LIMITS_SOURCE})",
         )
     return {
         "type": "image",

@@ -24,22 +24,35 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
-from mmirage_beam.errors import RequestBuildError
+from mmirage_beam.images import image_error, images_error
 from mmirage_beam.providers.base import BatchAdapterRegistry, BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.openai_responses import (
+    build_responses_body,
+    normalise_responses_body,
+    schema_name,
+)
 from mmirage_beam.providers.retrying import make_retry_filter
 
 _LOG = logging.getLogger(__name__)
 
 ACCEPTED_IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp", "image/gif")
-_SCHEMA_NAME_RE = re.compile(r"[^a-zA-Z0-9_-]")
+
+# Per-request vision limits. OpenAI "Images and vision" guide, "Image input
+# requirements" (https://platform.openai.com/docs/guides/images-vision, read 2026-12):
+# "Up to 50 MB total payload size per request" and "Up to 500 individual image inputs
+# per request". Checked on the serialised request body (the bigger measure: base64
+# data URLs plus the JSON around them) of every request holding an image, with
+# decimal MB, so nothing we send is refused for its size.
+VISION_LIMITS_SOURCE = "OpenAI Images and vision guide, image input requirements"
+MAX_REQUEST_PAYLOAD_BYTES = 50 * 1000 * 1000  # 50 MB
+MAX_IMAGES_PER_REQUEST = 500
 
 
 class OpenAIBatchAdapter(BatchSubmissionAdapter):
@@ -87,27 +100,51 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: BatchProviderConfig
     ) -> Dict[str, Any]:
-        for img in payload.get("images", ()):
+        """One batch input line for ``config.batch_endpoint``: a chat-completions body
+        (``messages``, ``response_format``) or a Responses body
+        (:func:`~mmirage_beam.providers.openai_responses.build_responses_body`).
+
+        Raises:
+            RequestBuildError: an image OpenAI refuses (type, animation), more than
+                :data:`MAX_IMAGES_PER_REQUEST` images, or a body above
+                :data:`MAX_REQUEST_PAYLOAD_BYTES`; ``input_name`` names the image input.
+        """
+        images = list(payload.get("images") or ())
+        for img in images:
             if img.get("data") is None:
                 continue  # an http(s) URL: fetched by the provider
             if img["media_type"] not in ACCEPTED_IMAGE_TYPES:
-                raise RequestBuildError(
+                raise image_error(
+                    img,
                     f"image {img['source']!r} is {img['media_type']}; OpenAI accepts PNG, "
-                    "JPEG, WEBP and non-animated GIF"
+                    "JPEG, WEBP and non-animated GIF",
                 )
             if img.get("animated"):
-                raise RequestBuildError(
+                raise image_error(
+                    img,
                     f"image {img['source']!r} is an animated GIF; OpenAI accepts only "
-                    "non-animated GIFs"
+                    "non-animated GIFs",
                 )
-        body: Dict[str, Any] = {"model": config.model, "messages": payload["messages"]}
-        schema = payload.get("json_schema")
-        if schema is not None:
-            name = _SCHEMA_NAME_RE.sub("_", payload.get("output_name") or "output")[:64]
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": name, "strict": True, "schema": schema},
-            }
+        if len(images) > MAX_IMAGES_PER_REQUEST:
+            raise images_error(
+                images,
+                f"the request holds {len(images)} images; OpenAI accepts at most "
+                f"{MAX_IMAGES_PER_REQUEST} image inputs per request ({VISION_LIMITS_SOURCE})",
+            )
+        detail = getattr(config, "image_detail", None)
+        if config.batch_endpoint == "/v1/responses":
+            body = build_responses_body(payload, config, image_detail=detail or "auto")
+        else:
+            body = _chat_body(payload, config, detail)
+        if images:
+            nbytes = len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
+            if nbytes > MAX_REQUEST_PAYLOAD_BYTES:
+                raise images_error(
+                    images,
+                    f"the request body is {nbytes} bytes with its {len(images)} image(s); "
+                    f"OpenAI accepts at most {MAX_REQUEST_PAYLOAD_BYTES} bytes (50 MB) per "
+                    f"request ({VISION_LIMITS_SOURCE})",
+                )
         return {
             "custom_id": custom_id,
             "method": "POST",
@@ -281,6 +318,9 @@ def normalise_result_line(line: Dict[str, Any]) -> Dict[str, Any]:
     result: Dict[str, Any] = {"custom_id": line.get("custom_id")}
     response = line.get("response") or None
     error = line.get("error") or None
+    body = (response or {}).get("body") if isinstance(response, dict) else None
+    if isinstance(body, dict) and body.get("object") == "response":
+        return {**result, **normalise_responses_body(body)}
     if response is not None and int(response.get("status_code") or 0) == 200:
         body = response.get("body") or {}
         choices = body.get("choices") or [{}]
@@ -310,6 +350,43 @@ def normalise_result_line(line: Dict[str, Any]) -> Dict[str, Any]:
             "status_code": None,
         }
     return result
+
+
+def _chat_body(
+    payload: Dict[str, Any], config: BatchProviderConfig, detail: Optional[str]
+) -> Dict[str, Any]:
+    """The ``/v1/chat/completions`` body: the payload's messages (every image part with
+    ``detail`` when one is configured), ``response_format`` for a JSON schema, and the
+    config's optional ``max_tokens`` (as ``max_completion_tokens``), ``temperature`` and
+    ``top_p``."""
+    messages = []
+    for message in payload["messages"]:
+        content = message.get("content")
+        if isinstance(content, list) and detail:
+            content = [
+                {"type": "image_url", "image_url": {"detail": detail, **p["image_url"]}}
+                if p.get("type") == "image_url"
+                else p
+                for p in content
+            ]
+        messages.append({**message, "content": content})
+    body: Dict[str, Any] = {"model": config.model, "messages": messages}
+    if getattr(config, "max_tokens", None) is not None:
+        body["max_completion_tokens"] = int(config.max_tokens)
+    for name in ("temperature", "top_p"):
+        if getattr(config, name, None) is not None:
+            body[name] = getattr(config, name)
+    schema = payload.get("json_schema")
+    if schema is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": schema_name(payload.get("output_name")),
+                "strict": True,
+                "schema": schema,
+            },
+        }
+    return body
 
 
 def _count(value: Any) -> int | None:

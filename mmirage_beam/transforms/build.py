@@ -10,7 +10,7 @@ resolves images and builds the provider-neutral payload described in
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -39,7 +39,8 @@ class ExtractedRow(NamedTuple):
         row: the original row dict.
         values: input name -> extracted value (JSON types; image inputs keep the path/URL).
         images: the row's images in input order, each the payload image dict of
-            :func:`mmirage_beam.images.load_image`; empty for a text-only row.
+            :func:`mmirage_beam.images.load_image` plus ``"input"``, the name of the
+            image input it came from; empty for a text-only row.
     """
 
     source_index: int
@@ -110,14 +111,16 @@ class _ExtractInputsFn(beam.DoFn):
             if spec.type == "image" and value is not None:
                 refs = value if isinstance(value, list) else [value]
                 if not self._load_images:
-                    images.extend({"source": v} for v in refs)
+                    images.extend({"source": v, "input": spec.name} for v in refs)
                     values[spec.name] = value
                     continue
                 try:
-                    images.extend(load_image(v, ds.image_base_path) for v in refs)
+                    images.extend(
+                        {**load_image(v, ds.image_base_path), "input": spec.name} for v in refs
+                    )
                 except RequestBuildError as exc:
                     if self._lenient:  # merge re-reads rows: a bad image is no reason to
-                        images.extend({"source": v} for v in refs)  # lose the row
+                        images.extend({"source": v, "input": spec.name} for v in refs)
                         values[spec.name] = value
                         continue
                     yield pvalue.TaggedOutput(
@@ -215,8 +218,10 @@ class _BuildRequestsFn(beam.DoFn):
     def setup(self) -> None:
         from mmirage_beam.transforms.render import make_environment
 
-        env = make_environment()
+        env = make_environment(reject_null=True)
         self._templates = [(o, env.from_string(o.prompt)) for o in self._outputs]
+        self._used = {o.name: template_variables(o.prompt) for o in self._outputs}
+        self._parallel = {o.name: parallel_list_inputs(o.prompt) for o in self._outputs}
         # Only building and sizing happen here: no credentials, no client.
         self._adapter = self._adapter_cls()
         self._hard_limit = type(self._config).PROVIDER_MAX_BATCH_BYTES
@@ -225,10 +230,22 @@ class _BuildRequestsFn(beam.DoFn):
     def process(self, element: ExtractedRow) -> Iterator[Any]:
         import jinja2
 
+        from mmirage_beam.transforms.render import NullValueError, holds_null
+
         ds_path = self._datasets[element.dataset_index].path
         built: list[BatchRequest] = []
         for output, template in self._templates:
             where = f"output {output.name!r}"
+            misaligned = _misaligned_lists(self._parallel[output.name], element.values)
+            if misaligned is not None:
+                names, reason = misaligned
+                yield pvalue.TaggedOutput(
+                    ERRORS_TAG,
+                    RowError(
+                        element.source_index, ds_path, names, f"the prompt of {where} {reason}"
+                    ),
+                )
+                return
             try:
                 prompt = _clean_text(template.render(**element.values))
                 if not prompt.strip():
@@ -246,6 +263,26 @@ class _BuildRequestsFn(beam.DoFn):
                         f"hard limit of {self._hard_limit} bytes per batch; it can never be "
                         "submitted"
                     )
+            except NullValueError as exc:
+                nulls = [
+                    n
+                    for n in sorted(self._used[output.name])
+                    if n in element.values and holds_null(element.values[n])
+                ]
+                name = ", ".join(nulls) if nulls else output.name
+                yield pvalue.TaggedOutput(
+                    ERRORS_TAG,
+                    RowError(
+                        element.source_index,
+                        ds_path,
+                        name,
+                        f"the prompt of {where} would render {exc} as the text 'None'"
+                        + (f" (input {name!r} holds null)" if nulls else "")
+                        + "; give the input a non-null default, or guard it in the "
+                        "template ({% if x %}...{% endif %}, {{ x or '' }})",
+                    ),
+                )
+                return
             except jinja2.UndefinedError as exc:
                 yield pvalue.TaggedOutput(
                     ERRORS_TAG,
@@ -258,8 +295,12 @@ class _BuildRequestsFn(beam.DoFn):
                 )
                 return
             except (RequestBuildError, jinja2.TemplateError) as exc:
+                # An image limit names the image input (and the output in its message).
+                name = getattr(exc, "input_name", None)
+                reason = f"{where}: {exc}" if name else str(exc)
                 yield pvalue.TaggedOutput(
-                    ERRORS_TAG, RowError(element.source_index, ds_path, output.name, str(exc))
+                    ERRORS_TAG,
+                    RowError(element.source_index, ds_path, name or output.name, reason),
                 )
                 return
             built.append(
@@ -281,8 +322,11 @@ class BuildRequests(beam.PTransform):
     let the adapter turn it into the provider's request, and serialise it
     (:class:`~mmirage_beam.records.BatchRequest`, ``nbytes`` in bytes). A row whose
     outputs cannot all be built yields no request and one RowError naming the output,
-    the reason and the source_index (undefined variable, whitespace-only prompt, an image
-    the provider refuses, a request above the provider's hard per-batch byte limit).
+    the reason and the source_index (undefined variable, a ``{{ expr }}`` that is null,
+    parallel lists of different lengths (:func:`parallel_list_inputs`), whitespace-only
+    prompt, an image the provider refuses or a request over one of its per-request
+    limits (naming the image input), a request above the provider's hard per-batch byte
+    limit).
     ``rows`` is PCollection[ExtractedRow]: the rows whose every request was built (the
     ones placeholder rows may be written for).
 
@@ -316,6 +360,88 @@ class BuildRequestsResult(NamedTuple):
     requests: beam.PCollection
     errors: beam.PCollection
     rows: beam.PCollection
+
+
+def template_variables(source: str) -> frozenset[str]:
+    """The top-level variables a Jinja2 template reads (e.g. ``{"question"}``)."""
+    import jinja2
+    from jinja2 import meta
+
+    return frozenset(meta.find_undeclared_variables(jinja2.Environment().parse(source)))
+
+
+def parallel_list_inputs(source: str) -> tuple[frozenset[str], ...]:
+    """Groups of variables a template walks in step, as parallel lists.
+
+    A group is every variable that one ``{% for %}`` loop iterates over or indexes with
+    the loop's position: ``{% for q in questions %}{{ answers[loop.index0] }}`` gives
+    ``{questions, answers}``; ``{% for i in range(n) %}{{ a[i] }} {{ b[i] }}`` gives
+    ``{a, b}``. Only groups of two or more are returned. A row whose lists of one group
+    have different lengths is invalid (a JMESPath projection such as ``items[*].x``
+    drops nulls, so the lists no longer line up).
+    """
+    import jinja2
+    from jinja2 import nodes
+
+    def is_position(node: Any, counters: set[str]) -> bool:
+        for n in [node, *node.find_all((nodes.Name, nodes.Getattr))]:
+            if isinstance(n, nodes.Name) and n.name in counters:
+                return True
+            if (
+                isinstance(n, nodes.Getattr)
+                and isinstance(n.node, nodes.Name)
+                and n.node.name == "loop"
+                and n.attr in ("index0", "index", "revindex0", "revindex")
+            ):
+                return True
+        return False
+
+    groups: list[frozenset[str]] = []
+    for loop in jinja2.Environment().parse(source).find_all(nodes.For):
+        group: set[str] = set()
+        counters: set[str] = set()
+        it = loop.iter
+        while isinstance(it, nodes.Filter) and it.node is not None:
+            it = it.node
+        if isinstance(it, nodes.Name):
+            group.add(it.name)
+        elif (
+            isinstance(it, nodes.Call)
+            and isinstance(it.node, nodes.Name)
+            and it.node.name == "range"
+            and isinstance(loop.target, nodes.Name)
+        ):
+            counters.add(loop.target.name)
+        for body_node in loop.body:
+            for item in [body_node, *body_node.find_all(nodes.Getitem)]:
+                if (
+                    isinstance(item, nodes.Getitem)
+                    and isinstance(item.node, nodes.Name)
+                    and is_position(item.arg, counters)
+                ):
+                    group.add(item.node.name)
+        if len(group) >= 2:
+            groups.append(frozenset(group))
+    return tuple(groups)
+
+
+def _misaligned_lists(
+    groups: Sequence[frozenset[str]], values: dict[str, Any]
+) -> Optional[tuple[str, str]]:
+    """``(input names, reason)`` for the first group of :func:`parallel_list_inputs`
+    whose list values differ in length, else None."""
+    for group in groups:
+        lists = {n: values[n] for n in sorted(group) if isinstance(values.get(n), list)}
+        if len({len(v) for v in lists.values()}) > 1:
+            sizes = ", ".join(f"{n!r} has {len(v)}" for n, v in lists.items())
+            return (
+                ", ".join(lists),
+                f"walks inputs {', '.join(map(repr, lists))} in step as parallel lists, but "
+                f"they have different lengths ({sizes} items); a JMESPath projection like "
+                "items[*].field drops nulls: use map(&field, items) to keep them "
+                "(see README, 'Parallel lists')",
+            )
+    return None
 
 
 def variables_for(values: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Any]:

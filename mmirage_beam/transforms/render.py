@@ -46,10 +46,47 @@ MISSING = MissingValue()
 _BARE_EXPR = re.compile(r"^\s*\{\{\s*(.+?)\s*\}\}\s*$", re.S)
 
 
-def make_environment() -> jinja2.Environment:
-    """The environment every mmirage template is compiled in (strict, no autoescape)."""
+class NullValueError(jinja2.TemplateRuntimeError):
+    """A prompt's ``{{ expr }}`` produced ``None`` (JSON null), or a list or mapping
+    holding one, which would otherwise render as the text ``None``."""
+
+
+def _reject_null(value: Any) -> Any:
+    """Jinja2 ``finalize`` hook of prompt templates: applied to the value of every
+    ``{{ expr }}`` (never to ``{% if %}`` tests or filter arguments), so
+    ``{% if x %}``, ``{{ x or "" }}`` and ``{{ x | default("n/a", true) }}`` still work."""
+    if value is None or (isinstance(value, (list, tuple, dict)) and holds_null(value)):
+        raise NullValueError(
+            "null value" if value is None else f"a value holding null ({value!r:.80})"
+        )
+    return value
+
+
+def holds_null(value: Any) -> bool:
+    """True for ``None`` and for a list, tuple or dict holding ``None`` at any depth."""
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(holds_null(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(holds_null(v) for v in value)
+    return False
+
+
+def make_environment(reject_null: bool = False) -> jinja2.Environment:
+    """The environment every mmirage template is compiled in (strict, no autoescape).
+
+    Args:
+        reject_null: prompt templates: a ``{{ expr }}`` whose value is ``None`` (or a
+            list/mapping holding ``None``) raises :class:`NullValueError` instead of
+            rendering the text ``None``. The top-level ``output_schema`` keeps the
+            default (its failed outputs are :data:`MISSING`, rendered empty).
+    """
     return jinja2.Environment(
-        undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=False,
+        finalize=_reject_null if reject_null else None,
     )
 
 

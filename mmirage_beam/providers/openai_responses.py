@@ -1,0 +1,171 @@
+"""The OpenAI Responses API (``batch_endpoint: /v1/responses``): request bodies and results.
+
+Contract facts (openai-python 3.57, ``types/responses/response_create_params.py`` and
+``types/responses/response.py``; OpenAI API reference "Create a model response"):
+
+- A request body is ``{model, input, instructions?, max_output_tokens?, temperature?,
+  top_p?, text?}``. ``input`` is a list of messages ``{role, content: [parts]}``; a
+  text part is ``{type: "input_text", text}``, an image part ``{type: "input_image",
+  image_url: "https://..." | "data:<mime>;base64,...", detail}`` (``detail`` is
+  required by the SDK's ``ResponseInputImageParam``). A system prompt is
+  ``instructions``, not a message.
+- Structured output is ``text.format = {type: "json_schema", name, schema, strict}``
+  (``ResponseFormatTextJSONSchemaConfigParam``; not chat's nested ``json_schema``).
+- A result body is a ``Response``: ``{object: "response", status, output: [...],
+  incomplete_details: {reason} | null, usage: {input_tokens, output_tokens}, error}``.
+  The answer is the ``output_text`` parts of the ``type: "message"`` items of
+  ``output``; a refusal is a ``{type: "refusal", refusal}`` part; a cut-off answer has
+  ``status: "incomplete"`` and ``incomplete_details.reason`` ``max_output_tokens`` (or
+  ``content_filter`` when a filter stopped it).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, Mapping, Optional
+
+_SCHEMA_NAME_RE = re.compile(r"[^a-zA-Z0-9_-]")
+
+#: error types of :func:`normalise_responses_body` (shared with merge, see
+#: :mod:`mmirage_beam.results`).
+REFUSAL = "refusal"
+TRUNCATED = "truncated"
+CONTENT_FILTER = "content_filter"
+EMPTY = "empty"
+MALFORMED = "malformed_response"
+
+
+def schema_name(output_name: Optional[str]) -> str:
+    """A structured-output ``name``: ``[a-zA-Z0-9_-]{1,64}`` (other characters become
+    ``_``), from the output's name."""
+    return _SCHEMA_NAME_RE.sub("_", output_name or "output")[:64] or "output"
+
+
+def build_responses_body(
+    payload: Mapping[str, Any], config: Any, image_detail: str = "auto"
+) -> Dict[str, Any]:
+    """The ``/v1/responses`` body for one neutral payload (see
+    :class:`~mmirage_beam.providers.base.BatchSubmissionAdapter`).
+
+    Args:
+        payload: the neutral payload: its ``messages`` (chat-shaped; a ``system``
+            message becomes ``instructions``, ``user`` text parts ``input_text``,
+            ``image_url`` parts ``input_image``), ``json_schema`` and ``output_name``.
+        config: the OpenAI provider config; ``model`` and, when set, ``max_tokens``
+            (sent as ``max_output_tokens``), ``temperature`` and ``top_p``.
+        image_detail: ``detail`` of every image part.
+
+    Returns:
+        A dict that validates as openai-python's ``ResponseCreateParamsNonStreaming``.
+    """
+    instructions: list[str] = []
+    items: list[Dict[str, Any]] = []
+    for message in payload["messages"]:
+        role = message.get("role", "user")
+        content = message.get("content")
+        if role in ("system", "developer"):
+            instructions.append(_plain_text(content))
+            continue
+        parts: list[Dict[str, Any]] = []
+        for part in [content] if isinstance(content, str) else content or []:
+            if isinstance(part, str):
+                parts.append({"type": "input_text", "text": part})
+            elif part.get("type") == "text":
+                parts.append({"type": "input_text", "text": part["text"]})
+            elif part.get("type") == "image_url":
+                image = part["image_url"]
+                parts.append(
+                    {
+                        "type": "input_image",
+                        "image_url": image["url"],
+                        "detail": image.get("detail") or image_detail,
+                    }
+                )
+        items.append({"role": role, "content": parts})
+    body: Dict[str, Any] = {"model": config.model, "input": items}
+    if instructions:
+        body["instructions"] = "\n\n".join(instructions)
+    if getattr(config, "max_tokens", None) is not None:
+        body["max_output_tokens"] = int(config.max_tokens)
+    for name in ("temperature", "top_p"):
+        if getattr(config, name, None) is not None:
+            body[name] = getattr(config, name)
+    schema = payload.get("json_schema")
+    if schema is not None:
+        body["text"] = {
+            "format": {
+                "type": "json_schema",
+                "name": schema_name(payload.get("output_name")),
+                "schema": schema,
+                "strict": True,
+            }
+        }
+    return body
+
+
+def _plain_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
+
+
+def normalise_responses_body(body: Dict[str, Any]) -> Dict[str, Any]:
+    """One ``Response`` body (a 200 result of ``/v1/responses``) -> the neutral fields.
+
+    Returns:
+        ``{"generated_text": str}`` for a usable answer, else ``{"error": {"type",
+        "message", "status_code": 200}}`` with ``type`` one of ``refusal`` (a
+        ``refusal`` content part; the message is the provider's refusal text),
+        ``truncated`` (``status: "incomplete"``, reason ``max_output_tokens``),
+        ``content_filter`` (reason ``content_filter``), ``empty`` (no output text) or
+        ``malformed_response`` (the body is not shaped like a Response; a Response
+        with ``status: "failed"`` keeps its ``error.code``, e.g. ``server_error``,
+        and is ``malformed_response`` only when it has none). Either way
+        ``input_tokens`` / ``output_tokens`` are added when ``usage`` reports them, and
+        the text produced so far is kept in the error message of ``truncated`` and
+        ``content_filter``. No ``custom_id``: the caller adds it.
+    """
+    if not isinstance(body, dict) or not isinstance(body.get("output"), list):
+        shape = type(body).__name__ if not isinstance(body, dict) else "no output[] list"
+        return _error(MALFORMED, f"the body is not a Response ({shape})", None)
+    usage = body.get("usage")
+    tokens: Dict[str, int] = {}
+    if isinstance(usage, dict) and isinstance(usage.get("input_tokens"), int):
+        tokens["input_tokens"] = int(usage["input_tokens"])
+        tokens["output_tokens"] = int(usage.get("output_tokens") or 0)
+    texts: list[str] = []
+    refusals: list[str] = []
+    for item in body["output"]:
+        if not isinstance(item, dict):
+            return _error(MALFORMED, "an output[] item is not an object", tokens)
+        if item.get("type") != "message":
+            continue  # reasoning, tool calls: not the answer
+        content = item.get("content")
+        if not isinstance(content, list):
+            return _error(MALFORMED, "a message output has no content[] list", tokens)
+        for part in content:
+            if not isinstance(part, dict):
+                return _error(MALFORMED, "a content[] part is not an object", tokens)
+            if part.get("type") == "output_text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif part.get("type") == "refusal":
+                refusals.append(str(part.get("refusal") or ""))
+    text = "".join(texts)
+    if refusals:
+        return _error(REFUSAL, " ".join(r for r in refusals if r) or "the model refused", tokens)
+    if body.get("status") == "incomplete":
+        reason = (body.get("incomplete_details") or {}).get("reason") or "unknown"
+        kind = CONTENT_FILTER if reason == "content_filter" else TRUNCATED
+        said = f"; text so far: {text}" if text else ""
+        return _error(kind, f"the response is incomplete ({reason}){said}", tokens)
+    if body.get("status") == "failed" or body.get("error"):
+        err = body.get("error") if isinstance(body.get("error"), dict) else {}
+        message = err.get("message") or "no message"
+        return _error(err.get("code") or MALFORMED, f"the response failed: {message}", tokens)
+    if not text.strip():
+        return _error(EMPTY, "the response holds no output text", tokens)
+    return {"generated_text": text, **tokens}
+
+
+def _error(kind: str, message: str, tokens: Optional[Dict[str, int]]) -> Dict[str, Any]:
+    return {"error": {"type": kind, "message": message, "status_code": 200}, **(tokens or {})}
