@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import tarfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,9 @@ pytest.importorskip(
     reason="the Dataflow runner needs the gcp extra: pip install -e '.[gcp]'",
 )
 
-FAKE_KEY = "sk-FAKE-dataflow-key-3f9c1e0b7a"  # recognisable; must appear nowhere staged
+# Recognisable, and made at run time: the staged package also holds tests/test*.py
+# (setuptools' sdist default), so a literal key here would be found in this very file.
+FAKE_KEY = "sk-FAKE-" + uuid.uuid4().hex
 DATAFLOW_FLAGS = [
     "--runner",
     "DataflowRunner",
@@ -152,13 +155,13 @@ def _assert_dataflow_job(job: dict) -> None:
     # The package built from setup.py is staged, with the modules the workers import.
     tarball = job["staged"]["workflow.tar.gz"]
     with tarfile.open(fileobj=io.BytesIO(tarball)) as tar:
-        names = tar.getnames()
-        members = [tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()]
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    names = list(files)
     assert any(n.endswith("mmirage_beam/transforms/submit.py") for n in names), names
     assert any(n.endswith("pipelines/merge.py") for n in names), names
     assert any(n.endswith("/setup.py") for n in names), names
     # The key of the launcher's environment is in no staged file, option or proto.
-    blobs = dict(zip(names, members))
+    blobs = dict(files)
     blobs.update(job["staged"])
     blobs.update({f"serialised job part {i}": b for i, b in enumerate(job["serialised"])})
     leaked = [name for name, blob in blobs.items() if FAKE_KEY.encode() in blob]
