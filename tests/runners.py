@@ -163,10 +163,14 @@ class PortableServices:
     def start(self) -> None:
         """Start both services and wait until both accept connections.
 
+        Does nothing if they are already running (so ``with`` after ``start()`` is fine).
+
         Raises:
             ServiceStartError: either one exited or did not listen within ``timeout``
                 (both are stopped first).
         """
+        if getattr(self, "_services", None):
+            return
         _become_subreaper()
         logs = self.workdir / "logs"
         for d in ("job", "pool", "logs"):

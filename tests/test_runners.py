@@ -171,6 +171,7 @@ def beam_services(tmp_path_factory):
     yield services
     leftovers = services.stop()
     assert leftovers == [], f"processes of the Beam services not reaped: {leftovers}"
+    assert services.job.proc.poll() is not None and services.pool.proc.poll() is not None
 
 
 def _services_for(runner: str, request) -> PortableServices | None:  # noqa: ANN001
@@ -396,6 +397,7 @@ def test_worker_without_the_key_stops_the_run_before_submitting(tmp_path):
         assert fake.batches() == [] and fake.submitted_requests() == []
         leftovers = services.stop()
     assert leftovers == []
+    assert services.job.proc.poll() is not None and services.pool.proc.poll() is not None
     assert run.returncode != 0, run.stdout
     error = [ln for ln in run.stderr.splitlines() if ln.startswith("mmirage: error:")]
     assert error and "needs OPENAI_API_KEY" in error[-1], run.stderr[-3000:]
