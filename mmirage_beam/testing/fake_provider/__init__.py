@@ -16,24 +16,37 @@ OpenAI (``Authorization: Bearer <any non-empty key>`` required, else 401 with
 ``{"error": {"message", "type", "param", "code"}}``):
 
 - ``POST /v1/files`` multipart (``file``, ``purpose``): upload; returns a file object.
+  400 ``"File is too large."`` for a ``purpose=batch`` upload over 200 MiB (the
+  ``max_batch_file_bytes`` constructor argument lowers it) or any upload over 512 MiB;
+  400 when a ``purpose=batch`` file's name does not end in ``.jsonl``. Batch input files
+  get ``expires_at = created_at + 30 days``; other uploads ``expires_at: null``.
 - ``GET /v1/files?after=&limit=&order=&purpose=``: list files (newest first by default).
 - ``GET /v1/files/{file_id}``, ``DELETE /v1/files/{file_id}``: retrieve or delete a file.
 - ``GET /v1/files/{file_id}/content``: the raw bytes of an uploaded, output or error file.
-- ``POST /v1/batches`` JSON ``{input_file_id, endpoint, completion_window, metadata?}``.
-  HTTP 400 when the input file is unknown or not ``purpose=batch``, the endpoint is not
-  one of ``/v1/chat/completions``, ``/v1/responses``, ``/v1/embeddings``,
-  ``/v1/completions``, ``completion_window != "24h"``, or metadata has more than 16
-  pairs, a key over 64 or a value over 512 characters. Problems in the file itself do
+- ``POST /v1/batches`` JSON ``{input_file_id, endpoint, completion_window, metadata?,
+  output_expires_after?}``. HTTP 400 when the input file is unknown or not
+  ``purpose=batch``, the endpoint is not in the spec's enum (``/v1/responses``,
+  ``/v1/chat/completions``, ``/v1/embeddings``, ``/v1/completions``, ``/v1/moderations``,
+  ``/v1/images/generations``, ``/v1/images/edits``, ``/v1/videos``),
+  ``completion_window != "24h"``, metadata has more than 16 pairs, a key over 64 or a
+  value over 512 characters, or ``output_expires_after`` is not ``{"anchor":
+  "created_at", "seconds": 3600..2592000}``. The output and error files expire
+  ``seconds`` after their creation (30 days without it). The fake answers the first four
+  endpoints; every line of a moderations, images or videos batch gets a 400
+  ``unsupported_endpoint`` result in the error file. Problems in the file itself do
   not give an HTTP error: the batch is created and becomes ``failed`` with
   ``errors = {"object": "list", "data": [{code, message, param, line}]}``. Codes:
-  ``file_too_large`` (> 200 MiB), ``empty_file``, ``too_many_tasks`` (> 50,000 lines),
+  ``empty_file``, ``too_many_tasks`` (> 50,000 lines),
   ``invalid_json_line``, ``missing_required_parameter`` (custom_id/method/url/body),
   ``invalid_method``, ``url_mismatch`` (line ``url`` != batch ``endpoint``),
   ``duplicate_custom_id``, ``model_mismatch`` (more than one model in the file), and
   ``token_limit_exceeded`` (scripted, or over ``enqueued_token_limit``).
 - ``GET /v1/batches/{batch_id}``, ``POST /v1/batches/{batch_id}/cancel``,
   ``GET /v1/batches?after=&limit=`` (``{object: "list", data, first_id, last_id,
-  has_more}``, newest first, limit 1..100, default 20).
+  has_more}``, newest first, limit 1..100, default 20; ``first_id``/``last_id`` null
+  when empty). An empty file list has ``first_id``/``last_id`` ``""`` (the spec's
+  ListFilesResponse requires strings).
+- Every answer carries an ``x-request-id`` header (Anthropic: ``request-id``).
 
 Anthropic (``x-api-key`` or ``Authorization: Bearer`` required, else 401 with
 ``{"type": "error", "error": {"type": "authentication_error", "message"}}``):
@@ -69,9 +82,11 @@ evenly over the processing window (OpenAI ``D/3..2D/3``, Anthropic ``0..2D/3``),
 decides how many are done when a batch is cancelled; cancellation takes ``D/3``
 (``cancelling``/``canceling``) and leaves partial results: OpenAI ``batch_cancelled``
 lines in the error file, Anthropic ``canceled`` results. A create call answers
-``validating`` (OpenAI) or ``in_progress`` (Anthropic). Cancelling a finished batch is
-a 400 ``invalid_request_error``. ``request_counts.failed`` (OpenAI) includes expired and
-cancelled requests, so ``completed + failed == total`` once the batch is done.
+``validating`` (OpenAI) or ``in_progress`` (Anthropic). Cancelling a finished OpenAI
+batch is a 409 ``"Cannot cancel a batch with status 'completed'."`` (Anthropic: 400
+``invalid_request_error``). ``request_counts.failed`` (OpenAI) counts failed requests
+and, for a cancelled batch, the requests it never ran; an expired batch does not count
+the requests it never ran, so ``completed + failed < total`` there.
 
 OpenAI results: successes go to ``output_file_id`` (``null`` when none), failures to
 ``error_file_id`` (``null`` when none, ``""`` if scripted). HTTP-style failures have

@@ -23,6 +23,7 @@ _JSON_MAX_DEPTH = 12
 
 
 def sha256_hex(text: str) -> str:
+    """Hex SHA-256 of the UTF-8 text."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -83,6 +84,7 @@ class _JsonFaker:
         return int(self._hex(path)[:12], 16)
 
     def resolve(self, schema: Any) -> Any:
+        """``schema`` with local ``$ref`` followed; raises ValueError if unresolvable."""
         for _ in range(64):
             if not isinstance(schema, Mapping) or "$ref" not in schema:
                 return schema
@@ -101,6 +103,7 @@ class _JsonFaker:
         raise ValueError("$ref chain too long")
 
     def value(self, schema: Any, path: str, depth: int) -> Any:
+        """A deterministic instance of ``schema`` at JSON path ``path``."""
         schema = self.resolve(schema)
         if not isinstance(schema, Mapping) or not schema:
             return self._string({}, path)
@@ -279,6 +282,7 @@ class _JsonFaker:
 
 
 def schema_root_is_object(schema: Any) -> bool:
+    """Whether ``schema`` (after local ``$ref``) is an object schema."""
     if not isinstance(schema, Mapping):
         return False
     try:
@@ -317,6 +321,7 @@ class Answer:
 
 
 def count_words(text: str) -> int:
+    """The fake's token count: whitespace-separated words."""
     return len(text.split())
 
 
@@ -349,6 +354,7 @@ def make_answer(
 
 
 def text_parts(content: Any, text_types: tuple[str, ...]) -> list[str]:
+    """The texts of ``content`` (a string, or the parts whose type is in ``text_types``)."""
     if isinstance(content, str):
         return [content]
     out = []
@@ -362,6 +368,7 @@ def text_parts(content: Any, text_types: tuple[str, ...]) -> list[str]:
 
 
 def count_parts(content: Any, image_types: tuple[str, ...]) -> int:
+    """How many parts of ``content`` have a type in ``image_types``."""
     if not isinstance(content, list):
         return 0
     return sum(1 for p in content if isinstance(p, Mapping) and p.get("type") in image_types)

@@ -119,6 +119,7 @@ def check_params(params: Any) -> str | None:
 
 
 def prompt_of(params: Mapping[str, Any]) -> tuple[str, int, str, Any]:
+    """(prompt text, image count, answer mode, schema) of validated params."""
     texts: list[str] = []
     images = 0
     for msg in params["messages"]:
@@ -133,6 +134,7 @@ def prompt_of(params: Mapping[str, Any]) -> tuple[str, int, str, Any]:
 
 
 def errored_line(custom_id: str, kind: str, message: str) -> dict[str, Any]:
+    """An ``errored`` results line with error ``kind`` and ``message``."""
     return {
         "custom_id": custom_id,
         "result": {
@@ -154,6 +156,7 @@ class AnthropicApi:
         self.store = store
 
     def messages_batches_create(self, request: Request) -> Response:
+        """``POST /v1/messages/batches``: checks the requests, creates the batch."""
         size = request.content_length
         if size is not None and size > limits.ANTHROPIC_MAX_BODY_BYTES:
             raise ApiError(
@@ -265,11 +268,13 @@ class AnthropicApi:
         return Item(custom_id, line, True, answer.input_tokens, answer.output_tokens)
 
     def messages_batches_retrieve(self, request: Request, batch_id: str) -> Response:
+        """``GET /v1/messages/batches/{id}``."""
         with self.store.lock:
             batch = self.store.get_batch(ANTHROPIC, batch_id)
             return json_response(self.view(batch, self.store.clock()))
 
     def messages_batches_list(self, request: Request) -> Response:
+        """``GET /v1/messages/batches?after_id=&before_id=&limit=``, newest first."""
         limit = query_limit(request, limits.DEFAULT_LIST_LIMIT, limits.ANTHROPIC_LIST_MAX_LIMIT)
         after_id, before_id = request.args.get("after_id"), request.args.get("before_id")
         if after_id and before_id:
@@ -306,6 +311,7 @@ class AnthropicApi:
             )
 
     def messages_batches_cancel(self, request: Request, batch_id: str) -> Response:
+        """``POST /v1/messages/batches/{id}/cancel`` (400 once ended)."""
         with self.store.lock:
             batch = self.store.get_batch(ANTHROPIC, batch_id)
             now = self.store.clock()
@@ -320,6 +326,7 @@ class AnthropicApi:
             return json_response(self.view(batch, now))
 
     def messages_batches_delete(self, request: Request, batch_id: str) -> Response:
+        """``DELETE /v1/messages/batches/{id}`` (400 while processing)."""
         with self.store.lock:
             batch = self.store.get_batch(ANTHROPIC, batch_id)
             if self.view(batch, self.store.clock())["processing_status"] != "ended":
@@ -333,6 +340,7 @@ class AnthropicApi:
             return json_response({"id": batch_id, "type": "message_batch_deleted"})
 
     def messages_batches_results(self, request: Request, batch_id: str) -> Response:
+        """``GET /v1/messages/batches/{id}/results``: the JSONL (400 until ended)."""
         with self.store.lock:
             batch = self.store.get_batch(ANTHROPIC, batch_id)
             if self.view(batch, self.store.clock())["processing_status"] != "ended":
@@ -378,6 +386,7 @@ class AnthropicApi:
         }
 
     def view(self, batch: Batch, now: float) -> dict[str, Any]:
+        """The message batch object at ``now`` (results materialised once ended)."""
         phase = lifecycle.anthropic_phase(batch, now)
         ended = phase["processing_status"] == "ended"
         if ended:

@@ -18,6 +18,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from mmirage_beam.testing.fake_provider import limits
 from mmirage_beam.testing.fake_provider.anthropic import AnthropicApi
 from mmirage_beam.testing.fake_provider.openai import OpenAIApi
 from mmirage_beam.testing.fake_provider.scripting import (
@@ -34,6 +35,7 @@ from mmirage_beam.testing.fake_provider.wire import (
     ApiError,
     error_response,
     json_response,
+    new_id,
     status_error,
 )
 
@@ -43,6 +45,7 @@ _LOG = logging.getLogger("mmirage_beam.testing.fake_provider")
 
 
 def check_loopback(host: str) -> None:
+    """Raises ValueError unless ``host`` is a loopback address or ``localhost``."""
     if host == "localhost":
         return
     try:
@@ -57,14 +60,17 @@ class _QuietRequestHandler(WSGIRequestHandler):
     """Sends Werkzeug's per-request lines to this module's logger at DEBUG."""
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """Logs the request line at DEBUG."""
         _LOG.debug("%s %r %s %s", self.address_string(), self.requestline, code, size)
 
     def log(self, type: str, message: str, *args: Any) -> None:
+        """Logs Werkzeug's messages (info at DEBUG, others at WARNING)."""
         level = logging.DEBUG if type == "info" else logging.WARNING
         _LOG.log(level, "%s - " + message.rstrip(), self.address_string(), *args)
 
 
 def check_provider(provider: str | None) -> None:
+    """Raises ValueError unless ``provider`` is ``openai``, ``anthropic`` or None."""
     if provider is not None and provider not in PROVIDERS:
         raise ValueError(f"provider must be one of {PROVIDERS} or None, got {provider!r}")
 
@@ -73,7 +79,7 @@ class FakeProviderServer:
     """Embedded OpenAI + Anthropic batch API fake on one loopback port.
 
     Use as a context manager (``with FakeProviderServer() as fake:``) or call
-    :meth:`start` and :meth:`stop`. All state is in memory. See the module docstring for
+    :meth:`start` and :meth:`stop`. All state is in memory. See the package docstring for
     the endpoints, scripting keys, prompt markers and answer rules.
 
     Args:
@@ -82,6 +88,9 @@ class FakeProviderServer:
         processing_delay_secs: seconds from creation until a batch has finished; 0
             means finished on the first read after creation.
         clock: returns the current Unix time in seconds; injectable for tests.
+        max_batch_file_bytes: the largest ``purpose=batch`` upload accepted, in bytes
+            (default 200 MiB, OpenAI's batch input limit); larger uploads get 400 "File
+            is too large.". Tests lower it to avoid uploading 200 MB.
 
     Raises:
         ValueError: for a non-loopback host or a negative delay.
@@ -94,11 +103,18 @@ class FakeProviderServer:
         processing_delay_secs: float = 0.0,
         *,
         clock: Callable[[], float] = time.time,
+        max_batch_file_bytes: int = limits.OPENAI_MAX_FILE_BYTES,
     ) -> None:
         check_loopback(host)
+        if isinstance(max_batch_file_bytes, bool) or not isinstance(max_batch_file_bytes, int):
+            raise ValueError(f"max_batch_file_bytes must be an int, got {max_batch_file_bytes!r}")
         self._host = host
         self._requested_port = port
-        self._store = Store(clock, parse_delay("processing_delay_secs", processing_delay_secs))
+        self._store = Store(
+            clock,
+            parse_delay("processing_delay_secs", processing_delay_secs),
+            max_batch_file_bytes,
+        )
         self._openai = OpenAIApi(self._store)
         self._anthropic = AnthropicApi(self._store)
         self._server: BaseWSGIServer | None = None
@@ -305,6 +321,10 @@ class FakeProviderServer:
             response = self._dispatch(request)
         finally:
             request.close()  # closes spooled upload files
+        # Every answer carries a request id, as the real services do; the SDKs expose it
+        # as ``_request_id`` (OpenAI ``x-request-id``, Anthropic ``request-id``).
+        header = "request-id" if request.path.startswith("/v1/messages") else "x-request-id"
+        response.headers[header] = new_id("req_")
         return response(environ, start_response)
 
     def _dispatch(self, request: Request) -> Response:

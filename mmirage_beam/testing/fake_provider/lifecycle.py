@@ -16,6 +16,7 @@ OPENAI_TERMINAL = ("completed", "failed", "expired", "cancelled")
 
 
 def processing_window(batch: Batch) -> tuple[float, float]:
+    """(start, end) Unix seconds of the window in which requests are processed."""
     d = batch.delay_secs
     if batch.provider == OPENAI:
         return batch.created + d / 3, batch.created + 2 * d / 3
@@ -38,6 +39,7 @@ def processed(batch: Batch, at: float) -> int:
 
 
 def final_processed(batch: Batch) -> int:
+    """How many requests were processed once the batch has ended."""
     if batch.cancel_requested_at is not None:
         return processed(batch, batch.cancel_requested_at)
     return processed(batch, math.inf)
@@ -51,6 +53,7 @@ def is_terminal(batch: Batch, now: float) -> bool:
 
 
 def openai_phase(batch: Batch, now: float) -> dict[str, Any]:
+    """OpenAI ``status`` and the ``*_at`` timestamps (Unix seconds or None) at ``now``."""
     d, t0 = batch.delay_secs, batch.created
     v_end, ip_end, end = t0 + d / 3, t0 + 2 * d / 3, t0 + d
     out: dict[str, Any] = dict.fromkeys(
@@ -103,6 +106,7 @@ def openai_phase(batch: Batch, now: float) -> dict[str, Any]:
 
 
 def anthropic_phase(batch: Batch, now: float) -> dict[str, Any]:
+    """Anthropic ``processing_status``, ``cancel_initiated_at`` and ``ended_at`` at ``now``."""
     d, t0 = batch.delay_secs, batch.created
     end = t0 + d
     out: dict[str, Any] = {"cancel_initiated_at": None, "ended_at": None}

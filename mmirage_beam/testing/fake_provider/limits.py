@@ -30,7 +30,16 @@ OPENAI_UNFAKED_ENDPOINTS = (
     "/v1/videos",
 )
 OPENAI_MAX_LINES = 50_000
+# "The file can contain up to 50,000 requests, and can be up to 200 MB in size" (Batch
+# guide); a larger upload is refused with 400 "File is too large.".
 OPENAI_MAX_FILE_BYTES = 200 * 1024 * 1024  # 200 MiB
+# Files API: "Individual files can be up to 512 MB" (files create reference).
+OPENAI_MAX_UPLOAD_BYTES = 512 * 1024 * 1024
+# Batch input and output files expire 30 days after creation by default; a batch's
+# ``output_expires_after.seconds`` is 3600..2592000 (CreateBatchRequest in the spec).
+OPENAI_BATCH_FILE_LIFETIME_SECS = 30 * 24 * 60 * 60
+OPENAI_OUTPUT_EXPIRES_MIN_SECS = 3600
+OPENAI_OUTPUT_EXPIRES_MAX_SECS = 2_592_000
 OPENAI_MAX_METADATA_PAIRS = 16
 OPENAI_MAX_METADATA_KEY_CHARS = 64
 OPENAI_MAX_METADATA_VALUE_CHARS = 512

@@ -10,6 +10,7 @@ DATA_URL_RE = re.compile(r"^data:([^;,]*)((?:;[^;,]*)*),(.*)$", re.DOTALL)
 
 
 def sniff_image(data: bytes) -> str | None:
+    """The image media type from the magic bytes (jpeg, png, gif, webp) or None."""
     if data.startswith(b"\xff\xd8\xff"):
         return "image/jpeg"
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -22,6 +23,7 @@ def sniff_image(data: bytes) -> str | None:
 
 
 def b64decode(data: str) -> bytes | None:
+    """Strict base64 decoding; None when ``data`` is not base64."""
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):

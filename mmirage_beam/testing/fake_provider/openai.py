@@ -48,6 +48,7 @@ class OpenAIApi:
     # -- OpenAI files ---------------------------------------------------------------------
 
     def files_create(self, request: Request) -> Response:
+        """``POST /v1/files`` (multipart ``file``, ``purpose``)."""
         upload = request.files.get("file")
         purpose = request.form.get("purpose")
         if upload is None:
@@ -61,12 +62,31 @@ class OpenAIApi:
                 f"Invalid value for 'purpose': {purpose!r}.",
                 param="purpose",
             )
-        content = upload.read()
+        filename = upload.filename or ""
+        maximum = (
+            self.store.max_batch_file_bytes
+            if purpose == "batch"
+            else limits.OPENAI_MAX_UPLOAD_BYTES
+        )
+        content = upload.read(maximum + 1)
+        if len(content) > maximum:
+            raise ApiError(400, "invalid_request_error", "File is too large.", param="file")
+        expires_after = None
+        if purpose == "batch":
+            if not filename.endswith(".jsonl"):
+                raise ApiError(
+                    400,
+                    "invalid_request_error",
+                    f"Invalid file format for Batch API. Must be .jsonl, got {filename!r}.",
+                    param="file",
+                )
+            expires_after = limits.OPENAI_BATCH_FILE_LIFETIME_SECS
         with self.store.lock:
-            stored = self.store.store_file(upload.filename or "upload.jsonl", purpose, content)
+            stored = self.store.store_file(filename, purpose, content, expires_after)
             return json_response(stored.view())
 
     def files_list(self, request: Request) -> Response:
+        """``GET /v1/files?after=&limit=&order=&purpose=``."""
         limit = query_limit(
             request, limits.OPENAI_FILE_LIST_MAX_LIMIT, limits.OPENAI_FILE_LIST_MAX_LIMIT
         )
@@ -75,19 +95,22 @@ class OpenAIApi:
             files = [f for f in self.store.files.values() if purpose in (None, f.purpose)]
             if request.args.get("order", "desc") == "desc":
                 files.reverse()
-            return json_response(_page([f.view() for f in files], request, limit))
+            return json_response(_page([f.view() for f in files], request, limit, empty_id=""))
 
     def files_retrieve(self, request: Request, file_id: str) -> Response:
+        """``GET /v1/files/{file_id}``."""
         with self.store.lock:
             return json_response(self.store.get_file(file_id).view())
 
     def files_delete(self, request: Request, file_id: str) -> Response:
+        """``DELETE /v1/files/{file_id}``."""
         with self.store.lock:
             self.store.get_file(file_id)
             del self.store.files[file_id]
             return json_response({"id": file_id, "object": "file", "deleted": True})
 
     def files_content(self, request: Request, file_id: str) -> Response:
+        """``GET /v1/files/{file_id}/content``: the raw bytes."""
         with self.store.lock:
             content = self.store.get_file(file_id).content
         return Response(content, mimetype="application/octet-stream")
@@ -95,6 +118,7 @@ class OpenAIApi:
     # -- OpenAI batches -------------------------------------------------------------------
 
     def batches_create(self, request: Request) -> Response:
+        """``POST /v1/batches``: checks the arguments, creates and validates the batch."""
         payload = json_payload(request)
         input_file_id = payload.get("input_file_id")
         endpoint = payload.get("endpoint")
@@ -119,6 +143,7 @@ class OpenAIApi:
                 code="invalid_value",
             )
         _check_metadata(metadata)
+        output_expires_after = _check_output_expires_after(payload.get("output_expires_after"))
         with self.store.lock:
             if not isinstance(input_file_id, str) or input_file_id not in self.store.files:
                 raise ApiError(
@@ -140,6 +165,7 @@ class OpenAIApi:
             if failure is not None and not failure.created:
                 raise status_error(OPENAI, failure.status, failure.retry_after_ms, "create")
             batch = self._create_batch(stored, endpoint, metadata)
+            batch.output_expires_after = output_expires_after
             if failure is not None:
                 raise status_error(OPENAI, failure.status, failure.retry_after_ms, "create")
             return json_response(self.view(batch, batch.created - 1e-6))
@@ -249,12 +275,14 @@ class OpenAIApi:
         return Item(custom_id, result, True, answer.input_tokens, answer.output_tokens)
 
     def batches_retrieve(self, request: Request, batch_id: str) -> Response:
+        """``GET /v1/batches/{batch_id}``."""
         with self.store.lock:
             return json_response(
                 self.view(self.store.get_batch(OPENAI, batch_id), self.store.clock())
             )
 
     def batches_list(self, request: Request) -> Response:
+        """``GET /v1/batches?after=&limit=``, newest first."""
         limit = query_limit(request, limits.DEFAULT_LIST_LIMIT, limits.OPENAI_BATCH_LIST_MAX_LIMIT)
         with self.store.lock:
             now = self.store.clock()
@@ -266,13 +294,14 @@ class OpenAIApi:
             return json_response(_page(views, request, limit))
 
     def batches_cancel(self, request: Request, batch_id: str) -> Response:
+        """``POST /v1/batches/{batch_id}/cancel`` (409 once the batch has ended)."""
         with self.store.lock:
             batch = self.store.get_batch(OPENAI, batch_id)
             now = self.store.clock()
             view = self.view(batch, now)
-            if view["status"] in ("completed", "failed", "expired", "cancelled"):
+            if view["status"] in lifecycle.OPENAI_TERMINAL:
                 raise ApiError(
-                    400,
+                    409,
                     "invalid_request_error",
                     f"Cannot cancel a batch with status '{view['status']}'.",
                 )
@@ -324,11 +353,15 @@ class OpenAIApi:
                     http_line(UNKNOWN_CUSTOM_ID, oa_error(500, "Unknown request (fake)."))
                 )
         prefix = batch.id
+        expires_after = limits.OPENAI_BATCH_FILE_LIFETIME_SECS
+        if batch.output_expires_after is not None:
+            expires_after = batch.output_expires_after["seconds"]
         if ok_lines:
             stored = self.store.store_file(
                 f"{prefix}_output.jsonl",
                 "batch_output",
                 jsonl(scripting.shuffled(batch.shuffle_seed, ok_lines)),
+                expires_after,
             )
             batch.output_file_id = stored.id
         if err_lines:
@@ -336,13 +369,17 @@ class OpenAIApi:
                 f"{prefix}_error.jsonl",
                 "batch_output",
                 jsonl(scripting.shuffled(batch.shuffle_seed, err_lines)),
+                expires_after,
             )
             batch.error_file_id = stored.id
         elif batch.empty_error_file_id:
             batch.error_file_id = ""
         succeeded = sum(1 for it in processed if it.ok)
         total = len(batch.items)
-        batch.final_counts = {"total": total, "completed": succeeded, "failed": total - succeeded}
+        # Requests an expired batch never ran are not counted as failed (the real service
+        # does not), so completed + failed < total is possible; cancelled ones are.
+        failed = total - succeeded if cancelled else len(processed) - succeeded
+        batch.final_counts = {"total": total, "completed": succeeded, "failed": failed}
         input_tokens = sum(it.input_tokens for it in processed if it.ok)
         output_tokens = sum(it.output_tokens for it in processed if it.ok)
         batch.usage = {
@@ -354,6 +391,7 @@ class OpenAIApi:
         }
 
     def view(self, batch: Batch, now: float) -> dict[str, Any]:
+        """The batch object at ``now`` (output and error files made once it has ended)."""
         phase = lifecycle.openai_phase(batch, now)
         status = phase.pop("status")
         terminal = status in ("completed", "failed", "expired", "cancelled")
@@ -432,7 +470,12 @@ def _check_metadata(metadata: Any) -> None:
             )
 
 
-def _page(items: list[dict[str, Any]], request: Request, limit: int) -> dict[str, Any]:
+def _page(
+    items: list[dict[str, Any]], request: Request, limit: int, empty_id: str | None = None
+) -> dict[str, Any]:
+    """One page of a list (``after`` cursor); ``first_id``/``last_id`` are ``empty_id``
+    for an empty page (the spec's ListFilesResponse requires strings there,
+    ListBatchesResponse does not require them)."""
     after = request.args.get("after")
     start = 0
     if after:
@@ -442,8 +485,8 @@ def _page(items: list[dict[str, Any]], request: Request, limit: int) -> dict[str
     return {
         "object": "list",
         "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
+        "first_id": page[0]["id"] if page else empty_id,
+        "last_id": page[-1]["id"] if page else empty_id,
         "has_more": start + limit < len(items),
     }
 
@@ -456,12 +499,6 @@ def _parse_input_file(
     content: bytes, endpoint: str
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
     """(parsed lines with a custom_id, line-level validation errors, the file's model)."""
-    if len(content) > limits.OPENAI_MAX_FILE_BYTES:
-        message = (
-            f"The input file is {len(content):,} bytes; the maximum is "
-            f"{limits.OPENAI_MAX_FILE_BYTES:,} bytes (200 MB)."
-        )
-        return [], [_line_error("file_too_large", message, None)], None
     numbered = [(n, raw) for n, raw in enumerate(content.split(b"\n"), start=1) if raw.strip()]
     if not numbered:
         return [], [_line_error("empty_file", "The input file is empty.", None)], None
@@ -573,3 +610,29 @@ _FAILURES: dict[str, HttpFailure] = {
     ),
     "u2028": oa_error(400, scripting.U2028_MESSAGE),
 }
+
+
+def _check_output_expires_after(value: Any) -> dict[str, Any] | None:
+    """Validates ``output_expires_after`` (``{"anchor": "created_at", "seconds": N}``)."""
+    if value is None:
+        return None
+    low, high = limits.OPENAI_OUTPUT_EXPIRES_MIN_SECS, limits.OPENAI_OUTPUT_EXPIRES_MAX_SECS
+    if not isinstance(value, Mapping) or value.get("anchor") != "created_at":
+        raise ApiError(
+            400,
+            "invalid_request_error",
+            "Invalid 'output_expires_after.anchor': supported values are: 'created_at'.",
+            param="output_expires_after.anchor",
+            code="invalid_value",
+        )
+    seconds = value.get("seconds")
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not low <= seconds <= high:
+        raise ApiError(
+            400,
+            "invalid_request_error",
+            f"Invalid 'output_expires_after.seconds': must be an integer between {low} and "
+            f"{high}, got {seconds!r}.",
+            param="output_expires_after.seconds",
+            code="invalid_value",
+        )
+    return {"anchor": "created_at", "seconds": seconds}

@@ -23,6 +23,8 @@ from mmirage_beam.testing.fake_provider.wire import new_id
 
 @dataclass(frozen=True)
 class HttpFailure:
+    """An HTTP-style per-request failure: status and ``{message, type, param, code}``."""
+
     status: int
     error: dict[str, Any]  # {message, type, param, code}
 
@@ -30,6 +32,7 @@ class HttpFailure:
 def oa_error(
     status: int, message: str, *, param: str | None = None, code: str | None = None
 ) -> HttpFailure:
+    """A failure whose type is ``invalid_request_error`` (< 500) or ``server_error``."""
     kind = "invalid_request_error" if status < 500 else "server_error"
     return HttpFailure(status, {"message": message, "type": kind, "param": param, "code": code})
 
@@ -313,7 +316,6 @@ def success_body(
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": answer.input_tokens + answer.output_tokens,
             },
-            "user": None,
             "metadata": dict(metadata) if isinstance(metadata, Mapping) else {},
         }
     if endpoint == "/v1/completions":
@@ -350,6 +352,7 @@ def success_body(
 
 
 def http_line(custom_id: str, failure: HttpFailure) -> dict[str, Any]:
+    """An error-file line with ``response = {status_code, request_id, body: {error}}``."""
     return {
         "id": new_id("batch_req_"),
         "custom_id": custom_id,
@@ -363,6 +366,7 @@ def http_line(custom_id: str, failure: HttpFailure) -> dict[str, Any]:
 
 
 def error_line(custom_id: str, code: str, message: str) -> dict[str, Any]:
+    """An error-file line with ``response: null`` and ``error = {code, message}``."""
     return {
         "id": new_id("batch_req_"),
         "custom_id": custom_id,

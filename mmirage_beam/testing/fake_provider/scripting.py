@@ -137,12 +137,15 @@ def shuffled(seed: int | None, lines: list[dict[str, Any]]) -> list[dict[str, An
 
 @dataclass
 class LeadingErrors:
+    """The parsed ``leading_errors`` key (``remaining`` counts down)."""
+
     status: int
     remaining: int
     retry_after_ms: int
     paths: frozenset[str] | None
 
     def view(self) -> dict[str, Any]:
+        """The key as JSON-friendly values."""
         return {
             "status": self.status,
             "count": self.remaining,
@@ -153,6 +156,8 @@ class LeadingErrors:
 
 @dataclass
 class CreateFailure:
+    """The parsed ``fail_batch_creates`` key (``seen`` counts valid creates)."""
+
     nth: int
     permanent: bool
     status: int
@@ -161,6 +166,7 @@ class CreateFailure:
     seen: int = 0
 
     def view(self) -> dict[str, Any]:
+        """The key as JSON-friendly values."""
         return {
             "nth": self.nth,
             "permanent": self.permanent,
@@ -238,6 +244,7 @@ def _parse_create_failure(value: Any) -> CreateFailure:
 
 
 def parse_delay(key: str, value: Any) -> float:
+    """A delay in seconds >= 0; raises ValueError otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ValueError(f"script key {key!r} must be a number >= 0, got {value!r}")
     return float(value)

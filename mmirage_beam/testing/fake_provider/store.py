@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from mmirage_beam.testing.fake_provider import limits
 from mmirage_beam.testing.fake_provider.scripting import SCRIPT_DEFAULTS, CreateFailure
 from mmirage_beam.testing.fake_provider.wire import ANTHROPIC, ApiError, new_id
 
@@ -39,13 +40,17 @@ def jsonl(lines: Iterable[Mapping[str, Any] | bytes]) -> bytes:
 
 @dataclass
 class StoredFile:
+    """One file: an upload or a batch's output or error file."""
+
     id: str
     filename: str
     purpose: str
     content: bytes
     created_at: int
+    expires_at: int | None = None
 
     def view(self) -> dict[str, Any]:
+        """The OpenAI file object."""
         return {
             "id": self.id,
             "object": "file",
@@ -55,7 +60,7 @@ class StoredFile:
             "purpose": self.purpose,
             "status": "processed",
             "status_details": None,
-            "expires_at": None,
+            "expires_at": self.expires_at,
         }
 
 
@@ -73,6 +78,8 @@ class Item:
 
 @dataclass
 class Batch:
+    """One batch of either provider, with its processed items and progress."""
+
     provider: str
     id: str
     created: float
@@ -88,6 +95,7 @@ class Batch:
     input_file_id: str = ""
     completion_window: str = "24h"
     metadata: dict[str, str] | None = None
+    output_expires_after: dict[str, Any] | None = None  # {"anchor": "created_at", "seconds"}
     model: str | None = None
     errors: list[dict[str, Any]] | None = None  # set: the batch fails after validating
     prompt_tokens: int = 0
@@ -108,11 +116,18 @@ class Store:
     Args:
         clock: returns the current Unix time in seconds.
         default_delay_secs: processing delay of batches when none is scripted.
+        max_batch_file_bytes: the largest ``purpose=batch`` upload accepted, in bytes.
     """
 
-    def __init__(self, clock: Callable[[], float], default_delay_secs: float) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        default_delay_secs: float,
+        max_batch_file_bytes: int = limits.OPENAI_MAX_FILE_BYTES,
+    ) -> None:
         self.clock = clock
         self.default_delay_secs = default_delay_secs
+        self.max_batch_file_bytes = max_batch_file_bytes
         self.lock = threading.RLock()
         self.results_base_url = ""  # base_url of the last start(), kept after stop()
         self.reset()
@@ -139,9 +154,14 @@ class Store:
             )
         return stored
 
-    def store_file(self, filename: str, purpose: str, content: bytes) -> StoredFile:
-        """Stores ``content`` as a new file and returns it."""
-        stored = StoredFile(new_id("file-"), filename, purpose, content, int(self.clock()))
+    def store_file(
+        self, filename: str, purpose: str, content: bytes, expires_after: int | None = None
+    ) -> StoredFile:
+        """Stores ``content`` as a new file expiring ``expires_after`` seconds after its
+        creation (``None``: never) and returns it."""
+        created = int(self.clock())
+        expires = None if expires_after is None else created + expires_after
+        stored = StoredFile(new_id("file-"), filename, purpose, content, created, expires)
         self.files[stored.id] = stored
         return stored
 

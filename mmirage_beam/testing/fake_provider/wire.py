@@ -46,12 +46,14 @@ class ApiError(Exception):
 def json_response(
     body: Any, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> Response:
+    """A JSON response with ``status`` and extra ``headers``."""
     return Response(
         json.dumps(body), status=status, headers=dict(headers or {}), mimetype="application/json"
     )
 
 
 def error_response(provider: str, err: ApiError) -> Response:
+    """``err`` in the provider's error shape (OpenAI ``{error}``, Anthropic ``{type, error}``)."""
     if provider == ANTHROPIC:
         body: dict[str, Any] = {
             "type": "error",
@@ -124,6 +126,7 @@ def status_error(
 
 
 def query_limit(request: Request, default: int, maximum: int) -> int:
+    """The ``limit`` query argument (``default`` when absent); 400 outside 1..maximum."""
     raw = request.args.get("limit")
     if raw is None:
         return default
@@ -142,6 +145,7 @@ def query_limit(request: Request, default: int, maximum: int) -> int:
 
 
 def json_payload(request: Request) -> dict[str, Any]:
+    """The request body as a JSON object; 400 otherwise."""
     try:
         payload = json.loads(request.get_data(cache=False) or b"null")
     except (ValueError, UnicodeDecodeError) as exc:
