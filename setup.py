@@ -12,6 +12,10 @@ def _requirements() -> list[str]:
     return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
 
 
+def _beam_requirement() -> str:
+    return next(r for r in _requirements() if r.startswith("apache-beam"))
+
+
 setup(
     name="mmirage-beam",
     version="0.1.0",
@@ -28,6 +32,8 @@ setup(
     install_requires=_requirements(),
     extras_require={
         "test": ["pytest==9.0.3", "pytest-timeout==2.4.0", "ruff==0.17.6", "pydantic>=2"],
+        # DataflowRunner and gs://: Beam's own extra, at requirements.txt's Beam version.
+        "gcp": [_beam_requirement().replace("apache-beam", "apache-beam[gcp]", 1)],
     },
     entry_points={"console_scripts": ["mmirage=mmirage_beam.cli:main"]},
 )
