@@ -16,6 +16,8 @@ def _beam_requirement() -> str:
     return next(r for r in _requirements() if r.startswith("apache-beam"))
 
 
+_GCP = _beam_requirement().replace("apache-beam", "apache-beam[gcp]", 1)
+
 setup(
     name="mmirage-beam",
     version="0.1.0",
@@ -31,9 +33,10 @@ setup(
     include_package_data=True,
     install_requires=_requirements(),
     extras_require={
-        "test": ["pytest==9.0.3", "pytest-timeout==2.4.0", "ruff==0.17.6", "pydantic>=2"],
+        # The tests translate jobs for Dataflow offline, so they need the gcp extra too.
+        "test": ["pytest==9.0.3", "pytest-timeout==2.4.0", "ruff==0.17.6", "pydantic>=2", _GCP],
         # DataflowRunner and gs://: Beam's own extra, at requirements.txt's Beam version.
-        "gcp": [_beam_requirement().replace("apache-beam", "apache-beam[gcp]", 1)],
+        "gcp": [_GCP],
     },
     entry_points={"console_scripts": ["mmirage=mmirage_beam.cli:main"]},
 )
