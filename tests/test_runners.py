@@ -437,3 +437,49 @@ def test_plugin_registered_only_in_the_launcher_runs_on_workers(beam_services, t
     assert req["params"]["model"] == "mistral-small-latest" and "messages" in req["params"]
     assert exports["portable_external"] == exports["direct"]
     assert "MMIRAGE_PLUGINS" not in beam_services.pool_env
+
+
+def test_sigterm_on_the_portable_runner_stops_the_job_in_the_job_service(beam_services, tmp_path):
+    """SIGTERM to the launcher of a PortableRunner job: no batch is created after the
+    launcher exits (the job is stopped in the job service, not left running), every
+    created batch has its receipt, and the printed resume sends each request once."""
+    import collections
+    import signal
+    import sys
+
+    root = tmp_path / "launch"
+    root.mkdir()
+    rows = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:400]
+    (root / "rows.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    cfg = json.loads(json.dumps(CONFIG))
+    cfg["processors"][0]["max_requests_per_chunk"] = 2
+    cfg["loading_params"]["datasets"][0]["path"] = "rows.jsonl"
+    cfg["processing_params"]["outputs"] = cfg["processing_params"]["outputs"][:1]
+    cfg["processing_params"]["output_schema"] = {"answer": "{{ answer }}"}
+    (root / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    with FakeProviderServer() as fake:
+        env = clean_env(
+            {"OPENAI_API_KEY": LAUNCHER_KEY, "MMIRAGE_OPENAI_BASE_URL": fake.openai_base_url}
+        )
+        flags = runner_flags("portable_external", beam_services)
+        cmd = [sys.executable, "-m", "mmirage_beam.cli", "run", "--config", "config.yaml"]
+        cmd += ["--run-id", "term1", *flags]
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stderr=subprocess.PIPE, text=True)
+        parts = root / "meta" / "batch_metadata.text.term1.jsonl.parts"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(list(parts.glob("*.json"))) < 5:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 130, err[-3000:]
+        created = len(fake.batches("openai"))
+        time.sleep(5)  # a job left running in the job service would go on creating
+        assert len(fake.batches("openai")) == created < 200
+        receipts = _read_jsonl(root / "meta" / "batch_metadata.text.term1.jsonl")
+        assert len(receipts) == created
+        assert "Every accepted batch has its receipt" in err
+        resume = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        assert resume.returncode == 0, resume.stderr[-3000:]
+        sent = collections.Counter(r["custom_id"] for r in fake.submitted_requests())
+    assert sorted(sent) == sorted(f"answer-text-{i}" for i in range(400))
+    assert set(sent.values()) == {1}
