@@ -98,6 +98,9 @@ class BatchProviderConfig:
 class OpenAIBatchConfig(BatchProviderConfig):
     """``provider: openai`` (OpenAI Batch API over chat completions).
 
+    ``timeout_seconds``: the SDK client's per-call timeout (default: the SDK's 600 s);
+    a create that times out is looked up by its metadata before it is retried.
+
     Limits: 50,000 requests and 200 MB per batch input file (OpenAI Batch API guide).
     """
 
@@ -113,11 +116,16 @@ class OpenAIBatchConfig(BatchProviderConfig):
     completion_window: str = "24h"
     base_url: Optional[str] = None
     metadata: dict[str, str] = field(default_factory=dict)
+    timeout_seconds: Optional[float] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.base_url == "":
             self.base_url = None  # e.g. an unset ${VAR:-}
+        if self.timeout_seconds is not None:
+            s = _check_number("timeout_seconds", self.timeout_seconds)
+            if not s > 0:
+                raise ConfigError("timeout_seconds", f"must be > 0, got {s}")
         _check_str("model", self.model)
         _check_str("batch_endpoint", self.batch_endpoint)
         if not self.batch_endpoint.startswith("/"):
