@@ -144,9 +144,12 @@ def write_durably(path: str, data: bytes) -> None:
     """
     from apache_beam.io.filesystems import FileSystems
 
+    from mmirage_beam.crashpoints import crash_point
+
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     with FileSystems.create(tmp) as f:
         f.write(data)
+    crash_point("tmp_written")
     replace_file(tmp, path)
 
 
@@ -199,6 +202,9 @@ def consolidate(receipt_file: str) -> int:
             by_chunk[r["chunk_id"]] = r
     if by_chunk:  # no receipt yet (only intents): no empty receipt file
         write_durably(receipt_file, b"".join(receipt_line(by_chunk[k]) for k in sorted(by_chunk)))
+    from mmirage_beam.crashpoints import crash_point
+
+    crash_point("consolidated")
     FileSystems.delete(matches)
     # Intents of interrupted submissions stay until a resume resolves them.
     if not list_files(pdir, "**"):
@@ -317,3 +323,18 @@ def find_receipt_files(
         key=lambda f: (-run_time[f.run_id], f.run_id, MODALITIES.index(f.modality)),
     )
     return ordered, sorted(skipped)
+
+
+def adoption_rejected(receipt: dict[str, Any]) -> bool:
+    """Whether ``receipt`` is an adoption that was withdrawn (``adoption.rejected``): its
+    batch is not this chunk's (another receipt names it, or its results hold other
+    custom_ids). Readers of receipts (check, merge) must skip such a receipt; its requests
+    were sent again under a later attempt's chunk.
+
+    An adopted receipt carries ``adoption = {"method": "created_at+request_count",
+    "confirmed": bool[, "rejected": reason]}``; ``confirmed: false`` means the batch was
+    matched by creation time and request count only: merge should check that the
+    batch's result custom_ids are the receipt's ``custom_id_to_source_index`` keys.
+    """
+    adoption = receipt.get("adoption")
+    return isinstance(adoption, dict) and bool(adoption.get("rejected"))
