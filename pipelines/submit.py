@@ -245,19 +245,26 @@ def _submit(args, beam_args, config, options, base, run_id, record):  # noqa: AN
     written = list(consolidate_run(plan.receipts_base, run_id, dry_run))
     stats = counters(result)
     if record is not None:
-        from mmirage_beam.fingerprint import write_run_record
+        from mmirage_beam.fingerprint import run_record_path, write_run_record
 
-        write_run_record(
-            base,
-            run_id,
-            record["fingerprint"],
-            started_at=record["started_at"],
-            finished=True,
-            rows_read=stats.get("rows_read", 0) + stats.get("row_errors", 0),
-            requests=stats.get("requests", 0),
-            chunks_submitted=stats.get("batches_submitted", 0)
-            + stats.get("batches_already_receipted", 0),
-        )
+        try:
+            write_run_record(
+                base,
+                run_id,
+                record["fingerprint"],
+                started_at=record["started_at"],
+                finished=True,
+                rows_read=stats.get("rows_read", 0) + stats.get("row_errors", 0),
+                requests=stats.get("requests", 0),
+                chunks_submitted=stats.get("batches_submitted", 0)
+                + stats.get("batches_already_receipted", 0),
+            )
+        except Exception as exc:  # the receipts are written; only the record is stale
+            print(
+                f"mmirage run {run_id}: warning: could not mark the run finished in "
+                f"{run_record_path(base, run_id)} ({_short(exc)}); its receipts are complete",
+                file=sys.stderr,
+            )
     invalid = read_jsonl(plan.invalid_rows_path)
     skipping = bool(args.skip_invalid_rows or config.execution.skip_invalid_rows)
     _print_summary(plan, stats, written, invalid, skipped=skipping)
