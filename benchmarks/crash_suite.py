@@ -16,6 +16,9 @@ Afterwards it counts, from the fake's record of every request it accepted:
 Experiments (``--experiments``; all by default):
 
 - ``kill_random``: SIGKILL at a random moment once the first chunk is being submitted;
+- ``kill_random_parallel``: the same with two worker processes submitting chunks at once
+  (``--direct_running_mode multi_processing --direct_num_workers 2``), so several chunks
+  of the same size can be in flight when the run dies (Anthropic's remaining window);
 - ``kill_at_<step>``: SIGKILL at a write/create step (``MMIRAGE_CRASH_AT``, see
   :mod:`mmirage_beam.crashpoints`), at a random occurrence;
 - ``sigint`` / ``sigterm``: a graceful stop once two receipts exist;
@@ -62,6 +65,7 @@ STEPS = (
 )
 EXPERIMENTS = (
     "kill_random",
+    "kill_random_parallel",
     *(f"kill_at_{s}" for s in STEPS),
     "sigint",
     "sigterm",
@@ -149,9 +153,15 @@ class Trial:
         env.setdefault("ANTHROPIC_API_KEY", "sk-ant-crash-suite")
         return env
 
-    def popen(self, config: str, preexec: Optional[Callable[[], None]] = None, **env: str):
+    def popen(
+        self,
+        config: str,
+        preexec: Optional[Callable[[], None]] = None,
+        extra: tuple[str, ...] = (),
+        **env: str,
+    ):
         return subprocess.Popen(
-            self.cmd(config) + ["--run-id", self.run_id],
+            self.cmd(config) + ["--run-id", self.run_id, *extra],
             env=self.env(**env),
             cwd=self.dir,
             stdout=subprocess.DEVNULL,
@@ -228,8 +238,11 @@ def run_trial(experiment: str, trial: Trial, rng: random.Random) -> list[str]:
     notes: list[str] = []
     code = None
     config = trial.config()
-    if experiment == "kill_random":
-        proc = trial.popen(config)
+    if experiment in ("kill_random", "kill_random_parallel"):
+        extra = ()
+        if experiment == "kill_random_parallel":
+            extra = ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
+        proc = trial.popen(config, extra=extra)
         _first_activity(trial, proc)
         time.sleep(rng.uniform(0.0, 1.5))
         if proc.poll() is None:
