@@ -169,7 +169,7 @@ class Unfinished:
     Attributes:
         intents: leftover ``*.intent`` files (chunks whose submission was interrupted).
         intent_requests: custom_ids of those chunks that no receipt holds.
-        states: run id -> its run-state record (:func:`receipts.read_run_state`) when it
+        states: run id -> its run record (:func:`receipts.read_run_state`) when it
             says the run did not finish (``state`` other than ``finished``).
         short_by: run id -> requests the run built (``requests_total`` of a finished
             record) minus the requests its receipts hold, when positive.
@@ -198,7 +198,7 @@ def _run_of_intent(path: str) -> str:
 
 def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> Unfinished:
     """Signals that ``runs`` stopped before all their chunks were submitted: leftover
-    intents, a run's stop marker still present, a run-state record that is not
+    intents, a run's stop marker still present, a run record that is not
     ``finished``, or receipts holding fewer requests than the record says the run built.
 
     Args:

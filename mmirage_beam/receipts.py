@@ -131,31 +131,22 @@ def make_receipt(
     }
 
 
-def run_state_path(base: str, run_id: str) -> str:
-    """``<base>.run-state.<run_id>.json``: what a run's launcher says about the run."""
-    return f"{base}.run-state.{run_id}.json"
-
-
-def write_run_state(base: str, run_id: str, state: str, **fields: Any) -> None:
-    """Record a run's state for ``merge``: ``submitting`` before the pipeline runs,
-    ``interrupted`` when it stopped early, ``finished`` when every chunk was submitted
-    (then with ``requests_total``: the requests the run built, over all its attempts,
-    so a merge can tell that receipts cover fewer). Written durably, replacing the
-    previous record; extra ``fields`` (e.g. ``rows_read``) are kept as given.
-    """
-    record = {"run_id": run_id, "state": state, **fields}
-    write_durably(run_state_path(base, run_id), receipt_line(record))
-
-
 def read_run_state(base: str, run_id: str) -> Optional[dict[str, Any]]:
-    """The run-state record of ``run_id`` (see :func:`write_run_state`), or None."""
-    from apache_beam.io.filesystems import FileSystems
+    """What the launcher recorded about ``run_id``, for ``merge``: ``{"run_id", "state":
+    "finished" | "submitting", "requests_total"}`` from the run record
+    (:mod:`mmirage_beam.fingerprint`, ``<base>.run.<run_id>.json``; ``submitting`` means
+    the run stopped before its pipeline completed, or is still running), or None when
+    the run has no record (runs of older versions, resubmissions)."""
+    from mmirage_beam.fingerprint import read_run_record
 
-    path = run_state_path(base, run_id)
-    if not FileSystems.exists(path):
+    record = read_run_record(base, run_id)
+    if record is None:
         return None
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-        return json.loads(f.read().decode("utf-8"))
+    finished = bool(record.get("finished"))
+    out: dict[str, Any] = {"run_id": run_id, "state": "finished" if finished else "submitting"}
+    if finished and isinstance(record.get("requests"), int):
+        out["requests_total"] = record["requests"]
+    return out
 
 
 def intent_path(receipt_file: str, chunk_id: str) -> str:
@@ -187,9 +178,12 @@ def write_durably(path: str, data: bytes) -> None:
     """
     from apache_beam.io.filesystems import FileSystems
 
+    from mmirage_beam.crashpoints import crash_point
+
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     with FileSystems.create(tmp) as f:
         f.write(data)
+    crash_point("tmp_written")
     replace_file(tmp, path)
 
 
@@ -242,6 +236,9 @@ def consolidate(receipt_file: str) -> int:
             by_chunk[r["chunk_id"]] = r
     if by_chunk:  # no receipt yet (only intents): no empty receipt file
         write_durably(receipt_file, b"".join(receipt_line(by_chunk[k]) for k in sorted(by_chunk)))
+    from mmirage_beam.crashpoints import crash_point
+
+    crash_point("consolidated")
     FileSystems.delete(matches)
     # Intents of interrupted submissions stay until a resume resolves them.
     if not list_files(pdir, "**"):
@@ -360,3 +357,18 @@ def find_receipt_files(
         key=lambda f: (-run_time[f.run_id], f.run_id, MODALITIES.index(f.modality)),
     )
     return ordered, sorted(skipped)
+
+
+def adoption_rejected(receipt: dict[str, Any]) -> bool:
+    """Whether ``receipt`` is an adoption that was withdrawn (``adoption.rejected``): its
+    batch is not this chunk's (another receipt names it, or its results hold other
+    custom_ids). Readers of receipts (check, merge) must skip such a receipt; its requests
+    were sent again under a later attempt's chunk.
+
+    An adopted receipt carries ``adoption = {"method": "created_at+request_count",
+    "confirmed": bool[, "rejected": reason]}``; ``confirmed: false`` means the batch was
+    matched by creation time and request count only: merge should check that the
+    batch's result custom_ids are the receipt's ``custom_id_to_source_index`` keys.
+    """
+    adoption = receipt.get("adoption")
+    return isinstance(adoption, dict) and bool(adoption.get("rejected"))

@@ -9,10 +9,24 @@ being receipted) is resolved:
   matches the ``mmirage_run_id`` / ``mmirage_chunk_id`` metadata), a batch that exists
   is *adopted*: its receipt is written from the intent, so its requests are not sent
   again; when none exists, the intent is dropped and its requests are submitted;
-- with an adapter that cannot (Anthropic: batches carry no metadata), the intent's
-  requests are submitted again and a warning names the chunk: if the provider had
-  accepted that batch, its requests now exist twice (merge keeps, per custom_id, the
-  newest successful result). This is the remaining window, documented in the README.
+- with an adapter that finds batches by their shape (Anthropic: batches carry no
+  metadata; ``find_candidate_batches``), the batches created in the intent's time window
+  (``intent_at_utc - ADOPT_SKEW_SECS`` up to the longest a create with its retries can
+  take) holding exactly the chunk's request count, and named by no receipt of any run
+  of this base, are listed; one is adopted when it is the only candidate of this intent
+  and of no other pending intent. When its results already exist the adoption is
+  confirmed by custom_ids (a mismatch is reported and the chunk is sent again); else the
+  receipt carries ``adoption: {"method", "confirmed": false}`` and the next resume (or
+  merge) confirms it. Several candidates, or none: the chunk is sent again (if the
+  provider had accepted it, its requests now exist twice; merge keeps, per custom_id,
+  the newest successful result). This is the remaining window, in the README;
+- with an adapter that can do neither, the intent's requests are submitted again with a
+  warning naming the chunk.
+
+Receipts adopted earlier and still unconfirmed are checked again on every resume: one
+whose batch another receipt also names, or whose results hold other custom_ids, is
+marked ``adoption.rejected`` (see :func:`mmirage_beam.receipts.adoption_rejected`) and
+its requests are sent again.
 """
 
 from __future__ import annotations
@@ -20,6 +34,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -27,6 +42,7 @@ from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.providers.base import BatchSubmissionAdapter, resolve_credentials
 from mmirage_beam.receipts import (
     MODALITIES,
+    adoption_rejected,
     part_path,
     parts_dir,
     read_receipts,
@@ -58,6 +74,10 @@ class ResumeState:
     adopted: list[str] = field(default_factory=list)
     resent: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
+
+
+def _can_find_by_shape(adapter_cls: type[BatchSubmissionAdapter]) -> bool:
+    return callable(getattr(adapter_cls, "find_candidate_batches", None))
 
 
 def _can_find_batches(adapter_cls: type[BatchSubmissionAdapter]) -> bool:
@@ -95,24 +115,30 @@ def prepare_resume(
     state = ResumeState()
     attempts = [0]
     files = [receipt_path(base, m, run_id) for m in MODALITIES]
-    pending = [(f, path, intent) for f in files for path, intent in _intents(f)]
+    pending = [(f, path, intent) for f, path, intent in _pending(files)]
+    unconfirmed = [(f, r) for f in files for r in read_receipts(f) if _unconfirmed_adoption(r)]
+    by_shape = _can_find_by_shape(adapter_cls)
     adapter = None
-    if pending and _can_find_batches(adapter_cls):
+    if (pending and (by_shape or _can_find_batches(adapter_cls))) or (unconfirmed and by_shape):
         adapter = adapter_cls(resolve_credentials(adapter_cls, provider_config.provider))
         adapter.run_id = run_id
         adapter.setup(provider_config)
     try:
+        if by_shape and adapter is not None:
+            claimed = _claim_receipted(base, adapter_cls)
+            _recheck_adoptions(adapter, unconfirmed, claimed, run_id)
+            pending = _adopt_by_shape(adapter, pending, provider_config, run_id, state)
         for rfile, path, intent in pending:
             chunk_id = intent["chunk_id"]
             attempts.append(int(intent.get("attempt", 1)))
             if FileSystems.exists(part_path(rfile, chunk_id)):
                 FileSystems.delete([path])  # receipted after all
                 continue
-            if adapter is None:
+            if adapter is None or not _can_find_batches(adapter_cls):
                 _LOG.warning(
                     "chunk %s of run %s was being submitted when the run stopped and %s "
-                    "batches cannot be looked up; its %d requests are submitted again (if "
-                    "the provider had accepted it, they now exist twice)",
+                    "cannot tell whether the provider accepted it; its %d requests are "
+                    "submitted again (if it had been accepted, they now exist twice)",
                     chunk_id,
                     run_id,
                     provider_config.provider,
@@ -128,29 +154,17 @@ def prepare_resume(
                 state.dropped.append(chunk_id)
                 FileSystems.delete([path])
                 continue
-            result = adapter.parse_submission_result(raw)
-            receipt = dict(intent)
-            receipt.pop("intent_at_utc", None)
-            receipt["provider_batch_id"] = result.provider_batch_id
-            receipt["status"] = result.status
-            write_durably(part_path(rfile, chunk_id), receipt_line(receipt))
-            FileSystems.delete([path])
-            _LOG.warning(
-                "adopted batch %s for chunk %s of run %s (accepted by the provider before "
-                "the run stopped)",
-                result.provider_batch_id,
-                chunk_id,
-                run_id,
-            )
-            state.adopted.append(chunk_id)
+            _adopt(adapter, rfile, path, intent, raw, run_id, state)
     finally:
         if adapter is not None:
             adapter.teardown()
     ids: set[str] = set()
     for rfile in files:
         for r in read_receipts(rfile):
-            ids.update(r["custom_id_to_source_index"])
             attempts.append(int(r.get("attempt", 1)))
+            if adoption_rejected(r):
+                continue  # its requests are sent again
+            ids.update(r["custom_id_to_source_index"])
     state.submitted_ids = frozenset(ids)
     state.attempt = max(attempts) + 1 if max(attempts) else 1
     return state
@@ -163,3 +177,155 @@ def _timestamp(value: Optional[str]) -> float:
         return _dt.datetime.fromisoformat(value).timestamp()
     except ValueError:
         return 0.0
+
+
+def _pending(files: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(f, path, intent) for f in files for path, intent in _intents(f)]
+
+
+def _unconfirmed_adoption(receipt: dict[str, Any]) -> bool:
+    adoption = receipt.get("adoption") or {}
+    return bool(adoption) and not adoption.get("confirmed") and not adoption.get("rejected")
+
+
+def _adopt(adapter, rfile, path, intent, raw, run_id, state, adoption=None) -> None:  # noqa: ANN001
+    from apache_beam.io.filesystems import FileSystems
+
+    chunk_id = intent["chunk_id"]
+    result = adapter.parse_submission_result(raw)
+    receipt = dict(intent)
+    receipt.pop("intent_at_utc", None)
+    receipt["provider_batch_id"] = result.provider_batch_id
+    receipt["status"] = result.status
+    if adoption:
+        receipt["adoption"] = adoption
+    write_durably(part_path(rfile, chunk_id), receipt_line(receipt))
+    from mmirage_beam.crashpoints import crash_point
+
+    crash_point("adopted")
+    FileSystems.delete([path])
+    _LOG.warning(
+        "adopted batch %s for chunk %s of run %s (accepted by the provider before the run stopped)",
+        result.provider_batch_id,
+        chunk_id,
+        run_id,
+    )
+    state.adopted.append(chunk_id)
+
+
+def _claim_receipted(base: str, adapter_cls: type) -> Counter:
+    """Batch id -> how many receipts of ``base`` (every run) name it; each is claimed in
+    the adapter's module so that no later create adopts it either."""
+    from mmirage_beam.receipts import find_receipt_files
+
+    claimed: Counter = Counter()
+    files, _ = find_receipt_files(base)
+    for f in files:
+        for r in read_receipts(f.path):
+            if r.get("provider_batch_id") and not adoption_rejected(r):
+                claimed[r["provider_batch_id"]] += 1
+    claim = getattr(__import__(adapter_cls.__module__, fromlist=["claim"]), "claim", None)
+    if callable(claim):
+        for batch_id in claimed:
+            claim(batch_id)
+    return claimed
+
+
+def _create_window_secs(adapter, provider_config: BatchProviderConfig) -> float:  # noqa: ANN001
+    """The longest a create with all its retries can take after its intent, seconds."""
+    policy = adapter.retry_policy()
+    timeout = float(getattr(provider_config, "timeout_seconds", None) or 600.0)
+    return policy.max_attempts * (timeout + policy.max_delay_secs) + 60.0
+
+
+def _adopt_by_shape(adapter, pending, provider_config, run_id, state):  # noqa: ANN001, ANN202
+    """Resolve the intents that one unclaimed batch of their request count matches;
+    returns the intents left (sent again by the caller)."""
+    import time
+
+    from apache_beam.io.filesystems import FileSystems
+
+    window = _create_window_secs(adapter, provider_config)
+    now = time.time()
+    candidates: dict[str, list[dict[str, Any]]] = {}
+    left = []
+    for rfile, path, intent in pending:
+        if FileSystems.exists(part_path(rfile, intent["chunk_id"])):
+            left.append((rfile, path, intent))  # receipted after all: the caller cleans up
+            continue
+        start = _timestamp(intent.get("intent_at_utc"))
+        candidates[path] = adapter.find_candidate_batches(
+            int(intent.get("submitted_request_count") or 0),
+            created_after=start - adapter.ADOPT_SKEW_SECS,
+            created_before=min(now, start + window),
+        )
+    for rfile, path, intent in pending:
+        if path not in candidates:
+            continue
+        mine = candidates[path]
+        others = {b["id"] for p, bs in candidates.items() if p != path for b in bs}
+        chunk_id = intent["chunk_id"]
+        if len(mine) != 1 or mine[0]["id"] in others:
+            if mine:
+                _LOG.warning(
+                    "chunk %s of run %s: %d unclaimed batches of %d requests were created "
+                    "while it was being submitted; cannot tell which (if any) is its own, so "
+                    "it is sent again (its requests may now exist twice)",
+                    chunk_id,
+                    run_id,
+                    len(mine),
+                    intent.get("submitted_request_count", 0),
+                )
+            left.append((rfile, path, intent))
+            continue
+        batch = mine[0]
+        adoption: dict[str, Any] = {"method": "created_at+request_count", "confirmed": False}
+        ids = adapter.result_custom_ids(batch["id"])
+        if ids is not None:
+            if ids != set(intent["custom_id_to_source_index"]):
+                _LOG.warning(
+                    "chunk %s of run %s: batch %s matched by time and request count holds "
+                    "other custom_ids (confirmation failed); the chunk is sent again",
+                    chunk_id,
+                    run_id,
+                    batch["id"],
+                )
+                left.append((rfile, path, intent))
+                continue
+            adoption["confirmed"] = True
+        adapter_claim = getattr(__import__(type(adapter).__module__, fromlist=["x"]), "claim", None)
+        if callable(adapter_claim):
+            adapter_claim(batch["id"])
+        _adopt(adapter, rfile, path, intent, batch, run_id, state, adoption)
+    return left
+
+
+def _recheck_adoptions(adapter, unconfirmed, claimed: Counter, run_id: str) -> None:  # noqa: ANN001
+    """Confirm (by custom_ids) or reject receipts adopted earlier without confirmation."""
+    for rfile, r in unconfirmed:
+        batch_id = r["provider_batch_id"]
+        reason = None
+        if claimed[batch_id] > 1:
+            reason = f"batch {batch_id} is also named by another receipt"
+        else:
+            ids = adapter.result_custom_ids(batch_id)
+            if ids is None:
+                continue  # still processing: confirmed later
+            if ids != set(r["custom_id_to_source_index"]):
+                reason = f"batch {batch_id} holds other custom_ids"
+        updated = dict(r)
+        adoption = dict(r.get("adoption") or {})
+        if reason is None:
+            adoption["confirmed"] = True
+        else:
+            adoption["rejected"] = reason
+            _LOG.warning(
+                "run %s: the adoption of %s for chunk %s is withdrawn (%s); its requests are "
+                "sent again",
+                run_id,
+                batch_id,
+                r["chunk_id"],
+                reason,
+            )
+        updated["adoption"] = adoption
+        write_durably(part_path(rfile, r["chunk_id"]), receipt_line(updated))

@@ -5,7 +5,10 @@ Usage:
         [--skip-invalid-rows] [standard Beam pipeline options, e.g. --runner ...]
 
 Exit status: 0 submitted (or exported); 1 rows failed validation (nothing submitted) or a
-submission failed; 2 bad flags, bad config or a missing API key.
+submission failed; 2 bad flags, bad config, a missing API key, or the run id is held by
+another live process (nothing sent); 3 an earlier run with the same fingerprint (config
+and data) exists and has not failed: nothing was sent (resume it with ``--run-id``, or
+pass ``--new-run`` to submit again on purpose); 130 stopped by Ctrl-C / SIGTERM.
 """
 
 from __future__ import annotations
@@ -50,6 +53,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     )
     ap.add_argument("--run-id", help="use this run id instead of a fresh one")
     ap.add_argument(
+        "--new-run",
+        action="store_true",
+        help="submit even when an earlier run of the same config and data exists (by "
+        "default such a run is named and nothing is sent; exit 3)",
+    )
+    ap.add_argument(
         "--skip-invalid-rows",
         action="store_true",
         default=None,
@@ -67,15 +76,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     configure_logging(args.verbose)
     check_beam_args(beam_args, args.own_flags)
 
-    import apache_beam as beam
-
     from mmirage_beam.config import load_config
-    from mmirage_beam.errors import ConfigError, MmirageError
+    from mmirage_beam.errors import ConfigError
     from mmirage_beam.ids import check_run_id, new_run_id
-    from mmirage_beam.pipeline import build_submit_pipeline, stop_marker_path
+    from mmirage_beam.pipeline import stop_marker_path
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
-    from mmirage_beam.receipts import consolidate_run, receipts_base
-    from mmirage_beam.resume import ResumeState, prepare_resume
+    from mmirage_beam.receipts import receipts_base
     from mmirage_beam.storage import (
         check_locations,
         config_locations,
@@ -103,10 +109,103 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     options = beam_options(beam_args, args.verbose)
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     check_locations(config_locations(config, export_prompts=args.export_prompts), options)
-    translate_only = translation_only(options)
-    if not dry_run and not translate_only:
+    if translation_only(options):  # Dataflow --dry_run: nothing will run or be written
+        return _submit(args, beam_args, config, options, base, run_id, None, translate_only=True)
+    if not dry_run:
         probe_location(base, run_id, "processors[0].metadata_output_path")
+    if args.new_run and args.run_id:
+        raise ConfigError("--new-run", "starts a new run; it cannot be used with --run-id")
+    if dry_run:
+        return _submit(args, beam_args, config, options, base, run_id, None)
+    from mmirage_beam.fingerprint import matching_run, run_fingerprint, write_run_record
+    from mmirage_beam.lease import acquire
+
+    fingerprint = run_fingerprint(config)
+    leases = []
+    try:
+        if not args.run_id and not args.new_run:
+            # Serialises identical fresh runs started together, until the run record of
+            # the first one is written (the others then find it).
+            leases.append(_acquire_waiting(base, "fp-" + fingerprint[:16]))
+            earlier = matching_run(base, fingerprint)
+            if earlier is not None:
+                print(_already_run_message(args, beam_args, earlier), file=sys.stderr)
+                return 3
+
+        def on_lost(_holder: dict) -> None:
+            from mmirage_beam.receipts import write_durably
+
+            write_durably(stop_marker_path(base, run_id), b"lease lost\n")
+
+        leases.append(acquire(base, run_id, on_lost=on_lost))
+        for lease in leases:
+            lease.start_refreshing()
         _remove_if_exists(stop_marker_path(base, run_id))  # left by an earlier stopped attempt
+        record = {"fingerprint": fingerprint, "started_at": None}
+        if args.run_id:
+            from mmirage_beam.fingerprint import read_run_record
+
+            earlier = read_run_record(base, run_id)
+            if earlier is not None:
+                record["started_at"] = earlier.get("started_at")
+                if earlier.get("fingerprint") != fingerprint:
+                    print(
+                        f"mmirage run {run_id}: warning: the config or the data changed since "
+                        "this run started; requests already receipted are not sent again, "
+                        "the others are built from the current config and data",
+                        file=sys.stderr,
+                    )
+        record = write_run_record(base, run_id, fingerprint, started_at=record["started_at"])
+        if len(leases) == 2:
+            leases.pop(0).release()
+        return _submit(args, beam_args, config, options, base, run_id, record)
+    finally:
+        for lease in reversed(leases):
+            lease.release()
+
+
+def _acquire_waiting(base: str, key: str, wait_secs: float = 30.0):  # noqa: ANN202
+    """The lease ``key``, waiting up to ``wait_secs`` for a short-lived holder."""
+    import time
+
+    from mmirage_beam.lease import RunLocked, acquire
+
+    deadline = time.monotonic() + wait_secs
+    while True:
+        try:
+            return acquire(base, key)
+        except RunLocked:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _already_run_message(args, beam_args, earlier: dict) -> str:  # noqa: ANN001
+    run_id = earlier["run_id"]
+    cmd = " ".join(["mmirage run", "--config", args.config, *map(_quote, beam_args)])
+    state = "finished" if earlier.get("finished") else "not finished"
+    return (
+        f"mmirage run: nothing sent: run {run_id} (started {earlier.get('started_at')}, "
+        f"{state}) already submitted this config with the same data (fingerprint "
+        f"{earlier['fingerprint'][:12]}).\n"
+        f"  resume or complete it:    {cmd} --run-id {run_id}\n"
+        f"  submit again on purpose:  {cmd} --new-run (pays again for every request)"
+    )
+
+
+def _submit(args, beam_args, config, options, base, run_id, record, translate_only=False):  # noqa: ANN001
+    """The submission itself, once the run id is held (``record``: None for dry runs)."""
+    import apache_beam as beam
+
+    from mmirage_beam.errors import MmirageError
+    from mmirage_beam.pipeline import build_submit_pipeline
+    from mmirage_beam.providers.base import BatchAdapterRegistry
+    from mmirage_beam.receipts import consolidate_run
+    from mmirage_beam.resume import ResumeState, prepare_resume
+
+    dry_run = record is None
+    provider = config.processor.provider
+    adapter_cls = BatchAdapterRegistry.get(provider)
     resume = ResumeState()
     if args.run_id and not dry_run:
         resume = prepare_resume(base, run_id, adapter_cls, config.processor)
@@ -157,6 +256,27 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     written = list(consolidate_run(plan.receipts_base, run_id, dry_run))
     stats = counters(result)
+    if record is not None:
+        from mmirage_beam.fingerprint import run_record_path, write_run_record
+
+        try:
+            write_run_record(
+                base,
+                run_id,
+                record["fingerprint"],
+                started_at=record["started_at"],
+                finished=True,
+                rows_read=stats.get("rows_read", 0) + stats.get("row_errors", 0),
+                requests=stats.get("requests", 0),
+                chunks_submitted=stats.get("batches_submitted", 0)
+                + stats.get("batches_already_receipted", 0),
+            )
+        except Exception as exc:  # the receipts are written; only the record is stale
+            print(
+                f"mmirage run {run_id}: warning: could not mark the run finished in "
+                f"{run_record_path(base, run_id)} ({_short(exc)}); its receipts are complete",
+                file=sys.stderr,
+            )
     invalid = read_jsonl(plan.invalid_rows_path)
     skipping = bool(args.skip_invalid_rows or config.execution.skip_invalid_rows)
     _print_summary(plan, stats, written, invalid, skipped=skipping)

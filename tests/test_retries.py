@@ -394,27 +394,22 @@ def test_openai_create_that_answered_500_is_adopted(tmp_path, capsys, provider_e
     assert f"adopted {batches[0]['id']}" in err
 
 
-def test_anthropic_create_that_answered_500_is_duplicated(tmp_path, capsys, provider_env):
-    """The documented window: Anthropic batches carry no metadata, so the retry of a
-    create that was stored but answered 500 makes a second batch of the same requests;
-    the receipt names the second one."""
+def test_anthropic_create_that_answered_500_is_adopted(tmp_path, capsys, provider_env):
+    """Anthropic batches carry no metadata, but the retry of a create that was stored and
+    answered 500 first lists the batches created since its first attempt: the one with
+    exactly the chunk's request count, named by no receipt, is adopted (not re-created)."""
     fake = provider_env
     cfg = _small_config(tmp_path, "anthropic", fake, max_requests_per_chunk=100)
     fake.script(fail_batch_creates={"nth": 1, "created": True, "permanent": False})
     code = run_main(["--config", write_config(tmp_path, cfg), "--run-id", "dup"])
     out, err = capsys.readouterr()
     assert code == 0, out + err
-    batches = fake.batches("anthropic")
-    assert len(batches) == 2
-    assert set(fake.create_counts().values()) == {2}
-    held = fake.submitted_requests("anthropic")
-    by_batch = {
-        b["id"]: {h["custom_id"] for h in held if h["batch_id"] == b["id"]} for b in batches
-    }
-    assert by_batch[batches[0]["id"]] == by_batch[batches[1]["id"]]
+    (batch,) = fake.batches("anthropic")
     (receipt,) = _receipts(tmp_path, "dup")
-    assert receipt["provider_batch_id"] == batches[1]["id"]  # the create that answered
-    assert fake.call_counts()["messages_batches_create"] == 2
+    assert receipt["provider_batch_id"] == batch["id"]
+    assert receipt["adoption"] == {"method": "created_at+request_count", "confirmed": False}
+    assert fake.call_counts()["messages_batches_create"] == 1
+    assert fake.call_counts()["messages_batches_list"] == 1
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])

@@ -113,6 +113,9 @@ class OpenAIBatchConfig(BatchProviderConfig):
     ``batch_endpoint`` is one of :data:`OPENAI_SUPPORTED_ENDPOINTS`; anything else is a
     ConfigError naming the key.
 
+    ``timeout_seconds``: the SDK client's per-call timeout (default: the SDK's 600 s);
+    a create that times out is looked up by its metadata before it is retried.
+
     Limits: 50,000 requests and 200 MB per batch input file (OpenAI Batch API guide).
     """
 
@@ -138,11 +141,16 @@ class OpenAIBatchConfig(BatchProviderConfig):
     #: ``detail`` of every image part (``auto`` when unset; the Responses API requires
     #: one on every ``input_image``).
     image_detail: Optional[str] = None
+    timeout_seconds: Optional[float] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.base_url == "":
             self.base_url = None  # e.g. an unset ${VAR:-}
+        if self.timeout_seconds is not None:
+            s = _check_number("timeout_seconds", self.timeout_seconds)
+            if not s > 0:
+                raise ConfigError("timeout_seconds", f"must be > 0, got {s}")
         _check_str("model", self.model)
         if self.max_tokens is not None:
             require_int("max_tokens", self.max_tokens, minimum=1)

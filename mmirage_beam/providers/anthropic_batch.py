@@ -13,29 +13,34 @@ Retries, and the duplicate-batch window: the client is built with the SDK's retr
 :meth:`~mmirage_beam.providers.base.BatchSubmissionAdapter.call_with_retries` (408, 409,
 429, >= 500 incl. 529 and connection errors, honouring ``retry-after-ms`` /
 ``retry-after``). Anthropic message batches carry no metadata and the API takes no
-idempotency key, so a batch cannot be traced back to its run and chunk: the adapter
-keeps the contract's default ``find_batch`` (always None, "cannot tell"; not overridden,
-so a resumed run knows it cannot look batches up) and a retried create is never
-preceded by an adoption step, unlike OpenAI.
+idempotency key, but ``GET /v1/messages/batches`` lists every batch, newest first, with
+its ``created_at`` and ``request_counts``. So before a *retried* create (the earlier
+attempt answered a retryable error, or its answer never arrived), the adapter lists the
+batches created since its first attempt (minus ``ADOPT_SKEW_SECS`` of clock skew) whose
+request count is exactly the chunk's and that no receipt or earlier create of this
+process names (:data:`CLAIMED`); when exactly one matches it is *adopted* instead of
+creating a second batch. A resumed run does the same for each chunk that was being
+submitted when the run stopped (:mod:`mmirage_beam.resume`), and confirms the adoption
+by custom_ids when the batch's results already exist.
 
-The window that remains: a ``POST /v1/messages/batches`` that Anthropic *stored* but
-whose answer was a retryable error (a 5xx or 529 sent after the batch was created) or
-never arrived (the connection dropped or timed out after the body was sent) is retried
-and creates a *second* batch with the same requests. What the user sees: two message
-batches holding the same custom_ids, both processed and both billed; the receipt names
-only the batch whose create answered (the last one), so ``check`` and ``merge`` follow
-that one, and if both are ever receipted (e.g. one by a resumed run) ``merge`` keeps,
-per custom_id, the newest successful result. A create refused before anything was
-stored (a 400 or 413 validation error, which is never retried, or a 429 rate limit)
-makes no batch. The same duplicate can come from a run that stopped between a stored
-create and its receipt: the resume of that run cannot look the batch up either and
-sends the chunk again.
+The window that remains (a duplicate, never a loss): a stored create is not adopted, and
+its chunk is sent again, when several unclaimed batches of exactly that request count
+were created in the window (another workload on the same API key, or other chunks of
+this run whose creates were lost at the same time), or when Anthropic's clock is more
+than ``ADOPT_SKEW_SECS`` behind ours. Both batches are then billed; the receipt names
+the last one, and merge keeps, per custom_id, the newest successful result. A batch of
+another workload with exactly the chunk's request count, created in the window while the
+chunk's own create was *refused*, would be adopted wrongly: the adoption is recorded in
+the receipt (``adoption``) and confirmed by custom_ids once results exist.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
+import logging
+import threading
+import time
+from typing import Any, ClassVar, Dict, Iterable, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.images import image_error, images_error
@@ -52,6 +57,23 @@ from mmirage_beam.results import (
     MalformedResult,
     results_from_lines,
 )
+
+_LOG = logging.getLogger(__name__)
+
+#: batch ids this process created, adopted or read in a receipt: never adopted again.
+CLAIMED: set[str] = set()
+_CLAIMED_LOCK = threading.Lock()
+#: request count -> creates of that size in flight in this process (a sibling chunk's
+#: unanswered create must not be mistaken for our lost one).
+_IN_FLIGHT: dict[int, int] = {}
+
+
+def claim(batch_id: str) -> None:
+    """Record that ``batch_id`` belongs to a receipt (it is never adopted for another
+    chunk)."""
+    with _CLAIMED_LOCK:
+        CLAIMED.add(batch_id)
+
 
 ACCEPTED_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 # Per-request vision limits. Anthropic "Vision" guide, "General limits" and FAQ
@@ -82,9 +104,15 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
     SDK's retries off: every call is retried by :meth:`call_with_retries`.
 
     :meth:`find_batch` is the contract's default (None): message batches carry no
-    metadata, so a create that Anthropic stored but answered with a retryable error is
-    retried into a second batch with the same custom_ids (see the module docstring).
+    metadata. A retried create first looks for the batch its earlier attempt may have
+    made by creation time and request count (:meth:`find_candidate_batches`), and adopts
+    it when exactly one matches (see the module docstring for the window that remains).
     """
+
+    #: how far before our clock's "first attempt" a batch's ``created_at`` may be, s.
+    ADOPT_SKEW_SECS: ClassVar[float] = 5.0
+    #: page size of the batch listing (the API's maximum is 1000; 100 keeps pages small).
+    LIST_PAGE_SIZE: ClassVar[int] = 100
 
     required_credentials: ClassVar[Sequence[str]] = ("api_key",)
     # len('{"requests":[') + len(']}') - 1 (n lines carry n newlines; the body n-1 commas)
@@ -162,11 +190,117 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
             anthropic.APIStatusError: a non-retryable answer (e.g. 400, 413), at once.
         """
         body = list(requests)
-        batch = self.call_with_retries(
-            f"Anthropic messages.batches.create (chunk {chunk_id})",
-            lambda: self._client.messages.batches.create(requests=body),
-        )
-        return batch.model_dump(mode="json")
+        first_attempt_at = time.time()
+        attempts = 0
+        what = f"Anthropic messages.batches.create (chunk {chunk_id})"
+
+        def create() -> Dict[str, Any]:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                with _CLAIMED_LOCK:
+                    siblings = _IN_FLIGHT.get(len(body), 0)
+                # Part of this attempt: a failed lookup fails the attempt (retried).
+                found = self.find_candidate_batches(
+                    len(body), created_after=first_attempt_at - self.ADOPT_SKEW_SECS, retries=False
+                )
+                if siblings:
+                    _LOG.warning(
+                        "%s: another create of %d requests is in flight in this process; "
+                        "not adopting by time and count",
+                        what,
+                        len(body),
+                    )
+                    found = []  # ambiguous: create again
+                if len(found) == 1:
+                    _LOG.warning(
+                        "%s: adopted %s (created since the first attempt, %d requests, named "
+                        "by no receipt): not creating a second batch",
+                        what,
+                        found[0]["id"],
+                        len(body),
+                    )
+                    claim(found[0]["id"])
+                    adopted = dict(found[0])
+                    adopted["mmirage_adoption"] = {
+                        "method": "created_at+request_count",
+                        "confirmed": False,
+                    }
+                    return adopted
+                if found:
+                    _LOG.warning(
+                        "%s: %d batches of %d requests were created since the first "
+                        "attempt; cannot tell which is this chunk's, creating it again "
+                        "(its requests may now exist twice)",
+                        what,
+                        len(found),
+                        len(body),
+                    )
+            with _CLAIMED_LOCK:
+                _IN_FLIGHT[len(body)] = _IN_FLIGHT.get(len(body), 0) + 1
+            try:
+                batch = self._client.messages.batches.create(requests=body)
+            finally:
+                with _CLAIMED_LOCK:
+                    _IN_FLIGHT[len(body)] -= 1
+            raw = batch.model_dump(mode="json")
+            claim(raw["id"])
+            return raw
+
+        return self.call_with_retries(what, create)
+
+    def find_candidate_batches(
+        self,
+        request_count: int,
+        created_after: float,
+        created_before: Optional[float] = None,
+        exclude_ids: Iterable[str] = (),
+        retries: bool = True,
+    ) -> list[Dict[str, Any]]:
+        """Batches that may be a chunk's lost create: created in ``[created_after,
+        created_before]`` (Unix seconds; None: up to now), holding exactly
+        ``request_count`` requests (the sum of ``request_counts``), and in neither
+        ``exclude_ids`` nor :data:`CLAIMED`.
+
+        Lists ``GET /v1/messages/batches`` newest first (Anthropic Message Batches API:
+        "most recently created batches first"), ``LIST_PAGE_SIZE`` per page, and stops at
+        the first batch created before ``created_after``. Each page is fetched with
+        retries (none with ``retries=False``: the caller's own retry repeats the lookup),
+        so a lookup that cannot complete raises instead of answering "none".
+        """
+        with _CLAIMED_LOCK:
+            excluded = set(CLAIMED) | set(exclude_ids)
+        what = "Anthropic messages.batches.list (looking for a lost create)"
+
+        def call(fn):  # noqa: ANN001, ANN202
+            return self.call_with_retries(what, fn) if retries else fn()
+
+        page = call(lambda: self._client.messages.batches.list(limit=self.LIST_PAGE_SIZE))
+        found: list[Dict[str, Any]] = []
+        while True:
+            for batch in page.data:
+                raw = batch.model_dump(mode="json")
+                created = _parse_timestamp(raw.get("created_at"))
+                if created is not None and created < created_after:
+                    return found
+                if created_before is not None and created is not None:
+                    if created > created_before:
+                        continue
+                counts = raw.get("request_counts") or {}
+                total = sum(int(counts.get(k) or 0) for k in _OUTCOMES)
+                if total == request_count and raw["id"] not in excluded:
+                    found.append(raw)
+            if not page.data or not page.has_next_page():
+                return found
+            page = call(page.get_next_page)
+
+    def result_custom_ids(self, provider_batch_id: str) -> Optional[set[str]]:
+        """The custom_ids of an ended batch's results (to confirm an adoption); None
+        while the batch is still processing."""
+        batch = self.check_batch_status(provider_batch_id, None)  # type: ignore[arg-type]
+        if (batch.raw_response or {}).get("processing_status") != "ended":
+            return None
+        return {r["custom_id"] for r in self.retrieve_results(provider_batch_id, None)}  # type: ignore[arg-type]
 
     def parse_submission_result(self, raw_result: Dict[str, Any]) -> _Result:
         status = raw_result.get("processing_status")

@@ -69,7 +69,8 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
     """``provider: openai``: builds chat-completion batch lines and drives the Batch API.
 
     The client (``openai.OpenAI``) is built in :meth:`setup` with the key from
-    ``OPENAI_API_KEY``, the config's ``base_url`` and the SDK's retries off: every call
+    ``OPENAI_API_KEY``, the config's ``base_url`` and ``timeout_seconds`` (per call;
+    default the SDK's 600 s) and the SDK's retries off: every call
     is retried by :meth:`call_with_retries`, and a retried create first adopts the batch
     an earlier attempt may have made (:meth:`find_batch`).
     """
@@ -89,10 +90,16 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
         self._retry_filter = make_retry_filter(
             (openai.APIConnectionError,), (openai.APIStatusError,)
         )
+        kwargs: Dict[str, Any] = {}
+        if getattr(config, "timeout_seconds", None):
+            # A timed-out create is an APITimeoutError (an APIConnectionError): retried,
+            # and the retry first adopts the batch if the provider made it (find_batch).
+            kwargs["timeout"] = float(config.timeout_seconds)
         self._client = openai.OpenAI(
             api_key=self.credentials.get("api_key"),
             base_url=getattr(config, "base_url", None) or None,
             max_retries=0,  # every retry goes through call_with_retries (and adoption)
+            **kwargs,
         )
 
     def is_retryable(self, exc: BaseException) -> bool:

@@ -17,6 +17,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.receipts import (
     intent_path,
     make_receipt,
@@ -125,12 +126,16 @@ class _SubmitChunkFn(beam.DoFn):
             receipt["intent_at_utc"] = receipt["submitted_at_utc"]
             write_durably(intent, receipt_line(receipt))
             del receipt["intent_at_utc"]
+            crash_point("intent_written")
             raw = self._adapter.submit_chunk_lines(chunk.chunk_id, lines, self._config)
+            crash_point("batch_created")
             result = self._adapter.parse_submission_result(raw)
             receipt["provider_batch_id"], receipt["status"] = (
                 result.provider_batch_id,
                 result.status,
             )
+            if isinstance(raw, dict) and raw.get("mmirage_adoption"):
+                receipt["adoption"] = raw["mmirage_adoption"]  # matched, not answered
             _LOG.info(
                 "submitted %s (%d requests, %d bytes) as %s",
                 chunk.chunk_id,
@@ -139,6 +144,7 @@ class _SubmitChunkFn(beam.DoFn):
                 result.provider_batch_id,
             )
         write_durably(part, receipt_line(receipt))  # durable before anything is emitted
+        crash_point("receipt_written")
         if intent is not None:
             from apache_beam.io.filesystems import FileSystems
 

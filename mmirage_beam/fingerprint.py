@@ -1,0 +1,201 @@
+"""Idempotent runs: a fingerprint of what a run would send, and the run record file.
+
+The fingerprint (SHA-256, hex) covers what shapes the requests:
+
+- the provider config (``provider``, ``model``, sampling parameters, endpoint,
+  ``base_url``, chunk sizes, metadata...; not ``metadata_output_path`` nor
+  ``timeout_seconds``, which change where receipts go or how long a call may take);
+- ``processing_params.inputs`` and ``outputs`` (names, keys, prompts, output types and
+  schemas);
+- ``loading_params``: shard selection and, for every dataset, its path and type and, per
+  file, its size, mtime and the SHA-256 of its first and last 64 KiB (two small reads per
+  file: no second pass over the data).
+
+The record ``<base>.run.<run_id>.json`` (beside the receipts, written through Beam's
+FileSystems) holds::
+
+    {"run_id": str, "fingerprint": str, "started_at": ISO 8601 UTC str,
+     "finished": bool, "rows_read": int | null, "requests": int | null,
+     "chunks_submitted": int | null}
+
+It is written with ``finished: false`` (and null counts) before the pipeline starts and
+rewritten with ``finished: true`` and the pipeline's counters when the submission
+pipeline completed; a record still ``finished: false`` is a run that stopped midway (or
+is running).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+from typing import Any, Optional
+
+from mmirage_beam.config.loader import PipelineConfig
+
+#: bytes hashed at each end of every data file.
+SAMPLE_BYTES = 64 * 1024
+#: provider config fields that do not change what is sent.
+_NOT_SENT = ("metadata_output_path", "timeout_seconds")
+
+
+def run_record_path(base: str, run_id: str) -> str:
+    """``<base>.run.<run_id>.json``."""
+    return f"{base}.run.{run_id}.json"
+
+
+def _data_files(path: str) -> list[Any]:
+    """FileMetadata of the files a dataset path names (a file, a glob or a folder)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    if any(c in path for c in "*?["):
+        return sorted(FileSystems.match([path])[0].metadata_list, key=lambda m: m.path)
+    exact = [
+        m
+        for m in FileSystems.match([path])[0].metadata_list
+        if m.path.rstrip("/") == path.rstrip("/")
+    ]
+    if exact:
+        return exact
+    pattern = FileSystems.join(path, "**")
+    return sorted(FileSystems.match([pattern])[0].metadata_list, key=lambda m: m.path)
+
+
+def _sample_hash(path: str, size: int) -> str:
+    from apache_beam.io.filesystems import FileSystems
+
+    h = hashlib.sha256()
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        h.update(f.read(SAMPLE_BYTES))
+        if size > 2 * SAMPLE_BYTES:
+            f.seek(size - SAMPLE_BYTES)
+            h.update(f.read(SAMPLE_BYTES))
+        elif size > SAMPLE_BYTES:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def data_fingerprint(config: PipelineConfig) -> list[dict[str, Any]]:
+    """Per dataset: path, type and ``[{path, size, mtime, sample_sha256}]`` of its files."""
+    out = []
+    for ds in config.datasets:
+        files = []
+        for m in _data_files(ds.path):
+            files.append(
+                {
+                    "path": m.path,
+                    "size": int(m.size_in_bytes),
+                    "mtime": float(getattr(m, "last_updated_in_seconds", 0.0) or 0.0),
+                    "sample_sha256": _sample_hash(m.path, int(m.size_in_bytes)),
+                }
+            )
+        out.append(
+            {
+                "path": ds.path,
+                "type": ds.type,
+                "image_base_path": ds.image_base_path,
+                "files": files,
+            }
+        )
+    return out
+
+
+def run_fingerprint(config: PipelineConfig) -> str:
+    """SHA-256 (hex) of what a run of ``config`` would send (see the module docstring).
+
+    Raises:
+        apache_beam.io.filesystem.BeamIOError / OSError: a data file cannot be read.
+    """
+    provider = {k: v for k, v in dataclasses.asdict(config.processor).items() if k not in _NOT_SENT}
+    shaped = {
+        "provider": provider,
+        "inputs": [dataclasses.asdict(i) for i in config.inputs],
+        "outputs": [dataclasses.asdict(o) for o in config.outputs],
+        "num_shards": config.num_shards,
+        "shard_id": config.shard_id,
+        "datasets": data_fingerprint(config),
+    }
+    text = json.dumps(shaped, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def write_run_record(
+    base: str,
+    run_id: str,
+    fingerprint: str,
+    *,
+    started_at: Optional[str] = None,
+    finished: bool = False,
+    rows_read: Optional[int] = None,
+    requests: Optional[int] = None,
+    chunks_submitted: Optional[int] = None,
+) -> dict[str, Any]:
+    """Write (durably, replacing any earlier one) and return the run record."""
+    from mmirage_beam.receipts import write_durably
+
+    record = {
+        "run_id": run_id,
+        "fingerprint": fingerprint,
+        "started_at": started_at or _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "finished": finished,
+        "rows_read": rows_read,
+        "requests": requests,
+        "chunks_submitted": chunks_submitted,
+    }
+    write_durably(run_record_path(base, run_id), (json.dumps(record) + "\n").encode("utf-8"))
+    return record
+
+
+def read_run_record(base: str, run_id: str) -> Optional[dict[str, Any]]:
+    """The run record of ``run_id``, or None (absent or unreadable)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    path = run_record_path(base, run_id)
+    try:
+        if not FileSystems.exists(path):
+            return None
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            record = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def run_records(base: str) -> list[dict[str, Any]]:
+    """Every readable run record of ``base``, newest ``started_at`` first."""
+    from apache_beam.io.filesystems import FileSystems
+
+    out = []
+    for m in FileSystems.match([f"{base}.run.*.json"])[0].metadata_list:
+        run_id = m.path[len(base) + len(".run.") : -len(".json")]
+        record = read_run_record(base, run_id)
+        if record is not None and record.get("run_id") == run_id:
+            out.append(record)
+    return sorted(out, key=lambda r: str(r.get("started_at") or ""), reverse=True)
+
+
+def run_is_alive(base: str, run_id: str) -> bool:
+    """Whether a run has not failed, judged locally from its files (no provider call):
+    it holds a lease (running now), or has an intent (a batch possibly accepted), or
+    has receipts of which at least one batch is not ``failed``."""
+    from mmirage_beam.lease import lease_path, read_lease
+    from mmirage_beam.receipts import MODALITIES, pending_intents, read_receipts, receipt_path
+
+    if read_lease(lease_path(base, run_id)) is not None:
+        return True
+    if pending_intents(base, run_id):
+        return True
+    statuses = [
+        r.get("status") for m in MODALITIES for r in read_receipts(receipt_path(base, m, run_id))
+    ]
+    return bool(statuses) and any(s != "failed" for s in statuses)
+
+
+def matching_run(base: str, fingerprint: str) -> Optional[dict[str, Any]]:
+    """The newest run record of ``base`` with this fingerprint whose run has not failed
+    (:func:`run_is_alive`), or None."""
+    for record in run_records(base):
+        if record.get("fingerprint") == fingerprint and run_is_alive(base, record["run_id"]):
+            return record
+    return None

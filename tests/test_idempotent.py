@@ -1,0 +1,114 @@
+"""Idempotent runs: a repeated `mmirage run` of the same config and data sends nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from mmirage_beam.fingerprint import read_run_record, run_records
+from pipelines.submit import main as submit_main
+from tests.conftest import GSM8K_JSONL, base_config, write_config
+
+
+def _setup(tmp_path, fake, provider="openai"):
+    data = tmp_path / "rows.jsonl"
+    shutil.copy(GSM8K_JSONL, data)
+    url = fake.openai_base_url if provider == "openai" else fake.anthropic_base_url
+    cfg = base_config(tmp_path, provider, base_url=url, max_requests_per_chunk=400)
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    return cfg, data
+
+
+def test_a_repeated_run_sends_nothing_and_names_the_earlier_run(tmp_path, provider_env, capsys):
+    fake = provider_env
+    cfg, _ = _setup(tmp_path, fake, "anthropic")
+    path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", path]) == 0
+    base = str(tmp_path / "meta" / "batch_metadata")
+    (first,) = run_records(base)
+    assert first["finished"] is True
+    assert (first["rows_read"], first["requests"], first["chunks_submitted"]) == (1319, 1319, 4)
+    capsys.readouterr()
+    before = len(fake.submitted_requests())
+    assert submit_main(["--config", path]) == 3
+    err = capsys.readouterr().err
+    assert f"nothing sent: run {first['run_id']}" in err
+    assert f"--run-id {first['run_id']}" in err and "--new-run" in err
+    assert len(fake.submitted_requests()) == before == 1319
+    assert len(run_records(base)) == 1  # the refused run left no record
+    # A dry run is exempt; --new-run submits again on purpose.
+    assert submit_main(["--config", path, "--export-prompts", str(tmp_path / "x.jsonl")]) == 0
+    assert submit_main(["--config", path, "--new-run"]) == 0
+    assert len(fake.submitted_requests()) == 2 * 1319
+    assert submit_main(["--config", path, "--new-run", "--run-id", "x"]) == 2
+
+
+def test_a_changed_prompt_or_changed_data_sends(tmp_path, provider_env, capsys):
+    fake = provider_env
+    cfg, data = _setup(tmp_path, fake)
+    path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", path]) == 0
+    cfg["processing_params"]["outputs"][0]["prompt"] = "Answer briefly:\n{{ question }}"
+    path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", path]) == 0
+    assert len(fake.submitted_requests()) == 2 * 1319
+    # Same size, one byte changed in the middle of the file: the mtime changes.
+    original, st = data.read_bytes(), os.stat(data)
+    raw = bytearray(original)
+    raw[len(raw) // 2] = ord("7") if raw[len(raw) // 2] != ord("7") else ord("8")
+    data.write_bytes(bytes(raw))
+    assert submit_main(["--config", path]) == 0
+    assert len(fake.submitted_requests()) == 3 * 1319
+    # The original bytes and mtime again: the same data as the second run's.
+    data.write_bytes(original)
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert submit_main(["--config", path]) == 3
+
+
+def test_a_failed_run_does_not_block_a_new_one(tmp_path, provider_env, capsys):
+    fake = provider_env
+    cfg, _ = _setup(tmp_path, fake)
+    path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", path, "--run-id", "gone"]) == 0
+    # Every batch of that run failed at the provider (as `check` records it).
+    receipts = tmp_path / "meta" / "batch_metadata.text.gone.jsonl"
+    lines = [json.loads(x) for x in receipts.read_text().splitlines()]
+    receipts.write_text("".join(json.dumps(dict(r, status="failed")) + "\n" for r in lines))
+    assert submit_main(["--config", path]) == 0
+    assert len(fake.submitted_requests()) == 2 * 1319
+    records = run_records(str(tmp_path / "meta" / "batch_metadata"))
+    assert [r["finished"] for r in records] == [True, True]
+
+
+def test_a_run_stopped_with_a_chunk_in_flight_counts_as_not_failed(tmp_path, provider_env, capsys):
+    """An intent without receipt may be an accepted batch: resume, do not pay again."""
+    fake = provider_env
+    cfg, _ = _setup(tmp_path, fake)
+    path = write_config(tmp_path, cfg)
+    fake.script(fail_batch_creates={"nth": 1, "permanent": True, "status": 400})
+    assert submit_main(["--config", path, "--run-id", "r0"]) == 1
+    fake.script(fail_batch_creates=None)
+    capsys.readouterr()
+    assert submit_main(["--config", path]) == 3
+    assert "--run-id r0" in capsys.readouterr().err
+    assert fake.batches() == []
+
+
+def test_a_resume_keeps_its_record_and_finishes_it(tmp_path, provider_env, capsys):
+    fake = provider_env
+    cfg, _ = _setup(tmp_path, fake)
+    path = write_config(tmp_path, cfg)
+    fake.script(fail_batch_creates={"nth": 3, "permanent": True, "status": 400})
+    assert submit_main(["--config", path, "--run-id", "r"]) == 1
+    base = str(tmp_path / "meta" / "batch_metadata")
+    started = read_run_record(base, "r")
+    assert started["finished"] is False and started["requests"] is None
+    # A fresh run of the same config is refused: run r has receipts.
+    fake.script(fail_batch_creates=None)
+    assert submit_main(["--config", path]) == 3
+    assert submit_main(["--config", path, "--run-id", "r"]) == 0
+    done = read_run_record(base, "r")
+    assert done["finished"] is True and done["started_at"] == started["started_at"]
+    assert len(fake.submitted_requests()) == 1319
+    assert json.loads(json.dumps(done))["fingerprint"] == started["fingerprint"]
