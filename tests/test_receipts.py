@@ -56,3 +56,34 @@ def test_parts_are_readable_before_and_after_consolidation(tmp_path):
     assert consolidate(rfile) == 2
     assert not (tmp_path / "m.text.r1.jsonl.parts").exists()
     assert [r["provider_batch_id"] for r in read_receipts(rfile)] == ["b1", "b2"]
+
+
+def test_check_and_merge_skip_a_withdrawn_adoption(tmp_path):
+    """A receipt whose adoption was withdrawn names another chunk's batch: readers skip it
+    (its requests were sent again under a later chunk)."""
+    import json
+
+    from mmirage_beam.check.discovery import collect_receipts
+
+    ok = {
+        "provider": "anthropic",
+        "provider_batch_id": "msgbatch_a",
+        "chunk_id": "c1",
+        "run_id": "r1",
+        "custom_id_to_source_index": {"a-text-0": 0},
+        "status": "in_progress",
+    }
+    bad = dict(
+        ok,
+        provider_batch_id="msgbatch_b",
+        chunk_id="c2",
+        adoption={
+            "method": "created_at+request_count",
+            "confirmed": False,
+            "rejected": "custom_ids differ",
+        },
+    )
+    path = tmp_path / "batch_metadata.text.r1.jsonl"
+    path.write_text(json.dumps(ok) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
+    found = collect_receipts(metadata_paths=[str(path)])
+    assert [e.provider_batch_id for e in found.receipts] == ["msgbatch_a"]

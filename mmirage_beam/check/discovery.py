@@ -232,9 +232,19 @@ def _entries(
     path: str, name_run_id: Optional[str], name_modality: Optional[str], skipped: List[str]
 ) -> List[ReceiptEntry]:
     out = []
+    from mmirage_beam.receipts import adoption_rejected
+
     for r in read_receipts(path):
         if r.get("status") == _DRY_RUN_STATUS:
             _add_unique(skipped, path)
+            continue
+        if adoption_rejected(r):  # a withdrawn adoption: its requests were sent again
+            _LOG.info(
+                "receipt %s in %s is a withdrawn adoption (%s); skipped",
+                r.get("chunk_id"),
+                path,
+                r["adoption"].get("rejected"),
+            )
             continue
         provider, batch_id = r.get("provider"), r.get("provider_batch_id")
         if not provider or not batch_id:
