@@ -234,7 +234,17 @@ def _entries(
     out = []
     from mmirage_beam.receipts import adoption_rejected
 
-    for r in read_receipts(path):
+    try:
+        records = read_receipts(path)
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise ConfigError(
+            "--metadata-path", f"{path} is not a receipt file (not JSON lines: {exc})"
+        ) from None
+    not_receipts = 0
+    for r in records:
+        if not isinstance(r, dict):
+            not_receipts += 1
+            continue
         if r.get("status") == _DRY_RUN_STATUS:
             _add_unique(skipped, path)
             continue
@@ -248,11 +258,7 @@ def _entries(
             continue
         provider, batch_id = r.get("provider"), r.get("provider_batch_id")
         if not provider or not batch_id:
-            _LOG.warning(
-                "receipt %s in %s has no provider or provider_batch_id; skipped",
-                r.get("chunk_id"),
-                path,
-            )
+            not_receipts += 1
             continue
         snapshot = r.get("model_params_snapshot") or {}
         count = r.get("submitted_request_count")
@@ -271,5 +277,17 @@ def _entries(
                 path=path,
                 receipt=r,
             )
+        )
+    if not_receipts and not out and not skipped:
+        raise ConfigError(
+            "--metadata-path",
+            f"{path} is not a receipt file: none of its {not_receipts} line(s) has a "
+            "provider and a provider_batch_id",
+        )
+    if not_receipts:
+        _LOG.warning(
+            "%d line(s) of %s are not receipts (no provider or provider_batch_id); skipped",
+            not_receipts,
+            path,
         )
     return out

@@ -1,0 +1,49 @@
+"""Ctrl-C on merge and check --watch is one line and the command to continue; a wrong
+--metadata-path is one clear line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from pipelines.check import main as check_main
+from pipelines.submit import main as submit_main
+from tests.conftest import GSM8K_JSONL, GSM8K_PARQUET, REPO, base_config, write_config
+
+
+def test_a_file_that_is_not_receipts_is_one_clear_line(tmp_path, capsys):
+    cfg = write_config(tmp_path, base_config(tmp_path))
+    for wrong in (GSM8K_JSONL, GSM8K_PARQUET):
+        assert check_main(["--config", cfg, "--metadata-path", str(wrong)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is not a receipt file" in err and str(wrong) in err
+
+
+def _interrupted(cmd, env, cwd, after_secs: float):
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stderr=subprocess.PIPE, text=True)
+    time.sleep(after_secs)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+def test_ctrl_c_on_merge_and_on_check_watch_is_one_line_not_a_traceback(tmp_path, provider_env):
+    fake = provider_env
+    cfg = base_config(tmp_path, base_url=fake.openai_base_url)
+    path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", path, "--run-id", "ctrlc"]) == 0
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    py = [sys.executable, "-m"]
+    merge = [*py, "pipelines.merge", "--config", path, "--output-path", str(tmp_path / "m.jsonl")]
+    code, err = _interrupted(merge, env, tmp_path, 4.0)
+    assert code == 130, err
+    assert "Traceback" not in err and "run the same command again" in err
+    fake.script(processing_delay_secs=600)  # batches of a new run stay in progress
+    assert submit_main(["--config", path, "--run-id", "slow"]) == 0
+    watch = [*py, "pipelines.check", "--config", path, "--run-id", "slow", "--watch"]
+    code, err = _interrupted(watch + ["--interval", "1"], env, tmp_path, 4.0)
+    assert code == 130, err
+    assert "Traceback" not in err and "run the same command again" in err
