@@ -71,6 +71,7 @@ DEMO_KEY = "sk-mmirage-demo-not-a-real-key"
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the demo; returns the exit status of the first step that fails, else 0."""
     ap = argparse.ArgumentParser(
+        allow_abbrev=False,  # a prefix of a flag must never pass for the flag
         prog="mmirage demo",
         description="Submit, watch and merge the bundled GSM8K sample against the embedded "
         "fake provider (no key, no network).",
@@ -99,9 +100,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # Each provider's demo has a folder of its own, started afresh, so a demo never
     # checks or merges the batches of an earlier one (whose fake server is gone).
     work = Path(args.workdir).resolve() / args.provider
+    marker = work / ".mmirage-demo"  # only a folder an earlier demo made is replaced
+    if work.exists() and not marker.exists() and any(work.iterdir()):
+        print(
+            f"mmirage demo: {work} exists and was not made by a demo; not replacing it "
+            "(choose another --workdir)",
+            file=sys.stderr,
+        )
+        return 2
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
+    marker.write_text("made by mmirage demo; replaced by the next demo\n", encoding="utf-8")
     run_id = new_run_id()
     data = work / "gsm8k_sample.jsonl"
     text = SAMPLE.read_text(encoding="utf-8")

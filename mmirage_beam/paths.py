@@ -40,6 +40,20 @@ def resolve_path(path: str, base_dir: Optional[str] = None) -> str:
     return os.path.normpath(os.path.join(base_dir or os.getcwd(), path))
 
 
+def path_argument(value: str) -> str:
+    """argparse ``type=`` for path flags: :func:`resolve_path`, refusing an empty or blank
+    value (an unset shell variable must not become the current folder or ``/``).
+
+    Raises:
+        argparse.ArgumentTypeError: for an empty or blank value (argparse exits 2).
+    """
+    import argparse
+
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return resolve_path(value)
+
+
 def resolve_optional(path: Optional[str], base_dir: Optional[str] = None) -> Optional[str]:
     """:func:`resolve_path` that passes ``None`` through."""
     return None if path is None else resolve_path(path, base_dir)

@@ -190,13 +190,19 @@ def write_durably(path: str, data: bytes) -> None:
 def replace_file(src: str, dst: str) -> None:
     """Rename ``src`` over ``dst`` without a moment where ``dst`` is missing, where the
     filesystem allows it; else (a rename that refuses an existing target) delete first."""
+    import os
+
     from apache_beam.io.filesystems import FileSystems
+
+    from mmirage_beam.paths import is_uri
 
     try:
         FileSystems.rename([src], [dst])
     except Exception:
         if not FileSystems.exists(dst) or not FileSystems.exists(src):
             raise
+        if not is_uri(dst) and os.path.isdir(dst):
+            raise  # a folder is never deleted to make room for a file
         FileSystems.delete([dst])
         FileSystems.rename([src], [dst])
 

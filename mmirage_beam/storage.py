@@ -10,7 +10,7 @@ to is one it shares with them, and that it can write and read there itself.
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.paths import is_uri
@@ -171,3 +171,60 @@ def translation_only(options: Any) -> bool:
     work that never happened may be printed."""
     opts = _all_options(options)
     return bool(opts.get("dry_run")) and "dataflow" in _runner_name(opts)
+
+
+def check_output_file(key: str, path: str, config: Any, other: Sequence[str] = ()) -> None:
+    """Refuse an output file that would destroy something: an existing folder (it would be
+    replaced by the file), a dataset of the config, or a receipt or run file.
+
+    Args:
+        key: the flag, for the message (``--output-path``).
+        path: the resolved output path; ``other``: more paths written with it (e.g. the
+            errors file).
+
+    Raises:
+        ConfigError: naming ``key`` and what would be overwritten.
+    """
+    import os
+
+    from mmirage_beam.receipts import receipts_base
+
+    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+    for p in (path, *other):
+        if p.endswith("/") or (not is_uri(p) and os.path.isdir(p)):
+            raise ConfigError(key, f"{p} is a folder; give a file name such as merged.jsonl")
+        for i, d in enumerate(config.datasets):
+            if p == d.path or p.startswith(d.path.rstrip("/") + "/"):
+                raise ConfigError(
+                    key, f"{p} would overwrite loading_params.datasets[{i}].path ({d.path})"
+                )
+        if p.startswith(base + "."):
+            raise ConfigError(
+                key,
+                f"{p} is where this config's receipts and run files live ({base}.*); "
+                "choose another name",
+            )
+
+
+def check_job_endpoint(options: Any, timeout_secs: float = 5.0) -> None:
+    """Refuse a ``--job_endpoint`` nothing listens on (the portable runner would wait
+    without a word), before anything is read.
+
+    Raises:
+        ConfigError: naming ``--job_endpoint``.
+    """
+    import socket
+
+    endpoint = _all_options(options).get("job_endpoint")
+    if not endpoint or endpoint == "embed":
+        return
+    host, _, port = str(endpoint).rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout_secs):
+            return
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            "--job_endpoint",
+            f"cannot reach the job service at {endpoint} ({exc}); start it first (see README, "
+            "'Running at scale'); nothing was run",
+        ) from None

@@ -22,7 +22,7 @@ import sys
 from typing import Optional, Sequence
 
 from mmirage_beam.launch import configure_logging, guarded
-from mmirage_beam.paths import resolve_path
+from mmirage_beam.paths import path_argument
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -32,6 +32,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         SystemExit: (status 2) on bad flags, as argparse does.
     """
     ap = argparse.ArgumentParser(
+        allow_abbrev=False,  # a prefix of a flag must never pass for the flag
         prog="mmirage check",
         description="Report the provider status of submitted batches from their receipts.",
     )
@@ -39,7 +40,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument(
         "--metadata-path",
         action="append",
-        type=resolve_path,
+        type=path_argument,
         metavar="R",
         help="a receipt file (or its .parts folder) to read instead of the config's "
         "metadata_output_path; repeatable",

@@ -26,11 +26,12 @@ from mmirage_beam.launch import (
     read_jsonl,
     run_pipeline,
 )
-from mmirage_beam.paths import resolve_path
+from mmirage_beam.paths import path_argument
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
     ap = argparse.ArgumentParser(
+        allow_abbrev=False,  # a prefix of a flag must never pass for the flag
         prog="mmirage merge",
         description="Fetch the results of a run's batches and join them onto the source "
         "rows by source_index, in order, into one JSONL file. Unknown flags are Beam "
@@ -43,13 +44,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     ap.add_argument(
         "--output-path",
         required=True,
-        type=resolve_path,
+        type=path_argument,
         help="merged JSONL file to write (relative paths: to the current directory)",
     )
     ap.add_argument(
         "--metadata-path",
         action="append",
-        type=resolve_path,
+        type=path_argument,
         default=[],
         metavar="R",
         help="receipt file (repeatable); default: found from metadata_output_path",
@@ -95,7 +96,13 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for, invalid_rows_path
     from mmirage_beam.receipts import receipts_base
-    from mmirage_beam.storage import check_locations, config_locations, translation_only
+    from mmirage_beam.storage import (
+        check_job_endpoint,
+        check_locations,
+        check_output_file,
+        config_locations,
+        translation_only,
+    )
 
     if args.partitions is not None and args.partitions < 1:
         raise ConfigError("--partitions", "must be >= 1")
@@ -131,8 +138,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     out = args.output_path
     errors_path = errors_path_for(out)  # rewritten (empty when nothing failed) by the merge
+    check_output_file("--output-path", out, config, [errors_path])
     options = beam_options(beam_args, args.verbose)
     check_locations(config_locations(config, output_path=out), options)
+    check_job_endpoint(options)
     pipeline = beam.Pipeline(options=options)
     plan = build_merge_pipeline(
         pipeline,

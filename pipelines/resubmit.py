@@ -30,11 +30,12 @@ from mmirage_beam.launch import (
     read_jsonl,
     run_pipeline,
 )
-from mmirage_beam.paths import resolve_path
+from mmirage_beam.paths import path_argument
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
     ap = argparse.ArgumentParser(
+        allow_abbrev=False,  # a prefix of a flag must never pass for the flag
         prog="mmirage resubmit",
         description="Re-send the failed requests of a run as a new, linked run. Unknown "
         "flags are Beam pipeline options. Relative paths, in the config "
@@ -46,7 +47,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     ap.add_argument(
         "--from",
         dest="errors_file",
-        type=resolve_path,
+        type=path_argument,
         metavar="OUT.errors.jsonl",
         help="take the failed requests from a merge's errors file",
     )
@@ -89,7 +90,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     )
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
     from mmirage_beam.receipts import consolidate_run, receipts_base
-    from mmirage_beam.storage import check_locations, config_locations, probe_location
+    from mmirage_beam.storage import (
+        check_job_endpoint,
+        check_locations,
+        config_locations,
+        probe_location,
+    )
 
     config = load_config(args.config)
     provider = config.processor.provider
@@ -102,12 +108,26 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     options = beam_options(beam_args, args.verbose)
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     check_locations(config_locations(config), options)
+    check_job_endpoint(options)
     probe_location(base, new_run, "processors[0].metadata_output_path")
 
     if args.errors_file:
-        errors = read_jsonl(args.errors_file)
+        try:
+            errors = read_jsonl(args.errors_file)
+        except (OSError, ValueError) as exc:  # a folder, not JSON lines, not UTF-8
+            raise ConfigError(
+                "--from", f"{args.errors_file} is not an errors file: {exc}"
+            ) from None
         if not errors and not FileSystems.exists(args.errors_file):
             raise ConfigError("--from", f"{args.errors_file} does not exist")
+        if any(
+            not isinstance(e, dict) or "custom_id" not in e or "error_type" not in e for e in errors
+        ):
+            raise ConfigError(
+                "--from",
+                f"{args.errors_file} is not a merge errors file (OUT.errors.jsonl): its lines "
+                "need custom_id and error_type",
+            )
         runs = {e.get("run_id") for e in errors if e.get("run_id")}
         parent = args.run_id or (sorted(runs)[-1] if len(runs) == 1 else None)
         if parent is None:

@@ -29,11 +29,12 @@ from mmirage_beam.launch import (
     read_jsonl,
     run_pipeline,
 )
-from mmirage_beam.paths import resolve_path
+from mmirage_beam.paths import path_argument
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
     ap = argparse.ArgumentParser(
+        allow_abbrev=False,  # a prefix of a flag must never pass for the flag
         prog="mmirage run",
         description="Render every row into provider batch requests and submit them in "
         "byte-bounded chunks (or export them with --export-prompts). Unknown flags are "
@@ -47,7 +48,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     ap.add_argument(
         "--export-prompts",
         metavar="PATH",
-        type=resolve_path,
+        type=path_argument,
         help="dry run: write provider-ready requests to PATH (.jsonl file, else a folder); "
         "no API key needed, nothing is submitted",
     )
@@ -83,6 +84,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
     from mmirage_beam.receipts import receipts_base
     from mmirage_beam.storage import (
+        check_job_endpoint,
         check_locations,
         config_locations,
         probe_location,
@@ -102,13 +104,14 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     if not dry_run:
         resolve_credentials(adapter_cls, provider)  # fail before reading any data
     try:
-        run_id = check_run_id(args.run_id) if args.run_id else new_run_id()
+        run_id = check_run_id(args.run_id) if args.run_id is not None else new_run_id()
     except ValueError as exc:
         raise ConfigError("--run-id", str(exc)) from None
 
     options = beam_options(beam_args, args.verbose)
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     check_locations(config_locations(config, export_prompts=args.export_prompts), options)
+    check_job_endpoint(options)
     if translation_only(options):  # Dataflow --dry_run: nothing will run or be written
         return _submit(args, beam_args, config, options, base, run_id, None, translate_only=True)
     if not dry_run:

@@ -236,7 +236,7 @@ def _entries(
 
     try:
         records = read_receipts(path)
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+    except (OSError, ValueError, UnicodeDecodeError) as exc:  # a folder; not JSON lines
         raise ConfigError(
             "--metadata-path", f"{path} is not a receipt file (not JSON lines: {exc})"
         ) from None

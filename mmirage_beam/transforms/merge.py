@@ -645,24 +645,12 @@ class _ConcatenateFn(beam.DoFn):
         self._out = output_path
 
     def process(self, parts: list[tuple[int, str]]) -> Iterator[str]:
-        from apache_beam.io.filesystems import FileSystems
+        from mmirage_beam.io.fs import delete_folder
+        from mmirage_beam.io.writers import concatenate_files
 
-        tmp = f"{self._out}.tmp-merge"
-        with FileSystems.create(tmp) as out:
-            for _part, path in sorted(parts):
-                with FileSystems.open(path, compression_type="uncompressed") as f:
-                    while True:
-                        block = f.read(1 << 20)
-                        if not block:
-                            break
-                        out.write(block)
-        if FileSystems.exists(self._out):
-            FileSystems.delete([self._out])
-        FileSystems.rename([tmp], [self._out])
-        FileSystems.delete([path for _part, path in parts])
-        parts_dir = f"{self._out}.parts"
-        if FileSystems.exists(parts_dir):
-            FileSystems.delete([parts_dir])
+        # Streamed, then renamed over the output: a reader never sees half a file.
+        concatenate_files([path for _part, path in sorted(parts)], self._out)
+        delete_folder(f"{self._out}.parts")
         yield self._out
 
 
