@@ -406,7 +406,11 @@ def _expand_paths(path: str, index: int, suffixes: tuple[str, ...]) -> list[tupl
         return sorted(listed)
     if is_local_dir:
         raise ConfigError(key, f"directory {path!r} holds no file ending in {', '.join(suffixes)}")
-    raise ConfigError(key, f"file not found: {path!r}")
+    raise ConfigError(
+        key,
+        f"file not found: {path!r} (relative paths in a config are relative to the folder "
+        "you run mmirage in, as in MMIRAGE, not to the config file's folder)",
+    )
 
 
 def _parquet_row_group_rows(path: str, index: int) -> list[int]:
