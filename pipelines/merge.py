@@ -177,8 +177,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _print_unfinished(unfinished, never_requests, never_rows, resume_command) -> None:  # noqa: ANN001
     """The run stopped before every chunk was submitted: never say it is complete."""
-    runs = ", ".join(unfinished.runs) or "the merged run"
-    lines = [f"UNFINISHED: run {runs} stopped before all its chunks were submitted:"]
+    who = f"run {', '.join(unfinished.runs)}" if unfinished.runs else "the merged run"
+    lines = [f"UNFINISHED: {who} stopped before all its chunks were submitted:"]
     if never_requests:
         lines.append(
             f"  {never_rows} row(s) ({never_requests} request(s)) were never submitted; "
