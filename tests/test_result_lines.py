@@ -151,14 +151,15 @@ def test_recover_custom_id():
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_download_is_streamed_and_resumed_after_a_cut(provider):
+def test_download_is_streamed_and_resumed_after_a_cut(provider, monkeypatch):
     """A download that fails half-way is retried; lines already read are not repeated."""
     from mmirage_beam.jsonl import RawLine
     from mmirage_beam.providers.base import BatchAdapterRegistry
 
     cls = BatchAdapterRegistry.get(provider)
     adapter = cls({"api_key": "k"})
-    type(adapter).RETRY_SLEEP = staticmethod(lambda s: None)
+    # monkeypatch restores the class as it was (no attribute left shadowing the base's)
+    monkeypatch.setattr(type(adapter), "RETRY_SLEEP", staticmethod(lambda s: None))
     data = b"".join(b'{"n": %d}\n' % i for i in range(50))
     opened = []
 
@@ -179,17 +180,14 @@ def test_download_is_streamed_and_resumed_after_a_cut(provider):
 
         yield blocks()
 
-    try:
-        lines = list(adapter.stream_lines_with_retries("download", open_stream))
-    finally:
-        type(adapter).RETRY_SLEEP = None
+    lines = list(adapter.stream_lines_with_retries("download", open_stream))
     assert len(opened) == 2
     assert [json.loads(ln.data)["n"] for ln in lines] == list(range(50))
     assert all(isinstance(ln, RawLine) for ln in lines)
     assert [ln.offset for ln in lines] == [data.index(b'{"n": %d}' % i) for i in range(50)]
 
 
-def test_download_that_never_opens_gives_up_after_the_policy():
+def test_download_that_never_opens_gives_up_after_the_policy(monkeypatch):
     import contextlib
 
     from mmirage_beam.providers.base import BatchAdapterRegistry
@@ -205,10 +203,7 @@ def test_download_that_never_opens_gives_up_after_the_policy():
         raise ConnectionError("refused")
         yield  # pragma: no cover
 
-    type(adapter).RETRY_SLEEP = staticmethod(lambda s: None)
-    try:
-        with pytest.raises(ProviderRetriesExhausted, match="failed after 6 attempts"):
-            list(adapter.stream_lines_with_retries("download f", open_stream))
-    finally:
-        type(adapter).RETRY_SLEEP = None
+    monkeypatch.setattr(type(adapter), "RETRY_SLEEP", staticmethod(lambda s: None))
+    with pytest.raises(ProviderRetriesExhausted, match="failed after 6 attempts"):
+        list(adapter.stream_lines_with_retries("download f", open_stream))
     assert len(opened) == 6
