@@ -286,6 +286,17 @@ def _cancel(outcome: RunOutcome, wait_secs: float = _CANCEL_WAIT_SECS) -> None:
         pass
 
 
+def _remove_quietly(path: str) -> None:
+    """Delete ``path`` if it exists; a storage error here must not hide the job's own."""
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        if FileSystems.exists(path):
+            FileSystems.delete([path])
+    except Exception as exc:
+        _LOG.warning("could not remove %s: %s", path, exc)
+
+
 def run_pipeline(
     pipeline: Any,
     stop_marker: Optional[str] = None,
@@ -357,6 +368,8 @@ def run_pipeline(
         from mmirage_beam import progress
 
         progress.finish()
+        if stop_marker is not None:
+            _remove_quietly(stop_marker)  # its job is over; a resume must not see it
         for t in timer:
             t.cancel()
         for sig, old in handlers.items():

@@ -188,9 +188,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             file=sys.stderr,
         )
         return 130 if stopped else 1
-    finally:
-        if FileSystems.exists(plan.stop_marker or ""):
-            FileSystems.delete([plan.stop_marker])
     written = list(consolidate_run(plan.receipts_base, new_run))
     stats = counters(result)
     print(f"resubmission run:    {new_run} (parent run {parent})")

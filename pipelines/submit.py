@@ -247,9 +247,6 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
             return code
         print(_failure_report(plan, run_id, exc, resume_cmd), file=sys.stderr)
         return code
-    finally:
-        if plan.stop_marker:
-            _remove_if_exists(plan.stop_marker)
 
     if translate_only:
         print(
