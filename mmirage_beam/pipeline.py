@@ -22,10 +22,11 @@ from apache_beam.metrics import Metrics
 
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.io.readers import ReadDatasets
-from mmirage_beam.io.writers import WriteJsonLinesShards, WriteSingleFile
+from mmirage_beam.io.writers import ConcatenateFiles, WriteJsonLinesShards, WriteSingleFile
 from mmirage_beam.progress import CountProgress
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.receipts import receipts_base
+from mmirage_beam.staging import staging_dir
 from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
 from mmirage_beam.transforms.chunking import ChunkRequests
 from mmirage_beam.transforms.rows import RenderPlaceholderRows
@@ -175,6 +176,7 @@ class SubmitRows(beam.PTransform):
             or default_chunking_parallelism(p.options)
         )
         stop_marker = None if dry_run else stop_marker_path(base, run_id)
+        staging = staging_dir(base, run_id)
 
         rows = rows | "ProgressRowsRead" >> CountProgress("rows read")
         extracted = rows | "ExtractInputs" >> ExtractInputs(config.inputs, config.datasets)
@@ -199,6 +201,7 @@ class SubmitRows(beam.PTransform):
                 f".shard{config.shard_id}of{config.num_shards}" if config.num_shards > 1 else ""
             ),
             shards_per_key=shards,
+            staging_dir=f"{staging}/chunks",
         )
         error_sources = [extracted.errors, built.errors, chunked.rejected]
         if read_errors is not None:
@@ -225,16 +228,21 @@ class SubmitRows(beam.PTransform):
             attempt=self.attempt,
             parent_run_id=self.parent_run_id,
             stop_marker=stop_marker,
+            concurrency=config.execution.submit_concurrency,
+            export_parts=f"{staging}/export",
         )
         submitted.receipts | "ProgressChunks" >> CountProgress(
             "chunks exported" if dry_run else "batches submitted"
         )
         export_file = export_file_for(self.export_prompts, run_id) if dry_run else None
         if export_file:
-            submitted.export | "WriteExport" >> WriteSingleFile(export_file)
+            submitted.export | "WriteExport" >> ConcatenateFiles(export_file, f"{staging}/export")
 
+        # Placeholder rows are written before the barrier into the staging folder (a
+        # file per bundle, never held in memory), and moved into the datasets'
+        # output_dir only once the barrier lets the run proceed.
         placeholders = built.rows | "PlaceholderRows" >> RenderPlaceholderRows(
-            config.outputs, config.output_schema, config.remove_columns, invalid_row_count=gate
+            config.outputs, config.output_schema, config.remove_columns
         )
         for i, ds in enumerate(config.datasets):
             if not ds.output_dir or only_custom_ids is not None:
@@ -244,7 +252,13 @@ class SubmitRows(beam.PTransform):
                 placeholders
                 | f"Dataset{i}Rows" >> beam.Filter(lambda kv, i=i: kv[0] == i)
                 | f"Dataset{i}Lines" >> beam.Values()
-                | f"WriteDataset{i}Rows" >> WriteJsonLinesShards(out_dir, f"placeholders.{run_id}")
+                | f"WriteDataset{i}Rows"
+                >> WriteJsonLinesShards(
+                    out_dir,
+                    f"placeholders.{run_id}",
+                    staging_dir=f"{staging}/placeholders{i}",
+                    gate=gate,
+                )
             )
         self.plan = SubmitPlan(
             run_id, base, bad_rows_path, export_file, dry_run, stop_marker, shards
