@@ -250,8 +250,7 @@ class SubmitRows(beam.PTransform):
             out_dir = f"{ds.output_dir.rstrip('/')}/shard_{config.shard_id}"
             (
                 placeholders
-                | f"Dataset{i}Rows" >> beam.Filter(lambda kv, i=i: kv[0] == i)
-                | f"Dataset{i}Lines" >> beam.Values()
+                | f"Dataset{i}Lines" >> beam.FlatMap(lambda kv, i=i: (kv[1],) if kv[0] == i else ())
                 | f"WriteDataset{i}Rows"
                 >> WriteJsonLinesShards(
                     out_dir,

@@ -26,7 +26,6 @@ from mmirage_beam.launch import (
     guarded,
     human_bytes,
     own_flags,
-    read_jsonl,
     run_pipeline,
 )
 from mmirage_beam.paths import path_argument
@@ -297,7 +296,7 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
                 f"{run_record_path(base, run_id)} ({_short(exc)}); its receipts are complete",
                 file=sys.stderr,
             )
-    invalid = read_jsonl(plan.invalid_rows_path)
+    invalid = _InvalidRows.read(plan.invalid_rows_path)
     skipping = bool(args.skip_invalid_rows or config.execution.skip_invalid_rows)
     _print_summary(plan, stats, written, invalid, skipped=skipping)
     return 1 if invalid and not skipping else 0
@@ -357,12 +356,47 @@ def _short(exc: BaseException) -> str:
     return text[-1] if text else type(exc).__name__
 
 
+class _InvalidRows:
+    """The invalid-rows file's count and its first rows by source_index, read streamed
+    (the file can hold every row of the dataset)."""
+
+    def __init__(self, count: int, first: list) -> None:
+        self.count = count
+        self.first = first
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    @classmethod
+    def read(cls, path: str, keep: int = 10) -> _InvalidRows:
+        import heapq
+
+        from apache_beam.io.filesystems import FileSystems
+
+        from mmirage_beam.jsonl import iter_jsonl_file
+
+        if not FileSystems.exists(path):
+            return cls(0, [])
+        count = 0
+        heap: list = []  # the ``keep`` smallest (key, n, row), as a max-heap on -key
+        for n, (_line, e) in enumerate(iter_jsonl_file(path)):
+            count += 1
+            key = (e.get("source_index") is None, e.get("source_index") or 0)
+            item = ((-key[0], -key[1]), -n, e)
+            if len(heap) < keep:
+                heapq.heappush(heap, item)
+            elif item > heap[0]:
+                heapq.heapreplace(heap, item)
+        first = [e for _k, _n, e in sorted(heap, reverse=True)]
+        return cls(count, first)
+
+
 def _print_summary(plan, stats, receipts, invalid, skipped: bool) -> None:  # noqa: ANN001
     lines = [
         f"run id:              {plan.run_id}",
         f"rows read:           {stats.get('rows_read', 0) + stats.get('row_errors', 0)}"
         + (f" ({stats['row_errors']} unreadable)" if stats.get("row_errors") else ""),
-        f"invalid rows:        {len(invalid)}",
+        f"invalid rows:        {invalid.count}",
         f"requests:            {stats.get('requests', 0)}",
         f"chunks:              {stats.get('chunks', 0)}",
         f"request bytes:       {stats.get('request_bytes', 0)} "
@@ -388,17 +422,16 @@ def _print_summary(plan, stats, receipts, invalid, skipped: bool) -> None:  # no
     lines.append("receipts:            " + (", ".join(receipts) if receipts else "none"))
     print("\n".join(lines))
     if invalid:
-        print(f"\n{len(invalid)} invalid row(s), all listed in {plan.invalid_rows_path}:")
-        invalid = sorted(invalid, key=lambda e: (e["source_index"] is None, e["source_index"] or 0))
-        for e in invalid[:10]:
+        print(f"\n{invalid.count} invalid row(s), all listed in {plan.invalid_rows_path}:")
+        for e in invalid.first:
             where = f" ({e['location']})" if e.get("location") else ""
             name = f" [{e['input_name']}]" if e.get("input_name") else ""
             print(
                 f"  source_index {e['source_index']}{name} {e['dataset_path']}{where}: "
                 f"{e['reason']}"
             )
-        if len(invalid) > 10:
-            print(f"  ... and {len(invalid) - 10} more")
+        if invalid.count > len(invalid.first):
+            print(f"  ... and {invalid.count - len(invalid.first)} more")
         if skipped:
             print("These rows were skipped (skip_invalid_rows); the rest was processed.")
         else:

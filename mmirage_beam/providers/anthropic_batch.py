@@ -40,7 +40,7 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any, ClassVar, Dict, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, ClassVar, Dict, Iterable, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.images import image_error, images_error
@@ -117,6 +117,10 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
     required_credentials: ClassVar[Sequence[str]] = ("api_key",)
     # len('{"requests":[') + len(']}') - 1 (n lines carry n newlines; the body n-1 commas)
     chunk_overhead_bytes: ClassVar[int] = 14
+    # A retried create adopts "the one batch of this many requests created since the first
+    # attempt": with siblings of the same size in flight that is ambiguous (and a second
+    # batch would be paid for), so one chunk at a time per worker.
+    max_concurrent_submissions: ClassVar[Optional[int]] = 1
     STATUS_MAP: ClassVar[Mapping[str, str]] = {"ended": "completed", "canceling": "in_progress"}
 
     def setup(self, config: BatchProviderConfig) -> None:
@@ -190,6 +194,49 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
             anthropic.APIStatusError: a non-retryable answer (e.g. 400, 413), at once.
         """
         body = list(requests)
+        return self._create(
+            chunk_id, len(body), lambda: self._client.messages.batches.create(requests=body)
+        )
+
+    def submit_chunk_file(
+        self, chunk_id: str, path: str, config: BatchProviderConfig
+    ) -> Dict[str, Any]:
+        """Create one message batch from the staged chunk file ``path``: the request body
+        is ``{"requests":[<line>,<line>,...]}`` made of the staged lines as they are (one
+        copy of the chunk in memory, no parse and re-serialisation), sent with the SDK's
+        raw ``content``; otherwise as :meth:`submit_chunk`."""
+        import io
+
+        from anthropic.types.messages import MessageBatch
+
+        from mmirage_beam.staging import iter_lines
+
+        buf = io.BytesIO()
+        buf.write(b'{"requests":[')
+        count = 0
+        for line in iter_lines(path):
+            if count:
+                buf.write(b",")
+            buf.write(line.rstrip(b"\n"))
+            count += 1
+        buf.write(b"]}")
+        data = buf.getvalue()
+        del buf
+
+        def send() -> Any:
+            return self._client.post(
+                "/v1/messages/batches",
+                content=data,
+                cast_to=MessageBatch,
+                options={"headers": {"Content-Type": "application/json"}},
+            )
+
+        return self._create(chunk_id, count, send)
+
+    def _create(self, chunk_id: str, count: int, send: Callable[[], Any]) -> Dict[str, Any]:
+        """The create of a batch of ``count`` requests through ``send()``, retried, with
+        adoption of a batch an earlier attempt made (see :meth:`submit_chunk`)."""
+        body = range(count)  # only its length is used below
         first_attempt_at = time.time()
         attempts = 0
         what = f"Anthropic messages.batches.create (chunk {chunk_id})"
@@ -239,7 +286,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
             with _CLAIMED_LOCK:
                 _IN_FLIGHT[len(body)] = _IN_FLIGHT.get(len(body), 0) + 1
             try:
-                batch = self._client.messages.batches.create(requests=body)
+                batch = send()
             finally:
                 with _CLAIMED_LOCK:
                     _IN_FLIGHT[len(body)] -= 1

@@ -226,6 +226,10 @@ class BatchSubmissionAdapter(abc.ABC):
     required_credentials: ClassVar[Sequence[str]] = ("api_key",)
     #: bytes a chunk's upload adds on top of the sum of its request lines.
     chunk_overhead_bytes: ClassVar[int] = 0
+    #: At most this many chunks of one worker are submitted at the same time (None: as
+    #: many as ``execution_params.submit_concurrency``). An adapter whose retried create
+    #: can only recognise its own batch when no sibling is in flight sets 1.
+    max_concurrent_submissions: ClassVar[Optional[int]] = None
     #: extra provider status words -> normalised status.
     STATUS_MAP: ClassVar[Mapping[str, str]] = {}
 

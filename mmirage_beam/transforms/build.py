@@ -177,9 +177,16 @@ class ExtractInputsResult(NamedTuple):
 
 
 def build_payload(
-    prompt: str, images: Sequence[dict[str, Any]], output: OutputConfig
+    prompt: str,
+    images: Sequence[dict[str, Any]],
+    output: OutputConfig,
+    json_schema: Any = ...,
 ) -> dict[str, Any]:
-    """The provider-neutral payload for one (row, output): see BatchSubmissionAdapter."""
+    """The provider-neutral payload for one (row, output): see BatchSubmissionAdapter.
+
+    ``json_schema``: the output's :func:`~mmirage_beam.transforms.schema.json_schema_for`
+    when the caller built it once (it is the same for every row); computed otherwise.
+    """
     unreadable = [img["source"] for img in images if not img.get("url")]
     if unreadable:
         raise RequestBuildError(f"image {unreadable[0]!r} was not loaded")
@@ -194,9 +201,11 @@ def build_payload(
         "images": list(images),
         "output_name": output.name,
         "output_type": output.output_type,
-        "json_schema": json_schema_for(output.output_schema)
-        if output.output_type == "JSON"
-        else None,
+        "json_schema": (
+            (json_schema_for(output.output_schema) if json_schema is ... else json_schema)
+            if output.output_type == "JSON"
+            else None
+        ),
     }
 
 
@@ -226,6 +235,18 @@ class _BuildRequestsFn(beam.DoFn):
         self._adapter = self._adapter_cls()
         self._hard_limit = type(self._config).PROVIDER_MAX_BATCH_BYTES
         self._overhead = self._adapter.chunk_overhead_bytes
+        # What is the same for every row is built once: each output's JSON schema; and
+        # whether the adapter sizes requests its own way (else nbytes is len(line)).
+        self._schemas = {
+            o.name: json_schema_for(o.output_schema) if o.output_type == "JSON" else None
+            for o in self._outputs
+        }
+        from mmirage_beam.providers.base import BatchSubmissionAdapter
+
+        self._own_estimate = (
+            type(self._adapter).estimate_request_bytes
+            is not BatchSubmissionAdapter.estimate_request_bytes
+        )
 
     def process(self, element: ExtractedRow) -> Iterator[Any]:
         import jinja2
@@ -251,12 +272,14 @@ class _BuildRequestsFn(beam.DoFn):
                 if not prompt.strip():
                     raise RequestBuildError(f"the prompt of {where} renders to whitespace only")
                 cid = custom_id(output.name, element.modality, element.source_index)
-                payload = build_payload(prompt, element.images, output)
+                payload = build_payload(prompt, element.images, output, self._schemas[output.name])
                 request = self._adapter.build_request(cid, payload, self._config)
                 line = self._adapter.serialize_request(request)
                 # Never below the real size, so a chunk's upload stays within its cap
                 # even for an adapter whose estimate is low.
-                nbytes = max(self._adapter.estimate_request_bytes(request), len(line))
+                nbytes = len(line)
+                if self._own_estimate:
+                    nbytes = max(self._adapter.estimate_request_bytes(request), nbytes)
                 if self._hard_limit is not None and nbytes + self._overhead > self._hard_limit:
                     raise RequestBuildError(
                         f"the request of {where} is {nbytes} bytes, above the provider's "

@@ -50,7 +50,8 @@ class _SubmitChunkFn(beam.DoFn):
         concurrency: int = 4,
         export_parts: Optional[str] = None,
     ) -> None:
-        self._concurrency = max(1, concurrency)
+        cap = getattr(adapter_cls, "max_concurrent_submissions", None)
+        self._concurrency = max(1, min(concurrency, cap) if cap else concurrency)
         self._export_parts = export_parts
         self._stop_marker = stop_marker
         self._attempt = attempt
@@ -282,7 +283,8 @@ class SubmitChunks(beam.PTransform):
         parent_run_id: for a resubmission, the run whose failures it re-sends.
         stop_marker: a path; once it exists (the launcher was asked to stop), no further
             chunk is submitted and the DoFn raises ``RunStopped`` instead.
-        concurrency: chunks submitted at once per bundle (>= 1; default 4).
+        concurrency: chunks submitted at once per bundle (>= 1; default 4), capped by
+            the adapter's ``max_concurrent_submissions`` (Anthropic: 1).
         export_parts: dry run: the folder for the export parts (default
             ``<receipts_base>.staged.<run_id>/export``).
 
