@@ -71,12 +71,27 @@ def _report_forever() -> None:
 
 
 class _CountFn(beam.DoFn):
+    #: elements counted locally before they are added to the shared counter (one lock
+    #: per this many elements instead of one per element).
+    FLUSH_EVERY = 256
+
     def __init__(self, name: str) -> None:
         self._name = name
 
+    def start_bundle(self) -> None:
+        self._pending = 0
+
     def process(self, element: Any) -> Iterator[Any]:
-        add(self._name)
+        self._pending += 1
+        if self._pending >= self.FLUSH_EVERY:
+            add(self._name, self._pending)
+            self._pending = 0
         yield element
+
+    def finish_bundle(self) -> None:
+        if self._pending:
+            add(self._name, self._pending)
+            self._pending = 0
 
 
 class CountProgress(beam.PTransform):

@@ -94,12 +94,7 @@ class StagedChunkWriter:
         self._hash.update(canon)
         line_hash = hashlib.sha256(canon).hexdigest()[:REQUEST_HASH_CHARS]
         self._out.write(line)
-        self._meta.write(
-            json.dumps([custom_id, source_index, nbytes, line_hash], ensure_ascii=False).encode(
-                "utf-8"
-            )
-            + b"\n"
-        )
+        self._meta.write(_meta_line(custom_id, source_index, nbytes, line_hash))
         self.request_count += 1
         self.total_bytes += nbytes
 
@@ -111,7 +106,7 @@ class StagedChunkWriter:
             self._hash.update(b",")
         self._hash.update(canon)
         self._out.write(line)
-        self._meta.write(json.dumps(list(meta), ensure_ascii=False).encode("utf-8") + b"\n")
+        self._meta.write(_meta_line(*meta))
         self.request_count += 1
         self.total_bytes += meta.nbytes
 
@@ -130,6 +125,11 @@ class StagedChunkWriter:
             except Exception:  # noqa: BLE001 - best effort cleanup
                 pass
         delete_staged(self.path)
+
+
+def _meta_line(custom_id: str, source_index: int, nbytes: int, line_hash: str) -> bytes:
+    """``[custom_id, source_index, nbytes, line_hash]`` as one JSON line."""
+    return f'[{json.dumps(custom_id)},{int(source_index)},{int(nbytes)},"{line_hash}"]\n'.encode()
 
 
 def read_meta(path: str, start: int = 0, end: Optional[int] = None) -> list[RequestMeta]:

@@ -563,6 +563,14 @@ class _ReadSplitFn(beam.DoFn):
         self._rows_read = Metrics.counter(_METRICS_NAMESPACE, "rows_read")
         self._row_errors = Metrics.counter(_METRICS_NAMESPACE, "row_errors")
 
+    def start_bundle(self) -> None:
+        self._read_count = 0  # added to the rows_read metric once per bundle
+
+    def finish_bundle(self) -> None:
+        if self._read_count:
+            self._rows_read.inc(self._read_count)
+        self._read_count = 0
+
     def process(self, split: _Split, offsets: _Offsets) -> Iterator[Any]:
         first = offsets.rows_before[split.split_id]
         count = offsets.row_counts[split.split_id]
@@ -587,7 +595,7 @@ class _ReadSplitFn(beam.DoFn):
                 else:
                     batches = _arrow_batches(f)
                 for row in _rows_in_range(batches, begin, stop, split):
-                    self._rows_read.inc()
+                    self._read_count += 1
                     yield SourceRow(source_index, split.dataset_index, row)
                     source_index += 1
         except (pa.ArrowException, OSError) as exc:
@@ -625,7 +633,7 @@ class _ReadSplitFn(beam.DoFn):
                 source_index = first + local
                 row, reason = _decode_jsonl_line(content)
                 if reason is None:
-                    self._rows_read.inc()
+                    self._read_count += 1
                     yield SourceRow(source_index, split.dataset_index, row)
                 else:
                     self._row_errors.inc()

@@ -82,6 +82,14 @@ class _ExtractInputsFn(beam.DoFn):
 
         self._compiled = [(i, jmespath.compile(i.key)) for i in self._inputs]
 
+    def start_bundle(self) -> None:
+        self._extracted = 0  # added to the metric once per bundle
+
+    def finish_bundle(self) -> None:
+        if self._extracted:
+            self._rows.inc(self._extracted)
+        self._extracted = 0
+
     def process(self, element: SourceRow) -> Iterator[Any]:
         from mmirage_beam.images import load_image
 
@@ -128,7 +136,7 @@ class _ExtractInputsFn(beam.DoFn):
                     )
                     return
             values[spec.name] = value
-        self._rows.inc()
+        self._extracted += 1
         yield ExtractedRow(
             element.source_index, element.dataset_index, element.row, values, tuple(images)
         )
@@ -248,6 +256,16 @@ class _BuildRequestsFn(beam.DoFn):
             is not BatchSubmissionAdapter.estimate_request_bytes
         )
 
+    def start_bundle(self) -> None:
+        # Counted locally, added to the metrics once per bundle (cheaper per row).
+        self._count = self._nbytes = 0
+
+    def finish_bundle(self) -> None:
+        if self._count:
+            self._requests.inc(self._count)
+            self._bytes.inc(self._nbytes)
+        self._count = self._nbytes = 0
+
     def process(self, element: ExtractedRow) -> Iterator[Any]:
         import jinja2
 
@@ -331,8 +349,8 @@ class _BuildRequestsFn(beam.DoFn):
             )
         # A row yields its requests only when every output of it is valid.
         for req in built:
-            self._requests.inc()
-            self._bytes.inc(req.nbytes)
+            self._count += 1
+            self._nbytes += req.nbytes
             yield req
         yield pvalue.TaggedOutput(BUILT_ROWS_TAG, element)
 
