@@ -423,7 +423,9 @@ def run_loop(spec: dict, full: bool) -> dict:
         if cur and (cur_bytes + n > max_bytes or len(cur) >= max_n):
             flush("full_chunk" if cur_bytes + n > max_bytes else "max_requests")
             chunk_no, cur_bytes, cur = chunk_no + 1, 0, []
-        cur.append((req["custom_id"], i, req))
+        # Only the full loop needs the chunk's requests (its receipt); the minimal loop
+        # keeps their count.
+        cur.append((req["custom_id"], i, req) if full else None)
         cur_bytes += n
         totals["requests"] += 1
         totals["request_bytes"] += n
