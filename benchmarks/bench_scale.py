@@ -53,6 +53,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import shutil
 import signal
 import socket
@@ -94,6 +95,7 @@ MAX_REQUESTS_PER_CHUNK = 50_000
 DEFAULT_MAX_CHUNK_BYTES = 52_428_800  # 50 MiB, mmirage's default
 FAKE_KEY = "sk-bench-fake"
 POLL_SECS = 0.05  # peak-RSS sampling interval, in seconds
+CHILDREN_SCAN_SECS = 0.5  # how often the list of descendants is refreshed, in seconds
 MiB = 1024 * 1024
 
 CASES = ("minimal loop", "full loop", "dry run", "submit", "merge", "dict join")
@@ -254,24 +256,21 @@ class Measured:
         self.stdout = stdout
 
 
-def _tree_rss(proc: Any) -> int:
+def _rss_sum(members: list) -> int:
     import psutil
 
     total = 0
-    try:
-        members = [proc] + proc.children(recursive=True)
-    except psutil.Error:
-        return 0
     for p in members:
         try:
             total += p.memory_info().rss
-        except psutil.Error:
+        except psutil.Error:  # ended since the last scan
             pass
     return total
 
 
 def measure(cmd: list[str], cwd: Path, env: Optional[dict] = None, label: str = "") -> Measured:
-    """Run ``cmd``; sample the RSS of its process tree every :data:`POLL_SECS`.
+    """Run ``cmd``; sample the RSS of its process tree every :data:`POLL_SECS` (the list
+    of descendants is refreshed every :data:`CHILDREN_SCAN_SECS`).
 
     Exits the benchmark with the command's output if it fails.
     """
@@ -285,12 +284,22 @@ def measure(cmd: list[str], cwd: Path, env: Optional[dict] = None, label: str = 
         done = threading.Event()
 
         def poll() -> None:
+            # Listing descendants scans every process of the machine: do it every
+            # CHILDREN_SCAN_SECS; read the RSS of the known members every POLL_SECS.
             try:
                 ps = psutil.Process(proc.pid)
             except psutil.Error:
                 return
+            members, next_scan = [ps], 0.0
             while not done.is_set():
-                peak[0] = max(peak[0], _tree_rss(ps))
+                now = time.monotonic()
+                if now >= next_scan:
+                    try:
+                        members = [ps] + ps.children(recursive=True)
+                    except psutil.Error:
+                        pass
+                    next_scan = now + CHILDREN_SCAN_SECS
+                peak[0] = max(peak[0], _rss_sum(members))
                 done.wait(POLL_SECS)
 
         watcher = threading.Thread(target=poll, daemon=True)
@@ -956,14 +965,15 @@ class Bench:
         ms = self.results.get((n, case))
         return statistics.median(getattr(m, attr) for m in ms) if ms else None
 
-    def report(self, sizes: list[int], started: str) -> str:
+    def report(self, sizes: list[int], started: str, complete: bool = True) -> str:
+        """The Markdown report of what has run so far (``complete``: everything)."""
         a = self.args
         beam_version = _beam_version()
+        sizes = [n for n in sizes if (n, "dry run") in self.results]
         lines = [
-            "## mmirage-beam scale benchmark",
+            "## mmirage-beam scale benchmark" + ("" if complete else " (in progress)"),
             "",
-            f"- date: {started} (UTC); `python benchmarks/bench_scale.py "
-            f"--rows {','.join(str(s) for s in sizes)} --repeat {a.repeat} --images {a.images}`",
+            f"- date: {started} (UTC); `python benchmarks/bench_scale.py {a._command}`",
             f"- machine: {os.cpu_count()} CPUs (nproc), {_total_ram_gib():.1f} GiB RAM, "
             f"load average at start {a._load_at_start}, {platform.machine()}",
             f"- Python {platform.python_version()}, Apache Beam {beam_version}, "
@@ -1136,6 +1146,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args, beam_args = ap.parse_known_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
+    args._command = " ".join(shlex.quote(x) for x in argv)
     args._load_at_start = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     made = args.workdir is None
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mmirage-bench-")).resolve()
@@ -1147,6 +1158,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         for n in args.rows:
             for rep in range(args.repeat):
                 bench.run_size(n, rep)
+                partial = bench.report(args.rows, started, complete=False)
+                (work / "bench.md").write_text(partial, encoding="utf-8")
         if args.images:
             bench.run_images()
         text = bench.report(args.rows, started)
