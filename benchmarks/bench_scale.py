@@ -39,9 +39,10 @@ from the repository's real ones (upscaled and re-encoded as JPEG with Pillow int
 work folder) and reports the dry run's request bytes, chunks and peak RSS against
 ``max_chunk_bytes``.
 
-Prints a Markdown report at the end, also written to ``<workdir>/bench.md``. Everything
-started here (the fake provider, the case being measured) is stopped at the end, also on
-Ctrl-C.
+Prints a Markdown report at the end, also written to ``<workdir>/bench.md`` (after each
+size too, so an interrupted run leaves what it measured); exits 1 when a cross-check
+fails. Everything started here (the fake provider, the case being measured) is stopped
+at the end, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -810,7 +811,7 @@ class Bench:
         digests["dry"] = self.outputs_digest(case_dir, run_id)
         if not a.keep:
             _rm(case_dir)
-        self.check_dry_run(n, digests)
+        self.check_dry_run(n, digests, tag)
 
         if a.no_submit:
             return
@@ -892,9 +893,10 @@ class Bench:
             self.record(n, "dict join", m)
             merged_rows = count_lines(merged)
             same = sha256_file(merged) == sha256_file(joined)
-            info["checks"].append(
+            self.check(
+                n,
                 f"{tag}: merged rows {merged_rows:,} of {n:,}; "
-                f"merged file {'byte-identical to' if same else 'DIFFERS from'} the dict join's"
+                f"merged file {'byte-identical to' if same else 'DIFFERS from'} the dict join's",
             )
             info.setdefault("merged_ok", []).append(merged_rows == n and same)
         finally:
@@ -902,7 +904,12 @@ class Bench:
             if not a.keep:
                 _rm(case_dir)
 
-    def check_dry_run(self, n: int, digests: dict) -> None:
+    def check(self, n: int, text: str) -> None:
+        """Record a cross-check for the report, and log it at once."""
+        self.info[n]["checks"].append(text)
+        self.log(f"{n:>9,} rows  check: {text}")
+
+    def check_dry_run(self, n: int, digests: dict, tag: str) -> None:
         info = self.info[n]
         dry, full = digests["dry"], digests["full"]
         rec = dry["receipts"] or {}
@@ -911,11 +918,12 @@ class Bench:
         info["dry_max_chunk_requests"] = rec.get("max_chunk_requests", 0)
         ok_export = dry["export"] == full["export"]
         ok_place = dry["placeholders"] == full["placeholders"]
-        info["checks"].append(
-            f"dry run: {dry['export'][0]:,} request lines "
+        self.check(
+            n,
+            f"{tag}: dry run: {dry['export'][0]:,} request lines "
             f"{'identical to' if ok_export else 'DIFFER from'} the full loop's (as a multiset); "
             f"{dry['placeholders'][0]:,} placeholder rows "
-            f"{'identical' if ok_place else 'DIFFER'}; invalid rows {dry['invalid_rows']}"
+            f"{'identical' if ok_place else 'DIFFER'}; invalid rows {dry['invalid_rows']}",
         )
         info.setdefault("dry_ok", []).append(ok_export and ok_place and dry["export"][0] == n)
 
@@ -958,6 +966,20 @@ class Bench:
         }
         if not a.keep:
             _rm(case_dir)
+
+    def failed_checks(self) -> list[str]:
+        """The sizes whose outputs disagree with the loops', or whose chunks exceed the
+        greedy minimum plus the chunking shards."""
+        shards = _chunking_shards(self.beam_args)
+        failed = []
+        for n, info in self.info.items():
+            if not all(info.get("dry_ok", [True])):
+                failed.append(f"{n:,} rows: the dry run's outputs differ from the full loop's")
+            if not all(info.get("merged_ok", [True])):
+                failed.append(f"{n:,} rows: merge's output differs from the dict join's")
+            if info.get("dry_chunks", 0) > info.get("greedy_chunks", 0) + shards:
+                failed.append(f"{n:,} rows: more chunks than the greedy minimum + shards")
+        return failed
 
     # ----------------------------------------------------------------------- report
 
@@ -1168,6 +1190,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(text)
         if not (made and not args.keep):
             print(f"report: {work / 'bench.md'}")
+        failed = bench.failed_checks()
+        if failed:
+            print("CHECKS FAILED: " + "; ".join(failed), file=sys.stderr)
+            return 1
     except KeyboardInterrupt:
         print("\ninterrupted: stopping what the benchmark started", file=sys.stderr)
         return 130
