@@ -66,7 +66,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 GSM8K_GLOB = str(REPO / "mmirage_beam" / "examples" / "data" / "gsm8k" / "*.jsonl")
@@ -563,17 +563,16 @@ def multiset_digest(lines: Any) -> tuple[int, int]:
     return n, total
 
 
-def export_requests(path: Path):
-    """The ``request`` part of every export line, as its exact bytes; counts chunk ids."""
+def export_requests(path: Path) -> Iterator[bytes]:
+    """The ``request`` part of every export line ``{"batch_id":...,"request":...}``, as
+    its exact bytes (so chunk boundaries, which may move, do not matter)."""
     with path.open("rb") as f:
         for ln in f:
-            head, sep, rest = ln.partition(b',"request":')
-            if not sep:
-                head, sep, rest = ln.partition(b', "request": ')
-            yield rest.rstrip(b"\n")[:-1]
+            yield ln.partition(b',"request":')[2].rstrip(b"\n")[:-1]
 
 
-def export_batch_ids(path: Path) -> set:
+def export_batch_ids(path: Path) -> set[bytes]:
+    """The distinct ``batch_id`` parts of an export: one per chunk."""
     ids = set()
     with path.open("rb") as f:
         for ln in f:
@@ -581,13 +580,14 @@ def export_batch_ids(path: Path) -> set:
     return ids
 
 
-def file_lines(paths: list[Path]):
+def file_lines(paths: list[Path]) -> Iterator[bytes]:
     for p in paths:
         with p.open("rb") as f:
             yield from f
 
 
-def receipts_summary(path: Path) -> dict:
+def receipts_summary(path: Path) -> dict[str, int]:
+    """Chunks, requests, request bytes and the largest chunk of a receipts file."""
     chunks = requests = max_bytes = max_count = total = 0
     with path.open(encoding="utf-8") as f:
         for ln in f:
@@ -1044,6 +1044,20 @@ class Bench:
                 + (f"{sub / dry:.2f}x ({(sub / dry - 1) * 100:+.0f}%)" if sub else "-")
                 + f" | {_ratio(merge, join)} | {self.med(n, 'dry run', 'peak_rss') / MiB:.0f} MiB"
                 f" | {f'{mrss / MiB:.0f} MiB' if mrss else '-'} |"
+            )
+        lines += [
+            "",
+            "| rows | CPU: dry run / minimal loop | dry run / full loop | submit / dry run "
+            "| merge / dict join |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for n in sizes:
+            cpu = {case: self.med(n, case, "cpu") for case in CASES}
+            lines.append(
+                f"| {n:,} | {_ratio(cpu['dry run'], cpu['minimal loop'])} | "
+                f"{_ratio(cpu['dry run'], cpu['full loop'])} | "
+                f"{_ratio(cpu['submit'], cpu['dry run'])} | "
+                f"{_ratio(cpu['merge'], cpu['dict join'])} |"
             )
         if len(sizes) > 1:
             lo, hi = min(sizes), max(sizes)

@@ -95,6 +95,13 @@ def test_a_small_run_reports_every_case_with_sane_numbers(tmp_path):
     assert dry_rss == f"{float(cases['dry run'][4]):.0f} MiB"
     assert merge_rss == f"{float(cases['merge'][4]):.0f} MiB"
 
+    cpu_ratios = [c for c in _table_rows(report, f"{ROWS:,}") if len(c) == 5]
+    assert len(cpu_ratios) == 1
+    dry_cpu = float(cases["dry run"][3])
+    assert float(cpu_ratios[0][1][:-1]) == pytest.approx(
+        dry_cpu / float(cases["minimal loop"][3]), rel=0.1
+    )
+
     chunks = [c for c in _table_rows(report, f"{ROWS:,}") if len(c) == 7 and "MiB" in c[1]]
     assert len(chunks) == 1
     _n, _bytes, dry_chunks, greedy, shards, bound_ok, _largest = chunks[0]
