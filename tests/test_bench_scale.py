@@ -77,8 +77,9 @@ def test_a_small_run_reports_every_case_with_sane_numbers(tmp_path):
         assert 0 < wall_s < 600, name
         assert 0 < cpu_s < 600, name
         assert 5 < rss_mib < 4096, name  # the whole tree: at least one Python process
-        # The table rounds wall times to 0.01 s: compare what follows from it loosely.
-        assert int(rate.replace(",", "")) == pytest.approx(ROWS / wall_s, rel=0.05), name
+        # The table rounds wall times to 0.01 s and rates to 1 row/s.
+        rows_per_s = int(rate.replace(",", ""))
+        assert ROWS / (wall_s + 0.005) - 1 <= rows_per_s <= ROWS / (wall_s - 0.005) + 1, name
     # Beam processes are larger than the plain loops.
     assert float(cases["dry run"][4]) > float(cases["minimal loop"][4])
 
