@@ -34,7 +34,15 @@ setup(
     install_requires=_requirements(),
     extras_require={
         # The tests translate jobs for Dataflow offline, so they need the gcp extra too.
-        "test": ["pytest==9.0.3", "pytest-timeout==2.4.0", "ruff==0.17.6", "pydantic>=2", _GCP],
+        # psutil: benchmarks/bench_scale.py measures the RSS of whole process trees.
+        "test": [
+            "pytest==9.0.3",
+            "pytest-timeout==2.4.0",
+            "ruff==0.17.6",
+            "pydantic>=2",
+            "psutil==7.2.2",
+            _GCP,
+        ],
         # DataflowRunner and gs://: Beam's own extra, at requirements.txt's Beam version.
         "gcp": [_GCP],
     },
