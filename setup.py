@@ -38,6 +38,9 @@ setup(
         "test": [
             "pytest==9.0.3",
             "pytest-timeout==2.4.0",
+            # pytest-xdist: the suite runs its test files in 3 worker processes (-n 3);
+            # most tests wait on subprocesses (Beam, the fake, job services).
+            "pytest-xdist==3.8.0",
             "ruff==0.17.6",
             "pydantic>=2",
             "psutil==7.2.2",

@@ -205,6 +205,8 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         is ``{"requests":[<line>,<line>,...]}`` made of the staged lines as they are (one
         copy of the chunk in memory, no parse and re-serialisation), sent with the SDK's
         raw ``content``; otherwise as :meth:`submit_chunk`."""
+        if self._submits_its_own_way(AnthropicBatchAdapter):
+            return super().submit_chunk_file(chunk_id, path, config)
         import io
 
         from anthropic.types.messages import MessageBatch

@@ -480,6 +480,15 @@ class BatchSubmissionAdapter(abc.ABC):
 
         return self.submit_chunk_lines(chunk_id, list(iter_lines(path)), config)
 
+    def _submits_its_own_way(self, owner: type) -> bool:
+        """Whether a subclass of ``owner`` overrides ``submit_chunk_lines`` or
+        ``submit_chunk``: then ``owner``'s faster ``submit_chunk_file`` must not bypass
+        it (a plugin's override is always called)."""
+        return any(
+            getattr(type(self), name) is not getattr(owner, name)
+            for name in ("submit_chunk_lines", "submit_chunk")
+        )
+
     @abc.abstractmethod
     def parse_submission_result(self, raw_result: Dict[str, Any]) -> BatchSubmissionResult:
         """Wrap a raw submission/status response in a :class:`BatchSubmissionResult`."""

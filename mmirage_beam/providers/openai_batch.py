@@ -199,6 +199,8 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
         """Upload the staged chunk file ``path`` as it is (streamed from a local disk, a
         fresh read for every upload attempt), then create the batch as
         :meth:`submit_chunk_lines` does."""
+        if self._submits_its_own_way(OpenAIBatchAdapter):
+            return super().submit_chunk_file(chunk_id, path, config)
         if "://" in path:  # object stores: one chunk in memory, read per attempt
             from mmirage_beam.staging import open_staged
 
