@@ -419,6 +419,9 @@ def test_permanent_create_failure_stops_the_run_with_receipts_kept(
     fake = provider_env
     monkeypatch.setattr(BatchSubmissionAdapter, "RETRY_MAX_ATTEMPTS", 3)
     cfg = _small_config(tmp_path, provider, fake)
+    # One chunk at a time, so the create calls can be counted exactly (with more, the
+    # chunks already in flight finish their own attempts before the run stops).
+    cfg["execution_params"]["submit_concurrency"] = 1
     fake.script(fail_batch_creates={"nth": 2, "permanent": True, "status": 503})
     code = run_main(["--config", write_config(tmp_path, cfg), "--run-id", "perm"])
     out, err = capsys.readouterr()
