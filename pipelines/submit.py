@@ -66,6 +66,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         help="submit the valid rows even when some rows are invalid (they are listed in "
         "the invalid-rows file)",
     )
+    ap.add_argument(
+        "--exact-tokens",
+        action="store_true",
+        help="count input tokens with the provider's own free counting endpoint where it "
+        "has one (Anthropic messages.count_tokens: needs ANTHROPIC_API_KEY, one call per "
+        "request); same as exact_tokens: true in the processor",
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args, beam_args = ap.parse_known_args(argv)
     args.own_flags = own_flags(ap)
@@ -92,6 +99,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     )
 
     config = load_config(args.config)
+    if args.exact_tokens:
+        import dataclasses
+
+        config = dataclasses.replace(
+            config, processor=dataclasses.replace(config.processor, exact_tokens=True)
+        )
     dry_run = args.export_prompts is not None
     if config.execution.mode == "slurm":
         raise ConfigError(
@@ -280,6 +293,10 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     invalid = read_jsonl(plan.invalid_rows_path)
     skipping = bool(args.skip_invalid_rows or config.execution.skip_invalid_rows)
     _print_summary(plan, stats, written, invalid, skipped=skipping)
+    from mmirage_beam.costs.report import estimate_lines
+
+    for line in estimate_lines(stats, config.processor):
+        print(line)
     return 1 if invalid and not skipping else 0
 
 

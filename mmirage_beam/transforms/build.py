@@ -226,6 +226,9 @@ class _BuildRequestsFn(beam.DoFn):
         self._adapter = self._adapter_cls()
         self._hard_limit = type(self._config).PROVIDER_MAX_BATCH_BYTES
         self._overhead = self._adapter.chunk_overhead_bytes
+        from mmirage_beam.costs.tokens import token_counter_for
+
+        self._tokens = token_counter_for(self._config)  # per-output token counters
 
     def process(self, element: ExtractedRow) -> Iterator[Any]:
         import jinja2
@@ -310,6 +313,7 @@ class _BuildRequestsFn(beam.DoFn):
         for req in built:
             self._requests.inc()
             self._bytes.inc(req.nbytes)
+            self._tokens.record(req.output_name, req.line)
             yield req
         yield pvalue.TaggedOutput(BUILT_ROWS_TAG, element)
 
