@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import io
 import json
 import math
@@ -154,6 +155,12 @@ def count_text(text: str, encoding: str) -> int:
         fn = _bindings.tokenizer_for_encoding(encoding).count
         _ENCODERS[encoding] = fn
     return int(fn(text)) if text else 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _count_repeated(text: str, encoding: str) -> int:
+    """:func:`count_text` memoised, for texts every request repeats (roles, schemas)."""
+    return count_text(text, encoding)
 
 
 # ------------------------------------------------------------------------------ images
@@ -347,13 +354,13 @@ def count_openai_request(request: dict[str, Any], model_hint: Optional[str] = No
     for key, what in (("response_format", "a response_format"), ("tools", "tools")):
         value = body.get(key)
         if value and not (key == "response_format" and value.get("type") == "text"):
-            tally.tokens += count_text(_json_text(value), encoding)
+            tally.tokens += _count_repeated(_json_text(value), encoding)
             tally.estimate(f"{what} (counted as its JSON text)")
     text_format = (
         (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
     )
     if isinstance(text_format, dict) and text_format.get("type") != "text":
-        tally.tokens += count_text(_json_text(text_format), encoding)
+        tally.tokens += _count_repeated(_json_text(text_format), encoding)
         tally.estimate("a text.format schema (counted as its JSON text)")
     return TokenCount(tally.tokens, max_out, not tally.notes, tuple(tally.notes))
 
@@ -363,8 +370,10 @@ def _count_chat(body: dict, model: str, encoding: str, tally: _Tally) -> None:
     for message in body.get("messages") or ():
         tally.tokens += 3
         for key, value in message.items():
-            if isinstance(value, str):
+            if key == "content" and isinstance(value, str):
                 tally.tokens += count_text(value, encoding)
+            elif isinstance(value, str):  # role, name: the same few strings every time
+                tally.tokens += _count_repeated(value, encoding)
             elif key == "content" and isinstance(value, list):
                 _count_parts(value, model, encoding, tally)
             elif value is not None:
