@@ -2,8 +2,8 @@
 
 OpenAI limits, per organisation and model, the prompt tokens of batches not yet
 finished ("enqueued"); a batch over the limit is still *accepted*, then fails as a whole
-with ``token_limit_exceeded`` (PROVIDERS.md; OpenAI rate-limits guide, "Batch API":
-https://platform.openai.com/docs/guides/rate-limits#batch-api). With
+with ``token_limit_exceeded`` (PROVIDERS.md: exceeding the token limit "is not an HTTP
+error: the batch is created and later becomes failed"; the fake does the same). With
 ``max_enqueued_tokens`` set on the processor, mmirage-beam **waits**: before each batch
 is created, :meth:`TokenBudget.wait_for_token_budget` adds up the estimated input tokens
 of this run's batches that have not finished (their receipts carry
