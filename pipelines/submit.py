@@ -114,7 +114,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         )
     provider = config.processor.provider
     adapter_cls = BatchAdapterRegistry.get(provider)
-    if not dry_run:
+    from mmirage_beam.costs.tokens import EXACT_COUNTERS
+
+    if not dry_run or (config.processor.exact_tokens and provider in EXACT_COUNTERS):
         resolve_credentials(adapter_cls, provider)  # fail before reading any data
     try:
         run_id = check_run_id(args.run_id) if args.run_id is not None else new_run_id()

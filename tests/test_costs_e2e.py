@@ -162,3 +162,11 @@ def test_unknown_model_says_price_unknown(tmp_path, capsys, model):
     assert submit_main(["--config", cfg, "--export-prompts", str(tmp_path / "p.jsonl")]) == 0
     out = capsys.readouterr().out
     assert f"price unknown for '{model}'" in out and "(estimate)" in out
+
+
+def test_exact_tokens_needs_the_key_before_anything_is_read(tmp_path, capsys):
+    cfg = _config(tmp_path, "anthropic", "", _similar_rows(2))
+    args = ["--config", cfg, "--export-prompts", str(tmp_path / "p.jsonl"), "--exact-tokens"]
+    assert submit_main(args) == 2
+    assert "ANTHROPIC_API_KEY" in capsys.readouterr().err
+    assert not list(tmp_path.glob("p.*.jsonl"))

@@ -24,7 +24,7 @@ import logging
 import time
 from typing import Any, Callable, Optional
 
-from mmirage_beam.costs.tokens import TokenCounter, token_counter_for
+from mmirage_beam.costs.tokens import TokenCounter
 
 _LOG = logging.getLogger(__name__)
 #: receipt field holding a batch's estimated input tokens (written when a limit is set)
@@ -61,7 +61,10 @@ class TokenBudget:
         self._run_id = run_id
         self._poll = float(poll_interval_secs)
         self._sleep = sleep
-        self._counter: TokenCounter = token_counter_for(provider_config)
+        # Offline counts only: an exact count per request is not worth a call here.
+        self._counter = TokenCounter(
+            provider_config.provider, getattr(provider_config, "model", None)
+        )
         self._finished: set[str] = set()  # provider batch ids seen terminal
         self._warned = False
 

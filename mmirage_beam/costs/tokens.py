@@ -498,6 +498,45 @@ def register_request_counter(
     REQUEST_COUNTERS[provider] = counter
 
 
+class AnthropicExactCounter:
+    """Exact input tokens of Anthropic requests through the official SDK's
+    ``messages.count_tokens`` (``POST /v1/messages/count_tokens``, free; rate-limited
+    per minute like other calls, which the SDK's retries absorb). The key is read on
+    first use with :func:`mmirage_beam.providers.base.resolve_credentials`
+    (``ANTHROPIC_API_KEY`` or ``ANTHROPIC_API_KEY_FILE``)."""
+
+    def __init__(self, base_url: Optional[str] = None) -> None:
+        self.base_url = base_url
+        self._client: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"base_url": self.base_url, "_client": None}
+
+    def __call__(self, request: dict[str, Any]) -> int:
+        if self._client is None:
+            import anthropic
+
+            from mmirage_beam.providers.anthropic_batch import AnthropicBatchAdapter
+            from mmirage_beam.providers.base import resolve_credentials
+
+            key = resolve_credentials(AnthropicBatchAdapter, "anthropic")["api_key"]
+            self._client = anthropic.Anthropic(api_key=key, base_url=self.base_url)
+        params = request.get("params") or {}
+        kwargs = {k: params[k] for k in _COUNT_TOKENS_PARAMS if k in params}
+        return int(self._client.messages.count_tokens(**kwargs).input_tokens)
+
+
+# The count_tokens parameters a batch request's params can carry (anthropic-sdk-python
+# 2.14 ``messages.count_tokens``); sampling settings and max_tokens are not among them.
+_COUNT_TOKENS_PARAMS = ("model", "messages", "system", "tools", "tool_choice", "output_config")
+
+#: provider name -> factory(base_url) of a callable(request dict) -> exact input tokens,
+#: for ``exact_tokens``. A provider without one keeps its offline count.
+EXACT_COUNTERS: dict[str, Callable[[Optional[str]], Callable[[dict[str, Any]], int]]] = {
+    "anthropic": AnthropicExactCounter,
+}
+
+
 def _as_dict(request: Request) -> dict[str, Any]:
     if isinstance(request, dict):
         return request
@@ -517,12 +556,13 @@ class TokenCounter:
     ``token_requests:<output>``, ``token_requests_estimated:<output>``,
     ``max_output_tokens:<output>`` and ``requests_without_output_limit:<output>``.
 
-    With ``exact_tokens`` (Anthropic only) each request is counted by the provider's free
-    ``messages.count_tokens`` endpoint (key from ``ANTHROPIC_API_KEY`` on the worker); a
-    failed call falls back to the estimate.
+    With ``exact_tokens``, a provider in :data:`EXACT_COUNTERS` (Anthropic) has each
+    request counted by its own endpoint (``messages.count_tokens``, key read on the
+    worker); a call that fails after the SDK's retries falls back to the estimate.
 
     Raises (from ``count``):
         ValueError: the request is not JSON or not the provider's request shape.
+        CredentialsError: ``exact_tokens`` without the provider's key on the worker.
     """
 
     def __init__(
@@ -537,11 +577,12 @@ class TokenCounter:
         self.exact_tokens = bool(exact_tokens)
         self.base_url = base_url
         self._counters: dict[str, Any] = {}
-        self._client: Any = None
+        factory = EXACT_COUNTERS.get(provider) if self.exact_tokens else None
+        self._exact = factory(base_url) if factory is not None else None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_counters"], state["_client"] = {}, None
+        state["_counters"] = {}
         return state
 
     def count(self, request: Request) -> TokenCount:
@@ -550,10 +591,20 @@ class TokenCounter:
         if counter is None:
             return TokenCount(0, None, False, (f"no token counter for {self.provider!r}",))
         estimate = counter(req, self.model)
-        if self.exact_tokens and self.provider == "anthropic":
-            exact = self._count_anthropic_exactly(req)
-            if exact is not None:
-                return TokenCount(exact, estimate.max_output_tokens, True, ())
+        if self._exact is not None:
+            try:
+                return TokenCount(self._exact(req), estimate.max_output_tokens, True, ())
+            except Exception as exc:  # noqa: BLE001 - an estimate beats a failed run
+                from mmirage_beam.errors import CredentialsError
+
+                if isinstance(exc, CredentialsError):
+                    raise
+                import logging
+
+                logging.getLogger(__name__).warning(
+                    "exact token count failed (%s); this request is estimated",
+                    type(exc).__name__,
+                )
         return estimate
 
     def record(self, output_name: str, request: Request) -> TokenCount:
@@ -579,27 +630,6 @@ class TokenCounter:
 
             counter = self._counters[key] = Metrics.counter(NAMESPACE, key)
         counter.inc(value)
-
-    def _count_anthropic_exactly(self, req: dict[str, Any]) -> Optional[int]:
-        params = dict(req.get("params") or {})
-        if self._client is None:
-            import anthropic
-
-            self._client = anthropic.Anthropic(base_url=self.base_url)
-        kwargs = {
-            k: params[k]
-            for k in ("model", "messages", "system", "tools", "tool_choice", "output_config")
-            if k in params
-        }
-        try:
-            return int(self._client.messages.count_tokens(**kwargs).input_tokens)
-        except Exception as exc:  # noqa: BLE001 - an estimate is better than a failed run
-            import logging
-
-            logging.getLogger(__name__).warning(
-                "messages.count_tokens failed (%s); this request is estimated", type(exc).__name__
-            )
-            return None
 
 
 def token_counter_for(provider_config: Any) -> TokenCounter:
