@@ -403,3 +403,86 @@ def test_bundled_gsm8k_dry_run_prints_tokens_and_cost(tmp_path, capsys):
     first = json.loads(export.read_text(encoding="utf-8").split("\n", 1)[0])["request"]
     assert first["custom_id"] == "solution-text-0"
     assert TokenCounter("openai").count(first).input_tokens == 91
+
+
+# ------------------------------------------------------------------- the token budget
+
+
+def _chunk(n: int, text: str = "Count these words please"):
+    from mmirage_beam.records import BatchRequest, Chunk
+
+    reqs = []
+    for i in range(n):
+        line = (
+            json.dumps(
+                {
+                    "custom_id": f"a-text-{i}",
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": {
+                        "model": "gpt-4.1-mini",
+                        "messages": [{"role": "user", "content": text}],
+                    },
+                }
+            ).encode()
+            + b"\n"
+        )
+        reqs.append(BatchRequest(f"a-text-{i}", i, "a", "text", line, len(line)))
+    return Chunk(
+        "a-chunk-000001",
+        "a",
+        "text",
+        tuple(reqs),
+        sum(r.nbytes for r in reqs),
+        False,
+        "end_of_input",
+    )
+
+
+def test_token_budget_waits_for_unfinished_batches_and_stops_on_request(tmp_path, fake_provider):
+    """Against the fake through the real adapter: a batch still running holds its tokens;
+    the wait calls the stop check (which raises) instead of sleeping forever; a chunk
+    above the limit alone goes once nothing is enqueued."""
+    from mmirage_beam.config.batch_provider import OpenAIBatchConfig
+    from mmirage_beam.costs.budget import TokenBudget
+    from mmirage_beam.errors import RunStopped
+    from mmirage_beam.providers.openai_batch import OpenAIBatchAdapter
+    from mmirage_beam.receipts import part_path, receipt_path, write_durably
+
+    fake_provider.script(processing_delay_secs=600)
+    config = OpenAIBatchConfig(base_url=fake_provider.openai_base_url, max_enqueued_tokens=100)
+    adapter = OpenAIBatchAdapter({"api_key": "sk-test"})
+    adapter.setup(config)
+    chunk = _chunk(4)  # 4 x (3 + 1 + 4 + 3) = 44 tokens
+    sleeps: list[float] = []
+    budget = TokenBudget(100, config, str(tmp_path / "m"), "r1", 0.01, sleep=sleeps.append)
+    assert budget.chunk_tokens(chunk) == 44
+    assert budget.wait_for_token_budget(chunk, adapter) == 44 and not sleeps  # nothing enqueued
+
+    raw = adapter.submit_chunk_lines(chunk.chunk_id, [r.line for r in chunk.requests], config)
+    batch_id = adapter.parse_submission_result(raw).provider_batch_id
+    rfile = receipt_path(str(tmp_path / "m"), "text", "r1")
+    write_durably(
+        part_path(rfile, "a-chunk-000000"),
+        json.dumps(
+            {
+                "chunk_id": "a-chunk-000000",
+                "provider_batch_id": batch_id,
+                "input_tokens_estimate": 80,
+            }
+        ).encode(),
+    )
+    assert budget.enqueued_tokens(adapter) == 80
+
+    def stop() -> None:
+        raise RunStopped("stop requested")
+
+    with pytest.raises(RunStopped):
+        budget.wait_for_token_budget(chunk, adapter, stop)  # 80 + 44 > 100
+    big = _chunk(10)  # 110 tokens: above the limit on its own
+    with pytest.raises(RunStopped):
+        budget.wait_for_token_budget(big, adapter, stop)
+    other_run = TokenBudget(100, config, str(tmp_path / "m"), "r2", 0.01, sleep=sleeps.append)
+    assert other_run.wait_for_token_budget(big, adapter, stop) == 110  # alone: it goes
+    assert not sleeps
+    adapter.teardown()
