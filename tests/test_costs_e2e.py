@@ -54,7 +54,8 @@ def test_enqueued_token_limit_waits_instead_of_failing(tmp_path, capsys, provide
     limit = sum(ours[-PER_CHUNK:])  # our count of the largest possible chunk
     # Any one chunk fits under the limit, any two exceed it in the fake's own count.
     assert sum(words[: 2 * PER_CHUNK]) > limit >= sum(words[-PER_CHUNK:])
-    fake.script(processing_delay_secs=1.0, enqueued_token_limit=limit)
+    # Batches that stay unfinished long enough for the next ones to be created.
+    fake.script(processing_delay_secs=60, enqueued_token_limit=limit)
 
     # Without the setting: batches are accepted, then fail with token_limit_exceeded.
     cfg = _config(tmp_path / "a", "openai", fake.openai_base_url, rows, max_requests_per_chunk=4)
