@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.io.readers import ReadDatasets
-from mmirage_beam.io.writers import WriteJsonLinesShards, WriteSingleFile
+from mmirage_beam.io.writers import ConcatenateFiles, WriteJsonLinesShards, WriteSingleFile
 from mmirage_beam.progress import CountProgress
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.receipts import receipts_base
+from mmirage_beam.staging import staging_dir
 from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
 from mmirage_beam.transforms.chunking import ChunkRequests
 from mmirage_beam.transforms.rows import RenderPlaceholderRows
@@ -100,6 +101,171 @@ class _SelectRequestsFn(beam.DoFn):
             self._skipped.inc()
 
 
+class SubmitRowsResult(NamedTuple):
+    """Outputs of :class:`SubmitRows`.
+
+    Attributes:
+        receipts: ``PCollection[dict]``, one receipt dict per submitted (or exported) chunk.
+        errors: ``PCollection[RowError]``, every invalid row (also written to the
+            invalid-rows file).
+    """
+
+    receipts: beam.PCollection
+    errors: beam.PCollection
+
+
+class SubmitRows(beam.PTransform):
+    """``PCollection[SourceRow]`` (or ``{"rows": ..., "errors": PCollection[RowError]}``)
+    -> :class:`SubmitRowsResult`: everything ``mmirage run`` does after reading.
+
+    Extract inputs, build requests, chunk, then (behind the validation barrier) submit
+    each chunk with a durable receipt, or in a dry run export it; invalid rows go to
+    ``<base>.invalid_rows.<run_id>.jsonl`` and placeholder rows to each dataset's
+    ``output_dir``. Rows read some other way (e.g. a Beam YAML pipeline's rows turned
+    into :class:`~mmirage_beam.records.SourceRow`) compose here directly.
+
+    Args: as :func:`build_submit_pipeline`, less the pipeline.
+
+    Raises:
+        mmirage_beam.errors.ConfigError: no adapter is registered for the provider.
+    """
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        run_id: str,
+        export_prompts: Optional[str] = None,
+        skip_invalid_rows: Optional[bool] = None,
+        attempt: int = 1,
+        exclude_custom_ids: frozenset = frozenset(),
+        only_custom_ids: Optional[frozenset] = None,
+        parent_run_id: Optional[str] = None,
+        chunking_parallelism: Optional[int] = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.run_id = run_id
+        self.export_prompts = export_prompts
+        self.attempt = attempt
+        self.exclude_custom_ids = exclude_custom_ids
+        self.only_custom_ids = only_custom_ids
+        self.parent_run_id = parent_run_id
+        self.adapter_cls = BatchAdapterRegistry.get(config.processor.provider)
+        self.skip = (
+            config.execution.skip_invalid_rows if skip_invalid_rows is None else skip_invalid_rows
+        )
+        self.dry_run = export_prompts is not None
+        self.base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+        self._chunking_parallelism = chunking_parallelism
+        self.plan: Optional[SubmitPlan] = None
+
+    def expand(self, pcoll: Any) -> SubmitRowsResult:
+        if isinstance(pcoll, dict):
+            rows, read_errors = pcoll["rows"], pcoll.get("errors")
+        else:
+            rows, read_errors = pcoll, None
+        p = rows.pipeline
+        config, run_id, dry_run, base = self.config, self.run_id, self.dry_run, self.base
+        proc = config.processor
+        adapter_cls = self.adapter_cls
+        only_custom_ids, exclude_custom_ids = self.only_custom_ids, self.exclude_custom_ids
+        bad_rows_path = invalid_rows_path(base, run_id)
+        shards = (
+            self._chunking_parallelism
+            or config.execution.chunking_parallelism
+            or default_chunking_parallelism(p.options)
+        )
+        stop_marker = None if dry_run else stop_marker_path(base, run_id)
+        staging = staging_dir(base, run_id)
+
+        rows = rows | "ProgressRowsRead" >> CountProgress("rows read")
+        extracted = rows | "ExtractInputs" >> ExtractInputs(config.inputs, config.datasets)
+        built = extracted.rows | "BuildRequests" >> BuildRequests(
+            config.outputs, config.datasets, adapter_cls, proc
+        )
+        requests = built.requests | "ProgressRequests" >> CountProgress("requests built")
+        if exclude_custom_ids or only_custom_ids is not None:
+            keep_listed = only_custom_ids is not None
+            ids = only_custom_ids if keep_listed else exclude_custom_ids
+            ids_view = beam.pvalue.AsSingleton(p | "SelectedIds" >> beam.Create([frozenset(ids)]))
+            requests = requests | "SelectRequests" >> beam.ParDo(
+                _SelectRequestsFn(keep_listed), ids_view
+            )
+        chunked = requests | "ChunkRequests" >> ChunkRequests(
+            max_chunk_bytes=proc.max_chunk_bytes,
+            max_requests_per_chunk=proc.effective_max_requests_per_chunk,
+            oversized_request_policy=proc.oversized_request_policy,
+            chunk_overhead_bytes=adapter_cls.chunk_overhead_bytes,
+            attempt=self.attempt,
+            run_part=(
+                f".shard{config.shard_id}of{config.num_shards}" if config.num_shards > 1 else ""
+            ),
+            shards_per_key=shards,
+            staging_dir=f"{staging}/chunks",
+        )
+        error_sources = [extracted.errors, built.errors, chunked.rejected]
+        if read_errors is not None:
+            error_sources.insert(0, read_errors)
+        errors = tuple(error_sources) | "AllRowErrors" >> beam.Flatten()
+        invalid_count = beam.pvalue.AsSingleton(
+            errors | "CountInvalidRows" >> beam.combiners.Count.Globally()
+        )
+        (
+            errors
+            | "InvalidRowLines" >> beam.Map(_error_line)
+            | "WriteInvalidRows" >> WriteSingleFile(bad_rows_path)
+        )
+        gate = None if self.skip else invalid_count
+        submitted = chunked.chunks | "SubmitChunks" >> SubmitChunks(
+            adapter_cls,
+            proc,
+            run_id,
+            base,
+            {o.name: o.output_type for o in config.outputs},
+            dry_run=dry_run,
+            invalid_row_count=gate,
+            skip_invalid_rows=self.skip,
+            attempt=self.attempt,
+            parent_run_id=self.parent_run_id,
+            stop_marker=stop_marker,
+            concurrency=config.execution.submit_concurrency,
+            export_parts=f"{staging}/export",
+        )
+        submitted.receipts | "ProgressChunks" >> CountProgress(
+            "chunks exported" if dry_run else "batches submitted"
+        )
+        export_file = export_file_for(self.export_prompts, run_id) if dry_run else None
+        if export_file:
+            submitted.export | "WriteExport" >> ConcatenateFiles(export_file, f"{staging}/export")
+
+        # Placeholder rows are written before the barrier into the staging folder (a
+        # file per bundle, never held in memory), and moved into the datasets'
+        # output_dir only once the barrier lets the run proceed.
+        placeholders = built.rows | "PlaceholderRows" >> RenderPlaceholderRows(
+            config.outputs, config.output_schema, config.remove_columns
+        )
+        for i, ds in enumerate(config.datasets):
+            if not ds.output_dir or only_custom_ids is not None:
+                continue
+            out_dir = f"{ds.output_dir.rstrip('/')}/shard_{config.shard_id}"
+            (
+                placeholders
+                | f"Dataset{i}Rows" >> beam.Filter(lambda kv, i=i: kv[0] == i)
+                | f"Dataset{i}Lines" >> beam.Values()
+                | f"WriteDataset{i}Rows"
+                >> WriteJsonLinesShards(
+                    out_dir,
+                    f"placeholders.{run_id}",
+                    staging_dir=f"{staging}/placeholders{i}",
+                    gate=gate,
+                )
+            )
+        self.plan = SubmitPlan(
+            run_id, base, bad_rows_path, export_file, dry_run, stop_marker, shards
+        )
+        return SubmitRowsResult(submitted.receipts, errors)
+
+
 def build_submit_pipeline(
     p: beam.Pipeline,
     config: PipelineConfig,
@@ -112,7 +278,8 @@ def build_submit_pipeline(
     parent_run_id: Optional[str] = None,
     chunking_parallelism: Optional[int] = None,
 ) -> SubmitPlan:
-    """Add the whole submit (or dry-run) graph for ``config`` to pipeline ``p``.
+    """Add the whole submit (or dry-run) graph for ``config`` to pipeline ``p``:
+    :class:`~mmirage_beam.io.readers.ReadDatasets` then :class:`SubmitRows`.
 
     Args:
         p: the pipeline to extend.
@@ -137,93 +304,23 @@ def build_submit_pipeline(
     Raises:
         mmirage_beam.errors.ConfigError: no adapter is registered for the provider.
     """
-    proc = config.processor
-    adapter_cls = BatchAdapterRegistry.get(proc.provider)
-    skip = config.execution.skip_invalid_rows if skip_invalid_rows is None else skip_invalid_rows
-    dry_run = export_prompts is not None
-    base = receipts_base(proc.metadata_output_path, config.state_dir)
-    bad_rows_path = invalid_rows_path(base, run_id)
-    shards = (
-        chunking_parallelism
-        or config.execution.chunking_parallelism
-        or default_chunking_parallelism(p.options)
+    submit = SubmitRows(
+        config,
+        run_id,
+        export_prompts=export_prompts,
+        skip_invalid_rows=skip_invalid_rows,
+        attempt=attempt,
+        exclude_custom_ids=exclude_custom_ids,
+        only_custom_ids=only_custom_ids,
+        parent_run_id=parent_run_id,
+        chunking_parallelism=chunking_parallelism,
     )
-    stop_marker = None if dry_run else stop_marker_path(base, run_id)
-
     read = p | "ReadDatasets" >> ReadDatasets(
         config.datasets, num_shards=config.num_shards, shard_id=config.shard_id
     )
-    rows = read.rows | "ProgressRowsRead" >> CountProgress("rows read")
-    extracted = rows | "ExtractInputs" >> ExtractInputs(config.inputs, config.datasets)
-    built = extracted.rows | "BuildRequests" >> BuildRequests(
-        config.outputs, config.datasets, adapter_cls, proc
-    )
-    requests = built.requests | "ProgressRequests" >> CountProgress("requests built")
-    if exclude_custom_ids or only_custom_ids is not None:
-        keep_listed = only_custom_ids is not None
-        ids = only_custom_ids if keep_listed else exclude_custom_ids
-        ids_view = beam.pvalue.AsSingleton(p | "SelectedIds" >> beam.Create([frozenset(ids)]))
-        requests = requests | "SelectRequests" >> beam.ParDo(
-            _SelectRequestsFn(keep_listed), ids_view
-        )
-    chunked = requests | "ChunkRequests" >> ChunkRequests(
-        max_chunk_bytes=proc.max_chunk_bytes,
-        max_requests_per_chunk=proc.effective_max_requests_per_chunk,
-        oversized_request_policy=proc.oversized_request_policy,
-        chunk_overhead_bytes=adapter_cls.chunk_overhead_bytes,
-        attempt=attempt,
-        run_part=(f".shard{config.shard_id}of{config.num_shards}" if config.num_shards > 1 else ""),
-        shards_per_key=shards,
-    )
-    errors = (
-        read.errors,
-        extracted.errors,
-        built.errors,
-        chunked.rejected,
-    ) | "AllRowErrors" >> beam.Flatten()
-    invalid_count = beam.pvalue.AsSingleton(
-        errors | "CountInvalidRows" >> beam.combiners.Count.Globally()
-    )
-    (
-        errors
-        | "InvalidRowLines" >> beam.Map(_error_line)
-        | "WriteInvalidRows" >> WriteSingleFile(bad_rows_path)
-    )
-    gate = None if skip else invalid_count
-    submitted = chunked.chunks | "SubmitChunks" >> SubmitChunks(
-        adapter_cls,
-        proc,
-        run_id,
-        base,
-        {o.name: o.output_type for o in config.outputs},
-        dry_run=dry_run,
-        invalid_row_count=gate,
-        skip_invalid_rows=skip,
-        attempt=attempt,
-        parent_run_id=parent_run_id,
-        stop_marker=stop_marker,
-    )
-    submitted.receipts | "ProgressChunks" >> CountProgress(
-        "chunks exported" if dry_run else "batches submitted"
-    )
-    export_file = export_file_for(export_prompts, run_id) if dry_run else None
-    if export_file:
-        submitted.export | "WriteExport" >> WriteSingleFile(export_file)
-
-    placeholders = built.rows | "PlaceholderRows" >> RenderPlaceholderRows(
-        config.outputs, config.output_schema, config.remove_columns, invalid_row_count=gate
-    )
-    for i, ds in enumerate(config.datasets):
-        if not ds.output_dir or only_custom_ids is not None:
-            continue
-        out_dir = f"{ds.output_dir.rstrip('/')}/shard_{config.shard_id}"
-        (
-            placeholders
-            | f"Dataset{i}Rows" >> beam.Filter(lambda kv, i=i: kv[0] == i)
-            | f"Dataset{i}Lines" >> beam.Values()
-            | f"WriteDataset{i}Rows" >> WriteJsonLinesShards(out_dir, f"placeholders.{run_id}")
-        )
-    return SubmitPlan(run_id, base, bad_rows_path, export_file, dry_run, stop_marker, shards)
+    _ = {"rows": read.rows, "errors": read.errors} | "SubmitRows" >> submit
+    assert submit.plan is not None
+    return submit.plan
 
 
 @dataclass(frozen=True)
@@ -240,6 +337,143 @@ def errors_path_for(output_path: str) -> str:
     """``OUT.jsonl`` -> ``OUT.errors.jsonl`` (any other name: ``OUT.errors.jsonl`` added)."""
     stem = output_path[: -len(".jsonl")] if output_path.endswith(".jsonl") else output_path
     return f"{stem}.errors.jsonl"
+
+
+class MergeRows(beam.PTransform):
+    """``PCollection[SourceRow]`` (every row of the datasets) -> the merged file and its
+    errors file: everything ``mmirage merge`` does after reading (fetch the batches'
+    results, verify the re-read source against the receipts, join by source_index,
+    ordered write). Args: as :func:`build_merge_pipeline`, less the pipeline; the
+    :class:`MergePlan` is on ``.plan`` once expanded. Returns the merged rows'
+    ``PCollection`` of :class:`~mmirage_beam.transforms.merge.MergedRow`."""
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        batches: list[Any],
+        receipts: list[dict[str, Any]],
+        providers: dict[str, tuple[type, Any]],
+        output_path: str,
+        num_partitions: Optional[int] = None,
+        rows_per_partition: int = 100_000,
+        verify_source: bool = True,
+        invalid_rows_files: Sequence[str] = (),
+        unsubmitted_run: Optional[tuple[str, str]] = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.batches = batches
+        self.receipts = receipts
+        self.providers = providers
+        self.output_path = output_path
+        self.num_partitions = num_partitions
+        self.rows_per_partition = rows_per_partition
+        self.verify_source = verify_source
+        self.invalid_rows_files = invalid_rows_files
+        self.unsubmitted_run = unsubmitted_run
+        self.plan: Optional[MergePlan] = None
+
+    def expand(self, rows: beam.PCollection) -> beam.PCollection:
+        p = rows.pipeline
+        config, batches, receipts = self.config, self.batches, self.receipts
+        providers, output_path = self.providers, self.output_path
+        num_partitions, rows_per_partition = self.num_partitions, self.rows_per_partition
+        verify_source, invalid_rows_files = self.verify_source, self.invalid_rows_files
+        unsubmitted_run = self.unsubmitted_run
+        from mmirage_beam.transforms.merge import (
+            AssembleMergedRows,
+            FetchResults,
+            MergedRow,
+            VerifySourceUnchanged,
+            WriteOrdered,
+            partition_bounds,
+        )
+
+        indices = [int(i) for r in receipts for i in r["custom_id_to_source_index"].values()]
+        lo, hi = (min(indices), max(indices)) if indices else (0, 0)
+        if num_partitions is None:
+            num_partitions = max(1, (hi - lo + 1) // max(1, rows_per_partition) + 1)
+        bounds = partition_bounds(lo, hi, num_partitions)
+        errors_path = errors_path_for(output_path)
+
+        fetched = (
+            p
+            | "Batches" >> beam.Create(batches, reshuffle=False)
+            | "FetchResults" >> FetchResults(providers)
+        )
+        verifiable = [r for r in receipts if r.get("run_id")] if verify_source else []
+        extracted = rows | "ExtractInputs" >> ExtractInputs(
+            config.inputs, config.datasets, load_images=bool(verifiable), lenient=True
+        )
+        if verifiable:
+            adapter_cls = providers[config.processor.provider][0]
+            rebuilt = extracted.rows | "RebuildRequests" >> BuildRequests(
+                config.outputs, config.datasets, adapter_cls, config.processor
+            )
+            verified = {
+                "receipts": p | "VerifiableReceipts" >> beam.Create(verifiable, reshuffle=False),
+                "requests": rebuilt.requests,
+            } | "VerifySourceUnchanged" >> VerifySourceUnchanged(unsubmitted_run is not None)
+            changed = verified.changed
+            results = fetched.results
+            if unsubmitted_run is not None:
+                run, resume_command = unsubmitted_run
+                never = verified.unsubmitted | "NeverSubmitted" >> beam.Map(
+                    _count_never_submitted, run, resume_command
+                )
+                results = (results, never) | "WithNeverSubmitted" >> beam.Flatten()
+        else:
+            changed = p | "NoVerification" >> beam.Create([])
+            results = fetched.results
+        skipped = (
+            p
+            | "InvalidRowsFiles" >> beam.Create(list(invalid_rows_files))
+            | "ReadInvalidRows" >> beam.io.ReadAllFromText()
+            | "ParseInvalidRows" >> beam.Map(json.loads)
+            | "WithIndex" >> beam.Filter(lambda e: e.get("source_index") is not None)
+            | "SkippedByIndex" >> beam.Map(lambda e: (int(e["source_index"]), e["reason"]))
+        )
+        assembled = {
+            "results": results | "ProgressResults" >> CountProgress("results fetched"),
+            "rows": extracted.rows,
+            "changed": changed,
+            "skipped": skipped,
+        } | "AssembleMergedRows" >> AssembleMergedRows(
+            config.outputs, config.output_schema, config.remove_columns
+        )
+        (
+            assembled.rows
+            | "ProgressRowsMerged" >> CountProgress("rows merged")
+            | "WriteOrdered" >> WriteOrdered(output_path, bounds)
+        )
+        # The errors file is ordered too: by source_index, unknown custom_ids first.
+        error_lines = (
+            assembled.errors
+            | "ErrorLines" >> beam.Map(lambda e: MergedRow(e["source_index"], _json_line(e))),
+            fetched.unknown
+            | "UnknownLines"
+            >> beam.Map(
+                lambda u: MergedRow(
+                    lo - 1,
+                    _json_line(
+                        {
+                            "custom_id": u["custom_id"],
+                            "source_index": None,
+                            "output_name": None,
+                            "error_type": u.get("error_type") or "unknown_custom_id",
+                            "message": u.get("message")
+                            or f"batch {u['provider_batch_id']} returned a result for a "
+                            "custom_id that is in none of the receipts",
+                            "status_code": None,
+                            "retryable": False,
+                        },
+                    ),
+                )
+            ),
+        ) | "AllErrors" >> beam.Flatten()
+        error_lines | "WriteErrors" >> WriteOrdered(errors_path, bounds)
+        self.plan = MergePlan(output_path, errors_path, len(bounds), len(verifiable))
+        return assembled.rows
 
 
 def build_merge_pipeline(
@@ -276,102 +510,24 @@ def build_merge_pipeline(
             every receipt of runs that read all the rows this merge reads (one shard) and
             the source is verified.
     """
-    from mmirage_beam.transforms.merge import (
-        AssembleMergedRows,
-        FetchResults,
-        MergedRow,
-        VerifySourceUnchanged,
-        WriteOrdered,
-        partition_bounds,
-    )
-
-    indices = [int(i) for r in receipts for i in r["custom_id_to_source_index"].values()]
-    lo, hi = (min(indices), max(indices)) if indices else (0, 0)
-    if num_partitions is None:
-        num_partitions = max(1, (hi - lo + 1) // max(1, rows_per_partition) + 1)
-    bounds = partition_bounds(lo, hi, num_partitions)
-    errors_path = errors_path_for(output_path)
-
-    fetched = (
-        p
-        | "Batches" >> beam.Create(batches, reshuffle=False)
-        | "FetchResults" >> FetchResults(providers)
+    merge = MergeRows(
+        config,
+        batches,
+        receipts,
+        providers,
+        output_path,
+        num_partitions=num_partitions,
+        rows_per_partition=rows_per_partition,
+        verify_source=verify_source,
+        invalid_rows_files=invalid_rows_files,
+        unsubmitted_run=unsubmitted_run,
     )
     # Every row of the datasets is read (not only this config's shard): receipts from
     # several shards can be merged together; rows without results are not written.
     read = p | "ReadDatasets" >> ReadDatasets(config.datasets)
-    verifiable = [r for r in receipts if r.get("run_id")] if verify_source else []
-    extracted = read.rows | "ExtractInputs" >> ExtractInputs(
-        config.inputs, config.datasets, load_images=bool(verifiable), lenient=True
-    )
-    if verifiable:
-        adapter_cls = providers[config.processor.provider][0]
-        rebuilt = extracted.rows | "RebuildRequests" >> BuildRequests(
-            config.outputs, config.datasets, adapter_cls, config.processor
-        )
-        verified = {
-            "receipts": p | "VerifiableReceipts" >> beam.Create(verifiable, reshuffle=False),
-            "requests": rebuilt.requests,
-        } | "VerifySourceUnchanged" >> VerifySourceUnchanged(unsubmitted_run is not None)
-        changed = verified.changed
-        results = fetched.results
-        if unsubmitted_run is not None:
-            run, resume_command = unsubmitted_run
-            never = verified.unsubmitted | "NeverSubmitted" >> beam.Map(
-                _count_never_submitted, run, resume_command
-            )
-            results = (results, never) | "WithNeverSubmitted" >> beam.Flatten()
-    else:
-        changed = p | "NoVerification" >> beam.Create([])
-        results = fetched.results
-    skipped = (
-        p
-        | "InvalidRowsFiles" >> beam.Create(list(invalid_rows_files))
-        | "ReadInvalidRows" >> beam.io.ReadAllFromText()
-        | "ParseInvalidRows" >> beam.Map(json.loads)
-        | "WithIndex" >> beam.Filter(lambda e: e.get("source_index") is not None)
-        | "SkippedByIndex" >> beam.Map(lambda e: (int(e["source_index"]), e["reason"]))
-    )
-    assembled = {
-        "results": results | "ProgressResults" >> CountProgress("results fetched"),
-        "rows": extracted.rows,
-        "changed": changed,
-        "skipped": skipped,
-    } | "AssembleMergedRows" >> AssembleMergedRows(
-        config.outputs, config.output_schema, config.remove_columns
-    )
-    (
-        assembled.rows
-        | "ProgressRowsMerged" >> CountProgress("rows merged")
-        | "WriteOrdered" >> WriteOrdered(output_path, bounds)
-    )
-    # The errors file is ordered too: by source_index, unknown custom_ids first.
-    error_lines = (
-        assembled.errors
-        | "ErrorLines" >> beam.Map(lambda e: MergedRow(e["source_index"], _json_line(e))),
-        fetched.unknown
-        | "UnknownLines"
-        >> beam.Map(
-            lambda u: MergedRow(
-                lo - 1,
-                _json_line(
-                    {
-                        "custom_id": u["custom_id"],
-                        "source_index": None,
-                        "output_name": None,
-                        "error_type": u.get("error_type") or "unknown_custom_id",
-                        "message": u.get("message")
-                        or f"batch {u['provider_batch_id']} returned a result for a "
-                        "custom_id that is in none of the receipts",
-                        "status_code": None,
-                        "retryable": False,
-                    },
-                ),
-            )
-        ),
-    ) | "AllErrors" >> beam.Flatten()
-    error_lines | "WriteErrors" >> WriteOrdered(errors_path, bounds)
-    return MergePlan(output_path, errors_path, len(bounds), len(verifiable))
+    _ = read.rows | "MergeRows" >> merge
+    assert merge.plan is not None
+    return merge.plan
 
 
 def _count_never_submitted(element: tuple[str, int, str], run: str, resume_command: str) -> Any:

@@ -23,8 +23,6 @@ import json
 import uuid
 from typing import Any, Iterable, NamedTuple, Optional
 
-from mmirage_beam.records import Chunk
-
 DEFAULT_METADATA_BASE = "batch_metadata"
 
 
@@ -83,7 +81,7 @@ def request_line_hash(line: bytes) -> str:
 def make_receipt(
     *,
     provider: str,
-    chunk: Chunk,
+    chunk: Any,
     provider_batch_id: str,
     status: str,
     run_id: str,
@@ -92,8 +90,14 @@ def make_receipt(
     submitted_at: Optional[_dt.datetime] = None,
     attempt: int = 1,
     parent_run_id: Optional[str] = None,
+    metas: Optional[Iterable[Any]] = None,
 ) -> dict[str, Any]:
     """The receipt line for ``chunk`` once submitted as ``provider_batch_id``.
+
+    ``chunk`` is a :class:`~mmirage_beam.records.Chunk` (requests in memory) or a
+    :class:`~mmirage_beam.records.ChunkRef` with ``metas``, its staged requests'
+    :class:`~mmirage_beam.staging.RequestMeta` in chunk order (``request_hash`` then
+    comes from the ref: the hash of the staged bytes).
 
     Besides MMIRAGE's fields and ``run_id``/``output_name``/``modality``: ``attempt``
     (1, or the resume attempt that submitted it), ``request_hashes`` (custom_id ->
@@ -109,16 +113,27 @@ def make_receipt(
     }
     if model:
         snapshot["model"] = model
+    if metas is not None:
+        metas = list(metas)
+        index = {m.custom_id: m.source_index for m in metas}
+        digest = chunk.request_hash
+        hashes = {m.custom_id: m.line_hash for m in metas}
+        count = len(metas)
+    else:
+        index = {r.custom_id: r.source_index for r in chunk.requests}
+        digest = request_hash(r.line for r in chunk.requests)
+        hashes = {r.custom_id: request_line_hash(r.line) for r in chunk.requests}
+        count = len(chunk.requests)
     return {
         "provider": provider,
         "chunk_id": chunk.chunk_id,
         "provider_batch_id": provider_batch_id,
         "status": status,
-        "custom_id_to_source_index": {r.custom_id: r.source_index for r in chunk.requests},
-        "request_hash": request_hash(r.line for r in chunk.requests),
-        "request_hashes": {r.custom_id: request_line_hash(r.line) for r in chunk.requests},
+        "custom_id_to_source_index": index,
+        "request_hash": digest,
+        "request_hashes": hashes,
         "model_params_snapshot": snapshot,
-        "submitted_request_count": len(chunk.requests),
+        "submitted_request_count": count,
         "total_bytes": chunk.total_bytes,
         "has_oversized_request": chunk.has_oversized_request,
         "flush_reason": chunk.flush_reason,

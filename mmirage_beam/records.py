@@ -92,3 +92,32 @@ class Chunk(NamedTuple):
     total_bytes: int
     has_oversized_request: bool
     flush_reason: str
+
+
+class ChunkRef(NamedTuple):
+    """A chunk whose requests are staged in a file (see :mod:`mmirage_beam.staging`):
+    what crosses the validation barrier instead of the requests themselves.
+
+    Attributes:
+        chunk_id: as :class:`Chunk`.
+        output_name: the output every request in the chunk belongs to.
+        modality: ``"text"`` or ``"multimodal"``.
+        path: the staged file: the request lines exactly as uploaded, in chunk order;
+            its metadata (custom_id, source_index, nbytes, line hash per request) is in
+            ``staging.meta_path(path)``.
+        request_count: the number of requests.
+        total_bytes: sum of the requests' ``nbytes``, in bytes.
+        request_hash: ``receipts.request_hash`` of the staged lines.
+        has_oversized_request: as :class:`Chunk`.
+        flush_reason: as :class:`Chunk`.
+    """
+
+    chunk_id: str
+    output_name: str
+    modality: str
+    path: str
+    request_count: int
+    total_bytes: int
+    request_hash: str
+    has_oversized_request: bool
+    flush_reason: str

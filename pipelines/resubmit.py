@@ -166,6 +166,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         f"{parent} as run {new_run}",
         file=sys.stderr,
     )
+    from mmirage_beam.staging import staging_area
+
     pipeline = beam.Pipeline(options=options)
     plan = build_submit_pipeline(
         pipeline,
@@ -177,7 +179,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     )
     outcome = RunOutcome()
     try:
-        result = run_pipeline(pipeline, stop_marker=plan.stop_marker, outcome=outcome)
+        with staging_area(plan.receipts_base, new_run):
+            result = run_pipeline(pipeline, stop_marker=plan.stop_marker, outcome=outcome)
     except (Exception, KeyboardInterrupt) as exc:  # the runner wraps worker failures
         stopped = isinstance(exc, KeyboardInterrupt) or outcome.stop_requested
         consolidate_run(plan.receipts_base, new_run)

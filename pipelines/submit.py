@@ -73,6 +73,17 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         "has one (Anthropic messages.count_tokens: needs ANTHROPIC_API_KEY, one call per "
         "request); same as exact_tokens: true in the processor",
     )
+    ap.add_argument(
+        "--keep-staged",
+        action="store_true",
+        help="keep the staged chunk files (<metadata base>.staged.<run_id>/) after the run "
+        "instead of removing them",
+    )
+    ap.add_argument(
+        "--skip-space-check",
+        action="store_true",
+        help="start even when the local disk for the staged chunks seems too small",
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args, beam_args = ap.parse_known_args(argv)
     args.own_flags = own_flags(ap)
@@ -220,6 +231,12 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     from mmirage_beam.providers.base import BatchAdapterRegistry
     from mmirage_beam.receipts import consolidate_run
     from mmirage_beam.resume import ResumeState, prepare_resume
+    from mmirage_beam.staging import (
+        check_free_space,
+        staging_area,
+        staging_dir,
+        staging_need_bytes,
+    )
 
     dry_run = record is None
     provider = config.processor.provider
@@ -250,9 +267,12 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     resume_cmd = " ".join(
         ["mmirage run", "--config", args.config, "--run-id", run_id, *map(_quote, beam_args)]
     )
+    if not args.skip_space_check and not translate_only:
+        check_free_space(staging_dir(base, run_id), staging_need_bytes(config, dry_run))
     outcome = RunOutcome()
     try:
-        result = run_pipeline(pipeline, stop_marker=plan.stop_marker, outcome=outcome)
+        with staging_area(base, run_id, keep=args.keep_staged or translate_only):
+            result = run_pipeline(pipeline, stop_marker=plan.stop_marker, outcome=outcome)
     except (Exception, KeyboardInterrupt) as exc:  # also Ctrl-C / SIGTERM: say how to resume
         code = exc.exit_code if isinstance(exc, MmirageError) else 1
         if isinstance(exc, KeyboardInterrupt) or outcome.stop_requested:

@@ -21,12 +21,13 @@ from apache_beam.testing import test_pipeline, test_stream
 from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
 
 from mmirage_beam.errors import ConfigError
-from mmirage_beam.records import BatchRequest, Chunk, RowError
+from mmirage_beam.records import BatchRequest, Chunk, ChunkRef, RowError
 from mmirage_beam.transforms.chunking import (
     FLUSH_REASONS,
     ChunkRequests,
     ChunkRequestsResult,
     _BatchRequestCoder,
+    load_chunk,
     would_overflow,
 )
 
@@ -34,9 +35,10 @@ from mmirage_beam.transforms.chunking import (
 def make_request(
     source_index: int, nbytes: int, output_name: str = "out", modality: str = "text"
 ) -> BatchRequest:
-    """A BatchRequest whose ``line`` is exactly ``nbytes`` bytes (newline-terminated)."""
-    assert nbytes >= 1
-    line = b"x" * (nbytes - 1) + b"\n"
+    """A BatchRequest whose ``line`` is exactly ``nbytes`` bytes: a JSON string (staged
+    chunks are hashed as JSON, like every built request), newline-terminated."""
+    assert nbytes >= 2
+    line = (b'"' + b"x" * (nbytes - 3) + b'"' if nbytes >= 3 else b"0") + b"\n"
     assert len(line) == nbytes
     return BatchRequest(
         custom_id=f"{output_name}-{modality}-{source_index}",
@@ -50,6 +52,8 @@ def make_request(
 
 def summarize(chunk: Chunk) -> tuple:
     """A comparable view of a chunk: id, custom ids in order, bytes, oversized, reason."""
+    if isinstance(chunk, ChunkRef):
+        chunk = load_chunk(chunk)
     return (
         chunk.chunk_id,
         tuple(r.custom_id for r in chunk.requests),
@@ -89,7 +93,11 @@ def run_stream(requests: list[BatchRequest], **chunk_args) -> tuple[list[Chunk],
     tag = uuid.uuid4().hex
     with streaming_pipeline() as p:
         result = p | stream_of(requests) | ChunkRequests(**chunk_args)
-        result.chunks | "RecordChunks" >> beam.ParDo(_Record(f"{tag}/chunks"))
+        (
+            result.chunks
+            | "LoadChunks" >> beam.Map(load_chunk)
+            | "RecordChunks" >> beam.ParDo(_Record(f"{tag}/chunks"))
+        )
         result.rejected | "RecordRejected" >> beam.ParDo(_Record(f"{tag}/rejected"))
     return _RECORDED.pop(f"{tag}/chunks", []), _RECORDED.pop(f"{tag}/rejected", [])
 
@@ -415,6 +423,7 @@ def test_equal_sized_requests_batch_exact_chunks():
         )
         assert_that(
             result.chunks
+            | "LoadChunks" >> beam.Map(load_chunk)
             | "Shape"
             >> beam.Map(
                 lambda c: (c.chunk_id, c.modality, len(c.requests), c.total_bytes, c.flush_reason)
@@ -432,7 +441,9 @@ def test_equal_sized_requests_batch_exact_chunks():
             label="CheckChunkShapes",
         )
         assert_that(
-            result.chunks | "Members" >> beam.FlatMap(lambda c: [r.custom_id for r in c.requests]),
+            result.chunks
+            | "LoadMembers" >> beam.Map(load_chunk)
+            | "Members" >> beam.FlatMap(lambda c: [r.custom_id for r in c.requests]),
             equal_to([r.custom_id for r in requests[:-1]]),
             label="CheckEveryRequestOnce",
         )
@@ -557,7 +568,7 @@ def random_requests(count: int, seed: int, oversized_every: int = 0) -> list[Bat
     modalities = ["text", "multimodal"]
     requests = []
     for i in range(count):
-        nbytes = rng.randint(1, 900)
+        nbytes = rng.randint(2, 900)  # the smallest JSON line: "0\n"
         if oversized_every and i % oversized_every == oversized_every // 2:
             nbytes = rng.randint(5001, 20000)
         requests.append(make_request(i, nbytes, rng.choice(outputs), rng.choice(modalities)))
@@ -566,7 +577,9 @@ def random_requests(count: int, seed: int, oversized_every: int = 0) -> list[Bat
 
 def tag_outputs(result: ChunkRequestsResult):
     return (
-        result.chunks | "TagChunks" >> beam.Map(lambda c: ("chunk", c)),
+        result.chunks
+        | "LoadTagged" >> beam.Map(load_chunk)
+        | "TagChunks" >> beam.Map(lambda c: ("chunk", c)),
         result.rejected | "TagRejected" >> beam.Map(lambda e: ("rejected", e)),
     ) | "Together" >> beam.Flatten()
 
@@ -682,7 +695,7 @@ def test_metrics_are_reported():
     requests = [make_request(i, 40) for i in range(5)] + [make_request(5, 500)]
     pipeline = test_pipeline.TestPipeline()
     result = pipeline | beam.Create(requests) | ChunkRequests(100, None)
-    assert_that(result.chunks | beam.Map(lambda c: len(c.requests)), equal_to([2, 2, 1, 1]))
+    assert_that(result.chunks | beam.Map(lambda c: c.request_count), equal_to([2, 2, 1, 1]))
     run = pipeline.run()
     run.wait_until_finish()
     counters = {

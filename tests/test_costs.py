@@ -408,35 +408,26 @@ def test_bundled_gsm8k_dry_run_prints_tokens_and_cost(tmp_path, capsys):
 # ------------------------------------------------------------------- the token budget
 
 
-def _chunk(n: int, text: str = "Count these words please"):
-    from mmirage_beam.records import BatchRequest, Chunk
+def _chunk(tmp_path: Path, n: int, text: str = "Count these words please"):
+    """A staged chunk (:class:`ChunkRef`) of ``n`` plain OpenAI requests."""
+    from mmirage_beam.records import ChunkRef
 
-    reqs = []
-    for i in range(n):
-        line = (
-            json.dumps(
-                {
-                    "custom_id": f"a-text-{i}",
-                    "method": "POST",
-                    "url": "/v1/chat/completions",
-                    "body": {
-                        "model": "gpt-4.1-mini",
-                        "messages": [{"role": "user", "content": text}],
-                    },
-                }
-            ).encode()
-            + b"\n"
-        )
-        reqs.append(BatchRequest(f"a-text-{i}", i, "a", "text", line, len(line)))
-    return Chunk(
-        "a-chunk-000001",
-        "a",
-        "text",
-        tuple(reqs),
-        sum(r.nbytes for r in reqs),
-        False,
-        "end_of_input",
-    )
+    lines = [
+        json.dumps(
+            {
+                "custom_id": f"a-text-{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": text}]},
+            }
+        ).encode()
+        + b"\n"
+        for i in range(n)
+    ]
+    path = tmp_path / f"staged-{n}.jsonl"
+    path.write_bytes(b"".join(lines))
+    size = sum(map(len, lines))
+    return ChunkRef(f"a-chunk-{n:06d}", "a", "text", str(path), n, size, "", False, "end_of_input")
 
 
 def test_token_budget_waits_for_unfinished_batches_and_stops_on_request(tmp_path, fake_provider):
@@ -453,13 +444,13 @@ def test_token_budget_waits_for_unfinished_batches_and_stops_on_request(tmp_path
     config = OpenAIBatchConfig(base_url=fake_provider.openai_base_url, max_enqueued_tokens=100)
     adapter = OpenAIBatchAdapter({"api_key": "sk-test"})
     adapter.setup(config)
-    chunk = _chunk(4)  # 4 x (3 + 1 + 4 + 3) = 44 tokens
+    chunk = _chunk(tmp_path, 4)  # 4 x (3 + 1 + 4 + 3) = 44 tokens
     sleeps: list[float] = []
     budget = TokenBudget(100, config, str(tmp_path / "m"), "r1", 0.01, sleep=sleeps.append)
     assert budget.chunk_tokens(chunk) == 44
     assert budget.wait_for_token_budget(chunk, adapter) == 44 and not sleeps  # nothing enqueued
 
-    raw = adapter.submit_chunk_lines(chunk.chunk_id, [r.line for r in chunk.requests], config)
+    raw = adapter.submit_chunk_file(chunk.chunk_id, chunk.path, config)
     batch_id = adapter.parse_submission_result(raw).provider_batch_id
     rfile = receipt_path(str(tmp_path / "m"), "text", "r1")
     write_durably(
@@ -479,7 +470,7 @@ def test_token_budget_waits_for_unfinished_batches_and_stops_on_request(tmp_path
 
     with pytest.raises(RunStopped):
         budget.wait_for_token_budget(chunk, adapter, stop)  # 80 + 44 > 100
-    big = _chunk(10)  # 110 tokens: above the limit on its own
+    big = _chunk(tmp_path, 10)  # 110 tokens: above the limit on its own
     with pytest.raises(RunStopped):
         budget.wait_for_token_budget(big, adapter, stop)
     other_run = TokenBudget(100, config, str(tmp_path / "m"), "r2", 0.01, sleep=sleeps.append)

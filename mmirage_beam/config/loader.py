@@ -82,6 +82,8 @@ class ExecutionConfig:
     ``chunking_parallelism``: how many independent chunkers each ``(output, modality)``
     is spread over (requests go to one by a stable hash of their custom_id); ``None``
     sizes it to the job's workers (see ``pipeline.default_chunking_parallelism``).
+    ``submit_concurrency``: chunks each submitting worker uploads and creates at the same
+    time (default 4).
     """
 
     mode: str = "local"
@@ -89,6 +91,7 @@ class ExecutionConfig:
     merge: bool = False
     skip_invalid_rows: bool = False
     chunking_parallelism: Optional[int] = None
+    submit_concurrency: int = 4
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -490,7 +493,17 @@ def _execution(value: Any) -> ExecutionConfig:
     parallelism = e.get("chunking_parallelism")
     if parallelism is not None:
         parallelism = require_int("execution_params.chunking_parallelism", parallelism, 1)
-    own = ("mode", "retry", "merge", "skip_invalid_rows", "chunking_parallelism")
+    concurrency = require_int(
+        "execution_params.submit_concurrency", e.get("submit_concurrency", 4), 1
+    )
+    own = (
+        "mode",
+        "retry",
+        "merge",
+        "skip_invalid_rows",
+        "chunking_parallelism",
+        "submit_concurrency",
+    )
     _check_keys(e, "execution_params", set(own), strict=False)
     extra = {k: v for k, v in e.items() if k not in own}
     return ExecutionConfig(
@@ -499,6 +512,7 @@ def _execution(value: Any) -> ExecutionConfig:
         merge=bool(e.get("merge", False)),
         skip_invalid_rows=skip,
         chunking_parallelism=parallelism,
+        submit_concurrency=concurrency,
         extra=extra,
     )
 

@@ -15,12 +15,15 @@ Limits of the accounting: only this run's batches are counted (set the limit to 
 your other jobs leave free); SubmitChunks workers that create batches at the same moment
 do not see each other's chunk until its receipt exists (use one submitting worker, or
 leave headroom); a single chunk above the limit is submitted alone once nothing else of
-the run is enqueued (with a warning: lower ``max_requests_per_chunk``).
+the run is enqueued (with a warning: lower ``max_requests_per_chunk``). Within one
+SubmitChunks DoFn (up to ``submit_concurrency`` threads) the check and the reservation
+of a chunk's tokens are atomic, so its own threads never overshoot together.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Callable, Optional
 
@@ -67,10 +70,30 @@ class TokenBudget:
         )
         self._finished: set[str] = set()  # provider batch ids seen terminal
         self._warned = False
+        # chunk_id -> tokens of chunks let through whose receipt is not written yet
+        self._reserved: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def chunk_tokens(self, chunk: Any) -> int:
-        """Estimated input tokens of a :class:`~mmirage_beam.records.Chunk`."""
-        return sum(self._counter.count(r.line).input_tokens for r in chunk.requests)
+        """Estimated input tokens of a chunk: a :class:`~mmirage_beam.records.ChunkRef`
+        (its staged lines are read, streamed) or anything with ``requests`` holding
+        ``line`` bytes."""
+        if hasattr(chunk, "requests"):
+            lines: Any = (r.line for r in chunk.requests)
+        else:
+            from mmirage_beam.staging import iter_lines
+
+            lines = iter_lines(chunk.path)
+        return sum(self._counter.count(line).input_tokens for line in lines)
 
     def enqueued_tokens(self, adapter: Any) -> int:
         """Input tokens of this run's receipted batches that have not finished, asking
@@ -81,6 +104,7 @@ class TokenBudget:
         total = 0
         for modality in _MODALITIES:
             for receipt in read_receipts(receipt_path(self._base, modality, self._run_id)):
+                self._reserved.pop(receipt.get("chunk_id"), None)  # now counted here
                 batch_id = receipt.get("provider_batch_id")
                 tokens = receipt.get(RECEIPT_TOKENS_KEY)
                 if not batch_id or tokens is None or batch_id in self._finished:
@@ -120,9 +144,11 @@ class TokenBudget:
                 self._run_id,
             )
         while True:
-            enqueued = self.enqueued_tokens(adapter)
-            if enqueued + tokens <= self.limit_tokens or enqueued == 0:
-                return tokens
+            with self._lock:
+                enqueued = self.enqueued_tokens(adapter) + sum(self._reserved.values())
+                if enqueued + tokens <= self.limit_tokens or enqueued == 0:
+                    self._reserved[chunk.chunk_id] = tokens
+                    return tokens
             if not self._warned:
                 self._warned = True
                 _LOG.warning(

@@ -40,3 +40,14 @@ def delete_folder(folder: str) -> None:
     except Exception:
         if FileSystems.exists(folder) or list_files(folder, "**"):
             raise
+
+
+def delete_files(paths: list[str]) -> None:
+    """Delete ``paths`` that exist; missing ones are fine (best effort per file)."""
+    for path in paths:
+        try:
+            if FileSystems.exists(path):
+                FileSystems.delete([path])
+        except Exception:  # noqa: BLE001 - another worker may delete it at the same time
+            if FileSystems.exists(path):
+                raise

@@ -138,16 +138,83 @@ class WriteSingleFile(beam.PTransform):
 
 
 class WriteJsonLinesShards(beam.PTransform):
-    """PCollection[bytes] -> ``<directory>/<prefix>-SSSSS-of-NNNNN.jsonl`` files."""
+    """PCollection[bytes] -> ``<directory>/<prefix>-SSSSS-of-NNNNN.jsonl`` files.
 
-    def __init__(self, directory: str, prefix: str) -> None:
+    With ``staging_dir`` and ``gate`` (a singleton side input, e.g. the invalid-row
+    count): the files are written into ``staging_dir`` as the lines come (one file per
+    bundle, never held in memory), then moved into ``directory`` only when the gate is 0,
+    else deleted.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        prefix: str,
+        staging_dir: str | None = None,
+        gate: Any = None,
+    ) -> None:
         super().__init__()
         self._dir = directory
         self._prefix = prefix
+        self._staging = staging_dir
+        self._gate = gate
 
     def expand(self, pcoll: beam.PCollection) -> Any:
-        return _write_files(
-            pcoll, self._dir, file_naming=fileio.default_file_naming(self._prefix, ".jsonl")
+        naming = fileio.default_file_naming(self._prefix, ".jsonl")
+        if self._staging is None:
+            return _write_files(pcoll, self._dir, file_naming=naming)
+        written = _write_files(pcoll, self._staging, file_naming=naming)
+        names = (
+            written
+            | "StagedNames" >> beam.Map(lambda r, d=self._staging: FileSystems.join(d, r.file_name))
+            | "CollectStaged" >> beam.combiners.ToList()
+        )
+        kwargs = {} if self._gate is None else {"gate": self._gate}
+        return names | "Publish" >> beam.ParDo(_PublishFn(self._dir, self._staging), **kwargs)
+
+
+class _PublishFn(beam.DoFn):
+    """list of staged files -> moved into ``directory`` (gate 0) or deleted."""
+
+    def __init__(self, directory: str, staging_dir: str) -> None:
+        self._dir = directory
+        self._staging = staging_dir
+
+    def process(self, paths: list[str], gate: int = 0) -> Iterator[str]:
+        from mmirage_beam.io.fs import delete_folder
+
+        paths = sorted(set(paths))
+        if gate:
+            delete_folder(self._staging)
+            return
+        if paths:
+            if not FileSystems.exists(self._dir):
+                FileSystems.mkdirs(self._dir)  # local disks; object stores need no folder
+            targets = [FileSystems.join(self._dir, _dirname_basename(p)[1]) for p in paths]
+            FileSystems.rename(paths, targets)
+            yield from targets
+        delete_folder(self._staging)
+
+
+class ConcatenateFiles(beam.PTransform):
+    """PCollection[str] of file paths -> one file at ``path``: their bytes in the sorted
+    order of their paths, streamed and atomic (see :func:`concatenate_files`); then
+    ``parts_dir`` (the folder holding them) is removed. Writes nothing when empty.
+
+    Returns:
+        PCollection[str] holding ``path`` once written.
+    """
+
+    def __init__(self, path: str, parts_dir: str) -> None:
+        super().__init__()
+        self._path = path
+        self._parts_dir = parts_dir
+
+    def expand(self, paths: beam.PCollection) -> Any:
+        return (
+            paths
+            | "CollectParts" >> beam.combiners.ToList()
+            | "Concatenate" >> beam.ParDo(_ConcatenatePartsFn(self._path, self._parts_dir))
         )
 
 

@@ -463,6 +463,19 @@ class BatchSubmissionAdapter(abc.ABC):
         """
         return self.submit_chunk(chunk_id, [json.loads(line) for line in lines], config)
 
+    def submit_chunk_file(
+        self, chunk_id: str, path: str, config: BatchProviderConfig
+    ) -> Dict[str, Any]:
+        """Submit the staged chunk file ``path`` (request lines exactly as built, see
+        :mod:`mmirage_beam.staging`) as one batch.
+
+        The default reads its lines and calls :meth:`submit_chunk_lines` (one chunk in
+        memory); adapters that upload a file override it to stream the file.
+        """
+        from mmirage_beam.staging import iter_lines
+
+        return self.submit_chunk_lines(chunk_id, list(iter_lines(path)), config)
+
     @abc.abstractmethod
     def parse_submission_result(self, raw_result: Dict[str, Any]) -> BatchSubmissionResult:
         """Wrap a raw submission/status response in a :class:`BatchSubmissionResult`."""

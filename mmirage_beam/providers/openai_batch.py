@@ -26,7 +26,7 @@ import contextlib
 import json
 import logging
 import time
-from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.images import image_error, images_error
@@ -191,10 +191,46 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
             openai.APIStatusError: a non-retryable answer (e.g. 400), at once.
         """
         data = b"".join(lines)
+        return self._upload_and_create(chunk_id, lambda: data, config)
+
+    def submit_chunk_file(
+        self, chunk_id: str, path: str, config: BatchProviderConfig
+    ) -> Dict[str, Any]:
+        """Upload the staged chunk file ``path`` as it is (streamed from a local disk, a
+        fresh read for every upload attempt), then create the batch as
+        :meth:`submit_chunk_lines` does."""
+        if "://" in path:  # object stores: one chunk in memory, read per attempt
+            from mmirage_beam.staging import open_staged
+
+            def content() -> Any:
+                with open_staged(path) as f:
+                    return f.read()
+
+            return self._upload_and_create(chunk_id, content, config)
+        opened: list[Any] = []
+
+        def stream() -> Any:
+            for f in opened:
+                f.close()
+            opened.clear()
+            opened.append(open(path, "rb"))  # noqa: SIM115 - closed below
+            return opened[0]
+
+        try:
+            return self._upload_and_create(chunk_id, stream, config)
+        finally:
+            for f in opened:
+                f.close()
+
+    def _upload_and_create(
+        self, chunk_id: str, content: Callable[[], Any], config: BatchProviderConfig
+    ) -> Dict[str, Any]:
+        """Upload ``content()`` (bytes or a binary file object, called once per attempt),
+        then create the batch (see :meth:`submit_chunk_lines`)."""
         uploaded = self.call_with_retries(
             f"OpenAI files.create (chunk {chunk_id})",
             lambda: self._client.files.create(
-                file=(f"{chunk_id}.jsonl", data, "application/jsonl"), purpose="batch"
+                file=(f"{chunk_id}.jsonl", content(), "application/jsonl"), purpose="batch"
             ),
         )
         metadata = dict(getattr(config, "metadata", {}) or {})

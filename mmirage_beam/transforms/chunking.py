@@ -1,10 +1,21 @@
 """Group provider-ready requests into byte- and count-bounded chunks (one provider batch each).
 
 ``ChunkRequests`` keys every :class:`~mmirage_beam.records.BatchRequest` by
-``(output_name, modality[, shard])`` and runs one stateful DoFn per key that buffers
-requests greedily, in arrival order, until the next one would not fit. Memory is bounded by
-one chunk per key and the work is linear in the number of requests: the running byte and
-request counts live in state, the buffer is read once, when it is flushed.
+``(output_name, modality[, shard])`` and fills chunks greedily, in arrival order, until
+the next request would not fit, in two steps:
+
+1. fused with the stage that builds the requests, each bundle streams every key's
+   requests into a staged file (:mod:`mmirage_beam.staging`), emitting a small reference
+   for every full chunk and, when the bundle ends, for what is left of each key (a
+   fragment);
+2. one stateful DoFn per key numbers the chunks and merges the fragments of all bundles
+   greedily, request by request (only references and counts live in state; a chunk made
+   of several fragments is written once into a new staged file).
+
+No request crosses a stage boundary, so memory stays bounded by one line per key per
+bundle plus one chunk's metadata, whatever the dataset's size; the work is linear in the
+number of requests. Each bundle may end with one partly filled chunk per key that is
+merged with others, so chunk boundaries depend on bundles, never the limits.
 
 The rule (see :func:`would_overflow`): a chunk's size is ``sum(request.nbytes) +
 chunk_overhead_bytes`` and never exceeds ``max_chunk_bytes``; its request count never
@@ -19,7 +30,7 @@ import json
 import logging
 import zlib
 from operator import itemgetter
-from typing import Iterator, NamedTuple, Tuple
+from typing import Any, Iterator, NamedTuple, Tuple
 
 import apache_beam as beam
 from apache_beam import coders
@@ -33,9 +44,11 @@ from apache_beam.transforms.userstate import (
     TimerSpec,
     on_timer,
 )
+from apache_beam.transforms.window import GlobalWindows
 
 from mmirage_beam.errors import ConfigError, require_int
-from mmirage_beam.records import BatchRequest, Chunk, RowError
+from mmirage_beam.records import BatchRequest, Chunk, ChunkRef, RowError
+from mmirage_beam.staging import StagedChunkWriter, iter_lines, new_stem, read_meta
 
 __all__ = [
     "FLUSH_END_OF_INPUT",
@@ -95,7 +108,8 @@ class ChunkRequestsResult(NamedTuple):
     """Outputs of :class:`ChunkRequests`.
 
     Attributes:
-        chunks: ``PCollection[Chunk]``, every accepted request in exactly one chunk.
+        chunks: ``PCollection[ChunkRef]``, every accepted request in exactly one chunk
+            (staged; :func:`load_chunk` reads one back as a :class:`Chunk`).
         rejected: ``PCollection[RowError]``, one per oversized request when
             ``oversized_request_policy`` is ``"reject"`` (empty otherwise).
     """
@@ -144,9 +158,9 @@ def _encode_key(output_name: str, modality: str, shard: int) -> str:
     return json.dumps([output_name, modality, shard], separators=(",", ":"))
 
 
-def _keyed(request: BatchRequest, shards_per_key: int) -> tuple[str, BatchRequest]:
+def _keyed_name(request: BatchRequest, shards_per_key: int) -> str:
     shard = _shard_of(request.custom_id, shards_per_key)
-    return _encode_key(request.output_name, request.modality, shard), request
+    return _encode_key(request.output_name, request.modality, shard)
 
 
 def _decode_key(key: str) -> tuple[str, str, int]:
@@ -181,27 +195,33 @@ class _SumInt(beam.CombineFn):
         return accumulator
 
 
-# State and timer specs of _ChunkFn, declared once. They and their DoFn parameters live at
-# module level so the parameters can be argument defaults of both process and the timer.
-_BUFFER = BagStateSpec("buffer", coders.TupleCoder([coders.VarIntCoder(), _BatchRequestCoder()]))
-_BUFFERED_BYTES = CombiningValueStateSpec("buffered_bytes", coders.VarIntCoder(), _SumInt())
-_BUFFERED_COUNT = CombiningValueStateSpec("buffered_count", coders.VarIntCoder(), _SumInt())
-_CHUNK_SEQ = CombiningValueStateSpec("chunk_seq", coders.VarIntCoder(), _SumInt())
-_END_OF_INPUT = TimerSpec("end_of_input", TimeDomain.WATERMARK)
+class _Staged(NamedTuple):
+    """A run of staged requests: lines ``start`` to ``end`` of the staged file ``path``.
 
-_BUFFER_PARAM = beam.DoFn.StateParam(_BUFFER)
-_BUFFERED_BYTES_PARAM = beam.DoFn.StateParam(_BUFFERED_BYTES)
-_BUFFERED_COUNT_PARAM = beam.DoFn.StateParam(_BUFFERED_COUNT)
-_CHUNK_SEQ_PARAM = beam.DoFn.StateParam(_CHUNK_SEQ)
-_END_OF_INPUT_PARAM = beam.DoFn.TimerParam(_END_OF_INPUT)
+    From the per-bundle stager, either a complete chunk (``flush_reason`` set, the whole
+    file, ``request_hash`` known) or a fragment (``flush_reason`` empty): the requests a
+    bundle had left for a key when it finished, merged across bundles by the stateful
+    step.
+    """
+
+    path: str
+    start: int
+    end: int
+    total_bytes: int
+    request_hash: str
+    flush_reason: str
+
+    @property
+    def request_count(self) -> int:
+        return self.end - self.start
 
 
-class _ChunkFn(beam.DoFn):
-    """Stateful: ``(key, BatchRequest)`` -> ``Chunk`` (main) and ``RowError`` ("rejected").
+class _StageChunksFn(beam.DoFn):
+    """``BatchRequest`` -> ``(key, _Staged)`` (main) and ``RowError`` ("rejected").
 
-    Per key, the buffer holds at most one chunk's worth of requests (tagged with their
-    arrival position so the chunk keeps arrival order whatever order the bag returns). Every
-    flush, from ``process`` or from the end-of-input timer, goes through :meth:`_flush`.
+    Per bundle and key, requests stream straight into an open staged file, greedily in
+    arrival order; a full chunk is closed and emitted at once, the remainder of each key
+    as a fragment when the bundle finishes. Memory: one line at a time per key.
     """
 
     def __init__(
@@ -211,37 +231,38 @@ class _ChunkFn(beam.DoFn):
         oversized_request_policy: str,
         chunk_overhead_bytes: int,
         shards_per_key: int,
-        attempt: int = 1,
-        run_part: str = "",
+        staging_dir: str,
     ) -> None:
-        self._run_part = run_part
         self._max_chunk_bytes = max_chunk_bytes
         self._max_requests_per_chunk = max_requests_per_chunk
         self._oversized_request_policy = oversized_request_policy
         self._chunk_overhead_bytes = chunk_overhead_bytes
         self._shards_per_key = shards_per_key
-        self._attempt = attempt
-        self._chunks = Metrics.counter(_METRICS_NAMESPACE, "chunks")
-        self._chunk_bytes = Metrics.distribution(_METRICS_NAMESPACE, "chunk_bytes")
-        self._chunked_requests = Metrics.counter(_METRICS_NAMESPACE, "chunked_requests")
+        self._staging_dir = staging_dir
         self._oversized_requests = Metrics.counter(_METRICS_NAMESPACE, "oversized_requests")
         self._rejected_requests = Metrics.counter(_METRICS_NAMESPACE, "rejected_oversized_requests")
 
-    def process(
-        self,
-        element: tuple[str, BatchRequest],
-        window=beam.DoFn.WindowParam,
-        buffer=_BUFFER_PARAM,
-        buffered_bytes=_BUFFERED_BYTES_PARAM,
-        buffered_count=_BUFFERED_COUNT_PARAM,
-        chunk_seq=_CHUNK_SEQ_PARAM,
-        end_of_input=_END_OF_INPUT_PARAM,
-    ) -> Iterator[Chunk | TaggedOutput]:
-        key, request = element
-        end_of_input.set(window.max_timestamp())
-        buffer_state = (buffer, buffered_bytes, buffered_count)
-        state = (*buffer_state, chunk_seq)
+    def start_bundle(self) -> None:
+        self._open: dict[str, StagedChunkWriter] = {}
 
+    def _close(self, key: str, reason: str) -> tuple[str, _Staged] | None:
+        writer = self._open.pop(key, None)
+        if writer is None:
+            return None
+        digest = writer.close()
+        return key, _Staged(
+            writer.path, 0, writer.request_count, writer.total_bytes, digest, reason
+        )
+
+    def _writer(self, key: str) -> StagedChunkWriter:
+        writer = self._open.get(key)
+        if writer is None:
+            writer = StagedChunkWriter(new_stem(self._staging_dir, "staged"))
+            self._open[key] = writer
+        return writer
+
+    def process(self, request: BatchRequest) -> Iterator[Any]:
+        key = _keyed_name(request, self._shards_per_key)
         if would_overflow(0, request.nbytes, self._max_chunk_bytes, self._chunk_overhead_bytes):
             self._oversized_requests.inc()
             if self._oversized_request_policy == "reject":
@@ -253,7 +274,7 @@ class _ChunkFn(beam.DoFn):
                     self._chunk_overhead_bytes,
                     self._max_chunk_bytes,
                 )
-                yield TaggedOutput(_REJECTED_TAG, self._rejection(request))
+                yield TaggedOutput(_REJECTED_TAG, _rejection(request, self))
                 return
             _LOGGER.warning(
                 "Isolating request %s in its own chunk: %d bytes (+%d overhead) > "
@@ -263,62 +284,191 @@ class _ChunkFn(beam.DoFn):
                 self._chunk_overhead_bytes,
                 self._max_chunk_bytes,
             )
-            yield from self._flush(key, FLUSH_FULL_CHUNK, *state)
-            self._buffer_request(request, 0, *buffer_state)
-            yield from self._flush(key, FLUSH_OVERSIZED_REQUEST, *state)
+            closed = self._close(key, FLUSH_FULL_CHUNK)
+            if closed is not None:
+                yield closed
+            self._writer(key).write(
+                request.custom_id, request.source_index, request.line, request.nbytes
+            )
+            yield self._close(key, FLUSH_OVERSIZED_REQUEST)
             return
-
-        count = buffered_count.read()
-        if count and would_overflow(
-            buffered_bytes.read(),
-            request.nbytes,
-            self._max_chunk_bytes,
-            self._chunk_overhead_bytes,
+        writer = self._open.get(key)
+        if writer is not None and would_overflow(
+            writer.total_bytes, request.nbytes, self._max_chunk_bytes, self._chunk_overhead_bytes
         ):
-            yield from self._flush(key, FLUSH_FULL_CHUNK, *state)
-            count = 0
-        self._buffer_request(request, count, *buffer_state)
-        count += 1
-        if self._max_requests_per_chunk is not None and count >= self._max_requests_per_chunk:
-            yield from self._flush(key, FLUSH_MAX_REQUESTS, *state)
+            yield self._close(key, FLUSH_FULL_CHUNK)
+        writer = self._writer(key)
+        writer.write(request.custom_id, request.source_index, request.line, request.nbytes)
+        if (
+            self._max_requests_per_chunk is not None
+            and writer.request_count >= self._max_requests_per_chunk
+        ):
+            yield self._close(key, FLUSH_MAX_REQUESTS)
+
+    def finish_bundle(self) -> Iterator[Any]:
+        for key in sorted(self._open):
+            closed = self._close(key, "")
+            if closed is not None:
+                yield GlobalWindows.windowed_value(closed)
+
+
+# State and timer specs of _ChunkFn, declared once. They and their DoFn parameters live at
+# module level so the parameters can be argument defaults of both process and the timer.
+_PENDING = BagStateSpec("pending", coders.PickleCoder())
+_PENDING_BYTES = CombiningValueStateSpec("pending_bytes", coders.VarIntCoder(), _SumInt())
+_PENDING_COUNT = CombiningValueStateSpec("pending_count", coders.VarIntCoder(), _SumInt())
+_ARRIVALS = CombiningValueStateSpec("arrivals", coders.VarIntCoder(), _SumInt())
+_CHUNK_SEQ = CombiningValueStateSpec("chunk_seq", coders.VarIntCoder(), _SumInt())
+_END_OF_INPUT = TimerSpec("end_of_input", TimeDomain.WATERMARK)
+
+_PENDING_PARAM = beam.DoFn.StateParam(_PENDING)
+_PENDING_BYTES_PARAM = beam.DoFn.StateParam(_PENDING_BYTES)
+_PENDING_COUNT_PARAM = beam.DoFn.StateParam(_PENDING_COUNT)
+_ARRIVALS_PARAM = beam.DoFn.StateParam(_ARRIVALS)
+_CHUNK_SEQ_PARAM = beam.DoFn.StateParam(_CHUNK_SEQ)
+_END_OF_INPUT_PARAM = beam.DoFn.TimerParam(_END_OF_INPUT)
+
+
+class _ChunkFn(beam.DoFn):
+    """Stateful: ``(key, _Staged)`` -> ``ChunkRef``, numbered per key.
+
+    A complete chunk from the stager is numbered and emitted as it is. Fragments are
+    merged greedily, request by request in arrival order, with the same rule as the
+    stager (:func:`would_overflow`, ``max_requests_per_chunk``): state holds only
+    references to the pending runs of staged lines (never the requests), and their byte
+    and request counts. A chunk made of several runs is written once, streamed, into a
+    new staged file; a run that is a whole staged file becomes a chunk without a copy.
+    """
+
+    def __init__(
+        self,
+        max_chunk_bytes: int,
+        max_requests_per_chunk: int | None,
+        chunk_overhead_bytes: int,
+        shards_per_key: int,
+        staging_dir: str,
+        attempt: int = 1,
+        run_part: str = "",
+    ) -> None:
+        self._run_part = run_part
+        self._max_chunk_bytes = max_chunk_bytes
+        self._max_requests_per_chunk = max_requests_per_chunk
+        self._chunk_overhead_bytes = chunk_overhead_bytes
+        self._shards_per_key = shards_per_key
+        self._staging_dir = staging_dir
+        self._attempt = attempt
+        self._chunks = Metrics.counter(_METRICS_NAMESPACE, "chunks")
+        self._chunk_bytes = Metrics.distribution(_METRICS_NAMESPACE, "chunk_bytes")
+        self._chunked_requests = Metrics.counter(_METRICS_NAMESPACE, "chunked_requests")
+
+    def process(
+        self,
+        element: tuple[str, _Staged],
+        window=beam.DoFn.WindowParam,
+        pending=_PENDING_PARAM,
+        pending_bytes=_PENDING_BYTES_PARAM,
+        pending_count=_PENDING_COUNT_PARAM,
+        arrivals=_ARRIVALS_PARAM,
+        chunk_seq=_CHUNK_SEQ_PARAM,
+        end_of_input=_END_OF_INPUT_PARAM,
+    ) -> Iterator[ChunkRef]:
+        key, staged = element
+        end_of_input.set(window.max_timestamp())
+        state = (pending, pending_bytes, pending_count, chunk_seq)
+        if staged.flush_reason:
+            if staged.flush_reason == FLUSH_OVERSIZED_REQUEST:
+                yield from self._flush(key, FLUSH_FULL_CHUNK, *state)
+            yield self._emit(key, [staged], staged.flush_reason, chunk_seq)
+            return
+        metas = read_meta(staged.path, staged.start, staged.end)
+        held_bytes, held_count = pending_bytes.read(), pending_count.read()
+        seg_start, seg_bytes = 0, 0
+        for j, meta in enumerate(metas):
+            if (held_count or j > seg_start) and would_overflow(
+                held_bytes + seg_bytes,
+                meta.nbytes,
+                self._max_chunk_bytes,
+                self._chunk_overhead_bytes,
+            ):
+                run = self._run(staged, seg_start, j, seg_bytes)
+                yield from self._flush(key, FLUSH_FULL_CHUNK, *state, extra=run)
+                held_bytes, held_count, seg_start, seg_bytes = 0, 0, j, 0
+            seg_bytes += meta.nbytes
+            if (
+                self._max_requests_per_chunk is not None
+                and held_count + (j + 1 - seg_start) >= self._max_requests_per_chunk
+            ):
+                run = self._run(staged, seg_start, j + 1, seg_bytes)
+                yield from self._flush(key, FLUSH_MAX_REQUESTS, *state, extra=run)
+                held_bytes, held_count, seg_start, seg_bytes = 0, 0, j + 1, 0
+        if seg_start < len(metas):
+            run = self._run(staged, seg_start, len(metas), seg_bytes)
+            position = arrivals.read()
+            arrivals.add(1)
+            pending.add((position, run))
+            pending_bytes.add(run.total_bytes)
+            pending_count.add(run.request_count)
+
+    @staticmethod
+    def _run(staged: _Staged, start: int, end: int, total_bytes: int) -> _Staged:
+        """Requests ``start``-``end`` (relative to ``staged``) as a run of the same file."""
+        whole = start == 0 and end == staged.request_count
+        return _Staged(
+            staged.path,
+            staged.start + start,
+            staged.start + end,
+            total_bytes,
+            staged.request_hash if whole else "",
+            "",
+        )
 
     @on_timer(_END_OF_INPUT)
     def on_end_of_input(
         self,
         key=beam.DoFn.KeyParam,
-        buffer=_BUFFER_PARAM,
-        buffered_bytes=_BUFFERED_BYTES_PARAM,
-        buffered_count=_BUFFERED_COUNT_PARAM,
+        pending=_PENDING_PARAM,
+        pending_bytes=_PENDING_BYTES_PARAM,
+        pending_count=_PENDING_COUNT_PARAM,
         chunk_seq=_CHUNK_SEQ_PARAM,
-    ) -> Iterator[Chunk]:
+    ) -> Iterator[ChunkRef]:
         yield from self._flush(
-            key, FLUSH_END_OF_INPUT, buffer, buffered_bytes, buffered_count, chunk_seq
+            key, FLUSH_END_OF_INPUT, pending, pending_bytes, pending_count, chunk_seq
         )
 
-    @staticmethod
-    def _buffer_request(request, position, buffer, buffered_bytes, buffered_count):
-        buffer.add((position, request))
-        buffered_bytes.add(request.nbytes)
-        buffered_count.add(1)
-
     def _flush(
-        self, key, reason, buffer, buffered_bytes, buffered_count, chunk_seq
-    ) -> Iterator[Chunk]:
-        """Emit the buffered requests as one chunk (if any) and clear all buffer state."""
-        entries = list(buffer.read())
-        buffer.clear()
-        buffered_bytes.clear()
-        buffered_count.clear()
-        if not entries:
-            return
-        entries.sort(key=itemgetter(0))
-        requests = tuple(request for _, request in entries)
+        self, key, reason, pending, pending_bytes, pending_count, chunk_seq, extra=None
+    ) -> Iterator[ChunkRef]:
+        """Emit the pending runs (plus ``extra``) as one chunk, if any; clear the state."""
+        entries = sorted(pending.read(), key=itemgetter(0))
+        pending.clear()
+        pending_bytes.clear()
+        pending_count.clear()
+        runs = [run for _, run in entries]
+        if extra is not None and extra.request_count:
+            runs.append(extra)
+        if runs:
+            yield self._emit(key, runs, reason, chunk_seq)
+
+    def _emit(self, key: str, runs: list[_Staged], reason: str, chunk_seq) -> ChunkRef:
         seq = chunk_seq.read() + 1
         chunk_seq.add(1)
-
         output_name, modality, shard = _decode_key(key)
-        total_bytes = sum(request.nbytes for request in requests)
-        chunk = Chunk(
+        if len(runs) == 1 and runs[0].request_hash:
+            path, count = runs[0].path, runs[0].request_count
+            total_bytes, digest = runs[0].total_bytes, runs[0].request_hash
+        else:
+            writer = StagedChunkWriter(new_stem(self._staging_dir, "chunk"))
+            try:
+                for run in runs:
+                    metas = read_meta(run.path, run.start, run.end)
+                    for line, meta in zip(iter_lines(run.path, run.start, run.end), metas):
+                        writer.write_staged(line, meta)
+            except BaseException:
+                writer.abort()
+                raise
+            digest = writer.close()
+            path, count, total_bytes = writer.path, writer.request_count, writer.total_bytes
+        ref = ChunkRef(
             chunk_id=_chunk_id(
                 output_name,
                 seq,
@@ -328,40 +478,61 @@ class _ChunkFn(beam.DoFn):
             ),
             output_name=output_name,
             modality=modality,
-            requests=requests,
+            path=path,
+            request_count=count,
             total_bytes=total_bytes,
+            request_hash=digest,
             has_oversized_request=reason == FLUSH_OVERSIZED_REQUEST,
             flush_reason=reason,
         )
         self._chunks.inc()
-        self._chunked_requests.inc(len(requests))
+        self._chunked_requests.inc(count)
         self._chunk_bytes.update(total_bytes)
         _LOGGER.debug(
             "Flushed chunk %s (%s): %d requests, %d bytes, reason %s",
-            chunk.chunk_id,
+            ref.chunk_id,
             modality,
-            len(requests),
+            count,
             total_bytes,
             reason,
         )
-        yield chunk
+        return ref
 
-    def _rejection(self, request: BatchRequest) -> RowError:
-        if self._chunk_overhead_bytes:
-            size = (
-                f"{request.nbytes} bytes (plus chunk_overhead_bytes={self._chunk_overhead_bytes})"
-            )
-        else:
-            size = f"{request.nbytes} bytes"
-        return RowError(
-            source_index=request.source_index,
-            dataset_path="",
-            input_name=request.output_name,
-            reason=(
-                f"request {request.custom_id} is {size}, larger than "
-                f"max_chunk_bytes={self._max_chunk_bytes} (oversized_request_policy: reject)"
-            ),
-        )
+
+def _rejection(request: BatchRequest, fn: Any) -> RowError:
+    overhead, limit = fn._chunk_overhead_bytes, fn._max_chunk_bytes
+    if overhead:
+        size = f"{request.nbytes} bytes (plus chunk_overhead_bytes={overhead})"
+    else:
+        size = f"{request.nbytes} bytes"
+    return RowError(
+        source_index=request.source_index,
+        dataset_path="",
+        input_name=request.output_name,
+        reason=(
+            f"request {request.custom_id} is {size}, larger than "
+            f"max_chunk_bytes={limit} (oversized_request_policy: reject)"
+        ),
+    )
+
+
+def load_chunk(ref: ChunkRef) -> Chunk:
+    """The staged chunk ``ref`` read back as a :class:`Chunk` (its requests in memory:
+    for tests and small chunks)."""
+    metas = read_meta(ref.path)
+    requests = tuple(
+        BatchRequest(m.custom_id, m.source_index, ref.output_name, ref.modality, line, m.nbytes)
+        for line, m in zip(iter_lines(ref.path), metas)
+    )
+    return Chunk(
+        ref.chunk_id,
+        ref.output_name,
+        ref.modality,
+        requests,
+        ref.total_bytes,
+        ref.has_oversized_request,
+        ref.flush_reason,
+    )
 
 
 class ChunkRequests(beam.PTransform):
@@ -400,6 +571,9 @@ class ChunkRequests(beam.PTransform):
         attempt: the run's submission attempt (1 for a fresh run, +1 per resume).
         run_part: inserted after the output name in chunk ids, e.g. ``".shard2of3"`` for
             one of ``num_shards`` data shards, so shards never share a chunk id.
+        staging_dir: where the staged chunk files go (any Beam filesystem path every
+            worker can reach; ``mmirage run`` uses ``<base>.staged.<run_id>``). Default:
+            a new local temp folder, for runners whose workers share this machine.
 
     Raises:
         ConfigError: (a ``ValueError``) naming the offending argument when it has the wrong
@@ -416,8 +590,14 @@ class ChunkRequests(beam.PTransform):
         label: str | None = None,
         attempt: int = 1,
         run_part: str = "",
+        staging_dir: str | None = None,
     ) -> None:
         super().__init__(label)
+        if staging_dir is None:
+            import tempfile
+
+            staging_dir = tempfile.mkdtemp(prefix="mmirage-staged-")
+        self._staging_dir = staging_dir
         require_int("attempt", attempt, 1)
         self._attempt = attempt
         self._run_part = run_part
@@ -447,22 +627,36 @@ class ChunkRequests(beam.PTransform):
     def expand(self, requests: PCollection) -> ChunkRequestsResult:
         """``PCollection[BatchRequest]`` -> ``ChunkRequestsResult(chunks, rejected)``."""
         shards_per_key = self._shards_per_key
-        outputs = (
+        staged = (
             requests
             | "RewindowIntoGlobal" >> beam.WindowInto(beam_window.GlobalWindows())
-            | "KeyByOutputAndModality"
-            >> beam.Map(_keyed, shards_per_key).with_output_types(Tuple[str, BatchRequest])
-            | "ChunkPerKey"
+            | "StageChunks"
             >> beam.ParDo(
-                _ChunkFn(
+                _StageChunksFn(
                     self._max_chunk_bytes,
                     self._max_requests_per_chunk,
                     self._oversized_request_policy,
                     self._chunk_overhead_bytes,
                     shards_per_key,
-                    self._attempt,
-                    self._run_part,
+                    self._staging_dir,
                 )
             ).with_outputs(_REJECTED_TAG, main=_CHUNKS_TAG)
         )
-        return ChunkRequestsResult(chunks=outputs[_CHUNKS_TAG], rejected=outputs[_REJECTED_TAG])
+        chunks = (
+            staged[_CHUNKS_TAG]
+            # A str key: the stateful step's key coder is deterministic.
+            | "TypedKeys" >> beam.Map(lambda kv: kv).with_output_types(Tuple[str, Any])
+            | "ChunkPerKey"
+            >> beam.ParDo(
+                _ChunkFn(
+                    self._max_chunk_bytes,
+                    self._max_requests_per_chunk,
+                    self._chunk_overhead_bytes,
+                    shards_per_key,
+                    self._staging_dir,
+                    self._attempt,
+                    self._run_part,
+                )
+            )
+        )
+        return ChunkRequestsResult(chunks=chunks, rejected=staged[_REJECTED_TAG])

@@ -27,7 +27,7 @@ from mmirage_beam.receipts import (
     receipt_path,
     write_durably,
 )
-from mmirage_beam.records import Chunk
+from mmirage_beam.records import ChunkRef
 
 _LOG = logging.getLogger(__name__)
 _NS = "mmirage"
@@ -47,7 +47,11 @@ class _SubmitChunkFn(beam.DoFn):
         attempt: int = 1,
         parent_run_id: Optional[str] = None,
         stop_marker: Optional[str] = None,
+        concurrency: int = 4,
+        export_parts: Optional[str] = None,
     ) -> None:
+        self._concurrency = max(1, concurrency)
+        self._export_parts = export_parts
         self._stop_marker = stop_marker
         self._attempt = attempt
         self._parent = parent_run_id
@@ -80,17 +84,87 @@ class _SubmitChunkFn(beam.DoFn):
         self._adapter.setup(self._config)
 
     def teardown(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=True)
         adapter = getattr(self, "_adapter", None)
         if adapter is not None and not self._dry_run:
             adapter.teardown()
 
-    def process(self, chunk: Chunk, invalid_row_count: int = 0) -> Iterator[Any]:
+    def start_bundle(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(
+            max_workers=self._concurrency, thread_name_prefix="mmirage-submit"
+        )
+        self._in_flight: list[Any] = []
+
+    def process(self, chunk: ChunkRef, invalid_row_count: int = 0) -> Iterator[Any]:
         if invalid_row_count and not self._skip_invalid:
             self._blocked.inc()
             return
+        # Up to ``concurrency`` chunks are uploaded and created at once; each writes its
+        # own intent and receipt, and outputs are emitted here, on the DoFn's thread
+        # (Beam's metrics and outputs are not thread-safe).
+        while len(self._in_flight) >= self._concurrency:
+            yield from self._collect(wait_for_one=True)
+        self._in_flight.append(self._pool.submit(self._submit_one, chunk))
+        yield from self._collect(wait_for_one=False)
+
+    def finish_bundle(self) -> Iterator[Any]:
+        from apache_beam.transforms.window import GlobalWindows
+
+        try:
+            while self._in_flight:
+                for out in self._collect(wait_for_one=True):
+                    if isinstance(out, pvalue.TaggedOutput):
+                        yield pvalue.TaggedOutput(out.tag, GlobalWindows.windowed_value(out.value))
+                    else:
+                        yield GlobalWindows.windowed_value(out)
+        finally:
+            self._pool.shutdown(wait=True)
+
+    def _collect(self, wait_for_one: bool) -> Iterator[Any]:
+        """Emit the outputs of finished submissions; with ``wait_for_one``, wait for at
+        least one. The first failure is raised once every submission in flight ended
+        (their receipts are durable), so no accepted batch goes unrecorded."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        if not self._in_flight:
+            return
+        if wait_for_one:
+            wait(self._in_flight, return_when=FIRST_COMPLETED)
+        done = [f for f in self._in_flight if f.done()]
+        failed = [f for f in done if f.exception() is not None]
+        if failed:
+            wait(self._in_flight)
+            done = list(self._in_flight)
+        self._in_flight = [f for f in self._in_flight if f not in done]
+        for f in done:
+            if f.exception() is None:
+                yield from self._emit(*f.result())
+        if failed:
+            raise failed[0].exception()
+
+    def _emit(self, receipt: dict[str, Any], export_part: Optional[str], reused: bool) -> Any:
+        if reused:
+            self._reused.inc()
+            yield receipt
+            return
+        if export_part is not None:
+            yield pvalue.TaggedOutput(EXPORT_TAG, export_part)
+        self._submitted.inc()
+        self._submitted_requests.inc(receipt["submitted_request_count"])
+        self._submitted_bytes.inc(receipt["total_bytes"])
+        yield receipt
+
+    def _submit_one(self, chunk: ChunkRef) -> tuple[dict[str, Any], Optional[str], bool]:
+        """Submit (or export) one staged chunk: ``(receipt, export part or None, whether
+        the receipt existed already)``. Runs on a pool thread."""
+        from mmirage_beam.staging import read_meta
+
         rfile = receipt_path(self._base, chunk.modality, self._run_id, self._dry_run)
         part = part_path(rfile, chunk.chunk_id)
-        lines = [r.line for r in chunk.requests]
         receipt = make_receipt(
             provider=self._config.provider,
             chunk=chunk,
@@ -101,16 +175,14 @@ class _SubmitChunkFn(beam.DoFn):
             model=getattr(self._config, "model", None),
             attempt=self._attempt,
             parent_run_id=self._parent,
+            metas=read_meta(chunk.path),
         )
         intent = None
+        export_part = None
         if self._dry_run:
             receipt["provider_batch_id"] = f"dry-run-{chunk.modality}-{chunk.chunk_id}"
             receipt["status"] = "dry_run"
-            prefix = b'{"batch_id":"' + f"{chunk.modality}-{chunk.chunk_id}".encode() + b'"'
-            yield pvalue.TaggedOutput(
-                EXPORT_TAG,
-                b"".join(prefix + b',"request":' + ln.rstrip(b"\n") + b"}\n" for ln in lines),
-            )
+            export_part = self._write_export_part(chunk)
         else:
             existing = read_receipt_part(part)
             if existing is not None:
@@ -120,9 +192,7 @@ class _SubmitChunkFn(beam.DoFn):
                         "for different requests; refusing to submit"
                     )
                 # A retried bundle: this chunk was already accepted; never submit twice.
-                self._reused.inc()
-                yield existing
-                return
+                return existing, None, True
             self._raise_if_stop_requested(chunk)
             if self._budget is not None:  # max_enqueued_tokens: wait for room (costs/budget.py)
                 receipt["input_tokens_estimate"] = self._budget.wait_for_token_budget(
@@ -135,7 +205,7 @@ class _SubmitChunkFn(beam.DoFn):
             write_durably(intent, receipt_line(receipt))
             del receipt["intent_at_utc"]
             crash_point("intent_written")
-            raw = self._adapter.submit_chunk_lines(chunk.chunk_id, lines, self._config)
+            raw = self._adapter.submit_chunk_file(chunk.chunk_id, chunk.path, self._config)
             crash_point("batch_created")
             result = self._adapter.parse_submission_result(raw)
             receipt["provider_batch_id"], receipt["status"] = (
@@ -147,7 +217,7 @@ class _SubmitChunkFn(beam.DoFn):
             _LOG.info(
                 "submitted %s (%d requests, %d bytes) as %s",
                 chunk.chunk_id,
-                len(lines),
+                chunk.request_count,
                 chunk.total_bytes,
                 result.provider_batch_id,
             )
@@ -157,12 +227,27 @@ class _SubmitChunkFn(beam.DoFn):
             from apache_beam.io.filesystems import FileSystems
 
             FileSystems.delete([intent])
-        self._submitted.inc()
-        self._submitted_requests.inc(len(lines))
-        self._submitted_bytes.inc(chunk.total_bytes)
-        yield receipt
+        return receipt, export_part, False
 
-    def _raise_if_stop_requested(self, chunk: Chunk) -> None:
+    def _write_export_part(self, chunk: ChunkRef) -> str:
+        """Copy the staged chunk into its export part, each line wrapped as
+        ``{"batch_id": "<modality>-<chunk_id>", "request": <line>}``, streamed."""
+        from apache_beam.io.filesystems import FileSystems
+
+        from mmirage_beam.staging import iter_lines
+
+        assert self._export_parts is not None
+        path = FileSystems.join(self._export_parts, f"{chunk.modality}-{chunk.chunk_id}.jsonl")
+        prefix = b'{"batch_id":"' + f"{chunk.modality}-{chunk.chunk_id}".encode() + b'"'
+        prefix += b',"request":'
+        tmp = f"{path}.tmp-write"
+        with FileSystems.create(tmp) as out:
+            for line in iter_lines(chunk.path):
+                out.write(prefix + line.rstrip(b"\n") + b"}\n")
+        FileSystems.rename([tmp], [path])
+        return path
+
+    def _raise_if_stop_requested(self, chunk: ChunkRef) -> None:
         if self._stop_marker is None:
             return
         from apache_beam.io.filesystems import FileSystems
@@ -176,16 +261,22 @@ class _SubmitChunkFn(beam.DoFn):
 
 
 class SubmitChunks(beam.PTransform):
-    """PCollection[Chunk] -> ``SubmitChunksResult(receipts, export)``.
+    """PCollection[ChunkRef] -> ``SubmitChunksResult(receipts, export)``.
 
-    Each chunk becomes one provider batch through the adapter (``submit_chunk_lines``:
-    the exact serialised request bytes), and its receipt dict is written durably to
+    Each staged chunk (:mod:`mmirage_beam.staging`) becomes one provider batch through
+    the adapter (``submit_chunk_file``: the staged file uploaded as it is, so the bytes
+    sent are the bytes ``request_hash`` covers), and its receipt dict is written durably to
     ``<receipt file>.parts/<chunk_id>.json`` before it is emitted on ``receipts``. A chunk
     whose receipt part already exists (a retried bundle) is not submitted again.
 
     With ``dry_run=True`` nothing is contacted and no key is needed: receipts get
     ``provider_batch_id = "dry-run-<modality>-<chunk_id>"`` and ``status = "dry_run"``, and
-    ``export`` carries, per chunk, the ``{"batch_id", "request"}`` JSONL bytes.
+    ``export`` carries, per chunk, the path of an export part under ``export_parts``:
+    the chunk's ``{"batch_id", "request"}`` JSONL lines (concatenate them, sorted, into
+    the export file).
+
+    Up to ``concurrency`` chunks of a bundle are uploaded and created at the same time
+    (the provider's limits on batch creation are far above that: PROVIDERS.md).
 
     Args:
         adapter_cls: the provider's BatchSubmissionAdapter subclass.
@@ -199,6 +290,9 @@ class SubmitChunks(beam.PTransform):
         parent_run_id: for a resubmission, the run whose failures it re-sends.
         stop_marker: a path; once it exists (the launcher was asked to stop), no further
             chunk is submitted and the DoFn raises ``RunStopped`` instead.
+        concurrency: chunks submitted at once per bundle (>= 1; default 4).
+        export_parts: dry run: the folder for the export parts (default
+            ``<receipts_base>.staged.<run_id>/export``).
 
     Just before a chunk goes to the provider, ``<receipt file>.parts/<chunk_id>.intent``
     is written; it is replaced by the receipt once the provider accepted the batch.
@@ -221,8 +315,14 @@ class SubmitChunks(beam.PTransform):
         attempt: int = 1,
         parent_run_id: Optional[str] = None,
         stop_marker: Optional[str] = None,
+        concurrency: int = 4,
+        export_parts: Optional[str] = None,
     ) -> None:
         super().__init__()
+        if dry_run and export_parts is None:
+            from mmirage_beam.staging import staging_dir
+
+            export_parts = f"{staging_dir(receipts_base, run_id)}/export"
         self._fn = _SubmitChunkFn(
             adapter_cls,
             provider_config,
@@ -234,6 +334,8 @@ class SubmitChunks(beam.PTransform):
             attempt,
             parent_run_id,
             stop_marker,
+            concurrency,
+            export_parts,
         )
         self._invalid = invalid_row_count
 
