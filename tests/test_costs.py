@@ -400,8 +400,8 @@ def test_bundled_gsm8k_dry_run_prints_tokens_and_cost(tmp_path, capsys):
     assert "total: 2,638 request(s), input tokens" in out
     # The exported first request is the hand-checked sample.
     export = next(tmp_path.glob("p.*.jsonl"))
-    first = json.loads(export.read_text(encoding="utf-8").split("\n", 1)[0])["request"]
-    assert first["custom_id"] == "solution-text-0"
+    lines = [json.loads(x)["request"] for x in export.read_text(encoding="utf-8").split("\n") if x]
+    (first,) = [r for r in lines if r["custom_id"] == "solution-text-0"]
     assert TokenCounter("openai").count(first).input_tokens == 91
 
 

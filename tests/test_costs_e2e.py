@@ -5,6 +5,7 @@ real openai and anthropic SDKs (enqueued-token limit, ``--exact-tokens`` with
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -54,13 +55,18 @@ def test_enqueued_token_limit_waits_instead_of_failing(tmp_path, capsys, provide
     limit = sum(ours[-PER_CHUNK:])  # our count of the largest possible chunk
     # Any one chunk fits under the limit, any two exceed it in the fake's own count.
     assert sum(words[: 2 * PER_CHUNK]) > limit >= sum(words[-PER_CHUNK:])
-    # Batches that stay unfinished long enough for the next ones to be created.
-    fake.script(processing_delay_secs=60, enqueued_token_limit=limit)
+    # Batches stay unfinished long enough for the next ones to be created (they validate
+    # for a third of the delay, then a batch over the limit shows as failed).
+    fake.script(processing_delay_secs=9, enqueued_token_limit=limit)
 
     # Without the setting: batches are accepted, then fail with token_limit_exceeded.
     cfg = _config(tmp_path / "a", "openai", fake.openai_base_url, rows, max_requests_per_chunk=4)
     assert submit_main(["--config", cfg, "--run-id", "nolimit"]) == 0
     capsys.readouterr()
+    deadline = time.monotonic() + 30
+    while any(b["status"] == "validating" for b in fake.batches("openai")):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
     failed = [b for b in fake.batches("openai") if b["status"] == "failed"]
     assert failed and all(b["errors"]["data"][0]["code"] == "token_limit_exceeded" for b in failed)
     fake.reset()
