@@ -37,7 +37,16 @@ from mmirage_beam.config.loader import PipelineConfig
 #: bytes hashed at each end of every data file.
 SAMPLE_BYTES = 64 * 1024
 #: provider config fields that do not change what is sent.
-_NOT_SENT = ("metadata_output_path", "timeout_seconds")
+# Settings that change nothing sent to the provider (the cost keys only change what is
+# printed, max_enqueued_tokens only when batches are created).
+_NOT_SENT = (
+    "metadata_output_path",
+    "timeout_seconds",
+    "price_per_million_input_tokens",
+    "price_per_million_output_tokens",
+    "max_enqueued_tokens",
+    "exact_tokens",
+)
 
 
 def run_record_path(base: str, run_id: str) -> str:

@@ -166,6 +166,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     stats = counters(result)
     errors = read_jsonl(errors_path)
     _print_totals(plan, stats, errors, pending, args.allow_partial)
+    from mmirage_beam.costs.report import usage_lines
+
+    for line in usage_lines(stats, config.processor):
+        print(line)
     never_rows = {e["source_index"] for e in errors if e["error_type"] == "never_submitted"}
     never_requests = sum(1 for e in errors if e["error_type"] == "never_submitted")
     if unfinished or never_requests:

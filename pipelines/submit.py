@@ -66,6 +66,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         "the invalid-rows file)",
     )
     ap.add_argument(
+        "--exact-tokens",
+        action="store_true",
+        help="count input tokens with the provider's own free counting endpoint where it "
+        "has one (Anthropic messages.count_tokens: needs ANTHROPIC_API_KEY, one call per "
+        "request); same as exact_tokens: true in the processor",
+    )
+    ap.add_argument(
         "--keep-staged",
         action="store_true",
         help="keep the staged chunk files (<metadata base>.staged.<run_id>/) after the run "
@@ -102,6 +109,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     )
 
     config = load_config(args.config)
+    if args.exact_tokens:
+        import dataclasses
+
+        config = dataclasses.replace(
+            config, processor=dataclasses.replace(config.processor, exact_tokens=True)
+        )
     dry_run = args.export_prompts is not None
     if config.execution.mode == "slurm":
         raise ConfigError(
@@ -111,7 +124,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         )
     provider = config.processor.provider
     adapter_cls = BatchAdapterRegistry.get(provider)
-    if not dry_run:
+    from mmirage_beam.costs.tokens import EXACT_COUNTERS
+
+    if not dry_run or (config.processor.exact_tokens and provider in EXACT_COUNTERS):
         resolve_credentials(adapter_cls, provider)  # fail before reading any data
     try:
         run_id = check_run_id(args.run_id) if args.run_id is not None else new_run_id()
@@ -299,6 +314,10 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     invalid = _InvalidRows.read(plan.invalid_rows_path)
     skipping = bool(args.skip_invalid_rows or config.execution.skip_invalid_rows)
     _print_summary(plan, stats, written, invalid, skipped=skipping)
+    from mmirage_beam.costs.report import estimate_lines
+
+    for line in estimate_lines(stats, config.processor):
+        print(line)
     return 1 if invalid and not skipping else 0
 
 

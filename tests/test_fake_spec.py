@@ -90,6 +90,7 @@ SERVED = {
     "messages_batches_cancel",
     "messages_batches_delete",
     "messages_batches_results",
+    "messages_count_tokens",
 }
 
 
@@ -392,6 +393,33 @@ def test_anthropic_bodies_match_the_sdk_types():
         _strict(AnthropicErrorResponse, json.dumps(_error_body(caught.value)))
 
 
+def test_anthropic_count_tokens_matches_the_sdk_type():
+    """``POST /v1/messages/count_tokens``: ``MessageTokensCount`` (strict), the same
+    number a batch reports as ``usage.input_tokens``, and a 400 ``ErrorResponse``."""
+    from anthropic.types import MessageTokensCount
+
+    with FakeProviderServer() as fake:
+        an = anthropic.Anthropic(api_key="sk-ant-test", base_url=fake.anthropic_base_url)
+        messages = [{"role": "user", "content": "Count these five words"}]
+        raw = an.messages.with_raw_response.count_tokens(
+            model="claude-haiku-4-5", messages=messages, system="ignored by the fake count"
+        )
+        assert _strict(MessageTokensCount, raw.http_response.content).input_tokens == 4
+        batch = an.messages.batches.create(
+            requests=[
+                {
+                    "custom_id": "c1",
+                    "params": {"model": "claude-haiku-4-5", "max_tokens": 8, "messages": messages},
+                }
+            ]
+        )
+        (result,) = list(an.messages.batches.results(batch.id))
+        assert result.result.message.usage.input_tokens == 4
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            an.messages.count_tokens(model="claude-haiku-4-5", messages=[])
+        _strict(AnthropicErrorResponse, json.dumps(_error_body(caught.value)))
+
+
 def test_every_served_endpoint_is_covered_here():
     """The fake's routes are exactly the endpoints the tests above drive."""
     with FakeProviderServer() as fake:
@@ -414,6 +442,7 @@ def test_every_served_endpoint_is_covered_here():
         "messages_batches_cancel": "messages.batches.with_raw_response.cancel",
         "messages_batches_delete": "messages.batches.with_raw_response.delete",
         "messages_batches_results": "messages.batches.with_raw_response.results",
+        "messages_count_tokens": "messages.with_raw_response.count_tokens",
     }
     assert set(calls) == SERVED
     assert all(call + "(" in source for call in calls.values())

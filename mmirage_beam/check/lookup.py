@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import (
     TYPE_CHECKING,
+    Any,
     Callable,
     Dict,
     Iterable,
@@ -237,7 +238,7 @@ class BatchStatusChecker:
         config = self._configs[entry.provider]
         try:
             result = adapter.check_batch_status(entry.provider_batch_id, config)
-            progress = adapter.describe_batch(result)
+            progress = _with_usage(adapter.describe_batch(result), result.raw_response)
         except Exception as exc:
             message = self._redact(exc)
             _LOG.debug(
@@ -251,6 +252,19 @@ class BatchStatusChecker:
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
+
+
+def _with_usage(progress: BatchProgress, raw: Any) -> BatchProgress:
+    """``progress`` with the tokens the provider reports used so far in its detail
+    (OpenAI batch ``usage``; Anthropic batch objects carry none)."""
+    import dataclasses
+
+    from mmirage_beam.costs.report import batch_usage_line
+
+    used = batch_usage_line((raw or {}).get("usage") if isinstance(raw, dict) else None)
+    if used is None:
+        return progress
+    return dataclasses.replace(progress, detail="; ".join(filter(None, [progress.detail, used])))
 
 
 def check_statuses(

@@ -45,6 +45,15 @@ class BatchProviderConfig:
         oversized_request_policy: ``"isolate"`` (a request larger than
             ``max_chunk_bytes`` gets a chunk of its own) or ``"reject"`` (the run fails
             before anything is submitted).
+        price_per_million_input_tokens, price_per_million_output_tokens: optional batch
+            prices in USD per million tokens, overriding the table in
+            ``mmirage_beam/costs/prices.json`` (:mod:`mmirage_beam.costs.prices`).
+        max_enqueued_tokens: optional limit on this run's input tokens in unfinished
+            batches of the model; SubmitChunks waits before creating a batch that would
+            exceed it (:mod:`mmirage_beam.costs.budget`).
+        exact_tokens: count each request's input tokens with the provider's own
+            counting endpoint where one exists (Anthropic ``messages.count_tokens``;
+            also the ``--exact-tokens`` flag of ``mmirage run``).
 
     Subclasses may set the class attributes ``PROVIDER_MAX_REQUESTS_PER_BATCH``,
     ``PROVIDER_MAX_BATCH_BYTES`` and ``PROVIDER_LIMITS_SOURCE``; values above them are
@@ -63,9 +72,16 @@ class BatchProviderConfig:
     max_requests_per_chunk: Optional[int] = None
     metadata_output_path: str = ""
     oversized_request_policy: str = "isolate"
+    price_per_million_input_tokens: Optional[float] = None
+    price_per_million_output_tokens: Optional[float] = None
+    max_enqueued_tokens: Optional[int] = None
+    exact_tokens: bool = False
 
     def __post_init__(self) -> None:
+        from mmirage_beam.costs.prices import check_price_overrides
+
         require_int("max_chunk_bytes", self.max_chunk_bytes, minimum=1)
+        check_price_overrides(self)
         if self.max_requests_per_chunk is not None:
             require_int("max_requests_per_chunk", self.max_requests_per_chunk, minimum=1)
         if self.oversized_request_policy not in _POLICIES:

@@ -255,6 +255,9 @@ class _BuildRequestsFn(beam.DoFn):
             type(self._adapter).estimate_request_bytes
             is not BatchSubmissionAdapter.estimate_request_bytes
         )
+        from mmirage_beam.costs.tokens import token_counter_for
+
+        self._tokens = token_counter_for(self._config)  # per-output token counters
 
     def start_bundle(self) -> None:
         # Counted locally, added to the metrics once per bundle (cheaper per row).
@@ -265,6 +268,7 @@ class _BuildRequestsFn(beam.DoFn):
             self._requests.inc(self._count)
             self._bytes.inc(self._nbytes)
         self._count = self._nbytes = 0
+        self._tokens.flush()
 
     def process(self, element: ExtractedRow) -> Iterator[Any]:
         import jinja2
@@ -273,6 +277,7 @@ class _BuildRequestsFn(beam.DoFn):
 
         ds_path = self._datasets[element.dataset_index].path
         built: list[BatchRequest] = []
+        bodies: list[dict[str, Any]] = []  # the request dicts, counted without a re-parse
         for output, template in self._templates:
             where = f"output {output.name!r}"
             misaligned = _misaligned_lists(self._parallel[output.name], element.values)
@@ -347,10 +352,12 @@ class _BuildRequestsFn(beam.DoFn):
             built.append(
                 BatchRequest(cid, element.source_index, output.name, element.modality, line, nbytes)
             )
+            bodies.append(request)
         # A row yields its requests only when every output of it is valid.
-        for req in built:
+        for req, body in zip(built, bodies):
             self._count += 1
             self._nbytes += req.nbytes
+            self._tokens.record(req.output_name, body)
             yield req
         yield pvalue.TaggedOutput(BUILT_ROWS_TAG, element)
 

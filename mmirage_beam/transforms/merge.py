@@ -384,6 +384,14 @@ class MergedRow(NamedTuple):
     line: bytes
 
 
+def _count_usage(output_name: str, input_tokens: Any, output_tokens: Any) -> None:
+    """Per-output usage counters ``used_input_tokens:<output>`` /
+    ``used_output_tokens:<output>``, which ``mmirage merge`` prices
+    (:func:`mmirage_beam.costs.report.usage_lines`)."""
+    Metrics.counter(_NS, f"used_input_tokens:{output_name}").inc(int(input_tokens or 0))
+    Metrics.counter(_NS, f"used_output_tokens:{output_name}").inc(int(output_tokens or 0))
+
+
 class _AssembleFn(beam.DoFn):
     def __init__(self, outputs: Sequence[OutputConfig], schema: Any, remove_columns: bool):
         self._outputs = tuple(outputs)
@@ -475,6 +483,7 @@ class _AssembleFn(beam.DoFn):
                 reported = True
                 tokens_in += int(r.input_tokens or 0)
                 tokens_out += int(r.output_tokens or 0)
+                _count_usage(r.output_name, r.input_tokens, r.output_tokens)  # costs/report.py
         values: dict[str, Any] = {}
         errors: dict[str, dict[str, Any]] = {}
         for output in self._outputs:

@@ -70,9 +70,13 @@ class _SubmitChunkFn(beam.DoFn):
         self._submitted_bytes = Metrics.counter(_NS, "bytes_submitted")
 
     def setup(self) -> None:
+        from mmirage_beam.costs.budget import token_budget_for
+
+        self._budget = None
         if self._dry_run:
             self._adapter = self._adapter_cls()
             return
+        self._budget = token_budget_for(self._config, self._base, self._run_id)
         from mmirage_beam.providers.base import resolve_credentials
 
         creds = resolve_credentials(self._adapter_cls, self._config.provider)
@@ -191,6 +195,10 @@ class _SubmitChunkFn(beam.DoFn):
                 # A retried bundle: this chunk was already accepted; never submit twice.
                 return existing, None, True
             self._raise_if_stop_requested(chunk)
+            if self._budget is not None:  # max_enqueued_tokens: wait for room (costs/budget.py)
+                receipt["input_tokens_estimate"] = self._budget.wait_for_token_budget(
+                    chunk, self._adapter, lambda: self._raise_if_stop_requested(chunk)
+                )
             # The intent is durable before the provider is called: if the run dies between
             # the provider accepting the batch and the receipt below, a resume finds it.
             intent = intent_path(rfile, chunk.chunk_id)

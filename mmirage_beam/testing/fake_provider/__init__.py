@@ -59,6 +59,9 @@ Anthropic (``x-api-key`` or ``Authorization: Bearer`` required, else 401 with
   once ended, else 400), ``GET .../{id}/results`` (JSONL, one ``\\n`` after each line),
   ``GET /v1/messages/batches?after_id=&before_id=&limit=`` (``{data, has_more,
   first_id, last_id}``, newest first, limit 1..1000, default 20).
+- ``POST /v1/messages/count_tokens`` ``{model, messages, system?, tools?}``: ``{"input_tokens":
+  N}``, N being the ``usage.input_tokens`` a batch would report for the same params
+  (words of the user text + 10 per image); bad params are a 400 ``invalid_request_error``.
 - ``results_url`` is null until the batch has ended, then an absolute URL on this
   server; the four outcome counts stay 0 until then.
 
@@ -117,7 +120,8 @@ Values are captured by each batch when it is created.
   batch lookup). Endpoint names: ``files_create``, ``files_list``,
   ``files_retrieve``, ``files_delete``, ``files_content``, ``batches_create``,
   ``batches_list``, ``batches_retrieve``, ``batches_cancel``,
-  ``messages_batches_create``, ``messages_batches_list``, ``messages_batches_retrieve``,
+  ``messages_count_tokens``, ``messages_batches_create``, ``messages_batches_list``,
+  ``messages_batches_retrieve``,
   ``messages_batches_cancel``, ``messages_batches_delete``,
   ``messages_batches_results``. No ``paths``: every API endpoint.
 - ``fail_batch_creates`` (dict): ``{"nth": K, "permanent": false, "status": 500,

@@ -11,6 +11,7 @@ from werkzeug.wrappers import Request, Response
 from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
 from mmirage_beam.testing.fake_provider.answers import (
     count_parts,
+    count_words,
     make_answer,
     schema_root_is_object,
     text_parts,
@@ -154,6 +155,24 @@ class AnthropicApi:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    def messages_count_tokens(self, request: Request) -> Response:
+        """``POST /v1/messages/count_tokens`` (free, synchronous): ``{model, messages,
+        system?, tools?, ...}`` -> ``{"input_tokens": N}`` (anthropic-sdk-python 2.14
+        ``MessageTokensCount``). Invalid params are a 400 ``invalid_request_error`` here
+        (not an ``errored`` result); ``max_tokens`` is not needed. N is what this fake
+        reports as the request's ``usage.input_tokens`` in a batch: words of the user
+        text plus 10 per image."""
+        params = json_payload(request)
+        problem = check_params(
+            {"max_tokens": 1, **params} if isinstance(params, Mapping) else params
+        )
+        if problem is not None:
+            raise ApiError(400, "invalid_request_error", problem)
+        prompt, images, _mode, _schema = prompt_of(params)
+        return json_response(
+            {"input_tokens": count_words(prompt) + limits.TOKENS_PER_IMAGE * images}
+        )
 
     def messages_batches_create(self, request: Request) -> Response:
         """``POST /v1/messages/batches``: checks the requests, creates the batch."""

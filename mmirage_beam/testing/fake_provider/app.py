@@ -130,6 +130,9 @@ class FakeProviderServer:
                 Rule("/v1/batches", methods=["GET"], endpoint="batches_list"),
                 Rule("/v1/batches/<batch_id>", methods=["GET"], endpoint="batches_retrieve"),
                 Rule("/v1/batches/<batch_id>/cancel", methods=["POST"], endpoint="batches_cancel"),
+                Rule(
+                    "/v1/messages/count_tokens", methods=["POST"], endpoint="messages_count_tokens"
+                ),
                 Rule("/v1/messages/batches", methods=["POST"], endpoint="messages_batches_create"),
                 Rule("/v1/messages/batches", methods=["GET"], endpoint="messages_batches_list"),
                 Rule(

@@ -1,0 +1,137 @@
+"""The token and cost lines the launchers print, from the pipelines' Beam counters.
+
+``mmirage run`` (dry run or real): :func:`estimate_lines` over the counters of
+:class:`mmirage_beam.costs.tokens.TokenCounter` (``input_tokens:<output>``, ...).
+``mmirage merge``: :func:`usage_lines` over ``used_input_tokens:<output>`` /
+``used_output_tokens:<output>`` (the usage the provider reported, summed in merge).
+``mmirage check``: :func:`batch_usage_line` for one provider batch object.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from mmirage_beam.costs import tokens as t
+from mmirage_beam.costs.prices import BatchPrice, batch_price
+
+USED_INPUT_TOKENS = "used_input_tokens"
+USED_OUTPUT_TOKENS = "used_output_tokens"
+
+
+def per_output(stats: Mapping[str, int], names: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """``{output: {metric: value}}`` from counters named ``<metric>:<output>``."""
+    out: dict[str, dict[str, int]] = {}
+    for key, value in stats.items():
+        metric, sep, output = key.partition(":")
+        if sep and metric in names:
+            out.setdefault(output, {})[metric] = int(value)
+    return out
+
+
+def _usd(x: float) -> str:
+    return f"${x:,.2f}" if x >= 1 else f"${x:,.4f}"
+
+
+def _price_note(price: Optional[BatchPrice], model: Optional[str]) -> str:
+    if price is None:
+        return f"price unknown for {model!r} (set price_per_million_input_tokens / _output_tokens)"
+    return (
+        f"batch price {model}: ${price.input_per_million:g} in / "
+        f"${price.output_per_million:g} out per million tokens ({price.source})"
+    )
+
+
+def estimate_lines(stats: Mapping[str, int], provider_config: Any) -> list[str]:
+    """Per output and in total: requests, input tokens (exact or estimate), output-token
+    upper bound, estimated cost at the batch price; then the ``max_enqueued_tokens``
+    warning when the run's input tokens exceed it. Empty when nothing was counted."""
+    rows = per_output(stats, t.TOKEN_METRICS)
+    if not rows:
+        return []
+    model = getattr(provider_config, "model", None)
+    price = batch_price(provider_config.provider, model, provider_config)
+    lines = ["tokens and estimated cost:", "  " + _price_note(price, model)]
+    total = {m: 0 for m in t.TOKEN_METRICS}
+    for name in sorted(rows):
+        r = {m: rows[name].get(m, 0) for m in t.TOKEN_METRICS}
+        for m in t.TOKEN_METRICS:
+            total[m] += r[m]
+        lines.append(_estimate_line(name, r, price))
+    if len(rows) > 1:
+        lines.append(_estimate_line("total", total, price))
+    limit = getattr(provider_config, "max_enqueued_tokens", None)
+    if limit is not None and total[t.INPUT_TOKENS] > limit:
+        lines.append(
+            f"  warning: the run's {total[t.INPUT_TOKENS]:,} input tokens exceed "
+            f"max_enqueued_tokens ({limit:,}): batches are created only while this run's "
+            "unfinished batches hold at most that many (submission waits for earlier "
+            "batches to finish; see README, 'Enqueued-token limit')"
+        )
+    return lines
+
+
+def _estimate_line(name: str, r: Mapping[str, int], price: Optional[BatchPrice]) -> str:
+    n = r[t.REQUESTS_COUNTED]
+    inp = r[t.INPUT_TOKENS]
+    est = r[t.INPUT_TOKENS_ESTIMATED]
+    if est == 0 and r[t.REQUESTS_ESTIMATED] == 0:
+        kind = "exact"
+    elif est >= inp:
+        kind = "estimate"
+    else:
+        kind = f"{inp - est:,} exact + {est:,} estimated"
+    unbounded = r[t.REQUESTS_WITHOUT_OUTPUT_LIMIT]
+    out = r[t.MAX_OUTPUT_TOKENS]
+    if unbounded:
+        out_text = f"no upper bound ({unbounded:,} request(s) set no output limit)"
+    else:
+        out_text = f"at most {out:,}"
+    if price is None:
+        cost = "price unknown"
+    elif unbounded:
+        cost = f"input {_usd(price.cost_usd(inp))} + output unbounded (estimate)"
+    else:
+        cost = (
+            f"up to {_usd(price.cost_usd(inp, out))} (input {_usd(price.cost_usd(inp))}, estimate)"
+        )
+    return (
+        f"  {name}: {n:,} request(s), input tokens {inp:,} ({kind}), "
+        f"output tokens {out_text}, cost {cost}"
+    )
+
+
+def usage_lines(stats: Mapping[str, int], provider_config: Any) -> list[str]:
+    """Per output and in total: the input and output tokens the provider reported, and
+    their cost at the batch price (for ``mmirage merge``). Empty without usage."""
+    rows = per_output(stats, (USED_INPUT_TOKENS, USED_OUTPUT_TOKENS))
+    if not rows:
+        return []
+    model = getattr(provider_config, "model", None)
+    price = batch_price(provider_config.provider, model, provider_config)
+    lines = ["tokens used (reported by the provider) and cost:", "  " + _price_note(price, model)]
+    tin = tout = 0
+    for name in sorted(rows):
+        i, o = rows[name].get(USED_INPUT_TOKENS, 0), rows[name].get(USED_OUTPUT_TOKENS, 0)
+        tin, tout = tin + i, tout + o
+        lines.append(_usage_line(name, i, o, price))
+    if len(rows) > 1:
+        lines.append(_usage_line("total", tin, tout, price))
+    return lines
+
+
+def _usage_line(name: str, i: int, o: int, price: Optional[BatchPrice]) -> str:
+    cost = "price unknown" if price is None else _usd(price.cost_usd(i, o))
+    return f"  {name}: input tokens {i:,}, output tokens {o:,}, cost {cost}"
+
+
+def batch_usage_line(usage: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """``"input 123, output 45 tokens so far"`` from an OpenAI batch object's ``usage``
+    (openai-python 3.57 ``BatchUsage``: ``input_tokens``, ``output_tokens``; "only
+    populated on batches created after September 7, 2025"); None when absent.
+    Anthropic's Message Batch object reports no usage (only its results do)."""
+    if not isinstance(usage, Mapping):
+        return None
+    i, o = usage.get("input_tokens"), usage.get("output_tokens")
+    if i is None and o is None:
+        return None
+    return f"{int(i or 0):,} input + {int(o or 0):,} output tokens used so far"
