@@ -175,3 +175,33 @@ def test_unfinished_run_never_submitted(tmp_path, provider_env):
     fake.script(fail_batch_creates={"nth": 2, "permanent": True, "status": 400})
     assert submit_main(["--config", cfg, "--run-id", "r1"]) != 0
     _merge_and_compare(tmp_path, fake, cfg, "never_submitted")
+
+
+def test_range_partitions_are_monotone_and_bounded():
+    from mmirage_beam.transforms.merge import RangePartitioner, partition_bounds
+
+    part = RangePartitioner(100, 199, partition_bounds(100, 199, 4))
+    ids = [part(i) for i in range(0, 400)]
+    assert ids == sorted(ids)  # a lower partition never holds a higher index
+    assert {part(i) for i in range(100, 200)} == {0, 1, 2, 3}
+    assert part(99) == -1 and part(200) == 4  # outside the receipts' span: new ranges
+    sizes = [ids.count(p) for p in set(ids)]
+    assert max(sizes) <= part.width == 25  # the same width everywhere
+
+
+def test_a_failed_merge_leaves_no_temporary_files(tmp_path, provider_env, monkeypatch):
+    from mmirage_beam.transforms import merge as merge_mod
+
+    fake = provider_env
+    cfg = _setup(tmp_path, "openai", fake, _rows(6))
+    assert submit_main(["--config", cfg, "--run-id", "r1"]) == 0
+
+    def broken(self, element):
+        raise RuntimeError("disk full while joining")
+
+    monkeypatch.setattr(merge_mod._JoinPartitionFn, "process", broken)
+    out = tmp_path / "merged.jsonl"
+    with pytest.raises(Exception, match="disk full while joining"):
+        merge_main(["--config", cfg, "--output-path", str(out)])
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if "merged" in p.name] == []  # temp folder gone
