@@ -151,7 +151,8 @@ def batches_to_fetch(
             failure=failure,
             run_id=e.run_id,
             output_name=e.output_name or "",
-            custom_id_to_source_index=dict(e.receipt["custom_id_to_source_index"]),
+            # the receipt's own dict, not a copy: a million-request run holds it once
+            custom_id_to_source_index=e.receipt["custom_id_to_source_index"],
             run_rank=rank.get(e.run_id, 0),
         )
         batches.append(b)
@@ -211,7 +212,6 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
     from mmirage_beam.pipeline import stop_marker_path
     from mmirage_beam.receipts import pending_intents, read_run_state
 
-    receipted = {cid for e in entries for cid in e.receipt.get("custom_id_to_source_index", {})}
     intents: list[str] = []
     intent_requests: set[str] = set()
     for run in runs:
@@ -220,7 +220,10 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
             with FileSystems.open(path, compression_type="uncompressed") as f:
                 intent = json.loads(f.read().decode("utf-8"))
             mapping = intent.get("custom_id_to_source_index") or {}
-            intent_requests.update(c for c in mapping if c not in receipted)
+            intent_requests.update(mapping)
+    if intent_requests:  # only then: no set of every receipted custom_id otherwise
+        for e in entries:
+            intent_requests.difference_update(e.receipt.get("custom_id_to_source_index", {}))
     states: dict[str, dict[str, Any]] = {}
     short_by: dict[str, int] = {}
     for run in runs:

@@ -330,6 +330,9 @@ class MergePlan:
     errors_path: str
     num_partitions: int
     verified_receipts: int
+    #: the merge's temporary folder (``<output>.merge-tmp-<id>``): removed by the job
+    #: once both files are written; the launcher removes it when the job fails
+    temp_dir: Optional[str] = None
 
 
 def errors_path_for(output_path: str) -> str:
@@ -343,8 +346,16 @@ class MergeRows(beam.PTransform):
     errors file: everything ``mmirage merge`` does after reading (fetch the batches'
     results, verify the re-read source against the receipts, join by source_index,
     ordered write). Args: as :func:`build_merge_pipeline`, less the pipeline; the
-    :class:`MergePlan` is on ``.plan`` once expanded. Returns the merged rows'
-    ``PCollection`` of :class:`~mmirage_beam.transforms.merge.MergedRow`."""
+    :class:`MergePlan` is on ``.plan`` once expanded. Returns a ``PCollection[str]``
+    holding the merged file's path once both files are written.
+
+    Memory is bounded by one range partition (``rows_per_partition`` rows), not by the
+    dataset: rows, results, rebuilt-request hashes and receipt entries are written, in
+    the stage producing them, into per-range temporary files under
+    ``<output>.merge-tmp-<id>/`` (:class:`~mmirage_beam.transforms.merge.SpillByRange`);
+    only file names cross a stage boundary; each range is then joined by one DoFn call
+    and the ranges' parts concatenated in order
+    (:class:`~mmirage_beam.transforms.merge.JoinPartitions`)."""
 
     def __init__(
         self,
@@ -373,106 +384,136 @@ class MergeRows(beam.PTransform):
         self.plan: Optional[MergePlan] = None
 
     def expand(self, rows: beam.PCollection) -> beam.PCollection:
+        import uuid
+
+        from mmirage_beam.transforms.merge import (
+            EXPECTED_KIND,
+            REBUILT_KIND,
+            RESULTS_KIND,
+            ROWS_KIND,
+            SKIPPED_KIND,
+            UNKNOWN_KIND,
+            FetchResults,
+            JoinPartitions,
+            RangePartitioner,
+            SpillByRange,
+            _check_old_chunk,
+            _expected_entries,
+            _old_chunk_entries,
+            _RebuiltHashFn,
+            _results_record,
+            _rows_record,
+            partition_bounds,
+        )
+
         p = rows.pipeline
         config, batches, receipts = self.config, self.batches, self.receipts
         providers, output_path = self.providers, self.output_path
         num_partitions, rows_per_partition = self.num_partitions, self.rows_per_partition
         verify_source, invalid_rows_files = self.verify_source, self.invalid_rows_files
         unsubmitted_run = self.unsubmitted_run
-        from mmirage_beam.transforms.merge import (
-            AssembleMergedRows,
-            FetchResults,
-            MergedRow,
-            VerifySourceUnchanged,
-            WriteOrdered,
-            partition_bounds,
-        )
 
-        indices = [int(i) for r in receipts for i in r["custom_id_to_source_index"].values()]
-        lo, hi = (min(indices), max(indices)) if indices else (0, 0)
+        lo = hi = None
+        for r in receipts:  # one receipt's indices at a time: no list of every index
+            for i in r["custom_id_to_source_index"].values():
+                i = int(i)
+                lo = i if lo is None or i < lo else lo
+                hi = i if hi is None or i > hi else hi
+        lo, hi = (lo, hi) if lo is not None else (0, 0)
         if num_partitions is None:
             num_partitions = max(1, (hi - lo + 1) // max(1, rows_per_partition) + 1)
         bounds = partition_bounds(lo, hi, num_partitions)
+        partitioner = RangePartitioner(lo, hi, bounds)
         errors_path = errors_path_for(output_path)
+        # Next to the output (the launcher made it absolute or a URI), so every worker
+        # sees it; removed once both files are written, and by the launcher on failure.
+        temp_dir = f"{output_path}.merge-tmp-{uuid.uuid4().hex[:12]}"
+
+        def spill(pcoll: beam.PCollection, kind: str, key: Any = None) -> beam.PCollection:
+            return pcoll | f"Spill{kind.capitalize()}" >> SpillByRange(
+                kind, temp_dir, partitioner, key
+            )
 
         fetched = (
             p
             | "Batches" >> beam.Create(batches, reshuffle=False)
             | "FetchResults" >> FetchResults(providers)
         )
+        spilled = [
+            spill(
+                fetched.results | "ProgressResults" >> CountProgress("results fetched"),
+                RESULTS_KIND,
+                _results_record,
+            ),
+            spill(
+                fetched.unknown | "UnknownLines" >> beam.Map(_unknown_line, lo - 1),
+                UNKNOWN_KIND,
+            ),
+        ]
         verifiable = [r for r in receipts if r.get("run_id")] if verify_source else []
         extracted = rows | "ExtractInputs" >> ExtractInputs(
             config.inputs, config.datasets, load_images=bool(verifiable), lenient=True
         )
+        spilled.append(spill(extracted.rows, ROWS_KIND, _rows_record))
         if verifiable:
             adapter_cls = providers[config.processor.provider][0]
             rebuilt = extracted.rows | "RebuildRequests" >> BuildRequests(
                 config.outputs, config.datasets, adapter_cls, config.processor
             )
-            verified = {
-                "receipts": p | "VerifiableReceipts" >> beam.Create(verifiable, reshuffle=False),
-                "requests": rebuilt.requests,
-            } | "VerifySourceUnchanged" >> VerifySourceUnchanged(unsubmitted_run is not None)
-            changed = verified.changed
-            results = fetched.results
-            if unsubmitted_run is not None:
-                run, resume_command = unsubmitted_run
-                never = verified.unsubmitted | "NeverSubmitted" >> beam.Map(
-                    _count_never_submitted, run, resume_command
+            # Receipts written before per-request hashes: checked per chunk (a GroupByKey
+            # of those chunks' requests only; receipts of this version send nothing).
+            old = [r for r in verifiable if not r.get("request_hashes")]
+            old_entries: dict[str, list[tuple]] = {}
+            for receipt in old:
+                for cid, entry in _expected_entries(receipt):
+                    old_entries.setdefault(cid, []).append(entry)
+            hashed = rebuilt.requests | "RebuiltHashes" >> beam.ParDo(
+                _RebuiltHashFn(old_entries)
+            ).with_outputs("by_chunk", main="hashes")
+            spilled.append(spill(hashed.hashes, REBUILT_KIND, lambda h: (h[1], h)))
+            expected = (
+                p
+                | "VerifiableReceipts" >> beam.Create(verifiable, reshuffle=False)
+                | "ExpectedRequests" >> beam.FlatMap(_expected_entries)
+            )
+            spilled.append(spill(expected, EXPECTED_KIND, lambda e: (e[1][2], e)))
+            if old:
+                changed_chunks = (
+                    (
+                        hashed.by_chunk,
+                        p
+                        | "OldReceipts" >> beam.Create(old, reshuffle=False)
+                        | "OldReceiptEntries" >> beam.FlatMap(_old_chunk_entries),
+                    )
+                    | "OldChunkEntries" >> beam.Flatten()
+                    | "GroupOldChunks" >> beam.GroupByKey()
+                    | "CompareChunkHashes" >> beam.FlatMap(_check_old_chunk)
                 )
-                results = (results, never) | "WithNeverSubmitted" >> beam.Flatten()
+                spilled.append(spill(changed_chunks, "changed"))
         else:
-            changed = p | "NoVerification" >> beam.Create([])
-            results = fetched.results
-        skipped = (
-            p
-            | "InvalidRowsFiles" >> beam.Create(list(invalid_rows_files))
-            | "ReadInvalidRows" >> beam.io.ReadAllFromText()
-            | "ParseInvalidRows" >> beam.Map(json.loads)
-            | "WithIndex" >> beam.Filter(lambda e: e.get("source_index") is not None)
-            | "SkippedByIndex" >> beam.Map(lambda e: (int(e["source_index"]), e["reason"]))
+            unsubmitted_run = None  # told apart only by verification
+        if invalid_rows_files:
+            skipped = (
+                p
+                | "InvalidRowsFiles" >> beam.Create(list(invalid_rows_files))
+                | "ReadInvalidRows" >> beam.io.ReadAllFromText()
+                | "ParseInvalidRows" >> beam.Map(json.loads)
+                | "WithIndex" >> beam.Filter(lambda e: e.get("source_index") is not None)
+                | "SkippedByIndex" >> beam.Map(lambda e: (int(e["source_index"]), e["reason"]))
+            )
+            spilled.append(spill(skipped, SKIPPED_KIND))
+        written = tuple(spilled) | "AllSpillFiles" >> beam.Flatten()
+        out = written | "JoinPartitions" >> JoinPartitions(
+            temp_dir,
+            output_path,
+            errors_path,
+            config.outputs,
+            config.output_schema,
+            config.remove_columns,
+            unsubmitted_run,
         )
-        assembled = {
-            "results": results | "ProgressResults" >> CountProgress("results fetched"),
-            "rows": extracted.rows,
-            "changed": changed,
-            "skipped": skipped,
-        } | "AssembleMergedRows" >> AssembleMergedRows(
-            config.outputs, config.output_schema, config.remove_columns
-        )
-        (
-            assembled.rows
-            | "ProgressRowsMerged" >> CountProgress("rows merged")
-            | "WriteOrdered" >> WriteOrdered(output_path, bounds)
-        )
-        # The errors file is ordered too: by source_index, unknown custom_ids first.
-        error_lines = (
-            assembled.errors
-            | "ErrorLines" >> beam.Map(lambda e: MergedRow(e["source_index"], _json_line(e))),
-            fetched.unknown
-            | "UnknownLines"
-            >> beam.Map(
-                lambda u: MergedRow(
-                    lo - 1,
-                    _json_line(
-                        {
-                            "custom_id": u["custom_id"],
-                            "source_index": None,
-                            "output_name": None,
-                            "error_type": u.get("error_type") or "unknown_custom_id",
-                            "message": u.get("message")
-                            or f"batch {u['provider_batch_id']} returned a result for a "
-                            "custom_id that is in none of the receipts",
-                            "status_code": None,
-                            "retryable": False,
-                        },
-                    ),
-                )
-            ),
-        ) | "AllErrors" >> beam.Flatten()
-        error_lines | "WriteErrors" >> WriteOrdered(errors_path, bounds)
-        self.plan = MergePlan(output_path, errors_path, len(bounds), len(verifiable))
-        return assembled.rows
+        self.plan = MergePlan(output_path, errors_path, len(bounds), len(verifiable), temp_dir)
+        return out
 
 
 def build_merge_pipeline(
@@ -529,13 +570,22 @@ def build_merge_pipeline(
     return merge.plan
 
 
-def _count_never_submitted(element: tuple[str, int, str], run: str, resume_command: str) -> Any:
-    from apache_beam.metrics import Metrics
-
-    from mmirage_beam.transforms.merge import never_submitted_result
-
-    Metrics.counter("mmirage", "requests_never_submitted").inc()
-    return never_submitted_result(element, run, resume_command)
+def _unknown_line(u: dict[str, Any], index: int) -> tuple[int, bytes]:
+    """An unknown custom_id (or unreadable result line) as an errors-file line, sorted
+    at ``index`` (before every row)."""
+    return index, _json_line(
+        {
+            "custom_id": u["custom_id"],
+            "source_index": None,
+            "output_name": None,
+            "error_type": u.get("error_type") or "unknown_custom_id",
+            "message": u.get("message")
+            or f"batch {u['provider_batch_id']} returned a result for a "
+            "custom_id that is in none of the receipts",
+            "status_code": None,
+            "retryable": False,
+        }
+    )
 
 
 def _json_line(obj: dict[str, Any]) -> bytes:

@@ -21,7 +21,7 @@ import datetime as _dt
 import hashlib
 import json
 import uuid
-from typing import Any, Iterable, NamedTuple, Optional
+from typing import Any, Iterable, Iterator, NamedTuple, Optional
 
 DEFAULT_METADATA_BASE = "batch_metadata"
 
@@ -235,36 +235,71 @@ def read_receipt_part(path: str) -> Optional[dict[str, Any]]:
 def consolidate(receipt_file: str) -> int:
     """Rewrite ``receipt_file`` from its current lines and its parts, then drop the parts.
 
-    Receipts already in ``receipt_file`` are kept; parts win for the same chunk_id.
-    Unresolved intents (``*.intent``) are kept, and with them the parts folder. Returns
-    the number of receipts in the file. A missing parts folder is a no-op.
+    Receipts already in ``receipt_file`` are kept; parts win for the same chunk_id; the
+    file is in chunk_id order. Unresolved intents (``*.intent``) are kept, and with them
+    the parts folder. Returns the number of receipts in the file. A missing parts folder
+    is a no-op.
+
+    Streamed: one receipt is in memory at a time (a first pass notes each receipt's
+    chunk_id and where it is, the second copies them in order into a temporary file that
+    is then renamed over ``receipt_file``), so a run of millions of requests is
+    consolidated in the memory of its biggest receipt.
     """
     from apache_beam.io.filesystems import FileSystems
 
+    from mmirage_beam.crashpoints import crash_point
     from mmirage_beam.io.fs import delete_folder, list_files
 
     pdir = parts_dir(receipt_file)
     matches = list_files(pdir, "*.json")
+    exists = FileSystems.exists(receipt_file)
     if not matches:
-        return len(read_receipts(receipt_file)) if FileSystems.exists(receipt_file) else 0
-    by_chunk: dict[str, dict[str, Any]] = {}
-    if FileSystems.exists(receipt_file):
-        for r in read_receipts(receipt_file):
-            by_chunk[r["chunk_id"]] = r
+        return sum(1 for _ in _receipt_lines(receipt_file)) if exists else 0
+    # chunk_id -> (part path, None) or (None, (offset, length) in receipt_file)
+    where: dict[str, tuple[Optional[str], Optional[tuple[int, int]]]] = {}
+    if exists:
+        for line, r in _receipt_lines(receipt_file):
+            where[r["chunk_id"]] = (None, (line.offset, line.length))
     for path in matches:
         r = read_receipt_part(path)
         if r is not None:
-            by_chunk[r["chunk_id"]] = r
-    if by_chunk:  # no receipt yet (only intents): no empty receipt file
-        write_durably(receipt_file, b"".join(receipt_line(by_chunk[k]) for k in sorted(by_chunk)))
-    from mmirage_beam.crashpoints import crash_point
+            where[r["chunk_id"]] = (path, None)
+    if where:  # no receipt yet (only intents): no empty receipt file
+        tmp = f"{receipt_file}.tmp-{uuid.uuid4().hex}"
+        with FileSystems.create(tmp) as out:
+            for chunk_id in sorted(where):
+                part, span = where[chunk_id]
+                if part is not None:
+                    r = read_receipt_part(part)
+                else:
+                    assert span is not None
+                    r = json.loads(_read_span(receipt_file, *span).decode("utf-8"))
+                out.write(receipt_line(r))
+        crash_point("tmp_written")
+        replace_file(tmp, receipt_file)
 
     crash_point("consolidated")
     FileSystems.delete(matches)
     # Intents of interrupted submissions stay until a resume resolves them.
     if not list_files(pdir, "**"):
         delete_folder(pdir)
-    return len(by_chunk)
+    return len(where)
+
+
+def _receipt_lines(path: str) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """``(RawLine, receipt)`` of every non-blank line of a receipt file, one at a time
+    (split on ``\\n`` only: a provider message in a receipt may hold U+2028)."""
+    from mmirage_beam.jsonl import iter_jsonl_file
+
+    yield from iter_jsonl_file(path)
+
+
+def _read_span(path: str, offset: int, length: int) -> bytes:
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        f.seek(offset)
+        return f.read(length)
 
 
 def consolidate_run(base: str, run_id: str, dry_run: bool = False) -> dict[str, int]:

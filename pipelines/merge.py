@@ -159,7 +159,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         ],
         unsubmitted_run=(resume_run, resume_command) if count_unsubmitted else None,
     )
-    result = run_pipeline(pipeline)
+    try:
+        result = run_pipeline(pipeline)
+    finally:  # the job removes its temporary files once written; after a failure, here
+        _remove_temp_dir(plan.temp_dir)
     if translation_only(options):
         print("mmirage merge: the runner only translated the job (--dry_run); nothing merged")
         return 0
@@ -177,6 +180,16 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     failed = stats.get("rows_with_failures", 0) or stats.get("unknown_custom_ids", 0)
     return 1 if failed else 0
+
+
+def _remove_temp_dir(folder) -> None:  # noqa: ANN001
+    from mmirage_beam.io.fs import delete_folder
+
+    if folder:
+        try:
+            delete_folder(folder)
+        except Exception as exc:  # best effort: never hide the job's own outcome
+            print(f"mmirage merge: warning: could not remove {folder}: {exc}", file=sys.stderr)
 
 
 def _print_unfinished(unfinished, never_requests, never_rows, resume_command) -> None:  # noqa: ANN001

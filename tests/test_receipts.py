@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mmirage_beam.receipts import (
     consolidate,
     parts_dir,
@@ -56,6 +58,34 @@ def test_parts_are_readable_before_and_after_consolidation(tmp_path):
     assert consolidate(rfile) == 2
     assert not (tmp_path / "m.text.r1.jsonl.parts").exists()
     assert [r["provider_batch_id"] for r in read_receipts(rfile)] == ["b1", "b2"]
+
+
+@pytest.mark.parametrize("where", ["local", "mem"])
+def test_consolidation_keeps_lines_and_parts_win(tmp_path, where):
+    """Existing lines and parts are merged in chunk_id order (a part wins for its
+    chunk), on a local disk and on an object store (lines re-read by offset)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    import mmirage_beam.receipts as receipts_mod
+    from tests import memfs  # noqa: F401  (registers mem://)
+
+    root = str(tmp_path) if where == "local" else f"mem://consolidate-{tmp_path.name}"
+    rfile = f"{root}/m.text.r1.jsonl"
+    old = [
+        {"chunk_id": "a-chunk-000003", "provider_batch_id": "old3", "note": "x\u2028y"},
+        {"chunk_id": "a-chunk-000001", "provider_batch_id": "old1"},
+    ]
+    with FileSystems.create(rfile) as f:
+        f.write(b"".join(receipts_mod.receipt_line(r) for r in old) + b"\n")
+    for i in (2, 3):
+        r = {"chunk_id": f"a-chunk-{i:06d}", "provider_batch_id": f"part{i}"}
+        write_durably(f"{parts_dir(rfile)}/{r['chunk_id']}.json", (json.dumps(r) + "\n").encode())
+    assert consolidate(rfile) == 3
+    got = read_receipts(rfile)
+    assert [r["provider_batch_id"] for r in got] == ["old1", "part2", "part3"]
+    with FileSystems.open(rfile) as f:
+        assert f.read().count(b"\n") == 3
+    assert not FileSystems.match([f"{parts_dir(rfile)}/*"])[0].metadata_list
 
 
 def test_check_and_merge_skip_a_withdrawn_adoption(tmp_path):

@@ -702,3 +702,369 @@ class WriteOrdered(beam.PTransform):
             | "CollectParts" >> beam.combiners.ToList()
             | "Concatenate" >> beam.ParDo(_ConcatenateFn(self._out))
         )
+
+
+# -- the partitioned merge: range partitions through files --------------------------------
+#
+# Every dataset-sized stream (rows, results, rebuilt-request hashes, receipt entries) is
+# written, in the stage that produces it, into per-range temporary files; only the files'
+# names cross a stage boundary. One element per range then drives a DoFn that reads that
+# range's files, joins in memory and writes the range's ordered part of the output and
+# errors files; the parts are concatenated in order.
+
+#: bytes an in-memory spill buffer holds before its biggest range is written out
+SPILL_BUFFER_BYTES = 16 << 20
+
+ROWS_KIND = "rows"
+RESULTS_KIND = "results"
+EXPECTED_KIND = "expected"
+REBUILT_KIND = "rebuilt"
+CHANGED_KIND = "changed"
+SKIPPED_KIND = "skipped"
+UNKNOWN_KIND = "unknown"
+
+
+class RangePartitioner:
+    """source_index -> partition id, monotone: a lower id holds only lower indices.
+
+    Inside ``[lo, hi]`` the ``bounds`` of :func:`partition_bounds`; below and above it
+    (rows without a receipt: skipped or never submitted ones, rows of other runs),
+    further ranges of the same width numbered on (negative ids below ``lo``), so no
+    partition holds more than about ``width`` indices.
+    """
+
+    def __init__(self, lo: int, hi: int, bounds: Sequence[int]) -> None:
+        self.lo, self.hi, self.bounds = lo, hi, list(bounds)
+        self.width = max(1, -(-(hi - lo + 1) // max(1, len(self.bounds))))
+
+    def __call__(self, source_index: int) -> int:
+        import bisect
+
+        if source_index < self.lo:
+            return -1 - (self.lo - 1 - source_index) // self.width
+        if source_index > self.hi:
+            return len(self.bounds) + (source_index - self.hi - 1) // self.width
+        return bisect.bisect_right(self.bounds, source_index) - 1
+
+
+class SpillFile(NamedTuple):
+    """One temporary file of one kind of record for one partition."""
+
+    partition: int
+    kind: str
+    path: str
+
+
+def _write_records(path: str, records: list[bytes]) -> None:
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.create(path) as f:
+        f.write(b"".join(records))
+
+
+def read_spilled(path: str) -> Iterator[Any]:
+    """The records of one spill file, in the order written (one file is at most about
+    :data:`SPILL_BUFFER_BYTES`, read whole)."""
+    import io
+    import pickle
+
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        data = f.read()
+    stream = io.BytesIO(data)
+    while stream.tell() < len(data):
+        # A new unpickler per record: each record is its own pickle, whose memo indices
+        # start at 0 (one unpickler's memo would carry over and shift them).
+        yield pickle.load(stream)
+
+
+class _SpillFn(beam.DoFn):
+    """Records -> per-partition temporary files; emits a :class:`SpillFile` per file.
+
+    Buffers at most :data:`SPILL_BUFFER_BYTES` (pickled) per DoFn instance: past it, the
+    biggest partition's buffer is written out; the rest at the end of each bundle.
+    """
+
+    def __init__(
+        self, kind: str, temp_dir: str, partitioner: RangePartitioner, key: Any = None
+    ) -> None:
+        self._kind = kind
+        self._dir = temp_dir
+        self._part = partitioner
+        self._key = key
+
+    def start_bundle(self) -> None:
+        self._buffers: dict[int, list[bytes]] = {}
+        self._sizes: dict[int, int] = {}
+        self._total = 0
+
+    def _flush(self, part: int) -> SpillFile:
+        import uuid
+
+        path = f"{self._dir}/{self._kind}-p{part}-{uuid.uuid4().hex}.pkl"
+        _write_records(path, self._buffers.pop(part))
+        self._total -= self._sizes.pop(part)
+        return SpillFile(part, self._kind, path)
+
+    def process(self, element: Any) -> Iterator[SpillFile]:
+        import pickle
+
+        index, record = self._key(element) if self._key else (element[0], element)
+        part = self._part(int(index))
+        data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+        self._buffers.setdefault(part, []).append(data)
+        self._sizes[part] = self._sizes.get(part, 0) + len(data)
+        self._total += len(data)
+        if self._total > SPILL_BUFFER_BYTES:
+            yield self._flush(max(self._sizes, key=self._sizes.__getitem__))
+
+    def finish_bundle(self) -> Iterator[Any]:
+        from apache_beam.transforms.window import GlobalWindow
+        from apache_beam.utils.windowed_value import WindowedValue
+
+        for part in sorted(self._buffers):
+            yield WindowedValue(self._flush(part), 0, [GlobalWindow()])
+
+
+class SpillByRange(beam.PTransform):
+    """PCollection[T] -> PCollection[:class:`SpillFile`]: each element pickled into the
+    temporary file of its source_index's range, fused with the stage producing it.
+
+    Args:
+        kind: the kind of record (part of the file names, read back by kind).
+        temp_dir: the merge's temporary folder (absolute path or URI).
+        partitioner: the ranges.
+        key: element -> ``(source_index, record to store)``; default ``(element[0],
+            element)``.
+    """
+
+    def __init__(
+        self, kind: str, temp_dir: str, partitioner: RangePartitioner, key: Any = None
+    ) -> None:
+        super().__init__()
+        self._fn = _SpillFn(kind, temp_dir, partitioner, key)
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        return pcoll | "Spill" >> beam.ParDo(self._fn)
+
+
+def _results_record(r: OutputResult) -> tuple[int, OutputResult]:
+    return r.source_index, r
+
+
+def _rows_record(r: Any) -> tuple[int, Any]:
+    return r.source_index, r._replace(images=())
+
+
+class _RebuiltHashFn(beam.DoFn):
+    """Rebuilt request -> ``(custom_id, source_index, output_name, request_line_hash)``;
+    a request of a chunk whose receipt has no ``request_hashes`` also goes, with its
+    line, to ``by_chunk`` for the chunk-level check."""
+
+    def __init__(self, old_entries: dict[str, list[tuple]]) -> None:
+        self._old = old_entries
+
+    def process(self, r: Any) -> Iterator[Any]:
+        from mmirage_beam.receipts import request_line_hash
+
+        yield (r.custom_id, r.source_index, r.output_name, request_line_hash(r.line))
+        for key, pos, idx, chunk_hash, _own in self._old.get(r.custom_id, ()):
+            yield pvalue.TaggedOutput("by_chunk", (key, (pos, idx, chunk_hash, r.line)))
+
+
+def _old_chunk_entries(receipt: dict[str, Any]) -> Iterator[tuple[str, tuple]]:
+    """A receipt without per-request hashes -> ``(chunk key, (pos, source_index, chunk
+    hash, None))`` per request: the chunk's expected requests, rebuilt or not."""
+    for _cid, (key, pos, idx, chunk_hash, own) in _expected_entries(receipt):
+        if own is None:
+            yield key, (pos, idx, chunk_hash, None)
+
+
+def _check_old_chunk(element: tuple[str, Iterable[tuple]]) -> Iterator[tuple[int, str]]:
+    """A chunk of a receipt without per-request hashes: its receipt's entries (line None)
+    and its rebuilt requests (with their line) -> every row, when the chunk changed."""
+    key, entries = element
+    by_pos: dict[int, tuple] = {}
+    for e in entries:
+        if e[0] not in by_pos or e[3] is not None:
+            by_pos[e[0]] = e
+    yield from _check_chunk((key, list(by_pos.values())))
+
+
+class _CollectPartitionsFn(beam.DoFn):
+    def process(self, files: list[SpillFile]) -> Iterator[tuple[int, dict[str, list[str]]]]:
+        by_part: dict[int, dict[str, list[str]]] = {}
+        for f in files:
+            by_part.setdefault(f.partition, {}).setdefault(f.kind, []).append(f.path)
+        for part in sorted(by_part):
+            yield part, {k: sorted(v) for k, v in by_part[part].items()}
+
+
+class _JoinPartitionFn(beam.DoFn):
+    """One partition: read its files, verify, join, render, write its ordered parts.
+
+    Memory: the partition's rows, results and lines, never more.
+    """
+
+    def __init__(
+        self,
+        temp_dir: str,
+        outputs: Sequence[OutputConfig],
+        schema: Any,
+        remove_columns: bool,
+        unsubmitted_run: Optional[tuple[str, str]],
+    ) -> None:
+        self._dir = temp_dir
+        self._assemble = _AssembleFn(outputs, schema, remove_columns)
+        self._unsubmitted_run = unsubmitted_run
+
+    def setup(self) -> None:
+        self._assemble.setup()
+
+    def _verify(self, files: dict[str, list[str]]) -> Iterator[Any]:
+        """Per-request check: (source_index, key) changed, and never-submitted results."""
+        from mmirage_beam.progress import add
+
+        expected: dict[str, list[tuple]] = {}
+        for path in files.get(EXPECTED_KIND, ()):
+            for cid, entry in read_spilled(path):
+                expected.setdefault(cid, []).append(entry)
+        for path in files.get(REBUILT_KIND, ()):
+            for cid, idx, output_name, now in read_spilled(path):
+                entries = expected.pop(cid, None)
+                if entries is None:
+                    if self._unsubmitted_run is not None:
+                        run, command = self._unsubmitted_run
+                        Metrics.counter(_NS, "requests_never_submitted").inc()
+                        add("results fetched")
+                        yield (
+                            RESULTS_KIND,
+                            never_submitted_result((cid, idx, output_name), run, command),
+                        )
+                    continue
+                yield from self._compare(entries, now)
+        for entries in expected.values():  # a receipted request the source no longer builds
+            yield from self._compare(entries, None)
+
+    def _compare(self, entries: list[tuple], now: Optional[str]) -> Iterator[Any]:
+        hashed = [e for e in entries if e[4] is not None]
+        if hashed and not any(e[4] == now for e in hashed):
+            Metrics.counter(_NS, "requests_source_changed").inc()
+            key, _pos, idx, _chunk_hash, _own = hashed[-1]
+            yield CHANGED_KIND, (idx, key)
+
+    def process(self, element: tuple[int, dict[str, list[str]]]) -> Iterator[tuple]:
+        from apache_beam.io.filesystems import FileSystems
+
+        from mmirage_beam.progress import add
+
+        part, files = element
+        grouped: dict[int, dict[str, list]] = {}
+
+        def slot(idx: int) -> dict[str, list]:
+            g = grouped.get(idx)
+            if g is None:
+                g = grouped[idx] = {"results": [], "rows": [], "changed": [], "skipped": []}
+            return g
+
+        for kind, record in self._verify(files):
+            if kind == RESULTS_KIND:
+                slot(record.source_index)["results"].append(record)
+            else:
+                slot(record[0])["changed"].append(record[1])
+        for path in files.get(RESULTS_KIND, ()):
+            for r in read_spilled(path):
+                slot(r.source_index)["results"].append(r)
+        for path in files.get(CHANGED_KIND, ()):
+            for idx, key in read_spilled(path):
+                slot(idx)["changed"].append(key)
+        for path in files.get(SKIPPED_KIND, ()):
+            for idx, reason in read_spilled(path):
+                slot(idx)["skipped"].append(reason)
+        for path in files.get(ROWS_KIND, ()):
+            for row in read_spilled(path):
+                g = grouped.get(row.source_index)
+                if g is not None:  # rows without any result are not written
+                    g["rows"].append(row)
+        lines: list[tuple[int, bytes]] = []
+        errors: list[tuple[int, bytes]] = []
+        for path in files.get(UNKNOWN_KIND, ()):
+            errors.extend(read_spilled(path))
+        for idx in sorted(grouped):
+            g = grouped.pop(idx)
+            g["changed"].sort()
+            for out in self._assemble.process((idx, g)):
+                if isinstance(out, pvalue.TaggedOutput):
+                    errors.append((out.value["source_index"], _json_bytes(out.value)))
+                else:
+                    lines.append((out.source_index, out.line))
+                    add("rows merged")
+        lines.sort()
+        errors.sort()
+        written = []
+        for what, entries in (("merged", lines), ("errors", errors)):
+            path = f"{self._dir}/{what}-{part:+012d}.jsonl"
+            with FileSystems.create(path) as f:
+                for _idx, line in entries:
+                    f.write(line)
+            written.append(path)
+        yield part, written[0], written[1]
+
+
+def _json_bytes(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+class _ConcatenatePartsFn(beam.DoFn):
+    def __init__(self, output_path: str, errors_path: str, temp_dir: str) -> None:
+        self._out, self._errors, self._dir = output_path, errors_path, temp_dir
+
+    def process(self, parts: list[tuple[int, str, str]]) -> Iterator[str]:
+        from mmirage_beam.io.fs import delete_folder
+        from mmirage_beam.io.writers import concatenate_files
+
+        ordered = sorted(parts)
+        # Streamed, then renamed over the output: a reader never sees half a file.
+        concatenate_files([m for _p, m, _e in ordered], self._out)
+        concatenate_files([e for _p, _m, e in ordered], self._errors)
+        delete_folder(self._dir)
+        yield self._out
+
+
+class JoinPartitions(beam.PTransform):
+    """PCollection[:class:`SpillFile`] (every file of every kind) -> the output file and
+    its errors file, each in source_index order (lines of one source_index by their
+    bytes), written whole; PCollection[str] of the output path.
+
+    Waits for every spill file (a global list of their names: one small element per
+    file), then joins each partition in its own DoFn call and concatenates the parts in
+    partition order; the temporary folder is removed once both files are written.
+    """
+
+    def __init__(
+        self,
+        temp_dir: str,
+        output_path: str,
+        errors_path: str,
+        outputs: Sequence[OutputConfig],
+        output_schema: Any,
+        remove_columns: bool,
+        unsubmitted_run: Optional[tuple[str, str]] = None,
+    ) -> None:
+        super().__init__()
+        self._dir, self._out, self._errors = temp_dir, output_path, errors_path
+        self._join = _JoinPartitionFn(
+            temp_dir, outputs, output_schema, remove_columns, unsubmitted_run
+        )
+
+    def expand(self, files: beam.PCollection) -> beam.PCollection:
+        return (
+            files
+            | "AllSpillFiles" >> beam.combiners.ToList()
+            | "Partitions" >> beam.ParDo(_CollectPartitionsFn())
+            | "SpreadPartitions" >> beam.Reshuffle()
+            | "JoinPartition" >> beam.ParDo(self._join)
+            | "AllParts" >> beam.combiners.ToList()
+            | "Concatenate" >> beam.ParDo(_ConcatenatePartsFn(self._out, self._errors, self._dir))
+        )
