@@ -60,6 +60,9 @@ def _setup(tmp_path, provider, fake, rows, json_output=False, **proc):
             }
         )
         cfg["processing_params"]["output_schema"]["count"] = "{{ facts.count }}"
+    # One chunk at a time, as when the golden files were captured: a scripted create
+    # failure then always stops the same chunks (with more in flight, others also try).
+    cfg["execution_params"]["submit_concurrency"] = 1
     return write_config(tmp_path, cfg)
 
 
