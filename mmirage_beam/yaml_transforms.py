@@ -585,12 +585,12 @@ class SubmitBatches(beam.PTransform):
         from mmirage_beam.pipeline import SubmitRows, invalid_rows_path
         from mmirage_beam.receipts import receipts_base
         from mmirage_beam.resume import ResumeState, prepare_resume
-        from mmirage_beam.storage import check_locations, config_locations, probe_location
+        from mmirage_beam.storage import check_locations, probe_location
 
         config, run_id, dry_run = self.config, self.run_id, self.dry_run
         p = pcoll.pipeline
         base = receipts_base(config.processor.metadata_output_path, config.state_dir)
-        check_locations(config_locations(config, export_prompts=self.export_prompts), p.options)
+        check_locations(_locations(config, export_prompts=self.export_prompts), p.options)
         resume, fingerprint, started_at = ResumeState(), None, None
         if not dry_run:
             from mmirage_beam.fingerprint import read_run_record, write_run_record
@@ -652,6 +652,18 @@ class SubmitBatches(beam.PTransform):
         return submitted.receipts | "ReceiptRows" >> beam.Map(_receipt_row).with_output_types(
             ReceiptRow
         )
+
+
+def _locations(config: PipelineConfig, **flags: Optional[str]) -> dict[str, str]:
+    """What the workers write, by Beam YAML argument, for ``storage.check_locations``
+    (the rows are the pipeline's: no dataset path is read)."""
+    from mmirage_beam.storage import config_locations
+
+    return {
+        _yaml_key(k).replace("--", "").replace("-", "_"): v
+        for k, v in config_locations(config, **flags).items()
+        if not k.endswith(".path")
+    }
 
 
 def _config_fingerprint(config: PipelineConfig) -> str:
@@ -814,10 +826,10 @@ class MergeBatches(beam.PTransform):
         self.plan: Any = None
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        from mmirage_beam.storage import check_locations, config_locations
+        from mmirage_beam.storage import check_locations
 
         check_locations(
-            config_locations(self.config, output_path=self.output_path), pcoll.pipeline.options
+            _locations(self.config, output_path=self.output_path), pcoll.pipeline.options
         )
         indexed = pcoll | "AssignSourceIndex" >> self.index
         # Rows that are not valid (no index) were never submitted: nothing to join them to.

@@ -71,7 +71,7 @@ def test_dry_run_of_the_bundled_yaml_pipeline_exports_valid_requests(tmp_path):
     n, problems = validate_export(export)
     rows = _gsm8k()
     assert problems == [] and n == 2 * len(rows) == 2638
-    by_id = {ln["custom_id"]: ln for ln in _read_jsonl(export)}
+    by_id = {ln["request"]["custom_id"]: ln["request"] for ln in _read_jsonl(export)}
     questions = []
     for i in range(len(rows)):
         solution = by_id[f"solution-text-{i}"]["body"]["messages"][0]["content"]
@@ -206,6 +206,7 @@ MMIRAGE_CONFIG_PARQUET = {
 PROVIDER_PIPELINE = """
 providers:
   - type: python
+    config: {}
     transforms:
       MmirageSubmit: mmirage_beam.yaml_transforms.SubmitBatches
       MmirageMerge: mmirage_beam.yaml_transforms.MergeBatches
