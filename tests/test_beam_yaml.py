@@ -89,6 +89,26 @@ def test_dry_run_of_the_bundled_yaml_pipeline_exports_valid_requests(tmp_path):
     assert sorted(r["chunk_id"] for r in written) == sorted(r["chunk_id"] for r in receipts)
 
 
+def test_dry_run_of_the_bundled_providers_pipeline_over_parquet(tmp_path):
+    """configs/beam_yaml/gsm8k_parquet_providers.yaml: a `providers:` entry, rows from
+    ReadFromParquet, a JMESPath filter over the nested conversations, Anthropic."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "out"
+    _run_yaml(
+        "configs/beam_yaml/gsm8k_parquet_providers.yaml",
+        {"export_prompts": str(out / "p.jsonl"), "out": str(out), "run_id": "pq"},
+    )
+    n, problems = validate_export(out / "p.pq.jsonl")
+    assert problems == [] and n == 1319
+    prompts = sorted(
+        ln["request"]["params"]["messages"][0]["content"] for ln in _read_jsonl(out / "p.pq.jsonl")
+    )
+    questions = [r["conversations"][0]["content"] for r in pq.read_table(GSM8K_PARQUET).to_pylist()]
+    head = "Solve step by step, final number on its own line:\n"
+    assert prompts == sorted(head + q for q in questions)
+
+
 SUBMIT_INLINE = """
 pipeline:
   transforms:
@@ -173,9 +193,15 @@ def test_yaml_submit_then_check_and_merge_by_yaml_and_cli(tmp_path, provider_env
     assert mapping == {f"answer-text-{i}": i for i in range(40)}
     record = json.loads((out / "meta" / "batch_metadata.run.r1.json").read_text())
     assert record["finished"] is True and record["chunks_submitted"] == 3
-    sent = fake.submitted_requests("openai")
-    assert len(sent) == 40  # nothing sent twice
+    assert len(fake.submitted_requests("openai")) == 40
     assert len(fake.batches("openai")) == 3
+    # the same pipeline again, same run_id: a resume; every request has a receipt
+    again = _run_yaml(
+        _pipeline_file(tmp_path, "submit.yaml", SUBMIT_INLINE, DATA=data, OUT=out), env=env
+    )
+    assert "40 request(s) already receipted are not sent again" in again.stderr
+    assert len(fake.submitted_requests("openai")) == 40 and len(fake.batches("openai")) == 3
+    assert _read_jsonl(out / "meta" / "batch_metadata.text.r1.jsonl") == receipts
 
     # the same config as an mmirage YAML file, for the CLI
     cfg = base_config(tmp_path, "openai", base_url=fake.openai_base_url, max_requests_per_chunk=15)
