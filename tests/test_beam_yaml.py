@@ -434,3 +434,62 @@ def test_bundled_yaml_examples_parse(tmp_path):
         text = expand_jinja(path.read_text(encoding="utf-8"), {})
         spec = yaml.safe_load(text)
         assert spec["pipeline"]["transforms"], path
+
+
+PACKAGES_PIPELINE = """
+providers:
+  - type: python
+    config:
+      packages: ["@WHEEL@"]
+    transforms:
+      MmirageSubmit: mmirage_beam.yaml_transforms.SubmitBatches
+pipeline:
+  transforms:
+    - type: ReadFromJson
+      config: {path: "@DATA@"}
+    - type: MmirageSubmit
+      input: ReadFromJson
+      config:
+        run_id: pk
+        export_prompts: "@OUT@/p.jsonl"
+        processor: {provider: openai, metadata_output_path: "@OUT@/meta.jsonl"}
+        inputs: {question: question}
+        outputs:
+          - name: answer
+            prompt: "{% raw %}Answer concisely:\\n{{ question }}{% endraw %}"
+"""
+
+
+@pytest.mark.skipif(
+    os.environ.get("MMIRAGE_TEST_YAML_PACKAGES") != "1",
+    reason="opt-in (MMIRAGE_TEST_YAML_PACKAGES=1): Beam builds a ~1.4 GB virtualenv from "
+    "the package index on first use (about 20 minutes here), then ~1 GB per wheel",
+)
+def test_providers_entry_with_packages_installs_a_wheel_in_a_new_environment(tmp_path):
+    """`type: python` with `packages:`: Beam clones a virtualenv of its own, pip installs
+    the wheel there, and expands the transform in an expansion service running in it.
+    A folder is refused by Beam (it hashes the file), so the wheel is built first."""
+    from apache_beam.yaml.yaml_provider import PypiExpansionService
+
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(REPO)],
+        check=True,
+        timeout=300,
+    )
+    wheel = next(wheels.glob("mmirage_beam-*.whl"))
+    out = tmp_path / "out"
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in _gsm8k(50)), encoding="utf-8")
+    clone = PypiExpansionService._path(sys.executable, [str(wheel)])
+    try:
+        _run_yaml(
+            _pipeline_file(tmp_path, "pk.yaml", PACKAGES_PIPELINE, WHEEL=wheel, DATA=rows, OUT=out)
+        )
+    finally:  # the per-wheel clone; Beam's base environment stays cached
+        import shutil
+
+        shutil.rmtree(clone, ignore_errors=True)
+        Path(clone + "-requirements.txt").unlink(missing_ok=True)
+    n, problems = validate_export(out / "p.pk.jsonl")
+    assert problems == [] and n == 50
