@@ -302,6 +302,21 @@ def test_providers_entry_submit_and_merge_parquet_in_content_order(tmp_path, pro
     assert len(fake.submitted_requests("anthropic")) == 30
 
 
+def test_a_bad_argument_fails_the_yaml_pipeline_naming_the_key_and_line(tmp_path):
+    text = SUBMIT_INLINE.replace("{{ question }}", "{{ qestion }}")
+    proc = _run_yaml(
+        _pipeline_file(tmp_path, "bad.yaml", text, DATA=GSM8K_JSONL, OUT=tmp_path),
+        env={"OPENAI_API_KEY": "sk-test", "MMIRAGE_OPENAI_BASE_URL": "http://127.0.0.1:9"},
+        expect_ok=False,
+    )
+    assert proc.returncode != 0
+    assert 'Error applying transform "Submit" at line' in proc.stderr
+    assert (
+        "SubmitBatches.config.outputs[0].prompt: uses undefined variable 'qestion'" in proc.stderr
+    )
+    assert not (tmp_path / "meta").exists()  # nothing written
+
+
 # --- in-process: arguments, indices and the barrier -------------------------------------
 
 
