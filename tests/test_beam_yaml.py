@@ -174,7 +174,7 @@ def _pipeline_file(tmp_path, name, text, **subs):
     return str(path)
 
 
-def test_yaml_submit_then_check_and_merge_by_yaml_and_cli(tmp_path, provider_env):
+def test_yaml_submit_then_check_and_merge_by_yaml_and_cli(tmp_path, provider_env, monkeypatch):
     """ReadFromJson rows with an index column -> SubmitBatches (PyTransform) -> the
     fake OpenAI; `mmirage check` reads the receipts; MergeBatches and `mmirage merge`
     write the same merged file, every row joined with its own answer."""
@@ -209,7 +209,7 @@ def test_yaml_submit_then_check_and_merge_by_yaml_and_cli(tmp_path, provider_env
     cfg["loading_params"]["datasets"][0]["path"] = str(data)
     cfg_path = write_config(tmp_path, cfg)
     for var, value in env.items():
-        os.environ[var] = value  # monkeypatched by provider_env; restored after the test
+        monkeypatch.setenv(var, value)
     assert check_main(["--config", cfg_path, "--run-id", "r1"]) == 0
 
     _run_yaml(_pipeline_file(tmp_path, "merge.yaml", MERGE_INLINE, DATA=data, OUT=out), env=env)
