@@ -514,10 +514,15 @@ class SubmitBatches(beam.PTransform):
             (:func:`mmirage_beam.resume.prepare_resume`).
         export_prompts: dry run: write the provider-ready requests to this ``.jsonl``
             path (``P.<run_id>.jsonl``) or folder, submit nothing, need no API key.
+        keep_staged: keep the staged chunk files (``<base>.staged.<run_id>/``) after the
+            job, as ``mmirage run --keep-staged``; by default they are removed when the
+            launching process exits (the job is over: Beam YAML's main waits for it).
 
     Unlike ``mmirage run`` (a launcher around the pipeline), this transform takes no
     lease on the run id and makes no "same config and data already submitted" check:
-    do not run one ``run_id`` from two processes at once.
+    do not run one ``run_id`` from two processes at once. Nor does it check the free
+    space of a local disk for the staged chunks (the rows' size is not known before the
+    job reads them).
 
     Raises:
         ConfigError: a bad argument, naming it (``SubmitBatches.config.outputs[0].prompt``).
@@ -541,6 +546,7 @@ class SubmitBatches(beam.PTransform):
         index_field: Optional[str] = None,
         run_id: Optional[str] = None,
         export_prompts: Optional[str] = None,
+        keep_staged: bool = False,
     ) -> None:
         super().__init__()
         from mmirage_beam.ids import check_run_id, new_run_id
@@ -571,6 +577,9 @@ class SubmitBatches(beam.PTransform):
             not isinstance(export_prompts, str) or not export_prompts
         ):
             raise ConfigError(f"{name}.config.export_prompts", "must be a path")
+        if not isinstance(keep_staged, bool):
+            raise ConfigError(f"{name}.config.keep_staged", "must be true or false")
+        self.keep_staged = keep_staged
         self.export_prompts = resolve_path(export_prompts) if export_prompts else None
         self.dry_run = self.export_prompts is not None
         provider = self.config.processor.provider
@@ -611,6 +620,7 @@ class SubmitBatches(beam.PTransform):
             started_at = write_run_record(base, run_id, fingerprint, started_at=started_at)[
                 "started_at"
             ]
+        _prepare_staging(base, run_id, self.keep_staged)
         submit = SubmitRows(
             config,
             run_id,
@@ -652,6 +662,32 @@ class SubmitBatches(beam.PTransform):
         return submitted.receipts | "ReceiptRows" >> beam.Map(_receipt_row).with_output_types(
             ReceiptRow
         )
+
+
+def _prepare_staging(base: str, run_id: str, keep: bool) -> None:
+    """As ``staging.staging_area`` around ``mmirage run``'s pipeline: leftovers of an
+    earlier attempt are removed now (a resumed run rebuilds its chunks), and the folder
+    is removed when this (launching) process exits, whatever the job's outcome. Not a
+    step of the job: the export and the placeholder rows are published from the folder
+    by steps that nothing downstream of SubmitRows can wait for."""
+    import atexit
+
+    from mmirage_beam.io.fs import delete_folder
+    from mmirage_beam.staging import staging_dir
+
+    folder = staging_dir(base, run_id)
+    delete_folder(folder)
+    if not keep:
+        atexit.register(_remove_staging, folder)
+
+
+def _remove_staging(folder: str) -> None:
+    from mmirage_beam.io.fs import delete_folder
+
+    try:
+        delete_folder(folder)
+    except Exception as exc:  # noqa: BLE001 - the job's outcome matters more
+        _LOG.warning("could not remove the staging folder %s: %s", folder, exc)
 
 
 def _locations(config: PipelineConfig, **flags: Optional[str]) -> dict[str, str]:

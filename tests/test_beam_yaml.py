@@ -84,6 +84,7 @@ def test_dry_run_of_the_bundled_yaml_pipeline_exports_valid_requests(tmp_path):
     receipts = _read_jsonl(out / "batch_metadata.dry-run.text.dry1.jsonl")
     assert sum(r["submitted_request_count"] for r in receipts) == 2638
     assert not (out / "batch_metadata.dry-run.text.dry1.jsonl.parts").exists()
+    assert not (out / "batch_metadata.staged.dry1").exists()  # removed once the job is over
     # the receipt rows the transform emits, written by Beam's WriteToJson
     written = [r for f in sorted(out.glob("receipt_rows*")) for r in _read_jsonl(f)]
     assert sorted(r["chunk_id"] for r in written) == sorted(r["chunk_id"] for r in receipts)
@@ -191,6 +192,10 @@ def test_yaml_submit_then_check_and_merge_by_yaml_and_cli(tmp_path, provider_env
     assert [r["submitted_request_count"] for r in receipts] == [15, 15, 10]
     mapping = {k: v for r in receipts for k, v in r["custom_id_to_source_index"].items()}
     assert mapping == {f"answer-text-{i}": i for i in range(40)}
+    assert sorted(p.name for p in (out / "meta").iterdir()) == [
+        "batch_metadata.run.r1.json",
+        "batch_metadata.text.r1.jsonl",
+    ]
     record = json.loads((out / "meta" / "batch_metadata.run.r1.json").read_text())
     assert record["finished"] is True and record["chunks_submitted"] == 3
     assert len(fake.submitted_requests("openai")) == 40
