@@ -437,6 +437,14 @@ def _receipt_row(receipt: dict[str, Any]) -> ReceiptRow:
     )
 
 
+#: invalid rows named in the job's error message (all are in the invalid-rows file).
+_SHOWN_ERRORS = 10
+
+
+def _error_order(e: RowError) -> tuple[bool, int]:
+    return (e.source_index is None, e.source_index or 0)
+
+
 def _error_text(e: RowError) -> str:
     name = f" [{e.input_name}]" if e.input_name else ""
     where = f" ({e.location})" if e.location else ""
@@ -462,7 +470,9 @@ class _FinishRunFn(beam.DoFn):
         self._fingerprint, self._started_at = fingerprint, started_at
         self._skip, self._invalid_path = skip, invalid_rows_path
 
-    def process(self, _: Any, receipts: int, errors: list[RowError]) -> Iterable[str]:
+    def process(
+        self, _: Any, receipts: int, error_count: int, first_errors: list[RowError]
+    ) -> Iterable[str]:
         from mmirage_beam.receipts import consolidate_run
 
         written = consolidate_run(self._base, self._run_id, self._dry_run)
@@ -479,11 +489,10 @@ class _FinishRunFn(beam.DoFn):
             )
         for path, n in sorted(written.items()):
             _LOG.info("mmirage run %s: %d receipt(s) in %s", self._run_id, n, path)
-        if errors and not self._skip:
-            shown = sorted(errors, key=lambda e: (e.source_index is None, e.source_index or 0))
-            lines = "\n  ".join(_error_text(e) for e in shown[:10])
+        if error_count and not self._skip:
+            lines = "\n  ".join(_error_text(e) for e in sorted(first_errors, key=_error_order))
             raise InvalidRowsError(
-                f"{len(errors)} invalid row(s); nothing was submitted or exported. They are "
+                f"{error_count} invalid row(s); nothing was submitted or exported. They are "
                 f"listed in {self._invalid_path}; the first:\n  {lines}\nFix them, or set "
                 "skip_invalid_rows: true to process the rest."
             )
@@ -634,7 +643,13 @@ class SubmitBatches(beam.PTransform):
         receipt_count = beam.pvalue.AsSingleton(
             submitted.receipts | "CountReceipts" >> beam.combiners.Count.Globally()
         )
-        errors = beam.pvalue.AsList(submitted.errors)
+        error_count = beam.pvalue.AsSingleton(
+            submitted.errors | "CountErrors" >> beam.combiners.Count.Globally()
+        )
+        first_errors = beam.pvalue.AsSingleton(
+            submitted.errors
+            | "FirstErrors" >> beam.combiners.Top.Of(_SHOWN_ERRORS, key=_error_order, reverse=True)
+        )
         _ = (
             p
             | "FinishRunOnce" >> beam.Create([None])
@@ -650,7 +665,8 @@ class SubmitBatches(beam.PTransform):
                     invalid_rows_path(base, run_id),
                 ),
                 receipt_count,
-                errors,
+                error_count,
+                first_errors,
             )
         )
         action = "exporting to " + str(submit.plan.export_file) if dry_run else "submitting"
