@@ -17,6 +17,8 @@ def _beam_requirement() -> str:
 
 
 _GCP = _beam_requirement().replace("apache-beam", "apache-beam[gcp]", 1)
+# Beam YAML (python -m apache_beam.yaml.main): Beam's own extra (pandas, jsonschema, ...).
+_YAML = _beam_requirement().replace("apache-beam", "apache-beam[yaml]", 1)
 
 setup(
     name="mmirage-beam",
@@ -35,6 +37,7 @@ setup(
     extras_require={
         # The tests translate jobs for Dataflow offline, so they need the gcp extra too.
         # psutil: benchmarks/bench_scale.py measures the RSS of whole process trees.
+        # The tests also run Beam YAML pipelines, so they need the yaml extra.
         "test": [
             "pytest==9.0.3",
             "pytest-timeout==2.4.0",
@@ -45,9 +48,12 @@ setup(
             "pydantic>=2",
             "psutil==7.2.2",
             _GCP,
+            _YAML,
         ],
         # DataflowRunner and gs://: Beam's own extra, at requirements.txt's Beam version.
         "gcp": [_GCP],
+        # Beam YAML pipelines over mmirage_beam.yaml_transforms.
+        "yaml": [_YAML],
     },
     entry_points={"console_scripts": ["mmirage=mmirage_beam.cli:main"]},
 )

@@ -1,0 +1,890 @@
+"""The mmirage-beam transforms for Beam YAML pipelines: :class:`SubmitBatches` and
+:class:`MergeBatches`.
+
+Both take the schema'd rows (``beam.Row``) of any Beam YAML source (``ReadFromJson``,
+``ReadFromParquet``, ...), turn them into :class:`~mmirage_beam.records.SourceRow` at the
+boundary and apply the same composite transforms as ``mmirage run`` / ``mmirage merge``
+(:class:`~mmirage_beam.pipeline.SubmitRows`, :class:`~mmirage_beam.pipeline.MergeRows`),
+so receipts, the invalid-rows file, exports and merged files are the very same files.
+
+Reach them from Beam YAML in either way Beam's loader accepts (README, "Beam YAML"):
+
+* ``type: PyTransform`` with ``constructor: mmirage_beam.yaml_transforms.SubmitBatches``
+  and ``kwargs:``, resolved in the running environment;
+* a ``providers:`` entry ``type: python`` whose ``transforms:`` map names to these
+  constructors; without ``packages:`` Beam resolves them in the running environment too
+  (an ``InlineProvider``), with ``packages:`` Beam builds a new virtualenv and pip
+  installs them (see the README for what that needs).
+
+The rows' ``source_index`` (what merge joins on) is defined by ``index_field``: the named
+column holds it (a non-negative integer, unique), or, without ``index_field``, it is the
+row's rank in the content order of all rows (see :class:`AssignSourceIndex`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import decimal
+import hashlib
+import json
+import logging
+import sys
+from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence, Union
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from mmirage_beam.config.loader import (
+    DatasetConfig,
+    PipelineConfig,
+    config_from_dict,
+    load_config,
+    resolve_config_paths,
+)
+from mmirage_beam.errors import ConfigError, InvalidRowsError, MmirageError
+from mmirage_beam.records import RowError, SourceRow
+
+_LOG = logging.getLogger(__name__)
+_NS = "mmirage"
+#: buckets of the content-ordered index: rows are grouped by the first 4 hex digits of
+#: their content hash, so no worker holds more than about 1/65,536 of the rows.
+_INDEX_BUCKETS_HEX = 4
+#: ``dataset_path`` of row errors and the dataset label of rows read by Beam YAML.
+YAML_ROWS_LABEL = "<rows of the Beam YAML pipeline>"
+
+
+# --- the boundary: beam.Row -> plain JSON-compatible dict -------------------------------
+
+
+def plain_value(value: Any) -> Any:
+    """A Beam YAML field value as a plain JSON-compatible value.
+
+    ``beam.Row`` and schema NamedTuples become dicts, sequences lists, numpy scalars
+    Python numbers, dates and datetimes ISO 8601 strings, ``Decimal`` a float; ``bytes``
+    and everything else is kept.
+    """
+    if hasattr(value, "_asdict"):
+        return {k: plain_value(v) for k, v in value._asdict().items()}
+    if hasattr(value, "as_dict") and callable(value.as_dict):  # beam.Row
+        return {k: plain_value(v) for k, v in value.as_dict().items()}
+    if isinstance(value, dict):
+        return {k: plain_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_value(v) for v in value]
+    if isinstance(value, (str, bytes, bool, int, float)) or value is None:
+        return value
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if hasattr(value, "item") and callable(value.item):  # numpy scalar
+        return value.item()
+    if hasattr(value, "tolist") and callable(value.tolist):  # numpy array
+        return value.tolist()
+    return value
+
+
+def row_to_dict(row: Any) -> dict[str, Any]:
+    """One Beam YAML element (``beam.Row``, a schema NamedTuple or a dict) as a dict.
+
+    Raises:
+        TypeError: the element is not a row (e.g. a bare string).
+    """
+    out = plain_value(row)
+    if not isinstance(out, dict):
+        raise TypeError(f"expected a schema'd row (beam.Row), got {type(row).__name__}")
+    return out
+
+
+def _canonical(row: dict[str, Any]) -> str:
+    return json.dumps(row, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=repr)
+
+
+def _content_key(row: dict[str, Any]) -> tuple[str, str]:
+    text = _canonical(row)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest(), text
+
+
+class _IndexFromFieldFn(beam.DoFn):
+    def __init__(self, index_field: str) -> None:
+        self._field = index_field
+        self._bad = Metrics.counter(_NS, "row_errors")
+
+    def process(self, element: Any) -> Iterable[Any]:
+        row = row_to_dict(element)
+        value = row.get(self._field)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # pandas reads an int column with gaps as floats
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            self._bad.inc()
+            yield beam.pvalue.TaggedOutput(
+                "errors",
+                RowError(
+                    None,
+                    YAML_ROWS_LABEL,
+                    None,
+                    f"index_field {self._field!r} must hold a non-negative integer, got "
+                    f"{value!r}" + ("" if self._field in row else " (no such column)"),
+                    f"{self._field}={value!r}",
+                ),
+            )
+            return
+        yield (value, row)
+
+
+def _unique_index(kv: tuple[int, Iterable[dict[str, Any]]], index_field: str) -> Iterable[Any]:
+    index, rows = kv
+    rows = list(rows)
+    if len(rows) == 1:
+        yield SourceRow(index, 0, rows[0])
+        return
+    Metrics.counter(_NS, "row_errors").inc(len(rows))
+    for _ in rows:
+        yield beam.pvalue.TaggedOutput(
+            "errors",
+            RowError(
+                index,
+                YAML_ROWS_LABEL,
+                None,
+                f"index_field {index_field!r} value {index} is shared by {len(rows)} rows; "
+                "it must be unique (it is the source_index merge joins on)",
+                f"{index_field}={index}",
+            ),
+        )
+
+
+def _bucket_offsets(counts: list[tuple[str, int]]) -> dict[str, int]:
+    offsets, total = {}, 0
+    for bucket, n in sorted(counts):
+        offsets[bucket] = total
+        total += n
+    return offsets
+
+
+def _rank_bucket(kv: tuple[str, Iterable[Any]], offsets: dict[str, int]) -> Iterable[SourceRow]:
+    bucket, keyed = kv
+    for i, (_key, row) in enumerate(sorted(keyed, key=lambda e: e[0])):
+        yield SourceRow(offsets[bucket] + i, 0, row)
+
+
+class AssignSourceIndex(beam.PTransform):
+    """``PCollection[beam.Row]`` -> ``{"rows": PCollection[SourceRow], "errors":
+    PCollection[RowError]}``: every Beam YAML row as a plain dict with its
+    ``source_index`` (``dataset_index`` 0).
+
+    * ``index_field`` given: the source_index is that column's value, which must be a
+      non-negative integer (an integral float is accepted) unique over the rows; a row
+      without one, and every row sharing a value, is a row error (so nothing is
+      submitted unless ``skip_invalid_rows``). Give the 0-based line or row position of
+      the file to make ``mmirage merge --config`` (which counts positions) join these
+      runs too.
+    * no ``index_field``: the source_index is the row's rank when all rows are sorted by
+      (SHA-256 of their canonical JSON, that JSON). Beam readers give no order, so this
+      is the only index the same rows always get, on every runner and read. Its
+      consequences: merged files are in that order, not the file's; adding, removing or
+      editing one row shifts the index of others, which merge's source verification
+      then reports as ``source_changed`` (never a wrong join); identical rows are
+      interchangeable; ``mmirage merge --config`` cannot be used (use
+      :class:`MergeBatches`).
+
+    Computed in buckets of the hash (counts per bucket as a side input), so no worker
+    sorts more than its bucket.
+    """
+
+    def __init__(self, index_field: Optional[str] = None) -> None:
+        super().__init__()
+        if index_field is not None and (not isinstance(index_field, str) or not index_field):
+            raise ConfigError("index_field", "must be the name of a column")
+        self.index_field = index_field
+
+    def expand(self, pcoll: beam.PCollection) -> dict[str, beam.PCollection]:
+        if self.index_field is not None:
+            keyed = pcoll | "IndexFromField" >> beam.ParDo(
+                _IndexFromFieldFn(self.index_field)
+            ).with_outputs("errors", main="keyed")
+            unique = (
+                keyed.keyed
+                | "GroupByIndex" >> beam.GroupByKey()
+                | "UniqueIndex"
+                >> beam.FlatMap(_unique_index, self.index_field).with_outputs("errors", main="rows")
+            )
+            errors = (keyed.errors, unique.errors) | "IndexErrors" >> beam.Flatten()
+            return {"rows": unique.rows, "errors": errors}
+        digits = _INDEX_BUCKETS_HEX
+        keyed = (
+            pcoll
+            | "ToDicts" >> beam.Map(row_to_dict).with_output_types(Any)
+            | "ContentKey" >> beam.Map(lambda r: (_content_key(r), r))
+            | "ByBucket" >> beam.Map(lambda kr: (kr[0][0][:digits], kr))
+        )
+        offsets = beam.pvalue.AsSingleton(
+            keyed
+            | "Buckets" >> beam.Keys()
+            | "CountPerBucket" >> beam.combiners.Count.PerElement()
+            | "AllCounts" >> beam.combiners.ToList()
+            | "Offsets" >> beam.Map(_bucket_offsets)
+        )
+        rows = (
+            keyed
+            | "GroupByBucket" >> beam.GroupByKey()
+            | "RankInBucket" >> beam.FlatMap(_rank_bucket, offsets)
+        )
+        errors = pcoll.pipeline | "NoIndexErrors" >> beam.Create([])
+        return {"rows": rows, "errors": errors}
+
+
+# --- the config: from the Beam YAML arguments, validated as load_config validates -------
+
+#: Beam YAML argument -> the config key it stands for (for messages both ways).
+_KEY_MAP = (
+    ("processors[0]", "processor"),
+    ("loading_params.datasets[0].image_base_path", "image_base_path"),
+    ("loading_params.datasets[0].output_dir", "output_dir"),
+    ("loading_params.state_dir", "state_dir"),
+    ("processing_params.", ""),
+    ("execution_params.", ""),
+)
+
+
+def _yaml_key(key: str) -> str:
+    for config_key, arg in _KEY_MAP:
+        if key.startswith(config_key):
+            rest = key[len(config_key) :]
+            if arg and rest and not rest.startswith((".", "[")):
+                continue
+            return arg + rest
+    return key
+
+
+def _inputs_arg(inputs: Any) -> Any:
+    """``inputs`` as a mapping ``name: JMESPath`` or MMIRAGE's list of ``{name, key,
+    type, default}``."""
+    if isinstance(inputs, dict):
+        out = []
+        for name, spec in inputs.items():
+            if isinstance(spec, dict):
+                out.append({"name": name, **spec})
+            else:
+                out.append({"name": name, "key": spec})
+        return out
+    return inputs
+
+
+def build_config(
+    config: Optional[str] = None,
+    *,
+    processor: Optional[Mapping[str, Any]] = None,
+    inputs: Any = None,
+    outputs: Any = None,
+    output_schema: Any = None,
+    remove_columns: Optional[bool] = None,
+    state_dir: Optional[str] = None,
+    image_base_path: Optional[str] = None,
+    output_dir: Optional[str] = None,
+    skip_invalid_rows: Optional[bool] = None,
+    chunking_parallelism: Optional[int] = None,
+) -> PipelineConfig:
+    """The :class:`PipelineConfig` of a Beam YAML transform: from the mmirage YAML file
+    ``config`` (its ``loading_params.datasets`` are not read: the rows come from the
+    pipeline), or from the arguments, validated exactly as ``load_config`` validates a
+    file and with every path made absolute against the current directory.
+
+    Args:
+        config: path of an mmirage-beam YAML config; the other arguments must then be
+            unset, except ``image_base_path`` and ``output_dir``.
+        processor: the ``batch_api`` processor (``provider``, ``model``,
+            ``metadata_output_path``, ``max_chunk_bytes``, ``max_requests_per_chunk``,
+            ``base_url``, ...; ``type: batch_api`` implied).
+        inputs: ``{name: JMESPath}`` (or ``{name: {key, type, default}}``, or MMIRAGE's
+            list of ``{name, key, type, default}``).
+        outputs: MMIRAGE's list of ``{name, prompt, output_type, output_schema}``.
+        output_schema, remove_columns: as ``processing_params``.
+        state_dir: as ``loading_params.state_dir``.
+        image_base_path: what relative image paths in the rows resolve against
+            (default: the current directory).
+        output_dir: where placeholder rows are written (default: none written).
+        skip_invalid_rows, chunking_parallelism: as ``execution_params``.
+
+    Raises:
+        ConfigError: naming the Beam YAML argument (``processor.model``,
+            ``outputs[0].prompt``, ...) or, with ``config``, the key of the file.
+    """
+    for key, value in (
+        ("state_dir", state_dir),
+        ("image_base_path", image_base_path),
+        ("output_dir", output_dir),
+    ):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigError(key, f"must be a path, got {value!r}")
+    if config is not None:
+        given = {
+            "processor": processor,
+            "inputs": inputs,
+            "outputs": outputs,
+            "output_schema": output_schema,
+            "remove_columns": remove_columns,
+            "state_dir": state_dir,
+            "skip_invalid_rows": skip_invalid_rows,
+            "chunking_parallelism": chunking_parallelism,
+        }
+        both = sorted(k for k, v in given.items() if v is not None)
+        if both:
+            raise ConfigError(
+                both[0], "cannot be given together with config: (set it in the config file)"
+            )
+        if not isinstance(config, str) or not config:
+            raise ConfigError("config", "must be the path of an mmirage-beam YAML config")
+        cfg = load_config(config)
+        first = cfg.datasets[0]
+        dataset = DatasetConfig(
+            path=YAML_ROWS_LABEL,
+            type="JSONL",
+            output_dir=first.output_dir if output_dir is None else output_dir,
+            image_base_path=first.image_base_path if image_base_path is None else image_base_path,
+        )
+        return _rows_label(resolve_config_paths(dataclasses.replace(cfg, datasets=(dataset,))))
+    required = (("processor", processor), ("inputs", inputs), ("outputs", outputs))
+    missing = [k for k, v in required if v is None]
+    if missing:
+        raise ConfigError(missing[0], "is required (or give config: path/to/mmirage.yaml)")
+    if not isinstance(processor, dict):
+        raise ConfigError("processor", "must be a mapping (provider, model, ...)")
+    if processor.get("type", "batch_api") != "batch_api":
+        raise ConfigError("processor.type", "must be batch_api (or left out)")
+    dataset: dict[str, Any] = {"path": YAML_ROWS_LABEL, "type": "JSONL"}
+    if output_dir is not None:
+        dataset["output_dir"] = output_dir
+    if image_base_path is not None:
+        dataset["image_base_path"] = image_base_path
+    loading: dict[str, Any] = {"datasets": [dataset]}
+    if state_dir is not None:
+        loading["state_dir"] = state_dir
+    processing: dict[str, Any] = {"inputs": _inputs_arg(inputs), "outputs": outputs}
+    if output_schema is not None:
+        processing["output_schema"] = output_schema
+    if remove_columns is not None:
+        processing["remove_columns"] = remove_columns
+    execution: dict[str, Any] = {"mode": "local"}
+    if skip_invalid_rows is not None:
+        execution["skip_invalid_rows"] = skip_invalid_rows
+    if chunking_parallelism is not None:
+        execution["chunking_parallelism"] = chunking_parallelism
+    raw = {
+        "processors": [{**processor, "type": "batch_api"}],
+        "loading_params": loading,
+        "processing_params": processing,
+        "execution_params": execution,
+    }
+    try:
+        cfg = config_from_dict(raw)
+    except ConfigError as exc:
+        raise ConfigError(_yaml_key(exc.key), exc.message) from None
+    if not processor.get("metadata_output_path") and state_dir is None:
+        raise ConfigError(
+            "processor.metadata_output_path",
+            "is required (or state_dir): it is where the receipts of the run are written",
+        )
+    return _rows_label(resolve_config_paths(cfg))
+
+
+def _rows_label(cfg: PipelineConfig) -> PipelineConfig:
+    """The one dataset is the pipeline's rows: its ``path`` (only ever used in
+    messages) is a label, not a file, so it is not resolved."""
+    return dataclasses.replace(
+        cfg, datasets=(dataclasses.replace(cfg.datasets[0], path=YAML_ROWS_LABEL),)
+    )
+
+
+def _config_or_raise(transform: str, **kwargs: Any) -> PipelineConfig:
+    try:
+        return build_config(**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(f"{transform}.config.{exc.key}", exc.message) from None
+
+
+# --- submit -----------------------------------------------------------------------------
+
+
+class ReceiptRow(NamedTuple):
+    """One receipt as a Beam YAML row (the full receipt is in the receipt file).
+
+    ``provider_batch_id`` is ``dry-run`` for exported chunks.
+    """
+
+    run_id: str
+    provider: str
+    chunk_id: str
+    provider_batch_id: str
+    status: str
+    output_name: str
+    modality: str
+    submitted_request_count: int
+    total_bytes: int
+
+
+def _receipt_row(receipt: dict[str, Any]) -> ReceiptRow:
+    return ReceiptRow(
+        run_id=str(receipt.get("run_id") or ""),
+        provider=str(receipt.get("provider") or ""),
+        chunk_id=str(receipt.get("chunk_id") or ""),
+        provider_batch_id=str(receipt.get("provider_batch_id") or ""),
+        status=str(receipt.get("status") or ""),
+        output_name=str(receipt.get("output_name") or ""),
+        modality=str(receipt.get("modality") or ""),
+        submitted_request_count=int(receipt.get("submitted_request_count") or 0),
+        total_bytes=int(receipt.get("total_bytes") or 0),
+    )
+
+
+#: invalid rows named in the job's error message (all are in the invalid-rows file).
+_SHOWN_ERRORS = 10
+
+
+def _error_order(e: RowError) -> tuple[bool, int]:
+    return (e.source_index is None, e.source_index or 0)
+
+
+def _error_text(e: RowError) -> str:
+    name = f" [{e.input_name}]" if e.input_name else ""
+    where = f" ({e.location})" if e.location else ""
+    return f"source_index {e.source_index}{name}{where}: {e.reason}"
+
+
+class _FinishRunFn(beam.DoFn):
+    """Runs once every receipt is emitted: consolidates the receipt parts into the
+    receipt files (as ``mmirage run`` does after its pipeline), marks the run record
+    finished, and fails the job when rows were invalid and not skipped."""
+
+    def __init__(
+        self,
+        base: str,
+        run_id: str,
+        dry_run: bool,
+        fingerprint: Optional[str],
+        started_at: Optional[str],
+        skip: bool,
+        invalid_rows_path: str,
+    ) -> None:
+        self._base, self._run_id, self._dry_run = base, run_id, dry_run
+        self._fingerprint, self._started_at = fingerprint, started_at
+        self._skip, self._invalid_path = skip, invalid_rows_path
+
+    def process(
+        self, _: Any, receipts: int, error_count: int, first_errors: list[RowError]
+    ) -> Iterable[str]:
+        from mmirage_beam.receipts import consolidate_run
+
+        written = consolidate_run(self._base, self._run_id, self._dry_run)
+        if self._fingerprint is not None:
+            from mmirage_beam.fingerprint import write_run_record
+
+            write_run_record(
+                self._base,
+                self._run_id,
+                self._fingerprint,
+                started_at=self._started_at,
+                finished=True,
+                chunks_submitted=receipts,
+            )
+        for path, n in sorted(written.items()):
+            _LOG.info("mmirage run %s: %d receipt(s) in %s", self._run_id, n, path)
+        if error_count and not self._skip:
+            lines = "\n  ".join(_error_text(e) for e in sorted(first_errors, key=_error_order))
+            raise InvalidRowsError(
+                f"{error_count} invalid row(s); nothing was submitted or exported. They are "
+                f"listed in {self._invalid_path}; the first:\n  {lines}\nFix them, or set "
+                "skip_invalid_rows: true to process the rest."
+            )
+        yield from written
+
+
+class SubmitBatches(beam.PTransform):
+    """Beam YAML: ``PCollection[beam.Row]`` -> ``PCollection[ReceiptRow]``, one per
+    submitted (or, with ``export_prompts``, exported) chunk: ``mmirage run`` on the rows
+    of the pipeline.
+
+    The rows get their source_index (:class:`AssignSourceIndex`), then
+    :class:`~mmirage_beam.pipeline.SubmitRows` builds, validates (nothing is submitted
+    while a row is invalid, unless ``skip_invalid_rows``), chunks and submits them with a
+    durable receipt part per batch. Once every chunk is done, the parts are consolidated
+    into ``<base>.<modality>.<run_id>.jsonl`` exactly as ``mmirage run`` leaves them, so
+    ``mmirage check`` and ``mmirage merge`` (or :class:`MergeBatches`) read them.
+
+    Args:
+        config, processor, inputs, outputs, output_schema, remove_columns, state_dir,
+            image_base_path, output_dir, skip_invalid_rows, chunking_parallelism: see
+            :func:`build_config`.
+        index_field: the column holding each row's source_index (see
+            :class:`AssignSourceIndex`; default: content order).
+        run_id: the run's id (default: a fresh one). Running the same pipeline again
+            with the same ``run_id`` resumes it: requests already receipted are never
+            sent again, interrupted submissions are looked up first
+            (:func:`mmirage_beam.resume.prepare_resume`).
+        export_prompts: dry run: write the provider-ready requests to this ``.jsonl``
+            path (``P.<run_id>.jsonl``) or folder, submit nothing, need no API key.
+        keep_staged: keep the staged chunk files (``<base>.staged.<run_id>/``) after the
+            job, as ``mmirage run --keep-staged``; by default they are removed when the
+            launching process exits (the job is over: Beam YAML's main waits for it).
+
+    Unlike ``mmirage run`` (a launcher around the pipeline), this transform takes no
+    lease on the run id and makes no "same config and data already submitted" check:
+    do not run one ``run_id`` from two processes at once. Nor does it check the free
+    space of a local disk for the staged chunks (the rows' size is not known before the
+    job reads them).
+
+    Raises:
+        ConfigError: a bad argument, naming it (``SubmitBatches.config.outputs[0].prompt``).
+        CredentialsError: the provider's API key is not set (not for a dry run).
+        InvalidRowsError: (when the job runs) rows were invalid and not skipped.
+    """
+
+    def __init__(
+        self,
+        config: Optional[str] = None,
+        processor: Optional[Mapping[str, Any]] = None,
+        inputs: Any = None,
+        outputs: Any = None,
+        output_schema: Any = None,
+        remove_columns: Optional[bool] = None,
+        state_dir: Optional[str] = None,
+        image_base_path: Optional[str] = None,
+        output_dir: Optional[str] = None,
+        skip_invalid_rows: Optional[bool] = None,
+        chunking_parallelism: Optional[int] = None,
+        index_field: Optional[str] = None,
+        run_id: Optional[str] = None,
+        export_prompts: Optional[str] = None,
+        keep_staged: bool = False,
+    ) -> None:
+        super().__init__()
+        from mmirage_beam.ids import check_run_id, new_run_id
+        from mmirage_beam.paths import resolve_path
+        from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
+
+        name = type(self).__name__
+        self.config = _config_or_raise(
+            name,
+            config=config,
+            processor=processor,
+            inputs=inputs,
+            outputs=outputs,
+            output_schema=output_schema,
+            remove_columns=remove_columns,
+            state_dir=state_dir,
+            image_base_path=image_base_path,
+            output_dir=output_dir,
+            skip_invalid_rows=skip_invalid_rows,
+            chunking_parallelism=chunking_parallelism,
+        )
+        self.index = AssignSourceIndex(index_field)
+        try:
+            self.run_id = check_run_id(run_id) if run_id is not None else new_run_id()
+        except ValueError as exc:
+            raise ConfigError(f"{name}.config.run_id", str(exc)) from None
+        if export_prompts is not None and (
+            not isinstance(export_prompts, str) or not export_prompts
+        ):
+            raise ConfigError(f"{name}.config.export_prompts", "must be a path")
+        if not isinstance(keep_staged, bool):
+            raise ConfigError(f"{name}.config.keep_staged", "must be true or false")
+        self.keep_staged = keep_staged
+        self.export_prompts = resolve_path(export_prompts) if export_prompts else None
+        self.dry_run = self.export_prompts is not None
+        provider = self.config.processor.provider
+        adapter_cls = BatchAdapterRegistry.get(provider)
+        if not self.dry_run:
+            resolve_credentials(adapter_cls, provider)  # fail before the job starts
+        self._resumed = run_id is not None and not self.dry_run
+        self._adapter_cls = adapter_cls
+        self.plan: Any = None
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        from mmirage_beam.pipeline import SubmitRows, invalid_rows_path
+        from mmirage_beam.receipts import receipts_base
+        from mmirage_beam.resume import ResumeState, prepare_resume
+        from mmirage_beam.storage import check_locations, probe_location
+
+        config, run_id, dry_run = self.config, self.run_id, self.dry_run
+        p = pcoll.pipeline
+        base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+        check_locations(_locations(config, export_prompts=self.export_prompts), p.options)
+        resume, fingerprint, started_at = ResumeState(), None, None
+        if not dry_run:
+            from mmirage_beam.fingerprint import read_run_record, write_run_record
+
+            probe_location(base, run_id, "processor.metadata_output_path")
+            if self._resumed:
+                resume = prepare_resume(base, run_id, self._adapter_cls, config.processor)
+                if resume.submitted_ids or resume.attempt > 1:
+                    print(
+                        f"mmirage run {run_id}: resuming (attempt {resume.attempt}): "
+                        f"{len(resume.submitted_ids)} request(s) already receipted are not "
+                        "sent again",
+                        file=sys.stderr,
+                    )
+            earlier = read_run_record(base, run_id)
+            started_at = earlier.get("started_at") if earlier else None
+            fingerprint = "beam-yaml-" + _config_fingerprint(config)
+            started_at = write_run_record(base, run_id, fingerprint, started_at=started_at)[
+                "started_at"
+            ]
+        _prepare_staging(base, run_id, self.keep_staged)
+        submit = SubmitRows(
+            config,
+            run_id,
+            export_prompts=self.export_prompts,
+            attempt=resume.attempt,
+            exclude_custom_ids=resume.submitted_ids,
+        )
+        indexed = pcoll | "AssignSourceIndex" >> self.index
+        submitted = indexed | "SubmitRows" >> submit
+        self.plan = submit.plan
+        receipt_count = beam.pvalue.AsSingleton(
+            submitted.receipts | "CountReceipts" >> beam.combiners.Count.Globally()
+        )
+        error_count = beam.pvalue.AsSingleton(
+            submitted.errors | "CountErrors" >> beam.combiners.Count.Globally()
+        )
+        first_errors = beam.pvalue.AsSingleton(
+            submitted.errors
+            | "FirstErrors" >> beam.combiners.Top.Of(_SHOWN_ERRORS, key=_error_order, reverse=True)
+        )
+        _ = (
+            p
+            | "FinishRunOnce" >> beam.Create([None])
+            | "FinishRun"
+            >> beam.ParDo(
+                _FinishRunFn(
+                    base,
+                    run_id,
+                    dry_run,
+                    fingerprint,
+                    started_at,
+                    submit.skip,
+                    invalid_rows_path(base, run_id),
+                ),
+                receipt_count,
+                error_count,
+                first_errors,
+            )
+        )
+        action = "exporting to " + str(submit.plan.export_file) if dry_run else "submitting"
+        print(
+            f"mmirage run {run_id}: Beam YAML rows, {action} ({config.processor.provider}); "
+            f"receipts at {base}.*.{run_id}.jsonl",
+            file=sys.stderr,
+        )
+        return submitted.receipts | "ReceiptRows" >> beam.Map(_receipt_row).with_output_types(
+            ReceiptRow
+        )
+
+
+def _prepare_staging(base: str, run_id: str, keep: bool) -> None:
+    """As ``staging.staging_area`` around ``mmirage run``'s pipeline: leftovers of an
+    earlier attempt are removed now (a resumed run rebuilds its chunks), and the folder
+    is removed when this (launching) process exits, whatever the job's outcome. Not a
+    step of the job: the export and the placeholder rows are published from the folder
+    by steps that nothing downstream of SubmitRows can wait for."""
+    import atexit
+
+    from mmirage_beam.io.fs import delete_folder
+    from mmirage_beam.staging import staging_dir
+
+    folder = staging_dir(base, run_id)
+    delete_folder(folder)
+    if not keep:
+        atexit.register(_remove_staging, folder)
+
+
+def _remove_staging(folder: str) -> None:
+    from mmirage_beam.io.fs import delete_folder
+
+    try:
+        delete_folder(folder)
+    except Exception as exc:  # noqa: BLE001 - the job's outcome matters more
+        _LOG.warning("could not remove the staging folder %s: %s", folder, exc)
+
+
+def _locations(config: PipelineConfig, **flags: Optional[str]) -> dict[str, str]:
+    """What the workers write, by Beam YAML argument, for ``storage.check_locations``
+    (the rows are the pipeline's: no dataset path is read)."""
+    from mmirage_beam.storage import config_locations
+
+    return {
+        _yaml_key(k).replace("--", "").replace("-", "_"): v
+        for k, v in config_locations(config, **flags).items()
+        if not k.endswith(".path")
+    }
+
+
+def _config_fingerprint(config: PipelineConfig) -> str:
+    shaped = {
+        "provider": dataclasses.asdict(config.processor),
+        "inputs": [dataclasses.asdict(i) for i in config.inputs],
+        "outputs": [dataclasses.asdict(o) for o in config.outputs],
+    }
+    text = json.dumps(shaped, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# --- merge ------------------------------------------------------------------------------
+
+
+class MergedJsonRow(NamedTuple):
+    """One merged row as a Beam YAML row: its source_index and the merged JSON object
+    (the line written to the merged file, without its newline)."""
+
+    source_index: int
+    json: str
+
+
+def _merged_row(m: Any) -> MergedJsonRow:
+    return MergedJsonRow(int(m.source_index), m.line.decode("utf-8").rstrip("\n"))
+
+
+class MergeBatches(beam.PTransform):
+    """Beam YAML: ``PCollection[beam.Row]`` (every row the run was submitted from, read
+    the same way) -> ``PCollection[MergedJsonRow]``: ``mmirage merge`` on the rows of
+    the pipeline, writing ``output_path`` and ``OUT.errors.jsonl``.
+
+    When the pipeline is built, the run's receipts are found (the newest run, or
+    ``run_id``; resubmissions linked to it are included) and every batch is looked up at
+    its provider, as ``mmirage merge`` does; then
+    :class:`~mmirage_beam.pipeline.MergeRows` fetches the results, verifies the rows
+    against the receipts and joins them by source_index (:class:`AssignSourceIndex`
+    with the same ``index_field`` as the submit).
+
+    Args:
+        config, processor, inputs, outputs, output_schema, remove_columns, state_dir,
+            image_base_path: see :func:`build_config` (as given to the submit).
+        output_path: the merged JSONL file (required).
+        index_field: as given to :class:`SubmitBatches`.
+        run_id: the run to merge, or a list of runs (default: the newest).
+        allow_partial: merge while batches still run (their rows are marked pending);
+            by default such a merge is refused.
+        verify_source: rebuild the requests and compare them with the receipts
+            (default true).
+        partitions: ranges of the ordered write (default: one per 100,000 rows).
+
+    Raises:
+        ConfigError: a bad argument, naming it.
+        NoReceiptsError, CredentialsError: no receipts found; a provider key is missing.
+        MmirageError: batches are still running (without ``allow_partial``) or cannot
+            be looked up; nothing is merged.
+    """
+
+    def __init__(
+        self,
+        output_path: Optional[str] = None,
+        config: Optional[str] = None,
+        processor: Optional[Mapping[str, Any]] = None,
+        inputs: Any = None,
+        outputs: Any = None,
+        output_schema: Any = None,
+        remove_columns: Optional[bool] = None,
+        state_dir: Optional[str] = None,
+        image_base_path: Optional[str] = None,
+        index_field: Optional[str] = None,
+        run_id: Union[str, Sequence[str], None] = None,
+        allow_partial: bool = False,
+        verify_source: bool = True,
+        partitions: Optional[int] = None,
+    ) -> None:
+        super().__init__()
+        from apache_beam.io.filesystems import FileSystems
+
+        from mmirage_beam.collect import find_unfinished, select_run
+        from mmirage_beam.errors import require_int
+        from mmirage_beam.paths import resolve_path
+        from mmirage_beam.pipeline import errors_path_for, invalid_rows_path
+        from mmirage_beam.receipts import receipts_base
+        from mmirage_beam.storage import check_output_file
+
+        name = type(self).__name__
+        if not isinstance(output_path, str) or not output_path:
+            raise ConfigError(f"{name}.config.output_path", "is required: the merged JSONL file")
+        for key, value in (("allow_partial", allow_partial), ("verify_source", verify_source)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name}.config.{key}", "must be true or false")
+        if partitions is not None:
+            partitions = require_int(f"{name}.config.partitions", partitions, 1)
+        runs = [run_id] if isinstance(run_id, str) else list(run_id or [])
+        config_obj = _config_or_raise(
+            name,
+            config=config,
+            processor=processor,
+            inputs=inputs,
+            outputs=outputs,
+            output_schema=output_schema,
+            remove_columns=remove_columns,
+            state_dir=state_dir,
+            image_base_path=image_base_path,
+        )
+        self.config = config_obj
+        self.index = AssignSourceIndex(index_field)
+        self.output_path = resolve_path(output_path)
+        check_output_file(
+            f"{name}.config.output_path",
+            self.output_path,
+            config_obj,
+            [errors_path_for(self.output_path)],
+        )
+        sel = select_run(config_obj, [], runs or None, "merge")
+        if sel.lookup_failed:
+            raise MmirageError(
+                "some batches cannot be looked up; nothing merged: "
+                + ", ".join(f"{s.receipt.provider_batch_id} ({s.error})" for s in sel.lookup_failed)
+            )
+        if sel.pending and not allow_partial:
+            raise MmirageError(
+                f"{len(sel.pending)} batch(es) have not ended yet; nothing merged (set "
+                "allow_partial: true to merge what is available): "
+                + ", ".join(f"{b.provider_batch_id} ({b.provider_status})" for b in sel.pending)
+            )
+        self.selection = sel
+        base = receipts_base(config_obj.processor.metadata_output_path, config_obj.state_dir)
+        receipts = [e.receipt for e in sel.entries]
+        unfinished = find_unfinished(base, sel.linked, sel.entries)
+        resume_run = (unfinished.runs or sel.starts or [sel.run])[0]
+        resume_text = f"run the SubmitBatches step again with run_id: {resume_run}"
+        # as mmirage merge: only when every row read belongs to the merged run(s)
+        count_unsubmitted = (
+            verify_source and config_obj.num_shards == 1 and all(r.get("run_id") for r in receipts)
+        )
+        if unfinished:
+            print(
+                f"mmirage merge: UNFINISHED: run(s) {', '.join(unfinished.runs)} stopped "
+                f"before all their chunks were submitted; {resume_text}, then merge again",
+                file=sys.stderr,
+            )
+        from mmirage_beam.pipeline import MergeRows
+
+        self._merge = MergeRows(
+            config_obj,
+            sel.batches,
+            receipts,
+            sel.providers,
+            self.output_path,
+            num_partitions=partitions,
+            verify_source=verify_source,
+            invalid_rows_files=[
+                path
+                for path in (invalid_rows_path(base, run) for run in sel.linked)
+                if FileSystems.exists(path)
+            ],
+            unsubmitted_run=(resume_run, resume_text) if count_unsubmitted else None,
+        )
+        self.plan: Any = None
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        from mmirage_beam.storage import check_locations
+
+        check_locations(
+            _locations(self.config, output_path=self.output_path), pcoll.pipeline.options
+        )
+        indexed = pcoll | "AssignSourceIndex" >> self.index
+        # Rows that are not valid (no index) were never submitted: nothing to join them to.
+        merged = indexed["rows"] | "MergeRows" >> self._merge
+        self.plan = self._merge.plan
+        return merged | "MergedRows" >> beam.Map(_merged_row).with_output_types(MergedJsonRow)
