@@ -390,6 +390,11 @@ def run_loop(spec: dict, full: bool) -> dict:
         receipts = open(spec["receipts"], "w", encoding="utf-8")  # noqa: SIM115
         placeholders = open(spec["placeholders"], "wb")  # noqa: SIM115
         render = _compile_schema(spec["schema"])
+        # The dry run counts every request's input tokens (its cost estimate); so does
+        # the like-for-like loop, with the same tokenizer package and the same rules.
+        from mmirage_beam.costs.tokens import TokenCounter
+
+        tokens = TokenCounter("openai", spec["model"])
     chunk_no, cur_bytes, cur = 1, 0, []  # cur: (cid, source_index, req) of the open chunk
     totals = {"rows": 0, "requests": 0, "chunks": 0, "request_bytes": 0, "invalid": 0}
 
@@ -442,6 +447,7 @@ def run_loop(spec: dict, full: bool) -> dict:
         batch = f"text-{output}-chunk-{chunk_no:06d}"
         export.write(b'{"batch_id":"' + batch.encode() + b'","request":' + line[:-1] + b"}\n")
         if full:
+            totals["input_tokens"] = totals.get("input_tokens", 0) + tokens.count(req).input_tokens
             ctx = dict(values)
             ctx[output] = f"__BATCH_SUBMITTED__:{req['custom_id']}"
             row = render(ctx)
