@@ -83,6 +83,15 @@ def export_file_for(export_prompts: str, run_id: str) -> str:
     return f"{export_prompts.rstrip('/')}/exported_prompts.{run_id}.jsonl"
 
 
+def _sum_counts(counts: Any) -> dict[str, int]:
+    """Key-wise sum of ``dict[str, int]`` (per-bundle token counts)."""
+    total: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
 def _error_line(err: Any) -> bytes:
     return (json.dumps(err.to_json(), ensure_ascii=False) + "\n").encode("utf-8")
 
@@ -230,6 +239,11 @@ class SubmitRows(beam.PTransform):
             stop_marker=stop_marker,
             concurrency=config.execution.submit_concurrency,
             export_parts=f"{staging}/export",
+            token_estimate=None
+            if dry_run
+            else beam.pvalue.AsSingleton(
+                built.tokens | "SumTokens" >> beam.CombineGlobally(_sum_counts)
+            ),
         )
         submitted.receipts | "ProgressChunks" >> CountProgress(
             "chunks exported" if dry_run else "batches submitted"

@@ -122,3 +122,21 @@ def test_the_space_check_can_be_skipped(tmp_path, monkeypatch, flag):
     path = write_config(tmp_path, base_config(tmp_path, model="gpt-4.1-mini"))
     export = str(tmp_path / "exp.jsonl")
     assert run_main(["--config", path, "--export-prompts", export, "--run-id", "s", flag]) == 0
+
+
+def test_a_real_run_logs_its_token_estimate_before_its_first_batch(tmp_path, provider_env, caplog):
+    import logging
+
+    fake = provider_env
+    cfg = base_config(
+        tmp_path, base_url=fake.openai_base_url, model="gpt-4.1-mini", max_requests_per_chunk=400
+    )
+    caplog.set_level(logging.INFO, logger="mmirage_beam.transforms.submit")
+    assert run_main(["--config", write_config(tmp_path, cfg), "--run-id", "est"]) == 0
+    messages = [r.getMessage() for r in caplog.records if r.name.endswith("transforms.submit")]
+    told = [i for i, m in enumerate(messages) if m.startswith("before submitting:")]
+    sent = [i for i, m in enumerate(messages) if m.startswith("submitted ")]
+    assert len(told) == 1 and len(sent) == 4, messages
+    assert told[0] < sent[0]
+    assert "answer: 1,319 request(s), input tokens" in messages[told[0]]
+    assert "(exact)" in messages[told[0]]

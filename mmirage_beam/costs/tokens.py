@@ -630,6 +630,12 @@ class TokenCounter:
         key = (name, output_name)
         pending[key] = pending.get(key, 0) + value
 
+    def pending_stats(self) -> dict[str, int]:
+        """What :meth:`record` counted since the last flush, keyed like the Beam
+        counters (``"<metric>:<output>"``)."""
+        pending = self.__dict__.get("_pending") or {}
+        return {f"{name}:{output}": value for (name, output), value in pending.items()}
+
     def flush(self) -> None:
         """Add what :meth:`record` counted since the last flush to the Beam counters;
         call it from the DoFn's ``finish_bundle``."""

@@ -28,6 +28,7 @@ _LOG = logging.getLogger(__name__)
 _NS = "mmirage"
 ERRORS_TAG = "errors"
 BUILT_ROWS_TAG = "rows"
+TOKENS_TAG = "tokens"
 
 
 class ExtractedRow(NamedTuple):
@@ -263,12 +264,17 @@ class _BuildRequestsFn(beam.DoFn):
         # Counted locally, added to the metrics once per bundle (cheaper per row).
         self._count = self._nbytes = 0
 
-    def finish_bundle(self) -> None:
+    def finish_bundle(self) -> Iterator[Any]:
         if self._count:
             self._requests.inc(self._count)
             self._bytes.inc(self._nbytes)
         self._count = self._nbytes = 0
+        stats = self._tokens.pending_stats()
         self._tokens.flush()
+        if stats:  # this bundle's token counts, for the estimate before submitting
+            from apache_beam.transforms.window import GlobalWindows
+
+            yield pvalue.TaggedOutput(TOKENS_TAG, GlobalWindows.windowed_value(stats))
 
     def process(self, element: ExtractedRow) -> Iterator[Any]:
         import jinja2
@@ -399,15 +405,20 @@ class BuildRequests(beam.PTransform):
 
     def expand(self, rows: beam.PCollection) -> BuildRequestsResult:
         out = rows | "Build" >> beam.ParDo(self._fn).with_outputs(
-            ERRORS_TAG, BUILT_ROWS_TAG, main="requests"
+            ERRORS_TAG, BUILT_ROWS_TAG, TOKENS_TAG, main="requests"
         )
-        return BuildRequestsResult(out.requests, out[ERRORS_TAG], out[BUILT_ROWS_TAG])
+        return BuildRequestsResult(
+            out.requests, out[ERRORS_TAG], out[BUILT_ROWS_TAG], out[TOKENS_TAG]
+        )
 
 
 class BuildRequestsResult(NamedTuple):
     requests: beam.PCollection
     errors: beam.PCollection
     rows: beam.PCollection
+    #: ``PCollection[dict[str, int]]``: token counts per bundle, keyed like the Beam
+    #: counters of :mod:`mmirage_beam.costs.tokens` (``"input_tokens:<output>"``...).
+    tokens: Any = None
 
 
 def template_variables(source: str) -> frozenset[str]:

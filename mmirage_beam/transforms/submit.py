@@ -100,10 +100,20 @@ class _SubmitChunkFn(beam.DoFn):
         )
         self._in_flight: list[Any] = []
 
-    def process(self, chunk: ChunkRef, invalid_row_count: int = 0) -> Iterator[Any]:
+    def process(
+        self, chunk: ChunkRef, invalid_row_count: int = 0, token_estimate: Any = None
+    ) -> Iterator[Any]:
         if invalid_row_count and not self._skip_invalid:
             self._blocked.inc()
             return
+        if token_estimate and not getattr(self, "_estimate_told", False):
+            # Once per worker, before its first batch: what the run is about to cost.
+            from mmirage_beam.costs.report import estimate_lines
+
+            self._estimate_told = True
+            lines = estimate_lines(token_estimate, self._config)
+            if lines:
+                _LOG.warning("before submitting: %s", "\n".join(lines))
         # Up to ``concurrency`` chunks are uploaded and created at once; each writes its
         # own intent and receipt, and outputs are emitted here, on the DoFn's thread
         # (Beam's metrics and outputs are not thread-safe).
@@ -295,6 +305,9 @@ class SubmitChunks(beam.PTransform):
             the adapter's ``max_concurrent_submissions`` (Anthropic: 1).
         export_parts: dry run: the folder for the export parts (default
             ``<receipts_base>.staged.<run_id>/export``).
+        token_estimate: optional singleton side input (``dict[str, int]``, the run's
+            token counters, see :mod:`mmirage_beam.costs.tokens`): each worker logs the
+            run's token and cost estimate once, before its first batch.
 
     Just before a chunk goes to the provider, ``<receipt file>.parts/<chunk_id>.intent``
     is written; it is replaced by the receipt once the provider accepted the batch.
@@ -319,6 +332,7 @@ class SubmitChunks(beam.PTransform):
         stop_marker: Optional[str] = None,
         concurrency: int = 4,
         export_parts: Optional[str] = None,
+        token_estimate: Optional[Any] = None,
     ) -> None:
         super().__init__()
         if dry_run and export_parts is None:
@@ -340,11 +354,14 @@ class SubmitChunks(beam.PTransform):
             export_parts,
         )
         self._invalid = invalid_row_count
+        self._token_estimate = token_estimate
 
     def expand(self, chunks: beam.PCollection) -> SubmitChunksResult:
         kwargs = {}
         if self._invalid is not None:
             kwargs["invalid_row_count"] = self._invalid
+        if self._token_estimate is not None:
+            kwargs["token_estimate"] = self._token_estimate
         out = chunks | "Submit" >> beam.ParDo(self._fn, **kwargs).with_outputs(
             EXPORT_TAG, main="receipts"
         )
