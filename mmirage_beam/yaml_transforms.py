@@ -30,7 +30,7 @@ import hashlib
 import json
 import logging
 import sys
-from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -739,8 +739,13 @@ class MergedJsonRow(NamedTuple):
     json: str
 
 
-def _merged_row(m: Any) -> MergedJsonRow:
-    return MergedJsonRow(int(m.source_index), m.line.decode("utf-8").rstrip("\n"))
+def _merged_rows(path: str) -> Iterator[MergedJsonRow]:
+    """The merged file ``path`` (what :class:`~mmirage_beam.pipeline.MergeRows` wrote,
+    in source_index order) read back line by line as rows."""
+    from mmirage_beam.jsonl import iter_jsonl_file
+
+    for line, value in iter_jsonl_file(path):
+        yield MergedJsonRow(int(value["source_index"]), line.data.decode("utf-8"))
 
 
 class MergeBatches(beam.PTransform):
@@ -887,4 +892,6 @@ class MergeBatches(beam.PTransform):
         # Rows that are not valid (no index) were never submitted: nothing to join them to.
         merged = indexed["rows"] | "MergeRows" >> self._merge
         self.plan = self._merge.plan
-        return merged | "MergedRows" >> beam.Map(_merged_row).with_output_types(MergedJsonRow)
+        # MergeRows emits the merged file's path once it is written; its rows are read
+        # back from it, streamed, in source_index order.
+        return merged | "MergedRows" >> beam.FlatMap(_merged_rows).with_output_types(MergedJsonRow)
