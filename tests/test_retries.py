@@ -11,6 +11,8 @@ import json
 import logging
 import pickle
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import anthropic
@@ -209,6 +211,24 @@ def test_filter_per_service_and_x_should_retry():
     assert OPENAI_FILTER(httpx2.ReadError("stream cut"))
     assert not OPENAI_FILTER(_status_error(openai, 500, {"x-should-retry": "false"}))
     assert OPENAI_FILTER(_status_error(openai, 400, {"x-should-retry": "true"}))
+
+
+def test_the_retry_filter_never_imports_an_http_client():
+    """CI once failed a concurrent submission with "partially initialized module 'httpx'
+    has no attribute 'TimeoutException'": the filter imported legacy ``httpx`` on one
+    submit thread while the SDK on another looked it up in ``sys.modules``. In a fresh
+    interpreter, judging a connection error must leave ``httpx`` unloaded."""
+    code = (
+        "import sys, openai\n"
+        "from mmirage_beam.providers.retrying import make_retry_filter\n"
+        "f = make_retry_filter((openai.APIConnectionError,), (openai.APIStatusError,))\n"
+        "assert f(ConnectionResetError()) and not f(ValueError())\n"
+        "print('httpx' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "False"
 
 
 def test_exhausted_error_names_call_attempts_and_last_status(caplog):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import email.utils
 import logging
 import random
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Tuple, Type, TypeVar
@@ -123,13 +124,19 @@ class RetryPolicy:
 
 def transport_errors() -> Tuple[Type[BaseException], ...]:
     """Low-level connection errors worth retrying: the builtins plus the HTTP client's
-    ``TransportError`` (raised e.g. while a streamed result download is being read)."""
+    ``TransportError`` (raised e.g. while a streamed result download is being read).
+
+    Only HTTP client modules already loaded are looked at: this never imports one. An
+    import here, on a submit thread, once put a half-initialised ``httpx`` into
+    ``sys.modules`` that the SDK on a sibling thread then read
+    (``partially initialized module 'httpx' has no attribute 'TimeoutException'``);
+    a client never loaded cannot have raised anything.
+    """
     found: list[Type[BaseException]] = [ConnectionError, TimeoutError]
-    for module in ("httpx2", "httpx"):
-        try:
-            found.append(__import__(module).TransportError)
-        except (ImportError, AttributeError):
-            pass
+    for name in ("httpx2", "httpx"):
+        error = getattr(sys.modules.get(name), "TransportError", None)
+        if isinstance(error, type) and issubclass(error, BaseException):
+            found.append(error)
     return tuple(found)
 
 
@@ -175,7 +182,7 @@ def make_retry_filter(
         ``retry_filter(exc) -> bool``.
     """
     statuses = tuple(status_errors)
-    connection: list[Tuple[Type[BaseException], ...]] = []  # filled on first use
+    connection = tuple(connection_errors)
 
     def retry_filter(exc: BaseException) -> bool:
         code = status_code_of(exc)
@@ -184,9 +191,7 @@ def make_retry_filter(
             if should in ("true", "false"):
                 return should == "true"
             return code in RETRYABLE_STATUS_CODES or code >= 500
-        if not connection:  # the HTTP client is imported only when a call failed
-            connection.append(tuple(connection_errors) + transport_errors())
-        return isinstance(exc, connection[0])
+        return isinstance(exc, connection + transport_errors())
 
     return retry_filter
 
