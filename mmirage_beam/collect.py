@@ -151,9 +151,12 @@ def batches_to_fetch(
             failure=failure,
             run_id=e.run_id,
             output_name=e.output_name or "",
-            # the receipt's own dict, not a copy: a million-request run holds it once
-            custom_id_to_source_index=e.receipt["custom_id_to_source_index"],
+            # read back by the worker that fetches the batch: the launcher holds none
+            custom_id_to_source_index=(
+                e.receipt["custom_id_to_source_index"] if e.location is None else None
+            ),
             run_rank=rank.get(e.run_id, 0),
+            receipt_location=e.location,
         )
         batches.append(b)
         if st.status not in TERMINAL_STATUSES and st.status != LOOKUP_FAILED:
@@ -222,8 +225,10 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
             mapping = intent.get("custom_id_to_source_index") or {}
             intent_requests.update(mapping)
     if intent_requests:  # only then: no set of every receipted custom_id otherwise
-        for e in entries:
-            intent_requests.difference_update(e.receipt.get("custom_id_to_source_index", {}))
+        for e in entries:  # one receipt's map at a time
+            intent_requests.difference_update(
+                e.full_receipt().get("custom_id_to_source_index") or {}
+            )
     states: dict[str, dict[str, Any]] = {}
     short_by: dict[str, int] = {}
     for run in runs:
@@ -238,11 +243,7 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
             continue
         total = record.get("requests_total")
         if isinstance(total, int) and not isinstance(total, bool):
-            held = sum(
-                len(e.receipt.get("custom_id_to_source_index") or {})
-                for e in entries
-                if e.run_id == run
-            )
+            held = sum(e.mapped_count for e in entries if e.run_id == run)
             if total > held:
                 short_by[run] = total - held
     return Unfinished(sorted(intents), intent_requests, states, short_by)

@@ -375,7 +375,7 @@ class MergeRows(beam.PTransform):
         self,
         config: PipelineConfig,
         batches: list[Any],
-        receipts: list[dict[str, Any]],
+        receipts: Sequence[Any],
         providers: dict[str, tuple[type, Any]],
         output_path: str,
         num_partitions: Optional[int] = None,
@@ -427,13 +427,10 @@ class MergeRows(beam.PTransform):
         verify_source, invalid_rows_files = self.verify_source, self.invalid_rows_files
         unsubmitted_run = self.unsubmitted_run
 
-        lo = hi = None
-        for r in receipts:  # one receipt's indices at a time: no list of every index
-            for i in r["custom_id_to_source_index"].values():
-                i = int(i)
-                lo = i if lo is None or i < lo else lo
-                hi = i if hi is None or i > hi else hi
-        lo, hi = (lo, hi) if lo is not None else (0, 0)
+        held = [_held_receipt(r) for r in receipts]  # no per-request map is kept
+        ranges = [h.index_range for h in held if h.index_range is not None]
+        lo = min((r[0] for r in ranges), default=0)
+        hi = max((r[1] for r in ranges), default=0)
         if num_partitions is None:
             num_partitions = max(1, (hi - lo + 1) // max(1, rows_per_partition) + 1)
         bounds = partition_bounds(lo, hi, num_partitions)
@@ -464,7 +461,7 @@ class MergeRows(beam.PTransform):
                 UNKNOWN_KIND,
             ),
         ]
-        verifiable = [r for r in receipts if r.get("run_id")] if verify_source else []
+        verifiable = [h for h in held if h.receipt.get("run_id")] if verify_source else []
         extracted = rows | "ExtractInputs" >> ExtractInputs(
             config.inputs, config.datasets, load_images=bool(verifiable), lenient=True
         )
@@ -472,11 +469,15 @@ class MergeRows(beam.PTransform):
         if verifiable:
             adapter_cls = providers[config.processor.provider][0]
             rebuilt = extracted.rows | "RebuildRequests" >> BuildRequests(
-                config.outputs, config.datasets, adapter_cls, config.processor
+                config.outputs,
+                config.datasets,
+                adapter_cls,
+                config.processor,
+                count_tokens=False,  # only the bytes are compared
             )
             # Receipts written before per-request hashes: checked per chunk (a GroupByKey
             # of those chunks' requests only; receipts of this version send nothing).
-            old = [r for r in verifiable if not r.get("request_hashes")]
+            old = [_load_receipt(h.source) for h in verifiable if not h.has_request_hashes]
             old_entries: dict[str, list[tuple]] = {}
             for receipt in old:
                 for cid, entry in _expected_entries(receipt):
@@ -487,8 +488,10 @@ class MergeRows(beam.PTransform):
             spilled.append(spill(hashed.hashes, REBUILT_KIND, lambda h: (h[1], h)))
             expected = (
                 p
-                | "VerifiableReceipts" >> beam.Create(verifiable, reshuffle=False)
-                | "ExpectedRequests" >> beam.FlatMap(_expected_entries)
+                # locations (or small test receipts): each worker reads its receipt
+                | "VerifiableReceipts"
+                >> beam.Create([h.source for h in verifiable], reshuffle=False)
+                | "ExpectedRequests" >> beam.FlatMap(_expected_from)
             )
             spilled.append(spill(expected, EXPECTED_KIND, lambda e: (e[1][2], e)))
             if old:
@@ -530,11 +533,50 @@ class MergeRows(beam.PTransform):
         return out
 
 
+class _HeldReceipt(NamedTuple):
+    """What the launcher keeps of one receipt for the merge graph: its fields without the
+    per-request maps, and ``source``, what a worker reads the whole receipt from (a
+    :class:`~mmirage_beam.receipts.ReceiptLocation`, or the receipt dict itself)."""
+
+    receipt: Any
+    index_range: Optional[tuple[int, int]]
+    has_request_hashes: bool
+    source: Any
+
+
+def _held_receipt(r: Any) -> _HeldReceipt:
+    """A receipt dict or a :class:`~mmirage_beam.check.discovery.ReceiptEntry` ->
+    :class:`_HeldReceipt`."""
+    from mmirage_beam.check.discovery import ReceiptEntry
+
+    if isinstance(r, ReceiptEntry) and r.location is not None:
+        return _HeldReceipt(r.receipt, r.source_index_range, bool(r.has_request_hashes), r.location)
+    full = r.full_receipt() if isinstance(r, ReceiptEntry) else r
+    indices = [int(i) for i in (full.get("custom_id_to_source_index") or {}).values()]
+    index_range = (min(indices), max(indices)) if indices else None
+    return _HeldReceipt(full, index_range, bool(full.get("request_hashes")), full)
+
+
+def _load_receipt(source: Any) -> dict[str, Any]:
+    """The whole receipt from a :attr:`_HeldReceipt.source`."""
+    from mmirage_beam.receipts import ReceiptLocation, read_receipt_at
+
+    return read_receipt_at(source) if isinstance(source, ReceiptLocation) else source
+
+
+def _expected_from(source: Any) -> Any:
+    """The expected-request entries of the receipt at ``source`` (see
+    :func:`mmirage_beam.transforms.merge._expected_entries`)."""
+    from mmirage_beam.transforms.merge import _expected_entries
+
+    return _expected_entries(_load_receipt(source))
+
+
 def build_merge_pipeline(
     p: beam.Pipeline,
     config: PipelineConfig,
     batches: list[Any],
-    receipts: list[dict[str, Any]],
+    receipts: Sequence[Any],
     providers: dict[str, tuple[type, Any]],
     output_path: str,
     num_partitions: Optional[int] = None,
@@ -549,8 +591,11 @@ def build_merge_pipeline(
         p: the pipeline to extend.
         config: the validated config (datasets, inputs, outputs, output_schema).
         batches: the :class:`~mmirage_beam.transforms.merge.BatchToFetch` of the merge.
-        receipts: their receipt dicts; those with a ``run_id`` (written by mmirage-beam)
-            are verified against the re-read source.
+        receipts: their receipts: the
+            :class:`~mmirage_beam.check.discovery.ReceiptEntry` of
+            :func:`mmirage_beam.collect.select_run` (read back one at a time by the
+            workers, so no per-request map is held here) or receipt dicts; those with a
+            ``run_id`` (written by mmirage-beam) are verified against the re-read source.
         providers: provider name -> (adapter class, provider config).
         output_path: the merged JSONL file; errors go to ``OUT.errors.jsonl``.
         num_partitions: ordered-write partitions (default: one per

@@ -348,6 +348,65 @@ def read_receipts(path: str) -> list[dict[str, Any]]:
     return [out[k] for k in sorted(out)]
 
 
+#: Receipt fields that hold one entry per request (dataset-sized across a run's
+#: receipts): :func:`iter_located_receipts` callers keep them out of what they hold.
+PER_REQUEST_FIELDS = ("custom_id_to_source_index", "request_hashes")
+
+
+class ReceiptLocation(NamedTuple):
+    """Where one receipt is stored, to read it back (:func:`read_receipt_at`).
+
+    Attributes:
+        path: a receipt file (one receipt per line) or a ``.parts`` file (one receipt).
+        offset: byte offset of its line in ``path``; -1 for a part file (the whole file).
+        length: bytes of that line, its ``\\n`` included; -1 for a part file.
+    """
+
+    path: str
+    offset: int = -1
+    length: int = -1
+
+
+def read_receipt_at(location: ReceiptLocation) -> dict[str, Any]:
+    """The receipt stored at ``location``, read whole (its per-request maps included).
+
+    Raises:
+        ValueError: nothing there, or not a receipt (the file changed since it was read).
+    """
+    if location.offset < 0:
+        r = read_receipt_part(location.path)
+    else:
+        r = json.loads(_read_span(location.path, location.offset, location.length))
+    if not isinstance(r, dict):
+        raise ValueError(f"no receipt at {location.path} (offset {location.offset})")
+    return r
+
+
+def iter_located_receipts(path: str) -> Iterator[tuple[ReceiptLocation, Any]]:
+    """The receipts :func:`read_receipts` returns, in the same order, one at a time with
+    where each is stored. Streamed: one receipt in memory at a time, plus a location per
+    receipt (each is parsed twice, once to find it and once to yield it)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from mmirage_beam.io.fs import list_files
+
+    where: dict[str, ReceiptLocation] = {}
+    if FileSystems.exists(path):
+        for line, r in _receipt_lines(path):
+            key = (r.get("chunk_id") if isinstance(r, dict) else None) or f"#{len(where)}"
+            where[key] = ReceiptLocation(path, line.offset, line.length)
+    for part in list_files(parts_dir(path), "*.json"):
+        r = read_receipt_part(part)
+        if r is not None:
+            where[r["chunk_id"]] = ReceiptLocation(part)
+    for key in sorted(where):
+        loc = where[key]
+        if loc.offset < 0:
+            yield loc, read_receipt_part(loc.path)
+        else:
+            yield loc, json.loads(_read_span(loc.path, loc.offset, loc.length))
+
+
 MODALITIES = ("text", "multimodal")
 
 

@@ -849,13 +849,15 @@ class MergeBatches(beam.PTransform):
             )
         self.selection = sel
         base = receipts_base(config_obj.processor.metadata_output_path, config_obj.state_dir)
-        receipts = [e.receipt for e in sel.entries]
+        receipts = list(sel.entries)  # the workers read the per-request maps
         unfinished = find_unfinished(base, sel.linked, sel.entries)
         resume_run = (unfinished.runs or sel.starts or [sel.run])[0]
         resume_text = f"run the SubmitBatches step again with run_id: {resume_run}"
         # as mmirage merge: only when every row read belongs to the merged run(s)
         count_unsubmitted = (
-            verify_source and config_obj.num_shards == 1 and all(r.get("run_id") for r in receipts)
+            verify_source
+            and config_obj.num_shards == 1
+            and all(e.receipt.get("run_id") for e in receipts)
         )
         if unfinished:
             print(

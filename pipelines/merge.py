@@ -122,7 +122,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     entries, batches, pending, providers = sel.entries, sel.batches, sel.pending, sel.providers
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
-    receipts = [e.receipt for e in entries]
+    receipts = list(entries)  # ReceiptEntry: the workers read the per-request maps
 
     unfinished = find_unfinished(base, sel.linked, entries)
     resume_run = (unfinished.runs or sel.starts or [sel.run])[0]
@@ -133,7 +133,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         config.num_shards == 1
         and not args.metadata_path  # receipt files picked by hand may be a subset
         and not args.no_verify_source
-        and all(r.get("run_id") for r in receipts)
+        and all(e.receipt.get("run_id") for e in receipts)
     )
 
     out = args.output_path

@@ -370,3 +370,62 @@ def test_shards_submitted_as_runs_merge_into_one_file(tmp_path, capsys, provider
     for m in merged:
         question = rows[m["source_index"]]["question"]
         assert m["answer"] == fake_answer_text("Answer concisely:\n" + question)
+
+
+def test_the_launcher_holds_no_per_request_map_and_rebuilds_count_no_tokens(
+    tmp_path, capsys, provider_env
+):
+    """Issue 10 (merge flat in N): the receipts select_run keeps, and the batches it
+    plans, carry no custom_id map or request hashes (each worker reads its receipt back
+    from where it is stored); the merge is still complete. Issue 11: the merge's rebuild
+    of the requests, which only compares bytes, counts no tokens, so with
+    ``exact_tokens: true`` it never calls Anthropic's messages.count_tokens."""
+    from mmirage_beam.collect import select_run
+    from mmirage_beam.config import load_config
+    from mmirage_beam.receipts import read_receipts
+
+    fake = provider_env
+    rows = _rows(40)
+    cfg = _setup(tmp_path, "anthropic", fake, rows, max_requests_per_chunk=15, exact_tokens=True)
+    _submit(cfg)
+    counted_at_submit = fake.call_counts().get("messages_count_tokens", 0)
+    assert counted_at_submit > 0  # exact counting was really on
+
+    sel = select_run(load_config(cfg), [], None, "merge")
+    assert len(sel.entries) == 3 and len(sel.batches) == 3
+    on_disk = {r["chunk_id"]: r for f in {e.path for e in sel.entries} for r in read_receipts(f)}
+    for e, b in zip(sel.entries, sel.batches):
+        assert "custom_id_to_source_index" not in e.receipt
+        assert "request_hashes" not in e.receipt
+        assert b.custom_id_to_source_index is None
+        full = on_disk[e.chunk_id]
+        assert e.full_receipt() == full
+        assert b.mapping() == full["custom_id_to_source_index"]
+        indices = list(full["custom_id_to_source_index"].values())
+        assert e.source_index_range == (min(indices), max(indices))
+        assert e.mapped_count == len(indices) and e.has_request_hashes
+
+    code, merged, errors = _merge(tmp_path, cfg)
+    assert code == 0, capsys.readouterr()
+    assert errors == [] and [m["question"] for m in merged] == [r["question"] for r in rows]
+    assert fake.call_counts().get("messages_count_tokens", 0) == counted_at_submit
+
+
+def test_a_receipt_file_rewritten_under_the_merge_is_an_error_not_a_wrong_join(
+    tmp_path, provider_env
+):
+    """A worker reads a batch's map at the location the launcher noted; if the receipt
+    file changed in between, the batch id no longer matches and it says so."""
+    from mmirage_beam.collect import select_run
+    from mmirage_beam.config import load_config
+
+    fake = provider_env
+    cfg = _setup(tmp_path, "openai", fake, _rows(30), max_requests_per_chunk=15)
+    _submit(cfg)
+    sel = select_run(load_config(cfg), [], None, "merge")
+    first, second = sel.batches
+    path = Path(sel.entries[0].path)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(reversed(lines)), encoding="utf-8")  # same bytes, moved
+    with pytest.raises(ValueError, match=first.provider_batch_id):
+        first.mapping()

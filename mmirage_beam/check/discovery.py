@@ -11,6 +11,7 @@ from typing import (
     TYPE_CHECKING,
     Any,
     Dict,
+    Iterator,
     List,
     Mapping,
     Optional,
@@ -22,9 +23,12 @@ from mmirage_beam.errors import ConfigError, MmirageError
 from mmirage_beam.providers.base import parse_timestamp
 from mmirage_beam.receipts import (
     MODALITIES,
+    PER_REQUEST_FIELDS,
+    ReceiptLocation,
     find_receipt_files,
+    iter_located_receipts,
     parts_dir,
-    read_receipts,
+    read_receipt_at,
     receipt_patterns,
     receipts_base,
 )
@@ -65,7 +69,14 @@ class ReceiptEntry:
         request_count: ``submitted_request_count`` (requests in the batch).
         submitted_at: ``submitted_at_utc`` as Unix seconds (None when absent).
         path: the receipt file it was read from.
-        receipt: the receipt line itself, as read.
+        receipt: the receipt line as read, without its per-request fields
+            (:data:`~mmirage_beam.receipts.PER_REQUEST_FIELDS`) when ``location`` is set:
+            a run's receipts hold an entry per request, so they are read back one at a
+            time from where they are stored (:meth:`full_receipt`) by whoever needs them.
+        location: where the receipt is stored (None: ``receipt`` is the whole receipt).
+        mapped_requests: entries of its ``custom_id_to_source_index``.
+        source_index_range: ``(lowest, highest)`` source_index it maps, None when none.
+        has_request_hashes: whether it holds per-request ``request_hashes``.
     """
 
     provider: str
@@ -78,6 +89,25 @@ class ReceiptEntry:
     submitted_at: Optional[float]
     path: str
     receipt: Mapping[str, Any] = dataclasses.field(compare=False, repr=False)
+    location: Optional[ReceiptLocation] = dataclasses.field(default=None, compare=False)
+    mapped_requests: Optional[int] = dataclasses.field(default=None, compare=False)
+    source_index_range: Optional[Tuple[int, int]] = dataclasses.field(default=None, compare=False)
+    has_request_hashes: Optional[bool] = dataclasses.field(default=None, compare=False)
+
+    def full_receipt(self) -> Mapping[str, Any]:
+        """The whole receipt, per-request maps included (read back from ``location``).
+
+        Raises:
+            ValueError: the receipt file changed since it was read.
+        """
+        return self.receipt if self.location is None else read_receipt_at(self.location)
+
+    @property
+    def mapped_count(self) -> int:
+        """Entries of the receipt's ``custom_id_to_source_index``."""
+        if self.mapped_requests is not None:
+            return self.mapped_requests
+        return len(self.receipt.get("custom_id_to_source_index") or {})
 
     @property
     def key(self) -> Tuple[str, str]:
@@ -228,6 +258,28 @@ def _add_unique(items: List[str], item: str) -> None:
         items.append(item)
 
 
+def _summaries(
+    path: str,
+) -> Iterator[Tuple[Any, ReceiptLocation, int, Optional[Tuple[int, int]], bool]]:
+    """``(receipt without its per-request fields, location, mapped requests, source_index
+    range, has request_hashes)`` per receipt of ``path``, one receipt read at a time."""
+    for location, r in iter_located_receipts(path):
+        if not isinstance(r, dict):
+            yield r, location, 0, None, False
+            continue
+        mapping = r.get("custom_id_to_source_index")
+        lo = hi = None
+        if isinstance(mapping, dict):
+            for i in mapping.values():
+                i = int(i)
+                lo = i if lo is None or i < lo else lo
+                hi = i if hi is None or i > hi else hi
+        mapped = len(mapping) if isinstance(mapping, dict) else 0
+        slim = {k: v for k, v in r.items() if k not in PER_REQUEST_FIELDS}
+        index_range = (lo, hi) if lo is not None and hi is not None else None
+        yield slim, location, mapped, index_range, bool(r.get("request_hashes"))
+
+
 def _entries(
     path: str, name_run_id: Optional[str], name_modality: Optional[str], skipped: List[str]
 ) -> List[ReceiptEntry]:
@@ -235,13 +287,14 @@ def _entries(
     from mmirage_beam.receipts import adoption_rejected
 
     try:
-        records = read_receipts(path)
+        # one receipt at a time: only its summary is kept (see ReceiptEntry.receipt)
+        records = list(_summaries(path))
     except (OSError, ValueError, UnicodeDecodeError) as exc:  # a folder; not JSON lines
         raise ConfigError(
             "--metadata-path", f"{path} is not a receipt file (not JSON lines: {exc})"
         ) from None
     not_receipts = 0
-    for r in records:
+    for r, location, mapped, index_range, hashed in records:
         if not isinstance(r, dict):
             not_receipts += 1
             continue
@@ -263,7 +316,7 @@ def _entries(
         snapshot = r.get("model_params_snapshot") or {}
         count = r.get("submitted_request_count")
         if not isinstance(count, int) or isinstance(count, bool):
-            count = len(r.get("custom_id_to_source_index") or {})
+            count = mapped
         out.append(
             ReceiptEntry(
                 provider=str(provider),
@@ -276,6 +329,10 @@ def _entries(
                 submitted_at=parse_timestamp(r.get("submitted_at_utc")),
                 path=path,
                 receipt=r,
+                location=location,
+                mapped_requests=mapped,
+                source_index_range=index_range,
+                has_request_hashes=hashed,
             )
         )
     if not_receipts and not out and not skipped:

@@ -225,9 +225,11 @@ class _BuildRequestsFn(beam.DoFn):
         datasets: Sequence[DatasetConfig],
         adapter_cls: type,
         provider_config: BatchProviderConfig,
+        count_tokens: bool = True,
     ) -> None:
         self._outputs = tuple(outputs)
         self._datasets = tuple(datasets)
+        self._count_tokens = count_tokens
         self._adapter_cls = adapter_cls
         self._config = provider_config
         self._requests = Metrics.counter(_NS, "requests")
@@ -258,7 +260,8 @@ class _BuildRequestsFn(beam.DoFn):
         )
         from mmirage_beam.costs.tokens import token_counter_for
 
-        self._tokens = token_counter_for(self._config)  # per-output token counters
+        # per-output token counters; None when not counted (a merge's rebuild)
+        self._tokens = token_counter_for(self._config) if self._count_tokens else None
 
     def start_bundle(self) -> None:
         # Counted locally, added to the metrics once per bundle (cheaper per row).
@@ -269,6 +272,8 @@ class _BuildRequestsFn(beam.DoFn):
             self._requests.inc(self._count)
             self._bytes.inc(self._nbytes)
         self._count = self._nbytes = 0
+        if self._tokens is None:
+            return
         stats = self._tokens.pending_stats()
         self._tokens.flush()
         if stats:  # this bundle's token counts, for the estimate before submitting
@@ -363,7 +368,8 @@ class _BuildRequestsFn(beam.DoFn):
         for req, body in zip(built, bodies):
             self._count += 1
             self._nbytes += req.nbytes
-            self._tokens.record(req.output_name, body)
+            if self._tokens is not None:
+                self._tokens.record(req.output_name, body)
             yield req
         yield pvalue.TaggedOutput(BUILT_ROWS_TAG, element)
 
@@ -389,6 +395,10 @@ class BuildRequests(beam.PTransform):
         datasets: the configured datasets (for error messages).
         adapter_cls: the provider's BatchSubmissionAdapter subclass (pickled with the DoFn).
         provider_config: the processor's BatchProviderConfig.
+        count_tokens: count each request's input tokens (the ``tokens`` output and the
+            ``mmirage`` token counters). Off for a merge's rebuild of the requests,
+            which needs only their bytes: no tokenizer is loaded (about 125 MB per
+            worker for ``o200k_base``) and, with ``exact_tokens``, no provider is called.
     """
 
     def __init__(
@@ -397,11 +407,12 @@ class BuildRequests(beam.PTransform):
         datasets: Sequence[DatasetConfig],
         adapter_cls: type,
         provider_config: BatchProviderConfig,
+        count_tokens: bool = True,
     ) -> None:
         super().__init__()
         if not outputs:
             raise ValueError("outputs must not be empty")
-        self._fn = _BuildRequestsFn(outputs, datasets, adapter_cls, provider_config)
+        self._fn = _BuildRequestsFn(outputs, datasets, adapter_cls, provider_config, count_tokens)
 
     def expand(self, rows: beam.PCollection) -> BuildRequestsResult:
         out = rows | "Build" >> beam.ParDo(self._fn).with_outputs(

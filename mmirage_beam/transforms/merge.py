@@ -47,8 +47,12 @@ class BatchToFetch(NamedTuple):
             ``token_limit_exceeded``), or None.
         run_id: the run that submitted it.
         output_name: the output all its requests belong to.
-        custom_id_to_source_index: the receipt's mapping.
+        custom_id_to_source_index: the receipt's mapping, or None to read it from
+            ``receipt_location`` in the worker that fetches the batch (so the launcher
+            and the job graph hold no per-request map).
         run_rank: order of its run among linked runs (higher = submitted later).
+        receipt_location: where the receipt is stored
+            (:class:`~mmirage_beam.receipts.ReceiptLocation`), or None.
     """
 
     provider: str
@@ -58,8 +62,33 @@ class BatchToFetch(NamedTuple):
     failure: Optional[dict]
     run_id: str
     output_name: str
-    custom_id_to_source_index: dict
+    custom_id_to_source_index: Optional[dict]
     run_rank: int = 0
+    receipt_location: Optional[Any] = None
+
+    def mapping(self) -> dict:
+        """``custom_id_to_source_index``, read from the receipt when not carried.
+
+        Raises:
+            ValueError: the receipt at ``receipt_location`` is gone or changed.
+        """
+        if self.custom_id_to_source_index is not None:
+            return self.custom_id_to_source_index
+        if self.receipt_location is None:
+            raise ValueError(f"batch {self.provider_batch_id}: no receipt mapping")
+        from mmirage_beam.receipts import read_receipt_at
+
+        gone = (
+            f"the receipt of batch {self.provider_batch_id} is no longer at "
+            f"{self.receipt_location.path} (the file changed during the merge; merge again)"
+        )
+        try:
+            receipt = read_receipt_at(self.receipt_location)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{gone}: {exc}") from None
+        if receipt.get("provider_batch_id") != self.provider_batch_id:
+            raise ValueError(gone)
+        return receipt.get("custom_id_to_source_index") or {}
 
 
 class OutputResult(NamedTuple):
@@ -127,7 +156,7 @@ class _FetchResultsFn(beam.DoFn):
             adapter.teardown()
 
     def process(self, batch: BatchToFetch) -> Iterator[Any]:
-        mapping = batch.custom_id_to_source_index
+        mapping = batch.mapping()
         results: Iterable[dict[str, Any]] = ()
         if batch.status in TERMINAL_STATUSES:
             adapter, config = self._adapters[batch.provider]
