@@ -113,12 +113,13 @@ def make_receipt(
     }
     if model:
         snapshot["model"] = model
-    if metas is not None:
-        metas = list(metas)
-        index = {m.custom_id: m.source_index for m in metas}
+    if metas is not None:  # one pass: metas may be a stream (staging.iter_meta)
+        index, hashes = {}, {}
+        for m in metas:
+            index[m.custom_id] = m.source_index
+            hashes[m.custom_id] = m.line_hash
         digest = chunk.request_hash
-        hashes = {m.custom_id: m.line_hash for m in metas}
-        count = len(metas)
+        count = len(index)
     else:
         index = {r.custom_id: r.source_index for r in chunk.requests}
         digest = request_hash(r.line for r in chunk.requests)

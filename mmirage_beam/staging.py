@@ -132,10 +132,10 @@ def _meta_line(custom_id: str, source_index: int, nbytes: int, line_hash: str) -
     return f'[{json.dumps(custom_id)},{int(source_index)},{int(nbytes)},"{line_hash}"]\n'.encode()
 
 
-def read_meta(path: str, start: int = 0, end: Optional[int] = None) -> list[RequestMeta]:
+def iter_meta(path: str, start: int = 0, end: Optional[int] = None) -> Iterator[RequestMeta]:
     """The metadata of requests ``start`` (inclusive) to ``end`` (exclusive) of a staged
-    file, in order."""
-    out: list[RequestMeta] = []
+    file, in order, one at a time (a chunk of 50,000 requests held as a list is about
+    45 MB)."""
     with FileSystems.open(meta_path(path), compression_type="uncompressed") as f:
         for i, raw in enumerate(f):
             if i < start:
@@ -143,8 +143,12 @@ def read_meta(path: str, start: int = 0, end: Optional[int] = None) -> list[Requ
             if end is not None and i >= end:
                 break
             cid, idx, nbytes, h = json.loads(raw)
-            out.append(RequestMeta(cid, int(idx), int(nbytes), h))
-    return out
+            yield RequestMeta(cid, int(idx), int(nbytes), h)
+
+
+def read_meta(path: str, start: int = 0, end: Optional[int] = None) -> list[RequestMeta]:
+    """:func:`iter_meta` as a list."""
+    return list(iter_meta(path, start, end))
 
 
 def iter_lines(path: str, start: int = 0, end: Optional[int] = None) -> Iterator[bytes]:

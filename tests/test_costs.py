@@ -28,6 +28,8 @@ import gzip
 import hashlib
 import io
 import json
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -37,7 +39,13 @@ import yaml
 from mmirage_beam.costs import tokens as t
 from mmirage_beam.costs.prices import batch_price, price_table
 from mmirage_beam.costs.report import batch_usage_line, estimate_lines, usage_lines
-from mmirage_beam.costs.tokens import TokenCounter, count_text, encoding_for_model
+from mmirage_beam.costs.tokens import (
+    TokenCounter,
+    count_text,
+    encoding_for_model,
+    load_encoding,
+    vocabulary_file,
+)
 from tests.conftest import GSM8K_JSONL, IMAGES, REPO, base_config, write_config
 
 TIKTOKEN_HASHES = {
@@ -111,18 +119,40 @@ def test_bundled_vocabulary_is_tiktokens(encoding):
     data = resources.files("bpe_openai").joinpath("data", f"{encoding}.tiktoken.gz")
     raw = gzip.decompress(data.read_bytes())
     assert hashlib.sha256(raw).hexdigest() == TIKTOKEN_HASHES[encoding]
+    assert Path(vocabulary_file(encoding)).read_bytes() == data.read_bytes()
 
 
 @pytest.mark.parametrize("text,encoding,ids", VECTORS)
 def test_published_token_ids(text, encoding, ids):
-    from bpe_openai import _bindings
-
-    assert list(_bindings.tokenizer_for_encoding(encoding).encode(text)) == ids
+    assert load_encoding(encoding).encode_ordinary(text) == ids
     assert count_text(text, encoding) == len(ids)
 
 
+def test_a_vocabulary_that_is_not_tiktokens_is_refused(tmp_path, monkeypatch):
+    from mmirage_beam.costs import tokens
+
+    fake = tmp_path / "o200k_base.tiktoken.gz"
+    fake.write_bytes(gzip.compress(b"aGVsbG8= 0\n"))
+    monkeypatch.setattr(tokens, "vocabulary_file", lambda encoding: str(fake))
+    with pytest.raises(ValueError, match="is not tiktoken's o200k_base"):
+        tokens.load_encoding("o200k_base")
+
+
+def test_counting_loads_tiktoken_not_the_bpe_openai_extension():
+    """Only bpe-openai's data files are read: its native extension (about 70 MB of RSS
+    on every worker) is never imported."""
+    code = (
+        "import sys\n"
+        "from mmirage_beam.costs.tokens import count_text\n"
+        "assert count_text('tiktoken is great!', 'o200k_base') == 6\n"
+        "print(sorted(m for m in ('bpe_openai', 'tiktoken') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['tiktoken']"
+
+
 def test_long_and_repetitive_text_is_counted():
-    # tiktoken's test_large_repeated; bpe-openai's Python wrapper refuses >= 1M chars.
+    # tiktoken's test_large_repeated
     assert count_text("x" * 1_000_000, "o200k_base") > 0
     assert count_text("", "o200k_base") == 0
 

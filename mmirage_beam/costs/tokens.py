@@ -6,10 +6,11 @@ A request is what the adapter built (``BatchRequest.line``): OpenAI's batch line
 ``{"custom_id", "method", "url", "body"}`` or Anthropic's ``{"custom_id", "params"}``.
 Counting is a pure function of it, so it gives the same answer on every worker.
 
-**OpenAI text** is counted with the model's own encoding (``o200k_base`` or
-``cl100k_base``) from the ``bpe-openai`` package, whose wheels ship both vocabularies
-(byte-identical to tiktoken's published files: their SHA-256 equals tiktoken's
-``expected_hash``, checked in tests), so nothing is downloaded at first use. The chat
+**OpenAI text** is counted by tiktoken (OpenAI's tokenizer) with the model's own
+encoding (``o200k_base`` or ``cl100k_base``), built from the vocabulary files the
+``bpe-openai`` wheels ship (byte-identical to tiktoken's published files: their SHA-256
+is checked against tiktoken's ``expected_hash`` when loaded), so nothing is downloaded
+at first use. The chat
 overhead is OpenAI's documented one: 3 tokens per message, 1 more per ``name``, 3 to
 prime the reply (``num_tokens_from_messages`` in the OpenAI Cookbook, "How to count
 tokens with tiktoken", which checks it against the API's ``usage.prompt_tokens``:
@@ -133,28 +134,116 @@ def encoding_for_model(model: str) -> Optional[str]:
     return None
 
 
-_ENCODERS: dict[str, Callable[[str], int]] = {}
+#: The encodings, as tiktoken 0.14.0 defines them (``tiktoken_ext/openai_public.py``:
+#: https://github.com/openai/tiktoken/blob/0.14.0/tiktoken_ext/openai_public.py):
+#: the SHA-256 of the vocabulary file (``expected_hash``), the pre-tokenising pattern
+#: and the special tokens. tiktoken's own constructors download the vocabulary at first
+#: use, so the Encoding is built here from the same fields and a file shipped in a wheel.
+_ENCODING_SPECS: dict[str, tuple[str, str, dict[str, int]]] = {
+    "o200k_base": (
+        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+        "|".join(
+            [
+                r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+                r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+                r"""\p{N}{1,3}""",
+                r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+                r"""\s*[\r\n]+""",
+                r"""\s+(?!\S)""",
+                r"""\s+""",
+            ]
+        ),
+        {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+    ),
+    "cl100k_base": (
+        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",  # noqa: E501 (verbatim)
+        {
+            "<|endoftext|>": 100257,
+            "<|fim_prefix|>": 100258,
+            "<|fim_middle|>": 100259,
+            "<|fim_suffix|>": 100260,
+            "<|endofprompt|>": 100276,
+        },
+    ),
+}
+
+_ENCODERS: dict[str, Callable[[str], list]] = {}
+
+
+def vocabulary_file(encoding: str) -> str:
+    """The path of ``<encoding>.tiktoken.gz`` in the installed ``bpe-openai`` wheel, found
+    without importing that package (its native extension alone is about 70 MB of RSS;
+    only its data is used).
+
+    Raises:
+        KeyError: an encoding not in :data:`_ENCODING_SPECS`.
+        FileNotFoundError: bpe-openai is not installed, or ships no such file.
+    """
+    import importlib.util
+    import os
+
+    if encoding not in _ENCODING_SPECS:
+        raise KeyError(f"unknown encoding {encoding!r}")
+    spec = importlib.util.find_spec("bpe_openai")  # a top-level package: not executed
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in folders:
+        path = os.path.join(folder, "data", f"{encoding}.tiktoken.gz")
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError(
+        f"{encoding}.tiktoken.gz not found in the bpe-openai package ({folders or 'not installed'})"
+    )
+
+
+def load_encoding(encoding: str) -> Any:
+    """tiktoken's ``Encoding`` for ``o200k_base`` / ``cl100k_base``, built offline from the
+    vocabulary bpe-openai ships, after checking it is byte for byte the file tiktoken
+    downloads (its SHA-256 is tiktoken's ``expected_hash``). About 0.5 s and 75 MB.
+
+    Raises:
+        KeyError: an unknown encoding.
+        FileNotFoundError: the vocabulary file is missing (see :func:`vocabulary_file`).
+        ValueError: the file is not tiktoken's (a different SHA-256).
+    """
+    import gzip
+    import hashlib
+
+    import tiktoken
+
+    expected, pat_str, special_tokens = _ENCODING_SPECS[encoding]
+    path = vocabulary_file(encoding)
+    with open(path, "rb") as f:
+        contents = gzip.decompress(f.read())
+    actual = hashlib.sha256(contents).hexdigest()
+    if actual != expected:
+        raise ValueError(f"{path}: SHA-256 {actual} is not tiktoken's {encoding} ({expected})")
+    ranks = {}
+    for line in contents.splitlines():  # tiktoken.load.load_tiktoken_bpe's format
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    del contents
+    return tiktoken.Encoding(
+        name=encoding, pat_str=pat_str, mergeable_ranks=ranks, special_tokens=special_tokens
+    )
 
 
 def count_text(text: str, encoding: str) -> int:
     """Tokens of ``text`` in ``encoding`` (``o200k_base`` or ``cl100k_base``), special
-    tokens such as ``<|endoftext|>`` counted as the plain text they are (as tiktoken's
-    ``encode_ordinary``). The tokenizer is loaded once per process (about 1 s).
+    tokens such as ``<|endoftext|>`` counted as the plain text they are (tiktoken's
+    ``encode_ordinary``). The encoding is loaded once per process
+    (:func:`load_encoding`).
 
     Raises:
-        KeyError: an encoding bpe-openai does not ship.
+        KeyError: an unknown encoding.
     """
+    if not text:
+        return 0
     fn = _ENCODERS.get(encoding)
     if fn is None:
-        # The extension's typed interface (_bindings.pyi): the Rust crate's count(),
-        # without the Python wrapper's 1M-character and 200k-token refusals.
-        from bpe_openai import _bindings
-
-        if encoding not in _bindings.supported_encodings():
-            raise KeyError(f"unknown encoding {encoding!r}")
-        fn = _bindings.tokenizer_for_encoding(encoding).count
-        _ENCODERS[encoding] = fn
-    return int(fn(text)) if text else 0
+        fn = _ENCODERS.setdefault(encoding, load_encoding(encoding).encode_ordinary)
+    return len(fn(text))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -48,7 +48,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.records import BatchRequest, Chunk, ChunkRef, RowError
-from mmirage_beam.staging import StagedChunkWriter, iter_lines, new_stem, read_meta
+from mmirage_beam.staging import StagedChunkWriter, iter_lines, iter_meta, new_stem, read_meta
 
 __all__ = [
     "FLUSH_END_OF_INPUT",
@@ -460,7 +460,7 @@ class _ChunkFn(beam.DoFn):
             writer = StagedChunkWriter(new_stem(self._staging_dir, "chunk"))
             try:
                 for run in runs:
-                    metas = read_meta(run.path, run.start, run.end)
+                    metas = iter_meta(run.path, run.start, run.end)
                     for line, meta in zip(iter_lines(run.path, run.start, run.end), metas):
                         writer.write_staged(line, meta)
             except BaseException:

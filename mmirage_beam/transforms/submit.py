@@ -172,7 +172,7 @@ class _SubmitChunkFn(beam.DoFn):
     def _submit_one(self, chunk: ChunkRef) -> tuple[dict[str, Any], Optional[str], bool]:
         """Submit (or export) one staged chunk: ``(receipt, export part or None, whether
         the receipt existed already)``. Runs on a pool thread."""
-        from mmirage_beam.staging import read_meta
+        from mmirage_beam.staging import iter_meta
 
         rfile = receipt_path(self._base, chunk.modality, self._run_id, self._dry_run)
         part = part_path(rfile, chunk.chunk_id)
@@ -186,7 +186,7 @@ class _SubmitChunkFn(beam.DoFn):
             model=getattr(self._config, "model", None),
             attempt=self._attempt,
             parent_run_id=self._parent,
-            metas=read_meta(chunk.path),
+            metas=iter_meta(chunk.path),
         )
         intent = None
         export_part = None
