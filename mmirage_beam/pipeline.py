@@ -552,6 +552,12 @@ def _held_receipt(r: Any) -> _HeldReceipt:
     if isinstance(r, ReceiptEntry) and r.location is not None:
         return _HeldReceipt(r.receipt, r.source_index_range, bool(r.has_request_hashes), r.location)
     full = r.full_receipt() if isinstance(r, ReceiptEntry) else r
+    if not isinstance(full.get("custom_id_to_source_index"), dict):
+        raise ValueError(
+            f"receipt of chunk {full.get('chunk_id')!r} has no custom_id_to_source_index: "
+            "pass the ReceiptEntry objects of collect.select_run (their .receipt leaves "
+            "the per-request maps out) or whole receipt dicts"
+        )
     indices = [int(i) for i in (full.get("custom_id_to_source_index") or {}).values()]
     index_range = (min(indices), max(indices)) if indices else None
     return _HeldReceipt(full, index_range, bool(full.get("request_hashes")), full)

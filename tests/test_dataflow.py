@@ -213,7 +213,7 @@ def test_merge_pipeline_translates_to_a_runner_v2_dataflow_job(tmp_path, monkeyp
             p,
             config,
             sel.batches,
-            [e.receipt for e in sel.entries],
+            sel.entries,
             sel.providers,
             "gs://mmirage-offline-test/out/merged.jsonl",
         )

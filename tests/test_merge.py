@@ -429,3 +429,15 @@ def test_a_receipt_file_rewritten_under_the_merge_is_an_error_not_a_wrong_join(
     path.write_text("".join(reversed(lines)), encoding="utf-8")  # same bytes, moved
     with pytest.raises(ValueError, match=first.provider_batch_id):
         first.mapping()
+
+
+def test_a_receipt_without_its_map_is_refused_by_name():
+    """MergeRows takes select_run's ReceiptEntry objects or whole receipt dicts; an
+    entry's ``.receipt`` alone (the per-request maps left out) is refused with the fix,
+    not a KeyError deep in the graph."""
+    from mmirage_beam.pipeline import _held_receipt
+
+    with pytest.raises(ValueError, match="ReceiptEntry objects of collect.select_run"):
+        _held_receipt({"chunk_id": "answer-chunk-000001", "run_id": "r1"})
+    held = _held_receipt({"chunk_id": "c", "run_id": "r1", "custom_id_to_source_index": {"a": 7}})
+    assert held.index_range == (7, 7) and not held.has_request_hashes
