@@ -1,10 +1,13 @@
 """The collect side: fetch results, verify the source, join by source_index, write in order.
 
+What ``pipeline.MergeRows`` composes (bounded memory, see docs/architecture.md):
+
     BatchToFetch --FetchResults--> OutputResult (keyed by source_index)   + unknown ids
     ExtractedRow (re-read with the same reader) ---------------------------+
-    receipts + rebuilt requests --VerifySourceUnchanged--> changed rows ---+
-        --CoGroupByKey--> AssembleMergedRows --> (source_index, JSON line) + error lines
-        --WriteOrdered--> range partitions, sorted within, concatenated in order -> OUT
+    rebuilt request hashes, receipts' expected entries --------------------+
+        each --SpillByRange--> per-range spill files (RangePartitioner)
+        --JoinPartitions--> per range: verify, join, render, sort -> parts,
+                            concatenated in order -> OUT, OUT.errors.jsonl
 
 Provider specifics stay in the adapters (``retrieve_results``); results arrive here as
 the neutral dicts described in :mod:`mmirage_beam.results`.
@@ -279,7 +282,6 @@ class FetchResultsResult(NamedTuple):
 
 
 NEVER_SUBMITTED = "never_submitted"
-UNSUBMITTED_TAG = "unsubmitted"
 
 
 def _expected_entries(receipt: dict[str, Any]) -> Iterator[tuple[str, tuple]]:
@@ -287,42 +289,6 @@ def _expected_entries(receipt: dict[str, Any]) -> Iterator[tuple[str, tuple]]:
     hashes = receipt.get("request_hashes") or {}
     for pos, (cid, idx) in enumerate(receipt["custom_id_to_source_index"].items()):
         yield cid, (key, pos, int(idx), receipt["request_hash"], hashes.get(cid))
-
-
-class _PairWithLineFn(beam.DoFn):
-    """Per custom_id: its receipts' expectations and its rebuilt request (if any).
-
-    A receipt with a per-request hash is checked here, for this request alone; one
-    without goes on to the chunk-level check. A rebuilt request no receipt knows goes to
-    ``unsubmitted`` (when asked for).
-    """
-
-    def __init__(self, report_unsubmitted: bool) -> None:
-        self._report_unsubmitted = report_unsubmitted
-
-    def process(self, element: tuple[str, dict[str, list]]) -> Iterator[Any]:
-        from mmirage_beam.receipts import request_line_hash
-
-        cid, grouped = element
-        lines = list(grouped["line"])
-        line = lines[0][0] if lines else None
-        expected = list(grouped["expected"])
-        if not expected:
-            if self._report_unsubmitted and lines:
-                _line, idx, output_name = lines[0]
-                yield pvalue.TaggedOutput(UNSUBMITTED_TAG, (cid, idx, output_name))
-            return
-        now = request_line_hash(line) if line is not None else None
-        # Receipts of linked runs may hold the same custom_id: once one of them matches
-        # the current request (e.g. a resubmission of the changed row), it is unchanged.
-        hashed = [e for e in expected if e[4] is not None]
-        if hashed and not any(e[4] == now for e in hashed):
-            Metrics.counter(_NS, "requests_source_changed").inc()
-            key, _pos, idx, _chunk_hash, _own = hashed[-1]
-            yield idx, key
-        for key, pos, idx, chunk_hash, own_hash in expected:
-            if own_hash is None:
-                yield pvalue.TaggedOutput("by_chunk", (key, (pos, idx, chunk_hash, line)))
 
 
 def _check_chunk(element: tuple[str, Iterable[tuple]]) -> Iterator[tuple[int, str]]:
@@ -336,60 +302,6 @@ def _check_chunk(element: tuple[str, Iterable[tuple]]) -> Iterator[tuple[int, st
         Metrics.counter(_NS, "chunks_source_changed").inc()
         for _pos, idx, _exp, _line in ordered:
             yield idx, key
-
-
-class VerifySourceUnchanged(beam.PTransform):
-    """Detect rows whose requests no longer match what was submitted.
-
-    Input: a dict ``{"receipts": PCollection[receipt dict], "requests":
-    PCollection[BatchRequest]}`` (the requests rebuilt from the re-read source). A
-    receipt with ``request_hashes`` (written since per-request hashes exist) marks a row
-    only when that row's own rebuilt request differs from its hash, or can no longer be
-    rebuilt. An older receipt (only the chunk's ``request_hash``) is checked per chunk:
-    the rebuilt requests of its custom_ids, in receipt order, are hashed as at
-    submission (:func:`mmirage_beam.receipts.request_hash`), and a chunk whose hash
-    differs, or one of whose custom_ids can no longer be rebuilt, marks all its rows.
-
-    Output: ``VerifyResult(changed, unsubmitted)``: ``changed`` is
-    PCollection[(source_index, chunk key)] of rows that must not be joined;
-    ``unsubmitted`` (with ``report_unsubmitted``) is PCollection[(custom_id,
-    source_index, output_name)] of rebuilt requests that no receipt holds: requests of
-    the run that were never submitted.
-
-    Args:
-        report_unsubmitted: fill ``unsubmitted`` (only meaningful when the receipts are
-            every receipt of runs that read the same rows as this merge).
-    """
-
-    def __init__(self, report_unsubmitted: bool = False) -> None:
-        super().__init__()
-        self._report_unsubmitted = report_unsubmitted
-
-    def expand(self, pcolls: dict[str, beam.PCollection]) -> VerifyResult:
-        expected = pcolls["receipts"] | "ExpectedRequests" >> beam.FlatMap(_expected_entries)
-        rebuilt = pcolls["requests"] | "RebuiltLines" >> beam.Map(
-            lambda r: (r.custom_id, (r.line, r.source_index, r.output_name))
-        )
-        paired = (
-            {"expected": expected, "line": rebuilt}
-            | "JoinById" >> beam.CoGroupByKey()
-            | "CompareRequests"
-            >> beam.ParDo(_PairWithLineFn(self._report_unsubmitted)).with_outputs(
-                "by_chunk", UNSUBMITTED_TAG, main="changed"
-            )
-        )
-        by_chunk = (
-            paired.by_chunk
-            | "GroupChunks" >> beam.GroupByKey()
-            | "CompareChunkHashes" >> beam.FlatMap(_check_chunk)
-        )
-        changed = (paired.changed, by_chunk) | "AllChanged" >> beam.Flatten()
-        return VerifyResult(changed, paired[UNSUBMITTED_TAG])
-
-
-class VerifyResult(NamedTuple):
-    changed: beam.PCollection
-    unsubmitted: beam.PCollection
 
 
 def never_submitted_result(
@@ -607,56 +519,6 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-class AssembleMergedRows(beam.PTransform):
-    """Join results onto source rows and render each output row.
-
-    Input: a dict ``{"results": PCollection[OutputResult], "rows":
-    PCollection[ExtractedRow], "changed": PCollection[(source_index, chunk key)],
-    "skipped"?: PCollection[(source_index, reason)]}`` (rows left out at submission by
-    ``--skip-invalid-rows``: written with null outputs and ``mmirage_skipped: reason``).
-    Output: ``AssembleResult(rows=PCollection[MergedRow], errors=PCollection[dict])``.
-
-    One row per source_index that has results: the top-level ``output_schema`` rendered
-    with the real values (JSON outputs parsed and validated first, tolerating a fenced
-    block), ``source_index``, ``input_tokens``/``output_tokens`` summed over its outputs
-    when reported, and ``mmirage_errors`` ``{output: {type, message, status_code,
-    retryable}}`` for every output that failed, is pending, is not valid JSON (the raw
-    text is kept) or whose source row changed or vanished (then the output is null).
-    Each such output is also a line on ``errors``.
-    """
-
-    def __init__(
-        self, outputs: Sequence[OutputConfig], output_schema: Any, remove_columns: bool
-    ) -> None:
-        super().__init__()
-        self._fn = _AssembleFn(outputs, output_schema, remove_columns)
-
-    def expand(self, pcolls: dict[str, beam.PCollection]) -> AssembleResult:
-        keyed = {
-            "results": pcolls["results"]
-            | "ResultsByIndex" >> beam.Map(lambda r: (r.source_index, r)),
-            "rows": pcolls["rows"]
-            | "RowsByIndex" >> beam.Map(lambda r: (r.source_index, r._replace(images=()))),
-            "changed": pcolls["changed"],
-            "skipped": pcolls.get("skipped")
-            or (pcolls["changed"].pipeline | "NoSkippedRows" >> beam.Create([])),
-        }
-        out = (
-            keyed
-            | "JoinBySourceIndex" >> beam.CoGroupByKey()
-            | "Assemble" >> beam.ParDo(self._fn).with_outputs(ERRORS_TAG, main="rows")
-        )
-        return AssembleResult(out.rows, out[ERRORS_TAG])
-
-
-class AssembleResult(NamedTuple):
-    rows: beam.PCollection
-    errors: beam.PCollection
-
-
-# -- ordered write -----------------------------------------------------------------------
-
-
 def partition_bounds(lo: int, hi: int, num_partitions: int) -> list[int]:
     """Start indices of ``num_partitions`` equal ranges over ``[lo, hi]`` (inclusive)."""
     span = max(1, hi - lo + 1)
@@ -664,84 +526,6 @@ def partition_bounds(lo: int, hi: int, num_partitions: int) -> list[int]:
     return [lo + (span * i) // n for i in range(n)]
 
 
-class _WritePartitionFn(beam.DoFn):
-    def __init__(self, parts_dir: str) -> None:
-        self._dir = parts_dir
-
-    def process(self, element: tuple[int, Iterable[MergedRow]]) -> Iterator[tuple[int, str]]:
-        from mmirage_beam.receipts import write_durably
-
-        part, rows = element
-        ordered = sorted(rows, key=lambda r: (r.source_index, r.line))
-        path = f"{self._dir}/part-{part:05d}.jsonl"
-        write_durably(path, b"".join(r.line for r in ordered))
-        yield part, path
-
-
-class _ConcatenateFn(beam.DoFn):
-    def __init__(self, output_path: str) -> None:
-        self._out = output_path
-
-    def process(self, parts: list[tuple[int, str]]) -> Iterator[str]:
-        from mmirage_beam.io.fs import delete_folder
-        from mmirage_beam.io.writers import concatenate_files
-
-        # Streamed, then renamed over the output: a reader never sees half a file.
-        concatenate_files([path for _part, path in sorted(parts)], self._out)
-        delete_folder(f"{self._out}.parts")
-        yield self._out
-
-
-class WriteOrdered(beam.PTransform):
-    """PCollection[MergedRow] -> one file, rows in source_index order (then by bytes, so
-    lines of the same source_index come in a stable order). Always writes the file, empty
-    when there are no rows.
-
-    A scalable plan: rows are range-partitioned by source_index into ``bounds`` ranges,
-    each partition is sorted by one worker and written as ``<output>.parts/part-NNNNN``,
-    then the parts are concatenated in partition order into ``output_path`` (streamed,
-    1 MiB at a time). Memory per worker is one partition, never the whole output.
-
-    Args:
-        output_path: the final file.
-        bounds: ascending start source_index of each partition
-            (see :func:`partition_bounds`).
-    """
-
-    def __init__(self, output_path: str, bounds: Sequence[int]) -> None:
-        super().__init__()
-        if not bounds:
-            raise ValueError("bounds must not be empty")
-        self._out = output_path
-        self._bounds = list(bounds)
-
-    def expand(self, rows: beam.PCollection) -> beam.PCollection:
-        import bisect
-
-        bounds = self._bounds
-
-        def part_of(row: MergedRow) -> tuple[int, MergedRow]:
-            return max(0, bisect.bisect_right(bounds, row.source_index) - 1), row
-
-        return (
-            rows
-            | "RangePartition" >> beam.Map(part_of)
-            | "GroupPartitions" >> beam.GroupByKey()
-            | "SortAndWritePartition" >> beam.ParDo(_WritePartitionFn(self._out + ".parts"))
-            | "CollectParts" >> beam.combiners.ToList()
-            | "Concatenate" >> beam.ParDo(_ConcatenateFn(self._out))
-        )
-
-
-# -- the partitioned merge: range partitions through files --------------------------------
-#
-# Every dataset-sized stream (rows, results, rebuilt-request hashes, receipt entries) is
-# written, in the stage that produces it, into per-range temporary files; only the files'
-# names cross a stage boundary. One element per range then drives a DoFn that reads that
-# range's files, joins in memory and writes the range's ordered part of the output and
-# errors files; the parts are concatenated in order.
-
-#: bytes an in-memory spill buffer holds before its biggest range is written out
 SPILL_BUFFER_BYTES = 16 << 20
 
 ROWS_KIND = "rows"
