@@ -558,8 +558,9 @@ def _held_receipt(r: Any) -> _HeldReceipt:
             "pass the ReceiptEntry objects of collect.select_run (their .receipt leaves "
             "the per-request maps out) or whole receipt dicts"
         )
-    indices = [int(i) for i in (full.get("custom_id_to_source_index") or {}).values()]
-    index_range = (min(indices), max(indices)) if indices else None
+    from mmirage_beam.receipts import source_index_range
+
+    index_range = source_index_range(full["custom_id_to_source_index"])
     return _HeldReceipt(full, index_range, bool(full.get("request_hashes")), full)
 
 

@@ -354,6 +354,19 @@ def read_receipts(path: str) -> list[dict[str, Any]]:
 PER_REQUEST_FIELDS = ("custom_id_to_source_index", "request_hashes")
 
 
+def source_index_range(mapping: Any) -> Optional[tuple[int, int]]:
+    """``(lowest, highest)`` source_index of a receipt's ``custom_id_to_source_index``
+    (values may be ints or digit strings), streamed (no list of the indices); None when
+    it maps nothing or is not a dict."""
+    lo = hi = None
+    if isinstance(mapping, dict):
+        for i in mapping.values():
+            i = int(i)
+            lo = i if lo is None or i < lo else lo
+            hi = i if hi is None or i > hi else hi
+    return (lo, hi) if lo is not None and hi is not None else None
+
+
 class ReceiptLocation(NamedTuple):
     """Where one receipt is stored, to read it back (:func:`read_receipt_at`).
 

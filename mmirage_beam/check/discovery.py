@@ -31,6 +31,7 @@ from mmirage_beam.receipts import (
     read_receipt_at,
     receipt_patterns,
     receipts_base,
+    source_index_range,
 )
 
 if TYPE_CHECKING:
@@ -268,15 +269,9 @@ def _summaries(
             yield r, location, 0, None, False
             continue
         mapping = r.get("custom_id_to_source_index")
-        lo = hi = None
-        if isinstance(mapping, dict):
-            for i in mapping.values():
-                i = int(i)
-                lo = i if lo is None or i < lo else lo
-                hi = i if hi is None or i > hi else hi
         mapped = len(mapping) if isinstance(mapping, dict) else 0
         slim = {k: v for k, v in r.items() if k not in PER_REQUEST_FIELDS}
-        index_range = (lo, hi) if lo is not None and hi is not None else None
+        index_range = source_index_range(mapping)
         yield slim, location, mapped, index_range, bool(r.get("request_hashes"))
 
 
