@@ -93,8 +93,11 @@ def test_a_small_run_reports_every_case_with_sane_numbers(tmp_path):
     assert float(to_join[:-1]) == pytest.approx(
         float(cases["merge"][2]) / float(cases["dict join"][2]), rel=0.05
     )
-    assert dry_rss == f"{float(cases['dry run'][4]):.0f} MiB"
-    assert merge_rss == f"{float(cases['merge'][4]):.0f} MiB"
+    # The ratio row rounds the unrounded peak to 1 MiB, the case rows to 0.1 MiB: rounding
+    # 298.5 again may give 298 where the bench printed 299 (from 298.52).
+    for shown, case in ((dry_rss, "dry run"), (merge_rss, "merge")):
+        assert shown.endswith(" MiB"), shown
+        assert abs(int(shown[: -len(" MiB")]) - float(cases[case][4])) <= 0.55, (shown, case)
 
     cpu_ratios = [c for c in _table_rows(report, f"{ROWS:,}") if len(c) == 5]
     assert len(cpu_ratios) == 1
