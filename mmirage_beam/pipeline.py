@@ -336,6 +336,13 @@ def build_submit_pipeline(
     return submit.plan
 
 
+#: Default rows per merge range partition. A partition is what one worker holds while it
+#: joins (about 1.6 KB of rows, results and lines per row: 40 MB at 25,000 rows, measured
+#: by benchmarks/bench_scale.py); the number of partitions is the ceiling of the receipts'
+#: source_index span over it, so a partition never grows with the dataset.
+ROWS_PER_PARTITION = 25_000
+
+
 @dataclass(frozen=True)
 class MergePlan:
     """What :func:`build_merge_pipeline` wired, for the launcher's summary."""
@@ -379,7 +386,7 @@ class MergeRows(beam.PTransform):
         providers: dict[str, tuple[type, Any]],
         output_path: str,
         num_partitions: Optional[int] = None,
-        rows_per_partition: int = 100_000,
+        rows_per_partition: int = ROWS_PER_PARTITION,
         verify_source: bool = True,
         invalid_rows_files: Sequence[str] = (),
         unsubmitted_run: Optional[tuple[str, str]] = None,
@@ -418,6 +425,7 @@ class MergeRows(beam.PTransform):
             _results_record,
             _rows_record,
             partition_bounds,
+            partitions_for,
         )
 
         p = rows.pipeline
@@ -432,7 +440,7 @@ class MergeRows(beam.PTransform):
         lo = min((r[0] for r in ranges), default=0)
         hi = max((r[1] for r in ranges), default=0)
         if num_partitions is None:
-            num_partitions = max(1, (hi - lo + 1) // max(1, rows_per_partition) + 1)
+            num_partitions = partitions_for(lo, hi, rows_per_partition)
         bounds = partition_bounds(lo, hi, num_partitions)
         partitioner = RangePartitioner(lo, hi, bounds)
         errors_path = errors_path_for(output_path)
@@ -462,6 +470,8 @@ class MergeRows(beam.PTransform):
             ),
         ]
         verifiable = [h for h in held if h.receipt.get("run_id")] if verify_source else []
+        # the longest phase of a large merge: without it, only "results fetched" shows
+        rows = rows | "ProgressRowsRead" >> CountProgress("rows read")
         extracted = rows | "ExtractInputs" >> ExtractInputs(
             config.inputs, config.datasets, load_images=bool(verifiable), lenient=True
         )
@@ -587,7 +597,7 @@ def build_merge_pipeline(
     providers: dict[str, tuple[type, Any]],
     output_path: str,
     num_partitions: Optional[int] = None,
-    rows_per_partition: int = 100_000,
+    rows_per_partition: int = ROWS_PER_PARTITION,
     verify_source: bool = True,
     invalid_rows_files: Sequence[str] = (),
     unsubmitted_run: Optional[tuple[str, str]] = None,
@@ -605,8 +615,10 @@ def build_merge_pipeline(
             ``run_id`` (written by mmirage-beam) are verified against the re-read source.
         providers: provider name -> (adapter class, provider config).
         output_path: the merged JSONL file; errors go to ``OUT.errors.jsonl``.
-        num_partitions: ordered-write partitions (default: one per
-            ``rows_per_partition`` rows of the receipts' source_index range).
+        num_partitions: ordered-write partitions (default: as many as it takes for
+            none to hold more than ``rows_per_partition`` of the receipts'
+            source_index range).
+        rows_per_partition: the default partition's width, in rows.
         verify_source: rebuild the requests and compare chunk hashes.
         invalid_rows_files: the runs' ``<base>.invalid_rows.<run_id>.jsonl`` files; their
             rows (skipped at submission) are written marked ``mmirage_skipped``.

@@ -770,7 +770,7 @@ class MergeBatches(beam.PTransform):
             by default such a merge is refused.
         verify_source: rebuild the requests and compare them with the receipts
             (default true).
-        partitions: ranges of the ordered write (default: one per 100,000 rows).
+        partitions: ranges of the ordered write (default: one per 25,000 rows).
 
     Raises:
         ConfigError: a bad argument, naming it.

@@ -75,7 +75,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     ap.add_argument(
         "--partitions",
         type=int,
-        help="range partitions of the ordered write (default: one per 100,000 rows)",
+        help="range partitions of the ordered write (default: one per 25,000 rows, the most "
+        "one worker holds while it joins)",
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args, beam_args = ap.parse_known_args(argv)

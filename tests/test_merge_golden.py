@@ -192,6 +192,25 @@ def test_range_partitions_are_monotone_and_bounded():
     assert max(sizes) <= part.width == 25  # the same width everywhere
 
 
+def test_the_default_partitions_hold_at_most_their_width_whatever_the_span():
+    from mmirage_beam.transforms.merge import RangePartitioner, partition_bounds, partitions_for
+
+    for lo, hi, width in [
+        (0, 199_999, 25_000),
+        (0, 999_999, 25_000),
+        (7, 7, 25_000),
+        (0, 25_000, 25_000),
+        (10, 100, 7),
+    ]:
+        n = partitions_for(lo, hi, width)
+        part = RangePartitioner(lo, hi, partition_bounds(lo, hi, n))
+        assert part.width <= width, (lo, hi, width)
+        assert n == -(-(hi - lo + 1) // width)  # and no more partitions than that takes
+    # 200,000 and 1,000,000 rows: partitions of the same 25,000 rows, not 66,667 and 90,909
+    assert partitions_for(0, 199_999, 25_000) == 8
+    assert partitions_for(0, 999_999, 25_000) == 40
+
+
 def test_a_failed_merge_leaves_no_temporary_files(tmp_path, provider_env, monkeypatch):
     from mmirage_beam.transforms import merge as merge_mod
 

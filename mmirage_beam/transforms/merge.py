@@ -519,6 +519,14 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def partitions_for(lo: int, hi: int, rows_per_partition: int) -> int:
+    """How many range partitions over ``[lo, hi]`` (inclusive) hold at most
+    ``rows_per_partition`` indices each: the ceiling of the span over the width, so the
+    partition a worker joins stays the same size however large the dataset (at least 1)."""
+    span = max(1, hi - lo + 1)
+    return max(1, -(-span // max(1, rows_per_partition)))
+
+
 def partition_bounds(lo: int, hi: int, num_partitions: int) -> list[int]:
     """Start indices of ``num_partitions`` equal ranges over ``[lo, hi]`` (inclusive)."""
     span = max(1, hi - lo + 1)
@@ -615,9 +623,12 @@ class _SpillFn(beam.DoFn):
     def _flush(self, part: int) -> SpillFile:
         import uuid
 
+        from mmirage_beam.memory import release_free_memory
+
         path = f"{self._dir}/{self._kind}-p{part}-{uuid.uuid4().hex}.pkl"
         _write_records(path, self._buffers.pop(part))
         self._total -= self._sizes.pop(part)
+        release_free_memory()  # the buffer's records, scattered between live rows
         return SpillFile(part, self._kind, path)
 
     def process(self, element: Any) -> Iterator[SpillFile]:
@@ -770,6 +781,7 @@ class _JoinPartitionFn(beam.DoFn):
     def process(self, element: tuple[int, dict[str, list[str]]]) -> Iterator[tuple]:
         from apache_beam.io.filesystems import FileSystems
 
+        from mmirage_beam.memory import release_free_memory
         from mmirage_beam.progress import add
 
         part, files = element
@@ -822,6 +834,8 @@ class _JoinPartitionFn(beam.DoFn):
                 for _idx, line in entries:
                     f.write(line)
             written.append(path)
+        del lines, errors  # (grouped is empty: each row popped as it was joined)
+        release_free_memory()  # the partition's rows, results and lines
         yield part, written[0], written[1]
 
 
