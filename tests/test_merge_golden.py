@@ -120,6 +120,21 @@ def test_every_outcome_json_several_batches_and_unknown_id(tmp_path, provider_en
     _merge_and_compare(tmp_path, fake, cfg, f"every_outcome_{provider}", "--partitions", "3")
 
 
+def test_the_partition_count_changes_no_byte_of_either_file(tmp_path, provider_env):
+    # The every-outcome run again (errors, several batches, an unknown id), merged with
+    # the default count (one partition for these rows) and with 5: the same golden files
+    # as with 3 partitions.
+    fake = provider_env
+    markers = {i * 2 + 1: m for i, m in enumerate(MIXED["openai"])}
+    markers[len(markers) * 2 + 3] = "FAKE_FENCE"
+    rows = _rows(len(markers) * 2 + 6, markers)
+    cfg = _setup(tmp_path, "openai", fake, rows, json_output=True, max_requests_per_chunk=7)
+    fake.script(unknown_custom_id=True)
+    assert submit_main(["--config", cfg, "--run-id", "r1"]) == 0
+    _merge_and_compare(tmp_path, fake, cfg, "every_outcome_openai")
+    _merge_and_compare(tmp_path, fake, cfg, "every_outcome_openai", "--partitions", "5")
+
+
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_expired_batch_partial_results(tmp_path, provider_env, provider):
     fake = provider_env
