@@ -337,9 +337,10 @@ def build_submit_pipeline(
 
 
 #: Default rows per merge range partition. A partition is what one worker holds while it
-#: joins (about 1.6 KB of rows, results and lines per row: 40 MB at 25,000 rows, measured
-#: by benchmarks/bench_scale.py); the number of partitions is the ceiling of the receipts'
-#: source_index span over it, so a partition never grows with the dataset.
+#: joins (about 1.6 KB of rows, results and lines per row, measured by hand on the scale
+#: benchmark's 200,000 rows: peak 508 MiB with 3 partitions, 467 with 4, 428 with 8); the
+#: number of partitions is the ceiling of the receipts' source_index span over it, so a
+#: partition never grows with the dataset.
 ROWS_PER_PARTITION = 25_000
 
 

@@ -36,6 +36,5 @@ def test_memory_freed_between_live_objects_is_returned():
 def test_without_a_c_library_trim_it_is_a_no_op(monkeypatch):
     from mmirage_beam import memory
 
-    monkeypatch.setattr(memory, "_LOADED", True)
-    monkeypatch.setattr(memory, "_TRIM", None)
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: None)
     assert memory.release_free_memory() is False
