@@ -41,8 +41,8 @@ at ``tmp_path`` and disables telemetry before importing it); curator's cache goe
 The models named are ones litellm's bundled cost map knows (curator asks litellm for
 their prices and, for Anthropic, their ``max_tokens``).
 
-Wall time about 20 s (curator sleeps 1 s after each upload and polls at most once a
-second; its Anthropic batch mode waits for its status tracker).
+Wall time about 25 s for the three tests, plus about 12 s of imports (curator sleeps 1 s
+after each upload and polls at most once a second).
 """
 
 from __future__ import annotations
