@@ -8,7 +8,8 @@ use for batch jobs run against them as they run against the real services:
   the openai SDK names ``upload``), creates the batch, polls it every
   ``batch_check_interval`` seconds and downloads the answers;
 - litellm's files and batches functions: ``create_file`` with bytes and with a named
-  file, ``create_batch``, ``retrieve_batch``, ``file_content``, ``cancel_batch``.
+  file, ``create_batch``, ``retrieve_batch``, ``file_content``, ``cancel_batch`` (OpenAI),
+  and ``retrieve_batch`` and ``file_content`` of an Anthropic message batch.
 
 Only base URLs, keys and cache directories are given to them; nothing of theirs is
 patched. The fake only serves OpenAI and Anthropic, so the Gemini and Mistral batch
@@ -41,7 +42,7 @@ at ``tmp_path`` and disables telemetry before importing it); curator's cache goe
 The models named are ones litellm's bundled cost map knows (curator asks litellm for
 their prices and, for Anthropic, their ``max_tokens``).
 
-Wall time about 25 s for the three tests, plus about 12 s of imports (curator sleeps 1 s
+Wall time about 30 s for the four tests, plus about 15 s of imports (curator sleeps 1 s
 after each upload and polls at most once a second).
 """
 
@@ -216,3 +217,33 @@ def test_litellm_files_and_batches(tmp_path: Path) -> None:
         print(f"[litellm] cancel_batch {slow.id} -> {cancelled.status}")
         assert cancelled.status == "cancelling"
         assert litellm.retrieve_batch(batch_id=slow.id, **kw).cancelling_at is not None
+
+
+def test_litellm_reads_an_anthropic_message_batch() -> None:
+    """litellm's ``retrieve_batch`` and ``file_content`` for Anthropic (litellm 1.110
+    has no Anthropic ``create_batch`` from an OpenAI-shaped file nor ``cancel_batch``, so
+    the batch is created with the official anthropic SDK)."""
+    import anthropic
+
+    with FakeProviderServer() as fake:
+        an = anthropic.Anthropic(api_key="sk-ant-test", base_url=fake.anthropic_base_url)
+        params = {"model": "claude-haiku-4-5", "max_tokens": 32}
+        created = an.messages.batches.create(
+            requests=[
+                {"custom_id": f"a{i}", "params": {**params, "messages": [msg]}}
+                for i, msg in enumerate({"role": "user", "content": p} for p in PROMPTS)
+            ]
+        )
+        kw = {"custom_llm_provider": "anthropic", "api_base": fake.anthropic_base_url}
+        kw["api_key"] = "sk-ant-test-litellm"
+        batch = litellm.retrieve_batch(batch_id=created.id, **kw)
+        print(f"\n[litellm/anthropic] retrieve_batch -> {batch.status} {batch.request_counts}")
+        assert batch.status == "completed" and batch.request_counts.completed == 5
+        content = litellm.file_content(file_id=batch.output_file_id, **kw)
+        lines = [json.loads(row) for row in content.content.splitlines()]
+        answers = {
+            line["custom_id"]: line["result"]["message"]["content"][0]["text"] for line in lines
+        }
+        for custom_id in sorted(answers):
+            print(f"[litellm/anthropic] file_content {custom_id}: {answers[custom_id]}")
+        assert answers == {f"a{i}": fake_answer_text(p) for i, p in enumerate(PROMPTS)}
