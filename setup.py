@@ -47,6 +47,8 @@ setup(
             "ruff==0.17.6",
             "pydantic>=2",
             "psutil==7.2.2",
+            # hypothesis: tests/test_fuzz.py fuzzes the config loader, readers and parsers.
+            "hypothesis==6.170.17",
             _GCP,
             _YAML,
         ],
