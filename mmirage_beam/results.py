@@ -17,10 +17,13 @@ line so that one bad line is an error for its request and never ends the merge.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from mmirage_beam.jsonl import RawLine
+
+_LOG = logging.getLogger(__name__)
 
 # -- outcome types (shared by every adapter) ------------------------------------------
 #: the provider's result line is not UTF-8, not JSON, cut short, of the wrong shape, or a
@@ -128,6 +131,35 @@ def validate_json_output(value: Any, schema: dict[str, Any]) -> Optional[str]:
     return f"{where}: {first.message}{more}"
 
 
+# -- typed fields of a provider's line ------------------------------------------------------
+
+
+def token_count(value: Any) -> Optional[int]:
+    """A provider's token count: ``value`` when it is an int >= 0 (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def kind_text(value: Any) -> str:
+    """A provider's error ``type`` or ``code``: ``value`` when it is a string, else ``""``
+    (the caller falls back to its default)."""
+    return value if isinstance(value, str) else ""
+
+
+def message_text(value: Any) -> str:
+    """A provider's error message as text: a string as is, None as ``""``, any other JSON
+    value as compact JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)
+
+
 # -- result files, line by line ---------------------------------------------------------
 
 
@@ -219,12 +251,22 @@ def result_from_line(
             f"{at} is not valid JSON{cut}: {exc.msg} at column {exc.colno}",
             line,
         )
+    except (ValueError, RecursionError) as exc:  # an integer of > 4,300 digits; deep nesting
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        return malformed_result(
+            recover_custom_id(line.data), f"{at} cannot be read as JSON: {why}", line
+        )
     cid = value.get("custom_id") if isinstance(value, dict) else None
     cid = cid if isinstance(cid, str) and cid else None
     try:
         result = normalise(value)
     except MalformedResult as exc:
         return malformed_result(exc.custom_id or cid, f"{at} has the wrong shape: {exc}", line)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        # A normaliser (a plugin's, say) tripped on a shape it did not expect: the line is
+        # still one outcome for its request, never the end of the merge.
+        _LOG.warning("%s: the result normaliser raised %r", at, exc)
+        return malformed_result(cid, f"{at} has a shape the adapter cannot read: {exc!r}", line)
     if not isinstance(result.get("custom_id"), str) or not result["custom_id"]:
         return malformed_result(None, f"{at} has the wrong shape: no custom_id", line)
     error = result.get("error")

@@ -26,6 +26,7 @@ affordable; ``test_readers.py`` covers the same DoFns wired in a real pipeline.
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import math
@@ -1124,3 +1125,355 @@ def test_regression_reader_failures_in_a_real_pipeline(tmp_path):
             equal_to([(1, "line 2"), (3, "row group 0"), (4, "row group 0"), (5, "Arrow data")]),
             label="Errors",
         )
+
+
+# ======================================================================================
+# 3. The result parsers
+# ======================================================================================
+
+_CIDS = st.sampled_from(["answer-text-0", "a-multimodal-17", "x"]) | st.from_regex(
+    r"\A[A-Za-z0-9_-]{1,20}\Z"
+)
+_TEXT = st.none() | st.text(max_size=8) | st.sampled_from(["", " ", "42", '{"a": 1}'])
+_TOKENS = st.integers(0, 10**6) | _JSON
+
+
+@st.composite
+def _openai_chat_line(draw: st.DrawFn) -> dict[str, Any]:
+    cid = draw(_CIDS)
+    kind = draw(st.sampled_from(["ok", "http_error", "batch_error"]))
+    if kind == "batch_error":
+        error = {"code": draw(st.sampled_from(["batch_expired", "batch_cancelled", None])),
+                 "message": draw(_TEXT)}  # fmt: skip
+        return {"id": "batch_req_1", "custom_id": cid, "response": None, "error": error}
+    if kind == "http_error":
+        status = draw(st.sampled_from([400, 401, 429, 500, 503]))
+        code = draw(st.sampled_from(["rate_limit_exceeded", None, "x"]))
+        body = {"error": {"message": draw(_TEXT), "type": draw(_TEXT), "param": None,
+                          "code": code}}  # fmt: skip
+        return {"id": "batch_req_1", "custom_id": cid,
+                "response": {"status_code": status, "request_id": "req_1", "body": body},
+                "error": None}  # fmt: skip
+    message = {"role": "assistant", "content": draw(_TEXT), "refusal": draw(st.none() | _TEXT)}
+    finish = draw(st.sampled_from(["stop", "length", "content_filter", "tool_calls", None]))
+    body = {"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4.1-mini",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": draw(_TOKENS), "completion_tokens": draw(_TOKENS),
+                      "total_tokens": 3}}  # fmt: skip
+    return {"id": "batch_req_1", "custom_id": cid,
+            "response": {"status_code": 200, "request_id": "req_1", "body": body},
+            "error": None}  # fmt: skip
+
+
+@st.composite
+def _openai_responses_line(draw: st.DrawFn) -> dict[str, Any]:
+    parts = draw(
+        st.lists(
+            st.fixed_dictionaries({"type": st.just("output_text"), "text": _TEXT})
+            | st.fixed_dictionaries({"type": st.just("refusal"), "refusal": _TEXT}),
+            max_size=2,
+        )
+    )
+    output = [{"type": "reasoning", "id": "rs_1", "summary": []}] if draw(st.booleans()) else []
+    output.append({"type": "message", "role": "assistant", "content": parts})
+    status = draw(st.sampled_from(["completed", "incomplete", "failed", "in_progress"]))
+    body = {"id": "resp_1", "object": "response", "status": status, "output": output,
+            "usage": {"input_tokens": draw(_TOKENS), "output_tokens": draw(_TOKENS)},
+            "incomplete_details": draw(st.none() | st.fixed_dictionaries(
+                {"reason": st.sampled_from(["max_output_tokens", "content_filter", None])})),
+            "error": draw(st.none() | st.fixed_dictionaries(
+                {"code": st.sampled_from(["server_error", None]), "message": _TEXT}))}  # fmt: skip
+    return {"id": "batch_req_1", "custom_id": draw(_CIDS),
+            "response": {"status_code": 200, "request_id": "req_1", "body": body},
+            "error": None}  # fmt: skip
+
+
+@st.composite
+def _anthropic_line(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["succeeded", "errored", "canceled", "expired"]))
+    if kind == "succeeded":
+        blocks = draw(
+            st.lists(
+                st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT})
+                | st.fixed_dictionaries({"type": st.just("thinking"), "thinking": _TEXT}),
+                max_size=2,
+            )
+        )
+        stop = draw(st.sampled_from(["end_turn", "max_tokens", "refusal", "stop_sequence",
+                                     "model_context_window_exceeded", None]))  # fmt: skip
+        result = {"type": "succeeded", "message": {
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
+            "content": blocks, "stop_reason": stop,
+            "usage": {"input_tokens": draw(_TOKENS), "output_tokens": draw(_TOKENS)}}}  # fmt: skip
+    elif kind == "errored":
+        inner = {"type": draw(st.sampled_from(["invalid_request_error", "api_error"]) | _TEXT),
+                 "message": draw(_TEXT)}  # fmt: skip
+        result = {"type": "errored", "error": {"type": "error", "error": inner}}
+    else:
+        result = {"type": kind}
+    return {"custom_id": draw(_CIDS), "result": result}
+
+
+def _node_paths(value: Any, path: tuple = ()) -> list[tuple]:
+    out = [path]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _node_paths(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _node_paths(v, (*path, i))
+    return out
+
+
+@st.composite
+def _mutated(draw: st.DrawFn, lines: st.SearchStrategy[dict[str, Any]]) -> Any:
+    """A provider line with 0-3 nodes replaced by random JSON or deleted."""
+    line = draw(lines)
+    for _ in range(draw(st.integers(0, 3))):
+        paths = _node_paths(line)
+        path = draw(st.sampled_from(paths))
+        if not path:
+            line = draw(_JSON)
+            continue
+        parent: Any = line
+        for p in path[:-1]:
+            parent = parent[p]
+        if draw(st.booleans()) and isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = draw(_JSON)
+    return line
+
+
+def _parsers() -> dict[str, Callable[[Any], dict[str, Any]]]:
+    from mmirage_beam.providers.anthropic_batch import normalise_result
+    from mmirage_beam.providers.openai_batch import normalise_result_line
+
+    return {"openai": normalise_result_line, "anthropic": normalise_result}
+
+
+_LINES = {
+    "openai_chat": ("openai", _openai_chat_line()),
+    "openai_responses": ("openai", _openai_responses_line()),
+    "anthropic": ("anthropic", _anthropic_line()),
+}
+
+
+def _check_outcome(result: Any, line: Any) -> None:
+    """A typed outcome: exactly one of a non-empty ``generated_text`` and an ``error``
+    {type: non-empty str, message: str, status_code: int | None}, token counts ints >= 0,
+    and the custom_id the line's own (or None)."""
+    from mmirage_beam.results import MALFORMED_RESPONSE, is_retryable
+
+    assert isinstance(result, dict), result
+    cid = result.get("custom_id")
+    assert cid is None or (isinstance(cid, str) and cid), result
+    if isinstance(line, dict) and isinstance(line.get("custom_id"), str) and cid is not None:
+        assert cid == line["custom_id"], (cid, line)
+    assert ("generated_text" in result) != ("error" in result), result
+    if "generated_text" in result:
+        assert isinstance(result["generated_text"], str) and result["generated_text"], result
+    else:
+        err = result["error"]
+        assert isinstance(err, dict), result
+        assert isinstance(err.get("type"), str) and err["type"], result
+        assert isinstance(err.get("message"), str), result
+        status = err.get("status_code")
+        assert status is None or (isinstance(status, int) and not isinstance(status, bool)), err
+        assert "raw_text" not in err or isinstance(err["raw_text"], str), err
+        assert isinstance(is_retryable(err), bool)
+        if err["type"] == MALFORMED_RESPONSE and "line" in result:
+            assert isinstance(result["line"], int) and isinstance(result["offset"], int)
+    for k in ("input_tokens", "output_tokens"):
+        if k in result:
+            v = result[k]
+            assert isinstance(v, int) and not isinstance(v, bool) and v >= 0, result
+
+
+def _raw(data: bytes, number: int = 3, offset: int = 100) -> Any:
+    from mmirage_beam.jsonl import RawLine
+
+    return RawLine(number, offset, data, len(data) + 1)
+
+
+@fuzz_settings(FUZZ_EXAMPLES["result_lines"])
+@given(
+    which=st.sampled_from(sorted(_LINES)),
+    data=st.data(),
+    ensure_ascii=st.booleans(),
+    damage=st.sampled_from(["none", "none", "cut", "splice", "bytes"]),
+)
+def test_fuzz_result_lines_always_a_typed_outcome(which, data, ensure_ascii, damage):
+    """A provider result line (OpenAI chat completions, OpenAI Responses, Anthropic) with
+    random nodes retyped or deleted, then maybe cut short, spliced with random bytes or
+    replaced by them: the adapter's normaliser raises nothing but MalformedResult, and
+    the line always becomes one typed outcome, attributed to its own custom_id."""
+    from mmirage_beam.results import MalformedResult, result_from_line
+
+    provider, lines = _LINES[which]
+    normalise = _parsers()[provider]
+    line = data.draw(_mutated(lines), label="line")
+    encoded = json.dumps(line, ensure_ascii=ensure_ascii).encode("utf-8")
+    if damage == "cut":
+        encoded = encoded[: data.draw(st.integers(0, len(encoded)), label="cut")]
+    elif damage == "splice":
+        i = data.draw(st.integers(0, len(encoded)), label="at")
+        encoded = encoded[:i] + data.draw(st.binary(min_size=1, max_size=4)) + encoded[i:]
+    elif damage == "bytes":
+        encoded = data.draw(st.binary(max_size=40), label="bytes")
+    if damage == "none":
+        try:
+            _check_outcome(normalise(copy.deepcopy(line)), line)
+        except MalformedResult as exc:
+            assert exc.custom_id is None or exc.custom_id == line.get("custom_id")
+    assume(encoded.strip())
+    result = result_from_line(_raw(encoded), normalise, "output file f of batch b")
+    _check_outcome(result, line if damage == "none" else None)
+    if result.get("custom_id") is not None and damage != "bytes":
+        assert result["custom_id"] == line.get("custom_id"), (result, line)
+
+
+@fuzz_settings(FUZZ_EXAMPLES["result_files"])
+@given(
+    which=st.sampled_from(sorted(_LINES)),
+    data=st.data(),
+    sep=st.sampled_from([b"\n", b"\r\n"]),
+    block=st.integers(1, 64),
+)
+def test_fuzz_result_files_one_outcome_per_line(which, data, sep, block):
+    """A whole result file of damaged and good lines, streamed in blocks of 1-64 bytes:
+    one typed outcome per non-blank line, in file order, none skipped."""
+    from mmirage_beam.jsonl import iter_raw_lines
+    from mmirage_beam.results import results_from_lines
+
+    provider, lines = _LINES[which]
+    raw_lines = data.draw(
+        st.lists(
+            _mutated(lines).map(lambda v: json.dumps(v).encode("utf-8"))
+            | st.binary(max_size=30)
+            | st.sampled_from([b"", b"  ", b"{", b'{"custom_id": "c', b"[" * 2000]),
+            max_size=8,
+        ),
+        label="lines",
+    )
+    content = b"".join(line.replace(b"\n", b" ") + sep for line in raw_lines)
+    blocks = [content[i : i + block] for i in range(0, len(content), block)]
+    results = list(results_from_lines(iter_raw_lines(blocks), _parsers()[provider], "results file"))
+    expected = [i + 1 for i, line in enumerate(raw_lines) if line.replace(b"\n", b" ").strip()]
+    assert len(results) == len(expected), (len(results), expected)
+    for r in results:
+        _check_outcome(r, None)
+
+
+# -- shrunk parser failures, as regression tests -------------------------------------------
+
+
+def _chat_line(body: Any = None, **response: Any) -> dict[str, Any]:
+    body = {"choices": [{"message": {"content": "42"}, "finish_reason": "stop"}]} | (body or {})
+    return {"custom_id": "c1", "response": {"status_code": 200, "body": body} | response}
+
+
+def _claude_line(message: Any = None, **result: Any) -> dict[str, Any]:
+    msg = {"content": [{"type": "text", "text": "42"}], "stop_reason": "end_turn"}
+    return {"custom_id": "c1", "result": {"type": "succeeded", "message": msg | (message or {})}}
+
+
+#: Shrunk failures of the parser fuzzers: (provider, line). Before the fixes each raised
+#: (TypeError, ValueError, AttributeError, OverflowError) or gave an untyped outcome.
+PARSER_REGRESSIONS = {
+    "openai_status_code_list": ("openai", _chat_line(status_code=[])),
+    "openai_status_code_infinity": (
+        "openai",
+        '{"custom_id": "c1", "response": {"status_code": Infinity, "body": {}}}',
+    ),
+    "openai_error_type_int": (
+        "openai",
+        _chat_line(status_code=400, body={"error": {"type": 5, "message": ["m"]}}),
+    ),
+    "openai_usage_list": ("openai", _chat_line({"usage": {"prompt_tokens": [1]}})),
+    "openai_usage_text": ("openai", _chat_line({"usage": {"prompt_tokens": ":"}})),
+    "openai_batch_error_code_dict": ("openai", {"custom_id": "c1", "error": {"code": {"a": 1}}}),
+    "responses_usage_text": (
+        "openai",
+        _chat_line(
+            {
+                "object": "response",
+                "status": "completed",
+                "output": [{"type": "message", "content": [{"type": "output_text", "text": "4"}]}],
+                "usage": {"input_tokens": 1, "output_tokens": ":"},
+            }
+        ),
+    ),
+    "responses_incomplete_details_text": (
+        "openai",
+        _chat_line(
+            {
+                "object": "response",
+                "status": "incomplete",
+                "output": [],
+                "incomplete_details": "max_output_tokens",
+            }
+        ),
+    ),
+    "responses_error_code_list": (
+        "openai",
+        _chat_line(
+            {
+                "object": "response",
+                "status": "failed",
+                "output": [],
+                "error": {"code": [1], "message": "x"},
+            }
+        ),
+    ),
+    "anthropic_usage_list": ("anthropic", _claude_line({"usage": {"input_tokens": [1]}})),
+    "anthropic_usage_text": ("anthropic", _claude_line({"usage": {"input_tokens": ":"}})),
+    "anthropic_usage_negative": (
+        "anthropic",
+        _claude_line({"usage": {"input_tokens": 0, "output_tokens": -1}}),
+    ),
+    "anthropic_text_not_a_string": (
+        "anthropic",
+        _claude_line({"content": [{"type": "text", "text": 5}]}),
+    ),
+    "anthropic_error_type_list": (
+        "anthropic",
+        {
+            "custom_id": "c1",
+            "result": {"type": "errored", "error": {"type": "error", "error": {"type": [1]}}},
+        },
+    ),
+    "integer_too_long": ("openai", '{"custom_id": "c1", "n": ' + "7" * 5000 + "}"),
+    "nested_too_deeply": ("anthropic", '{"custom_id": "c1", "x": ' + "[" * 5000 + "]" * 5000 + "}"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARSER_REGRESSIONS))
+def test_regression_result_lines_are_typed_outcomes(name):
+    from mmirage_beam.results import MalformedResult, result_from_line
+
+    provider, line = PARSER_REGRESSIONS[name]
+    normalise = _parsers()[provider]
+    if not isinstance(line, str):
+        try:
+            _check_outcome(normalise(copy.deepcopy(line)), line)
+        except MalformedResult:
+            pass
+    data = (line if isinstance(line, str) else json.dumps(line)).encode("utf-8")
+    result = result_from_line(_raw(data), normalise, "results file")
+    _check_outcome(result, None)
+    assert result["custom_id"] == "c1", result
+
+
+def test_regression_a_normaliser_that_raises_is_one_malformed_outcome():
+    """A (plugin) normaliser that trips on a shape raises TypeError & co.: the line is
+    a malformed_response for its custom_id, never the end of the merge."""
+    from mmirage_beam.results import MALFORMED_RESPONSE, result_from_line
+
+    def normalise(value: Any) -> dict[str, Any]:
+        return {"custom_id": value["custom_id"], "generated_text": value["text"].upper()}
+
+    result = result_from_line(_raw(b'{"custom_id": "c1", "text": 5}'), normalise, "file f")
+    _check_outcome(result, None)
+    assert result["custom_id"] == "c1" and result["error"]["type"] == MALFORMED_RESPONSE
+    assert "AttributeError" in result["error"]["message"] and result["line"] == 3

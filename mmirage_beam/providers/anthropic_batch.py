@@ -55,7 +55,10 @@ from mmirage_beam.results import (
     REFUSAL,
     TRUNCATED,
     MalformedResult,
+    kind_text,
+    message_text,
     results_from_lines,
+    token_count,
 )
 
 _LOG = logging.getLogger(__name__)
@@ -458,14 +461,17 @@ def normalise_result(item: Any) -> Dict[str, Any]:
             return result
         usage = message.get("usage")
         if isinstance(usage, dict) and "input_tokens" in usage:
-            result["input_tokens"] = int(usage["input_tokens"] or 0)
-            result["output_tokens"] = int(usage.get("output_tokens") or 0)
-        texts = [
-            b.get("text") or ""
-            for b in message["content"]
-            if isinstance(b, dict) and b.get("type") == "text"
-        ]
-        text = "".join(texts)
+            result["input_tokens"] = token_count(usage["input_tokens"]) or 0
+            result["output_tokens"] = token_count(usage.get("output_tokens")) or 0
+        blocks = [b for b in message["content"] if isinstance(b, dict) and b.get("type") == "text"]
+        if any(not isinstance(b.get("text"), (str, type(None))) for b in blocks):
+            result["error"] = {
+                "type": MALFORMED_RESPONSE,
+                "message": "succeeded with a text block whose text is not a string",
+                "status_code": None,
+            }
+            return result
+        text = "".join(b.get("text") or "" for b in blocks)
         stop = message.get("stop_reason")
         if stop == "refusal":
             result["error"] = _answer_error(
@@ -485,8 +491,8 @@ def normalise_result(item: Any) -> Dict[str, Any]:
         outer = res.get("error") if isinstance(res.get("error"), dict) else {}
         err = outer.get("error") if isinstance(outer.get("error"), dict) else outer
         result["error"] = {
-            "type": err.get("type") or "api_error",
-            "message": err.get("message") or "",
+            "type": kind_text(err.get("type")) or "api_error",
+            "message": message_text(err.get("message")),
             "status_code": None,
         }
     elif kind in ("canceled", "expired"):

@@ -47,7 +47,10 @@ from mmirage_beam.results import (
     REFUSAL,
     TRUNCATED,
     MalformedResult,
+    kind_text,
+    message_text,
     results_from_lines,
+    token_count,
 )
 
 _LOG = logging.getLogger(__name__)
@@ -419,19 +422,20 @@ def normalise_result_line(line: Any) -> Dict[str, Any]:
         err = err if isinstance(err, dict) else {"message": str(err)}
         # OpenAI's rate-limit errors have type "requests"/"tokens" and the telling word in
         # code ("rate_limit_exceeded"); other errors have a "*_error" type.
-        kind = err.get("type") or ""
+        kind = kind_text(err.get("type"))
         if not kind.endswith("_error"):
-            kind = err.get("code") or kind
+            kind = kind_text(err.get("code")) or kind
+        status = _status(response)
         result["error"] = {
-            "type": kind or f"http_{response.get('status_code')}",
-            "message": err.get("message") or "",
-            "status_code": response.get("status_code"),
+            "type": kind or f"http_{status if status is not None else 'unknown'}",
+            "message": message_text(err.get("message")),
+            "status_code": status,
         }
     elif error is not None:
         error = error if isinstance(error, dict) else {"message": str(error)}
         result["error"] = {
-            "type": error.get("code") or "unknown_error",
-            "message": error.get("message") or "",
+            "type": kind_text(error.get("code")) or "unknown_error",
+            "message": message_text(error.get("message")),
             "status_code": None,
         }
     else:
@@ -440,9 +444,13 @@ def normalise_result_line(line: Any) -> Dict[str, Any]:
 
 
 def _status(response: Dict[str, Any]) -> Optional[int]:
+    """The HTTP status of a result line's response, None when it is not a number."""
+    value = response.get("status_code")
+    if isinstance(value, bool):
+        return None
     try:
-        return int(response.get("status_code"))
-    except (TypeError, ValueError):
+        return int(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: Infinity
         return None
 
 
@@ -455,8 +463,8 @@ def _chat_outcome(body: Dict[str, Any], cid: str) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     usage = body.get("usage")
     if isinstance(usage, dict) and "prompt_tokens" in usage:
-        out["input_tokens"] = int(usage.get("prompt_tokens") or 0)
-        out["output_tokens"] = int(usage.get("completion_tokens") or 0)
+        out["input_tokens"] = token_count(usage.get("prompt_tokens")) or 0
+        out["output_tokens"] = token_count(usage.get("completion_tokens")) or 0
     choices = body.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices else None
     message = choice.get("message") if isinstance(choice, dict) else None
