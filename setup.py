@@ -31,7 +31,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["mmirage_beam", "mmirage_beam.*", "pipelines"]),
-    package_data={"mmirage_beam": ["examples/**/*", "examples/*", "costs/prices.json"]},
+    package_data={"mmirage_beam": ["examples/**/*", "examples/*", "providers/*/prices.json"]},
     include_package_data=True,
     install_requires=_requirements(),
     extras_require={

@@ -97,7 +97,7 @@ class Trial:
         self.fake, self.provider, self.rows = fake, provider, rows
         self.dir = Path(tempfile.mkdtemp(prefix="trial-", dir=root))
         fake.reset()
-        from mmirage_beam.providers import anthropic_batch
+        from mmirage_beam.providers.anthropic import adapter as anthropic_batch
 
         anthropic_batch.CLAIMED.clear()
         data = self.dir / "rows.jsonl"

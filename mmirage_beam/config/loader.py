@@ -304,7 +304,7 @@ def _reject_secrets(value: Any, key: str) -> None:
                 raise ConfigError(
                     sub,
                     "API keys and tokens are never read from the config; remove this key and "
-                    "set the provider's environment variable (e.g. OPENAI_API_KEY) instead",
+                    "set the provider's environment variable (<PROVIDER>_API_KEY) instead",
                 )
             _reject_secrets(v, sub)
     elif isinstance(value, list):
@@ -346,7 +346,10 @@ def _processor(value: Any) -> BatchProviderConfig:
     i, block = batch[0]
     key = f"processors[{i}]"
     if "provider" not in block:
-        raise ConfigError(f"{key}.provider", "is required (openai, anthropic or a registered name)")
+        raise ConfigError(
+            f"{key}.provider",
+            "is required; registered: " + ", ".join(BatchProviderConfigRegistry.names()),
+        )
     try:
         cls = BatchProviderConfigRegistry.get(block["provider"])
     except ConfigError as exc:

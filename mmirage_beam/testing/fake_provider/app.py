@@ -231,6 +231,16 @@ class FakeProviderServer:
         """``base_url``, for ``anthropic.Anthropic(base_url=...)``."""
         return self.base_url
 
+    def base_url_for(self, provider: str) -> str:
+        """The base URL ``provider``'s SDK takes (``<provider>_base_url``).
+
+        Raises:
+            ValueError: a provider this fake does not serve.
+        """
+        if provider not in PROVIDERS:
+            raise ValueError(f"provider must be one of {PROVIDERS}, got {provider!r}")
+        return getattr(self, f"{provider}_base_url")
+
     # -- in-process helpers ---------------------------------------------------------------
 
     def submitted_requests(self, provider: str | None = None) -> list[dict[str, Any]]:

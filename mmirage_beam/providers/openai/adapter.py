@@ -29,12 +29,13 @@ import time
 from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.costs.tokens import TokenCount
 from mmirage_beam.images import image_error, images_error
-from mmirage_beam.providers.base import BatchAdapterRegistry, BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchProgress as _Progress
+from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
-from mmirage_beam.providers.openai_responses import (
+from mmirage_beam.providers.openai.responses import (
     build_responses_body,
     normalise_responses_body,
     schema_name,
@@ -101,6 +102,15 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
             max_retries=0,  # every retry goes through call_with_retries (and adoption)
             **kwargs,
         )
+
+    def count_request_tokens(
+        self, request: Dict[str, Any], model: Optional[str] = None
+    ) -> Optional[TokenCount]:
+        """tiktoken's count, exact for plain chat text
+        (:func:`mmirage_beam.providers.openai.tokens.count_openai_request`)."""
+        from mmirage_beam.providers.openai.tokens import count_openai_request
+
+        return count_openai_request(request, model)
 
     def is_retryable(self, exc: BaseException) -> bool:
         """Connection errors and timeouts (``openai.APIConnectionError``), and
@@ -536,6 +546,3 @@ def _chat_body(
 
 def _count(value: Any) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-BatchAdapterRegistry.register("openai", OpenAIBatchAdapter)
