@@ -116,8 +116,10 @@ def display_name(run_id: Optional[str], chunk_id: str) -> str:
 
 def import_sdk() -> Any:
     """``google.genai``, or a ConfigError naming the extra that installs it."""
+    import importlib
+
     try:
-        from google import genai
+        genai = importlib.import_module("google.genai")
     except ImportError:
         raise ConfigError(
             "provider",

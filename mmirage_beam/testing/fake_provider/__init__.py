@@ -1,7 +1,10 @@
-"""In-memory fake of the OpenAI Files + Batches API and the Anthropic Message Batches API.
+"""In-memory fake of the OpenAI Files + Batches API, the Anthropic Message Batches API and
+the Gemini API's batch mode.
 
-One embedded Werkzeug server on a loopback port serves both providers, so the real,
-unmodified ``openai`` and ``anthropic`` SDKs can drive it through ``base_url``::
+One embedded Werkzeug server on a loopback port serves every provider, so the real,
+unmodified ``openai``, ``anthropic`` and ``google-genai`` SDKs can drive it through their
+base URL (Gemini: ``fake.gemini_base_url``; its endpoints are described in
+:mod:`mmirage_beam.testing.fake_provider.gemini`)::
 
     with FakeProviderServer() as fake:                      # port 0: a free port
         oa = openai.OpenAI(api_key="sk-test", base_url=fake.openai_base_url)
@@ -216,10 +219,11 @@ Modules
 -------
 ``app`` (server, routing, admin endpoints), ``openai`` (Files + Batches handlers, input
 file validation, output/error files), ``openai_bodies`` (per-line body checks, prompt,
-result bodies and lines), ``anthropic`` (Message Batches), ``store`` (files, batches,
-records), ``lifecycle`` (status from the clock), ``scripting`` (script keys, markers),
-``answers`` (deterministic answers), ``media`` (image bytes), ``wire`` (error shapes, JSON
-responses), ``limits`` (the real services' limits), ``command`` (the command line).
+result bodies and lines), ``anthropic`` (Message Batches), ``gemini`` (Gemini v1beta),
+``store`` (files, batches, records), ``lifecycle`` (status from the clock), ``scripting``
+(script keys, markers), ``answers`` (deterministic answers), ``media`` (image bytes),
+``wire`` (error shapes, JSON responses), ``limits`` (the real services' limits),
+``command`` (the command line).
 
 Command line::
 

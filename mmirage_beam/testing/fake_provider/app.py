@@ -157,7 +157,7 @@ class FakeProviderServer:
                     methods=["GET"],
                     endpoint="messages_batches_results",
                 ),
-                *gemini.ROUTES,
+                *gemini.routes(),
                 Rule("/_fake/script", methods=["GET", "POST"], endpoint="admin_script"),
                 Rule("/_fake/state", methods=["GET"], endpoint="admin_state"),
                 Rule("/_fake/reset", methods=["POST"], endpoint="admin_reset"),

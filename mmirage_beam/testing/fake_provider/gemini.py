@@ -73,22 +73,28 @@ _STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 500: "INTERNAL", 429: "RES
 _UPLOAD_ID = re.compile(r"^[a-z0-9]{1,64}$")
 
 
-#: URL rules of the Gemini endpoints (endpoint names are the handlers of GeminiApi).
-ROUTES = [
-    Rule("/upload/v1beta/files", methods=["POST"], endpoint="gemini_files_upload"),
-    Rule("/v1beta/files/<file_id>:download", methods=["GET"], endpoint="gemini_files_download"),
-    Rule("/v1beta/files/<file_id>", methods=["GET"], endpoint="gemini_files_get"),
-    Rule(
-        "/v1beta/models/<model>:batchGenerateContent",
-        methods=["POST"],
-        endpoint="gemini_batches_create",
-    ),
-    Rule("/v1beta/models/<model>:countTokens", methods=["POST"], endpoint="gemini_count_tokens"),
-    Rule("/v1beta/batches", methods=["GET"], endpoint="gemini_batches_list"),
-    Rule("/v1beta/batches/<batch_id>:cancel", methods=["POST"], endpoint="gemini_batches_cancel"),
-    Rule("/v1beta/batches/<batch_id>", methods=["GET"], endpoint="gemini_batches_get"),
-    Rule("/v1beta/batches/<batch_id>", methods=["DELETE"], endpoint="gemini_batches_delete"),
-]
+def routes() -> list[Rule]:
+    """New URL rules of the Gemini endpoints (a rule binds to one map: one set per
+    server); the endpoint names are :class:`GeminiApi`'s handlers."""
+    return [
+        Rule("/upload/v1beta/files", methods=["POST"], endpoint="gemini_files_upload"),
+        Rule("/v1beta/files/<file_id>:download", methods=["GET"], endpoint="gemini_files_download"),
+        Rule("/v1beta/files/<file_id>", methods=["GET"], endpoint="gemini_files_get"),
+        Rule(
+            "/v1beta/models/<model>:batchGenerateContent",
+            methods=["POST"],
+            endpoint="gemini_batches_create",
+        ),
+        Rule(
+            "/v1beta/models/<model>:countTokens", methods=["POST"], endpoint="gemini_count_tokens"
+        ),
+        Rule("/v1beta/batches", methods=["GET"], endpoint="gemini_batches_list"),
+        Rule(
+            "/v1beta/batches/<batch_id>:cancel", methods=["POST"], endpoint="gemini_batches_cancel"
+        ),
+        Rule("/v1beta/batches/<batch_id>", methods=["GET"], endpoint="gemini_batches_get"),
+        Rule("/v1beta/batches/<batch_id>", methods=["DELETE"], endpoint="gemini_batches_delete"),
+    ]
 
 
 def _gemini_error(status: int, message: str) -> ApiError:
