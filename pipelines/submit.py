@@ -128,6 +128,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         adapter_cls().exact_token_counter(config.processor) is not None
     )
     if not dry_run or exact:
+        adapter_cls.check_dependencies()  # the provider's SDK (an optional extra)
         resolve_credentials(adapter_cls, provider)  # fail before reading any data
     try:
         run_id = check_run_id(args.run_id) if args.run_id is not None else new_run_id()

@@ -348,3 +348,14 @@ def test_sdk_get_cancel_delete_and_count_tokens(fake_provider):
     assert gone.value.code == 404
     contents = [{"role": "user", "parts": [{"text": "one two three"}]}]
     assert client.models.count_tokens(model="gemini-2.5-flash", contents=contents).total_tokens == 3
+
+
+def test_a_run_without_the_sdk_stops_before_reading_data(tmp_path, monkeypatch, capsys):
+    from pipelines.submit import main as submit_main
+    from tests.conftest import base_config, write_config
+
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test")
+    monkeypatch.setitem(sys.modules, "google.genai", None)  # as if not installed
+    cfg = write_config(tmp_path, base_config(tmp_path, "gemini"))
+    assert submit_main(["--config", cfg]) == 2
+    assert "pip install 'mmirage-beam[gemini]'" in capsys.readouterr().err

@@ -463,6 +463,17 @@ class BatchSubmissionAdapter(abc.ABC):
         return None
 
     # -- provider knowledge shared code asks for (every hook has a default) ----------
+    @classmethod
+    def check_dependencies(cls) -> None:
+        """Fail early, in the launcher, when the provider's SDK is not installed.
+
+        Called before any data is read by a run that will talk to the provider.
+        Default: nothing to check.
+
+        Raises:
+            mmirage_beam.errors.ConfigError: naming the extra that installs the SDK.
+        """
+
     def count_request_tokens(
         self, request: Dict[str, Any], model: Optional[str] = None
     ) -> Optional[TokenCount]:

@@ -159,6 +159,11 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
     #: page size of the job listing when looking for a lost create.
     FIND_BATCH_PAGE_SIZE: ClassVar[int] = 100
 
+    @classmethod
+    def check_dependencies(cls) -> None:
+        """google-genai must be importable (the ``[gemini]`` extra)."""
+        import_sdk()
+
     def setup(self, config: BatchProviderConfig) -> None:
         genai = import_sdk()
         from google.genai import types

@@ -126,7 +126,10 @@ Values are captured by each batch when it is created.
   ``messages_count_tokens``, ``messages_batches_create``, ``messages_batches_list``,
   ``messages_batches_retrieve``,
   ``messages_batches_cancel``, ``messages_batches_delete``,
-  ``messages_batches_results``. No ``paths``: every API endpoint.
+  ``messages_batches_results``; Gemini ``gemini_files_upload``, ``gemini_files_get``,
+  ``gemini_files_download``, ``gemini_batches_create``, ``gemini_batches_list``,
+  ``gemini_batches_get``, ``gemini_batches_cancel``, ``gemini_batches_delete``,
+  ``gemini_count_tokens``. No ``paths``: every API endpoint.
 - ``fail_batch_creates`` (dict): ``{"nth": K, "permanent": false, "status": 500,
   "retry_after_ms": 10, "created": false}``; the K-th valid batch create call (both
   providers counted together, from when this key was scripted) fails with ``status``,
