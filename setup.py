@@ -60,6 +60,19 @@ setup(
         "gcp": [_GCP],
         # Beam YAML pipelines over mmirage_beam.yaml_transforms.
         "yaml": [_YAML],
+        # Opt-in: third-party batch clients driven against the fake provider
+        # (tests/test_third_party_clients.py). litellm, and the runtime dependencies of
+        # bespokelabs-curator that resolve with requirements.txt; curator itself (and
+        # instructor) then go in with `pip install --no-deps -r tests/clients-nodeps.txt`
+        # (that file says which of their pins clash). Not in "test": it moves shared pins.
+        "clients": [
+            "litellm==1.110.2",
+            "datasets==3.6.0",
+            "xxhash==3.8.2",
+            "posthog==3.25.0",
+            "aiofiles==25.1.0",
+            "nest-asyncio==1.6.0",
+        ],
     },
     entry_points={"console_scripts": ["mmirage=mmirage_beam.cli:main"]},
 )

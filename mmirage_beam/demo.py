@@ -68,8 +68,8 @@ execution_params:
 DEMO_KEY = "sk-mmirage-demo-not-a-real-key"
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the demo; returns the exit status of the first step that fails, else 0."""
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``mmirage demo``."""
     ap = argparse.ArgumentParser(
         allow_abbrev=False,  # a prefix of a flag must never pass for the flag
         prog="mmirage demo",
@@ -86,7 +86,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     ap.add_argument("--rows", type=int, default=200, help="GSM8K rows to use (max 1319)")
     ap.add_argument("--delay", type=float, default=3.0, help="seconds the fake takes per batch")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the demo; returns the exit status of the first step that fails, else 0."""
+    args = parser().parse_args(argv)
     if args.rows < 1:
         print("mmirage demo: --rows must be at least 1", file=sys.stderr)
         return 2

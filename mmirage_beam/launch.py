@@ -364,6 +364,13 @@ def run_pipeline(
             outcome.forced = True
             _cancel(outcome)
             raise
+        except Exception:
+            # On in-process runners the handler's KeyboardInterrupt is raised inside a
+            # DoFn, and Beam wraps it ("RuntimeError: KeyboardInterrupt [while running
+            # ...]"): a stop the user asked for is still a stop, not a job failure.
+            if outcome.forced:
+                raise KeyboardInterrupt from None
+            raise
         return outcome.result
     finally:
         from mmirage_beam import progress

@@ -4,8 +4,8 @@ CPython hands allocations over 512 bytes (row dicts' long strings, pickled recor
 request lines) to the C allocator. On glibc, memory freed in the middle of its heap stays
 in the process (counted in its RSS) until ``malloc_trim`` returns the free pages: after
 millions of rows with short-lived records between long-lived ones, that is a
-high-water mark far above what is live (measured for the merge: README, under the scale
-benchmark).
+high-water mark far above what is live (measured for the merge: docs/benchmarks.md, under the
+scale benchmark).
 """
 
 from __future__ import annotations

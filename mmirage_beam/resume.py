@@ -19,7 +19,7 @@ being receipted) is resolved:
   receipt carries ``adoption: {"method", "confirmed": false}`` and the next resume (or
   merge) confirms it. Several candidates, or none: the chunk is sent again (if the
   provider had accepted it, its requests now exist twice; merge keeps, per custom_id,
-  the newest successful result). This is the remaining window, in the README;
+  the newest successful result). This is the remaining window, in docs/benchmarks.md;
 - with an adapter that can do neither, the intent's requests are submitted again with a
   warning naming the chunk.
 

@@ -225,6 +225,6 @@ def check_job_endpoint(options: Any, timeout_secs: float = 5.0) -> None:
     except (OSError, ValueError) as exc:
         raise ConfigError(
             "--job_endpoint",
-            f"cannot reach the job service at {endpoint} ({exc}); start it first (see README, "
-            "'Running at scale'); nothing was run",
+            f"cannot reach the job service at {endpoint} ({exc}); start it first (see "
+            "docs/scale.md); nothing was run",
         ) from None

@@ -7,14 +7,14 @@ boundary and apply the same composite transforms as ``mmirage run`` / ``mmirage 
 (:class:`~mmirage_beam.pipeline.SubmitRows`, :class:`~mmirage_beam.pipeline.MergeRows`),
 so receipts, the invalid-rows file, exports and merged files are the very same files.
 
-Reach them from Beam YAML in either way Beam's loader accepts (README, "Beam YAML"):
+Reach them from Beam YAML in either way Beam's loader accepts (docs/beam-yaml.md):
 
 * ``type: PyTransform`` with ``constructor: mmirage_beam.yaml_transforms.SubmitBatches``
   and ``kwargs:``, resolved in the running environment;
 * a ``providers:`` entry ``type: python`` whose ``transforms:`` map names to these
   constructors; without ``packages:`` Beam resolves them in the running environment too
   (an ``InlineProvider``), with ``packages:`` Beam builds a new virtualenv and pip
-  installs them (see the README for what that needs).
+  installs them (docs/beam-yaml.md says what that needs).
 
 The rows' ``source_index`` (what merge joins on) is defined by ``index_field``: the named
 column holds it (a non-negative integer, unique), or, without ``index_field``, it is the

@@ -36,7 +36,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         prog="mmirage check",
         description="Report the provider status of submitted batches from their receipts.",
     )
-    ap.add_argument("--config", required=True, help="MMIRAGE-compatible YAML config")
+    ap.add_argument(
+        "--config",
+        help="MMIRAGE-compatible YAML config (optional with --metadata-path: a run made "
+        "by a Beam YAML pipeline has none; the provider's defaults and its SDK's "
+        "environment, e.g. OPENAI_BASE_URL, are used then)",
+    )
     ap.add_argument(
         "--metadata-path",
         action="append",
@@ -64,7 +69,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         help="stop watching after SECS seconds (default: no limit)",
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.config is None and not args.metadata_path:
+        ap.error("one of --config or --metadata-path is required")
+    return args
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
@@ -87,7 +95,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         raise ConfigError("--timeout", f"must be >= 0 seconds, got {args.timeout}")
 
     # 1. find the receipts of the config's runs (or the given files)
-    config = load_config(args.config)
+    config = load_config(args.config) if args.config is not None else None
     receipts = discovery.collect_receipts(config, args.metadata_path or (), run_id=args.run_id)
     tty = sys.stdout.isatty()
     timed_out = False

@@ -358,7 +358,7 @@ def _failure_report(plan, run_id: str, exc: BaseException, resume_cmd: str) -> s
         lines.append(
             f"{len(in_flight)} chunk(s) were being submitted when the run stopped and have "
             "no receipt: the provider may have accepted them. The resume below looks each "
-            "one up before sending anything again (see README, 'Failure modes')."
+            "one up before sending anything again (see docs/failure-modes.md)."
         )
     else:
         lines.append("Every accepted batch has its receipt; nothing will be sent twice.")

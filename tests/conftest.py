@@ -83,3 +83,32 @@ def _no_real_keys(monkeypatch):
             monkeypatch.delenv(var, raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+
+
+# The suite runs its files in xdist workers (`-n 3 --dist loadfile`), which take files in
+# collection order. Alphabetical order left the longest files (the portable-runner and
+# crash tests) to start late, so the run ended with one worker busy and two idle. The
+# longest files go first (longest-processing-time-first scheduling); the order inside a
+# file is kept. Seconds are from `pytest --durations` on this 2-core machine kind
+# (2026-12-02), summed per file; files not listed keep their order after these.
+SLOW_FILES_SECS = {
+    "test_runners.py": 290,
+    "test_crash_suite.py": 144,
+    "test_submit_e2e.py": 133,
+    "test_beam_yaml.py": 124,
+    "test_bench_scale.py": 111,
+    "test_idempotent.py": 98,
+    "test_anthropic_adoption.py": 94,
+    "test_resubmit.py": 88,
+    "test_golden_outputs.py": 86,
+    "test_scale_out.py": 82,
+    "test_credentials.py": 62,
+    "test_costs_e2e.py": 53,
+    "test_resume.py": 41,
+    "test_lease.py": 35,
+}
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ARG001
+    order = {id(item): n for n, item in enumerate(items)}
+    items.sort(key=lambda item: (-SLOW_FILES_SECS.get(item.path.name, 0), order[id(item)]))

@@ -216,6 +216,11 @@ def test_yaml_submit_then_check_and_merge_by_yaml_and_cli(tmp_path, provider_env
     for var, value in env.items():
         monkeypatch.setenv(var, value)
     assert check_main(["--config", cfg_path, "--run-id", "r1"]) == 0
+    # a YAML run has no mmirage config: the receipts alone, the SDK's own base-URL variable
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.openai_base_url)
+    receipt = str(out / "meta" / "batch_metadata.text.r1.jsonl")
+    assert check_main(["--metadata-path", receipt]) == 0
+    monkeypatch.delenv("OPENAI_BASE_URL")
 
     _run_yaml(_pipeline_file(tmp_path, "merge.yaml", MERGE_INLINE, DATA=data, OUT=out), env=env)
     merged = _read_jsonl(out / "yaml_merged.jsonl")

@@ -65,7 +65,7 @@ def estimate_lines(stats: Mapping[str, int], provider_config: Any) -> list[str]:
             f"  warning: the run's {total[t.INPUT_TOKENS]:,} input tokens exceed "
             f"max_enqueued_tokens ({limit:,}): batches are created only while this run's "
             "unfinished batches hold at most that many (submission waits for earlier "
-            "batches to finish; see README, 'Enqueued-token limit')"
+            "batches to finish; see docs/tokens-and-cost.md, 'Enqueued-token limit')"
         )
     return lines
 

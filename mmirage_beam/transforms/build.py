@@ -509,7 +509,7 @@ def _misaligned_lists(
                 f"walks inputs {', '.join(map(repr, lists))} in step as parallel lists, but "
                 f"they have different lengths ({sizes} items); a JMESPath projection like "
                 "items[*].field drops nulls: use map(&field, items) to keep them "
-                "(see README, 'Parallel lists')",
+                "(see docs/config.md, 'Parallel lists')",
             )
     return None
 

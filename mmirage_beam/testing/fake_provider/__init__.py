@@ -21,8 +21,13 @@ OpenAI (``Authorization: Bearer <any non-empty key>`` required, else 401 with
 - ``POST /v1/files`` multipart (``file``, ``purpose``): upload; returns a file object.
   400 ``"File is too large."`` for a ``purpose=batch`` upload over 200 MiB (the
   ``max_batch_file_bytes`` constructor argument lowers it) or any upload over 512 MiB;
-  400 when a ``purpose=batch`` file's name does not end in ``.jsonl``. Batch input files
-  get ``expires_at = created_at + 30 days``; other uploads ``expires_at: null``.
+  400 ``"Invalid file format for Batch API. Must be .jsonl"`` (``param`` and ``code``
+  null, as the real service answers) for a ``purpose=batch`` file of another declared
+  format (``notes.txt``, ``input.json``); a name with no extension (the SDK names a
+  raw-bytes upload ``upload``) is accepted when the content is JSONL (its first
+  non-blank line a JSON object). Batch input files get ``expires_at = created_at + 30
+  days``; other uploads ``expires_at: null``. ``tests/spec/README.md`` reviews every
+  refusal of the fake against the real services.
 - ``GET /v1/files?after=&limit=&order=&purpose=``: list files (newest first by default).
 - ``GET /v1/files/{file_id}``, ``DELETE /v1/files/{file_id}``: retrieve or delete a file.
 - ``GET /v1/files/{file_id}/content``: the raw bytes of an uploaded, output or error file.
