@@ -322,7 +322,8 @@ def test_the_key_falls_back_to_google_api_key(monkeypatch):
 def test_demo_runs_for_gemini(tmp_path, capsys):
     from mmirage_beam.cli import main as cli_main
 
-    code = cli_main(["demo", "--provider", "gemini", "--workdir", str(tmp_path), "--rows", "4"])
+    argv = ["demo", "--provider", "gemini", "--workdir", str(tmp_path), "--rows", "4"]
+    code = cli_main([*argv, "--delay", "0"])
     assert code == 0, capsys.readouterr().out
     merged = (tmp_path / "gemini" / "merged.jsonl").read_text().splitlines()
     assert [json.loads(x)["source_index"] for x in merged] == [0, 1, 2, 3]
