@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/crash_suite.py [--trials N] [--rows R] [--chunk C]
-        [--providers openai,anthropic] [--experiments a,b,...] [--seed S]
+        [--providers openai,anthropic,gemini] [--experiments a,b,...] [--seed S]
 
 Every trial submits the first R rows of the bundled GSM8K sample (chunks of C requests)
 to the embedded fake provider as a subprocess (`python -m pipelines.submit`), injures
@@ -97,14 +97,14 @@ class Trial:
         self.fake, self.provider, self.rows = fake, provider, rows
         self.dir = Path(tempfile.mkdtemp(prefix="trial-", dir=root))
         fake.reset()
-        from mmirage_beam.providers import anthropic_batch
+        from mmirage_beam.providers.anthropic import adapter as anthropic_batch
 
         anthropic_batch.CLAIMED.clear()
         data = self.dir / "rows.jsonl"
         with open(SAMPLE, encoding="utf-8") as src:
             data.write_text("".join(next(src) for _ in range(rows)), encoding="utf-8")
         self.meta = self.dir / "meta"
-        self.base_url = fake.openai_base_url if provider == "openai" else fake.anthropic_base_url
+        self.base_url = fake.base_url_for(provider)
         self.chunk = chunk
         self.data = data
         self.run_id = "crash"
@@ -151,6 +151,7 @@ class Trial:
         env = dict(os.environ, PYTHONPATH=str(REPO), **extra)
         env.setdefault("OPENAI_API_KEY", "sk-crash-suite")
         env.setdefault("ANTHROPIC_API_KEY", "sk-ant-crash-suite")
+        env.setdefault("GEMINI_API_KEY", "gemini-crash-suite")
         return env
 
     def popen(
@@ -277,7 +278,11 @@ def run_trial(experiment: str, trial: Trial, rng: random.Random) -> list[str]:
         sys.path.insert(0, str(REPO))
         from tests.slow_proxy import SlowProxy
 
-        path = "/v1/batches" if trial.provider == "openai" else "/v1/messages/batches"
+        path = {
+            "openai": "/v1/batches",
+            "anthropic": "/v1/messages/batches",
+            "gemini": "/v1beta/models/gemini-2.5-flash:batchGenerateContent",  # the default
+        }[trial.provider]
         with SlowProxy(trial.fake.base_url) as proxy:
             proxy.delay("POST", path, 2.5, count=rng.randint(1, 2))
             url = proxy.base_url + ("/v1" if trial.provider == "openai" else "")
@@ -375,7 +380,7 @@ def table(outcomes: list[Outcome]) -> str:
             f"| {o.experiment} | {o.provider} | {o.trials} | {o.duplicates} | "
             f"{o.trials_with_duplicates} | {o.lost} |"
         )
-    for k in ("openai", "anthropic"):
+    for k in dict.fromkeys(o.provider for o in outcomes):
         mine = [o for o in outcomes if o.provider == k]
         if mine:
             lines.append(

@@ -1246,8 +1246,8 @@ def _mutated(draw: st.DrawFn, lines: st.SearchStrategy[dict[str, Any]]) -> Any:
 
 
 def _parsers() -> dict[str, Callable[[Any], dict[str, Any]]]:
-    from mmirage_beam.providers.anthropic_batch import normalise_result
-    from mmirage_beam.providers.openai_batch import normalise_result_line
+    from mmirage_beam.providers.anthropic.adapter import normalise_result
+    from mmirage_beam.providers.openai.adapter import normalise_result_line
 
     return {"openai": normalise_result_line, "anthropic": normalise_result}
 

@@ -17,7 +17,7 @@ from mmirage_beam.providers.base import (
     credential_env_var,
     resolve_credentials,
 )
-from mmirage_beam.providers.openai_batch import OpenAIBatchAdapter
+from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from pipelines.submit import main as run_main
 from tests.conftest import base_config, write_config
 
@@ -98,6 +98,10 @@ def test_mistral_example_plugs_in(tmp_path, capsys, monkeypatch):
         )
         == 0
     )
+    out = capsys.readouterr().out
+    # the example implements no token counting: "unknown", never "0"
+    assert "1,319 request(s), input tokens unknown" in out, out
+    assert "input tokens 0" not in out
     lines = [json.loads(x) for x in Path(tmp_path / "m.mis.jsonl").read_text().splitlines()]
     assert len(lines) == 1319
     req = next(ln["request"] for ln in lines if ln["request"]["custom_id"] == "answer-text-3")

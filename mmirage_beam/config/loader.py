@@ -318,7 +318,7 @@ def _reject_secrets(value: Any, key: str) -> None:
                 raise ConfigError(
                     sub,
                     "API keys and tokens are never read from the config; remove this key and "
-                    "set the provider's environment variable (e.g. OPENAI_API_KEY) instead",
+                    "set the provider's environment variable (<PROVIDER>_API_KEY) instead",
                 )
             _reject_secrets(v, sub)
     elif isinstance(value, list):
@@ -360,12 +360,16 @@ def _processor(value: Any) -> BatchProviderConfig:
     i, block = batch[0]
     key = f"processors[{i}]"
     if "provider" not in block:
-        raise ConfigError(f"{key}.provider", "is required (openai, anthropic or a registered name)")
+        raise ConfigError(
+            f"{key}.provider",
+            "is required; registered: " + ", ".join(BatchProviderConfigRegistry.names()),
+        )
     if not isinstance(block["provider"], str):
         raise ConfigError(
             f"{key}.provider",
-            f"must be a provider name (openai, anthropic or a registered name), got "
-            f"{block['provider']!r}",
+            "must be a provider name (registered: "
+            + ", ".join(BatchProviderConfigRegistry.names())
+            + f"), got {block['provider']!r}",
         )
     try:
         cls = BatchProviderConfigRegistry.get(block["provider"])

@@ -27,7 +27,7 @@ _spec.loader.exec_module(crash_suite)
 CI_EXPERIMENTS = ("kill_at_batch_created", "fault_500_after_accept")
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
 def test_crashes_faults_and_concurrent_runs_lose_nothing_and_duplicate_nothing(provider):
     outcomes = crash_suite.run_suite(CI_EXPERIMENTS, (provider,), trials=1, rows=60, chunk=6)
     print(crash_suite.table(outcomes))

@@ -1,7 +1,10 @@
-"""In-memory fake of the OpenAI Files + Batches API and the Anthropic Message Batches API.
+"""In-memory fake of the OpenAI Files + Batches API, the Anthropic Message Batches API and
+the Gemini API's batch mode.
 
-One embedded Werkzeug server on a loopback port serves both providers, so the real,
-unmodified ``openai`` and ``anthropic`` SDKs can drive it through ``base_url``::
+One embedded Werkzeug server on a loopback port serves every provider, so the real,
+unmodified ``openai``, ``anthropic`` and ``google-genai`` SDKs can drive it through their
+base URL (Gemini: ``fake.gemini_base_url``; its endpoints are described in
+:mod:`mmirage_beam.testing.fake_provider.gemini`)::
 
     with FakeProviderServer() as fake:                      # port 0: a free port
         oa = openai.OpenAI(api_key="sk-test", base_url=fake.openai_base_url)
@@ -128,7 +131,10 @@ Values are captured by each batch when it is created.
   ``messages_count_tokens``, ``messages_batches_create``, ``messages_batches_list``,
   ``messages_batches_retrieve``,
   ``messages_batches_cancel``, ``messages_batches_delete``,
-  ``messages_batches_results``. No ``paths``: every API endpoint.
+  ``messages_batches_results``; Gemini ``gemini_files_upload``, ``gemini_files_get``,
+  ``gemini_files_download``, ``gemini_batches_create``, ``gemini_batches_list``,
+  ``gemini_batches_get``, ``gemini_batches_cancel``, ``gemini_batches_delete``,
+  ``gemini_count_tokens``. No ``paths``: every API endpoint.
 - ``fail_batch_creates`` (dict): ``{"nth": K, "permanent": false, "status": 500,
   "retry_after_ms": 10, "created": false}``; the K-th valid batch create call (both
   providers counted together, from when this key was scripted) fails with ``status``,
@@ -221,10 +227,11 @@ Modules
 -------
 ``app`` (server, routing, admin endpoints), ``openai`` (Files + Batches handlers, input
 file validation, output/error files), ``openai_bodies`` (per-line body checks, prompt,
-result bodies and lines), ``anthropic`` (Message Batches), ``store`` (files, batches,
-records), ``lifecycle`` (status from the clock), ``scripting`` (script keys, markers),
-``answers`` (deterministic answers), ``media`` (image bytes), ``wire`` (error shapes, JSON
-responses), ``limits`` (the real services' limits), ``command`` (the command line).
+result bodies and lines), ``anthropic`` (Message Batches), ``gemini`` (Gemini v1beta),
+``store`` (files, batches, records), ``lifecycle`` (status from the clock), ``scripting``
+(script keys, markers), ``answers`` (deterministic answers), ``media`` (image bytes),
+``wire`` (error shapes, JSON responses), ``limits`` (the real services' limits),
+``command`` (the command line).
 
 Command line::
 

@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the fake until Ctrl-C or SIGTERM; returns the process exit code.
 
     Prints one banner line ``fake provider listening on http://HOST:PORT (OpenAI:
-    http://HOST:PORT/v1, Anthropic: http://HOST:PORT)`` once the port is bound.
+    http://HOST:PORT/v1, Anthropic: http://HOST:PORT, Gemini: http://HOST:PORT)`` once the
+    port is bound.
     """
     parser = _parser()
     args = parser.parse_args(argv)
@@ -146,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(
             f"fake provider listening on {fake.base_url} "
-            f"(OpenAI: {fake.openai_base_url}, Anthropic: {fake.anthropic_base_url})",
+            f"(OpenAI: {fake.openai_base_url}, Anthropic: {fake.anthropic_base_url}, "
+            f"Gemini: {fake.gemini_base_url})",
             flush=True,
         )
         while not stop.wait(0.2):

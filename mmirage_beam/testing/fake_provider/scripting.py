@@ -69,7 +69,20 @@ ANTHROPIC_ENDPOINT_NAMES = (
     "messages_batches_delete",
     "messages_batches_results",
 )
-API_ENDPOINT_NAMES = frozenset(OPENAI_ENDPOINT_NAMES + ANTHROPIC_ENDPOINT_NAMES)
+GEMINI_ENDPOINT_NAMES = (
+    "gemini_files_upload",
+    "gemini_files_get",
+    "gemini_files_download",
+    "gemini_batches_create",
+    "gemini_batches_list",
+    "gemini_batches_get",
+    "gemini_batches_cancel",
+    "gemini_batches_delete",
+    "gemini_count_tokens",
+)
+API_ENDPOINT_NAMES = frozenset(
+    OPENAI_ENDPOINT_NAMES + ANTHROPIC_ENDPOINT_NAMES + GEMINI_ENDPOINT_NAMES
+)
 
 
 def error_marker(prompt_text: str) -> str | None:

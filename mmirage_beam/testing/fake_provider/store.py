@@ -142,6 +142,9 @@ class Store:
             self.transient_failed: set[str] = set()
             self.call_counts: dict[str, int] = {}
             self.script: dict[str, Any] = dict(SCRIPT_DEFAULTS)
+            # Gemini: uploaded and generated files, and resumable uploads in progress
+            self.gemini_files: dict[str, dict[str, Any]] = {}
+            self.gemini_uploads: dict[str, dict[str, Any]] = {}
 
     # -- files ----------------------------------------------------------------------------
 

@@ -43,9 +43,10 @@ import time
 from typing import Any, Callable, ClassVar, Dict, Iterable, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.costs.tokens import TokenCount
 from mmirage_beam.images import image_error, images_error
-from mmirage_beam.providers.base import BatchAdapterRegistry, BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchProgress as _Progress
+from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.retrying import make_retry_filter
@@ -145,6 +146,24 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         if client is not None:
             client.close()
             self._client = None
+
+    def count_request_tokens(
+        self, request: Dict[str, Any], model: Optional[str] = None
+    ) -> Optional[TokenCount]:
+        """A labelled estimate (no public tokenizer:
+        :func:`mmirage_beam.providers.anthropic.tokens.count_anthropic_request`)."""
+        from mmirage_beam.providers.anthropic.tokens import count_anthropic_request
+
+        return count_anthropic_request(request, model)
+
+    def exact_token_counter(
+        self, config: BatchProviderConfig
+    ) -> Optional[Callable[[Dict[str, Any]], int]]:
+        """The free ``messages.count_tokens`` endpoint
+        (:class:`~mmirage_beam.providers.anthropic.tokens.AnthropicExactCounter`)."""
+        from mmirage_beam.providers.anthropic.tokens import AnthropicExactCounter
+
+        return AnthropicExactCounter(getattr(config, "base_url", None))
 
     def is_retryable(self, exc: BaseException) -> bool:
         """Connection errors and timeouts (``anthropic.APIConnectionError``), and
@@ -555,6 +574,3 @@ def _image_block(img: Dict[str, Any], max_side_px: int, n_images: int) -> Dict[s
 
 
 _OUTCOMES = ("processing", "succeeded", "errored", "canceled", "expired")
-
-
-BatchAdapterRegistry.register("anthropic", AnthropicBatchAdapter)

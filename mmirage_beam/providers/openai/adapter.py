@@ -29,12 +29,13 @@ import time
 from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.costs.tokens import TokenCount
 from mmirage_beam.images import image_error, images_error
-from mmirage_beam.providers.base import BatchAdapterRegistry, BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchProgress as _Progress
+from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
-from mmirage_beam.providers.openai_responses import (
+from mmirage_beam.providers.openai.responses import (
     build_responses_body,
     normalise_responses_body,
     schema_name,
@@ -105,6 +106,15 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
             **kwargs,
         )
 
+    def count_request_tokens(
+        self, request: Dict[str, Any], model: Optional[str] = None
+    ) -> Optional[TokenCount]:
+        """tiktoken's count, exact for plain chat text
+        (:func:`mmirage_beam.providers.openai.tokens.count_openai_request`)."""
+        from mmirage_beam.providers.openai.tokens import count_openai_request
+
+        return count_openai_request(request, model)
+
     def is_retryable(self, exc: BaseException) -> bool:
         """Connection errors and timeouts (``openai.APIConnectionError``), and
         ``openai.APIStatusError`` with 408, 409, 429 or >= 500."""
@@ -122,7 +132,7 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
     ) -> Dict[str, Any]:
         """One batch input line for ``config.batch_endpoint``: a chat-completions body
         (``messages``, ``response_format``) or a Responses body
-        (:func:`~mmirage_beam.providers.openai_responses.build_responses_body`).
+        (:func:`~mmirage_beam.providers.openai.responses.build_responses_body`).
 
         Raises:
             RequestBuildError: an image OpenAI refuses (type, animation), more than
@@ -544,6 +554,3 @@ def _chat_body(
 
 def _count(value: Any) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-BatchAdapterRegistry.register("openai", OpenAIBatchAdapter)
