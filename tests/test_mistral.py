@@ -108,6 +108,12 @@ def test_a_lost_create_answer_is_adopted_by_metadata(tmp_path, capsys, mistral_e
     assert set(fake.create_counts().values()) == {1}
     assert fake.call_counts()["mistral_jobs_create"] == 2  # the retry looked, not created
     assert fake.call_counts()["mistral_jobs_list"] == 1
+    # Transient 404s on a receipted job and a 503 on a download are retried.
+    fake.script(leading_errors={"status": 404, "count": 2, "paths": ["mistral_jobs_get"]})
+    assert check_main(["--config", cfg]) == 0
+    fake.script(leading_errors={"status": 503, "count": 1, "paths": ["mistral_files_download"]})
+    assert merge_main(["--config", cfg, "--output-path", str(tmp_path / "m.jsonl")]) == 0
+    assert fake.script_view()["leading_errors"]["count"] == 0
 
 
 def test_limits_are_the_stricter_page_and_lowerable(tmp_path):
