@@ -29,7 +29,7 @@ from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, S
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.costs.tokens import TokenCount
-from mmirage_beam.errors import MmirageError
+from mmirage_beam.errors import ConfigError
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
@@ -56,10 +56,12 @@ STATUS_MAP: Dict[str, str] = {
 }
 
 
-class MissingExtraError(MmirageError):
-    """An optional SDK is not installed (exit 2); the message names the extra."""
+class MissingExtraError(ConfigError):
+    """The optional SDK is not installed (a ConfigError on ``provider``, exit 2); the
+    message names the extra."""
 
-    exit_code = 2
+    def __init__(self, message: str) -> None:
+        super().__init__("provider", message)
 
 
 def import_sdk() -> Any:
@@ -97,7 +99,7 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
     FIND_BATCH_PAGE_SIZE: ClassVar[int] = 100
 
     @classmethod
-    def check_installed(cls) -> None:
+    def check_dependencies(cls) -> None:
         """Raises :class:`MissingExtraError` when the SDK is missing (before any data is
         read; a dry run needs no SDK)."""
         import_sdk()
