@@ -42,7 +42,9 @@ def test_builtins_registered_through_the_package():
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split("\n")
-    assert out[0] == "['anthropic', 'azure-openai', 'gemini', 'groq', 'mistral', 'openai', 'together']"
+    assert (
+        out[0] == "['anthropic', 'azure-openai', 'gemini', 'groq', 'mistral', 'openai', 'together']"
+    )
     assert (
         out[1] == "mmirage_beam.providers.openai.adapter mmirage_beam.providers.anthropic.adapter"
     )
