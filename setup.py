@@ -22,6 +22,9 @@ _YAML = _beam_requirement().replace("apache-beam", "apache-beam[yaml]", 1)
 # google-genai for provider: gemini, tested with 2.34.0 (batches, files, count_tokens as
 # the adapter and the fake use them).
 _GEMINI = "google-genai>=2.34,<3"
+# provider: mistral (mmirage_beam/providers/mistral/), tested with mistralai 3.7.0; 3.x
+# is where `mistralai.client.Mistral` lives.
+_MISTRAL = "mistralai>=3.7.0,<4"
 
 setup(
     name="mmirage-beam",
@@ -55,6 +58,7 @@ setup(
             _GEMINI,
             _GCP,
             _YAML,
+            _MISTRAL,
         ],
         # provider: gemini (the Gemini API's batch mode through the official SDK).
         "gemini": [_GEMINI],
@@ -75,6 +79,8 @@ setup(
             "aiofiles==25.1.0",
             "nest-asyncio==1.6.0",
         ],
+        # provider: mistral, through the official SDK.
+        "mistral": [_MISTRAL],
     },
     entry_points={"console_scripts": ["mmirage=mmirage_beam.cli:main"]},
 )

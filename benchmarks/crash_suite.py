@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/crash_suite.py [--trials N] [--rows R] [--chunk C]
-        [--providers openai,anthropic,gemini] [--experiments a,b,...] [--seed S]
+        [--providers openai,anthropic,gemini,mistral] [--experiments a,b,...] [--seed S]
 
 Every trial submits the first R rows of the bundled GSM8K sample (chunks of C requests)
 to the embedded fake provider as a subprocess (`python -m pipelines.submit`), injures
@@ -152,6 +152,7 @@ class Trial:
         env.setdefault("OPENAI_API_KEY", "sk-crash-suite")
         env.setdefault("ANTHROPIC_API_KEY", "sk-ant-crash-suite")
         env.setdefault("GEMINI_API_KEY", "gemini-crash-suite")
+        env.setdefault("MISTRAL_API_KEY", "mistral-crash-suite")
         return env
 
     def popen(
@@ -278,14 +279,16 @@ def run_trial(experiment: str, trial: Trial, rng: random.Random) -> list[str]:
         sys.path.insert(0, str(REPO))
         from tests.slow_proxy import SlowProxy
 
-        path = {
-            "openai": "/v1/batches",
-            "anthropic": "/v1/messages/batches",
-            "gemini": "/v1beta/models/gemini-2.5-flash:batchGenerateContent",  # the default
+        path, suffix = {
+            "openai": ("/v1/batches", "/v1"),
+            "anthropic": ("/v1/messages/batches", ""),
+            # the default model
+            "gemini": ("/v1beta/models/gemini-2.5-flash:batchGenerateContent", ""),
+            "mistral": ("/mistral/v1/batch/jobs", "/mistral"),
         }[trial.provider]
         with SlowProxy(trial.fake.base_url) as proxy:
             proxy.delay("POST", path, 2.5, count=rng.randint(1, 2))
-            url = proxy.base_url + ("/v1" if trial.provider == "openai" else "")
+            url = proxy.base_url + suffix
             slow = trial.config("slow.yaml", base_url=url, timeout_seconds=1)
             code, err = _finish(trial.popen(slow))
         if code != 0:
@@ -332,7 +335,7 @@ def run_trial(experiment: str, trial: Trial, rng: random.Random) -> list[str]:
 
 def run_suite(
     experiments: tuple[str, ...] = EXPERIMENTS,
-    providers: tuple[str, ...] = ("openai", "anthropic"),
+    providers: tuple[str, ...] = ("openai", "anthropic", "gemini", "mistral"),
     trials: int = 1,
     rows: int = 120,
     chunk: int = 12,
@@ -397,7 +400,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--rows", type=int, default=240)
     ap.add_argument("--chunk", type=int, default=12)
-    ap.add_argument("--providers", default="openai,anthropic")
+    ap.add_argument("--providers", default="openai,anthropic,gemini,mistral")
     ap.add_argument("--experiments", default=",".join(EXPERIMENTS))
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)

@@ -73,6 +73,7 @@ def provider_env(monkeypatch, fake_provider):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     monkeypatch.setenv("GEMINI_API_KEY", "gemini-test")
+    monkeypatch.setenv("MISTRAL_API_KEY", "test-mistral-key")
     return fake_provider
 
 

@@ -866,7 +866,10 @@ def test_cli_serves_until_terminated():
         threading.Thread(target=lambda: lines.put(proc.stdout.readline()), daemon=True).start()
         banner = lines.get(timeout=15)
         pattern = r"fake provider listening on (http://127\.0\.0\.1:\d+) "
-        match = re.match(pattern + r"\(OpenAI: \1/v1, Anthropic: \1, Gemini: \1\)$", banner.strip())
+        match = re.match(
+            pattern + r"\(OpenAI: \1/v1, Anthropic: \1, Gemini: \1, Mistral: \1/mistral\)$",
+            banner.strip(),
+        )
         assert match, banner
         base_url = match.group(1)
         an = anthropic.Anthropic(api_key="sk-ant-test", base_url=base_url)

@@ -78,7 +78,17 @@ def test_registries_reject_wrong_types():
 
 
 def test_mistral_example_plugs_in(tmp_path, capsys, monkeypatch):
-    from tests.plugins import mistral_example  # registers "mistral"
+    import importlib
+
+    from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
+
+    # The example registers "mistral" over the built-in: only for this test.
+    for registry in (BatchAdapterRegistry, BatchProviderConfigRegistry):
+        registry.names()  # the built-ins are registered first
+        monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    from tests.plugins import mistral_example
+
+    mistral_example = importlib.reload(mistral_example)  # registers "mistral"
 
     cfg = base_config(tmp_path, "mistral")
     loaded = config_from_dict(cfg)

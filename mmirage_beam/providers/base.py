@@ -193,7 +193,11 @@ def resolve_credentials(
 
     Raises:
         CredentialsError: naming the variable(s) to set; never includes a value.
+        ConfigError: the adapter's ``check_dependencies()`` found its SDK missing.
     """
+    check_dependencies = getattr(adapter_cls, "check_dependencies", None)
+    if callable(check_dependencies):
+        check_dependencies()  # an optional SDK that is missing names its extra
     env = os.environ if environ is None else environ
     found: Dict[str, str] = {}
     missing = []

@@ -14,4 +14,11 @@ from mmirage_beam.providers.openai.config import OpenAIBatchConfig
 BatchProviderConfigRegistry.register("openai", OpenAIBatchConfig)
 BatchAdapterRegistry.register("openai", OpenAIBatchAdapter)
 
+# OpenAI-compatible services, as named profiles of this adapter (profiles.py).
+from mmirage_beam.providers.openai.profiles import PROFILES  # noqa: E402
+
+for _name, (_config_cls, _adapter_cls) in PROFILES.items():
+    BatchProviderConfigRegistry.register(_name, _config_cls)
+    BatchAdapterRegistry.register(_name, _adapter_cls)
+
 __all__ = ["OpenAIBatchAdapter", "OpenAIBatchConfig"]

@@ -61,6 +61,19 @@ class OpenAIBatchConfig(BatchProviderConfig):
     image_detail: Optional[str] = None
     timeout_seconds: Optional[float] = None
 
+    def check_completion_window(self) -> None:
+        """``completion_window`` as the service accepts it: OpenAI only ``24h``
+        (profiles of OpenAI-compatible services override this).
+
+        Raises:
+            ConfigError: naming ``completion_window``.
+        """
+        if self.completion_window != "24h":
+            raise ConfigError(
+                "completion_window",
+                f"OpenAI only supports '24h', got {self.completion_window!r}",
+            )
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.base_url == "":
@@ -105,11 +118,7 @@ class OpenAIBatchConfig(BatchProviderConfig):
                 f"{self.max_tokens} is below the Responses API's minimum max_output_tokens "
                 f"of {RESPONSES_MIN_OUTPUT_TOKENS}; every request would be refused",
             )
-        if self.completion_window != "24h":
-            raise ConfigError(
-                "completion_window",
-                f"OpenAI only supports '24h', got {self.completion_window!r}",
-            )
+        self.check_completion_window()
         if self.base_url is not None:
             _check_str("base_url", self.base_url)
         if not isinstance(self.metadata, dict):

@@ -73,6 +73,10 @@ Anthropic (``x-api-key`` or ``Authorization: Bearer`` required, else 401 with
 - ``results_url`` is null until the batch has ended, then an absolute URL on this
   server; the four outcome counts stay 0 until then.
 
+Mistral (files and batch jobs as the mistralai SDK calls them, under ``/mistral``:
+``Mistral(server_url=fake.mistral_base_url)``): see
+:mod:`mmirage_beam.testing.fake_provider.mistral` for its endpoints, lifecycle and markers.
+
 Admin (no auth; for tests and for a fake started from the command line):
 
 - ``POST /_fake/script``: JSON object with the scripting keys below (merged into the

@@ -20,6 +20,8 @@ from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.testing.fake_provider import gemini, limits
 from mmirage_beam.testing.fake_provider.anthropic import AnthropicApi
+from mmirage_beam.testing.fake_provider.mistral import MISTRAL, MistralApi
+from mmirage_beam.testing.fake_provider.mistral import PREFIX as MISTRAL_PREFIX
 from mmirage_beam.testing.fake_provider.openai import OpenAIApi
 from mmirage_beam.testing.fake_provider.scripting import (
     SCRIPT_DEFAULTS,
@@ -119,6 +121,7 @@ class FakeProviderServer:
         self._openai = OpenAIApi(self._store)
         self._anthropic = AnthropicApi(self._store)
         self._gemini = gemini.GeminiApi(self._store)
+        self._mistral = MistralApi(self._store)
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._url_map = Map(
@@ -240,6 +243,12 @@ class FakeProviderServer:
         adds ``v1beta/...`` and ``upload/v1beta/files``)."""
         return self.base_url
 
+    @property
+    def mistral_base_url(self) -> str:
+        """``base_url + "/mistral"``, for ``Mistral(server_url=...)`` (its paths are the
+        OpenAI fake's, ``/v1/files``..., so they live under a prefix of their own)."""
+        return self.base_url + MISTRAL_PREFIX
+
     def base_url_for(self, provider: str) -> str:
         """The base URL ``provider``'s SDK takes (``<provider>_base_url``).
 
@@ -334,6 +343,8 @@ class FakeProviderServer:
         """The batch object at time ``now`` (materialising results once it is done)."""
         if batch.provider == GEMINI:
             return self._gemini.view(batch, now)
+        if batch.provider == MISTRAL:
+            return self._mistral.view(batch, now)
         api = self._openai if batch.provider == OPENAI else self._anthropic
         return api.view(batch, now)
 
@@ -352,6 +363,8 @@ class FakeProviderServer:
         return response(environ, start_response)
 
     def _dispatch(self, request: Request) -> Response:
+        if request.path.startswith(MISTRAL_PREFIX + "/"):
+            return self._mistral.handle(request)
         provider = ANTHROPIC if request.path.startswith("/v1/messages") else OPENAI
         if request.path.startswith(("/v1beta/", "/upload/v1beta/")):
             provider = GEMINI

@@ -80,8 +80,23 @@ GEMINI_ENDPOINT_NAMES = (
     "gemini_batches_delete",
     "gemini_count_tokens",
 )
+MISTRAL_ENDPOINT_NAMES = (
+    "mistral_files_upload",
+    "mistral_files_list",
+    "mistral_files_retrieve",
+    "mistral_files_delete",
+    "mistral_files_download",
+    "mistral_jobs_create",
+    "mistral_jobs_list",
+    "mistral_jobs_get",
+    "mistral_jobs_cancel",
+    "mistral_jobs_delete",
+)
 API_ENDPOINT_NAMES = frozenset(
-    OPENAI_ENDPOINT_NAMES + ANTHROPIC_ENDPOINT_NAMES + GEMINI_ENDPOINT_NAMES
+    OPENAI_ENDPOINT_NAMES
+    + ANTHROPIC_ENDPOINT_NAMES
+    + GEMINI_ENDPOINT_NAMES
+    + MISTRAL_ENDPOINT_NAMES
 )
 
 

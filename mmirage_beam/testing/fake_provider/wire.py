@@ -14,7 +14,8 @@ from werkzeug.wrappers import Request, Response
 OPENAI = "openai"
 ANTHROPIC = "anthropic"
 GEMINI = "gemini"
-PROVIDERS = (OPENAI, ANTHROPIC, GEMINI)
+MISTRAL = "mistral"
+PROVIDERS = (OPENAI, ANTHROPIC, GEMINI, MISTRAL)
 #: google.rpc status names of HTTP codes (Gemini's error shape)
 _GOOGLE_STATUS = {
     400: "INVALID_ARGUMENT",
