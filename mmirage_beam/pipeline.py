@@ -93,7 +93,9 @@ def _sum_counts(counts: Any) -> dict[str, int]:
 
 
 def _error_line(err: Any) -> bytes:
-    return (json.dumps(err.to_json(), ensure_ascii=False) + "\n").encode("utf-8")
+    from mmirage_beam.jsonl import json_line
+
+    return json_line(err.to_json())
 
 
 class _SelectRequestsFn(beam.DoFn):

@@ -21,6 +21,7 @@ from mmirage_beam.config.loader import DatasetConfig, InputConfig, OutputConfig
 from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.ids import custom_id
 from mmirage_beam.io.readers import replace_lone_surrogates
+from mmirage_beam.jsonl import lone_surrogate_at
 from mmirage_beam.records import BatchRequest, RowError, SourceRow
 from mmirage_beam.transforms.schema import json_schema_for
 
@@ -56,7 +57,9 @@ class ExtractedRow(NamedTuple):
 
 
 def _clean_text(value: str) -> str:
-    """Replace unpaired surrogates (invalid in UTF-8) with U+FFFD so JSON stays valid."""
+    """Replace unpaired surrogates (invalid in UTF-8) with U+FFFD so JSON stays valid.
+    Only a rendered prompt is cleaned: a row's inputs holding one are invalid rows
+    (ExtractInputs), so this changes only a lenient rebuild (merge) of such a row."""
     try:
         value.encode("utf-8")
         return value
@@ -119,8 +122,22 @@ class _ExtractInputsFn(beam.DoFn):
                     )
                     return
                 value = spec.default
-            if isinstance(value, str):
-                value = _clean_text(value)
+            if not self._lenient:
+                where = lone_surrogate_at(value)
+                if where is not None:
+                    yield pvalue.TaggedOutput(
+                        ERRORS_TAG,
+                        RowError(
+                            element.source_index,
+                            ds.path,
+                            spec.name,
+                            f"input {spec.name!r} (key {spec.key!r}) holds a lone UTF-16 "
+                            f"surrogate ({where}), a character with no UTF-8 encoding: the "
+                            "provider would receive U+FFFD in its place. Fix the source "
+                            "row, or skip it with execution_params.skip_invalid_rows",
+                        ),
+                    )
+                    return
             if spec.type == "image" and value is not None:
                 refs = value if isinstance(value, list) else [value]
                 if not self._load_images:
@@ -163,7 +180,9 @@ class ExtractInputs(beam.PTransform):
     ``rows`` is PCollection[ExtractedRow]: every ``processing_params.inputs`` JMESPath
     (compiled once per worker) applied to the row; image inputs resolved against the
     dataset's ``image_base_path`` and read (http(s) URLs are kept as URLs). ``errors`` is
-    PCollection[RowError]: a missing or null input without ``default``, or an image that
+    PCollection[RowError]: a missing or null input without ``default``, an input holding
+    a lone UTF-16 surrogate (JSON ``"\\ud800"``: no UTF-8 encoding, a provider would get
+    U+FFFD), or an image that
     may not or cannot be read (an absolute path, a path out of ``image_base_path``
     through ``..`` or a symlink, unless the dataset's ``allow_images_outside_base``; a
     URL of another scheme; a file over ``max_image_file_bytes``, refused before it is
@@ -172,8 +191,9 @@ class ExtractInputs(beam.PTransform):
 
     With ``load_images=False`` image files are not read: each image is ``{"source": value}``
     (enough for the modality and for rendering, as merge needs). With ``lenient=True`` a
-    missing or null input is ``None`` instead of an error (merge re-reads rows that were
-    skipped as invalid at submission, to write them marked).
+    missing or null input is ``None`` and a lone surrogate is kept, instead of an error
+    (merge re-reads rows that were skipped as invalid at submission, to write them marked,
+    as the source held them).
 
     ``max_image_file_bytes`` (bytes) and ``image_file_limit`` (its wording in messages):
     the provider's per-image limit (``BatchSubmissionAdapter.max_image_file_bytes`` and
