@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/bench_tokens.py [--mb 20] [--encoding o200k_base] [--repeat 1]
-        [--cases words,unbroken,base64]
+        [--cases words,unbroken,base64] [--check]
 
 Each case counts one text of ``--mb`` million characters with
 :func:`mmirage_beam.costs.tokens.count_text`, in a fresh Python process of its own, so
@@ -22,7 +22,8 @@ is loaded and the text built before the clock starts), the peak RSS of the whole
 and the count), the token count, and whether the count is exact (the label
 :func:`mmirage_beam.costs.tokens.text_tokens` gives; ``n/a`` on a version without it).
 The table ends with each case's time as a multiple of ``words``' time. Run it on another
-tree with ``PYTHONPATH=<tree>`` to compare versions.
+tree with ``PYTHONPATH=<tree>`` to compare versions. ``--check`` exits 1 unless
+``unbroken`` takes at most twice ``words``' time and every case peaks under 300 MiB.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def child(case: str, chars: int, encoding: str) -> None:
                 "peak_mib": peak_kib / 1024,
                 "tokens": count,
                 "exact": exact,
+                "code": os.path.dirname(os.path.dirname(tokens.__file__)),
             }
         )
     )
@@ -111,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--encoding", default="o200k_base")
     ap.add_argument("--repeat", type=int, default=1, help="runs per case (the fastest is kept)")
     ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 unless unbroken takes at most 2x words' time and every case peaks "
+        "under 300 MiB (issue 18's bound)",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--chars", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -135,6 +143,18 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['case']} | {r['secs']:.2f} | {r['peak_mib']:.0f} | {r['tokens']:,} "
             f"| {exact} | {ratio} |"
         )
+    if args.check:
+        failed = [
+            f"{r['case']}: {r['secs'] / base:.2f}x words' time (at most 2x)"
+            for r in results
+            if base and r["case"] == "unbroken" and r["secs"] > 2 * base
+        ] + [
+            f"{r['case']}: peak RSS {r['peak_mib']:.0f} MiB (under 300)"
+            for r in results
+            if r["peak_mib"] >= 300
+        ]
+        print("\ncheck: " + ("; ".join(failed) if failed else "ok"))
+        return 1 if failed else 0
     return 0
 
 
