@@ -93,7 +93,9 @@ def _sum_counts(counts: Any) -> dict[str, int]:
 
 
 def _error_line(err: Any) -> bytes:
-    return (json.dumps(err.to_json(), ensure_ascii=False) + "\n").encode("utf-8")
+    from mmirage_beam.jsonl import json_line
+
+    return json_line(err.to_json())
 
 
 class _SelectRequestsFn(beam.DoFn):
@@ -188,7 +190,12 @@ class SubmitRows(beam.PTransform):
         staging = staging_dir(base, run_id)
 
         rows = rows | "ProgressRowsRead" >> CountProgress("rows read")
-        extracted = rows | "ExtractInputs" >> ExtractInputs(config.inputs, config.datasets)
+        extracted = rows | "ExtractInputs" >> ExtractInputs(
+            config.inputs,
+            config.datasets,
+            max_image_file_bytes=adapter_cls.max_image_file_bytes,
+            image_file_limit=adapter_cls.image_file_limit,
+        )
         built = extracted.rows | "BuildRequests" >> BuildRequests(
             config.outputs, config.datasets, adapter_cls, proc
         )
@@ -473,8 +480,14 @@ class MergeRows(beam.PTransform):
         verifiable = [h for h in held if h.receipt.get("run_id")] if verify_source else []
         # the longest phase of a large merge: without it, only "results fetched" shows
         rows = rows | "ProgressRowsRead" >> CountProgress("rows read")
+        own_adapter = (providers.get(config.processor.provider) or (None,))[0]
         extracted = rows | "ExtractInputs" >> ExtractInputs(
-            config.inputs, config.datasets, load_images=bool(verifiable), lenient=True
+            config.inputs,
+            config.datasets,
+            load_images=bool(verifiable),
+            lenient=True,
+            max_image_file_bytes=getattr(own_adapter, "max_image_file_bytes", None),
+            image_file_limit=getattr(own_adapter, "image_file_limit", ""),
         )
         spilled.append(spill(extracted.rows, ROWS_KIND, _rows_record))
         if verifiable:
