@@ -330,7 +330,7 @@ def run_pipeline(
     def on_signal(signum: int, _frame: object) -> None:
         if stop_marker is not None and not outcome.stop_requested:
             outcome.stop_requested = True
-            from mmirage_beam.receipts import write_durably
+            from mmirage_beam.io.fs import write_durably
 
             try:
                 write_durably(stop_marker, b"stop requested\n")

@@ -258,10 +258,14 @@ class SubmitRows(beam.PTransform):
         placeholders = built.rows | "PlaceholderRows" >> RenderPlaceholderRows(
             config.outputs, config.output_schema, config.remove_columns
         )
+        dirs = [ds.output_dir.rstrip("/") for ds in config.datasets]
         for i, ds in enumerate(config.datasets):
             if not ds.output_dir or only_custom_ids is not None:
                 continue
             out_dir = f"{ds.output_dir.rstrip('/')}/shard_{config.shard_id}"
+            # A folder of its own: a resumed run's placeholder files replace all earlier
+            # ones of this run id (another attempt may have named them differently).
+            own_dir = dirs.count(ds.output_dir.rstrip("/")) == 1
             (
                 placeholders
                 | f"Dataset{i}Lines" >> beam.FlatMap(lambda kv, i=i: (kv[1],) if kv[0] == i else ())
@@ -271,6 +275,7 @@ class SubmitRows(beam.PTransform):
                     f"placeholders.{run_id}",
                     staging_dir=f"{staging}/placeholders{i}",
                     gate=gate,
+                    replace_earlier=own_dir,
                 )
             )
         self.plan = SubmitPlan(

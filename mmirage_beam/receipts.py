@@ -23,6 +23,8 @@ import json
 import uuid
 from typing import Any, Iterable, Iterator, NamedTuple, Optional
 
+from mmirage_beam.io.fs import replace_file, write_durably  # noqa: F401 - re-exported
+
 DEFAULT_METADATA_BASE = "batch_metadata"
 
 
@@ -183,44 +185,6 @@ def part_path(receipt_file: str, chunk_id: str) -> str:
 def receipt_line(receipt: dict[str, Any]) -> bytes:
     """One receipt as a JSONL line (UTF-8, ``\\n``-terminated)."""
     return (json.dumps(receipt, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def write_durably(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary sibling, then a rename over it.
-
-    A reader (or a crash at any moment) sees the old content or the new, never none:
-    the old file is not deleted first (a local rename replaces its target atomically;
-    object stores copy over it). Works on every Beam filesystem (local, gs://, s3://...).
-    """
-    from apache_beam.io.filesystems import FileSystems
-
-    from mmirage_beam.crashpoints import crash_point
-
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with FileSystems.create(tmp) as f:
-        f.write(data)
-    crash_point("tmp_written")
-    replace_file(tmp, path)
-
-
-def replace_file(src: str, dst: str) -> None:
-    """Rename ``src`` over ``dst`` without a moment where ``dst`` is missing, where the
-    filesystem allows it; else (a rename that refuses an existing target) delete first."""
-    import os
-
-    from apache_beam.io.filesystems import FileSystems
-
-    from mmirage_beam.paths import is_uri
-
-    try:
-        FileSystems.rename([src], [dst])
-    except Exception:
-        if not FileSystems.exists(dst) or not FileSystems.exists(src):
-            raise
-        if not is_uri(dst) and os.path.isdir(dst):
-            raise  # a folder is never deleted to make room for a file
-        FileSystems.delete([dst])
-        FileSystems.rename([src], [dst])
 
 
 def read_receipt_part(path: str) -> Optional[dict[str, Any]]:

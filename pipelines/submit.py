@@ -163,7 +163,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                 return 3
 
         def on_lost(_holder: dict) -> None:
-            from mmirage_beam.receipts import write_durably
+            from mmirage_beam.io.fs import write_durably
 
             write_durably(stop_marker_path(base, run_id), b"lease lost\n")
 
