@@ -14,6 +14,7 @@ from pathlib import Path
 
 import apache_beam as beam
 import pytest
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
@@ -80,7 +81,7 @@ def test_move_file_leaves_the_source_when_the_destination_cannot_be_written(tmp_
     src.write_bytes(PAYLOAD)
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the folder should be")
-    with pytest.raises(Exception):
+    with pytest.raises((OSError, BeamIOError)):
         move_file(str(src), str(blocker / "rows.jsonl"))
     assert src.read_bytes() == PAYLOAD  # nothing lost
 
