@@ -10,7 +10,13 @@ costs one dictionary lookup. Steps:
 - ``batch_created``: the provider accepted the batch, its receipt is not yet written;
 - ``receipt_written``: the receipt part is durable, the intent not yet removed;
 - ``consolidated``: a receipt file was rewritten from its parts, the parts not yet removed;
-- ``adopted``: a resume wrote an adopted batch's receipt, its intent not yet removed.
+- ``adopted``: a resume wrote an adopted batch's receipt, its intent not yet removed;
+- ``publishing``: a placeholder rows file is about to be moved into ``output_dir``
+  (every batch is receipted; the submitted marker is written);
+- ``moved_copied``: a move across filesystems published its copy, the source not yet
+  deleted (:func:`mmirage_beam.io.fs.move_file`);
+- ``finishing``: the launcher consolidated the receipts, the run record is not yet
+  marked finished.
 
 Used by ``tests/crash`` and ``benchmarks/crash_suite.py``.
 """

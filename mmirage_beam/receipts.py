@@ -167,6 +167,33 @@ def read_run_state(base: str, run_id: str) -> Optional[dict[str, Any]]:
     return out
 
 
+def submitted_marker_path(base: str, run_id: str) -> str:
+    """``<base>.submitted.<run_id>.json``: written by the submit pipeline once every chunk
+    of the attempt has its receipt (every batch exists at the provider), before the
+    placeholder rows are published. With a run record still ``finished: false``, it means
+    only the finish steps (placeholder publication, consolidation, run record) are left:
+    ``mmirage run --run-id`` completes them without contacting the provider. The launcher
+    removes it when an attempt starts and once the run is recorded finished."""
+    return f"{base}.submitted.{run_id}.json"
+
+
+def mark_submitted(receipts: int, base: str, run_id: str, attempt: int) -> int:
+    """Write :func:`submitted_marker_path` (``{"run_id", "attempt", "receipts"}``, the
+    attempt's receipt count); returns ``receipts`` (a Beam step's output)."""
+
+    record = {"run_id": run_id, "attempt": attempt, "receipts": int(receipts)}
+    write_durably(submitted_marker_path(base, run_id), (json.dumps(record) + "\n").encode())
+    return receipts
+
+
+def submission_complete(base: str, run_id: str) -> bool:
+    """Whether the last attempt of ``run_id`` receipted every chunk it built (its
+    :func:`submitted_marker_path` exists)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.exists(submitted_marker_path(base, run_id))
+
+
 def intent_path(receipt_file: str, chunk_id: str) -> str:
     """``<receipt file>.parts/<chunk_id>.intent``: written just before a chunk is submitted.
 

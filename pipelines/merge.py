@@ -176,6 +176,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         print(line)
     never_rows = {e["source_index"] for e in errors if e["error_type"] == "never_submitted"}
     never_requests = sum(1 for e in errors if e["error_type"] == "never_submitted")
+    if unfinished.finish_pending:
+        from mmirage_beam.collect import finish_pending_lines
+
+        print("\n".join(finish_pending_lines(unfinished.finish_pending, args.config)))
     if unfinished or never_requests:
         _print_unfinished(unfinished, never_requests, len(never_rows), resume_command)
         return 1

@@ -147,7 +147,8 @@ class WriteJsonLinesShards(beam.PTransform):
     ``directory`` (each file is copied, published atomically, then deleted:
     :func:`mmirage_beam.io.fs.move_file`). ``replace_earlier``: the publication owns
     ``<prefix>-*`` in ``directory``, so files of that prefix it did not write (an earlier
-    attempt's) are deleted after it.
+    attempt's) are deleted after it. ``after``: a singleton side input the publication
+    waits for (the submit pipeline's every-chunk-receipted step).
     """
 
     def __init__(
@@ -157,8 +158,10 @@ class WriteJsonLinesShards(beam.PTransform):
         staging_dir: str | None = None,
         gate: Any = None,
         replace_earlier: bool = False,
+        after: Any = None,
     ) -> None:
         super().__init__()
+        self._after = after
         self._replace = replace_earlier
         self._dir = directory
         self._prefix = prefix
@@ -176,6 +179,8 @@ class WriteJsonLinesShards(beam.PTransform):
             | "CollectStaged" >> beam.combiners.ToList()
         )
         kwargs = {} if self._gate is None else {"gate": self._gate}
+        if self._after is not None:
+            kwargs["after"] = self._after
         return names | "Publish" >> beam.ParDo(
             _PublishFn(self._dir, self._staging, self._prefix if self._replace else ""), **kwargs
         )
@@ -197,7 +202,7 @@ class _PublishFn(beam.DoFn):
         self._staging = staging_dir
         self._replace_prefix = replace_prefix
 
-    def process(self, paths: list[str], gate: int = 0) -> Iterator[str]:
+    def process(self, paths: list[str], gate: int = 0, after: Any = None) -> Iterator[str]:
         from mmirage_beam.crashpoints import crash_point
         from mmirage_beam.io.fs import delete_files, delete_folder, list_files, move_file
 

@@ -1,0 +1,143 @@
+"""A run whose batches all exist but whose finish step died is completed by a resume
+that contacts no provider; merge and check call it "finish step pending", not unfinished.
+
+Each finish step is killed once with the project's crash hook (``MMIRAGE_CRASH_AT``,
+:mod:`mmirage_beam.crashpoints`): ``publishing`` (placeholder rows being moved into
+``output_dir``), ``consolidated`` (a receipt file rewritten, its parts not yet removed),
+``finishing`` (receipts consolidated, run record not yet marked finished). The fake's
+call counters prove the resume sends nothing: no upload, no create, no call at all.
+Also a run whose receipts live on a tmpfs (``/dev/shm``) and rows on the test disk.
+
+CLI subprocesses (only they can show a SIGKILL and exit codes). In CI: the
+``publishing`` case (with merge and check) and the tmpfs run; set
+``MMIRAGE_SLOW_TESTS=1`` to also run the ``consolidated`` and ``finishing`` cases (each
+a killed run and its resume; ``benchmarks/crash_suite.py`` runs them too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import GSM8K_JSONL, REPO, base_config, write_config
+
+ROWS = 30
+SLOW = os.environ.get("MMIRAGE_SLOW_TESTS") == "1"
+_slow = pytest.mark.skipif(not SLOW, reason="set MMIRAGE_SLOW_TESTS=1 (two CLI runs each)")
+
+
+def _cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mmirage_beam.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _setup(tmp_path: Path, fake, meta_dir: Path | None = None) -> tuple[str, dict[str, str]]:  # noqa: ANN001
+    data = tmp_path / "rows.jsonl"
+    with open(GSM8K_JSONL, encoding="utf-8") as src:
+        data.write_text("".join(next(src) for _ in range(ROWS)), encoding="utf-8")
+    cfg = base_config(tmp_path, base_url=fake.openai_base_url, max_requests_per_chunk=8)
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    if meta_dir is not None:
+        cfg["processors"][0]["metadata_output_path"] = str(meta_dir / "batch_metadata.jsonl")
+    env = dict(os.environ, PYTHONPATH=str(REPO), OPENAI_API_KEY="sk-test-openai")
+    env.pop("MMIRAGE_CRASH_AT", None)
+    return write_config(tmp_path, cfg), env
+
+
+def _placeholder_lines(tmp_path: Path) -> list[str]:
+    files = sorted((tmp_path / "shards" / "shard_0").glob("placeholders.r1-*.jsonl"))
+    return [line for f in files for line in f.read_text(encoding="utf-8").splitlines()]
+
+
+def _assert_finished(tmp_path: Path, meta: Path, fake) -> None:  # noqa: ANN001
+    record = json.loads((meta / "batch_metadata.run.r1.json").read_text(encoding="utf-8"))
+    assert record["finished"] is True
+    assert not (meta / "batch_metadata.submitted.r1.json").exists()
+    assert not list(meta.glob("*.parts"))  # consolidated
+    lines = _placeholder_lines(tmp_path)
+    assert len(lines) == ROWS  # every row once
+    assert sorted(json.loads(x)["answer"] for x in lines) == sorted(
+        f"__BATCH_SUBMITTED__:answer-text-{i}" for i in range(ROWS)
+    )
+    counts = fake.create_counts()
+    assert sorted(counts) == sorted(f"answer-text-{i}" for i in range(ROWS))
+    assert set(counts.values()) == {1}  # 0 duplicates, 0 unsent
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "publishing",
+        pytest.param("consolidated", marks=_slow),
+        pytest.param("finishing", marks=_slow),
+    ],
+)
+def test_a_killed_finish_step_is_completed_by_a_resume_that_sends_nothing(
+    tmp_path, fake_provider, step
+):
+    config, env = _setup(tmp_path, fake_provider)
+    meta = tmp_path / "meta"
+    crashed = _cli(
+        ["run", "--config", config, "--run-id", "r1"], tmp_path, {**env, "MMIRAGE_CRASH_AT": step}
+    )
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert (meta / "batch_metadata.submitted.r1.json").exists()  # every batch receipted
+    assert len(fake_provider.batches()) == 4
+
+    if step == "publishing":  # merge and check name the pending step (both read the same)
+        merged = _cli(
+            ["merge", "--config", config, "--output-path", str(tmp_path / "m.jsonl")],
+            tmp_path,
+            env,
+        )
+        assert merged.returncode == 0, merged.stdout + merged.stderr[-2000:]
+        assert "finish step pending: run r1" in merged.stdout
+        assert f"mmirage run --config {config} --run-id r1" in merged.stdout
+        assert "UNFINISHED" not in merged.stdout
+        assert len((tmp_path / "m.jsonl").read_text(encoding="utf-8").splitlines()) == ROWS
+        checked = _cli(["check", "--config", config], tmp_path, env)
+        assert "finish step pending: run r1" in checked.stdout, checked.stdout
+        assert "UNFINISHED" not in checked.stdout
+
+    calls = fake_provider.call_counts()
+    resumed = _cli(["run", "--config", config, "--run-id", "r1"], tmp_path, env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert fake_provider.call_counts() == calls  # no upload, no create, no lookup
+    assert "nothing left to submit" in resumed.stdout
+    _assert_finished(tmp_path, meta, fake_provider)
+
+
+def test_receipts_on_a_tmpfs_and_rows_on_disk_finish_check_and_merge(tmp_path, fake_provider):
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("/dev/shm is not a filesystem of its own here")
+    meta = shm / f"mmirage-test-{uuid.uuid4().hex[:12]}"
+    try:
+        config, env = _setup(tmp_path, fake_provider, meta_dir=meta)
+        done = _cli(["run", "--config", config, "--run-id", "r1"], tmp_path, env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        _assert_finished(tmp_path, meta, fake_provider)
+        checked = _cli(["check", "--config", config], tmp_path, env)
+        assert checked.returncode == 0, checked.stdout + checked.stderr[-2000:]
+        assert "pending" not in checked.stdout and "UNFINISHED" not in checked.stdout
+        out = tmp_path / "merged.jsonl"
+        merged = _cli(["merge", "--config", config, "--output-path", str(out)], tmp_path, env)
+        assert merged.returncode == 0, merged.stdout + merged.stderr[-2000:]
+        rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+        assert [r["source_index"] for r in rows] == list(range(ROWS))
+    finally:
+        import shutil
+
+        shutil.rmtree(meta, ignore_errors=True)
