@@ -356,9 +356,10 @@ def _remove_if_exists(path: str) -> None:
 
 def _failure_report(plan, run_id: str, exc: BaseException, resume_cmd: str) -> str:  # noqa: ANN001
     """What was accepted, derived from what is recorded once the job has stopped."""
+    from mmirage_beam.launch import describe_failure
     from mmirage_beam.receipts import consolidate_run, pending_intents
 
-    lines = [f"mmirage: error: the pipeline failed: {_short(exc)}"]
+    lines = [f"mmirage: error: the pipeline failed: {describe_failure(exc)}"]
     try:
         kept = [f"{p} ({n})" for p, n in consolidate_run(plan.receipts_base, run_id).items()]
         in_flight = pending_intents(plan.receipts_base, run_id)

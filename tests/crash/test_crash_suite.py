@@ -54,8 +54,10 @@ def test_the_crash_hook_names_only_known_steps():
     import pathlib
 
     sources = "".join(
-        p.read_text(encoding="utf-8") for p in pathlib.Path(REPO, "mmirage_beam").rglob("*.py")
+        p.read_text(encoding="utf-8")
+        for folder in ("mmirage_beam", "pipelines")
+        for p in pathlib.Path(REPO, folder).rglob("*.py")
     )
-    for step in crash_suite.STEPS + ("adopted",):
+    for step in crash_suite.STEPS + crash_suite.Portable.STEPS + ("adopted", "moved_copied"):
         assert f'crash_point("{step}")' in sources, step
     assert len(crash_suite.EXPERIMENTS) == len(set(crash_suite.EXPERIMENTS))
