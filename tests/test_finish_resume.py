@@ -141,3 +141,41 @@ def test_receipts_on_a_tmpfs_and_rows_on_disk_finish_check_and_merge(tmp_path, f
         import shutil
 
         shutil.rmtree(meta, ignore_errors=True)
+
+
+def test_find_unfinished_tells_a_pending_finish_from_an_unfinished_run(tmp_path):
+    """Direct: record not finished + submitted marker -> finish_pending; with a leftover
+    intent or a stop marker, or without the marker -> unfinished."""
+    from mmirage_beam.collect import find_unfinished
+    from mmirage_beam.io.fs import write_durably
+    from mmirage_beam.pipeline import stop_marker_path
+    from mmirage_beam.receipts import intent_path, mark_submitted, receipt_path
+
+    base = str(tmp_path / "batch_metadata")
+    record = {"run_id": "x", "fingerprint": "f", "finished": False}
+    for run in ("a", "b", "c", "d"):
+        write_durably(f"{base}.run.{run}.json", json.dumps({**record, "run_id": run}).encode())
+    for run in ("a", "c", "d"):
+        assert mark_submitted(3, base, run, attempt=1) == 3
+    intent = {"chunk_id": "answer-chunk-000001", "custom_id_to_source_index": {"q": 0}}
+    write_durably(
+        intent_path(receipt_path(base, "text", "c"), "answer-chunk-000001"),
+        json.dumps(intent).encode(),
+    )
+    write_durably(stop_marker_path(base, "d"), b"stop\n")
+    got = find_unfinished(base, ["a", "b", "c", "d"], [])
+    assert got.finish_pending == ["a"]
+    assert got.runs == ["b", "c", "d"]
+
+
+def test_a_dead_worker_is_said_in_plain_words():
+    from mmirage_beam.launch import describe_failure
+
+    exc = RuntimeError(
+        "Pipeline job failed:\nTraceback ...\nRuntimeError: Channel closed prematurely."
+    )
+    assert describe_failure(exc) == (
+        "a worker process of the runner died or lost its connection while the job ran "
+        "(the runner said: RuntimeError: Channel closed prematurely.)"
+    )
+    assert describe_failure(ValueError("disk full\nOSError: [Errno 28]")) == "OSError: [Errno 28]"
