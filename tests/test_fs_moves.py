@@ -16,7 +16,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from mmirage_beam.io.fs import move_file, move_files, same_filesystem, write_durably
@@ -123,7 +123,7 @@ def test_move_files_refuses_mismatched_lists():
 
 
 def _publish(staging: str, out_dir: str, lines: list[bytes], gate: int = 0) -> None:
-    with TestPipeline() as p:
+    with BeamTestPipeline() as p:
         g = beam.pvalue.AsSingleton(p | "Gate" >> beam.Create([gate]))
         published = (
             p
