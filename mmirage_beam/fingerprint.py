@@ -16,7 +16,10 @@ FileSystems) holds::
 
     {"run_id": str, "fingerprint": str, "started_at": ISO 8601 UTC str,
      "finished": bool, "rows_read": int | null, "requests": int | null,
-     "chunks_submitted": int | null}
+     "chunks_submitted": int | null, "estimate": {"<counter>:<output>": int} (optional)}
+
+``estimate`` holds the submit pipeline's token counters
+(:data:`mmirage_beam.costs.tokens.TOKEN_METRICS`), read by ``mmirage runs``.
 
 It is written with ``finished: false`` (and null counts) before the pipeline starts and
 rewritten with ``finished: true`` and the pipeline's counters when the submission
@@ -139,8 +142,10 @@ def write_run_record(
     rows_read: Optional[int] = None,
     requests: Optional[int] = None,
     chunks_submitted: Optional[int] = None,
+    estimate: Optional[dict[str, int]] = None,
 ) -> dict[str, Any]:
-    """Write (durably, replacing any earlier one) and return the run record."""
+    """Write (durably, replacing any earlier one) and return the run record
+    (``estimate``: token counters ``<metric>:<output>`` -> int, kept when given)."""
     from mmirage_beam.receipts import write_durably
 
     record = {
@@ -152,6 +157,8 @@ def write_run_record(
         "requests": requests,
         "chunks_submitted": chunks_submitted,
     }
+    if estimate is not None:
+        record["estimate"] = dict(estimate)
     write_durably(run_record_path(base, run_id), (json.dumps(record) + "\n").encode("utf-8"))
     return record
 

@@ -169,6 +169,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     stats = counters(result)
     errors = read_jsonl(errors_path)
+    _record_merge(base, sel.linked, out, stats, errors)
     _print_totals(plan, stats, errors, pending, args.allow_partial)
     from mmirage_beam.costs.report import usage_lines
 
@@ -181,6 +182,17 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     failed = stats.get("rows_with_failures", 0) or stats.get("unknown_custom_ids", 0)
     return 1 if failed else 0
+
+
+def _record_merge(base, runs, out, stats, errors) -> None:  # noqa: ANN001
+    """The merge record ``mmirage runs`` and ``mmirage run --wait`` read (best effort)."""
+    from mmirage_beam.ledger import merge_record_path, write_merge_record
+
+    try:
+        write_merge_record(base, runs, out, stats, errors)
+    except Exception as exc:  # the merged file is written; only the ledger is stale
+        where = merge_record_path(base, runs[0])
+        print(f"mmirage merge: warning: could not write {where}: {exc}", file=sys.stderr)
 
 
 def _remove_temp_dir(folder) -> None:  # noqa: ANN001

@@ -3,6 +3,12 @@
 Usage:
     python -m pipelines.submit --config C.yaml [--export-prompts P] [--run-id ID]
         [--skip-invalid-rows] [standard Beam pipeline options, e.g. --runner ...]
+    python -m pipelines.submit --config C.yaml --wait [--output-path OUT] [--retries N]
+        [--poll-interval SECS] [--timeout SECS] [--run-id ID]
+
+``--wait`` (or ``execution_params.merge`` / ``retry``) does the whole cycle: submit,
+follow, merge, re-send the retryable failures (:mod:`mmirage_beam.cycle`, which gives
+its exit status).
 
 Exit status: 0 submitted (or exported); 1 rows failed validation (nothing submitted) or a
 submission failed; 2 bad flags, bad config, a missing API key, or the run id is held by
@@ -83,6 +89,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         action="store_true",
         help="start even when the local disk for the staged chunks seems too small",
     )
+    from mmirage_beam.cycle import add_cycle_arguments
+
+    add_cycle_arguments(ap)
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args, beam_args = ap.parse_known_args(argv)
     args.own_flags = own_flags(ap)
@@ -94,6 +103,17 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     configure_logging(args.verbose)
     check_beam_args(beam_args, args.own_flags)
 
+    from mmirage_beam.config import load_config
+    from mmirage_beam.cycle import cycle_wanted, run_cycle
+
+    if cycle_wanted(args, load_config(args.config)):
+        return run_cycle(args, beam_args, lambda run_id: _submit_main(args, beam_args, run_id))
+    return _submit_main(args, beam_args)
+
+
+def _submit_main(args, beam_args, preset_run_id: Optional[str] = None) -> int:  # noqa: ANN001
+    """Submit (or export) the run; ``preset_run_id``: the id of a fresh run chosen by the
+    caller (``args.run_id`` still means "resume this run")."""
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.ids import check_run_id, new_run_id
@@ -130,6 +150,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         resolve_credentials(adapter_cls, provider)  # fail before reading any data
     try:
         run_id = check_run_id(args.run_id) if args.run_id is not None else new_run_id()
+        run_id = preset_run_id if args.run_id is None and preset_run_id else run_id
     except ValueError as exc:
         raise ConfigError("--run-id", str(exc)) from None
 
@@ -291,6 +312,7 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     written = list(consolidate_run(plan.receipts_base, run_id, dry_run))
     stats = counters(result)
     if record is not None:
+        from mmirage_beam.costs.tokens import token_counters
         from mmirage_beam.fingerprint import run_record_path, write_run_record
 
         try:
@@ -304,6 +326,7 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
                 requests=stats.get("requests", 0),
                 chunks_submitted=stats.get("batches_submitted", 0)
                 + stats.get("batches_already_receipted", 0),
+                estimate=token_counters(stats),
             )
         except Exception as exc:  # the receipts are written; only the record is stale
             print(
