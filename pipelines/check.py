@@ -126,6 +126,14 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     # 4. what the failures mean and the command that fixes them
     for line in advice.advice_lines(summary, args.config):
         print(line)
+    if config is not None:  # runs cancelled with 'mmirage cancel' (mmirage_beam/cancel.py)
+        from mmirage_beam.cancel import cancelled_note
+        from mmirage_beam.receipts import receipts_base
+
+        base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+        note = cancelled_note(base, receipts.run_ids)
+        if note:
+            print(note)
     return summary.exit_code
 
 

@@ -120,6 +120,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         )
         for b in sel.pending:
             print(f"  {b.provider_batch_id} ({b.provider}, {b.provider_status})", file=sys.stderr)
+        _print_cancelled(config, sel.linked, sys.stderr)
         return 1
     entries, batches, pending, providers = sel.entries, sel.batches, sel.pending, sel.providers
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
@@ -171,6 +172,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     errors = read_jsonl(errors_path)
     _record_merge(base, sel.linked, out, stats, errors)
     _print_totals(plan, stats, errors, pending, args.allow_partial)
+    _print_cancelled(config, sel.linked, sys.stdout)
     from mmirage_beam.costs.report import usage_lines
 
     for line in usage_lines(stats, config.processor):
@@ -182,6 +184,18 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     failed = stats.get("rows_with_failures", 0) or stats.get("unknown_custom_ids", 0)
     return 1 if failed else 0
+
+
+def _print_cancelled(config, runs, stream) -> None:  # noqa: ANN001
+    """Say which runs 'mmirage cancel' cancelled (their rows are marked cancelled)."""
+    from mmirage_beam.cancel import cancelled_note
+    from mmirage_beam.receipts import receipts_base
+
+    note = cancelled_note(
+        receipts_base(config.processor.metadata_output_path, config.state_dir), runs
+    )
+    if note:
+        print(note, file=stream)
 
 
 def _record_merge(base, runs, out, stats, errors) -> None:  # noqa: ANN001
