@@ -188,7 +188,11 @@ class _Context:
     base: str
     poll_interval_secs: float
     deadline: Optional[float]  # time.monotonic() after which waiting stops
-    out: Any = sys.stdout
+    stream: Any = None  # None: sys.stdout at the time of each line
+
+    @property
+    def out(self) -> Any:
+        return self.stream or sys.stdout
 
     def say(self, text: str) -> None:
         print(f"mmirage run --wait: {text}", file=self.out, flush=True)
