@@ -13,7 +13,7 @@ The cycle's state is a small JSON file beside the run record, ``<base>.cycle.<ru
     {"run_id": str, "phase": "submitting" | "waiting" | "merging" | "merged" |
      "retrying" | "done", "output_path": str, "retries": int, "retries_used": int,
      "runs": [run ids: the run, then its resubmissions], "retry_run": str | null,
-     "updated_at": ISO 8601 UTC str}
+     "resent": [requests re-sent by each retry], "updated_at": ISO 8601 UTC str}
 
 Ctrl-C (or a lost terminal) leaves the batches running at the provider;
 ``mmirage run --config C --wait --run-id ID`` reads the state and goes on from the step
@@ -145,6 +145,7 @@ class CycleState:
     retries_used: int = 0
     runs: list[str] = dataclasses.field(default_factory=list)
     retry_run: Optional[str] = None
+    resent: list[int] = dataclasses.field(default_factory=list)
     updated_at: Optional[str] = None
 
     def save(self, base: str) -> None:
@@ -503,7 +504,18 @@ def _resubmit(ctx: _Context, state: CycleState) -> int:
             return code
     if any(_exists(receipt_path(ctx.base, m, new)) for m in MODALITIES) and new not in state.runs:
         state.runs.append(new)
+        state.resent.append(_requests_of(ctx, new))
     return 0
+
+
+def _requests_of(ctx: _Context, run_id: str) -> int:
+    """Requests the receipts of ``run_id`` hold."""
+    from mmirage_beam.check.discovery import NoReceiptsError, collect_receipts
+
+    try:
+        return sum(e.request_count for e in collect_receipts(ctx.config, (), run_id).batches)
+    except NoReceiptsError:
+        return 0
 
 
 def _finish(ctx: _Context, state: CycleState, record: dict[str, Any]) -> int:
@@ -527,7 +539,12 @@ def _finish(ctx: _Context, state: CycleState, record: dict[str, Any]) -> int:
     ]
     for kind, n in sorted(by_type.items()):
         lines.append(f"    {kind + ':':<22} {n:,}")
-    lines.append(f"  retries used:      {state.retries_used} of {state.retries}")
+    resent = (
+        f" (re-sent {' + '.join(f'{n:,}' for n in state.resent)} request(s))"
+        if state.resent
+        else ""
+    )
+    lines.append(f"  retries used:      {state.retries_used} of {state.retries}{resent}")
     lines.append(f"  merged file:       {state.output_path}")
     lines += ["  " + line for line in usage_lines(stats, ctx.config.processor)]
     print("\n".join(lines), file=ctx.out)
@@ -545,9 +562,11 @@ def _finish(ctx: _Context, state: CycleState, record: dict[str, Any]) -> int:
         )
     elif retryable and _cancelled(ctx, state):
         left.append(
-            f"{retryable:,} were cancelled or are retryable, but the run was cancelled "
-            "(mmirage cancel), so they were not re-sent; re-send them with:\n  "
-            f"{ctx.continue_command(state, state.retries_used + 1)}"
+            f"{retryable:,} are retryable, but the run was cancelled (mmirage cancel), so "
+            "they were not re-sent; re-send them on purpose with:\n  "
+            f"mmirage resubmit --config {shlex.quote(ctx.args.config)} --from "
+            f"{shlex.quote(errors_file)} --run-id {state.run_id}\n  and merge again: "
+            f"{ctx.continue_command(state)}"
         )
     elif retryable:
         left.append(

@@ -103,6 +103,7 @@ SLOW_FILES_SECS = {
     "test_scale_out.py": 82,
     "test_credentials.py": 62,
     "test_costs_e2e.py": 53,
+    "test_cycle.py": 45,
     "test_resume.py": 41,
     "test_lease.py": 35,
 }
