@@ -146,8 +146,12 @@ def test_cancel_a_delayed_run_once_then_merge_marks_it_cancelled(
     fake = provider_env
     cfg = write_config(tmp_path, _setup(tmp_path, fake, flaky=()))
     fake.script(processing_delay_secs=3)  # cancelling takes a third of it
-    assert submit_main(["--config", cfg, "--run-id", "slow"]) == 0
-    capsys.readouterr()
+    wait = ["--wait", "--poll-interval", "0.2", "--timeout", "0.1"]
+    assert submit_main(["--config", cfg, "--run-id", "slow", *wait]) == 1
+    text = capsys.readouterr().out
+    assert "stopped waiting (--timeout)" in text and "--wait --run-id slow" in text
+    state = json.loads((tmp_path / "meta" / "batch_metadata.cycle.slow.json").read_text())
+    assert state["phase"] == "waiting"
     monkeypatch.setattr("sys.stdin", None)  # no terminal to ask
     assert cancel_main(["--config", cfg]) == 2
     assert "pass --yes" in capsys.readouterr().err
