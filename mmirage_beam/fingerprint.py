@@ -18,7 +18,8 @@ FileSystems) holds::
      "finished": bool, "rows_read": int | null, "requests": int | null,
      "chunks_submitted": int | null, "estimate": {"<counter>:<output>": int} (optional)}
 
-``estimate`` holds the submit pipeline's token counters
+``limit`` (optional) is ``mmirage run --limit N``: the run covers the first N rows, and
+its resumes and merges read only those. ``estimate`` holds the submit pipeline's token counters
 (:data:`mmirage_beam.costs.tokens.TOKEN_METRICS`), read by ``mmirage runs``.
 
 It is written with ``finished: false`` (and null counts) before the pipeline starts and
@@ -128,6 +129,8 @@ def run_fingerprint(config: PipelineConfig) -> str:
         "shard_id": config.shard_id,
         "datasets": data_fingerprint(config),
     }
+    if config.row_limit is not None:  # --limit N: a trial is its own run
+        shaped["row_limit"] = config.row_limit
     text = json.dumps(shaped, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -143,6 +146,7 @@ def write_run_record(
     requests: Optional[int] = None,
     chunks_submitted: Optional[int] = None,
     estimate: Optional[dict[str, int]] = None,
+    limit: Optional[int] = None,
 ) -> dict[str, Any]:
     """Write (durably, replacing any earlier one) and return the run record
     (``estimate``: token counters ``<metric>:<output>`` -> int, kept when given)."""
@@ -159,6 +163,8 @@ def write_run_record(
     }
     if estimate is not None:
         record["estimate"] = dict(estimate)
+    if limit is not None:
+        record["limit"] = limit
     write_durably(run_record_path(base, run_id), (json.dumps(record) + "\n").encode("utf-8"))
     return record
 

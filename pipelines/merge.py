@@ -124,6 +124,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     entries, batches, pending, providers = sel.entries, sel.batches, sel.pending, sel.providers
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+    config = _limited(config, base, sel.linked)
     receipts = list(entries)  # ReceiptEntry: the workers read the per-request maps
 
     unfinished = find_unfinished(base, sel.linked, entries)
@@ -184,6 +185,24 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     failed = stats.get("rows_with_failures", 0) or stats.get("unknown_custom_ids", 0)
     return 1 if failed else 0
+
+
+def _limited(config, base, runs):  # noqa: ANN001, ANN202
+    """A run made with ``mmirage run --limit N``: merge just its first N rows, and say so."""
+    import dataclasses
+
+    from mmirage_beam.fingerprint import read_run_record
+
+    records = [r for r in (read_run_record(base, run) for run in runs) if r is not None]
+    limits = {r.get("limit") for r in records}
+    if len(limits) != 1 or None in limits:
+        return config
+    limit = int(limits.pop())
+    print(
+        f"mmirage merge: run {', '.join(runs)} was made with --limit {limit}: merging just "
+        f"its first {limit:,} row(s) by source_index"
+    )
+    return dataclasses.replace(config, row_limit=limit)
 
 
 def _print_cancelled(config, runs, stream) -> None:  # noqa: ANN001

@@ -65,6 +65,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         "default such a run is named and nothing is sent; exit 3)",
     )
     ap.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="a cheap trial: only the first N rows by source_index, as a run of its own "
+        "(its own fingerprint; resumes and merges of it read only those rows)",
+    )
+    ap.add_argument(
         "--skip-invalid-rows",
         action="store_true",
         default=None,
@@ -158,6 +165,7 @@ def _submit_main(args, beam_args, preset_run_id: Optional[str] = None) -> int:  
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     check_locations(config_locations(config, export_prompts=args.export_prompts), options)
     check_job_endpoint(options)
+    config = _with_limit(args, config, base, run_id)
     if translation_only(options):  # Dataflow --dry_run: nothing will run or be written
         return _submit(args, beam_args, config, options, base, run_id, None, translate_only=True)
     if not dry_run:
@@ -204,13 +212,37 @@ def _submit_main(args, beam_args, preset_run_id: Optional[str] = None) -> int:  
                         "the others are built from the current config and data",
                         file=sys.stderr,
                     )
-        record = write_run_record(base, run_id, fingerprint, started_at=record["started_at"])
+        record = write_run_record(
+            base, run_id, fingerprint, started_at=record["started_at"], limit=config.row_limit
+        )
         if len(leases) == 2:
             leases.pop(0).release()
         return _submit(args, beam_args, config, options, base, run_id, record)
     finally:
         for lease in reversed(leases):
             lease.release()
+
+
+def _with_limit(args, config, base: str, run_id: str):  # noqa: ANN001, ANN202
+    """``config`` with ``row_limit`` from ``--limit`` or, resuming, from the run record."""
+    import dataclasses
+
+    from mmirage_beam.errors import ConfigError
+    from mmirage_beam.fingerprint import read_run_record
+
+    limit = args.limit
+    if limit is not None and limit < 1:
+        raise ConfigError("--limit", f"must be >= 1, got {limit}")
+    if limit is None and args.run_id:
+        limit = (read_run_record(base, run_id) or {}).get("limit")
+    if limit is None:
+        return config
+    print(
+        f"mmirage run {run_id}: --limit {limit}: only the first {limit:,} row(s) by "
+        "source_index, as a run of their own (merge writes just those rows)",
+        file=sys.stderr,
+    )
+    return dataclasses.replace(config, row_limit=int(limit))
 
 
 def _acquire_waiting(base: str, key: str, wait_secs: float = 30.0):  # noqa: ANN202
@@ -327,6 +359,7 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
                 chunks_submitted=stats.get("batches_submitted", 0)
                 + stats.get("batches_already_receipted", 0),
                 estimate=token_counters(stats),
+                limit=config.row_limit,
             )
         except Exception as exc:  # the receipts are written; only the record is stale
             print(

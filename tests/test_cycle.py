@@ -211,3 +211,25 @@ def test_version(capsys):
 
     assert cli_main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"mmirage {version('mmirage-beam')}"
+
+
+def test_limit_is_a_trial_run_of_the_first_rows_and_merge_says_so(tmp_path, capsys, provider_env):
+    import dataclasses
+
+    from mmirage_beam.config import load_config
+    from mmirage_beam.fingerprint import read_run_record, run_fingerprint
+
+    fake = provider_env
+    cfg = write_config(tmp_path, _setup(tmp_path, fake, flaky=()))
+    out = tmp_path / "trial.jsonl"
+    argv = ["--config", cfg, "--limit", "5", "--wait", "--poll-interval", "0.2"]
+    assert submit_main([*argv, "--output-path", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "merging just its first 5 row(s)" in text
+    assert [m["source_index"] for m in _read_jsonl(out)] == [0, 1, 2, 3, 4]
+    assert sorted(_sent(fake)) == sorted(f"answer-text-{i}" for i in range(5))
+    run_id = text.split("cycle summary, run ")[1].split()[0]
+    assert read_run_record(str(tmp_path / "meta" / "batch_metadata"), run_id)["limit"] == 5
+    # Its own fingerprint: the full run afterwards is not refused as "already submitted".
+    config = load_config(cfg)
+    assert run_fingerprint(config) != run_fingerprint(dataclasses.replace(config, row_limit=5))

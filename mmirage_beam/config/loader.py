@@ -130,6 +130,8 @@ class PipelineConfig:
             and outputs as they are).
         remove_columns: drop the source columns from output rows (default ``False``).
         config_path: the YAML file the config came from (for messages).
+        row_limit: only the first ``row_limit`` rows of the shard by source_index
+            (``mmirage run --limit N``, recorded in the run record; never from YAML).
     """
 
     processor: BatchProviderConfig
@@ -144,6 +146,7 @@ class PipelineConfig:
     batch_size: Optional[int] = None
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     config_path: Optional[str] = None
+    row_limit: Optional[int] = None
 
 
 def expand_env(value: Any, key: str = "") -> Any:
