@@ -19,7 +19,7 @@ commands:
   cancel         cancel a run's unfinished batches at the provider (asks first; --yes)
   runs           list the runs under a config's state: state, batches, failures, cost
   demo           the whole lifecycle on the bundled GSM8K sample against the fake provider
-  fake-provider  serve the embedded OpenAI- and Anthropic-compatible batch API locally
+  fake-provider  serve every built-in provider's batch API locally (the embedded fake)
 
 Run 'mmirage <command> --help' for a command's options; 'mmirage --version' for the
 installed version."""
