@@ -834,6 +834,9 @@ class _JoinPartitionFn(beam.DoFn):
             written.append(path)
         del lines, errors  # (grouped is empty: each row popped as it was joined)
         release_free_memory()  # the partition's rows, results and lines
+        from mmirage_beam.crashpoints import crash_point
+
+        crash_point("merge_joined")
         yield part, written[0], written[1]
 
 
