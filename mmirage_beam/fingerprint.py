@@ -150,7 +150,7 @@ def write_run_record(
 ) -> dict[str, Any]:
     """Write (durably, replacing any earlier one) and return the run record
     (``estimate``: token counters ``<metric>:<output>`` -> int, kept when given)."""
-    from mmirage_beam.receipts import write_durably
+    from mmirage_beam.io.fs import write_durably
 
     record = {
         "run_id": run_id,

@@ -126,6 +126,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     # 4. what the failures mean and the command that fixes them
     for line in advice.advice_lines(summary, args.config):
         print(line)
+    # 5. runs that stopped before submitting everything, or before their finish steps
+    if not args.metadata_path:
+        for line in _run_state_lines(config, receipts, args.config):
+            print(line)
     if config is not None:  # runs cancelled with 'mmirage cancel' (mmirage_beam/cancel.py)
         from mmirage_beam.cancel import cancelled_note
         from mmirage_beam.receipts import receipts_base
@@ -135,6 +139,25 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         if note:
             print(note)
     return summary.exit_code
+
+
+def _run_state_lines(config, receipts, config_arg: str) -> list[str]:  # noqa: ANN001
+    """ "finish step pending" / "UNFINISHED" lines for the runs of ``receipts`` (from the
+    run records, intents and markers beside the receipts; no provider call)."""
+    from mmirage_beam.collect import find_unfinished, finish_pending_lines
+    from mmirage_beam.receipts import receipts_base
+
+    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+    runs = [r for r in receipts.run_ids if r and r != "?"]
+    unfinished = find_unfinished(base, runs, receipts.receipts)
+    lines = finish_pending_lines(unfinished.finish_pending, config_arg)
+    for run in unfinished.runs:
+        lines.append(
+            f"UNFINISHED: run {run} stopped before all its chunks were submitted; resume it "
+            f"(only what has no receipt is sent):\n  mmirage run --config {config_arg} "
+            f"--run-id {run}"
+        )
+    return lines
 
 
 main = guarded(_main)
