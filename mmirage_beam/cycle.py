@@ -8,7 +8,7 @@ driver, called in-process with the same Beam options, so the cycle sends and wri
 exactly what the four commands typed by hand would.
 
 The cycle's state is a small JSON file beside the run record, ``<base>.cycle.<run_id>.json``
-(written with :func:`mmirage_beam.receipts.write_durably` at every step)::
+(written with :func:`mmirage_beam.io.fs.write_durably` at every step)::
 
     {"run_id": str, "phase": "submitting" | "waiting" | "merging" | "merged" |
      "retrying" | "done", "output_path": str, "retries": int, "retries_used": int,
@@ -150,7 +150,7 @@ class CycleState:
 
     def save(self, base: str) -> None:
         """Write the state durably (atomic replace)."""
-        from mmirage_beam.receipts import write_durably
+        from mmirage_beam.io.fs import write_durably
 
         self.updated_at = _dt.datetime.now(_dt.timezone.utc).isoformat()
         data = json.dumps(dataclasses.asdict(self), sort_keys=True) + "\n"

@@ -14,7 +14,7 @@
       {"run_id": str, "cancelled_at": ISO 8601 UTC str, "batches": [{"provider",
        "provider_batch_id", "status_before", "status_after", "error"}]}
 
-Both are written with :func:`mmirage_beam.receipts.write_durably` (atomic on every
+Both are written with :func:`mmirage_beam.io.fs.write_durably` (atomic on every
 Beam filesystem) and read through Beam's FileSystems, so they live wherever the receipts
 do (local disk, gs://, s3://).
 """
@@ -61,7 +61,7 @@ def write_json_record(path: str, record: Mapping[str, Any]) -> None:
     Raises:
         OSError / apache_beam.io.filesystem.BeamIOError: the location is not writable.
     """
-    from mmirage_beam.receipts import write_durably
+    from mmirage_beam.io.fs import write_durably
 
     write_durably(path, (json.dumps(dict(record), sort_keys=True) + "\n").encode("utf-8"))
 
