@@ -16,10 +16,25 @@ commands:
   check          report the provider status of a run's batches (--watch to follow)
   merge          fetch results and join them onto the source rows, in order
   resubmit       re-send a run's failed requests as a new, linked run
+  cancel         cancel a run's unfinished batches at the provider (asks first; --yes)
+  runs           list the runs under a config's state: state, batches, failures, cost
   demo           the whole lifecycle on the bundled GSM8K sample against the fake provider
   fake-provider  serve every built-in provider's batch API locally (the embedded fake)
 
-Run 'mmirage <command> --help' for a command's options."""
+Run 'mmirage <command> --help' for a command's options; 'mmirage --version' for the
+installed version."""
+
+
+def version() -> str:
+    """The installed distribution's version (package metadata), or a note when the code
+    runs from a source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("mmirage-beam")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -28,6 +43,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        print(f"mmirage {version()}")
+        return 0
     command, rest = args[0], args[1:]
     if command == "run":
         from pipelines.submit import main as run_main
@@ -45,6 +63,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from pipelines.resubmit import main as resubmit_main
 
         return resubmit_main(rest)
+    if command == "cancel":
+        from pipelines.cancel import main as cancel_main
+
+        return cancel_main(rest)
+    if command == "runs":
+        from pipelines.runs import main as runs_main
+
+        return runs_main(rest)
     if command == "demo":
         from mmirage_beam.demo import main as demo_main
 

@@ -16,7 +16,11 @@ FileSystems) holds::
 
     {"run_id": str, "fingerprint": str, "started_at": ISO 8601 UTC str,
      "finished": bool, "rows_read": int | null, "requests": int | null,
-     "chunks_submitted": int | null}
+     "chunks_submitted": int | null, "estimate": {"<counter>:<output>": int} (optional)}
+
+``limit`` (optional) is ``mmirage run --limit N``: the run covers the first N rows, and
+its resumes and merges read only those. ``estimate`` holds the submit pipeline's token counters
+(:data:`mmirage_beam.costs.tokens.TOKEN_METRICS`), read by ``mmirage runs``.
 
 It is written with ``finished: false`` (and null counts) before the pipeline starts and
 rewritten with ``finished: true`` and the pipeline's counters when the submission
@@ -125,6 +129,8 @@ def run_fingerprint(config: PipelineConfig) -> str:
         "shard_id": config.shard_id,
         "datasets": data_fingerprint(config),
     }
+    if config.row_limit is not None:  # --limit N: a trial is its own run
+        shaped["row_limit"] = config.row_limit
     text = json.dumps(shaped, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -139,8 +145,11 @@ def write_run_record(
     rows_read: Optional[int] = None,
     requests: Optional[int] = None,
     chunks_submitted: Optional[int] = None,
+    estimate: Optional[dict[str, int]] = None,
+    limit: Optional[int] = None,
 ) -> dict[str, Any]:
-    """Write (durably, replacing any earlier one) and return the run record."""
+    """Write (durably, replacing any earlier one) and return the run record
+    (``estimate``: token counters ``<metric>:<output>`` -> int, kept when given)."""
     from mmirage_beam.io.fs import write_durably
 
     record = {
@@ -152,6 +161,10 @@ def write_run_record(
         "requests": requests,
         "chunks_submitted": chunks_submitted,
     }
+    if estimate is not None:
+        record["estimate"] = dict(estimate)
+    if limit is not None:
+        record["limit"] = limit
     write_durably(run_record_path(base, run_id), (json.dumps(record) + "\n").encode("utf-8"))
     return record
 

@@ -357,7 +357,10 @@ def build_submit_pipeline(
         chunking_parallelism=chunking_parallelism,
     )
     read = p | "ReadDatasets" >> ReadDatasets(
-        config.datasets, num_shards=config.num_shards, shard_id=config.shard_id
+        config.datasets,
+        num_shards=config.num_shards,
+        shard_id=config.shard_id,
+        max_rows=config.row_limit,
     )
     _ = {"rows": read.rows, "errors": read.errors} | "SubmitRows" >> submit
     assert submit.plan is not None
@@ -677,7 +680,8 @@ def build_merge_pipeline(
     )
     # Every row of the datasets is read (not only this config's shard): receipts from
     # several shards can be merged together; rows without results are not written.
-    read = p | "ReadDatasets" >> ReadDatasets(config.datasets)
+    # A run made with --limit N (config.row_limit): only its first N rows.
+    read = p | "ReadDatasets" >> ReadDatasets(config.datasets, max_rows=config.row_limit)
     _ = read.rows | "MergeRows" >> merge
     assert merge.plan is not None
     return merge.plan

@@ -130,6 +130,14 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.metadata_path:
         for line in _run_state_lines(config, receipts, args.config):
             print(line)
+    if config is not None:  # runs cancelled with 'mmirage cancel' (mmirage_beam/cancel.py)
+        from mmirage_beam.cancel import cancelled_note
+        from mmirage_beam.receipts import receipts_base
+
+        base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+        note = cancelled_note(base, receipts.run_ids)
+        if note:
+            print(note)
     return summary.exit_code
 
 

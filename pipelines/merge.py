@@ -121,9 +121,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         )
         for b in sel.pending:
             print(f"  {b.provider_batch_id} ({b.provider}, {b.provider_status})", file=sys.stderr)
+        _print_cancelled(config, sel.linked, sys.stderr)
         return 1
     entries, batches, pending, providers = sel.entries, sel.batches, sel.pending, sel.providers
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+    config = _limited(config, base, sel.linked)
     receipts = list(entries)  # ReceiptEntry: the workers read the per-request maps
 
     unfinished = find_unfinished(base, sel.linked, entries)
@@ -183,7 +185,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     stats = counters(result)
     errors = read_jsonl(errors_path)
+    _record_merge(base, sel.linked, out, stats, errors)
     _print_totals(plan, stats, errors, pending, args.allow_partial)
+    _print_cancelled(config, sel.linked, sys.stdout)
     from mmirage_beam.costs.report import usage_lines
 
     for line in usage_lines(stats, config.processor):
@@ -199,6 +203,47 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     failed = stats.get("rows_with_failures", 0) or stats.get("unknown_custom_ids", 0)
     return 1 if failed else 0
+
+
+def _limited(config, base, runs):  # noqa: ANN001, ANN202
+    """A run made with ``mmirage run --limit N``: merge just its first N rows, and say so."""
+    import dataclasses
+
+    from mmirage_beam.fingerprint import read_run_record
+
+    records = [r for r in (read_run_record(base, run) for run in runs) if r is not None]
+    limits = {r.get("limit") for r in records}
+    if len(limits) != 1 or None in limits:
+        return config
+    limit = int(limits.pop())
+    print(
+        f"mmirage merge: run {', '.join(runs)} was made with --limit {limit}: merging just "
+        f"its first {limit:,} row(s) by source_index"
+    )
+    return dataclasses.replace(config, row_limit=limit)
+
+
+def _print_cancelled(config, runs, stream) -> None:  # noqa: ANN001
+    """Say which runs 'mmirage cancel' cancelled (their rows are marked cancelled)."""
+    from mmirage_beam.cancel import cancelled_note
+    from mmirage_beam.receipts import receipts_base
+
+    note = cancelled_note(
+        receipts_base(config.processor.metadata_output_path, config.state_dir), runs
+    )
+    if note:
+        print(note, file=stream)
+
+
+def _record_merge(base, runs, out, stats, errors) -> None:  # noqa: ANN001
+    """The merge record ``mmirage runs`` and ``mmirage run --wait`` read (best effort)."""
+    from mmirage_beam.ledger import merge_record_path, write_merge_record
+
+    try:
+        write_merge_record(base, runs, out, stats, errors)
+    except Exception as exc:  # the merged file is written; only the ledger is stale
+        where = merge_record_path(base, runs[0])
+        print(f"mmirage merge: warning: could not write {where}: {exc}", file=sys.stderr)
 
 
 def _remove_temp_dir(folder) -> None:  # noqa: ANN001

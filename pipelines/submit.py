@@ -3,6 +3,12 @@
 Usage:
     python -m pipelines.submit --config C.yaml [--export-prompts P] [--run-id ID]
         [--skip-invalid-rows] [standard Beam pipeline options, e.g. --runner ...]
+    python -m pipelines.submit --config C.yaml --wait [--output-path OUT] [--retries N]
+        [--poll-interval SECS] [--timeout SECS] [--run-id ID]
+
+``--wait`` (or ``execution_params.merge`` / ``retry``) does the whole cycle: submit,
+follow, merge, re-send the retryable failures (:mod:`mmirage_beam.cycle`, which gives
+its exit status).
 
 Exit status: 0 submitted (or exported); 1 rows failed validation (nothing submitted) or a
 submission failed; 2 bad flags, bad config, a missing API key, or the run id is held by
@@ -59,6 +65,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         "default such a run is named and nothing is sent; exit 3)",
     )
     ap.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="a cheap trial: only the first N rows by source_index, as a run of its own "
+        "(its own fingerprint; resumes and merges of it read only those rows)",
+    )
+    ap.add_argument(
         "--skip-invalid-rows",
         action="store_true",
         default=None,
@@ -83,6 +96,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         action="store_true",
         help="start even when the local disk for the staged chunks seems too small",
     )
+    from mmirage_beam.cycle import add_cycle_arguments
+
+    add_cycle_arguments(ap)
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args, beam_args = ap.parse_known_args(argv)
     args.own_flags = own_flags(ap)
@@ -94,6 +110,17 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     configure_logging(args.verbose)
     check_beam_args(beam_args, args.own_flags)
 
+    from mmirage_beam.config import load_config
+    from mmirage_beam.cycle import cycle_wanted, run_cycle
+
+    if cycle_wanted(args, load_config(args.config)):
+        return run_cycle(args, beam_args, lambda run_id: _submit_main(args, beam_args, run_id))
+    return _submit_main(args, beam_args)
+
+
+def _submit_main(args, beam_args, preset_run_id: Optional[str] = None) -> int:  # noqa: ANN001
+    """Submit (or export) the run; ``preset_run_id``: the id of a fresh run chosen by the
+    caller (``args.run_id`` still means "resume this run")."""
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.ids import check_run_id, new_run_id
@@ -132,6 +159,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         resolve_credentials(adapter_cls, provider)  # fail before reading any data
     try:
         run_id = check_run_id(args.run_id) if args.run_id is not None else new_run_id()
+        run_id = preset_run_id if args.run_id is None and preset_run_id else run_id
     except ValueError as exc:
         raise ConfigError("--run-id", str(exc)) from None
 
@@ -139,6 +167,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     check_locations(config_locations(config, export_prompts=args.export_prompts), options)
     check_job_endpoint(options)
+    config = _with_limit(args, config, base, run_id)
     if translation_only(options):  # Dataflow --dry_run: nothing will run or be written
         return _submit(args, beam_args, config, options, base, run_id, None, translate_only=True)
     if not dry_run:
@@ -188,13 +217,37 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                         "the others are built from the current config and data",
                         file=sys.stderr,
                     )
-        record = write_run_record(base, run_id, fingerprint, started_at=record["started_at"])
+        record = write_run_record(
+            base, run_id, fingerprint, started_at=record["started_at"], limit=config.row_limit
+        )
         if len(leases) == 2:
             leases.pop(0).release()
         return _submit(args, beam_args, config, options, base, run_id, record)
     finally:
         for lease in reversed(leases):
             lease.release()
+
+
+def _with_limit(args, config, base: str, run_id: str):  # noqa: ANN001, ANN202
+    """``config`` with ``row_limit`` from ``--limit`` or, resuming, from the run record."""
+    import dataclasses
+
+    from mmirage_beam.errors import ConfigError
+    from mmirage_beam.fingerprint import read_run_record
+
+    limit = args.limit
+    if limit is not None and limit < 1:
+        raise ConfigError("--limit", f"must be >= 1, got {limit}")
+    if limit is None and args.run_id:
+        limit = (read_run_record(base, run_id) or {}).get("limit")
+    if limit is None:
+        return config
+    print(
+        f"mmirage run {run_id}: --limit {limit}: only the first {limit:,} row(s) by "
+        "source_index, as a run of their own (merge writes just those rows)",
+        file=sys.stderr,
+    )
+    return dataclasses.replace(config, row_limit=int(limit))
 
 
 def _acquire_waiting(base: str, key: str, wait_secs: float = 30.0):  # noqa: ANN202
@@ -327,6 +380,7 @@ def _finish(plan, base: str, run_id: str, record, stats: dict, dry_run: bool) ->
     written = list(consolidate_run(plan.receipts_base, run_id, dry_run))
     crash_point("finishing")
     if record is not None:
+        from mmirage_beam.costs.tokens import token_counters
         from mmirage_beam.fingerprint import write_run_record
 
         write_run_record(
@@ -339,6 +393,8 @@ def _finish(plan, base: str, run_id: str, record, stats: dict, dry_run: bool) ->
             requests=stats.get("requests", 0),
             chunks_submitted=stats.get("batches_submitted", 0)
             + stats.get("batches_already_receipted", 0),
+            estimate=token_counters(stats),
+            limit=record.get("limit"),
         )
         _remove_if_exists(submitted_marker_path(base, run_id))  # the record says it now
     return written

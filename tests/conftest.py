@@ -103,6 +103,7 @@ SLOW_FILES_SECS = {
     "test_resubmit.py": 88,
     "test_golden_outputs.py": 86,
     "test_scale_out.py": 82,
+    "test_cycle.py": 75,
     "test_credentials.py": 62,
     "test_costs_e2e.py": 53,
     "test_resume.py": 41,

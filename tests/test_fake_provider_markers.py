@@ -332,3 +332,23 @@ def test_leading_502_is_retried_by_the_sdk(fake):
         _an(fake).messages.batches.list()
     assert caught.value.status_code == 502
     assert caught.value.response.json()["error"]["type"] == "api_error"
+
+
+# -- flaky: fails once per prompt, then answers ------------------------------------------
+
+
+def test_flaky_fails_once_per_prompt_then_answers_in_both_providers(fake):
+    prompt = "What is 2 + 2? FAKE_ERROR:flaky"
+    _batch, out, err = _openai_files(fake, [_chat("a", prompt), _chat("b", "plain")])
+    first = _lines_by_id(err)["a"]["response"]
+    assert first["status_code"] == 429 and first["body"]["error"]["code"] == "rate_limit_exceeded"
+    assert set(_lines_by_id(out)) == {"b"}
+    # The same prompt again, under another custom_id and batch: it is answered now.
+    _batch, out, err = _openai_files(fake, [_chat("a2", prompt)])
+    assert err == b"" and _lines_by_id(out)["a2"]["response"]["status_code"] == 200
+
+    an_prompt = "What is 3 + 3? FAKE_ERROR:flaky"
+    first = _lines_by_id(_anthropic_raw(fake, [_an_req("x", an_prompt)]))["x"]["result"]
+    assert first["type"] == "errored" and first["error"]["error"]["type"] == "rate_limit_error"
+    again = _lines_by_id(_anthropic_raw(fake, [_an_req("x", an_prompt)]))["x"]["result"]
+    assert again["type"] == "succeeded"

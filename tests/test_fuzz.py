@@ -171,8 +171,9 @@ _OTHER_KEYS = {
     "processing_params.outputs[0].prompt": _is_str,
     "processing_params.outputs[0].output_schema": _anything,
     "execution_params.mode": _is_str,
-    "execution_params.retry": _is_bool,
+    "execution_params.retry": lambda v: _is_bool(v) or _is_int(v),  # a count (run --wait)
     "execution_params.merge": _is_bool,
+    "execution_params.merge_output_path": _opt(_is_str),
     "execution_params.skip_invalid_rows": _is_bool,
     "execution_params.chunking_parallelism": _opt(_is_int),
     "execution_params.submit_concurrency": _is_int,

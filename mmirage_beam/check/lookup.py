@@ -247,6 +247,22 @@ class BatchStatusChecker:
             return BatchStatus(entry, LOOKUP_FAILED, None, message, self._clock())
         return BatchStatus(entry, result.status, progress, None, self._clock())
 
+    def cancel_one(self, entry: ReceiptEntry) -> BatchStatus:
+        """Cancel one batch through its adapter's ``cancel_batch``; its status as the
+        cancel call answered, or :data:`LOOKUP_FAILED` with the (redacted) reason.
+
+        Raises:
+            KeyError: ``entry.provider`` is not one of the checker's providers.
+        """
+        adapter = self._adapters[entry.provider]
+        config = self._configs[entry.provider]
+        try:
+            result = adapter.cancel_batch(entry.provider_batch_id, config)
+            progress = adapter.describe_batch(result)
+        except Exception as exc:
+            return BatchStatus(entry, LOOKUP_FAILED, None, self._redact(exc), self._clock())
+        return BatchStatus(entry, result.status, progress, None, self._clock())
+
     def _redact(self, exc: BaseException) -> str:
         text = _short_error(exc)
         for secret in self._secrets:

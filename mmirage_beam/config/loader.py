@@ -88,15 +88,36 @@ class ExecutionConfig:
     sizes it to the job's workers (see ``pipeline.default_chunking_parallelism``).
     ``submit_concurrency``: chunks each submitting worker uploads and creates at the same
     time (default 4).
+    ``retry`` (``false``, ``true`` or a count) and ``merge`` (with ``merge_output_path``)
+    make ``mmirage run`` do the whole cycle, as ``--wait --retries N --output-path P``
+    (:mod:`mmirage_beam.cycle`); :attr:`retries` is the count.
     """
 
     mode: str = "local"
-    retry: bool = False
+    retry: bool | int = False
     merge: bool = False
+    merge_output_path: Optional[str] = None
     skip_invalid_rows: bool = False
     chunking_parallelism: Optional[int] = None
     submit_concurrency: int = 4
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def retries(self) -> int:
+        """Re-sends of the retryable failures: ``retry: true`` is
+        :data:`DEFAULT_RETRIES`, ``false`` 0, an int itself."""
+        if self.retry is True:
+            return DEFAULT_RETRIES
+        return int(self.retry or 0)
+
+    @property
+    def cycle(self) -> bool:
+        """Whether ``mmirage run`` follows, merges and re-sends (``merge`` or ``retry``)."""
+        return bool(self.merge or self.retries)
+
+
+#: ``execution_params.retry: true`` (and ``mmirage run --wait`` without ``--retries``).
+DEFAULT_RETRIES = 2
 
 
 @dataclass(frozen=True)
@@ -113,6 +134,8 @@ class PipelineConfig:
             and outputs as they are).
         remove_columns: drop the source columns from output rows (default ``False``).
         config_path: the YAML file the config came from (for messages).
+        row_limit: only the first ``row_limit`` rows of the shard by source_index
+            (``mmirage run --limit N``, recorded in the run record; never from YAML).
     """
 
     processor: BatchProviderConfig
@@ -127,6 +150,7 @@ class PipelineConfig:
     batch_size: Optional[int] = None
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     config_path: Optional[str] = None
+    row_limit: Optional[int] = None
 
 
 def expand_env(value: Any, key: str = "") -> Any:
@@ -217,6 +241,10 @@ def resolve_config_paths(cfg: PipelineConfig, base_dir: Optional[str] = None) ->
         datasets=datasets,
         processor=processor,
         state_dir=resolve_optional(cfg.state_dir or ".", base_dir),
+        execution=dataclasses.replace(
+            cfg.execution,
+            merge_output_path=resolve_optional(cfg.execution.merge_output_path, base_dir),
+        ),
     )
 
 
@@ -529,7 +557,7 @@ def _execution(value: Any) -> ExecutionConfig:
     if mode not in ("local", "slurm"):
         raise ConfigError("execution_params.mode", f"must be local (or slurm), got {mode!r}")
     flags = {}
-    for name in ("retry", "merge", "skip_invalid_rows"):
+    for name in ("merge", "skip_invalid_rows"):
         flags[name] = e.get(name, False)
         if not isinstance(flags[name], bool):
             # bool("false") is True: a quoted value must never turn a switch on.
@@ -542,10 +570,19 @@ def _execution(value: Any) -> ExecutionConfig:
     concurrency = require_int(
         "execution_params.submit_concurrency", e.get("submit_concurrency", 4), 1
     )
+    retry = e.get("retry", False)
+    if not isinstance(retry, bool):  # a count (a quoted "false" is refused too)
+        retry = require_int("execution_params.retry", retry, 0)
+    merge_output_path = e.get("merge_output_path")
+    if merge_output_path is not None and (
+        not isinstance(merge_output_path, str) or not merge_output_path.strip()
+    ):
+        raise ConfigError("execution_params.merge_output_path", "must be a path (a string)")
     own = (
         "mode",
         "retry",
         "merge",
+        "merge_output_path",
         "skip_invalid_rows",
         "chunking_parallelism",
         "submit_concurrency",
@@ -554,8 +591,9 @@ def _execution(value: Any) -> ExecutionConfig:
     extra = {k: v for k, v in e.items() if k not in own}
     return ExecutionConfig(
         mode=mode,
-        retry=flags["retry"],
+        retry=retry,
         merge=flags["merge"],
+        merge_output_path=merge_output_path,
         skip_invalid_rows=flags["skip_invalid_rows"],
         chunking_parallelism=parallelism,
         submit_concurrency=concurrency,

@@ -47,6 +47,14 @@ TOKEN_METRICS = (
     REQUESTS_UNKNOWN,
 )
 
+
+def token_counters(stats: dict[str, int]) -> dict[str, int]:
+    """The ``<metric>:<output>`` counters of :data:`TOKEN_METRICS` among ``stats``."""
+    return {
+        k: int(v) for k, v in stats.items() if ":" in k and k.partition(":")[0] in TOKEN_METRICS
+    }
+
+
 Request = Union[bytes, str, dict]
 
 

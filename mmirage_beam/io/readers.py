@@ -32,7 +32,7 @@ import os
 import posixpath
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -114,11 +114,13 @@ class ReadDatasets(beam.PTransform):
         shard_id: the slice this pipeline reads: with N rows in total, rows
             ``[shard_id * N // num_shards, (shard_id + 1) * N // num_shards)``.
         desired_split_bytes: target size of a JSONL split, in bytes (default 64 MiB).
+        max_rows: read only the slice's first ``max_rows`` rows by source_index
+            (``mmirage run --limit N``); None: all of them.
 
     Raises:
         ConfigError: (when constructed) a dataset path that does not exist or matches no
             file, an unreadable Parquet footer or ``state.json``, an unknown dataset type,
-            or invalid ``num_shards`` / ``shard_id``; the message names
+            or invalid ``num_shards`` / ``shard_id`` / ``max_rows``; the message names
             ``loading_params.datasets[i]`` and the path.
         ValueError: ``desired_split_bytes`` is not a positive integer.
         RuntimeError: (on a worker, failing the pipeline) a file changed between the
@@ -132,8 +134,13 @@ class ReadDatasets(beam.PTransform):
         num_shards: int = 1,
         shard_id: int = 0,
         desired_split_bytes: int = DEFAULT_DESIRED_SPLIT_BYTES,
+        max_rows: Optional[int] = None,
     ) -> None:
         super().__init__()
+        if max_rows is not None and (
+            isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1
+        ):
+            raise ConfigError("--limit", f"must be an integer >= 1, got {max_rows!r}")
         if isinstance(datasets, (str, bytes)) or not isinstance(datasets, Sequence):
             raise ConfigError("loading_params.datasets", "must be a list of datasets")
         if not datasets:
@@ -161,6 +168,7 @@ class ReadDatasets(beam.PTransform):
         self._datasets = tuple(datasets)
         self._num_shards = num_shards
         self._shard_id = shard_id
+        self._max_rows = max_rows
         self._desired_split_bytes = desired_split_bytes
         self._splits = _list_splits(self._datasets, desired_split_bytes)
 
@@ -192,6 +200,7 @@ class ReadDatasets(beam.PTransform):
                 file_ids=file_ids,
                 num_shards=self._num_shards,
                 shard_id=self._shard_id,
+                max_rows=self._max_rows,
             )
         )
         outputs = (
@@ -514,7 +523,11 @@ class _Offsets:
 
 
 def _compute_offsets(
-    counts: list[tuple[int, int, int]], file_ids: tuple[int, ...], num_shards: int, shard_id: int
+    counts: list[tuple[int, int, int]],
+    file_ids: tuple[int, ...],
+    num_shards: int,
+    shard_id: int,
+    max_rows: Optional[int] = None,
 ) -> _Offsets:
     by_id: dict[int, tuple[int, int]] = {}
     for split_id, rows, lines in counts:
@@ -537,6 +550,8 @@ def _compute_offsets(
         total += rows
         line_total += lines
     start, end = shard_id * total // num_shards, (shard_id + 1) * total // num_shards
+    if max_rows is not None:  # mmirage run --limit N: the shard's first N rows
+        end = min(end, start + max_rows)
     _LOGGER.info(
         "ReadDatasets: %d rows in %d splits; shard %d of %d reads source_index [%d, %d)",
         total,

@@ -634,6 +634,21 @@ class BatchSubmissionAdapter(abc.ABC):
         :func:`mmirage_beam.results.results_from_lines`): it is consumed once, by one
         DoFn call per batch, and need not fit in memory."""
 
+    def cancel_batch(
+        self, provider_batch_id: str, config: BatchProviderConfig
+    ) -> BatchSubmissionResult:
+        """Ask the provider to cancel the batch (``mmirage cancel``); the batch then ends
+        cancelled, keeping the results of the requests already processed.
+
+        Returns:
+            The batch as the cancel call answered it (often still ``cancelling``).
+
+        Raises:
+            NotImplementedError: this provider has no cancel call (the default).
+            Exception: the provider refused (e.g. the batch has already ended).
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot cancel batches")
+
     def _normalize_status(self, status: Optional[str]) -> str:
         """Map a provider status word to ``completed | failed | in_progress | unknown``."""
         if not status:

@@ -404,6 +404,15 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         )
         return self.parse_submission_result(batch.model_dump(mode="json"))
 
+    def cancel_batch(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
+        """``messages.batches.cancel``: ``canceling``, then ``ended`` with the unprocessed
+        requests ``canceled`` (https://docs.anthropic.com/en/api/canceling-message-batches)."""
+        batch = self.call_with_retries(
+            f"Anthropic messages.batches.cancel ({provider_batch_id})",
+            lambda: self._client.messages.batches.cancel(provider_batch_id),
+        )
+        return self.parse_submission_result(batch.model_dump(mode="json"))
+
     def describe_batch(self, result: _Result) -> _Progress:
         """``processing_status``; done = succeeded, failed = errored + canceled + expired,
         total = all five counts (``processing`` included); the outcome counts as detail."""

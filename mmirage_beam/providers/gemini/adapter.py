@@ -399,6 +399,15 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
         )
         return self.parse_submission_result(_job_dict(job))
 
+    def cancel_batch(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
+        """``batches.cancel`` (it answers nothing), then ``batches.get``: the job ends
+        ``JOB_STATE_CANCELLED`` (https://ai.google.dev/gemini-api/docs/batch-mode)."""
+        self.call_with_retries(
+            f"Gemini batches.cancel ({provider_batch_id})",
+            lambda: self._client.batches.cancel(name=provider_batch_id),
+        )
+        return self.check_batch_status(provider_batch_id, config)
+
     def describe_batch(self, result: _Result) -> _Progress:
         """``state``, ``create_time``; a failed, expired or cancelled job's code
         (``batch_failed`` / ``batch_expired`` / ``batch_cancelled``) and its error."""

@@ -313,6 +313,15 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
         )
         return self.parse_submission_result(_dump(job))
 
+    def cancel_batch(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
+        """``batch.jobs.cancel``: the job goes through ``CANCELLATION_REQUESTED`` to
+        ``CANCELLED`` (https://docs.mistral.ai/api/#tag/batch)."""
+        job = self.call_with_retries(
+            f"Mistral batch.jobs.cancel ({provider_batch_id})",
+            lambda: self._client.batch.jobs.cancel(job_id=provider_batch_id),
+        )
+        return self.parse_submission_result(_dump(job))
+
     def describe_batch(self, result: _Result) -> _Progress:
         """``status``; done = ``succeeded_requests``, failed = ``failed_requests``,
         total = ``total_requests``; the job's ``errors[].message`` as detail."""

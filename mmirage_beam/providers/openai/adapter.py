@@ -339,6 +339,15 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
         )
         return self.parse_submission_result(batch.model_dump(mode="json"))
 
+    def cancel_batch(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
+        """``batches.cancel``: the batch becomes ``cancelling``, then ``cancelled`` with the
+        output file of the requests already done (https://platform.openai.com/docs/api-reference/batch/cancel)."""
+        batch = self.call_with_retries(
+            f"OpenAI batches.cancel ({provider_batch_id})",
+            lambda: self._client.batches.cancel(provider_batch_id),
+        )
+        return self.parse_submission_result(batch.model_dump(mode="json"))
+
     def describe_batch(self, result: _Result) -> _Progress:
         """``status``, ``request_counts.{completed, failed, total}``, ``created_at``; the
         ``errors.data[]`` codes and messages (e.g. ``token_limit_exceeded``) as detail."""

@@ -162,6 +162,9 @@ Failures:
 - ``FAKE_ERROR:invalid_request``: 400 ``invalid_request_error`` (both).
 - ``FAKE_ERROR:transient``: like ``server_error`` the first time this server processes a
   request with that custom_id, a normal answer afterwards (a resubmission succeeds).
+- ``FAKE_ERROR:flaky``: like ``rate_limit`` the first time this server sees that prompt
+  text (whatever the custom_id or batch), a normal answer afterwards: the row fails once
+  and a retry (``mmirage run --wait --retries N``, ``mmirage resubmit``) ends it clean.
 - ``FAKE_ERROR:rate_limit``: 429 (OpenAI code ``rate_limit_exceeded``; Anthropic
   ``rate_limit_error``).
 - ``FAKE_ERROR:timeout``: OpenAI ``response: null, error.code: "request_timeout"``;

@@ -259,7 +259,7 @@ class AnthropicApi:
         if problem is not None:
             return Item(custom_id, errored_line(custom_id, "invalid_request_error", problem), False)
         prompt, images, mode, schema = prompt_of(params)
-        marker = self.store.resolve_transient(error_marker(prompt), custom_id)
+        marker = self.store.resolve_transient(error_marker(prompt), custom_id, prompt)
         if marker in _FAILURES:
             kind, message = _FAILURES[marker]
             line: dict[str, Any] | bytes = errored_line(custom_id, kind, message)

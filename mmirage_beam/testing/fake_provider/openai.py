@@ -233,7 +233,7 @@ class OpenAIApi:
             return Item(custom_id, http_line(custom_id, failure), ok=False)
         prompt, images, mode, schema = prompt_of(endpoint, body)
         input_tokens = count_words(prompt) + limits.TOKENS_PER_IMAGE * images
-        marker = self.store.resolve_transient(error_marker(prompt), custom_id)
+        marker = self.store.resolve_transient(error_marker(prompt), custom_id, prompt)
         if marker == "timeout":
             result = error_line(custom_id, "request_timeout", "The request timed out.")
             return Item(custom_id, result, ok=False, input_tokens=input_tokens)

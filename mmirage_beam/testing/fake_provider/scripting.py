@@ -28,6 +28,7 @@ MARKERS: dict[str, str] = {
     "rate_limit": "the request fails with a 429",
     "timeout": "the request times out (OpenAI error.code request_timeout)",
     "transient": "fails like server_error once per custom_id, then answers",
+    "flaky": "fails like rate_limit the first time this prompt is seen, then answers",
     "not_json": "a JSON-output request gets plain, non-JSON text",
     "refusal": "the model refuses (OpenAI message.refusal, Anthropic stop_reason refusal)",
     "length": "the answer is cut at the token limit (finish_reason length, max_tokens)",

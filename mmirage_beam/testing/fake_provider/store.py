@@ -8,6 +8,7 @@ One :class:`Store` is shared by the OpenAI and Anthropic handlers; every access 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -218,14 +219,20 @@ class Store:
 
     # -- scripting state ------------------------------------------------------------------
 
-    def resolve_transient(self, marker: str | None, custom_id: str) -> str | None:
-        """``transient`` fails as ``server_error`` once per custom_id, then not at all."""
-        if marker != "transient":
+    def resolve_transient(self, marker: str | None, custom_id: str, prompt: str = "") -> str | None:
+        """``transient`` fails as ``server_error`` once per custom_id, ``flaky`` as
+        ``rate_limit`` once per prompt text (whatever its custom_id or batch), then not
+        at all; other markers pass through."""
+        if marker == "transient":
+            key = custom_id
+        elif marker == "flaky":
+            key = "prompt:" + hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+        else:
             return marker
-        if custom_id in self.transient_failed:
+        if key in self.transient_failed:
             return None
-        self.transient_failed.add(custom_id)
-        return "server_error"
+        self.transient_failed.add(key)
+        return "server_error" if marker == "transient" else "rate_limit"
 
     def take_create_failure(self) -> CreateFailure | None:
         """Counts a valid create call; returns the scripted failure if this one fails."""

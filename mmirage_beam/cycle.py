@@ -1,0 +1,586 @@
+"""``mmirage run --wait``: the whole cycle, from rows to a finished dataset, resumable.
+
+Submit (``pipelines.submit``), follow the batches (:mod:`mmirage_beam.check.watch`),
+merge (``pipelines.merge``), re-send the retryable failures as a linked run
+(``pipelines.resubmit --from OUT.errors.jsonl --only retryable``) at most ``retries``
+times, merging again after each, then print one summary. Each step is the existing
+driver, called in-process with the same Beam options, so the cycle sends and writes
+exactly what the four commands typed by hand would.
+
+The cycle's state is a small JSON file beside the run record, ``<base>.cycle.<run_id>.json``
+(written with :func:`mmirage_beam.io.fs.write_durably` at every step)::
+
+    {"run_id": str, "phase": "submitting" | "waiting" | "merging" | "merged" |
+     "retrying" | "done", "output_path": str, "retries": int, "retries_used": int,
+     "runs": [run ids: the run, then its resubmissions], "retry_run": str | null,
+     "resent": [requests re-sent by each retry], "updated_at": ISO 8601 UTC str}
+
+Ctrl-C (or a lost terminal) leaves the batches running at the provider;
+``mmirage run --config C --wait --run-id ID`` reads the state and goes on from the step
+it stood at. No step re-sends anything: a resumed submission sends only what has no
+receipt, and a resubmission whose run already has receipts is not started again.
+A cycle holds the lease ``<base>.lease.cycle-<run_id>`` (:mod:`mmirage_beam.lease`), so
+two processes never drive one cycle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import json
+import shlex
+import sys
+import time
+from typing import Any, Callable, Optional, Sequence
+
+from mmirage_beam.config.loader import DEFAULT_RETRIES, PipelineConfig
+from mmirage_beam.errors import ConfigError
+
+SUBMITTING = "submitting"
+WAITING = "waiting"
+MERGING = "merging"
+MERGED = "merged"
+RETRYING = "retrying"
+DONE = "done"
+PHASES = (SUBMITTING, WAITING, MERGING, MERGED, RETRYING, DONE)
+#: seconds between status polls while waiting (``--poll-interval``).
+DEFAULT_POLL_INTERVAL_SECS = 60.0
+
+
+def add_cycle_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``--wait`` flags of ``mmirage run`` (defaults None: "not given")."""
+    g = ap.add_argument_group("the whole cycle (--wait)")
+    g.add_argument(
+        "--wait",
+        action="store_true",
+        help="after submitting, follow the batches, merge into --output-path, re-send the "
+        "retryable failures (at most --retries times) and merge again; one summary at the "
+        "end; exit 0 only when every row succeeded. Resume an interrupted cycle with "
+        "--wait --run-id ID (same as execution_params.merge / retry)",
+    )
+    g.add_argument(
+        "--output-path",
+        metavar="OUT",
+        default=None,
+        help="merged JSONL file of --wait (default: execution_params.merge_output_path, "
+        "else merged.<run_id>.jsonl beside the receipts)",
+    )
+    g.add_argument(
+        "--retries",
+        type=int,
+        default=None,
+        metavar="N",
+        help="re-send the retryable failures (expired, cancelled, rate-limited, server "
+        "errors, malformed result lines) at most N times (default: execution_params.retry; "
+        f"retry: true is {DEFAULT_RETRIES}; 0 without it)",
+    )
+    g.add_argument(
+        "--poll-interval",
+        type=float,
+        default=None,
+        metavar="SECS",
+        help=f"seconds between status polls (default {DEFAULT_POLL_INTERVAL_SECS:g})",
+    )
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECS",
+        help="stop waiting after SECS seconds in all (the batches keep running; exit 1 "
+        "with the command that continues)",
+    )
+
+
+def cycle_wanted(args: argparse.Namespace, config: PipelineConfig) -> bool:
+    """Whether ``mmirage run`` does the whole cycle: ``--wait``, or
+    ``execution_params.merge`` / ``retry`` in the config (not for a dry run).
+
+    Raises:
+        ConfigError: a ``--wait`` flag without ``--wait`` (and without the config keys),
+            ``--wait`` with ``--export-prompts``, or a negative/zero number.
+    """
+    given = [
+        flag
+        for flag, value in (
+            ("--output-path", args.output_path),
+            ("--retries", args.retries),
+            ("--poll-interval", args.poll_interval),
+            ("--timeout", args.timeout),
+        )
+        if value is not None
+    ]
+    if args.export_prompts is not None:
+        if args.wait or given:
+            flag = "--wait" if args.wait else given[0]
+            raise ConfigError(flag, "a dry run (--export-prompts) submits nothing to wait for")
+        return False
+    wanted = bool(args.wait or config.execution.cycle)
+    if given and not wanted:
+        raise ConfigError(
+            given[0], "needs --wait (or execution_params.merge / retry in the config)"
+        )
+    if args.retries is not None and args.retries < 0:
+        raise ConfigError("--retries", f"must be >= 0, got {args.retries}")
+    if args.poll_interval is not None and not args.poll_interval > 0:
+        raise ConfigError("--poll-interval", f"must be > 0 seconds, got {args.poll_interval}")
+    if args.timeout is not None and args.timeout < 0:
+        raise ConfigError("--timeout", f"must be >= 0 seconds, got {args.timeout}")
+    return wanted
+
+
+def cycle_state_path(base: str, run_id: str) -> str:
+    """``<base>.cycle.<run_id>.json``, beside the run record."""
+    return f"{base}.cycle.{run_id}.json"
+
+
+@dataclasses.dataclass
+class CycleState:
+    """Where a cycle stands (see the module docstring for the file's fields)."""
+
+    run_id: str
+    output_path: str
+    retries: int
+    phase: str = SUBMITTING
+    retries_used: int = 0
+    runs: list[str] = dataclasses.field(default_factory=list)
+    retry_run: Optional[str] = None
+    resent: list[int] = dataclasses.field(default_factory=list)
+    updated_at: Optional[str] = None
+
+    def save(self, base: str) -> None:
+        """Write the state durably (atomic replace)."""
+        from mmirage_beam.io.fs import write_durably
+
+        self.updated_at = _dt.datetime.now(_dt.timezone.utc).isoformat()
+        data = json.dumps(dataclasses.asdict(self), sort_keys=True) + "\n"
+        write_durably(cycle_state_path(base, self.run_id), data.encode("utf-8"))
+
+    @classmethod
+    def load(cls, base: str, run_id: str) -> Optional[CycleState]:
+        """The saved state of ``run_id``'s cycle, or None (never started with --wait).
+
+        Raises:
+            ConfigError: the file exists but is not a cycle state (naming its path).
+        """
+        from mmirage_beam.ledger import read_json_record
+
+        path = cycle_state_path(base, run_id)
+        raw = read_json_record(path)
+        if raw is None:
+            return None
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            state = cls(**{k: v for k, v in raw.items() if k in names})
+        except TypeError as exc:
+            raise ConfigError("--run-id", f"{path} is not a cycle state: {exc}") from None
+        if state.phase not in PHASES:
+            raise ConfigError("--run-id", f"{path}: unknown phase {state.phase!r}")
+        return state
+
+
+@dataclasses.dataclass
+class _Context:
+    """What every step needs: the command line, the config and how to report."""
+
+    args: argparse.Namespace
+    beam_args: list[str]
+    config: PipelineConfig
+    base: str
+    poll_interval_secs: float
+    deadline: Optional[float]  # time.monotonic() after which waiting stops
+    stream: Any = None  # None: sys.stdout at the time of each line
+
+    @property
+    def out(self) -> Any:
+        return self.stream or sys.stdout
+
+    def say(self, text: str) -> None:
+        print(f"mmirage run --wait: {text}", file=self.out, flush=True)
+
+    def continue_command(self, state: CycleState, retries: Optional[int] = None) -> str:
+        parts = ["mmirage run", "--config", self.args.config, "--wait", "--run-id", state.run_id]
+        if retries is not None:
+            parts += ["--retries", str(retries)]
+        return " ".join(parts[:2] + [shlex.quote(p) for p in parts[2:] + self.beam_args])
+
+    def driver_args(self) -> list[str]:
+        return ["--config", self.args.config, *(["-v"] if self.args.verbose else [])]
+
+
+def run_cycle(
+    args: argparse.Namespace,
+    beam_args: Sequence[str],
+    submit: Callable[[Optional[str]], int],
+) -> int:
+    """Drive the cycle of ``mmirage run --wait`` (fresh, or resumed with ``--run-id``).
+
+    Args:
+        args: ``mmirage run``'s parsed flags (``config``, ``run_id``, the cycle flags).
+        beam_args: the Beam pipeline options, passed to every step.
+        submit: ``submit(preset_run_id)`` runs the submission (``pipelines.submit``) and
+            returns its exit status; ``preset_run_id`` names a fresh run.
+
+    Returns:
+        0 every row succeeded; 1 rows failed (the summary names them and the command
+        that continues), a batch could not be looked up, or ``--timeout`` stopped the
+        wait; 2 bad usage or config; 3 the config was already submitted (nothing sent);
+        130 stopped by Ctrl-C (the batches keep running; ``--wait --run-id`` continues).
+
+    Raises:
+        ConfigError: (exit 2) a bad ``--run-id``.
+        mmirage_beam.lease.RunLocked: (exit 2) another process drives this cycle.
+    """
+    from mmirage_beam.config import load_config
+    from mmirage_beam.fingerprint import read_run_record
+    from mmirage_beam.ids import check_run_id, new_run_id
+    from mmirage_beam.lease import acquire
+    from mmirage_beam.receipts import receipts_base
+
+    config = load_config(args.config)
+    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+    poll = args.poll_interval or DEFAULT_POLL_INTERVAL_SECS
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    ctx = _Context(args, list(beam_args), config, base, poll, deadline)
+    fresh = args.run_id is None
+    if fresh:
+        run_id = new_run_id()
+    else:
+        try:
+            run_id = check_run_id(args.run_id)
+        except ValueError as exc:
+            raise ConfigError("--run-id", str(exc)) from None
+    state = None if fresh else CycleState.load(base, run_id)
+    if state is None:
+        state = CycleState(run_id, _output_path(ctx, run_id), _retries(ctx), runs=[run_id])
+        record = None if fresh else read_run_record(base, run_id)
+        if record is not None and record.get("finished"):
+            state.phase = WAITING  # submitted without --wait: follow it from here
+    else:
+        if args.output_path is not None:
+            state.output_path = _output_path(ctx, run_id)
+        if args.retries is not None:
+            state.retries = args.retries
+        if state.phase in (MERGED, DONE):
+            # Follow and merge again: a resubmission typed by hand since (linked by its
+            # receipts) is waited for and merged too.
+            state.phase = WAITING
+        ctx.say(
+            f"run {run_id}: continuing the cycle at {state.phase!r}"
+            + (f" (retry {state.retries_used} of {state.retries})" if state.retries_used else "")
+        )
+    lease = acquire(base, "cycle-" + run_id)
+    lease.start_refreshing()
+    try:
+        return _drive(ctx, state, submit, fresh)
+    except KeyboardInterrupt:
+        ctx.say(
+            f"stopped at {state.phase!r}; the batches already submitted keep running at the "
+            f"provider. Continue the cycle with:\n  {ctx.continue_command(state)}"
+        )
+        return 130
+    finally:
+        lease.release()
+
+
+def _output_path(ctx: _Context, run_id: str) -> str:
+    from mmirage_beam.paths import resolve_path
+
+    given = ctx.args.output_path or ctx.config.execution.merge_output_path
+    if given:
+        return resolve_path(given)
+    folder = ctx.base.rsplit("/", 1)[0] if "/" in ctx.base else "."
+    return resolve_path(f"{folder}/merged.{run_id}.jsonl")
+
+
+def _retries(ctx: _Context) -> int:
+    if ctx.args.retries is not None:
+        return ctx.args.retries
+    return ctx.config.execution.retries
+
+
+def _drive(
+    ctx: _Context, state: CycleState, submit: Callable[[Optional[str]], int], fresh: bool
+) -> int:
+    """The state machine: one step per phase, the state saved after each."""
+    from mmirage_beam.pipeline import errors_path_for
+
+    if fresh:
+        ctx.say(
+            f"run {state.run_id}: submit, wait, merge into {state.output_path}, "
+            f"at most {state.retries} retr{'y' if state.retries == 1 else 'ies'}"
+        )
+    while True:
+        if state.phase == SUBMITTING:
+            state.save(ctx.base)
+            code = submit(state.run_id if fresh else None)
+            if code != 0:
+                if fresh and code in (2, 3):  # nothing was sent: no cycle to continue
+                    _remove(ctx, state)
+                    return code
+                ctx.say(f"the submission stopped (exit {code}); continue with:")
+                print(f"  {ctx.continue_command(state)}", file=ctx.out)
+                return code
+            fresh = False
+            state.phase = WAITING
+        elif state.phase == WAITING:
+            state.save(ctx.base)
+            timed_out = _wait(ctx, state)
+            if timed_out:
+                ctx.say(
+                    "stopped waiting (--timeout); the batches keep running. Continue with:\n"
+                    f"  {ctx.continue_command(state)}"
+                )
+                return 1
+            state.phase = MERGING
+        elif state.phase == MERGING:
+            state.save(ctx.base)
+            code, record = _merge(ctx, state)
+            if record is None:
+                ctx.say(f"the merge did not complete (exit {code}); continue with:")
+                print(f"  {ctx.continue_command(state)}", file=ctx.out)
+                return code or 1
+            state.phase = MERGED
+        elif state.phase in (MERGED, DONE):
+            record = _merge_record(ctx, state)
+            errors_file = errors_path_for(state.output_path)
+            if record is None or not _exists(errors_file):
+                state.phase = MERGING  # the merged file or its record is gone: merge again
+                continue
+            if record.get("failed_by_type", {}).get("never_submitted"):
+                state.phase = SUBMITTING  # the next resume sends what has no receipt
+                state.save(ctx.base)
+                return _finish(ctx, state, record)
+            if (
+                record.get("retryable")
+                and state.retries_used < state.retries
+                and not _cancelled(ctx, state)
+            ):
+                from mmirage_beam.ids import new_run_id
+
+                state.retry_run = new_run_id()
+                state.phase = RETRYING
+                continue
+            state.phase = DONE
+            state.save(ctx.base)
+            return _finish(ctx, state, record)
+        elif state.phase == RETRYING:
+            state.save(ctx.base)
+            code = _resubmit(ctx, state)
+            if code != 0:
+                ctx.say(f"the re-send stopped (exit {code}); continue with:")
+                print(f"  {ctx.continue_command(state)}", file=ctx.out)
+                return code
+            state.retries_used += 1
+            state.phase = WAITING
+            state.retry_run = None
+        else:  # pragma: no cover - load() refuses unknown phases
+            raise ConfigError("--run-id", f"unknown cycle phase {state.phase!r}")
+
+
+def _remove(ctx: _Context, state: CycleState) -> None:
+    from apache_beam.io.filesystems import FileSystems
+
+    path = cycle_state_path(ctx.base, state.run_id)
+    try:
+        if FileSystems.exists(path):
+            FileSystems.delete([path])
+    except Exception:  # best effort: an orphan state file only names a run never sent
+        pass
+
+
+def _exists(path: str) -> bool:
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.exists(path)
+
+
+def _chain_batches(ctx: _Context, state: CycleState) -> list[Any]:
+    """The distinct batches of the run and every run linked to it."""
+    from mmirage_beam.check.discovery import NoReceiptsError, collect_receipts
+    from mmirage_beam.collect import linked_runs
+
+    try:
+        every = collect_receipts(ctx.config)
+    except NoReceiptsError:
+        return []
+    linked, _rank = linked_runs(every.receipts, state.runs)
+    return [e for e in every.batches if e.run_id in linked]
+
+
+def _wait(ctx: _Context, state: CycleState) -> bool:
+    """Follow the chain's batches until each has ended; True if ``--timeout`` stopped it."""
+    from mmirage_beam.check import lookup, watch
+
+    batches = _chain_batches(ctx, state)
+    if not batches:
+        return False
+    timeout = None
+    if ctx.deadline is not None:
+        timeout = max(0.0, ctx.deadline - time.monotonic())
+    ctx.say(f"waiting for {len(batches)} batch(es), polling every {ctx.poll_interval_secs:g}s")
+    tty = ctx.out.isatty() if hasattr(ctx.out, "isatty") else False
+    with lookup.BatchStatusChecker({e.provider for e in batches}, ctx.config) as checker:
+        display = watch.RichWatchDisplay() if tty else watch.PlainWatchDisplay(ctx.out)
+        with display:
+            _statuses, timed_out = watch.watch_statuses(
+                checker,
+                batches,
+                interval_secs=ctx.poll_interval_secs,
+                timeout_secs=timeout,
+                on_poll=display.update,
+            )
+    return timed_out
+
+
+def _merge_record(ctx: _Context, state: CycleState) -> Optional[dict[str, Any]]:
+    from mmirage_beam.ledger import read_merge_record
+
+    record = read_merge_record(ctx.base, state.run_id)
+    if record is None or record.get("output_path") != state.output_path:
+        return None
+    return record
+
+
+def _merge(ctx: _Context, state: CycleState) -> tuple[int, Optional[dict[str, Any]]]:
+    """``mmirage merge --run-id <run>`` (its linked runs come along); the merge record it
+    wrote, or None when it refused or failed."""
+    from pipelines.merge import main as merge_main
+
+    started = time.time()
+    code = merge_main(
+        [*ctx.driver_args(), "--output-path", state.output_path, "--run-id", state.run_id]
+        + ctx.beam_args
+    )
+    record = _merge_record(ctx, state)
+    if record is None or float(record.get("merged_at_unix") or 0) < started:
+        return code, None
+    return code, record
+
+
+def _cancelled(ctx: _Context, state: CycleState) -> bool:
+    from mmirage_beam.ledger import read_cancel_record
+
+    return any(read_cancel_record(ctx.base, r) is not None for r in state.runs)
+
+
+def _resubmit(ctx: _Context, state: CycleState) -> int:
+    """Re-send the merge's retryable failures as run ``state.retry_run``, linked to the
+    cycle's run; not again if that run already has receipts (a resumed cycle)."""
+    from mmirage_beam.pipeline import errors_path_for
+    from mmirage_beam.receipts import MODALITIES, parts_dir, pending_intents, receipt_path
+    from pipelines.resubmit import main as resubmit_main
+
+    new = state.retry_run
+    assert new is not None
+    started = any(
+        _exists(receipt_path(ctx.base, m, new))
+        or _exists(parts_dir(receipt_path(ctx.base, m, new)))
+        for m in MODALITIES
+    ) or bool(pending_intents(ctx.base, new))
+    k = state.retries_used + 1
+    if started:
+        ctx.say(
+            f"retry {k} of {state.retries}: run {new} was already started; it is not sent "
+            "again (what it did not send is re-sent by the next retry)"
+        )
+    else:
+        ctx.say(f"retry {k} of {state.retries}: re-sending the retryable failures as run {new}")
+        code = resubmit_main(
+            [
+                *ctx.driver_args(),
+                "--from",
+                errors_path_for(state.output_path),
+                "--only",
+                "retryable",
+                "--run-id",
+                state.run_id,
+                "--new-run-id",
+                new,
+            ]
+            + ctx.beam_args
+        )
+        if code != 0:
+            return code
+    if any(_exists(receipt_path(ctx.base, m, new)) for m in MODALITIES) and new not in state.runs:
+        state.runs.append(new)
+        state.resent.append(_requests_of(ctx, new))
+    return 0
+
+
+def _requests_of(ctx: _Context, run_id: str) -> int:
+    """Requests the receipts of ``run_id`` hold."""
+    from mmirage_beam.check.discovery import NoReceiptsError, collect_receipts
+
+    try:
+        return sum(e.request_count for e in collect_receipts(ctx.config, (), run_id).batches)
+    except NoReceiptsError:
+        return 0
+
+
+def _finish(ctx: _Context, state: CycleState, record: dict[str, Any]) -> int:
+    """The one summary at the end, and the exit status."""
+    from mmirage_beam.costs.report import usage_lines
+    from mmirage_beam.pipeline import errors_path_for
+
+    stats = record.get("stats") or {}
+    by_type = record.get("failed_by_type") or {}
+    rows = int(stats.get("rows_written", 0))
+    failed_rows = int(stats.get("rows_with_failures", 0))
+    failed = sum(by_type.values())
+    lines = [
+        "",
+        f"cycle summary, run {state.run_id}"
+        + (f" (+ resubmissions {', '.join(state.runs[1:])})" if state.runs[1:] else ""),
+        f"  rows:              {rows:,}",
+        f"  rows succeeded:    {rows - failed_rows:,}",
+        f"  outputs succeeded: {int(stats.get('outputs_succeeded', 0)):,}",
+        f"  outputs failed:    {failed:,}",
+    ]
+    for kind, n in sorted(by_type.items()):
+        lines.append(f"    {kind + ':':<22} {n:,}")
+    resent = (
+        f" (re-sent {' + '.join(f'{n:,}' for n in state.resent)} request(s))"
+        if state.resent
+        else ""
+    )
+    lines.append(f"  retries used:      {state.retries_used} of {state.retries}{resent}")
+    lines.append(f"  merged file:       {state.output_path}")
+    lines += ["  " + line for line in usage_lines(stats, ctx.config.processor)]
+    print("\n".join(lines), file=ctx.out)
+    unknown = int(stats.get("unknown_custom_ids", 0))
+    if not failed and not failed_rows and not unknown:
+        ctx.say("every row succeeded")
+        return 0
+    errors_file = errors_path_for(state.output_path)
+    retryable = int(record.get("retryable", 0))
+    left = [f"{failed:,} output(s) failed in {failed_rows:,} row(s), listed in {errors_file}"]
+    if by_type.get("never_submitted"):
+        left.append(
+            "the run stopped before submitting every row; send the rest (nothing is sent "
+            f"twice) and go on with:\n  {ctx.continue_command(state)}"
+        )
+    elif retryable and _cancelled(ctx, state):
+        left.append(
+            f"{retryable:,} are retryable, but the run was cancelled (mmirage cancel), so "
+            "they were not re-sent; re-send them on purpose with:\n  "
+            f"mmirage resubmit --config {shlex.quote(ctx.args.config)} --from "
+            f"{shlex.quote(errors_file)} --run-id {state.run_id}\n  and merge again: "
+            f"{ctx.continue_command(state)}"
+        )
+    elif retryable:
+        left.append(
+            f"{retryable:,} are retryable (the {state.retries} retr"
+            f"{'y' if state.retries == 1 else 'ies'} are used up); re-send them with:\n  "
+            f"{ctx.continue_command(state, state.retries_used + 1)}"
+        )
+    if failed - retryable > 0:
+        left.append(
+            f"{failed - retryable:,} are not retryable (e.g. invalid requests): fix the rows "
+            "or the config, then re-send them with:\n  "
+            f"mmirage resubmit --config {shlex.quote(ctx.args.config)} --from "
+            f"{shlex.quote(errors_file)} --only all\n  and merge again: "
+            f"{ctx.continue_command(state)}"
+        )
+    ctx.say("not every row succeeded: " + "\n  ".join(left))
+    return 1

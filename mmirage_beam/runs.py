@@ -1,0 +1,234 @@
+"""``mmirage runs``: the runs under a config's state, with their state and a cost ledger.
+
+One row per chain of linked runs (a run and its resubmissions, linked by the receipts'
+``parent_run_id``; :func:`mmirage_beam.collect.linked_runs`), built from what is on disk
+beside the receipts and one status lookup per batch:
+
+- the run records (``<base>.run.<run_id>.json``, :mod:`mmirage_beam.fingerprint`): when the
+  run started, whether its submission finished, and its token estimate;
+- the receipts (:mod:`mmirage_beam.check.discovery`): batches and requests;
+- the merge records and cancel records (:mod:`mmirage_beam.ledger`): failures and the
+  cost of the tokens the provider reported, summed over the linked runs;
+- the cycle state (:mod:`mmirage_beam.cycle`), when the run was started with ``--wait``.
+
+State, first that applies: ``submitting`` (its launcher holds the run's lease now),
+``unfinished`` (the submission stopped before every chunk was sent: resume it),
+``in progress`` (a batch has not ended), ``merged`` (merged after its newest batch was
+submitted), ``ended`` (every batch ended; not merged since). ``cancelled`` is added when
+``mmirage cancel`` was used on it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from mmirage_beam.config.loader import PipelineConfig
+
+
+@dataclass
+class RunRow:
+    """One chain of linked runs.
+
+    Attributes:
+        run_id: the chain's first run.
+        created: when it started (ISO 8601 UTC), from its run record or first receipt.
+        links: its resubmission runs, oldest first.
+        state: see the module docstring.
+        batches, requests: distinct provider batches and the requests they hold.
+        failures: failed outputs (the last merge's count once merged, else the
+            providers' failed request counts so far); None when unknown.
+        estimated_usd: the submit-time estimate (input tokens, plus the output-token
+            upper bound when every request set one), None when unknown.
+        estimate_is_lower_bound: the estimate covers input tokens only.
+        actual_usd: the cost of the tokens the provider reported, at the last merge.
+        cancelled: ``mmirage cancel`` was used on a run of the chain.
+    """
+
+    run_id: str
+    created: Optional[str]
+    links: list[str] = field(default_factory=list)
+    state: str = "ended"
+    batches: int = 0
+    requests: int = 0
+    failures: Optional[int] = None
+    estimated_usd: Optional[float] = None
+    estimate_is_lower_bound: bool = False
+    actual_usd: Optional[float] = None
+    cancelled: bool = False
+
+
+def _iso(ts: Optional[float]) -> Optional[str]:
+    if ts is None:
+        return None
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def estimate_usd(estimate: dict[str, int], price: Any) -> tuple[Optional[float], bool]:
+    """``(USD, input only?)`` from a run record's token counters, at ``price``
+    (:class:`mmirage_beam.costs.prices.BatchPrice`; None: unknown)."""
+    from mmirage_beam.costs import tokens as t
+
+    if price is None or not estimate:
+        return None, False
+    total = {m: 0 for m in t.TOKEN_METRICS}
+    for key, value in estimate.items():
+        metric = key.partition(":")[0]
+        if metric in total:
+            total[metric] += int(value)
+    if total[t.REQUESTS_WITHOUT_OUTPUT_LIMIT]:
+        return price.cost_usd(total[t.INPUT_TOKENS]), True
+    return price.cost_usd(total[t.INPUT_TOKENS], total[t.MAX_OUTPUT_TOKENS]), False
+
+
+def actual_usd(stats: dict[str, int], price: Any) -> Optional[float]:
+    """USD of the usage a merge counted (``used_input_tokens:<output>`` ...)."""
+    from mmirage_beam.costs.report import USED_INPUT_TOKENS, USED_OUTPUT_TOKENS, per_output
+
+    if price is None:
+        return None
+    rows = per_output(stats, (USED_INPUT_TOKENS, USED_OUTPUT_TOKENS))
+    i = sum(r.get(USED_INPUT_TOKENS, 0) for r in rows.values())
+    o = sum(r.get(USED_OUTPUT_TOKENS, 0) for r in rows.values())
+    return price.cost_usd(i, o)
+
+
+def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
+    """Every chain of runs under the config's state, newest first.
+
+    Args:
+        config: the loaded config.
+        lookup: look every batch up at its provider (needs the keys); without it a run
+            whose batches are not known to have ended shows ``submitted``.
+
+    Raises:
+        mmirage_beam.errors.CredentialsError: a provider key is missing (exit 2).
+    """
+    from mmirage_beam.check.discovery import NoReceiptsError, collect_receipts
+    from mmirage_beam.check.lookup import TERMINAL_STATUSES, BatchStatusChecker
+    from mmirage_beam.collect import find_unfinished, linked_runs
+    from mmirage_beam.costs.prices import batch_price
+    from mmirage_beam.fingerprint import run_records
+    from mmirage_beam.lease import REFRESH_SECS, is_stale, lease_path, read_lease
+    from mmirage_beam.ledger import read_cancel_record, read_merge_record
+    from mmirage_beam.receipts import receipts_base
+
+    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+    proc = config.processor
+    price = batch_price(proc.provider, getattr(proc, "model", None), proc)
+    try:
+        entries = list(collect_receipts(config).receipts)
+    except NoReceiptsError:
+        entries = []
+    records = {r["run_id"]: r for r in run_records(base)}
+    parent = {e.run_id: e.receipt.get("parent_run_id") for e in entries}
+    every_run = list(dict.fromkeys([*records, *(e.run_id for e in entries)]))
+    roots = [r for r in every_run if not parent.get(r)]
+    statuses: dict[tuple[str, str], Any] = {}
+    batches = list({e.key: e for e in entries}.values())
+    if lookup and batches:
+        with BatchStatusChecker({e.provider for e in batches}, config) as checker:
+            statuses = {s.receipt.key: s for s in checker.check(batches)}
+    rows: list[RunRow] = []
+    for root in roots:
+        chain, _rank = linked_runs(entries, [root]) if root in parent else ([root], {root: 0})
+        mine = [e for e in batches if e.run_id in chain]
+        record = records.get(root) or {}
+        first = min((e.submitted_at for e in mine if e.submitted_at), default=None)
+        newest = max((e.submitted_at for e in mine if e.submitted_at), default=None)
+        row = RunRow(
+            run_id=root,
+            created=record.get("started_at") or _iso(first),
+            links=[r for r in chain if r != root],
+            batches=len(mine),
+            requests=sum(e.request_count for e in mine),
+        )
+        row.cancelled = any(read_cancel_record(base, r) for r in chain)
+        row.estimated_usd, row.estimate_is_lower_bound = estimate_usd(
+            record.get("estimate") or {}, price
+        )
+        merged = read_merge_record(base, root)
+        looked = [statuses.get(e.key) for e in mine]
+        ended = bool(mine) and all(s is not None and s.status in TERMINAL_STATUSES for s in looked)
+        lease = read_lease(lease_path(base, root))
+        if lease is not None and not is_stale(lease, time.time(), 3 * REFRESH_SECS):
+            row.state = "submitting"
+        elif find_unfinished(base, chain, [e for e in entries if e.run_id in chain]):
+            row.state = "unfinished"
+        elif not mine:
+            row.state = "unfinished" if record else "ended"
+        elif not lookup and not merged:
+            row.state = "submitted"
+        elif lookup and not ended:
+            row.state = "in progress"
+        elif merged and float(merged.get("merged_at_unix") or 0) >= (newest or 0):
+            row.state = "merged"
+        else:
+            row.state = "ended"
+        if merged:
+            row.failures = sum((merged.get("failed_by_type") or {}).values())
+            row.actual_usd = actual_usd(merged.get("stats") or {}, price)
+        elif looked and all(s is not None for s in looked):
+            row.failures = sum(int(s.failed or 0) for s in looked)
+        rows.append(row)
+    rows.sort(key=lambda r: r.created or "", reverse=True)
+    return rows
+
+
+def _usd(x: Optional[float], lower_bound: bool = False) -> str:
+    if x is None:
+        return "-"
+    text = f"${x:,.2f}" if x >= 1 else f"${x:,.4f}"
+    return f"{text}+" if lower_bound else text
+
+
+def format_table(rows: Sequence[RunRow]) -> list[str]:
+    """Plain aligned lines: a header, one line per chain, and the ledger's total."""
+    header = (
+        "run id",
+        "created",
+        "links",
+        "state",
+        "batches",
+        "requests",
+        "failures",
+        "est. cost",
+        "actual cost",
+    )
+    table = [header]
+    for r in rows:
+        state = r.state + (" (cancelled)" if r.cancelled else "")
+        table.append(
+            (
+                r.run_id,
+                (r.created or "-")[:19].replace("T", " "),
+                ", ".join(r.links) if r.links else "-",
+                state,
+                f"{r.batches:,}",
+                f"{r.requests:,}",
+                "-" if r.failures is None else f"{r.failures:,}",
+                _usd(r.estimated_usd, r.estimate_is_lower_bound),
+                _usd(r.actual_usd),
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    right = {4, 5, 6, 7, 8}
+    lines = [
+        "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in table
+    ]
+    actual = [r.actual_usd for r in rows if r.actual_usd is not None]
+    estimated = [r.estimated_usd for r in rows if r.estimated_usd is not None]
+    spent = _usd(sum(actual) if actual else None)
+    guess = _usd(
+        sum(estimated) if estimated else None, any(r.estimate_is_lower_bound for r in rows)
+    )
+    lines.append(
+        f"{len(rows)} run(s); actual cost of the merged runs {spent}; estimated {guess} "
+        "('+': input tokens only, some requests set no output limit)"
+    )
+    return lines

@@ -1,0 +1,65 @@
+"""``mmirage runs`` / ``python -m pipelines.runs``: the runs under a config's state.
+
+Usage:
+    python -m pipelines.runs --config C.yaml [--no-lookup]
+
+One line per run and its linked resubmissions (:mod:`mmirage_beam.runs`): run id,
+created, links, state (submitting / unfinished / in progress / ended / merged), batches,
+requests, failures, estimated cost and, once merged, the actual cost; then the total.
+
+Exit status: 0 listed (also when there is no run); 2 bad flags, bad config or a missing
+API key (a lookup needs it; --no-lookup does not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from mmirage_beam.launch import configure_logging, guarded
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """The command line of ``mmirage runs``.
+
+    Raises:
+        SystemExit: (status 2) on bad flags, as argparse does.
+    """
+    ap = argparse.ArgumentParser(
+        allow_abbrev=False,
+        prog="mmirage runs",
+        description="List the runs under the config's state with their state, batches, "
+        "requests, failures and cost (summed over each run's resubmissions).",
+    )
+    ap.add_argument("--config", required=True, help="MMIRAGE-compatible YAML config")
+    ap.add_argument(
+        "--no-lookup",
+        action="store_true",
+        help="do not ask the provider for batch statuses (no key needed; runs not merged "
+        "show 'submitted')",
+    )
+    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return ap.parse_args(argv)
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    configure_logging(args.verbose)
+
+    from mmirage_beam.config import load_config
+    from mmirage_beam.runs import format_table, list_runs
+
+    config = load_config(args.config)
+    rows = list_runs(config, lookup=not args.no_lookup)
+    if not rows:
+        print(f"mmirage runs: no run under {args.config}'s state yet")
+        return 0
+    print("\n".join(format_table(rows)))
+    return 0
+
+
+main = guarded(_main)
+
+if __name__ == "__main__":
+    sys.exit(main())
