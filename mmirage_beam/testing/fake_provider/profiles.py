@@ -73,9 +73,10 @@ def window_hours(value: Any) -> int | None:
     return n * 24 if match.group(2) == "d" else n
 
 
-@dataclass(frozen=True)
+@dataclass
 class Profile:
     """One OpenAI-compatible service's rules (see the module docstring for sources).
+    Read at call time, so tests may lower a limit with ``monkeypatch.setattr``.
 
     Attributes:
         name: the provider name (``azure-openai``, ``groq``, ``together``).
