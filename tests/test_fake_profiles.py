@@ -200,3 +200,17 @@ def test_together_line_shape_and_window(fake_provider):
         _batch(together, [_line("d", together=True)], window="48h")
     root = openai.OpenAI(api_key="k", base_url=fake_provider.openai_base_url, max_retries=0)
     assert _batch(root, [_line("e", together=True)]).status == "failed"  # OpenAI needs them
+
+
+def test_profile_scripted_leading_error_and_markers(fake_provider):
+    fake = fake_provider
+    fake.script(leading_errors={"status": 503, "count": 1, "paths": ["batches_list"]})
+    groq = _client(fake, "groq")
+    with pytest.raises(openai.InternalServerError):
+        groq.batches.list()
+    assert groq.batches.list().data == []
+    line = _line("a")
+    line["body"]["messages"][0]["content"] = "FAKE_ERROR:server_error"
+    done = _batch(groq, [line])
+    assert done.status == "completed" and done.request_counts.failed == 1
+    assert fake.call_counts()["groq:batches_list"] == 2

@@ -254,7 +254,9 @@ class FakeProviderServer:
         return self.base_url + MISTRAL_PREFIX
 
     def base_url_for(self, provider: str) -> str:
-        """The base URL ``provider``'s SDK takes (``<provider>_base_url``).
+        """The base URL ``provider``'s SDK takes (``<provider>_base_url``; for an
+        OpenAI-compatible profile, ``azure-openai``, ``groq``, ``together``, the openai
+        SDK's ``base_url`` under that profile's prefix, e.g. ``.../groq/openai/v1``).
 
         Raises:
             ValueError: a provider this fake does not serve.

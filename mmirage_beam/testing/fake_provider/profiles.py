@@ -21,6 +21,11 @@ profile            SDK base URL               rules that differ from OpenAI's
                                                requests, 100 MB per file
 =================  =========================  ==========================================
 
+Every script key and prompt marker works as on the OpenAI API; ``leading_errors.paths``
+take OpenAI's endpoint names (``batches_create``...), which match the same endpoint of
+every profile; :meth:`FakeProviderServer.call_counts` counts a profile's calls as
+``<profile>:<endpoint>`` (``groq:batches_create``).
+
 Sources (also rows of the refusal table in ``tests/spec/README.md``):
 
 - Azure: "Getting started with Azure OpenAI global batch deployments"
