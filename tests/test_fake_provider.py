@@ -867,7 +867,9 @@ def test_cli_serves_until_terminated():
         banner = lines.get(timeout=15)
         pattern = r"fake provider listening on (http://127\.0\.0\.1:\d+) "
         match = re.match(
-            pattern + r"\(OpenAI: \1/v1, Anthropic: \1, Gemini: \1, Mistral: \1/mistral\)$",
+            pattern + r"\(OpenAI: \1/v1, Anthropic: \1, Gemini: \1, Mistral: \1/mistral, "
+            r"Azure OpenAI: \1/azure/openai/v1, Groq: \1/groq/openai/v1, "
+            r"Together: \1/together/v1\)$",
             banner.strip(),
         )
         assert match, banner

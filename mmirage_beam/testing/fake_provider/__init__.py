@@ -77,6 +77,11 @@ Mistral (files and batch jobs as the mistralai SDK calls them, under ``/mistral`
 ``Mistral(server_url=fake.mistral_base_url)``): see
 :mod:`mmirage_beam.testing.fake_provider.mistral` for its endpoints, lifecycle and markers.
 
+OpenAI-compatible services (the OpenAI Files + Batches endpoints with each service's
+rules, under ``/azure/openai/v1``, ``/groq/openai/v1`` and ``/together/v1``:
+``openai.OpenAI(base_url=fake.base_url_for("groq"))``): see
+:mod:`mmirage_beam.testing.fake_provider.profiles`.
+
 Admin (no auth; for tests and for a fake started from the command line):
 
 - ``POST /_fake/script``: JSON object with the scripting keys below (merged into the

@@ -23,6 +23,7 @@ from mmirage_beam.testing.fake_provider.anthropic import AnthropicApi
 from mmirage_beam.testing.fake_provider.mistral import MISTRAL, MistralApi
 from mmirage_beam.testing.fake_provider.mistral import PREFIX as MISTRAL_PREFIX
 from mmirage_beam.testing.fake_provider.openai import OpenAIApi
+from mmirage_beam.testing.fake_provider.profiles import PROFILES, ProfileApi
 from mmirage_beam.testing.fake_provider.scripting import (
     SCRIPT_DEFAULTS,
     SCRIPT_PARSERS,
@@ -73,9 +74,11 @@ class _QuietRequestHandler(WSGIRequestHandler):
 
 
 def check_provider(provider: str | None) -> None:
-    """Raises ValueError unless ``provider`` is ``openai``, ``anthropic`` or None."""
-    if provider is not None and provider not in PROVIDERS:
-        raise ValueError(f"provider must be one of {PROVIDERS} or None, got {provider!r}")
+    """Raises ValueError unless ``provider`` is one the fake serves (a profile such as
+    ``azure-openai`` included) or None."""
+    if provider is not None and provider not in PROVIDERS and provider not in PROFILES:
+        known = (*PROVIDERS, *PROFILES)
+        raise ValueError(f"provider must be one of {known} or None, got {provider!r}")
 
 
 class FakeProviderServer:
@@ -122,6 +125,7 @@ class FakeProviderServer:
         self._anthropic = AnthropicApi(self._store)
         self._gemini = gemini.GeminiApi(self._store)
         self._mistral = MistralApi(self._store)
+        self._profiles = [ProfileApi(self._store, profile) for profile in PROFILES.values()]
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._url_map = Map(
@@ -250,13 +254,18 @@ class FakeProviderServer:
         return self.base_url + MISTRAL_PREFIX
 
     def base_url_for(self, provider: str) -> str:
-        """The base URL ``provider``'s SDK takes (``<provider>_base_url``).
+        """The base URL ``provider``'s SDK takes (``<provider>_base_url``; for an
+        OpenAI-compatible profile, ``azure-openai``, ``groq``, ``together``, the openai
+        SDK's ``base_url`` under that profile's prefix, e.g. ``.../groq/openai/v1``).
 
         Raises:
             ValueError: a provider this fake does not serve.
         """
+        if provider in PROFILES:  # OpenAI-compatible services: <base>/<prefix>/v1
+            return self.base_url + PROFILES[provider].api_prefix
         if provider not in PROVIDERS:
-            raise ValueError(f"provider must be one of {PROVIDERS}, got {provider!r}")
+            known = (*PROVIDERS, *PROFILES)
+            raise ValueError(f"provider must be one of {known}, got {provider!r}")
         return getattr(self, f"{provider}_base_url")
 
     # -- in-process helpers ---------------------------------------------------------------
@@ -295,7 +304,8 @@ class FakeProviderServer:
             return [
                 self._view(batch, now)
                 for batch in self._store.batches.values()
-                if not batch.deleted and (provider is None or batch.provider == provider)
+                if not batch.deleted
+                and (provider is None or (batch.profile or batch.provider) == provider)
             ]
 
     def script(self, **behaviour: Any) -> None:
@@ -365,6 +375,9 @@ class FakeProviderServer:
     def _dispatch(self, request: Request) -> Response:
         if request.path.startswith(MISTRAL_PREFIX + "/"):
             return self._mistral.handle(request)
+        for profile_api in self._profiles:  # /azure/openai/v1/..., /groq/..., /together/...
+            if request.path.startswith(profile_api.profile.api_prefix + "/"):
+                return profile_api.handle(request)
         provider = ANTHROPIC if request.path.startswith("/v1/messages") else OPENAI
         if request.path.startswith(("/v1beta/", "/upload/v1beta/")):
             provider = GEMINI

@@ -22,7 +22,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Serve a fake OpenAI (Files + Batches) and Anthropic (Message Batches) "
         "API on one loopback port, in memory. Point the SDKs or a config's base_url at it: "
         "OpenAI http://HOST:PORT/v1, Anthropic http://HOST:PORT, Mistral "
-        "http://HOST:PORT/mistral. Any non-empty key is "
+        "http://HOST:PORT/mistral, the OpenAI-compatible Azure OpenAI, Groq and Together "
+        "APIs http://HOST:PORT/azure/openai/v1, /groq/openai/v1, /together/v1. Any non-empty "
+        "key is "
         "accepted. Script failures at start with the flags below, or later with "
         "POST /_fake/script (same keys as --script); GET /_fake/state shows what it holds.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -124,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
 
     Prints one banner line ``fake provider listening on http://HOST:PORT (OpenAI:
     http://HOST:PORT/v1, Anthropic: http://HOST:PORT, Gemini: http://HOST:PORT, Mistral:
-    http://HOST:PORT/mistral)`` once the port is bound.
+    http://HOST:PORT/mistral, Azure OpenAI: http://HOST:PORT/azure/openai/v1, Groq:
+    http://HOST:PORT/groq/openai/v1, Together: http://HOST:PORT/together/v1)`` once the
+    port is bound.
     """
     parser = _parser()
     args = parser.parse_args(argv)
@@ -149,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"fake provider listening on {fake.base_url} "
             f"(OpenAI: {fake.openai_base_url}, Anthropic: {fake.anthropic_base_url}, "
-            f"Gemini: {fake.gemini_base_url}, Mistral: {fake.mistral_base_url})",
+            f"Gemini: {fake.gemini_base_url}, Mistral: {fake.mistral_base_url}, "
+            f"Azure OpenAI: {fake.base_url_for('azure-openai')}, "
+            f"Groq: {fake.base_url_for('groq')}, Together: {fake.base_url_for('together')})",
             flush=True,
         )
         while not stop.wait(0.2):

@@ -91,6 +91,8 @@ def openai_phase(batch: Batch, now: float) -> dict[str, Any]:
                 out["status"] = "cancelling"
             else:
                 out["status"], out["cancelled_at"] = "cancelled", end
+        elif batch.stop_kind == "overrun":  # Azure: an overrunning job is not expired
+            out["status"] = "in_progress"
         elif batch.stop_kind == "expired":
             if now < end:
                 out["status"] = "in_progress"

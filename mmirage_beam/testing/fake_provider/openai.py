@@ -7,7 +7,7 @@ import copy
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from werkzeug.wrappers import Request, Response
 
@@ -34,6 +34,9 @@ from mmirage_beam.testing.fake_provider.wire import (
     status_error,
 )
 
+if TYPE_CHECKING:
+    from mmirage_beam.testing.fake_provider.profiles import Profile
+
 
 class OpenAIApi:
     """The OpenAI Files and Batches endpoints over a shared :class:`Store`.
@@ -41,10 +44,33 @@ class OpenAIApi:
     Each public method named after an endpoint (``files_create``, ``batches_cancel``...)
     takes the Werkzeug request (and URL arguments) and returns the response, raising
     :class:`ApiError` for an HTTP error; the caller holds no lock.
+
+    With a ``profile`` (an OpenAI-compatible service, see
+    :mod:`~mmirage_beam.testing.fake_provider.profiles`) the files and batches are that
+    profile's own and its window, line, size and expiry rules apply.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, profile: Profile | None = None) -> None:
         self.store = store
+        self.profile = profile
+        self.owner = OPENAI if profile is None else profile.name
+
+    def _get_file(self, file_id: str) -> StoredFile:
+        stored = self.store.get_file(file_id)
+        if stored.owner != self.owner:
+            self.store.get_file("")  # the same 404 as an unknown id
+        return stored
+
+    def _get_batch(self, batch_id: str) -> Batch:
+        batch = self.store.get_batch(OPENAI, batch_id)
+        if batch.profile != self.profile_name:
+            self.store.get_batch(OPENAI, "")  # the same 404 as an unknown id
+        return batch
+
+    @property
+    def profile_name(self) -> str | None:
+        """The profile's provider name, None for OpenAI itself."""
+        return None if self.profile is None else self.profile.name
 
     # -- OpenAI files ---------------------------------------------------------------------
 
@@ -69,6 +95,8 @@ class OpenAIApi:
             if purpose == "batch"
             else limits.OPENAI_MAX_UPLOAD_BYTES
         )
+        if purpose == "batch" and self.profile is not None:
+            maximum = self.profile.max_file_bytes
         content = upload.read(maximum + 1)
         if len(content) > maximum:
             raise ApiError(400, "invalid_request_error", "File is too large.", param="file")
@@ -85,6 +113,7 @@ class OpenAIApi:
             expires_after = limits.OPENAI_BATCH_FILE_LIFETIME_SECS
         with self.store.lock:
             stored = self.store.store_file(filename, purpose, content, expires_after)
+            stored.owner = self.owner
             return json_response(stored.view())
 
     def files_list(self, request: Request) -> Response:
@@ -94,7 +123,11 @@ class OpenAIApi:
         )
         purpose = request.args.get("purpose")
         with self.store.lock:
-            files = [f for f in self.store.files.values() if purpose in (None, f.purpose)]
+            files = [
+                f
+                for f in self.store.files.values()
+                if purpose in (None, f.purpose) and f.owner == self.owner
+            ]
             if request.args.get("order", "desc") == "desc":
                 files.reverse()
             return json_response(_page([f.view() for f in files], request, limit, empty_id=""))
@@ -102,19 +135,19 @@ class OpenAIApi:
     def files_retrieve(self, request: Request, file_id: str) -> Response:
         """``GET /v1/files/{file_id}``."""
         with self.store.lock:
-            return json_response(self.store.get_file(file_id).view())
+            return json_response(self._get_file(file_id).view())
 
     def files_delete(self, request: Request, file_id: str) -> Response:
         """``DELETE /v1/files/{file_id}``."""
         with self.store.lock:
-            self.store.get_file(file_id)
+            self._get_file(file_id)
             del self.store.files[file_id]
             return json_response({"id": file_id, "object": "file", "deleted": True})
 
     def files_content(self, request: Request, file_id: str) -> Response:
         """``GET /v1/files/{file_id}/content``: the raw bytes."""
         with self.store.lock:
-            content = self.store.get_file(file_id).content
+            content = self._get_file(file_id).content
         return Response(content, mimetype="application/octet-stream")
 
     # -- OpenAI batches -------------------------------------------------------------------
@@ -136,7 +169,9 @@ class OpenAIApi:
                 param="endpoint",
                 code="invalid_value",
             )
-        if window != "24h":
+        if self.profile is not None:
+            self.profile.check_window(window)
+        elif window != "24h":
             raise ApiError(
                 400,
                 "invalid_request_error",
@@ -147,7 +182,8 @@ class OpenAIApi:
         _check_metadata(metadata)
         output_expires_after = _check_output_expires_after(payload.get("output_expires_after"))
         with self.store.lock:
-            if not isinstance(input_file_id, str) or input_file_id not in self.store.files:
+            known = self.store.files.get(input_file_id) if isinstance(input_file_id, str) else None
+            if known is None or known.owner != self.owner:
                 raise ApiError(
                     400,
                     "invalid_request_error",
@@ -167,6 +203,7 @@ class OpenAIApi:
             if failure is not None and not failure.created:
                 raise status_error(OPENAI, failure.status, failure.retry_after_ms, "create")
             batch = self._create_batch(stored, endpoint, metadata)
+            batch.completion_window = window
             batch.output_expires_after = output_expires_after
             if failure is not None:
                 raise status_error(OPENAI, failure.status, failure.retry_after_ms, "create")
@@ -177,8 +214,11 @@ class OpenAIApi:
     ) -> Batch:
         now = self.store.clock()
         batch = self.store.new_batch(OPENAI, "batch_", now)
+        batch.profile = self.profile_name
+        if self.profile is not None and not self.profile.expires and batch.stop_kind == "expired":
+            batch.stop_kind = "overrun"  # Azure: not expired, runs until cancelled
         batch.endpoint, batch.input_file_id, batch.metadata = endpoint, stored.id, metadata
-        lines, errors, model = _parse_input_file(stored.content, endpoint)
+        lines, errors, model = _parse_input_file(stored.content, endpoint, self.profile)
         for line in lines:
             self.store.record(batch, line["custom_id"], line)
         if errors:
@@ -194,6 +234,7 @@ class OpenAIApi:
                 other.prompt_tokens
                 for other in self.store.batches.values()
                 if other.provider == OPENAI
+                and other.profile == batch.profile
                 and other is not batch
                 and other.model == model
                 and not lifecycle.is_terminal(other, now)
@@ -279,9 +320,7 @@ class OpenAIApi:
     def batches_retrieve(self, request: Request, batch_id: str) -> Response:
         """``GET /v1/batches/{batch_id}``."""
         with self.store.lock:
-            return json_response(
-                self.view(self.store.get_batch(OPENAI, batch_id), self.store.clock())
-            )
+            return json_response(self.view(self._get_batch(batch_id), self.store.clock()))
 
     def batches_list(self, request: Request) -> Response:
         """``GET /v1/batches?after=&limit=``, newest first."""
@@ -291,14 +330,14 @@ class OpenAIApi:
             views = [
                 self.view(b, now)
                 for b in reversed(self.store.batches.values())
-                if b.provider == OPENAI
+                if b.provider == OPENAI and b.profile == self.profile_name
             ]
             return json_response(_page(views, request, limit))
 
     def batches_cancel(self, request: Request, batch_id: str) -> Response:
         """``POST /v1/batches/{batch_id}/cancel`` (409 once the batch has ended)."""
         with self.store.lock:
-            batch = self.store.get_batch(OPENAI, batch_id)
+            batch = self._get_batch(batch_id)
             now = self.store.clock()
             view = self.view(batch, now)
             if view["status"] in lifecycle.OPENAI_TERMINAL:
@@ -355,6 +394,7 @@ class OpenAIApi:
                     http_line(UNKNOWN_CUSTOM_ID, oa_error(500, "Unknown request (fake)."))
                 )
         prefix = batch.id
+        owner = batch.profile or OPENAI
         expires_after = limits.OPENAI_BATCH_FILE_LIFETIME_SECS
         if batch.output_expires_after is not None:
             expires_after = batch.output_expires_after["seconds"]
@@ -365,6 +405,7 @@ class OpenAIApi:
                 jsonl(scripting.shuffled(batch.shuffle_seed, ok_lines)),
                 expires_after,
             )
+            stored.owner = owner
             batch.output_file_id = stored.id
         if err_lines:
             stored = self.store.store_file(
@@ -373,6 +414,7 @@ class OpenAIApi:
                 jsonl(scripting.shuffled(batch.shuffle_seed, err_lines)),
                 expires_after,
             )
+            stored.owner = owner
             batch.error_file_id = stored.id
         elif batch.empty_error_file_id:
             batch.error_file_id = ""
@@ -531,16 +573,21 @@ def _line_error(code: str, message: str, line: int | None, param: str | None = N
 
 
 def _parse_input_file(
-    content: bytes, endpoint: str
+    content: bytes, endpoint: str, profile: Profile | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
-    """(parsed lines with a custom_id, line-level validation errors, the file's model)."""
+    """(parsed lines with a custom_id, line-level validation errors, the file's model).
+
+    A ``profile`` changes the request limit, the keys a line must carry (Together:
+    ``custom_id`` and ``body``) and whether each line must name the deployment (Azure).
+    """
     numbered = [(n, raw) for n, raw in enumerate(content.split(b"\n"), start=1) if raw.strip()]
     if not numbered:
         return [], [_line_error("empty_file", "The input file is empty.", None)], None
-    if len(numbered) > limits.OPENAI_MAX_LINES:
+    max_lines = limits.OPENAI_MAX_LINES if profile is None else profile.max_lines
+    optional = frozenset() if profile is None else profile.optional_line_keys
+    if len(numbered) > max_lines:
         message = (
-            f"The input file contains {len(numbered):,} requests; the maximum is "
-            f"{limits.OPENAI_MAX_LINES:,}."
+            f"The input file contains {len(numbered):,} requests; the maximum is {max_lines:,}."
         )
         return [], [_line_error("too_many_tasks", message, None)], None
     lines: list[dict[str, Any]] = []
@@ -572,7 +619,7 @@ def _parse_input_file(
             continue
         lines.append(line)
         for key in ("method", "url", "body"):
-            if key not in line:
+            if key not in line and key not in optional:
                 errors.append(
                     _line_error(
                         "missing_required_parameter",
@@ -610,6 +657,19 @@ def _parse_input_file(
         seen.add(custom_id)
         body = line.get("body")
         line_model = body.get("model") if isinstance(body, Mapping) else None
+        if profile is not None and profile.deployment_model and isinstance(body, Mapping):
+            if not isinstance(line_model, str) or not line_model:
+                # Azure batch guide: "The model attribute should be set to match the
+                # name of the Global Batch deployment", on every line.
+                errors.append(
+                    _line_error(
+                        "missing_required_parameter",
+                        "The 'model' of each request must be the name of the global batch "
+                        "deployment.",
+                        number,
+                        "body.model",
+                    )
+                )
         if isinstance(line_model, str) and line_model:
             if model is None:
                 model = line_model

@@ -49,6 +49,7 @@ class StoredFile:
     content: bytes
     created_at: int
     expires_at: int | None = None
+    owner: str = "openai"  # "openai" or the OpenAI-compatible profile that holds it
 
     def view(self) -> dict[str, Any]:
         """The OpenAI file object."""
@@ -87,11 +88,12 @@ class Batch:
     delay_secs: float
     items: list[Item]
     stop_after: int | None = None
-    stop_kind: str | None = None  # "expired" | "cancelled"
+    stop_kind: str | None = None  # "expired" | "cancelled" | "overrun" (Azure)
     empty_error_file_id: bool = False
     shuffle_seed: int | None = None
     unknown_custom_id: bool = False
     # OpenAI only.
+    profile: str | None = None  # an OpenAI-compatible profile's name (azure-openai, ...)
     endpoint: str = ""
     input_file_id: str = ""
     completion_window: str = "24h"
@@ -209,7 +211,7 @@ class Store:
         """Records one request accepted into ``batch`` (see ``submitted_requests``)."""
         self.submitted.append(
             {
-                "provider": batch.provider,
+                "provider": batch.profile or batch.provider,
                 "batch_id": batch.id,
                 "custom_id": custom_id,
                 "request": copy.deepcopy(dict(request)),
