@@ -230,12 +230,43 @@ def check_beam_args(beam_args: Sequence[str], own_flags: Sequence[str]) -> None:
             "options, spelt as Beam spells them; nothing was run)",
         )
     runner = str(getattr(known_args, "runner", None) or "")
+    _check_runner_name(runner)
     if getattr(known_args, "dry_run", False) and "dataflow" not in runner.lower():
         raise ConfigError(
             "--dry_run",
             "Beam's --dry_run is honoured only by the DataflowRunner; for a dry run that "
             "sends nothing use --export-prompts PATH (nothing was run)",
         )
+
+
+def _check_runner_name(runner: str) -> None:
+    """Refuse a ``--runner`` that Beam does not know (``DirectRunnr``): Beam would fail
+    only when the pipeline runs, and the location checks, which read the runner's name,
+    would first complain about local paths. A dotted name is a runner class's module path
+    (Beam imports it) and is not checked here.
+
+    Raises:
+        ConfigError: on ``--runner``, naming the closest known runner and all of them.
+    """
+    import difflib
+
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    from mmirage_beam.errors import ConfigError
+
+    if not runner or "." in runner:
+        return
+    known = list(StandardOptions.KNOWN_RUNNER_NAMES)
+    lowered = {name.lower(): name for name in known}
+    name = runner.lower()
+    if name in lowered or name + "runner" in lowered or name == "pythonrpcdirectrunner":
+        return
+    close = difflib.get_close_matches(name, list(lowered), n=1, cutoff=0.6)
+    hint = f"; did you mean {lowered[close[0]]}?" if close else ""
+    raise ConfigError(
+        "--runner",
+        f"unknown runner {runner!r}{hint} (Beam's runners: {', '.join(known)}; nothing was run)",
+    )
 
 
 def own_flags(parser: Any) -> list[str]:
