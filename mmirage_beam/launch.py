@@ -86,8 +86,9 @@ def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int
             return exc.exit_code
         except KeyboardInterrupt:
             print(
-                "mmirage: interrupted (any job it started was cancelled); run the same "
-                "command again to continue",
+                "mmirage: interrupted (a pipeline it was running is cancelled; batches "
+                "already submitted keep running at the provider); run the same command "
+                "again to continue",
                 file=sys.stderr,
             )
             return 130

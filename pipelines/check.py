@@ -98,23 +98,43 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     config = load_config(args.config) if args.config is not None else None
     receipts = discovery.collect_receipts(config, args.metadata_path or (), run_id=args.run_id)
     tty = sys.stdout.isatty()
-    timed_out = False
+    timed_out = interrupted = False
     # 2. look every batch up once, or until all are terminal (--watch)
     with lookup.BatchStatusChecker(receipts.providers, config) as checker:
         if args.watch:
             display = watch.RichWatchDisplay() if tty else watch.PlainWatchDisplay()
-            with display:
-                statuses, timed_out = watch.watch_statuses(
-                    checker,
-                    receipts.batches,
-                    interval_secs=args.interval,
-                    timeout_secs=args.timeout,
-                    on_poll=display.update,
-                )
+            seen: list = []  # the last poll's statuses, for the table after a Ctrl-C
+
+            def on_poll(statuses, poll, elapsed) -> None:  # noqa: ANN001
+                seen[:] = [list(statuses)]
+                display.update(statuses, poll, elapsed)
+
+            try:
+                with display:
+                    statuses, timed_out = watch.watch_statuses(
+                        checker,
+                        receipts.batches,
+                        interval_secs=args.interval,
+                        timeout_secs=args.timeout,
+                        on_poll=on_poll,
+                    )
+            except KeyboardInterrupt:  # check starts nothing: only the watching stops
+                if not seen:
+                    raise
+                statuses, interrupted = seen[0], True
         else:
             statuses = checker.check(receipts.batches)
     # 3. the report, per batch, per provider and per run
     summary = report.build_report(receipts, statuses)
+    if interrupted:
+        waiting = len(lookup.not_terminal(statuses))
+        print(
+            f"stopped watching (Ctrl-C): {waiting} batch(es) not finished yet keep running "
+            "at the provider; the table is the last poll's",
+            flush=True,
+        )
+        report.print_report(summary, rich_output=tty)
+        return 130
     if timed_out:
         waiting = len(lookup.not_terminal(statuses))
         print(

@@ -41,9 +41,25 @@ def test_ctrl_c_on_merge_and_on_check_watch_is_one_line_not_a_traceback(tmp_path
     code, err = _interrupted(merge, env, tmp_path, 4.0)
     assert code == 130, err
     assert "Traceback" not in err and "run the same command again" in err
+    # no partial output: neither the merged file, its errors file nor the temp folder
+    assert [p.name for p in tmp_path.glob("m.*")] == [], list(tmp_path.iterdir())
     fake.script(processing_delay_secs=600)  # batches of a new run stay in progress
     assert submit_main(["--config", path, "--run-id", "slow"]) == 0
     watch = [*py, "pipelines.check", "--config", path, "--run-id", "slow", "--watch"]
-    code, err = _interrupted(watch + ["--interval", "1"], env, tmp_path, 4.0)
+    proc = subprocess.Popen(
+        watch + ["--interval", "1"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    first = proc.stdout.readline()  # the plain display's first poll line
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    code, out = proc.returncode, first + out
     assert code == 130, err
-    assert "Traceback" not in err and "run the same command again" in err
+    assert "Traceback" not in err and "cancelled" not in err + out
+    # check starts nothing: it says the batches keep running, and shows the last table
+    assert "stopped watching (Ctrl-C): 1 batch(es) not finished yet keep running" in out
+    assert "in_progress" in out, out
