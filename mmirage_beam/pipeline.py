@@ -358,8 +358,13 @@ class MergePlan:
 
 
 def errors_path_for(output_path: str) -> str:
-    """``OUT.jsonl`` -> ``OUT.errors.jsonl`` (any other name: ``OUT.errors.jsonl`` added)."""
-    stem = output_path[: -len(".jsonl")] if output_path.endswith(".jsonl") else output_path
+    """``OUT.jsonl`` (or ``OUT.parquet``) -> ``OUT.errors.jsonl`` (any other name, such as
+    an hf folder: ``.errors.jsonl`` added)."""
+    stem = output_path.rstrip("/")
+    for suffix in (".jsonl", ".parquet"):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
     return f"{stem}.errors.jsonl"
 
 
@@ -391,8 +396,10 @@ class MergeRows(beam.PTransform):
         verify_source: bool = True,
         invalid_rows_files: Sequence[str] = (),
         unsubmitted_run: Optional[tuple[str, str]] = None,
+        errors_path: Optional[str] = None,
     ) -> None:
         super().__init__()
+        self.errors_path = errors_path
         self.config = config
         self.batches = batches
         self.receipts = receipts
@@ -444,7 +451,7 @@ class MergeRows(beam.PTransform):
             num_partitions = partitions_for(lo, hi, rows_per_partition)
         bounds = partition_bounds(lo, hi, num_partitions)
         partitioner = RangePartitioner(lo, hi, bounds)
-        errors_path = errors_path_for(output_path)
+        errors_path = self.errors_path or errors_path_for(output_path)
         # Next to the output (the launcher made it absolute or a URI), so every worker
         # sees it; removed once both files are written, and by the launcher on failure.
         temp_dir = f"{output_path}.merge-tmp-{uuid.uuid4().hex[:12]}"
@@ -602,6 +609,7 @@ def build_merge_pipeline(
     verify_source: bool = True,
     invalid_rows_files: Sequence[str] = (),
     unsubmitted_run: Optional[tuple[str, str]] = None,
+    errors_path: Optional[str] = None,
 ) -> MergePlan:
     """Add the merge graph: fetch results, verify and re-read the source, join, write.
 
@@ -628,6 +636,9 @@ def build_merge_pipeline(
             marked), counted in ``requests_never_submitted``. Only when the receipts are
             every receipt of runs that read all the rows this merge reads (one shard) and
             the source is verified.
+        errors_path: where the errors file goes (default: :func:`errors_path_for`
+            ``output_path``), e.g. beside the final output when ``output_path`` is the
+            temporary JSONL of a Parquet or hf merge.
     """
     merge = MergeRows(
         config,
@@ -640,6 +651,7 @@ def build_merge_pipeline(
         verify_source=verify_source,
         invalid_rows_files=invalid_rows_files,
         unsubmitted_run=unsubmitted_run,
+        errors_path=errors_path,
     )
     # Every row of the datasets is read (not only this config's shard): receipts from
     # several shards can be merged together; rows without results are not written.

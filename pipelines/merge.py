@@ -2,8 +2,8 @@
 
 Usage:
     python -m pipelines.merge --config C.yaml --output-path OUT.jsonl
-        [--metadata-path R ...] [--run-id ID] [--allow-partial] [--no-verify-source]
-        [--partitions N] [standard Beam pipeline options]
+        [--output-format jsonl|parquet|hf] [--metadata-path R ...] [--run-id ID]
+        [--allow-partial] [--no-verify-source] [--partitions N] [standard Beam pipeline options]
 
 Exit status: 0 merged and every request succeeded; 1 merged with failed requests, or
 refused because batches are still running (without --allow-partial), or the source
@@ -46,6 +46,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         required=True,
         type=path_argument,
         help="merged JSONL file to write (relative paths: to the current directory)",
+    )
+    ap.add_argument(
+        "--output-format",
+        choices=("jsonl", "parquet", "hf"),
+        default="jsonl",
+        help="jsonl (default); parquet: one Parquet file; hf: a folder that "
+        "datasets.load_from_disk opens. The errors file stays JSONL (OUT.errors.jsonl)",
     )
     ap.add_argument(
         "--metadata-path",
@@ -137,9 +144,22 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         and all(e.receipt.get("run_id") for e in receipts)
     )
 
-    out = args.output_path
+    final = out = args.output_path
     errors_path = errors_path_for(out)  # rewritten (empty when nothing failed) by the merge
-    check_output_file("--output-path", out, config, [errors_path])
+    if args.output_format != "jsonl":
+        import uuid
+
+        from mmirage_beam.io.formats import check_hf_folder
+
+        # The ordered JSONL merge goes beside the output, then is converted (streamed).
+        out = f"{final.rstrip('/')}.merge-jsonl-{uuid.uuid4().hex[:12]}.jsonl"
+        if args.output_format == "hf":
+            check_hf_folder(final)
+            check_output_file("--output-path", out, config, [errors_path])
+        else:
+            check_output_file("--output-path", final, config, [errors_path])
+    else:
+        check_output_file("--output-path", out, config, [errors_path])
     options = beam_options(beam_args, args.verbose)
     check_locations(config_locations(config, output_path=out), options)
     check_job_endpoint(options)
@@ -159,17 +179,23 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             if FileSystems.exists(path)
         ],
         unsubmitted_run=(resume_run, resume_command) if count_unsubmitted else None,
+        errors_path=errors_path,
     )
     try:
         result = run_pipeline(pipeline)
+        if translation_only(options):
+            print("mmirage merge: the runner only translated the job (--dry_run); nothing merged")
+            return 0
+        stats = counters(result)
+        shown = out
+        if out != final and FileSystems.exists(out):  # no rows written: no file, as JSONL
+            shown = _convert(out, final, args.output_format, config, stats)
     finally:  # the job removes its temporary files once written; after a failure, here
         _remove_temp_dir(plan.temp_dir)
-    if translation_only(options):
-        print("mmirage merge: the runner only translated the job (--dry_run); nothing merged")
-        return 0
-    stats = counters(result)
+        if out != final and FileSystems.exists(out):
+            FileSystems.delete([out])
     errors = read_jsonl(errors_path)
-    _print_totals(plan, stats, errors, pending, args.allow_partial)
+    _print_totals(plan, stats, errors, pending, args.allow_partial, shown)
     from mmirage_beam.costs.report import usage_lines
 
     for line in usage_lines(stats, config.processor):
@@ -181,6 +207,22 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     failed = stats.get("rows_with_failures", 0) or stats.get("unknown_custom_ids", 0)
     return 1 if failed else 0
+
+
+def _convert(jsonl_path: str, final: str, fmt: str, config, stats) -> str:  # noqa: ANN001
+    """The ordered JSONL merge -> ``final`` in ``fmt``, streamed; the same row count."""
+    from mmirage_beam.io.formats import convert_merged_jsonl
+
+    rows, as_json = convert_merged_jsonl(
+        jsonl_path, final, fmt, config.outputs, config.output_schema
+    )
+    if rows != stats.get("rows_written", 0):  # pragma: no cover - a broken conversion
+        raise RuntimeError(f"converted {rows} rows of {stats.get('rows_written', 0)}")
+    for name in sorted(as_json):
+        print(
+            f"mmirage merge: column {name!r} holds values of different types; written as JSON text"
+        )
+    return f"{final} ({fmt})"
 
 
 def _remove_temp_dir(folder) -> None:  # noqa: ANN001
@@ -219,7 +261,7 @@ def _print_unfinished(unfinished, never_requests, never_rows, resume_command) ->
     print("\n".join(lines))
 
 
-def _print_totals(plan, stats, errors, pending, allow_partial) -> None:  # noqa: ANN001
+def _print_totals(plan, stats, errors, pending, allow_partial, shown) -> None:  # noqa: ANN001
     by_type: dict[str, int] = {}
     for e in errors:
         if e.get("source_index") is None:  # unknown ids and unreadable lines: no output
@@ -241,7 +283,7 @@ def _print_totals(plan, stats, errors, pending, allow_partial) -> None:  # noqa:
         f"unreadable lines:    {unreadable} (result lines without a recoverable custom_id)",
         f"input tokens:        {stats.get('input_tokens', 0)}",
         f"output tokens:       {stats.get('output_tokens', 0)}",
-        f"merged file:         {plan.output_path} ({plan.num_partitions} partition(s))",
+        f"merged file:         {shown} ({plan.num_partitions} partition(s))",
     ]
     if errors:
         lines.append(f"errors file:         {plan.errors_path}")
