@@ -47,6 +47,9 @@ setup(
             "ruff==0.17.6",
             "pydantic>=2",
             "psutil==7.2.2",
+            # datasets: tests read `merge --output-format hf` back with load_from_disk
+            # (the tool writes that folder with pyarrow alone)
+            "datasets==5.2.0",
             _GCP,
             _YAML,
         ],
