@@ -269,20 +269,20 @@ def _print_totals(plan, stats, errors, pending, allow_partial, shown) -> None:  
         by_type[e["error_type"]] = by_type.get(e["error_type"], 0) + 1
     unreadable = stats.get("unreadable_result_lines", 0)
     lines = [
-        f"rows written:        {stats.get('rows_written', 0)}",
-        f"outputs succeeded:   {stats.get('outputs_succeeded', 0)}",
-        f"outputs failed:      {sum(by_type.values())}",
+        f"rows written:        {stats.get('rows_written', 0):,}",
+        f"outputs succeeded:   {stats.get('outputs_succeeded', 0):,}",
+        f"outputs failed:      {sum(by_type.values()):,}",
     ]
     for kind, n in sorted(by_type.items()):
-        lines.append(f"  {kind + ':':<18} {n}")
+        lines.append(f"  {kind + ':':<18} {n:,}")
     lines += [
-        f"skipped at submit:   {stats.get('rows_skipped_invalid', 0)} (invalid rows)",
-        f"missing source rows: {stats.get('missing_source_rows', 0)}",
-        f"source changed rows: {stats.get('source_changed_rows', 0)}",
-        f"unknown custom_ids:  {stats.get('unknown_custom_ids', 0) - unreadable}",
-        f"unreadable lines:    {unreadable} (result lines without a recoverable custom_id)",
-        f"input tokens:        {stats.get('input_tokens', 0)}",
-        f"output tokens:       {stats.get('output_tokens', 0)}",
+        f"skipped at submit:   {stats.get('rows_skipped_invalid', 0):,} (invalid rows)",
+        f"missing source rows: {stats.get('missing_source_rows', 0):,}",
+        f"source changed rows: {stats.get('source_changed_rows', 0):,}",
+        f"unknown custom_ids:  {stats.get('unknown_custom_ids', 0) - unreadable:,}",
+        f"unreadable lines:    {unreadable:,} (result lines without a recoverable custom_id)",
+        f"input tokens:        {stats.get('input_tokens', 0):,}",
+        f"output tokens:       {stats.get('output_tokens', 0):,}",
         f"merged file:         {shown} ({plan.num_partitions} partition(s))",
     ]
     if errors:

@@ -413,27 +413,27 @@ class _InvalidRows:
 def _print_summary(plan, stats, receipts, invalid, skipped: bool) -> None:  # noqa: ANN001
     lines = [
         f"run id:              {plan.run_id}",
-        f"rows read:           {stats.get('rows_read', 0) + stats.get('row_errors', 0)}"
-        + (f" ({stats['row_errors']} unreadable)" if stats.get("row_errors") else ""),
-        f"invalid rows:        {invalid.count}",
-        f"requests:            {stats.get('requests', 0)}",
-        f"chunks:              {stats.get('chunks', 0)}",
-        f"request bytes:       {stats.get('request_bytes', 0)} "
+        f"rows read:           {stats.get('rows_read', 0) + stats.get('row_errors', 0):,}"
+        + (f" ({stats['row_errors']:,} unreadable)" if stats.get("row_errors") else ""),
+        f"invalid rows:        {invalid.count:,}",
+        f"requests:            {stats.get('requests', 0):,}",
+        f"chunks:              {stats.get('chunks', 0):,}",
+        f"request bytes:       {stats.get('request_bytes', 0):,} "
         f"({human_bytes(stats.get('request_bytes', 0))})",
     ]
     if plan.dry_run:
-        lines.append(f"batches exported:    {stats.get('batches_submitted', 0)}")
+        lines.append(f"batches exported:    {stats.get('batches_submitted', 0):,}")
         if invalid and not skipped:
             lines.append("exported prompts:    none (invalid rows stopped the dry run)")
         else:
             lines.append(f"exported prompts:    {plan.export_file}")
     else:
-        lines.append(f"batches submitted:   {stats.get('batches_submitted', 0)}")
+        lines.append(f"batches submitted:   {stats.get('batches_submitted', 0):,}")
         if stats.get("batches_already_receipted"):
-            lines.append(f"  already receipted: {stats['batches_already_receipted']}")
+            lines.append(f"  already receipted: {stats['batches_already_receipted']:,}")
         if stats.get("requests_not_selected"):
             lines.append(
-                f"already submitted:   {stats['requests_not_selected']} request(s) "
+                f"already submitted:   {stats['requests_not_selected']:,} request(s) "
                 "(earlier attempts of this run; not sent again)"
             )
         if not stats.get("batches_submitted") and stats.get("requests_not_selected"):

@@ -188,12 +188,14 @@ class _FetchResultsFn(beam.DoFn):
             seen.add(cid)
             error = r.get("error")
             if error is not None:
+                detail = {k: error[k] for k in ("code", "param") if error.get(k) is not None}
                 error = _error(
                     error.get("type") or "unknown_error",
                     error.get("message") or "",
                     error.get("status_code"),
                     error.get("raw_text"),
                 )
+                error.update(detail)  # the provider's code and param, beside its message
             yield OutputResult(
                 int(mapping[cid]),
                 batch.output_name,
@@ -506,6 +508,8 @@ class _AssembleFn(beam.DoFn):
                         "message": err.get("message", ""),
                         "status_code": err.get("status_code"),
                         "retryable": bool(err.get("retryable")),
+                        # the provider's code and param, when it gave them
+                        **{k: err[k] for k in ("code", "param") if err.get(k) is not None},
                     },
                 )
         self._rows.inc()

@@ -1,0 +1,71 @@
+"""What a new user meets first (issue 17's list): summaries that read the same way,
+hints that fit the command, and the provider's error details kept."""
+
+from __future__ import annotations
+
+import json
+
+from mmirage_beam.providers.openai_batch import normalise_result_line
+from pipelines.resubmit import main as resubmit_main
+from pipelines.submit import main as submit_main
+from tests.conftest import GSM8K_JSONL, base_config, write_config
+
+
+def test_summary_numbers_estimate_level_and_resubmit_hint(tmp_path, capsys, provider_env):
+    fake = provider_env
+    rows = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:20]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    cfg = base_config(tmp_path, base_url=fake.openai_base_url)
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", path, "--run-id", "first"]) == 0
+    captured = capsys.readouterr()
+    # one number format: thousands separated like the cost lines (8,226 not 8226)
+    line = next(x for x in captured.out.splitlines() if x.startswith("request bytes:"))
+    count = line.split()[2]
+    assert "," in count and int(count.replace(",", "")) > 999, line
+    # the estimate before submitting is information, not a warning
+    assert "WARNING mmirage_beam.transforms.submit: before submitting" not in captured.err
+    assert "INFO mmirage_beam.transforms.submit: before submitting" in captured.err
+
+    assert submit_main(["--config", path, "--run-id", "second"]) == 0
+    capsys.readouterr()
+    assert resubmit_main(["--config", path]) == 0  # the newest run: second
+    err = capsys.readouterr().err
+    # resubmit names the other run, without merge's "repeat it to merge several runs"
+    assert "found run(s) first: pass --run-id to choose another" in err
+    assert "merge several runs" not in err
+
+
+def test_an_openai_error_keeps_its_code_and_param():
+    """A failed request's error keeps OpenAI's code and param beside the message (the
+    errors file and mmirage_errors carry them); a code that is already the type is not
+    repeated."""
+    line = {
+        "custom_id": "answer-text-3",
+        "response": {
+            "status_code": 400,
+            "body": {
+                "error": {
+                    "message": "Invalid 'temperature': must be a number between 0 and 2.",
+                    "type": "invalid_request_error",
+                    "param": "temperature",
+                    "code": "invalid_value",
+                }
+            },
+        },
+        "error": None,
+    }
+    err = normalise_result_line(json.loads(json.dumps(line)))["error"]
+    assert err["type"] == "invalid_request_error" and err["status_code"] == 400
+    assert err["code"] == "invalid_value" and err["param"] == "temperature"
+    limited = json.loads(json.dumps(line))
+    limited["response"]["body"]["error"] = {
+        "message": "Rate limit reached.",
+        "type": "requests",
+        "param": None,
+        "code": "rate_limit_exceeded",
+    }
+    err = normalise_result_line(limited)["error"]
+    assert err["type"] == "rate_limit_exceeded" and "code" not in err and "param" not in err
