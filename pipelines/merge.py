@@ -261,6 +261,13 @@ def _print_unfinished(unfinished, never_requests, never_rows, resume_command) ->
     print("\n".join(lines))
 
 
+#: outcomes of requests the provider answered (check counts them done) whose answer is
+#: not usable: merge's own verdicts (docs/commands.md, the outcome table)
+UNUSABLE_ANSWERS = frozenset(
+    {"refusal", "truncated", "content_filter", "empty", "invalid_json", "schema_mismatch"}
+)
+
+
 def _print_totals(plan, stats, errors, pending, allow_partial, shown) -> None:  # noqa: ANN001
     by_type: dict[str, int] = {}
     for e in errors:
@@ -275,6 +282,13 @@ def _print_totals(plan, stats, errors, pending, allow_partial, shown) -> None:  
     ]
     for kind, n in sorted(by_type.items()):
         lines.append(f"  {kind + ':':<18} {n:,}")
+    unusable = sum(n for kind, n in by_type.items() if kind in UNUSABLE_ANSWERS)
+    if unusable:
+        lines.append(
+            f"  of these, {unusable:,} unusable answer(s) ({', '.join(sorted(UNUSABLE_ANSWERS))}"
+            "): the provider returned them as successes, so mmirage check counts them done; "
+            f"the other {sum(by_type.values()) - unusable:,} failed at the provider or here"
+        )
     lines += [
         f"skipped at submit:   {stats.get('rows_skipped_invalid', 0):,} (invalid rows)",
         f"missing source rows: {stats.get('missing_source_rows', 0):,}",

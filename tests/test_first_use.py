@@ -69,3 +69,31 @@ def test_an_openai_error_keeps_its_code_and_param():
     }
     err = normalise_result_line(limited)["error"]
     assert err["type"] == "rate_limit_exceeded" and "code" not in err and "param" not in err
+
+
+def test_check_and_merge_say_which_failures_are_which(tmp_path, capsys, provider_env):
+    """check counts what the provider failed (a refusal is 'done' for it); merge also
+    counts unusable answers: both say so, so 2 in check and 4 in merge agree."""
+    from pipelines.check import main as check_main
+    from pipelines.merge import main as merge_main
+
+    fake = provider_env
+    rows = [json.loads(x) for x in GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:20]]
+    for i, marker in ((2, "invalid_request"), (5, "invalid_request"), (7, "refusal")):
+        rows[i]["question"] += f" FAKE_ERROR:{marker}"
+    rows[9]["question"] += " FAKE_ERROR:refusal"
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    cfg = base_config(tmp_path, base_url=fake.openai_base_url)
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", path, "--run-id", "kinds"]) == 0
+    capsys.readouterr()
+    assert check_main(["--config", path]) == 0
+    out = capsys.readouterr().out
+    assert "result: ok (every batch completed; 2 request(s) failed at the provider" in out
+    assert "refusals, truncations, invalid JSON" in out
+    assert merge_main(["--config", path, "--output-path", str(tmp_path / "m.jsonl")]) == 1
+    out = capsys.readouterr().out
+    assert "outputs failed:      4" in out
+    assert "of these, 2 unusable answer(s)" in out and "the other 2 failed at the provider" in out
