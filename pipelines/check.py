@@ -146,7 +146,46 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     # 4. what the failures mean and the command that fixes them
     for line in advice.advice_lines(summary, args.config):
         print(line)
+    # 5. a run that stopped before all its chunks were submitted is never "ok", as in merge
+    if config is not None and _told_unfinished(config, receipts, args.config):
+        return 1
     return summary.exit_code
+
+
+def _is_live(base: str, run_id: str) -> bool:
+    """Whether a launcher holds ``run_id``'s lease (refreshed recently, pid alive)."""
+    import time
+
+    from mmirage_beam.lease import STALE_AFTER_SECS, _mtime, is_stale, lease_path, read_lease
+
+    path = lease_path(base, run_id)
+    lease = read_lease(path)
+    return lease is not None and not is_stale(lease, time.time(), STALE_AFTER_SECS, _mtime(path))
+
+
+def _told_unfinished(config, receipts, config_path: str) -> bool:  # noqa: ANN001
+    """Print merge's UNFINISHED block when the runs shown stopped before submitting every
+    chunk (intents left, a stop marker, a run record not finished, fewer receipted
+    requests than the run built). Returns whether it did."""
+    from mmirage_beam.collect import find_unfinished
+    from mmirage_beam.receipts import receipts_base
+    from pipelines.merge import _print_unfinished
+
+    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+    runs = sorted({e.run_id for e in receipts.receipts if e.run_id})
+    live = [r for r in runs if _is_live(base, r)]  # still submitting: not stopped midway
+    for run in live:
+        print(f"run {run} is still submitting (its lease is held); check again when it ends")
+    runs = [r for r in runs if r not in live]
+    unfinished = find_unfinished(base, runs, [e for e in receipts.receipts if e.run_id in runs])
+    if not unfinished:
+        return False
+    resume = (unfinished.runs or runs)[0]
+    never = sum(unfinished.short_by.values())
+    _print_unfinished(
+        unfinished, never, None, f"mmirage run --config {config_path} --run-id {resume}"
+    )
+    return True
 
 
 main = guarded(_main)

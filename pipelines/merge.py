@@ -239,7 +239,12 @@ def _print_unfinished(unfinished, never_requests, never_rows, resume_command) ->
     """The run stopped before every chunk was submitted: never say it is complete."""
     who = f"run {', '.join(unfinished.runs)}" if unfinished.runs else "the merged run"
     lines = [f"UNFINISHED: {who} stopped before all its chunks were submitted:"]
-    if never_requests:
+    if never_requests and never_rows is None:  # check: counted from the run record
+        lines.append(
+            f"  never_submitted: {never_requests} request(s) were never submitted; "
+            "mmirage merge writes their rows marked never_submitted"
+        )
+    elif never_requests:
         lines.append(
             f"  {never_rows} row(s) ({never_requests} request(s)) were never submitted; "
             "they are in the merged file marked never_submitted"
@@ -252,7 +257,10 @@ def _print_unfinished(unfinished, never_requests, never_rows, resume_command) ->
     if unfinished.intents:
         lines.append(f"  {len(unfinished.intents)} interrupted chunk submission(s) (intents)")
     for run, record in sorted(unfinished.states.items()):
-        lines.append(f"  run {run} is recorded as {record.get('state')!r}, not finished")
+        lines.append(
+            f"  run {run} is recorded as {record.get('state')!r}, not finished"
+            + ("; mmirage merge counts the requests never submitted" if never_rows is None else "")
+        )
     for run, n in sorted(unfinished.short_by.items()):
         lines.append(f"  run {run} built {n} request(s) more than its receipts hold")
     lines.append(

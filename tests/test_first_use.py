@@ -97,3 +97,30 @@ def test_check_and_merge_say_which_failures_are_which(tmp_path, capsys, provider
     out = capsys.readouterr().out
     assert "outputs failed:      4" in out
     assert "of these, 2 unusable answer(s)" in out and "the other 2 failed at the provider" in out
+
+
+def test_check_of_a_run_that_stopped_midway_is_unfinished(tmp_path, capsys, provider_env):
+    """A create refused for good stops the run part-way: check says UNFINISHED with the
+    resume command and exits 1 (it said 'result: ok' and 0), as merge does."""
+    from pipelines.check import main as check_main
+
+    fake = provider_env
+    rows = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:6]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    cfg = base_config(tmp_path, base_url=fake.openai_base_url, max_requests_per_chunk=2)
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    path = write_config(tmp_path, cfg)
+    fake.script(fail_batch_creates={"nth": 2, "permanent": True, "status": 400})
+    assert submit_main(["--config", path, "--run-id", "half"]) != 0
+    capsys.readouterr()
+    assert check_main(["--config", path]) == 1
+    out = capsys.readouterr().out
+    assert "UNFINISHED: run half stopped before all its chunks were submitted" in out
+    assert "mmirage merge counts the requests never submitted" in out
+    assert f"mmirage run --config {path} --run-id half" in out
+    fake.script(fail_batch_creates=None)
+    assert submit_main(["--config", path, "--run-id", "half"]) == 0  # the resume
+    capsys.readouterr()
+    assert check_main(["--config", path]) == 0
+    assert "UNFINISHED" not in capsys.readouterr().out
