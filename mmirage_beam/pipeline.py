@@ -189,13 +189,16 @@ class SubmitRows(beam.PTransform):
 
         rows = rows | "ProgressRowsRead" >> CountProgress("rows read")
         extracted = rows | "ExtractInputs" >> ExtractInputs(config.inputs, config.datasets)
-        built = extracted.rows | "BuildRequests" >> BuildRequests(
-            config.outputs, config.datasets, adapter_cls, proc
-        )
-        requests = built.requests | "ProgressRequests" >> CountProgress("requests built")
+        selection = None
         if exclude_custom_ids or only_custom_ids is not None:
             keep_listed = only_custom_ids is not None
             ids = only_custom_ids if keep_listed else exclude_custom_ids
+            selection = (frozenset(ids), keep_listed)  # tokens of what is sent only
+        built = extracted.rows | "BuildRequests" >> BuildRequests(
+            config.outputs, config.datasets, adapter_cls, proc, count_selection=selection
+        )
+        requests = built.requests | "ProgressRequests" >> CountProgress("requests built")
+        if selection is not None:
             ids_view = beam.pvalue.AsSingleton(p | "SelectedIds" >> beam.Create([frozenset(ids)]))
             requests = requests | "SelectRequests" >> beam.ParDo(
                 _SelectRequestsFn(keep_listed), ids_view

@@ -316,7 +316,17 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     _print_summary(plan, stats, written, invalid, skipped=skipping)
     from mmirage_beam.costs.report import estimate_lines
 
-    for line in estimate_lines(stats, config.processor):
+    already = stats.get("requests_not_selected", 0)
+    estimate = estimate_lines(stats, config.processor)
+    if already:  # a resume: what it sends now, apart from what earlier attempts sent
+        now = max(stats.get("requests", 0) - already, 0)
+        print(
+            f"sent now:            {now:,} request(s); already sent: {already:,} "
+            "(earlier attempts, not counted below)"
+        )
+        if not now:
+            estimate = ["tokens and estimated cost: nothing sent now ($0)"]
+    for line in estimate:
         print(line)
     return 1 if invalid and not skipping else 0
 

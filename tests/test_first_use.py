@@ -101,7 +101,8 @@ def test_check_and_merge_say_which_failures_are_which(tmp_path, capsys, provider
 
 def test_check_of_a_run_that_stopped_midway_is_unfinished(tmp_path, capsys, provider_env):
     """A create refused for good stops the run part-way: check says UNFINISHED with the
-    resume command and exits 1 (it said 'result: ok' and 0), as merge does."""
+    resume command and exits 1 (it said 'result: ok' and 0), as merge does. The resume's
+    summary and estimate split what it sends now from what was already sent."""
     from pipelines.check import main as check_main
 
     fake = provider_env
@@ -119,8 +120,16 @@ def test_check_of_a_run_that_stopped_midway_is_unfinished(tmp_path, capsys, prov
     assert "UNFINISHED: run half stopped before all its chunks were submitted" in out
     assert "mmirage merge counts the requests never submitted" in out
     assert f"mmirage run --config {path} --run-id half" in out
+    sent = len(fake.submitted_requests("openai"))
     fake.script(fail_batch_creates=None)
     assert submit_main(["--config", path, "--run-id", "half"]) == 0  # the resume
-    capsys.readouterr()
+    out = capsys.readouterr().out
+    # its summary and estimate cover what it sends, apart from what was already sent
+    assert f"sent now:            {6 - sent} request(s); already sent: {sent}" in out
+    assert f"answer: {6 - sent} request(s), input tokens" in out
     assert check_main(["--config", path]) == 0
     assert "UNFINISHED" not in capsys.readouterr().out
+    assert submit_main(["--config", path, "--run-id", "half"]) == 0  # nothing left
+    out = capsys.readouterr().out
+    assert "sent now:            0 request(s); already sent: 6" in out
+    assert "tokens and estimated cost: nothing sent now ($0)" in out
