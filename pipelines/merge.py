@@ -99,6 +99,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     import apache_beam as beam
     from apache_beam.io.filesystems import FileSystems
 
+    from mmirage_beam.check.discovery import NoReceiptsError
     from mmirage_beam.collect import find_unfinished, select_run
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
@@ -115,7 +116,14 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     if args.partitions is not None and args.partitions < 1:
         raise ConfigError("--partitions", "must be >= 1")
     config = load_config(args.config)
-    sel = select_run(config, args.metadata_path, args.run_id, "merge")
+    try:
+        sel = select_run(config, args.metadata_path, args.run_id, "merge")
+    except NoReceiptsError:
+        # A run that skipped every row (skip_invalid_rows) sent nothing and has no
+        # receipt; its rows are still merged, each marked skipped.
+        sel = None if args.metadata_path else _nothing_sent_run(config, args.run_id)
+        if sel is None:
+            raise
     if sel.lookup_failed:
         print("mmirage: error: some batches cannot be looked up; nothing merged.", file=sys.stderr)
         return 1
@@ -207,6 +215,40 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     failed = stats.get("rows_with_failures", 0) or stats.get("unknown_custom_ids", 0)
     return 1 if failed else 0
+
+
+def _nothing_sent_run(config, run_ids):  # noqa: ANN001, ANN202
+    """The :class:`~mmirage_beam.collect.RunSelection` of a finished run that built no
+    request (every row invalid and skipped): the asked run, else the newest such run
+    with an invalid-rows file; None when there is none."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from mmirage_beam.collect import RunSelection
+    from mmirage_beam.pipeline import invalid_rows_path
+    from mmirage_beam.receipts import read_run_state, receipts_base
+
+    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+    if run_ids:
+        if len(run_ids) > 1:
+            return None
+        found = [(0.0, run_ids[0])]
+    else:
+        pattern = invalid_rows_path(base, "*")
+        found = [
+            (m.last_updated_in_seconds, m.path[len(base) + len(".invalid_rows.") : -6])
+            for m in FileSystems.match([pattern])[0].metadata_list
+        ]
+    for _, run in sorted(found, reverse=True):
+        state = read_run_state(base, run) or {}
+        if state.get("state") == "finished" and state.get("requests_total") == 0:
+            if FileSystems.exists(invalid_rows_path(base, run)):
+                print(
+                    f"mmirage merge: run {run} sent nothing (every row was invalid and "
+                    "skipped); its rows are written marked mmirage_skipped",
+                    file=sys.stderr,
+                )
+                return RunSelection(run, [run], [], [], [], [], {}, [run])
+    return None
 
 
 def _convert(jsonl_path: str, final: str, fmt: str, config, stats) -> str:  # noqa: ANN001

@@ -133,3 +133,29 @@ def test_check_of_a_run_that_stopped_midway_is_unfinished(tmp_path, capsys, prov
     out = capsys.readouterr().out
     assert "sent now:            0 request(s); already sent: 6" in out
     assert "tokens and estimated cost: nothing sent now ($0)" in out
+
+
+def test_a_run_that_skipped_every_row_still_merges(tmp_path, capsys, provider_env):
+    """--skip-invalid-rows with every row invalid sends nothing and leaves no receipt;
+    merge still writes every row, each marked mmirage_skipped (it said 'no receipt')."""
+    from pipelines.merge import main as merge_main
+
+    fake = provider_env
+    rows = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:20]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    cfg = base_config(tmp_path, base_url=fake.openai_base_url)
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    cfg["processing_params"]["inputs"][0]["key"] = "no_such_column"
+    path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", path, "--run-id", "none", "--skip-invalid-rows"]) == 0
+    assert fake.batches() == []
+    capsys.readouterr()
+    out_path = tmp_path / "m.jsonl"
+    assert merge_main(["--config", path, "--output-path", str(out_path)]) == 0
+    captured = capsys.readouterr()
+    assert "run none sent nothing" in captured.err
+    assert "skipped at submit:   20 (invalid rows)" in captured.out
+    merged = [json.loads(x) for x in out_path.read_text(encoding="utf-8").splitlines()]
+    assert [m["source_index"] for m in merged] == list(range(20))
+    assert all("no_such_column" in m["mmirage_skipped"] for m in merged)
