@@ -334,6 +334,7 @@ def run_pipeline(
     stop_marker: Optional[str] = None,
     grace_secs: float = STOP_GRACE_SECS,
     outcome: Optional[RunOutcome] = None,
+    nothing_in_flight: Optional[Callable[[], bool]] = None,
 ) -> Any:
     """Run ``pipeline`` to completion; Ctrl-C and SIGTERM stop it on every runner.
 
@@ -344,7 +345,9 @@ def run_pipeline(
     is cancelled. A second Ctrl-C (or a run without ``stop_marker``) cancels the job at
     once (``PipelineResult.cancel()``, waiting for it to stop) and raises
     ``KeyboardInterrupt``. On in-process runners ``pipeline.run()`` itself does the
-    work, so the interrupt is raised in it.
+    work, so the interrupt is raised in it. When ``nothing_in_flight()`` says no provider
+    call can be under way (no chunk is being submitted: the run is still reading and
+    validating rows), the first signal stops at once too: there is nothing to wait for.
 
     Returns:
         the finished ``PipelineResult``.
@@ -358,8 +361,27 @@ def run_pipeline(
     outcome = outcome if outcome is not None else RunOutcome()
     timer: list[threading.Timer] = []
 
+    def idle() -> bool:
+        try:
+            return nothing_in_flight is not None and bool(nothing_in_flight())
+        except Exception:  # cannot tell: wait for the calls in flight, as by default
+            return False
+
     def on_signal(signum: int, _frame: object) -> None:
-        if stop_marker is not None and not outcome.stop_requested:
+        if stop_marker is not None and not outcome.stop_requested and idle():
+            outcome.stop_requested = True
+            from mmirage_beam.receipts import write_durably
+
+            try:  # a chunk that would start before the cancel lands creates nothing
+                write_durably(stop_marker, b"stop requested\n")
+            except Exception as exc:
+                _LOG.warning("could not write the stop marker %s: %s", stop_marker, exc)
+            print(
+                "mmirage: stopping at once: no batch is being submitted",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif stop_marker is not None and not outcome.stop_requested:
             outcome.stop_requested = True
             from mmirage_beam.receipts import write_durably
 

@@ -268,18 +268,28 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     )
     if not args.skip_space_check and not translate_only:
         check_free_space(staging_dir(base, run_id), staging_need_bytes(config, dry_run))
+    from mmirage_beam.receipts import pending_intents
+
     outcome = RunOutcome()
     try:
         with staging_area(base, run_id, keep=args.keep_staged or translate_only):
-            result = run_pipeline(pipeline, stop_marker=plan.stop_marker, outcome=outcome)
+            result = run_pipeline(
+                pipeline,
+                stop_marker=plan.stop_marker,
+                outcome=outcome,
+                # no intent: no chunk is being submitted (still reading): stop at once
+                nothing_in_flight=lambda: not pending_intents(plan.receipts_base, run_id),
+            )
     except (Exception, KeyboardInterrupt) as exc:  # also Ctrl-C / SIGTERM: say how to resume
         code = exc.exit_code if isinstance(exc, MmirageError) else 1
-        if isinstance(exc, KeyboardInterrupt) or outcome.stop_requested:
+        stopped = isinstance(exc, KeyboardInterrupt) or outcome.stop_requested
+        if stopped:
             code, exc = 130, RuntimeError("stopped on request (Ctrl-C or SIGTERM)")
         if dry_run:
-            print(f"mmirage: error: the dry run failed: {_short(exc)}", file=sys.stderr)
+            what = "stopped" if stopped else f"error: the dry run failed: {_short(exc)}"
+            print(f"mmirage: {what}", file=sys.stderr)
             return code
-        print(_failure_report(plan, run_id, exc, resume_cmd), file=sys.stderr)
+        print(_failure_report(plan, run_id, exc, resume_cmd, stopped), file=sys.stderr)
         return code
 
     if translate_only:
@@ -341,11 +351,17 @@ def _remove_if_exists(path: str) -> None:
         pass
 
 
-def _failure_report(plan, run_id: str, exc: BaseException, resume_cmd: str) -> str:  # noqa: ANN001
+def _failure_report(  # noqa: ANN001
+    plan, run_id: str, exc: BaseException, resume_cmd: str, stopped: bool = False
+) -> str:
     """What was accepted, derived from what is recorded once the job has stopped."""
     from mmirage_beam.receipts import consolidate_run, pending_intents
 
-    lines = [f"mmirage: error: the pipeline failed: {_short(exc)}"]
+    lines = [
+        f"mmirage run {run_id}: stopped (Ctrl-C or SIGTERM)"
+        if stopped
+        else f"mmirage: error: the pipeline failed: {_short(exc)}"
+    ]
     try:
         kept = [f"{p} ({n})" for p, n in consolidate_run(plan.receipts_base, run_id).items()]
         in_flight = pending_intents(plan.receipts_base, run_id)
