@@ -268,8 +268,6 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     )
     if not args.skip_space_check and not translate_only:
         check_free_space(staging_dir(base, run_id), staging_need_bytes(config, dry_run))
-    from mmirage_beam.receipts import pending_intents
-
     outcome = RunOutcome()
     try:
         with staging_area(base, run_id, keep=args.keep_staged or translate_only):
@@ -277,8 +275,8 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
                 pipeline,
                 stop_marker=plan.stop_marker,
                 outcome=outcome,
-                # no intent: no chunk is being submitted (still reading): stop at once
-                nothing_in_flight=lambda: not pending_intents(plan.receipts_base, run_id),
+                # still reading (no chunk submitted or being submitted): stop at once
+                nothing_in_flight=lambda: dry_run or _nothing_submitted(base, run_id),
             )
     except (Exception, KeyboardInterrupt) as exc:  # also Ctrl-C / SIGTERM: say how to resume
         code = exc.exit_code if isinstance(exc, MmirageError) else 1
@@ -349,6 +347,15 @@ def _remove_if_exists(path: str) -> None:
             FileSystems.delete([path])
     except Exception:  # best effort: a stale marker is removed by the next attempt
         pass
+
+
+def _nothing_submitted(base: str, run_id: str) -> bool:
+    """Whether this attempt of ``run_id`` has not started a chunk yet: no intent and no
+    receipt part in its ``.parts`` folders (an earlier attempt's are consolidated)."""
+    from mmirage_beam.io.fs import list_files
+    from mmirage_beam.receipts import MODALITIES, parts_dir, receipt_path
+
+    return not any(list_files(parts_dir(receipt_path(base, m, run_id))) for m in MODALITIES)
 
 
 def _failure_report(  # noqa: ANN001
