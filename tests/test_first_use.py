@@ -4,6 +4,7 @@ hints that fit the command, and the provider's error details kept."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from mmirage_beam.providers.openai_batch import normalise_result_line
 from pipelines.resubmit import main as resubmit_main
@@ -159,3 +160,63 @@ def test_a_run_that_skipped_every_row_still_merges(tmp_path, capsys, provider_en
     merged = [json.loads(x) for x in out_path.read_text(encoding="utf-8").splitlines()]
     assert [m["source_index"] for m in merged] == list(range(20))
     assert all("no_such_column" in m["mmirage_skipped"] for m in merged)
+
+
+def test_anthropic_cache_tokens_are_kept_in_rows_and_priced():
+    """Anthropic's cache_read_input_tokens / cache_creation_input_tokens (prompt
+    caching; not part of input_tokens) reach the merged row and the cost: reads at 0.1x
+    and writes at 1.25x the input price."""
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from mmirage_beam.config import config_from_dict
+    from mmirage_beam.costs.prices import batch_price
+    from mmirage_beam.costs.report import usage_lines
+    from mmirage_beam.providers.anthropic_batch import normalise_result
+    from mmirage_beam.transforms.build import ExtractedRow
+    from mmirage_beam.transforms.merge import OutputResult, _AssembleFn
+
+    usage = {
+        "input_tokens": 12,
+        "output_tokens": 5,
+        "cache_read_input_tokens": 900,
+        "cache_creation_input_tokens": 40,
+    }
+    line = {
+        "custom_id": "answer-text-0",
+        "result": {
+            "type": "succeeded",
+            "message": {
+                "content": [{"type": "text", "text": "4"}],
+                "stop_reason": "end_turn",
+                "usage": usage,
+            },
+        },
+    }
+    r = normalise_result(line)
+    assert r["cache_read_input_tokens"] == 900 and r["cache_creation_input_tokens"] == 40
+
+    config = config_from_dict(base_config(Path("/tmp"), "anthropic"))
+    cache = {"cache_read_input_tokens": 900, "cache_creation_input_tokens": 40}
+    result = OutputResult(0, "answer", "answer-text-0", "4", None, 12, 5, "r1", 0, cache)
+    row = ExtractedRow(0, 0, {"question": "2+2?"}, {"question": "2+2?"}, ())
+    grouped = {"results": [result], "rows": [row], "changed": [], "skipped": []}
+    with TestPipeline() as p:
+        lines = (
+            p
+            | beam.Create([(0, grouped)])
+            | beam.ParDo(
+                _AssembleFn(config.outputs, config.output_schema, config.remove_columns)
+            ).with_outputs("errors", main="rows")
+        ).rows | beam.Map(lambda m: json.loads(m.line))
+        expected = {"question": "2+2?", "answer": "4", "source_index": 0}
+        expected |= {"input_tokens": 12, "output_tokens": 5, **cache}
+        assert_that(lines, equal_to([expected]))
+
+    stats = {f"used_{k}:answer": v for k, v in usage.items()}
+    price = batch_price("anthropic", config.processor.model, config.processor)
+    cost = price.cost_usd(12, 5) + price.cost_usd(900 * 0.1 + 40 * 1.25)
+    line = usage_lines(stats, config.processor)[-1]
+    assert "cache read 900, cache write 40" in line
+    assert f"cost ${cost:,.4f}" in line, line

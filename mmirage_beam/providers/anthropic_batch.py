@@ -460,6 +460,11 @@ def normalise_result(item: Any) -> Dict[str, Any]:
         if isinstance(usage, dict) and "input_tokens" in usage:
             result["input_tokens"] = int(usage["input_tokens"] or 0)
             result["output_tokens"] = int(usage.get("output_tokens") or 0)
+            # prompt caching: tokens read from / written to the cache, not in input_tokens
+            # (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching)
+            for key in ("cache_read_input_tokens", "cache_creation_input_tokens"):
+                if isinstance(usage.get(key), int) and usage[key]:
+                    result[key] = int(usage[key])
         texts = [
             b.get("text") or ""
             for b in message["content"]

@@ -116,6 +116,9 @@ class OutputResult(NamedTuple):
     output_tokens: Optional[int]
     run_id: str = ""
     run_rank: int = 0
+    #: Anthropic prompt caching: ``{"cache_read_input_tokens": n,
+    #: "cache_creation_input_tokens": n}`` (those reported), or None
+    cache_tokens: Optional[dict] = None
 
     def better_than(self, other: Optional[OutputResult]) -> bool:
         """Success beats failure; among equals, the newer run wins."""
@@ -206,6 +209,7 @@ class _FetchResultsFn(beam.DoFn):
                 r.get("output_tokens"),
                 batch.run_id,
                 batch.run_rank,
+                {k: r[k] for k in CACHE_TOKEN_FIELDS if r.get(k)} or None,
             )
         if len(seen) == len(mapping):
             return
@@ -327,6 +331,10 @@ class MergedRow(NamedTuple):
     line: bytes
 
 
+#: the usage fields of cached prompt tokens kept in merged rows and priced (Anthropic)
+CACHE_TOKEN_FIELDS = ("cache_read_input_tokens", "cache_creation_input_tokens")
+
+
 def _count_usage(output_name: str, input_tokens: Any, output_tokens: Any) -> None:
     """Per-output usage counters ``used_input_tokens:<output>`` /
     ``used_output_tokens:<output>``, which ``mmirage merge`` prices
@@ -414,6 +422,7 @@ class _AssembleFn(beam.DoFn):
         self, source_index: int, results: list[OutputResult], grouped: dict[str, list]
     ) -> Iterator[Any]:
         tokens_in = tokens_out = 0
+        cached: dict[str, int] = {}
         reported = False
         rows = grouped["rows"]
         changed = grouped["changed"]
@@ -427,6 +436,9 @@ class _AssembleFn(beam.DoFn):
                 tokens_in += int(r.input_tokens or 0)
                 tokens_out += int(r.output_tokens or 0)
                 _count_usage(r.output_name, r.input_tokens, r.output_tokens)  # costs/report.py
+            for key, n in (r.cache_tokens or {}).items():
+                cached[key] = cached.get(key, 0) + int(n)
+                Metrics.counter(_NS, f"used_{key}:{r.output_name}").inc(int(n))
         values: dict[str, Any] = {}
         errors: dict[str, dict[str, Any]] = {}
         for output in self._outputs:
@@ -491,6 +503,7 @@ class _AssembleFn(beam.DoFn):
             out["output_tokens"] = tokens_out
             self._in.inc(tokens_in)
             self._out.inc(tokens_out)
+            out.update(cached)  # cache_read_input_tokens / cache_creation_input_tokens
         if errors:
             out["mmirage_errors"] = errors
             self._failed_rows.inc()
