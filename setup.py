@@ -19,19 +19,25 @@ def _beam_requirement() -> str:
 _GCP = _beam_requirement().replace("apache-beam", "apache-beam[gcp]", 1)
 # Beam YAML (python -m apache_beam.yaml.main): Beam's own extra (pandas, jsonschema, ...).
 _YAML = _beam_requirement().replace("apache-beam", "apache-beam[yaml]", 1)
+# google-genai for provider: gemini, tested with 2.34.0 (batches, files, count_tokens as
+# the adapter and the fake use them).
+_GEMINI = "google-genai>=2.34,<3"
+# provider: mistral (mmirage_beam/providers/mistral/), tested with mistralai 3.7.0; 3.x
+# is where `mistralai.client.Mistral` lives.
+_MISTRAL = "mistralai>=3.7.0,<4"
 
 setup(
     name="mmirage-beam",
     version="0.1.0",
     description=(
-        "Declarative provider batch-API pipelines (OpenAI, Anthropic) on Apache Beam, "
+        "Declarative provider batch-API pipelines (OpenAI, Anthropic, Gemini) on Apache Beam, "
         "compatible with MMIRAGE batch_api configs"
     ),
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["mmirage_beam", "mmirage_beam.*", "pipelines"]),
-    package_data={"mmirage_beam": ["examples/**/*", "examples/*", "costs/prices.json"]},
+    package_data={"mmirage_beam": ["examples/**/*", "examples/*", "providers/*/prices.json"]},
     include_package_data=True,
     install_requires=_requirements(),
     extras_require={
@@ -50,13 +56,34 @@ setup(
             # datasets: tests read `merge --output-format hf` back with load_from_disk
             # (the tool writes that folder with pyarrow alone)
             "datasets==5.2.0",
+            # hypothesis: tests/test_fuzz.py fuzzes the config loader, readers and parsers.
+            "hypothesis==6.170.17",
+            _GEMINI,
             _GCP,
             _YAML,
+            _MISTRAL,
         ],
+        # provider: gemini (the Gemini API's batch mode through the official SDK).
+        "gemini": [_GEMINI],
         # DataflowRunner and gs://: Beam's own extra, at requirements.txt's Beam version.
         "gcp": [_GCP],
         # Beam YAML pipelines over mmirage_beam.yaml_transforms.
         "yaml": [_YAML],
+        # Opt-in: third-party batch clients driven against the fake provider
+        # (tests/test_third_party_clients.py). litellm, and the runtime dependencies of
+        # bespokelabs-curator that resolve with requirements.txt; curator itself (and
+        # instructor) then go in with `pip install --no-deps -r tests/clients-nodeps.txt`
+        # (that file says which of their pins clash). Not in "test": it moves shared pins.
+        "clients": [
+            "litellm==1.110.2",
+            "datasets==3.6.0",
+            "xxhash==3.8.2",
+            "posthog==3.25.0",
+            "aiofiles==25.1.0",
+            "nest-asyncio==1.6.0",
+        ],
+        # provider: mistral, through the official SDK.
+        "mistral": [_MISTRAL],
     },
     entry_points={"console_scripts": ["mmirage=mmirage_beam.cli:main"]},
 )

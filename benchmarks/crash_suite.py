@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/crash_suite.py [--trials N] [--rows R] [--chunk C]
-        [--providers openai,anthropic] [--experiments a,b,...] [--seed S]
+        [--providers openai,anthropic,gemini,mistral] [--experiments a,b,...] [--seed S]
 
 Every trial submits the first R rows of the bundled GSM8K sample (chunks of C requests)
 to the embedded fake provider as a subprocess (`python -m pipelines.submit`), injures
@@ -97,14 +97,14 @@ class Trial:
         self.fake, self.provider, self.rows = fake, provider, rows
         self.dir = Path(tempfile.mkdtemp(prefix="trial-", dir=root))
         fake.reset()
-        from mmirage_beam.providers import anthropic_batch
+        from mmirage_beam.providers.anthropic import adapter as anthropic_batch
 
         anthropic_batch.CLAIMED.clear()
         data = self.dir / "rows.jsonl"
         with open(SAMPLE, encoding="utf-8") as src:
             data.write_text("".join(next(src) for _ in range(rows)), encoding="utf-8")
         self.meta = self.dir / "meta"
-        self.base_url = fake.openai_base_url if provider == "openai" else fake.anthropic_base_url
+        self.base_url = fake.base_url_for(provider)
         self.chunk = chunk
         self.data = data
         self.run_id = "crash"
@@ -151,6 +151,8 @@ class Trial:
         env = dict(os.environ, PYTHONPATH=str(REPO), **extra)
         env.setdefault("OPENAI_API_KEY", "sk-crash-suite")
         env.setdefault("ANTHROPIC_API_KEY", "sk-ant-crash-suite")
+        env.setdefault("GEMINI_API_KEY", "gemini-crash-suite")
+        env.setdefault("MISTRAL_API_KEY", "mistral-crash-suite")
         return env
 
     def popen(
@@ -277,10 +279,16 @@ def run_trial(experiment: str, trial: Trial, rng: random.Random) -> list[str]:
         sys.path.insert(0, str(REPO))
         from tests.slow_proxy import SlowProxy
 
-        path = "/v1/batches" if trial.provider == "openai" else "/v1/messages/batches"
+        path, suffix = {
+            "openai": ("/v1/batches", "/v1"),
+            "anthropic": ("/v1/messages/batches", ""),
+            # the default model
+            "gemini": ("/v1beta/models/gemini-2.5-flash:batchGenerateContent", ""),
+            "mistral": ("/mistral/v1/batch/jobs", "/mistral"),
+        }[trial.provider]
         with SlowProxy(trial.fake.base_url) as proxy:
             proxy.delay("POST", path, 2.5, count=rng.randint(1, 2))
-            url = proxy.base_url + ("/v1" if trial.provider == "openai" else "")
+            url = proxy.base_url + suffix
             slow = trial.config("slow.yaml", base_url=url, timeout_seconds=1)
             code, err = _finish(trial.popen(slow))
         if code != 0:
@@ -327,7 +335,7 @@ def run_trial(experiment: str, trial: Trial, rng: random.Random) -> list[str]:
 
 def run_suite(
     experiments: tuple[str, ...] = EXPERIMENTS,
-    providers: tuple[str, ...] = ("openai", "anthropic"),
+    providers: tuple[str, ...] = ("openai", "anthropic", "gemini", "mistral"),
     trials: int = 1,
     rows: int = 120,
     chunk: int = 12,
@@ -375,7 +383,7 @@ def table(outcomes: list[Outcome]) -> str:
             f"| {o.experiment} | {o.provider} | {o.trials} | {o.duplicates} | "
             f"{o.trials_with_duplicates} | {o.lost} |"
         )
-    for k in ("openai", "anthropic"):
+    for k in dict.fromkeys(o.provider for o in outcomes):
         mine = [o for o in outcomes if o.provider == k]
         if mine:
             lines.append(
@@ -392,7 +400,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--rows", type=int, default=240)
     ap.add_argument("--chunk", type=int, default=12)
-    ap.add_argument("--providers", default="openai,anthropic")
+    ap.add_argument("--providers", default="openai,anthropic,gemini,mistral")
     ap.add_argument("--experiments", default=",".join(EXPERIMENTS))
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)

@@ -17,7 +17,7 @@ commands:
   merge          fetch results and join them onto the source rows, in order
   resubmit       re-send a run's failed requests as a new, linked run
   demo           the whole lifecycle on the bundled GSM8K sample against the fake provider
-  fake-provider  serve the embedded OpenAI- and Anthropic-compatible batch API locally
+  fake-provider  serve every built-in provider's batch API locally (the embedded fake)
 
 Run 'mmirage <command> --help' for a command's options."""
 

@@ -76,7 +76,9 @@ def parser() -> argparse.ArgumentParser:
         description="Submit, watch and merge the bundled GSM8K sample against the embedded "
         "fake provider (no key, no network).",
     )
-    ap.add_argument("--provider", choices=["openai", "anthropic"], default="openai")
+    from mmirage_beam.testing.fake_provider.wire import PROVIDERS  # what the fake serves
+
+    ap.add_argument("--provider", choices=PROVIDERS, default=PROVIDERS[0])
     ap.add_argument(
         "--workdir",
         default="mmirage-demo",
@@ -131,7 +133,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
 
     with FakeProviderServer(processing_delay_secs=args.delay) as fake:
-        base_url = fake.openai_base_url if args.provider == "openai" else fake.anthropic_base_url
+        base_url = fake.base_url_for(args.provider)
         config = work / f"demo_{args.provider}.yaml"
         config.write_text(
             CONFIG.format(

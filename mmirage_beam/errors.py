@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 
 class MmirageError(Exception):
     """Base class. ``exit_code`` is what the CLI exits with."""
@@ -12,8 +14,12 @@ class MmirageError(Exception):
 class ConfigError(MmirageError, ValueError):
     """A bad config value or flag. Names the YAML key (e.g. ``processors[0].top_p``).
 
+    ``str(error)`` is always one line, ``key: message``: line breaks in the message (a
+    YAML parser's report, a Jinja2 error) become spaces, and control or line-breaking
+    characters in the key (a key of the YAML file itself) are shown escaped.
+
     Attributes:
-        key: dotted path of the offending key.
+        key: dotted path of the offending key, as written in the YAML.
         message: what is wrong and what is expected.
     """
 
@@ -22,12 +28,29 @@ class ConfigError(MmirageError, ValueError):
     def __init__(self, key: str, message: str) -> None:
         self.key = key
         self.message = message
-        super().__init__(f"{key}: {message}")
+        super().__init__(f"{_escape_controls(key)}: {_one_line(message)}")
 
     def under(self, prefix: str) -> ConfigError:
-        """The same error with ``prefix.`` in front of the key."""
+        """The same error with ``prefix.`` in front of the key (a placeholder key such as
+        ``<root>`` or ``<list>``, meaning the value as a whole, becomes ``prefix``)."""
+        if self.key.startswith("<") and self.key.endswith(">"):
+            return ConfigError(prefix, self.message)
         sep = "" if self.key.startswith("[") else "."
         return ConfigError(f"{prefix}{sep}{self.key}", self.message)
+
+
+def _one_line(text: str) -> str:
+    """``text`` with its line breaks (and the indentation after them) turned into spaces."""
+    lines = [part.strip() for part in str(text).splitlines()]
+    return " ".join(part for part in lines if part)
+
+
+def _escape_controls(text: str) -> str:
+    """``text`` with control, format and line-breaking characters escaped (``\\n``)."""
+    return "".join(
+        repr(c)[1:-1] if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c
+        for c in str(text)
+    )
 
 
 def require_int(key: str, value: object, minimum: int) -> int:

@@ -64,7 +64,8 @@ def configure_logging(verbose: bool = False) -> None:
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.getLogger("mmirage_beam").setLevel(logging.DEBUG if verbose else logging.INFO)
-    for noisy in ("apache_beam", "httpx", "openai", "anthropic", "werkzeug"):
+    # (the provider SDKs' loggers stay at the root's WARNING unless their own env asks)
+    for noisy in ("apache_beam", "httpx", "werkzeug"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # The runner logs a worker failure's whole traceback chain; the drivers print one
     # clear message (and the resume command) instead. -v shows it all.

@@ -17,10 +17,13 @@ line so that one bad line is an error for its request and never ends the merge.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from mmirage_beam.jsonl import RawLine
+
+_LOG = logging.getLogger(__name__)
 
 # -- outcome types (shared by every adapter) ------------------------------------------
 #: the provider's result line is not UTF-8, not JSON, cut short, of the wrong shape, or a
@@ -128,6 +131,35 @@ def validate_json_output(value: Any, schema: dict[str, Any]) -> Optional[str]:
     return f"{where}: {first.message}{more}"
 
 
+# -- typed fields of a provider's line ------------------------------------------------------
+
+
+def token_count(value: Any) -> Optional[int]:
+    """A provider's token count: ``value`` when it is an int >= 0 (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def kind_text(value: Any) -> str:
+    """A provider's error ``type`` or ``code``: ``value`` when it is a string, else ``""``
+    (the caller falls back to its default)."""
+    return value if isinstance(value, str) else ""
+
+
+def message_text(value: Any) -> str:
+    """A provider's error message as text: a string as is, None as ``""``, any other JSON
+    value as compact JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)
+
+
 # -- result files, line by line ---------------------------------------------------------
 
 
@@ -144,16 +176,23 @@ class MalformedResult(ValueError):
         self.custom_id = custom_id
 
 
-_CUSTOM_ID_RE = re.compile(rb'"custom_id"\s*:\s*("(?:[^"\\]|\\.){1,256}?")')
+_ID_VALUE_RE = rb'"\s*:\s*("(?:[^"\\]|\\.){1,256}?")'
+_CUSTOM_ID_RE = re.compile(rb'"custom_id' + _ID_VALUE_RE)
 
 
-def recover_custom_id(data: bytes) -> Optional[str]:
+def recover_custom_id(data: bytes, id_key: str = "custom_id") -> Optional[str]:
     """The custom_id of a damaged line, read from its raw bytes, or None.
 
-    Looks for the first ``"custom_id": "..."`` member; provider lines put it first, so
-    it survives a line cut short or damaged further on.
+    Looks for the first ``"<id_key>": "..."`` member (``custom_id``, or the provider's
+    own id field, e.g. Gemini's ``key``); provider lines put it first, so it survives a
+    line cut short or damaged further on.
     """
-    m = _CUSTOM_ID_RE.search(data)
+    pattern = (
+        _CUSTOM_ID_RE
+        if id_key == "custom_id"
+        else re.compile(b'"' + re.escape(id_key.encode()) + _ID_VALUE_RE)
+    )
+    m = pattern.search(data)
     if m is None:
         return None
     try:
@@ -174,7 +213,10 @@ def malformed_result(custom_id: Optional[str], message: str, line: RawLine) -> d
 
 
 def results_from_lines(
-    lines: Iterable[RawLine], normalise: Callable[[Any], dict[str, Any]], where: str
+    lines: Iterable[RawLine],
+    normalise: Callable[[Any], dict[str, Any]],
+    where: str,
+    id_key: str = "custom_id",
 ) -> Iterator[dict[str, Any]]:
     """One neutral result per non-blank line of a provider result file, in file order.
 
@@ -189,15 +231,20 @@ def results_from_lines(
         lines: the file's lines (:func:`mmirage_beam.jsonl.iter_raw_lines`).
         normalise: parsed line -> neutral result dict.
         where: names the file in messages, e.g. ``"output file file-1 of batch_2"``.
+        id_key: the provider's name of the request id in a line (``custom_id``; Gemini
+            ``key``), to recover it from a damaged line.
     """
     for line in lines:
         if not line.data.strip():
             continue
-        yield result_from_line(line, normalise, where)
+        yield result_from_line(line, normalise, where, id_key)
 
 
 def result_from_line(
-    line: RawLine, normalise: Callable[[Any], dict[str, Any]], where: str
+    line: RawLine,
+    normalise: Callable[[Any], dict[str, Any]],
+    where: str,
+    id_key: str = "custom_id",
 ) -> dict[str, Any]:
     """The neutral result of one line (see :func:`results_from_lines`)."""
     at = f"line {line.number} (byte offset {line.offset}) of the {where}"
@@ -205,7 +252,7 @@ def result_from_line(
         text = line.data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return malformed_result(
-            recover_custom_id(line.data),
+            recover_custom_id(line.data, id_key),
             f"{at} is not valid UTF-8 (byte offset {line.offset + exc.start})",
             line,
         )
@@ -215,16 +262,26 @@ def result_from_line(
         body = text.strip()
         cut = " (cut short?)" if body.startswith("{") and not body.endswith("}") else ""
         return malformed_result(
-            recover_custom_id(line.data),
+            recover_custom_id(line.data, id_key),
             f"{at} is not valid JSON{cut}: {exc.msg} at column {exc.colno}",
             line,
         )
-    cid = value.get("custom_id") if isinstance(value, dict) else None
+    except (ValueError, RecursionError) as exc:  # an integer of > 4,300 digits; deep nesting
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        return malformed_result(
+            recover_custom_id(line.data, id_key), f"{at} cannot be read as JSON: {why}", line
+        )
+    cid = value.get(id_key) if isinstance(value, dict) else None
     cid = cid if isinstance(cid, str) and cid else None
     try:
         result = normalise(value)
     except MalformedResult as exc:
         return malformed_result(exc.custom_id or cid, f"{at} has the wrong shape: {exc}", line)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        # A normaliser (a plugin's, say) tripped on a shape it did not expect: the line is
+        # still one outcome for its request, never the end of the merge.
+        _LOG.warning("%s: the result normaliser raised %r", at, exc)
+        return malformed_result(cid, f"{at} has a shape the adapter cannot read: {exc!r}", line)
     if not isinstance(result.get("custom_id"), str) or not result["custom_id"]:
         return malformed_result(None, f"{at} has the wrong shape: no custom_id", line)
     error = result.get("error")

@@ -40,7 +40,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         "--config",
         help="MMIRAGE-compatible YAML config (optional with --metadata-path: a run made "
         "by a Beam YAML pipeline has none; the provider's defaults and its SDK's "
-        "environment, e.g. OPENAI_BASE_URL, are used then)",
+        "environment (its base-URL variable) are used then)",
     )
     ap.add_argument(
         "--metadata-path",

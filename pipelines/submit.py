@@ -69,8 +69,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         "--exact-tokens",
         action="store_true",
         help="count input tokens with the provider's own free counting endpoint where it "
-        "has one (Anthropic messages.count_tokens: needs ANTHROPIC_API_KEY, one call per "
-        "request); same as exact_tokens: true in the processor",
+        "has one (needs the provider's key, one call per request; docs/providers.md lists "
+        "which providers have one); same as exact_tokens: true in the processor",
     )
     ap.add_argument(
         "--keep-staged",
@@ -124,9 +124,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         )
     provider = config.processor.provider
     adapter_cls = BatchAdapterRegistry.get(provider)
-    from mmirage_beam.costs.tokens import EXACT_COUNTERS
-
-    if not dry_run or (config.processor.exact_tokens and provider in EXACT_COUNTERS):
+    exact = config.processor.exact_tokens and (
+        adapter_cls().exact_token_counter(config.processor) is not None
+    )
+    if not dry_run or exact:
+        adapter_cls.check_dependencies()  # the provider's SDK (an optional extra)
         resolve_credentials(adapter_cls, provider)  # fail before reading any data
     try:
         run_id = check_run_id(args.run_id) if args.run_id is not None else new_run_id()

@@ -69,9 +69,11 @@ def fake_provider():
 
 @pytest.fixture
 def provider_env(monkeypatch, fake_provider):
-    """Keys for both providers in the environment (values are test-only)."""
+    """Keys for every built-in provider in the environment (values are test-only)."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test")
+    monkeypatch.setenv("MISTRAL_API_KEY", "test-mistral-key")
     return fake_provider
 
 

@@ -332,7 +332,7 @@ def test_rich_report_and_progress_render(tmp_path):
 
 
 def test_describe_batch_default_reads_common_fields():
-    from mmirage_beam.providers.openai_batch import OpenAIBatchAdapter
+    from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 
     raw = {"id": "b", "status": "running", "created_at": "2026-01-01T00:00:00Z"}
     raw["request_counts"] = {"total": 5, "completed": 2, "failed": 1}

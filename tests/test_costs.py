@@ -42,10 +42,11 @@ from mmirage_beam.costs.report import batch_usage_line, estimate_lines, usage_li
 from mmirage_beam.costs.tokens import (
     TokenCounter,
     count_text,
-    encoding_for_model,
     load_encoding,
     vocabulary_file,
 )
+from mmirage_beam.providers.anthropic.tokens import anthropic_image_tokens
+from mmirage_beam.providers.openai.tokens import encoding_for_model, openai_image_tokens
 from tests.conftest import GSM8K_JSONL, IMAGES, REPO, base_config, write_config
 
 TIKTOKEN_HASHES = {
@@ -249,12 +250,12 @@ def test_gsm8k_hand_checked_sample():
     ],
 )
 def test_openai_image_formula(model, size, detail, expected):
-    assert t.openai_image_tokens(model, *size, detail=detail) == (expected, True)
+    assert openai_image_tokens(model, *size, detail=detail) == (expected, True)
 
 
 def test_openai_image_of_unknown_model_or_size():
-    assert t.openai_image_tokens("acme-vision", 512, 512, "high") == (85 + 170, False)
-    assert t.openai_image_tokens("gpt-4o", None, None) == (85 + 170 * 8, True)
+    assert openai_image_tokens("acme-vision", 512, 512, "high") == (85 + 170, False)
+    assert openai_image_tokens("gpt-4o", None, None) == (85 + 170 * 8, True)
 
 
 @pytest.mark.parametrize(
@@ -268,15 +269,15 @@ def test_openai_image_of_unknown_model_or_size():
     ],
 )
 def test_anthropic_image_patches(model, size, expected):
-    assert t.anthropic_image_tokens(model, *size) == expected
+    assert anthropic_image_tokens(model, *size) == expected
 
 
 def test_anthropic_large_images_are_resized_to_the_native_resolution():
     for w, h in [(4000, 3000), (8000, 1000), (1568, 1568)]:
-        n = t.anthropic_image_tokens("claude-haiku-4-5", w, h)
+        n = anthropic_image_tokens("claude-haiku-4-5", w, h)
         assert 0.9 * 1568 < n <= 1568 or (w, h) == (8000, 1000)
         assert n <= 1568
-    assert t.anthropic_image_tokens("claude-opus-4-7", 4000, 3000) <= 4784
+    assert anthropic_image_tokens("claude-opus-4-7", 4000, 3000) <= 4784
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in IMAGES.iterdir() if p.suffix != ".jsonl"))
@@ -336,7 +337,7 @@ def test_price_table_rows_are_dated_and_sourced():
 
 
 def test_batch_price_overrides_and_unknown_models():
-    from mmirage_beam.config.batch_provider import OpenAIBatchConfig
+    from mmirage_beam.providers.openai import OpenAIBatchConfig
 
     p = batch_price("openai", "gpt-4.1-mini")
     assert (p.input_per_million, p.output_per_million) == (0.2, 0.8)
@@ -371,7 +372,7 @@ def test_bad_cost_keys_are_config_errors_naming_the_key(tmp_path, key, value, me
 
 
 def test_summaries_say_exact_estimate_and_price_unknown():
-    from mmirage_beam.config.batch_provider import OpenAIBatchConfig
+    from mmirage_beam.providers.openai import OpenAIBatchConfig
 
     stats = {
         "input_tokens:a": 100,
@@ -464,10 +465,10 @@ def test_token_budget_waits_for_unfinished_batches_and_stops_on_request(tmp_path
     """Against the fake through the real adapter: a batch still running holds its tokens;
     the wait calls the stop check (which raises) instead of sleeping forever; a chunk
     above the limit alone goes once nothing is enqueued."""
-    from mmirage_beam.config.batch_provider import OpenAIBatchConfig
     from mmirage_beam.costs.budget import TokenBudget
     from mmirage_beam.errors import RunStopped
-    from mmirage_beam.providers.openai_batch import OpenAIBatchAdapter
+    from mmirage_beam.providers.openai import OpenAIBatchConfig
+    from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
     from mmirage_beam.receipts import part_path, receipt_path, write_durably
 
     fake_provider.script(processing_delay_secs=600)

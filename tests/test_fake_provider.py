@@ -253,6 +253,27 @@ def test_openai_responses_endpoint_json_schema(fake):
     assert json.loads(body["output"][0]["content"][0]["text"]) == fake_answer_json("hello", SCHEMA)
 
 
+def test_openai_responses_input_may_be_carried_by_a_stored_prompt(fake):
+    """``input`` is optional in the Responses API (the SDK's ``responses.create`` takes
+    it as ``Omit``) when ``prompt``, ``previous_response_id`` or ``conversation`` stands
+    in; with none of them the request gets the 400 line."""
+    oa = _oa(fake)
+
+    def line(cid: str, **body: Any) -> dict:
+        return {"custom_id": cid, "method": "POST", "url": "/v1/responses", "body": body}
+
+    lines = [
+        line("stored", model="gpt-test", prompt={"id": "pmpt_123", "version": "2"}),
+        line("follow", model="gpt-test", previous_response_id="resp_1"),
+        line("nothing", model="gpt-test"),
+    ]
+    batch = _run_openai(oa, lines, endpoint="/v1/responses")
+    assert {x["custom_id"] for x in _jsonl(oa, batch.output_file_id)} == {"stored", "follow"}
+    (refused,) = _jsonl(oa, batch.error_file_id)
+    assert refused["custom_id"] == "nothing"
+    assert refused["response"]["body"]["error"]["param"] == "input"
+
+
 def test_openai_list_pagination_newest_first(fake):
     oa = _oa(fake)
     file_id = _upload(oa, [_chat_line("a", "hi")])
@@ -468,6 +489,73 @@ def test_openai_lifecycle_walks_through_every_status():
         assert seen == ["validating", "in_progress", "finalizing", "completed"]
 
 
+def test_openai_sdk_raw_bytes_upload_is_submitted_polled_and_collected():
+    """``files.create(file=b"...", purpose="batch")``: the SDK names a bytes upload
+    ``upload`` (no extension), which is how curator's OpenAI batch mode and litellm's
+    ``create_file(file=<bytes>)`` upload. The real service accepts it (those clients run
+    against it daily), so the fake takes it as JSONL; the batch is then polled through
+    every status and its answers collected, with the SDK alone."""
+    clock = ManualClock()
+    with FakeProviderServer(processing_delay_secs=3.0, clock=clock) as fake:
+        oa = _oa(fake)
+        prompts = {f"raw{i}": f"Raw bytes question {i}" for i in range(3)}
+        data = b"".join(
+            json.dumps(_chat_line(cid, prompt)).encode() + b"\n" for cid, prompt in prompts.items()
+        )
+        uploaded = oa.files.create(file=data, purpose="batch")
+        assert uploaded.filename == "upload" and uploaded.bytes == len(data)
+        assert oa.files.content(uploaded.id).content == data
+        batch = oa.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h")
+        seen = []
+        while batch.status not in ("completed", "failed", "expired", "cancelled"):
+            seen.append(batch.status)
+            clock.advance(1.0)
+            batch = oa.batches.retrieve(batch.id)
+        assert seen == ["validating", "in_progress", "finalizing"]
+        assert batch.status == "completed" and batch.request_counts.completed == 3
+        out = _by_id(_jsonl(oa, batch.output_file_id))
+        answers = {
+            cid: line["response"]["body"]["choices"][0]["message"]["content"]
+            for cid, line in out.items()
+        }
+        assert answers == {cid: fake_answer_text(prompt) for cid, prompt in prompts.items()}
+
+
+def test_openai_batch_upload_format_rule():
+    """A ``purpose=batch`` upload is JSONL when its name ends in ``.jsonl`` (any case;
+    bad lines fail the batch later) or has no extension and JSONL content; any other
+    declared format is refused with the real service's error (message, type, ``param``
+    and ``code`` null, as quoted in https://github.com/BerriAI/litellm/pull/37527)."""
+    with FakeProviderServer() as fake:
+        oa = _oa(fake, max_retries=0)
+        line = json.dumps(_chat_line("a", "x")).encode()
+        for name, data in (
+            ("notes.txt", line),
+            ("input.json", line),
+            ("upload", b"plain text, not JSON\n"),
+            ("upload", b"[1, 2]\n"),
+            ("upload", b"\xff\xfe binary"),
+        ):
+            with pytest.raises(openai.BadRequestError) as caught:
+                oa.files.create(file=(name, data), purpose="batch")
+            assert caught.value.body == {
+                "message": "Invalid file format for Batch API. Must be .jsonl",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }, name
+        accepted = [
+            ("INPUT.JSONL", line),
+            ("bad_lines.jsonl", b"not json\n"),
+            ("upload", b"\n" + line + b"\n"),
+            ("upload", b""),
+        ]
+        for name, data in accepted:
+            assert oa.files.create(file=(name, data), purpose="batch").purpose == "batch"
+        # Other purposes take any name and content.
+        assert oa.files.create(file=("notes.txt", b"x"), purpose="user_data").bytes == 1
+
+
 # -- Anthropic -----------------------------------------------------------------------------
 
 
@@ -558,6 +646,10 @@ def test_anthropic_bad_params_and_markers_are_errored_results(fake):
         no_model,
         {"custom_id": "no_messages", "params": {"model": "claude-test", "max_tokens": 5}},
         _anthropic_request("temp_and_top_p", "x", temperature=0.5, top_p=0.9),
+        # Claude 3 models take both (only the newer ones refuse); see anthropic.py.
+        _anthropic_request(
+            "both_ok", "x", model="claude-3-5-haiku-20241022", temperature=0.5, top_p=0.9
+        ),
         _anthropic_request("temp_high", "x", temperature=1.5),
         _anthropic_request("bmp", image(IMAGES / "rocket.bmp", "image/bmp")),
         _anthropic_request("mismatch", image(IMAGES / "flower_png_bytes.jpg", "image/jpeg")),
@@ -570,7 +662,7 @@ def test_anthropic_bad_params_and_markers_are_errored_results(fake):
     ]
     batch = an.messages.batches.create(requests=requests)
     results = _results(an, batch.id)
-    assert results["webp"].type == "succeeded"
+    assert results["webp"].type == "succeeded" and results["both_ok"].type == "succeeded"
     assert results["webp"].message.usage.input_tokens == 3 + 10
     expected = {
         "no_max_tokens": "invalid_request_error",
@@ -595,7 +687,7 @@ def test_anthropic_bad_params_and_markers_are_errored_results(fake):
     assert got == expected
     assert "does not match" in results["mismatch"].error.error.message
     counts = an.messages.batches.retrieve(batch.id).request_counts
-    assert (counts.succeeded, counts.errored) == (1, 12)
+    assert (counts.succeeded, counts.errored) == (2, 12)
 
 
 def test_anthropic_expire_and_cancel_after_requests(fake):
@@ -774,7 +866,10 @@ def test_cli_serves_until_terminated():
         threading.Thread(target=lambda: lines.put(proc.stdout.readline()), daemon=True).start()
         banner = lines.get(timeout=15)
         pattern = r"fake provider listening on (http://127\.0\.0\.1:\d+) "
-        match = re.match(pattern + r"\(OpenAI: \1/v1, Anthropic: \1\)$", banner.strip())
+        match = re.match(
+            pattern + r"\(OpenAI: \1/v1, Anthropic: \1, Gemini: \1, Mistral: \1/mistral\)$",
+            banner.strip(),
+        )
         assert match, banner
         base_url = match.group(1)
         an = anthropic.Anthropic(api_key="sk-ant-test", base_url=base_url)

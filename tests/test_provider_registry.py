@@ -23,7 +23,11 @@ def _imported_modules(path: Path) -> set[str]:
 
 def test_base_imports_no_adapter():
     imported = _imported_modules(BASE)
-    adapters = {m for m in imported if m.endswith(("openai_batch", "anthropic_batch"))}
+    adapters = {
+        m
+        for m in imported
+        if m.startswith("mmirage_beam.providers.") and m.split(".")[2] not in ("base", "retrying")
+    }
     assert adapters == set(), adapters
 
 
@@ -33,11 +37,15 @@ def test_builtins_registered_through_the_package():
         "import sys\n"
         "print(R.names())\n"
         "print(R.get('openai').__module__, R.get('anthropic').__module__)\n"
-        "print('openai' in sys.modules, 'anthropic' in sys.modules)\n"
+        "print(*(m in sys.modules for m in ('openai', 'anthropic', 'google.genai', 'mistralai')))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split("\n")
-    assert out[0] == "['anthropic', 'openai']"
-    assert out[1] == "mmirage_beam.providers.openai_batch mmirage_beam.providers.anthropic_batch"
-    assert out[2] == "False False"  # registering imports no SDK
+    assert (
+        out[0] == "['anthropic', 'azure-openai', 'gemini', 'groq', 'mistral', 'openai', 'together']"
+    )
+    assert (
+        out[1] == "mmirage_beam.providers.openai.adapter mmirage_beam.providers.anthropic.adapter"
+    )
+    assert out[2] == "False False False False"  # registering imports no SDK

@@ -17,7 +17,7 @@ from mmirage_beam.providers.base import (
     credential_env_var,
     resolve_credentials,
 )
-from mmirage_beam.providers.openai_batch import OpenAIBatchAdapter
+from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from pipelines.submit import main as run_main
 from tests.conftest import base_config, write_config
 
@@ -78,7 +78,17 @@ def test_registries_reject_wrong_types():
 
 
 def test_mistral_example_plugs_in(tmp_path, capsys, monkeypatch):
-    from examples.plugins import mistral_example  # registers "mistral"
+    import importlib
+
+    from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
+
+    # The example registers "mistral" over the built-in: only for this test.
+    for registry in (BatchAdapterRegistry, BatchProviderConfigRegistry):
+        registry.names()  # the built-ins are registered first
+        monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    from examples.plugins import mistral_example
+
+    mistral_example = importlib.reload(mistral_example)  # registers "mistral"
 
     cfg = base_config(tmp_path, "mistral")
     loaded = config_from_dict(cfg)
@@ -98,6 +108,10 @@ def test_mistral_example_plugs_in(tmp_path, capsys, monkeypatch):
         )
         == 0
     )
+    out = capsys.readouterr().out
+    # the example implements no token counting: "unknown", never "0"
+    assert "1,319 request(s), input tokens unknown" in out, out
+    assert "input tokens 0" not in out
     lines = [json.loads(x) for x in Path(tmp_path / "m.mis.jsonl").read_text().splitlines()]
     assert len(lines) == 1319
     req = next(ln["request"] for ln in lines if ln["request"]["custom_id"] == "answer-text-3")

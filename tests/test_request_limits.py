@@ -3,8 +3,8 @@ invalid row (source_index, image input, reason) in the invalid-rows file, and no
 submitted, never an "isolated" request the provider would refuse.
 
 The limits (with their sources) are the constants of the adapters:
-``providers/openai_batch.py`` (50 MB per request, 500 images) and
-``providers/anthropic_batch.py`` (8000 px per side, 2000 px with more than 20 images,
+``providers/openai/adapter.py`` (50 MB per request, 500 images) and
+``providers/anthropic/adapter.py`` (8000 px per side, 2000 px with more than 20 images,
 5 MB of base64 per image, 100 images). Images are the real photographs of the repo;
 the ones too large for a provider are made here with Pillow.
 """
@@ -18,7 +18,8 @@ from typing import Any
 
 from PIL import Image
 
-from mmirage_beam.providers import anthropic_batch, openai_batch
+from mmirage_beam.providers.anthropic import adapter as anthropic_batch
+from mmirage_beam.providers.openai import adapter as openai_batch
 from pipelines.submit import main as run_main
 from tests.conftest import IMAGES, base_config, write_config
 

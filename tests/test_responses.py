@@ -13,10 +13,10 @@ import pytest
 from pydantic import TypeAdapter
 
 from mmirage_beam.config import config_from_dict
-from mmirage_beam.config.batch_provider import OpenAIBatchConfig
 from mmirage_beam.images import load_image
-from mmirage_beam.providers.openai_batch import OpenAIBatchAdapter, normalise_result_line
-from mmirage_beam.providers.openai_responses import normalise_responses_body
+from mmirage_beam.providers.openai import OpenAIBatchConfig
+from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter, normalise_result_line
+from mmirage_beam.providers.openai.responses import normalise_responses_body
 from mmirage_beam.testing import fake_answer_json, fake_answer_text
 from mmirage_beam.transforms.build import build_payload
 from pipelines.merge import main as merge_main

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from mmirage_beam.jsonl import iter_raw_lines
-from mmirage_beam.providers.anthropic_batch import normalise_result
-from mmirage_beam.providers.openai_batch import normalise_result_line
+from mmirage_beam.providers.anthropic.adapter import normalise_result
+from mmirage_beam.providers.openai.adapter import normalise_result_line
 from mmirage_beam.results import is_retryable, recover_custom_id, results_from_lines
 
 

@@ -28,7 +28,8 @@ def _config(tmp_path, fake, provider):
 @pytest.fixture(autouse=True)
 def _fast_retries(monkeypatch):
     """Provider retries without real sleeping (the backoff itself is tested elsewhere)."""
-    from mmirage_beam.providers import anthropic_batch, openai_batch
+    from mmirage_beam.providers.anthropic import adapter as anthropic_batch
+    from mmirage_beam.providers.openai import adapter as openai_batch
 
     for cls in (openai_batch.OpenAIBatchAdapter, anthropic_batch.AnthropicBatchAdapter):
         for name in dir(cls):

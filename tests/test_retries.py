@@ -22,9 +22,9 @@ import pytest
 
 from mmirage_beam.config import config_from_dict
 from mmirage_beam.errors import MmirageError
-from mmirage_beam.providers.anthropic_batch import AnthropicBatchAdapter
+from mmirage_beam.providers.anthropic.adapter import AnthropicBatchAdapter
 from mmirage_beam.providers.base import BatchSubmissionAdapter
-from mmirage_beam.providers.openai_batch import OpenAIBatchAdapter
+from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from mmirage_beam.providers.retrying import (
     ProviderRetriesExhausted,
     RetryPolicy,

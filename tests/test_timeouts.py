@@ -7,9 +7,9 @@ import collections
 
 import pytest
 
-from mmirage_beam.config.batch_provider import OpenAIBatchConfig
 from mmirage_beam.errors import ConfigError
-from mmirage_beam.providers.openai_batch import OpenAIBatchAdapter
+from mmirage_beam.providers.openai import OpenAIBatchConfig
+from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from pipelines.submit import main as submit_main
 from tests.conftest import base_config, write_config
 from tests.slow_proxy import SlowProxy

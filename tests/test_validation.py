@@ -18,9 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry, OpenAIBatchConfig
+from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
 from mmirage_beam.providers.base import BatchAdapterRegistry
-from mmirage_beam.providers.openai_batch import OpenAIBatchAdapter
+from mmirage_beam.providers.openai import OpenAIBatchConfig
+from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from pipelines.submit import main as run_main
 from tests.conftest import IMAGES, base_config, write_config
 

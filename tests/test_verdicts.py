@@ -36,8 +36,7 @@ def _rows(n, markers=None):
 def _setup(tmp_path, provider, fake, rows, json_output=False, **proc):
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    base_url = fake.openai_base_url if provider == "openai" else fake.anthropic_base_url
-    cfg = base_config(tmp_path, provider, base_url=base_url, **proc)
+    cfg = base_config(tmp_path, provider, base_url=fake.base_url_for(provider), **proc)
     cfg["loading_params"]["datasets"][0]["path"] = str(data)
     if json_output:
         cfg["processing_params"]["outputs"][0].update(
@@ -114,13 +113,17 @@ def test_only_all_resends_invalid_json_like_merge_counts_it(tmp_path, capsys, pr
 # -- transient lookups ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
 def test_transient_404_on_lookup_is_retried(tmp_path, capsys, provider_env, provider):
     fake = provider_env
     rows = _rows(4)
     cfg = _setup(tmp_path, provider, fake, rows)
     assert submit_main(["--config", cfg, "--run-id", "r1"]) == 0
-    endpoint = "batches_retrieve" if provider == "openai" else "messages_batches_retrieve"
+    endpoint = {
+        "openai": "batches_retrieve",
+        "anthropic": "messages_batches_retrieve",
+        "gemini": "gemini_batches_get",
+    }[provider]
     fake.script(leading_errors={"status": 404, "count": 2, "paths": [endpoint]})
     code, out, err = _check(capsys, "--config", cfg)
     assert code == 0, out + err
@@ -263,11 +266,25 @@ MIXED = {
         "FAKE_ERROR:server_error": "server_error",
     },
     "anthropic": {**_BOTH, "FAKE_ERROR:server_error": "api_error"},
+    # Gemini has no refusal: the fake blocks the answer (finishReason SAFETY)
+    "gemini": {
+        **_BOTH,
+        "FAKE_ERROR:refusal": "content_filter",
+        "FAKE_ERROR:content_filter": "content_filter",
+        "FAKE_ERROR:server_error": "server_error",
+    },
+    # Mistral's chat completion has no refusal field (a refusal is an ordinary answer).
+    "mistral": {
+        **{k: v for k, v in _BOTH.items() if v != "refusal"},
+        "FAKE_ERROR:error_body_200": "malformed_response",
+        "FAKE_ERROR:empty_body_200": "malformed_response",
+        "FAKE_ERROR:server_error": "server_error",
+    },
 }
 RETRYABLE = {"malformed_response", "empty", "server_error", "api_error"}
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini", "mistral"])
 def test_merge_of_every_outcome(tmp_path, capsys, provider_env, provider):
     """One results file mixing every outcome: every row written, in order, with typed
     errors, tokens and the provider's text kept, correct totals, exit 1; the errors file
@@ -302,7 +319,9 @@ def test_merge_of_every_outcome(tmp_path, capsys, provider_env, provider):
             assert m["input_tokens"] > 0  # usage of an unusable answer is still counted
         if kind == "malformed_response":
             assert "line " in err["message"] and "byte offset" in err["message"]
-    refused = merged[next(i for i, mk in markers.items() if mk == "FAKE_ERROR:refusal")]
+    refused = merged[next(i for i, mk in markers.items() if mk == "FAKE_ERROR:length")]
+    if "FAKE_ERROR:refusal" in expected:
+        refused = merged[next(i for i, mk in markers.items() if mk == "FAKE_ERROR:refusal")]
     if provider == "openai":
         assert "can't help" in refused["mmirage_errors"]["answer"]["raw_text"]
     cut = merged[next(i for i, mk in markers.items() if mk == "FAKE_ERROR:length")]

@@ -1,10 +1,11 @@
-"""Configuration: provider configs (plugins) and the YAML loader."""
+"""Configuration: the provider config contract (plugins) and the YAML loader.
+
+Each provider's own config class lives in its package (``mmirage_beam/providers/<name>/``).
+"""
 
 from mmirage_beam.config.batch_provider import (
-    AnthropicBatchConfig,
     BatchProviderConfig,
     BatchProviderConfigRegistry,
-    OpenAIBatchConfig,
 )
 from mmirage_beam.config.loader import (
     DatasetConfig,
@@ -17,14 +18,12 @@ from mmirage_beam.config.loader import (
 )
 
 __all__ = [
-    "AnthropicBatchConfig",
     "BatchProviderConfig",
     "BatchProviderConfigRegistry",
     "DatasetConfig",
     "ExecutionConfig",
     "InputConfig",
     "OutputConfig",
-    "OpenAIBatchConfig",
     "PipelineConfig",
     "config_from_dict",
     "load_config",

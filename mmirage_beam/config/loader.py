@@ -160,15 +160,26 @@ def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
     ``image_base_path``, which defaults to that directory.
 
     Raises:
-        ConfigError: (exit status 2) for a missing file, bad YAML or any invalid key.
+        ConfigError: (exit status 2) for a missing file, a file that is not UTF-8, bad
+            YAML or any invalid key.
     """
     p = Path(path)
     if not p.is_file():
         raise ConfigError("--config", f"config file not found: {path}")
+    data = p.read_bytes()
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            "--config",
+            f"{path} is not UTF-8 text: byte 0x{data[exc.start]:02x} at byte offset {exc.start}",
+        ) from None
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError("--config", f"{path} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError("--config", f"{path} is not valid YAML: nested too deeply") from None
     cfg = resolve_config_paths(config_from_dict(raw))
     return dataclasses.replace(cfg, config_path=str(path))
 
@@ -239,7 +250,7 @@ def config_from_dict(raw: Any) -> PipelineConfig:
         {"inputs", "outputs", "output_schema", "remove_columns"},
         strict=False,
     )
-    execution = _execution(raw.get("execution_params") or {})
+    execution = _execution(raw.get("execution_params"))
     datasets = _datasets(loading.get("datasets"))
     num_shards = require_int("loading_params.num_shards", loading.get("num_shards", 1), 1)
     shard_id = _shard_id(loading.get("shard_id", 0))
@@ -250,6 +261,9 @@ def config_from_dict(raw: Any) -> PipelineConfig:
     batch_size = loading.get("batch_size")
     if batch_size is not None:
         batch_size = require_int("loading_params.batch_size", batch_size, 1)
+    state_dir = loading.get("state_dir")
+    if state_dir is not None and not isinstance(state_dir, str):
+        raise ConfigError("loading_params.state_dir", f"must be a string path, got {state_dir!r}")
     inputs = _inputs(processing.get("inputs"))
     outputs = _outputs(processing.get("outputs"), {i.name for i in inputs})
     remove_columns = processing.get("remove_columns", False)
@@ -273,7 +287,7 @@ def config_from_dict(raw: Any) -> PipelineConfig:
         remove_columns=remove_columns,
         num_shards=num_shards,
         shard_id=shard_id,
-        state_dir=loading.get("state_dir"),
+        state_dir=state_dir,
         batch_size=batch_size,
         execution=execution,
     )
@@ -304,7 +318,7 @@ def _reject_secrets(value: Any, key: str) -> None:
                 raise ConfigError(
                     sub,
                     "API keys and tokens are never read from the config; remove this key and "
-                    "set the provider's environment variable (e.g. OPENAI_API_KEY) instead",
+                    "set the provider's environment variable (<PROVIDER>_API_KEY) instead",
                 )
             _reject_secrets(v, sub)
     elif isinstance(value, list):
@@ -346,13 +360,23 @@ def _processor(value: Any) -> BatchProviderConfig:
     i, block = batch[0]
     key = f"processors[{i}]"
     if "provider" not in block:
-        raise ConfigError(f"{key}.provider", "is required (openai, anthropic or a registered name)")
+        raise ConfigError(
+            f"{key}.provider",
+            "is required; registered: " + ", ".join(BatchProviderConfigRegistry.names()),
+        )
+    if not isinstance(block["provider"], str):
+        raise ConfigError(
+            f"{key}.provider",
+            "must be a provider name (registered: "
+            + ", ".join(BatchProviderConfigRegistry.names())
+            + f"), got {block['provider']!r}",
+        )
     try:
         cls = BatchProviderConfigRegistry.get(block["provider"])
     except ConfigError as exc:
         raise exc.under(key) from None
     kwargs = {k: v for k, v in block.items() if k != "type"}
-    unknown = sorted(set(kwargs) - cls.field_names())
+    unknown = sorted((k for k in kwargs if k not in cls.field_names()), key=str)
     if unknown:
         import difflib
 
@@ -389,11 +413,14 @@ def _datasets(value: Any) -> tuple[DatasetConfig, ...]:
         ibp = d.get("image_base_path")
         if ibp is not None and not isinstance(ibp, str):
             raise ConfigError(f"{k}.image_base_path", "must be a string path")
+        output_dir = d.get("output_dir")
+        if output_dir is not None and not isinstance(output_dir, str):
+            raise ConfigError(f"{k}.output_dir", f"must be a string path, got {output_dir!r}")
         out.append(
             DatasetConfig(
                 path=d["path"],
                 type=DATASET_TYPES[t.lower()],
-                output_dir=str(d.get("output_dir") or ""),
+                output_dir=output_dir or "",
                 image_base_path=ibp,
             )
         )
@@ -487,13 +514,19 @@ def _outputs(value: Any, input_names: set[str]) -> tuple[OutputConfig, ...]:
 
 
 def _execution(value: Any) -> ExecutionConfig:
-    e = _mapping(value, "execution_params")
+    """``execution_params`` (absent or empty: the defaults)."""
+    e = _mapping({} if value is None else value, "execution_params")
     mode = e.get("mode", "local")
     if mode not in ("local", "slurm"):
         raise ConfigError("execution_params.mode", f"must be local (or slurm), got {mode!r}")
-    skip = e.get("skip_invalid_rows", False)
-    if not isinstance(skip, bool):
-        raise ConfigError("execution_params.skip_invalid_rows", "must be true or false")
+    flags = {}
+    for name in ("retry", "merge", "skip_invalid_rows"):
+        flags[name] = e.get(name, False)
+        if not isinstance(flags[name], bool):
+            # bool("false") is True: a quoted value must never turn a switch on.
+            raise ConfigError(
+                f"execution_params.{name}", f"must be true or false, got {flags[name]!r}"
+            )
     parallelism = e.get("chunking_parallelism")
     if parallelism is not None:
         parallelism = require_int("execution_params.chunking_parallelism", parallelism, 1)
@@ -512,9 +545,9 @@ def _execution(value: Any) -> ExecutionConfig:
     extra = {k: v for k, v in e.items() if k not in own}
     return ExecutionConfig(
         mode=mode,
-        retry=bool(e.get("retry", False)),
-        merge=bool(e.get("merge", False)),
-        skip_invalid_rows=skip,
+        retry=flags["retry"],
+        merge=flags["merge"],
+        skip_invalid_rows=flags["skip_invalid_rows"],
         chunking_parallelism=parallelism,
         submit_concurrency=concurrency,
         extra=extra,

@@ -1,9 +1,11 @@
-"""Batch prices: the dated table in ``prices.json`` and the config overrides.
+"""Batch prices: each provider's dated price rows and the config overrides.
 
-``prices.json`` (shipped in the package) holds, per provider and model, the standard
-(synchronous) price in USD per million input and output tokens, where it was read and
-when, and per provider the batch discount with its source. A batch price is the standard
-price times ``1 - discount``.
+Every provider keeps its own rows (a built-in: ``prices.json`` in its package, read by
+:meth:`~mmirage_beam.providers.base.BatchSubmissionAdapter.price_table`): per model the
+standard (synchronous) price in USD per million input and output tokens, where it was
+read and when, and the provider's batch discount with its source. A batch price is the
+standard price times ``1 - discount``; the adapter's ``price_key`` names the row of a
+config (default: its ``model``).
 
 A processor may override both numbers with ``price_per_million_input_tokens`` and
 ``price_per_million_output_tokens``: these are **batch** prices (what the run pays,
@@ -14,7 +16,6 @@ no price: the summaries say "price unknown" instead of guessing.
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any, NamedTuple, Optional
 
 PRICE_KEYS = ("price_per_million_input_tokens", "price_per_million_output_tokens")
@@ -40,17 +41,41 @@ class BatchPrice(NamedTuple):
         ) / 1_000_000
 
 
-@functools.lru_cache(maxsize=1)
+def provider_price_table(provider: str) -> Optional[dict[str, Any]]:
+    """The price rows of ``provider``'s registered adapter (``{"batch_discount",
+    "models"}``), or None when it has none.
+
+    Raises:
+        ConfigError: no adapter is registered under ``provider``.
+    """
+    from mmirage_beam.providers.base import BatchAdapterRegistry
+
+    return _cached_table(BatchAdapterRegistry.get(provider))
+
+
+@functools.cache
+def _cached_table(adapter_cls: type) -> Optional[dict[str, Any]]:
+    table = adapter_cls.price_table()
+    return dict(table) if table else None
+
+
 def price_table() -> dict[str, Any]:
-    """The parsed ``prices.json`` of the installed package."""
-    from importlib import resources
+    """Every registered provider's rows in one table: ``{"batch_discount": {provider:
+    {...}}, "models": [{"provider", "model", ...}]}`` (for listings and checks)."""
+    from mmirage_beam.providers.base import BatchAdapterRegistry
 
-    text = resources.files("mmirage_beam.costs").joinpath("prices.json").read_text("utf-8")
-    return json.loads(text)
+    out: dict[str, Any] = {"batch_discount": {}, "models": []}
+    for name in BatchAdapterRegistry.names():
+        table = provider_price_table(name)
+        if not table:
+            continue
+        out["batch_discount"][name] = table.get("batch_discount") or {}
+        out["models"] += [{"provider": name, **row} for row in table.get("models") or ()]
+    return out
 
 
-def _row_for(provider: str, model: str) -> Optional[dict[str, Any]]:
-    rows = [r for r in price_table()["models"] if r["provider"] == provider]
+def _row_for(table: Optional[dict[str, Any]], model: str) -> Optional[dict[str, Any]]:
+    rows = list((table or {}).get("models") or ())
     for row in rows:
         if row["model"] == model:
             return row
@@ -68,34 +93,40 @@ def _row_for(provider: str, model: str) -> Optional[dict[str, Any]]:
 def batch_price(
     provider: str, model: Optional[str], provider_config: Any = None
 ) -> Optional[BatchPrice]:
-    """The batch price of ``model``, or None when it is unknown.
+    """The batch price of ``model`` (or, with a ``provider_config``, of its adapter's
+    ``price_key``), or None when it is unknown.
 
     The processor's ``price_per_million_input_tokens`` / ``..._output_tokens`` win (both
-    are batch prices); else the table row of the model (or of the model a dated snapshot
-    name belongs to) times ``1 - batch_discount``. One override without the other takes
-    the other number from the table (None if the table has no row).
+    are batch prices); else the provider's row of the model (or of the model a dated
+    snapshot name belongs to) times ``1 - batch_discount``. One override without the
+    other takes the other number from the table (None if the table has no row).
     """
     override_in = getattr(provider_config, PRICE_KEYS[0], None)
     override_out = getattr(provider_config, PRICE_KEYS[1], None)
-    row = _row_for(provider, model or "") if model else None
-    table: Optional[BatchPrice] = None
+    table = provider_price_table(provider)
+    if provider_config is not None:
+        from mmirage_beam.providers.base import BatchAdapterRegistry
+
+        model = BatchAdapterRegistry.get(provider)().price_key(provider_config) or model
+    row = _row_for(table, model or "") if model else None
+    found: Optional[BatchPrice] = None
     if row is not None:
-        discount = price_table()["batch_discount"].get(provider, {}).get("fraction", 0.0)
+        discount = (table.get("batch_discount") or {}).get("fraction", 0.0)
         factor = 1.0 - float(discount)
         where = row.get("official_page", "")
-        table = BatchPrice(
+        found = BatchPrice(
             float(row["input"]) * factor,
             float(row["output"]) * factor,
             f"prices.json {row['model']} ({where}, checked {row.get('checked')}), "
             f"batch discount {discount:.0%}",
         )
     if override_in is None and override_out is None:
-        return table
-    if table is None and (override_in is None or override_out is None):
+        return found
+    if found is None and (override_in is None or override_out is None):
         return None
     return BatchPrice(
-        float(override_in) if override_in is not None else table.input_per_million,
-        float(override_out) if override_out is not None else table.output_per_million,
+        float(override_in) if override_in is not None else found.input_per_million,
+        float(override_out) if override_out is not None else found.output_per_million,
         "config (price_per_million_*_tokens)",
     )
 

@@ -81,7 +81,16 @@ def _estimate_line(name: str, r: Mapping[str, int], price: Optional[BatchPrice])
     n = r[t.REQUESTS_COUNTED]
     inp = r[t.INPUT_TOKENS]
     est = r[t.INPUT_TOKENS_ESTIMATED]
-    if est == 0 and r[t.REQUESTS_ESTIMATED] == 0:
+    unknown = r.get(t.REQUESTS_UNKNOWN, 0)
+    if unknown and unknown >= n:
+        # the provider's adapter counts no tokens: say so, never "0"
+        return (
+            f"  {name}: {n:,} request(s), input tokens unknown (the provider's adapter "
+            "counts no tokens), output tokens unknown, cost unknown"
+        )
+    if unknown:
+        kind = f"estimate; {unknown:,} request(s) unknown, not included"
+    elif est == 0 and r[t.REQUESTS_ESTIMATED] == 0:
         kind = "exact"
     elif est >= inp:
         kind = "estimate"

@@ -2,41 +2,19 @@
 
     request line (bytes/str) or request dict --TokenCounter.count--> TokenCount
 
-A request is what the adapter built (``BatchRequest.line``): OpenAI's batch line
-``{"custom_id", "method", "url", "body"}`` or Anthropic's ``{"custom_id", "params"}``.
-Counting is a pure function of it, so it gives the same answer on every worker.
+A request is what the provider's adapter built (``BatchRequest.line``). Counting is
+the adapter's (:class:`~mmirage_beam.providers.base.BatchSubmissionAdapter`):
+``count_request_tokens`` (offline, a pure function of the line, so it gives the same
+answer on every worker) and, with ``exact_tokens``, ``exact_token_counter`` (the
+provider's own free counting endpoint). An adapter that cannot count makes the
+request's tokens "unknown" (:attr:`TokenCount.unknown`), never 0.
 
-**OpenAI text** is counted by tiktoken (OpenAI's tokenizer) with the model's own
-encoding (``o200k_base`` or ``cl100k_base``), built from the vocabulary files the
-``bpe-openai`` wheels ship (byte-identical to tiktoken's published files: their SHA-256
-is checked against tiktoken's ``expected_hash`` when loaded), so nothing is downloaded
-at first use. The chat
-overhead is OpenAI's documented one: 3 tokens per message, 1 more per ``name``, 3 to
-prime the reply (``num_tokens_from_messages`` in the OpenAI Cookbook, "How to count
-tokens with tiktoken", which checks it against the API's ``usage.prompt_tokens``:
-https://github.com/openai/openai-cookbook/blob/main/examples/How_to_count_tokens_with_tiktoken.ipynb).
-Such a count is **exact**. It becomes an **estimate** when the request also holds what
-OpenAI does not document the tokenisation of: a JSON schema (``response_format``, the
-Responses API ``text.format``), tools, content given as a list of parts, the Responses
-API's own framing, images, or a model whose encoding is not known.
-
-**OpenAI images**: the "Calculating costs" rules of OpenAI's images and vision guide
-(https://platform.openai.com/docs/guides/images-vision#calculating-costs): tile models
-(``base + tile * tiles``: scaled into 2048 x 2048, shortest side to 768, 512 px tiles;
-``detail: low`` is ``base``) and patch models (32 px patches, at most 1536, times the
-model's multiplier). ``detail: auto`` is counted as ``high`` (the upper bound).
-
-**Anthropic** has no public tokenizer: text is estimated with ``cl100k_base`` (labelled
-estimate); images follow the vision guide's patch rule
-(https://platform.claude.com/docs/en/build-with-claude/vision: 28 x 28 px patches,
-``ceil(w/28) * ceil(h/28)`` after resizing to the model's native resolution, 1568 px /
-1568 patches, or 2576 px / 4784 patches for the high-resolution models; the guide's older
-``(width * height) / 750`` approximation is within a few percent). With
-``exact_tokens`` the free ``messages.count_tokens`` endpoint counts each request exactly.
-
-Image sizes come from the request itself: the base64 data URL's header is decoded
-(Pillow reads the size without decoding pixels); an image given by URL has no known size
-and is counted at its model's maximum.
+This module holds what the adapters' counters share: :class:`TokenCount`, tiktoken's
+byte-pair encodings (``o200k_base``, ``cl100k_base``) built offline from the vocabulary
+files a wheel ships (byte-identical to tiktoken's published files: their SHA-256 is
+checked against tiktoken's ``expected_hash`` when loaded), so nothing is downloaded at
+first use; :func:`count_text`; the size of a base64 image read from its header
+(Pillow reads the size without decoding pixels); and the Beam counters.
 """
 
 from __future__ import annotations
@@ -46,7 +24,6 @@ import binascii
 import functools
 import io
 import json
-import math
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 NAMESPACE = "mmirage"
@@ -58,6 +35,7 @@ REQUESTS_COUNTED = "token_requests"
 REQUESTS_ESTIMATED = "token_requests_estimated"
 MAX_OUTPUT_TOKENS = "max_output_tokens"  # sum of the requests' output limits
 REQUESTS_WITHOUT_OUTPUT_LIMIT = "requests_without_output_limit"
+REQUESTS_UNKNOWN = "token_requests_unknown"  # requests the provider cannot count
 TOKEN_METRICS = (
     INPUT_TOKENS,
     INPUT_TOKENS_ESTIMATED,
@@ -65,6 +43,7 @@ TOKEN_METRICS = (
     REQUESTS_ESTIMATED,
     MAX_OUTPUT_TOKENS,
     REQUESTS_WITHOUT_OUTPUT_LIMIT,
+    REQUESTS_UNKNOWN,
 )
 
 Request = Union[bytes, str, dict]
@@ -79,59 +58,18 @@ class TokenCount(NamedTuple):
             ``max_completion_tokens``, ``max_output_tokens``), None when it sets none.
         exact: True when ``input_tokens`` is exact (see the module docstring).
         notes: why the count is an estimate (empty when exact).
+        unknown: True when the provider cannot count the request at all
+            (``input_tokens`` is then 0 and means nothing; summaries say "unknown").
     """
 
     input_tokens: int
     max_output_tokens: Optional[int]
     exact: bool
     notes: tuple[str, ...] = ()
+    unknown: bool = False
 
 
 # --------------------------------------------------------------------------- encodings
-
-#: Model -> encoding, from tiktoken 0.14.0 ``tiktoken/model.py`` (MODEL_TO_ENCODING and
-#: MODEL_PREFIX_TO_ENCODING): https://github.com/openai/tiktoken/blob/0.14.0/tiktoken/model.py
-_MODEL_ENCODINGS = {
-    "o1": "o200k_base",
-    "o3": "o200k_base",
-    "o4-mini": "o200k_base",
-    "gpt-5": "o200k_base",
-    "gpt-4.1": "o200k_base",
-    "gpt-4o": "o200k_base",
-    "gpt-4": "cl100k_base",
-    "gpt-3.5-turbo": "cl100k_base",
-    "gpt-3.5": "cl100k_base",
-    "gpt-35-turbo": "cl100k_base",
-}
-_PREFIX_ENCODINGS = (
-    ("o1-", "o200k_base"),
-    ("o3-", "o200k_base"),
-    ("o4-mini-", "o200k_base"),
-    ("gpt-5", "o200k_base"),
-    ("gpt-4.5-", "o200k_base"),
-    ("gpt-4.1-", "o200k_base"),
-    ("chatgpt-4o-", "o200k_base"),
-    ("gpt-4o-", "o200k_base"),
-    ("gpt-4-", "cl100k_base"),
-    ("gpt-3.5-turbo-", "cl100k_base"),
-    ("gpt-35-turbo-", "cl100k_base"),
-    ("ft:gpt-4o", "o200k_base"),
-    ("ft:gpt-4", "cl100k_base"),
-    ("ft:gpt-3.5-turbo", "cl100k_base"),
-)
-#: the encoding assumed for an OpenAI model tiktoken does not know (counts are estimates)
-DEFAULT_ENCODING = "o200k_base"
-
-
-def encoding_for_model(model: str) -> Optional[str]:
-    """``"o200k_base"`` / ``"cl100k_base"`` for an OpenAI model name, as tiktoken maps it
-    (exact names first, then prefixes); None for a model tiktoken does not map."""
-    if model in _MODEL_ENCODINGS:
-        return _MODEL_ENCODINGS[model]
-    for prefix, name in _PREFIX_ENCODINGS:
-        if model.startswith(prefix):
-            return name
-    return None
 
 
 #: The encodings, as tiktoken 0.14.0 defines them (``tiktoken_ext/openai_public.py``:
@@ -247,10 +185,22 @@ def count_text(text: str, encoding: str) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _count_repeated(text: str, encoding: str) -> int:
+def count_repeated(text: str, encoding: str) -> int:
     """:func:`count_text` memoised, for texts every request repeats (roles, schemas)."""
     return count_text(text, encoding)
 
+
+#: the encoding used as a labelled proxy for providers without a public tokenizer
+PROXY_ENCODING = "cl100k_base"
+
+
+def count_proxy_text(text: str) -> int:
+    """Tokens of ``text`` in :data:`PROXY_ENCODING`: an estimate for a provider that
+    publishes no tokenizer (label the count as such)."""
+    return count_text(text, PROXY_ENCODING)
+
+
+# ------------------------------------------------------------------------------ images
 
 # ------------------------------------------------------------------------------ images
 
@@ -285,118 +235,15 @@ def image_size_from_base64(data: str) -> Optional[tuple[int, int]]:
     return None
 
 
-# OpenAI images and vision guide, "Calculating costs" (see the module docstring).
-# Patch models: 32 px patches, at most 1536, times the multiplier.
-_OPENAI_PATCH_MULTIPLIERS = (
-    ("gpt-5-mini", 1.62),
-    ("gpt-5-nano", 2.46),
-    ("gpt-4.1-mini", 1.62),
-    ("gpt-4.1-nano", 2.46),
-    ("o4-mini", 1.72),
-)
-# Tile models: (base tokens, tokens per 512 px tile).
-_OPENAI_TILE_COSTS = (
-    ("gpt-4o-mini", (2833, 5667)),
-    ("gpt-5-chat-latest", (70, 140)),
-    ("gpt-5", (70, 140)),
-    ("gpt-4o", (85, 170)),
-    ("gpt-4.1", (85, 170)),
-    ("gpt-4.5", (85, 170)),
-    ("chatgpt-4o", (85, 170)),
-    ("o1-pro", (75, 150)),
-    ("o1", (75, 150)),
-    ("o3", (75, 150)),
-    ("computer-use-preview", (65, 129)),
-)
-_PATCH_PX = 32
-_MAX_PATCHES = 1536
-
-
-def openai_image_tokens(
-    model: str, width: Optional[int], height: Optional[int], detail: str = "auto"
-) -> tuple[int, bool]:
-    """``(tokens, documented)`` for one image in an OpenAI request.
-
-    ``width``/``height`` None (an image by URL) gives the model's maximum. ``detail``
-    ``auto`` is counted as ``high``. ``documented`` is False for a model outside the
-    guide's tables (counted as ``gpt-4o``). Source: OpenAI images and vision guide,
-    "Calculating costs"."""
-    for prefix, multiplier in _OPENAI_PATCH_MULTIPLIERS:
-        if model.startswith(prefix):
-            patches = _MAX_PATCHES if width is None else _openai_patches(width, height)
-            return round(patches * multiplier), True
-    documented = False
-    base, tile = 85, 170
-    for prefix, costs in _OPENAI_TILE_COSTS:
-        if model.startswith(prefix):
-            (base, tile), documented = costs, True
-            break
-    if detail == "low":
-        return base, documented
-    if width is None or height is None:
-        return base + tile * 8, documented  # 768 x 2048 after scaling: 2 x 4 tiles
-    w, h = float(width), float(height)
-    if max(w, h) > 2048:
-        scale = 2048 / max(w, h)
-        w, h = w * scale, h * scale
-    if min(w, h) > 768:
-        scale = 768 / min(w, h)
-        w, h = w * scale, h * scale
-    tiles = math.ceil(int(w) / 512) * math.ceil(int(h) / 512)
-    return base + tile * tiles, documented
-
-
-def _openai_patches(width: int, height: Optional[int]) -> int:
-    h = height or width
-    raw = math.ceil(width / _PATCH_PX) * math.ceil(h / _PATCH_PX)
-    if raw <= _MAX_PATCHES:
-        return raw
-    shrink = math.sqrt(_PATCH_PX**2 * _MAX_PATCHES / (width * h))
-    # Then shrink a little more so a whole number of patches covers the width.
-    wp, hp = width * shrink / _PATCH_PX, h * shrink / _PATCH_PX
-    shrink *= min(math.floor(wp) / wp, math.floor(hp) / hp)
-    w, hh = width * shrink, h * shrink
-    return min(_MAX_PATCHES, math.ceil(w / _PATCH_PX) * math.ceil(hh / _PATCH_PX))
-
-
-# Anthropic vision guide: 28 px patches; native resolution per model tier.
-_ANTHROPIC_PATCH_PX = 28
-_ANTHROPIC_STANDARD = (1568, 1568)  # (max long edge px, max patches)
-_ANTHROPIC_HIGH_RES = (2576, 4784)
-_ANTHROPIC_HIGH_RES_MODELS = (
-    "claude-opus-4-7",
-    "claude-opus-4-8",
-    "claude-sonnet-5",
-    "claude-mythos-5",
-    "claude-fable-5",
-)
-
-
-def anthropic_image_tokens(model: str, width: Optional[int], height: Optional[int]) -> int:
-    """Estimated tokens of one image for an Anthropic model: resized (aspect kept) to fit
-    the model's native resolution, padded to 28 px, ``ceil(w/28) * ceil(h/28)``; an image
-    of unknown size counts the tier's maximum. Source: Anthropic vision guide (see the
-    module docstring)."""
-    max_edge, max_patches = (
-        _ANTHROPIC_HIGH_RES if model.startswith(_ANTHROPIC_HIGH_RES_MODELS) else _ANTHROPIC_STANDARD
-    )
-    if width is None or height is None:
-        return max_patches
-    p = _ANTHROPIC_PATCH_PX
-    scale = min(
-        1.0, max_edge / max(width, height), math.sqrt(max_patches * p * p / (width * height))
-    )
-    w, h = max(1, int(width * scale)), max(1, int(height * scale))
-    while math.ceil(w / p) * math.ceil(h / p) > max_patches:
-        w, h = max(1, int(w * 0.99)), max(1, int(h * 0.99))
-    return math.ceil(w / p) * math.ceil(h / p)
+# ---------------------------------------------------------------- counting helpers
 
 
 # ------------------------------------------------------------------- request counters
 
 
-class _Tally:
-    """Accumulates one request's count and the reasons it is an estimate."""
+class Tally:
+    """Accumulates one request's count (``tokens``) and the reasons it is an estimate
+    (``notes``), for the adapters' counters."""
 
     def __init__(self) -> None:
         self.tokens = 0
@@ -407,223 +254,18 @@ class _Tally:
             self.notes.append(note)
 
 
-def _json_text(value: Any) -> str:
+def json_text(value: Any) -> str:
+    """Compact JSON text of ``value`` (how a schema or a tool is counted as text)."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _first_int(mapping: dict, *keys: str) -> Optional[int]:
+def first_int(mapping: dict, *keys: str) -> Optional[int]:
+    """The first of ``keys`` in ``mapping`` whose value is an int (not a bool), or None."""
     for key in keys:
         value = mapping.get(key)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
-
-
-def count_openai_request(request: dict[str, Any], model_hint: Optional[str] = None) -> TokenCount:
-    """The :class:`TokenCount` of one OpenAI batch line (chat completions or Responses).
-
-    Raises:
-        ValueError: the line has no ``body`` object.
-    """
-    body = request.get("body")
-    if not isinstance(body, dict):
-        raise ValueError("an OpenAI batch line needs a 'body' object")
-    model = str(body.get("model") or model_hint or "")
-    tally = _Tally()
-    encoding = encoding_for_model(model)
-    if encoding is None:
-        encoding = DEFAULT_ENCODING
-        tally.estimate(f"model {model!r} has no known encoding ({DEFAULT_ENCODING} assumed)")
-    if "messages" in body:
-        _count_chat(body, model, encoding, tally)
-        max_out = _first_int(body, "max_completion_tokens", "max_tokens")
-    else:
-        _count_responses(body, model, encoding, tally)
-        max_out = _first_int(body, "max_output_tokens")
-    for key, what in (("response_format", "a response_format"), ("tools", "tools")):
-        value = body.get(key)
-        if value and not (key == "response_format" and value.get("type") == "text"):
-            tally.tokens += _count_repeated(_json_text(value), encoding)
-            tally.estimate(f"{what} (counted as its JSON text)")
-    text_format = (
-        (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
-    )
-    if isinstance(text_format, dict) and text_format.get("type") != "text":
-        tally.tokens += _count_repeated(_json_text(text_format), encoding)
-        tally.estimate("a text.format schema (counted as its JSON text)")
-    return TokenCount(tally.tokens, max_out, not tally.notes, tuple(tally.notes))
-
-
-def _count_chat(body: dict, model: str, encoding: str, tally: _Tally) -> None:
-    # OpenAI Cookbook num_tokens_from_messages: 3 per message, 1 per name, 3 for the reply.
-    for message in body.get("messages") or ():
-        tally.tokens += 3
-        for key, value in message.items():
-            if key == "content" and isinstance(value, str):
-                tally.tokens += count_text(value, encoding)
-            elif isinstance(value, str):  # role, name: the same few strings every time
-                tally.tokens += _count_repeated(value, encoding)
-            elif key == "content" and isinstance(value, list):
-                _count_parts(value, model, encoding, tally)
-            elif value is not None:
-                tally.tokens += count_text(_json_text(value), encoding)
-                tally.estimate(f"a message field {key!r} that is not text")
-            if key == "name":
-                tally.tokens += 1
-    tally.tokens += 3
-
-
-def _count_responses(body: dict, model: str, encoding: str, tally: _Tally) -> None:
-    tally.estimate("the Responses API's message framing is not documented (chat's assumed)")
-    instructions = body.get("instructions")
-    if isinstance(instructions, str) and instructions:
-        tally.tokens += 3 + count_text(instructions, encoding) + count_text("developer", encoding)
-    items = body.get("input")
-    if isinstance(items, str):
-        items = [{"role": "user", "content": items}]
-    for item in items or ():
-        tally.tokens += 3
-        for key, value in item.items():
-            if key == "type":
-                continue
-            if isinstance(value, str):
-                tally.tokens += count_text(value, encoding)
-            elif key == "content" and isinstance(value, list):
-                _count_parts(value, model, encoding, tally)
-    tally.tokens += 3
-
-
-def _count_parts(parts: list, model: str, encoding: str, tally: _Tally) -> None:
-    tally.estimate("content given as parts (their framing is not documented)")
-    for part in parts:
-        if not isinstance(part, dict):
-            continue
-        kind = part.get("type")
-        if kind in ("text", "input_text"):
-            tally.tokens += count_text(str(part.get("text") or ""), encoding)
-        elif kind in ("image_url", "input_image"):
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, dict) else image
-            detail = (image.get("detail") if isinstance(image, dict) else None) or part.get(
-                "detail"
-            )
-            size = image_size_from_url(str(url or ""))
-            tokens, documented = openai_image_tokens(
-                model, *(size or (None, None)), detail=str(detail or "auto")
-            )
-            tally.tokens += tokens
-            tally.estimate("images (OpenAI's documented formula)")
-            if size is None:
-                tally.estimate("an image of unknown size (counted at the model's maximum)")
-            if not documented:
-                tally.estimate(f"model {model!r} is not in OpenAI's image cost tables")
-        else:
-            tally.tokens += count_text(_json_text(part), encoding)
-            tally.estimate(f"a content part of type {kind!r}")
-
-
-_ANTHROPIC_TEXT_ENCODING = "cl100k_base"
-
-
-def count_anthropic_request(
-    request: dict[str, Any], model_hint: Optional[str] = None
-) -> TokenCount:
-    """The estimated :class:`TokenCount` of one Anthropic batch request ``{custom_id,
-    params}`` (text by ``cl100k_base`` as a proxy, images by the vision guide's rule).
-
-    Raises:
-        ValueError: the request has no ``params`` object.
-    """
-    params = request.get("params")
-    if not isinstance(params, dict):
-        raise ValueError("an Anthropic batch request needs a 'params' object")
-    model = str(params.get("model") or model_hint or "")
-    tally = _Tally()
-    tally.estimate("Anthropic has no public tokenizer (cl100k_base used as a proxy)")
-    enc = _ANTHROPIC_TEXT_ENCODING
-    system = params.get("system")
-    if isinstance(system, str):
-        tally.tokens += count_text(system, enc)
-    elif isinstance(system, list):
-        tally.tokens += sum(count_text(str(b.get("text") or ""), enc) for b in system)
-    for message in params.get("messages") or ():
-        tally.tokens += 3
-        content = message.get("content")
-        if isinstance(content, str):
-            tally.tokens += count_text(content, enc)
-            continue
-        for block in content or ():
-            kind = block.get("type") if isinstance(block, dict) else None
-            if kind == "text":
-                tally.tokens += count_text(str(block.get("text") or ""), enc)
-            elif kind == "image":
-                source = block.get("source") or {}
-                size = (
-                    image_size_from_base64(str(source.get("data") or ""))
-                    if source.get("type") == "base64"
-                    else None
-                )
-                tally.tokens += anthropic_image_tokens(model, *(size or (None, None)))
-            elif block is not None:
-                tally.tokens += count_text(_json_text(block), enc)
-    for key in ("tools", "output_config"):
-        if params.get(key):
-            tally.tokens += count_text(_json_text(params[key]), enc)
-    return TokenCount(tally.tokens, _first_int(params, "max_tokens"), False, tuple(tally.notes))
-
-
-#: provider name -> function(request dict, model hint) -> TokenCount. A provider without
-#: one is counted as 0 estimated tokens (its summary says "no token counter").
-REQUEST_COUNTERS: dict[str, Callable[[dict[str, Any], Optional[str]], TokenCount]] = {
-    "openai": count_openai_request,
-    "anthropic": count_anthropic_request,
-}
-
-
-def register_request_counter(
-    provider: str, counter: Callable[[dict[str, Any], Optional[str]], TokenCount]
-) -> None:
-    """Count ``provider``'s requests with ``counter`` (for plugin providers)."""
-    REQUEST_COUNTERS[provider] = counter
-
-
-class AnthropicExactCounter:
-    """Exact input tokens of Anthropic requests through the official SDK's
-    ``messages.count_tokens`` (``POST /v1/messages/count_tokens``, free; rate-limited
-    per minute like other calls, which the SDK's retries absorb). The key is read on
-    first use with :func:`mmirage_beam.providers.base.resolve_credentials`
-    (``ANTHROPIC_API_KEY`` or ``ANTHROPIC_API_KEY_FILE``)."""
-
-    def __init__(self, base_url: Optional[str] = None) -> None:
-        self.base_url = base_url
-        self._client: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"base_url": self.base_url, "_client": None}
-
-    def __call__(self, request: dict[str, Any]) -> int:
-        if self._client is None:
-            import anthropic
-
-            from mmirage_beam.providers.anthropic_batch import AnthropicBatchAdapter
-            from mmirage_beam.providers.base import resolve_credentials
-
-            key = resolve_credentials(AnthropicBatchAdapter, "anthropic")["api_key"]
-            self._client = anthropic.Anthropic(api_key=key, base_url=self.base_url)
-        params = request.get("params") or {}
-        kwargs = {k: params[k] for k in _COUNT_TOKENS_PARAMS if k in params}
-        return int(self._client.messages.count_tokens(**kwargs).input_tokens)
-
-
-# The count_tokens parameters a batch request's params can carry (anthropic-sdk-python
-# 2.14 ``messages.count_tokens``); sampling settings and max_tokens are not among them.
-_COUNT_TOKENS_PARAMS = ("model", "messages", "system", "tools", "tool_choice", "output_config")
-
-#: provider name -> factory(base_url) of a callable(request dict) -> exact input tokens,
-#: for ``exact_tokens``. A provider without one keeps its offline count.
-EXACT_COUNTERS: dict[str, Callable[[Optional[str]], Callable[[dict[str, Any]], int]]] = {
-    "anthropic": AnthropicExactCounter,
-}
 
 
 def _as_dict(request: Request) -> dict[str, Any]:
@@ -636,8 +278,9 @@ class TokenCounter:
     """Counts each request of one processor, and records the counts as Beam counters.
 
     Build one per worker (e.g. in a DoFn's ``setup()``); it keeps only the provider name,
-    the model and, for ``exact_tokens``, the base URL, so pickling it is safe. The
-    tokenizer and any client are made on first use.
+    the model, the processor config and, for ``exact_tokens``, the base URL, so pickling
+    it is safe. The adapter (found in the registry by ``provider``), the tokenizer and
+    any client are made on first use.
 
     ``count(request)`` -> :class:`TokenCount` for one request (line bytes/str or dict).
     ``record(output_name, request)`` counts it and increments, in namespace ``mmirage``,
@@ -645,9 +288,12 @@ class TokenCounter:
     ``token_requests:<output>``, ``token_requests_estimated:<output>``,
     ``max_output_tokens:<output>`` and ``requests_without_output_limit:<output>``.
 
-    With ``exact_tokens``, a provider in :data:`EXACT_COUNTERS` (Anthropic) has each
-    request counted by its own endpoint (``messages.count_tokens``, key read on the
-    worker); a call that fails after the SDK's retries falls back to the estimate.
+    ``token_requests_unknown:<output>`` counts the requests the provider's adapter cannot
+    count (its ``count_request_tokens`` answers None).
+
+    With ``exact_tokens``, a provider whose adapter has an ``exact_token_counter`` has
+    each request counted by its own endpoint (key read on the worker); a call that fails
+    after the SDK's retries falls back to the estimate.
 
     Raises (from ``count``):
         ValueError: the request is not JSON or not the provider's request shape.
@@ -660,26 +306,52 @@ class TokenCounter:
         model: Optional[str] = None,
         exact_tokens: bool = False,
         base_url: Optional[str] = None,
+        provider_config: Any = None,
     ) -> None:
         self.provider = provider
         self.model = model
         self.exact_tokens = bool(exact_tokens)
         self.base_url = base_url
+        self.provider_config = provider_config
         self._counters: dict[str, Any] = {}
-        factory = EXACT_COUNTERS.get(provider) if self.exact_tokens else None
-        self._exact = factory(base_url) if factory is not None else None
+        adapter = self._adapter()
+        self._exact = (
+            adapter.exact_token_counter(self._config_for_exact()) if self.exact_tokens else None
+        )
+
+    def _adapter(self) -> Any:
+        adapter = self.__dict__.get("_adapter_obj")
+        if adapter is None:
+            from mmirage_beam.providers.base import BatchAdapterRegistry
+
+            adapter = self._adapter_obj = BatchAdapterRegistry.get(self.provider)()
+        return adapter
+
+    def _config_for_exact(self) -> Any:
+        if self.provider_config is not None:
+            return self.provider_config
+        from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
+
+        kwargs: dict[str, Any] = {}
+        cls = BatchProviderConfigRegistry.get(self.provider)
+        for key, value in (("model", self.model), ("base_url", self.base_url)):
+            if value is not None and key in cls.field_names():
+                kwargs[key] = value
+        return cls(**kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_counters"] = {}
+        state.pop("_adapter_obj", None)
         return state
 
     def count(self, request: Request) -> TokenCount:
         req = _as_dict(request)
-        counter = REQUEST_COUNTERS.get(self.provider)
-        if counter is None:
-            return TokenCount(0, None, False, (f"no token counter for {self.provider!r}",))
-        estimate = counter(req, self.model)
+        estimate = self._adapter().count_request_tokens(req, self.model)
+        if estimate is None:
+            return TokenCount(
+                0, None, False, (f"no token counter for {self.provider!r}",), unknown=True
+            )
         if self._exact is not None:
             try:
                 return TokenCount(self._exact(req), estimate.max_output_tokens, True, ())
@@ -703,6 +375,8 @@ class TokenCounter:
         inc = self._inc
         inc(INPUT_TOKENS, output_name, tc.input_tokens)
         inc(REQUESTS_COUNTED, output_name, 1)
+        if tc.unknown:
+            inc(REQUESTS_UNKNOWN, output_name, 1)
         if not tc.exact:
             inc(INPUT_TOKENS_ESTIMATED, output_name, tc.input_tokens)
             inc(REQUESTS_ESTIMATED, output_name, 1)
@@ -750,4 +424,5 @@ def token_counter_for(provider_config: Any) -> TokenCounter:
         getattr(provider_config, "model", None),
         exact_tokens=bool(getattr(provider_config, "exact_tokens", False)),
         base_url=getattr(provider_config, "base_url", None),
+        provider_config=provider_config,
     )

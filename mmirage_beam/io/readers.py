@@ -598,9 +598,10 @@ class _ReadSplitFn(beam.DoFn):
                     self._read_count += 1
                     yield SourceRow(source_index, split.dataset_index, row)
                     source_index += 1
-        except (pa.ArrowException, OSError) as exc:
-            # Corrupt data (the footer was readable, so the rows are counted): every row
-            # not read is invalid, named, and stops the run before anything is submitted.
+        except (pa.ArrowException, OSError, _RowsNotJson) as exc:
+            # Corrupt data (the footer was readable, so the rows are counted), or a schema
+            # no JSON object can hold: every row not read is invalid, named, and stops the
+            # run before anything is submitted.
             what = f"row group {split.start}" if split.kind == _PARQUET else "Arrow data"
             for index in range(source_index, first + stop):
                 self._row_errors.inc()
@@ -721,7 +722,8 @@ def replace_lone_surrogates(value: Any) -> Any:
 
 
 def _decode_jsonl_line(content: bytes) -> tuple[dict[str, Any] | None, str | None]:
-    """``(row, None)`` for a JSON object line, else ``(None, reason)``."""
+    """``(row, None)`` for a JSON object line, else ``(None, reason)`` (also for a line
+    holding an integer longer than Python reads, ``sys.get_int_max_str_digits()``)."""
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -735,6 +737,8 @@ def _decode_jsonl_line(content: bytes) -> tuple[dict[str, Any] | None, str | Non
         return None, f"line is not valid JSON: {exc.msg} at column {exc.colno}"
     except RecursionError:
         return None, "line is not valid JSON: nested too deeply"
+    except ValueError as exc:  # an integer longer than sys.get_int_max_str_digits()
+        return None, f"line cannot be read as JSON: {exc}"
     if not isinstance(value, dict):
         kind = "null" if value is None else _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
         return None, f"line is a JSON {kind}, not a JSON object"
@@ -761,14 +765,57 @@ def _arrow_batches(f: BinaryIO) -> Iterator[pa.RecordBatch]:
             yield from stream
 
 
+class _RowsNotJson(ValueError):
+    """The rows of a schema cannot become JSON objects without losing values."""
+
+
+def _check_unique_names(t: pa.DataType | pa.Schema, where: str = "") -> None:
+    """A column (or struct field) name twice would keep only one value per row, silently
+    (``to_pylist`` builds a dict): refused, naming it.
+
+    Raises:
+        _RowsNotJson: naming the repeated column or field.
+    """
+    import pyarrow as pa
+    import pyarrow.types as pat
+
+    if isinstance(t, pa.Schema):
+        fields = list(t)
+    elif pat.is_struct(t):
+        fields = [t.field(i) for i in range(t.num_fields)]
+    elif pat.is_list(t) or pat.is_large_list(t) or pat.is_fixed_size_list(t):
+        return _check_unique_names(t.value_type, where)
+    elif pat.is_map(t):
+        return _check_unique_names(t.item_type, where)
+    else:
+        return None
+    seen: set[str] = set()
+    for f in fields:
+        name = f"{where}.{f.name}" if where else f.name
+        if f.name in seen:
+            kind = "field" if where else "column"
+            raise _RowsNotJson(
+                f"{kind} {name!r} appears more than once in the schema; a row becomes a JSON "
+                "object, which holds each name once"
+            )
+        seen.add(f.name)
+        _check_unique_names(f.type, name)
+    return None
+
+
 def _rows_in_range(
     batches: Iterable[pa.RecordBatch], begin: int, stop: int, split: _Split
 ) -> Iterator[dict[str, Any]]:
-    """Plain-JSON rows ``[begin, stop)`` (positions within the split) of ``batches``."""
+    """Plain-JSON rows ``[begin, stop)`` (positions within the split) of ``batches``.
+
+    Raises:
+        _RowsNotJson: a column or struct field name appears twice in the schema.
+    """
     position = 0
     for batch in batches:
         n = batch.num_rows
         if position + n > begin and position < stop:
+            _check_unique_names(batch.schema)
             convert = _needs_conversion(batch.schema)
             for s in range(max(begin - position, 0), min(stop - position, n), _ARROW_SLICE_ROWS):
                 part = batch.slice(s, min(_ARROW_SLICE_ROWS, stop - position - s))

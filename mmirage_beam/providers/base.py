@@ -3,7 +3,14 @@
 Keeps MMIRAGE's extension contract (``build_request``, ``estimate_request_bytes``,
 ``submit_chunk``, ``parse_submission_result``, ``check_batch_status``,
 ``retrieve_results``). Generic code never branches on a provider's name: everything
-provider-specific lives in an adapter subclass (one module per provider).
+provider-specific lives in an adapter subclass (one package per built-in provider,
+``mmirage_beam/providers/<name>/``). Like Beam's ``ml/inference/base.py``
+``ModelHandler``, the one class carries every vendor-specific hook, each with a default
+a plugin may keep: token counting (:meth:`BatchSubmissionAdapter.count_request_tokens`,
+default "unknown"; :meth:`~BatchSubmissionAdapter.exact_token_counter`, default none),
+prices (:meth:`~BatchSubmissionAdapter.price_table`, :meth:`~BatchSubmissionAdapter.price_key`,
+default none: "price unknown") and limits (:meth:`~BatchSubmissionAdapter.limits`, default
+the config class's ``PROVIDER_*`` attributes).
 
 Adapters are instantiated on workers (in a DoFn's ``setup()``), with credentials read
 from the worker's environment; the class itself travels pickled with the DoFn, so a
@@ -29,12 +36,14 @@ from typing import (
     Iterable,
     Iterator,
     Mapping,
+    NamedTuple,
     Optional,
     Sequence,
     TypeVar,
 )
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.costs.tokens import TokenCount
 from mmirage_beam.errors import CredentialsError
 from mmirage_beam.jsonl import RawLine
 from mmirage_beam.providers import retrying
@@ -114,6 +123,20 @@ class BatchProgress:
     error_code: Optional[str] = None
 
 
+class ProviderLimits(NamedTuple):
+    """A provider's limits on one batch, and where they are documented.
+
+    Attributes:
+        max_requests_per_batch: requests per batch (None: no documented limit).
+        max_batch_bytes: bytes per batch upload or body (None: no documented limit).
+        source: the documents (name or URL) the numbers come from.
+    """
+
+    max_requests_per_batch: Optional[int]
+    max_batch_bytes: Optional[int]
+    source: str
+
+
 def parse_timestamp(value: Any) -> Optional[float]:
     """Unix seconds from a Unix timestamp (int/float) or an RFC 3339 / ISO 8601 string.
 
@@ -164,18 +187,28 @@ def resolve_credentials(
 ) -> Dict[str, str]:
     """Read every ``required_credentials`` entry of ``adapter_cls`` from the environment.
 
-    Each key ``k`` comes from ``<PROVIDER>_<K>``, or from the file named by
-    ``<PROVIDER>_<K>_FILE`` (mounted secrets); surrounding whitespace is stripped.
+    Each key ``k`` comes from ``<PROVIDER>_<K>``, else from the adapter's
+    ``CREDENTIAL_FALLBACKS[k]`` variables (e.g. ``GOOGLE_API_KEY``), else from the file
+    named by ``<PROVIDER>_<K>_FILE`` (mounted secrets); surrounding whitespace is stripped.
 
     Raises:
         CredentialsError: naming the variable(s) to set; never includes a value.
+        ConfigError: the adapter's ``check_dependencies()`` found its SDK missing.
     """
+    check_dependencies = getattr(adapter_cls, "check_dependencies", None)
+    if callable(check_dependencies):
+        check_dependencies()  # an optional SDK that is missing names its extra
     env = os.environ if environ is None else environ
     found: Dict[str, str] = {}
     missing = []
+    fallbacks = getattr(adapter_cls, "CREDENTIAL_FALLBACKS", {}) or {}
     for key in adapter_cls.required_credentials:
         var = credential_env_var(provider, key)
         value = env.get(var)
+        for other in () if value else fallbacks.get(key, ()):
+            value = env.get(other)  # e.g. the SDK's own variable (GOOGLE_API_KEY)
+            if value:
+                break
         if not value and env.get(f"{var}_FILE"):
             path = env[f"{var}_FILE"]
             try:
@@ -224,6 +257,9 @@ class BatchSubmissionAdapter(abc.ABC):
     """
 
     required_credentials: ClassVar[Sequence[str]] = ("api_key",)
+    #: credential key -> further environment variables read when ``<PROVIDER>_<KEY>`` is
+    #: unset (an SDK's own variable, e.g. ``GOOGLE_API_KEY``).
+    CREDENTIAL_FALLBACKS: ClassVar[Mapping[str, Sequence[str]]] = {}
     #: bytes a chunk's upload adds on top of the sum of its request lines.
     chunk_overhead_bytes: ClassVar[int] = 0
     #: At most this many chunks of one worker are submitted at the same time (None: as
@@ -415,7 +451,7 @@ class BatchSubmissionAdapter(abc.ABC):
         retried and makes a second batch with the same custom_ids; both are processed
         and billed, the receipt names the one whose create answered, and ``merge`` keeps
         the newest successful result per custom_id. Anthropic is such a provider (see
-        :mod:`mmirage_beam.providers.anthropic_batch`).
+        :mod:`mmirage_beam.providers.anthropic.adapter`).
 
         Args:
             run_id: the run's id (``mmirage_run_id`` in the batch metadata).
@@ -429,6 +465,89 @@ class BatchSubmissionAdapter(abc.ABC):
             provider cannot tell (the default).
         """
         return None
+
+    # -- provider knowledge shared code asks for (every hook has a default) ----------
+    @classmethod
+    def check_dependencies(cls) -> None:
+        """Fail early, in the launcher, when the provider's SDK is not installed.
+
+        Called before any data is read by a run that will talk to the provider.
+        Default: nothing to check.
+
+        Raises:
+            mmirage_beam.errors.ConfigError: naming the extra that installs the SDK.
+        """
+
+    def count_request_tokens(
+        self, request: Dict[str, Any], model: Optional[str] = None
+    ) -> Optional[TokenCount]:
+        """The input tokens and output limit of one built request line, offline.
+
+        ``request`` is what :meth:`build_request` returned; ``model`` is the config's
+        model, for lines that do not name one. The built-ins count with their
+        provider's tokenizer where one is published, else give a labelled estimate
+        (``TokenCount.exact`` False, ``notes`` saying why).
+
+        Returns:
+            A :class:`~mmirage_beam.costs.tokens.TokenCount`, or None: this provider
+            cannot count (the default), and the summaries say "unknown", never 0.
+
+        Raises:
+            ValueError: ``request`` is not this provider's request shape.
+        """
+        return None
+
+    def exact_token_counter(
+        self, config: BatchProviderConfig
+    ) -> Optional[Callable[[Dict[str, Any]], int]]:
+        """A callable(request line) -> exact input tokens through the provider's own
+        (free) counting endpoint, used with ``exact_tokens`` / ``--exact-tokens``; None
+        when the provider has none (the default: the offline count is kept).
+
+        The callable is built here without a client or a key (it is pickled with the
+        DoFn) and opens its client, reading the key from the worker's environment, on
+        first use. A call that fails after retries makes that request an estimate; a
+        missing key (:class:`~mmirage_beam.errors.CredentialsError`) fails the run.
+        """
+        return None
+
+    @classmethod
+    def price_table(cls) -> Optional[Mapping[str, Any]]:
+        """This provider's price rows: ``{"batch_discount": {"fraction", "source",
+        "checked"}, "models": [{"model", "input", "output", "official_page", "checked",
+        ...}]}``, standard prices in USD per million tokens (see
+        :mod:`mmirage_beam.costs.prices`).
+
+        The default reads ``prices.json`` beside the adapter's module, if there is one
+        (each built-in package ships its own); None: no prices ("price unknown").
+        """
+        from importlib import resources
+
+        package = cls.__module__.rpartition(".")[0]
+        if not package:
+            return None
+        try:
+            text = resources.files(package).joinpath("prices.json").read_text("utf-8")
+        except (FileNotFoundError, ModuleNotFoundError, TypeError, OSError):
+            return None
+        return json.loads(text)
+
+    def price_key(self, config: BatchProviderConfig) -> Optional[str]:
+        """The model name to look up in :meth:`price_table` for ``config`` (default: its
+        ``model``; e.g. a gateway whose ``model`` is a deployment name maps it here)."""
+        model = getattr(config, "model", None)
+        return str(model) if model else None
+
+    def limits(self, config: BatchProviderConfig) -> ProviderLimits:
+        """Requests and bytes per batch, with their source. Default: the config class's
+        ``PROVIDER_MAX_REQUESTS_PER_BATCH``, ``PROVIDER_MAX_BATCH_BYTES`` and
+        ``PROVIDER_LIMITS_SOURCE`` (checked against the config at load)."""
+        klass = type(config)
+        return ProviderLimits(
+            klass.PROVIDER_MAX_REQUESTS_PER_BATCH,
+            klass.PROVIDER_MAX_BATCH_BYTES,
+            klass.PROVIDER_LIMITS_SOURCE,
+        )
 
     # -- the MMIRAGE contract -------------------------------------------------------
     @abc.abstractmethod

@@ -147,7 +147,13 @@ def status_code_of(exc: BaseException) -> Optional[int]:
 
 
 def _headers_of(exc: BaseException) -> Any:
-    return getattr(getattr(exc, "response", None), "headers", None)
+    # openai/anthropic: exc.response.headers; mistralai: exc.headers (exc.raw_response)
+    response = getattr(exc, "response", None)
+    return (
+        getattr(response, "headers", None)
+        if response is not None
+        else getattr(exc, "headers", None)
+    )
 
 
 def _header(headers: Any, name: str) -> Optional[str]:

@@ -1,7 +1,10 @@
-"""In-memory fake of the OpenAI Files + Batches API and the Anthropic Message Batches API.
+"""In-memory fake of the OpenAI Files + Batches API, the Anthropic Message Batches API and
+the Gemini API's batch mode.
 
-One embedded Werkzeug server on a loopback port serves both providers, so the real,
-unmodified ``openai`` and ``anthropic`` SDKs can drive it through ``base_url``::
+One embedded Werkzeug server on a loopback port serves every provider, so the real,
+unmodified ``openai``, ``anthropic`` and ``google-genai`` SDKs can drive it through their
+base URL (Gemini: ``fake.gemini_base_url``; its endpoints are described in
+:mod:`mmirage_beam.testing.fake_provider.gemini`)::
 
     with FakeProviderServer() as fake:                      # port 0: a free port
         oa = openai.OpenAI(api_key="sk-test", base_url=fake.openai_base_url)
@@ -18,8 +21,13 @@ OpenAI (``Authorization: Bearer <any non-empty key>`` required, else 401 with
 - ``POST /v1/files`` multipart (``file``, ``purpose``): upload; returns a file object.
   400 ``"File is too large."`` for a ``purpose=batch`` upload over 200 MiB (the
   ``max_batch_file_bytes`` constructor argument lowers it) or any upload over 512 MiB;
-  400 when a ``purpose=batch`` file's name does not end in ``.jsonl``. Batch input files
-  get ``expires_at = created_at + 30 days``; other uploads ``expires_at: null``.
+  400 ``"Invalid file format for Batch API. Must be .jsonl"`` (``param`` and ``code``
+  null, as the real service answers) for a ``purpose=batch`` file of another declared
+  format (``notes.txt``, ``input.json``); a name with no extension (the SDK names a
+  raw-bytes upload ``upload``) is accepted when the content is JSONL (its first
+  non-blank line a JSON object). Batch input files get ``expires_at = created_at + 30
+  days``; other uploads ``expires_at: null``. ``tests/spec/README.md`` reviews every
+  refusal of the fake against the real services.
 - ``GET /v1/files?after=&limit=&order=&purpose=``: list files (newest first by default).
 - ``GET /v1/files/{file_id}``, ``DELETE /v1/files/{file_id}``: retrieve or delete a file.
 - ``GET /v1/files/{file_id}/content``: the raw bytes of an uploaded, output or error file.
@@ -64,6 +72,10 @@ Anthropic (``x-api-key`` or ``Authorization: Bearer`` required, else 401 with
   (words of the user text + 10 per image); bad params are a 400 ``invalid_request_error``.
 - ``results_url`` is null until the batch has ended, then an absolute URL on this
   server; the four outcome counts stay 0 until then.
+
+Mistral (files and batch jobs as the mistralai SDK calls them, under ``/mistral``:
+``Mistral(server_url=fake.mistral_base_url)``): see
+:mod:`mmirage_beam.testing.fake_provider.mistral` for its endpoints, lifecycle and markers.
 
 Admin (no auth; for tests and for a fake started from the command line):
 
@@ -123,7 +135,10 @@ Values are captured by each batch when it is created.
   ``messages_count_tokens``, ``messages_batches_create``, ``messages_batches_list``,
   ``messages_batches_retrieve``,
   ``messages_batches_cancel``, ``messages_batches_delete``,
-  ``messages_batches_results``. No ``paths``: every API endpoint.
+  ``messages_batches_results``; Gemini ``gemini_files_upload``, ``gemini_files_get``,
+  ``gemini_files_download``, ``gemini_batches_create``, ``gemini_batches_list``,
+  ``gemini_batches_get``, ``gemini_batches_cancel``, ``gemini_batches_delete``,
+  ``gemini_count_tokens``. No ``paths``: every API endpoint.
 - ``fail_batch_creates`` (dict): ``{"nth": K, "permanent": false, "status": 500,
   "retry_after_ms": 10, "created": false}``; the K-th valid batch create call (both
   providers counted together, from when this key was scripted) fails with ``status``,
@@ -216,10 +231,11 @@ Modules
 -------
 ``app`` (server, routing, admin endpoints), ``openai`` (Files + Batches handlers, input
 file validation, output/error files), ``openai_bodies`` (per-line body checks, prompt,
-result bodies and lines), ``anthropic`` (Message Batches), ``store`` (files, batches,
-records), ``lifecycle`` (status from the clock), ``scripting`` (script keys, markers),
-``answers`` (deterministic answers), ``media`` (image bytes), ``wire`` (error shapes, JSON
-responses), ``limits`` (the real services' limits), ``command`` (the command line).
+result bodies and lines), ``anthropic`` (Message Batches), ``gemini`` (Gemini v1beta),
+``store`` (files, batches, records), ``lifecycle`` (status from the clock), ``scripting``
+(script keys, markers), ``answers`` (deterministic answers), ``media`` (image bytes),
+``wire`` (error shapes, JSON responses), ``limits`` (the real services' limits),
+``command`` (the command line).
 
 Command line::
 

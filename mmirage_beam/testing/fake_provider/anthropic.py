@@ -67,6 +67,28 @@ def _check_block(block: Any, where: str) -> str | None:
     return None
 
 
+# Models that take ``temperature`` and ``top_p`` together: the Claude 2, 3 and 4.0
+# families. The newer ones (Opus 4.1, Sonnet/Haiku 4.5 and later) refuse both with
+# "`temperature` and `top_p` cannot both be specified for this model" (reported against
+# the real API in https://github.com/BerriAI/litellm/issues/15097 and
+# https://github.com/cloud-apim/otoroshi-llm-extension/issues/140: "With previous models
+# it's OK"). A name the fake does not know (``claude-test``) is taken as a newer model.
+_BOTH_SAMPLING_PARAMS_PREFIXES = (
+    "claude-2",
+    "claude-instant",
+    "claude-3",
+    "claude-sonnet-4-0",
+    "claude-opus-4-0",
+    "claude-sonnet-4-2025",
+    "claude-opus-4-2025",
+)
+
+
+def both_sampling_params_allowed(model: str) -> bool:
+    """Whether ``model`` accepts ``temperature`` and ``top_p`` in one request."""
+    return model.startswith(_BOTH_SAMPLING_PARAMS_PREFIXES)
+
+
 def check_params(params: Any) -> str | None:
     """Validation of one request's params: a message means an ``errored`` result."""
     if not isinstance(params, Mapping):
@@ -97,7 +119,7 @@ def check_params(params: Any) -> str | None:
                 return problem
     temperature = params.get("temperature")
     if temperature is not None:
-        if "top_p" in params and params["top_p"] is not None:
+        if params.get("top_p") is not None and not both_sampling_params_allowed(params["model"]):
             return (
                 "`temperature` and `top_p` cannot both be specified for this model. "
                 "Please use only one."

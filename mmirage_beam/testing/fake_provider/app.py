@@ -18,8 +18,10 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import limits
+from mmirage_beam.testing.fake_provider import gemini, limits
 from mmirage_beam.testing.fake_provider.anthropic import AnthropicApi
+from mmirage_beam.testing.fake_provider.mistral import MISTRAL, MistralApi
+from mmirage_beam.testing.fake_provider.mistral import PREFIX as MISTRAL_PREFIX
 from mmirage_beam.testing.fake_provider.openai import OpenAIApi
 from mmirage_beam.testing.fake_provider.scripting import (
     SCRIPT_DEFAULTS,
@@ -30,6 +32,7 @@ from mmirage_beam.testing.fake_provider.scripting import (
 from mmirage_beam.testing.fake_provider.store import Batch, Store
 from mmirage_beam.testing.fake_provider.wire import (
     ANTHROPIC,
+    GEMINI,
     OPENAI,
     PROVIDERS,
     ApiError,
@@ -117,6 +120,8 @@ class FakeProviderServer:
         )
         self._openai = OpenAIApi(self._store)
         self._anthropic = AnthropicApi(self._store)
+        self._gemini = gemini.GeminiApi(self._store)
+        self._mistral = MistralApi(self._store)
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._url_map = Map(
@@ -155,6 +160,7 @@ class FakeProviderServer:
                     methods=["GET"],
                     endpoint="messages_batches_results",
                 ),
+                *gemini.routes(),
                 Rule("/_fake/script", methods=["GET", "POST"], endpoint="admin_script"),
                 Rule("/_fake/state", methods=["GET"], endpoint="admin_state"),
                 Rule("/_fake/reset", methods=["POST"], endpoint="admin_reset"),
@@ -230,6 +236,28 @@ class FakeProviderServer:
     def anthropic_base_url(self) -> str:
         """``base_url``, for ``anthropic.Anthropic(base_url=...)``."""
         return self.base_url
+
+    @property
+    def gemini_base_url(self) -> str:
+        """``base_url``, for ``genai.Client(http_options={"base_url": ...})`` (the SDK
+        adds ``v1beta/...`` and ``upload/v1beta/files``)."""
+        return self.base_url
+
+    @property
+    def mistral_base_url(self) -> str:
+        """``base_url + "/mistral"``, for ``Mistral(server_url=...)`` (its paths are the
+        OpenAI fake's, ``/v1/files``..., so they live under a prefix of their own)."""
+        return self.base_url + MISTRAL_PREFIX
+
+    def base_url_for(self, provider: str) -> str:
+        """The base URL ``provider``'s SDK takes (``<provider>_base_url``).
+
+        Raises:
+            ValueError: a provider this fake does not serve.
+        """
+        if provider not in PROVIDERS:
+            raise ValueError(f"provider must be one of {PROVIDERS}, got {provider!r}")
+        return getattr(self, f"{provider}_base_url")
 
     # -- in-process helpers ---------------------------------------------------------------
 
@@ -313,6 +341,10 @@ class FakeProviderServer:
 
     def _view(self, batch: Batch, now: float) -> dict[str, Any]:
         """The batch object at time ``now`` (materialising results once it is done)."""
+        if batch.provider == GEMINI:
+            return self._gemini.view(batch, now)
+        if batch.provider == MISTRAL:
+            return self._mistral.view(batch, now)
         api = self._openai if batch.provider == OPENAI else self._anthropic
         return api.view(batch, now)
 
@@ -331,13 +363,19 @@ class FakeProviderServer:
         return response(environ, start_response)
 
     def _dispatch(self, request: Request) -> Response:
+        if request.path.startswith(MISTRAL_PREFIX + "/"):
+            return self._mistral.handle(request)
         provider = ANTHROPIC if request.path.startswith("/v1/messages") else OPENAI
+        if request.path.startswith(("/v1beta/", "/upload/v1beta/")):
+            provider = GEMINI
         adapter = self._url_map.bind_to_environ(request.environ)
         try:
             endpoint, args = adapter.match()
         except HTTPException as exc:
             status = exc.code or 404
-            kind = "not_found_error" if provider == ANTHROPIC else "invalid_request_error"
+            kind = {ANTHROPIC: "not_found_error", GEMINI: "NOT_FOUND"}.get(
+                provider, "invalid_request_error"
+            )
             return error_response(
                 provider,
                 ApiError(status, kind, f"{request.method} {request.path}: {exc.name}"),
@@ -346,6 +384,8 @@ class FakeProviderServer:
             handler = getattr(self, f"_h_{endpoint}")
         elif endpoint.startswith("messages_"):
             handler = getattr(self._anthropic, endpoint)
+        elif endpoint.startswith("gemini_"):
+            handler = getattr(self._gemini, endpoint)
         else:
             handler = getattr(self._openai, endpoint)
         if endpoint.startswith("admin_"):
@@ -363,11 +403,17 @@ class FakeProviderServer:
             return error_response(provider, err)
         except Exception:  # a bug in the fake: answer 500 rather than drop the connection
             _LOG.exception("fake provider failed on %s %s", request.method, request.path)
-            kind = "api_error" if provider == ANTHROPIC else "server_error"
+            kind = {ANTHROPIC: "api_error", GEMINI: "INTERNAL"}.get(provider, "server_error")
             return error_response(provider, ApiError(500, kind, "Internal error in the fake."))
 
     @staticmethod
     def _check_auth(provider: str, request: Request) -> None:
+        if provider == GEMINI:  # the SDK sends x-goog-api-key (the REST docs: ?key=)
+            if request.headers.get("x-goog-api-key", "").strip() or request.args.get("key"):
+                return
+            if request.path.startswith("/upload/") and request.args.get("upload_id"):
+                return  # a resumable upload's URL is its own credential
+            raise ApiError(401, "UNAUTHENTICATED", "API key not valid. Please pass a valid key.")
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "bearer" and token.strip():
             return

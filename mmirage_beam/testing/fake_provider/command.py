@@ -21,7 +21,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="mmirage fake-provider",
         description="Serve a fake OpenAI (Files + Batches) and Anthropic (Message Batches) "
         "API on one loopback port, in memory. Point the SDKs or a config's base_url at it: "
-        "OpenAI http://HOST:PORT/v1, Anthropic http://HOST:PORT. Any non-empty key is "
+        "OpenAI http://HOST:PORT/v1, Anthropic http://HOST:PORT, Mistral "
+        "http://HOST:PORT/mistral. Any non-empty key is "
         "accepted. Script failures at start with the flags below, or later with "
         "POST /_fake/script (same keys as --script); GET /_fake/state shows what it holds.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -122,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the fake until Ctrl-C or SIGTERM; returns the process exit code.
 
     Prints one banner line ``fake provider listening on http://HOST:PORT (OpenAI:
-    http://HOST:PORT/v1, Anthropic: http://HOST:PORT)`` once the port is bound.
+    http://HOST:PORT/v1, Anthropic: http://HOST:PORT, Gemini: http://HOST:PORT, Mistral:
+    http://HOST:PORT/mistral)`` once the port is bound.
     """
     parser = _parser()
     args = parser.parse_args(argv)
@@ -146,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(
             f"fake provider listening on {fake.base_url} "
-            f"(OpenAI: {fake.openai_base_url}, Anthropic: {fake.anthropic_base_url})",
+            f"(OpenAI: {fake.openai_base_url}, Anthropic: {fake.anthropic_base_url}, "
+            f"Gemini: {fake.gemini_base_url}, Mistral: {fake.mistral_base_url})",
             flush=True,
         )
         while not stop.wait(0.2):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,12 +74,13 @@ class OpenAIApi:
             raise ApiError(400, "invalid_request_error", "File is too large.", param="file")
         expires_after = None
         if purpose == "batch":
-            if not filename.endswith(".jsonl"):
+            if not is_batch_jsonl(filename, content):
+                # The real service's text, type, param and code, as quoted in
+                # https://github.com/BerriAI/litellm/pull/37527 (a notes.txt upload).
                 raise ApiError(
                     400,
                     "invalid_request_error",
-                    f"Invalid file format for Batch API. Must be .jsonl, got {filename!r}.",
-                    param="file",
+                    "Invalid file format for Batch API. Must be .jsonl",
                 )
             expires_after = limits.OPENAI_BATCH_FILE_LIFETIME_SECS
         with self.store.lock:
@@ -431,6 +433,39 @@ class OpenAIApi:
         view["metadata"] = copy.deepcopy(batch.metadata)
         view["usage"] = copy.deepcopy(batch.usage) if terminal else None
         return view
+
+
+def is_batch_jsonl(filename: str, content: bytes) -> bool:
+    """Whether a ``purpose=batch`` upload named ``filename`` is taken as JSONL.
+
+    A name ending in ``.jsonl`` (any case) is, whatever the bytes (bad lines fail the
+    batch later, as on the real service). A name with no extension (the openai SDK
+    names a raw-bytes upload ``upload``) is when ``content`` looks like
+    JSONL: UTF-8 whose first non-blank line is a JSON object, or no line at all. Any
+    other extension (``notes.txt``, ``input.json``) is refused.
+
+    The API reference only says the input file "must be formatted as a JSONL file"
+    (``input_file_id`` of https://platform.openai.com/docs/api-reference/batch/create,
+    also the openai SDK's ``batches.create`` docstring); that extension-less
+    uploads are accepted is inferred from clients that upload raw bytes against the
+    real API every day (bespokelabs-curator's OpenAI batch mode, litellm's
+    ``create_file(file=<bytes>)``), and the content sniff is this fake's guess at how
+    the service tells JSONL from another format without a name.
+    """
+    extension = os.path.splitext(filename)[1]
+    if extension:
+        return extension.lower() == ".jsonl"
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    first = next((line for line in text.split("\n") if line.strip()), None)
+    if first is None:
+        return True
+    try:
+        return isinstance(json.loads(first), dict)
+    except ValueError:
+        return False
 
 
 def _check_metadata(metadata: Any) -> None:

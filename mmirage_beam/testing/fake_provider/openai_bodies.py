@@ -81,6 +81,10 @@ def _check_schema(fmt: Any, param: str, *, nested: bool) -> HttpFailure | None:
     return None
 
 
+# Responses-API keys that can stand in for ``input``.
+_RESPONSES_CONTEXT_KEYS = ("prompt", "previous_response_id", "conversation")
+
+
 def check_body(endpoint: str, body: Any) -> HttpFailure | None:
     """Request-level validation: a failure becomes a 400 line in the error file."""
     if not isinstance(body, Mapping):
@@ -134,7 +138,13 @@ def check_body(endpoint: str, body: Any) -> HttpFailure | None:
         if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
             return _check_schema(fmt, "response_format", nested=True)
     elif endpoint == "/v1/responses":
-        if not isinstance(body.get("input"), (str, list)):
+        # ``input`` is optional in the Responses API (``input: ... | Omit`` in openai
+        # 3.57's ``responses.create``): a stored ``prompt``, ``previous_response_id`` or
+        # ``conversation`` can carry the conversation instead. With none of them the
+        # request is still refused (undocumented; no client sends that).
+        given = "input" in body and body["input"] is not None
+        context = any(body.get(key) for key in _RESPONSES_CONTEXT_KEYS)
+        if (given and not isinstance(body["input"], (str, list))) or not (given or context):
             return oa_error(
                 400,
                 "Missing required parameter: 'input'.",
@@ -180,7 +190,7 @@ def prompt_of(endpoint: str, body: Mapping[str, Any]) -> tuple[str, int, str, An
         elif isinstance(fmt, Mapping) and fmt.get("type") == "json_object":
             mode = "json_object"
     elif endpoint == "/v1/responses":
-        items = body.get("input")
+        items = body.get("input") or []
         if isinstance(items, str):
             texts.append(items)
         else:

@@ -69,7 +69,35 @@ ANTHROPIC_ENDPOINT_NAMES = (
     "messages_batches_delete",
     "messages_batches_results",
 )
-API_ENDPOINT_NAMES = frozenset(OPENAI_ENDPOINT_NAMES + ANTHROPIC_ENDPOINT_NAMES)
+GEMINI_ENDPOINT_NAMES = (
+    "gemini_files_upload",
+    "gemini_files_get",
+    "gemini_files_download",
+    "gemini_batches_create",
+    "gemini_batches_list",
+    "gemini_batches_get",
+    "gemini_batches_cancel",
+    "gemini_batches_delete",
+    "gemini_count_tokens",
+)
+MISTRAL_ENDPOINT_NAMES = (
+    "mistral_files_upload",
+    "mistral_files_list",
+    "mistral_files_retrieve",
+    "mistral_files_delete",
+    "mistral_files_download",
+    "mistral_jobs_create",
+    "mistral_jobs_list",
+    "mistral_jobs_get",
+    "mistral_jobs_cancel",
+    "mistral_jobs_delete",
+)
+API_ENDPOINT_NAMES = frozenset(
+    OPENAI_ENDPOINT_NAMES
+    + ANTHROPIC_ENDPOINT_NAMES
+    + GEMINI_ENDPOINT_NAMES
+    + MISTRAL_ENDPOINT_NAMES
+)
 
 
 def error_marker(prompt_text: str) -> str | None:

@@ -142,6 +142,11 @@ class Store:
             self.transient_failed: set[str] = set()
             self.call_counts: dict[str, int] = {}
             self.script: dict[str, Any] = dict(SCRIPT_DEFAULTS)
+            # Gemini: uploaded and generated files, and resumable uploads in progress
+            self.gemini_files: dict[str, dict[str, Any]] = {}
+            self.gemini_uploads: dict[str, dict[str, Any]] = {}
+            # provider name -> that provider module's own state (e.g. Mistral's files)
+            self.provider_state: dict[str, dict[str, Any]] = {}
 
     # -- files ----------------------------------------------------------------------------
 

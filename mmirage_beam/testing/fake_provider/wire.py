@@ -13,7 +13,21 @@ from werkzeug.wrappers import Request, Response
 
 OPENAI = "openai"
 ANTHROPIC = "anthropic"
-PROVIDERS = (OPENAI, ANTHROPIC)
+GEMINI = "gemini"
+MISTRAL = "mistral"
+PROVIDERS = (OPENAI, ANTHROPIC, GEMINI, MISTRAL)
+#: google.rpc status names of HTTP codes (Gemini's error shape)
+_GOOGLE_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
 
 
 def new_id(prefix: str) -> str:
@@ -53,7 +67,18 @@ def json_response(
 
 
 def error_response(provider: str, err: ApiError) -> Response:
-    """``err`` in the provider's error shape (OpenAI ``{error}``, Anthropic ``{type, error}``)."""
+    """``err`` in the provider's error shape (OpenAI ``{error}``, Anthropic ``{type, error}``,
+    Gemini ``{error: {code, message, status}}``)."""
+    if provider == GEMINI:
+        status = err.error_type if err.error_type.isupper() else None
+        body = {
+            "error": {
+                "code": err.status,
+                "message": err.message,
+                "status": status or _GOOGLE_STATUS.get(err.status, "UNKNOWN"),
+            }
+        }
+        return json_response(body, err.status, err.headers)
     if provider == ANTHROPIC:
         body: dict[str, Any] = {
             "type": "error",
@@ -83,6 +108,11 @@ def not_found_error(provider: str, args: Mapping[str, str]) -> ApiError:
     if provider == ANTHROPIC:
         what = args.get("batch_id", "")
         return ApiError(404, "not_found_error", f"Message batch {what} not found.")
+    if provider == GEMINI:
+        what = (
+            f"files/{args['file_id']}" if "file_id" in args else f"batches/{args.get('batch_id')}"
+        )
+        return ApiError(404, "NOT_FOUND", f"{what} not found.")
     if "file_id" in args:
         return ApiError(404, "invalid_request_error", f"No such File object: {args['file_id']}")
     return ApiError(
@@ -102,7 +132,9 @@ def status_error(
     headers."""
     if status == 404:
         return not_found_error(provider, args or {})
-    if provider == ANTHROPIC:
+    if provider == GEMINI:
+        kind, code = _GOOGLE_STATUS.get(status, "UNKNOWN"), None
+    elif provider == ANTHROPIC:
         kind = {429: "rate_limit_error", 529: "overloaded_error", 504: "timeout_error"}.get(
             status, "api_error" if status >= 500 else "invalid_request_error"
         )

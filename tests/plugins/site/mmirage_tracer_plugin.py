@@ -20,9 +20,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Sequence
 
-from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry, OpenAIBatchConfig
+from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
 from mmirage_beam.providers.base import BatchAdapterRegistry
-from mmirage_beam.providers.openai_batch import OpenAIBatchAdapter
+from mmirage_beam.providers.openai import OpenAIBatchConfig
+from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 
 TRACE_ENV_VAR = "MMIRAGE_TRACE_FILE"
 

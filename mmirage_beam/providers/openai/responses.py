@@ -128,11 +128,13 @@ def normalise_responses_body(body: Dict[str, Any]) -> Dict[str, Any]:
     if not isinstance(body, dict) or not isinstance(body.get("output"), list):
         shape = type(body).__name__ if not isinstance(body, dict) else "no output[] list"
         return _error(MALFORMED, f"the body is not a Response ({shape})", None)
+    from mmirage_beam.results import kind_text, token_count
+
     usage = body.get("usage")
     tokens: Dict[str, int] = {}
-    if isinstance(usage, dict) and isinstance(usage.get("input_tokens"), int):
-        tokens["input_tokens"] = int(usage["input_tokens"])
-        tokens["output_tokens"] = int(usage.get("output_tokens") or 0)
+    if isinstance(usage, dict) and token_count(usage.get("input_tokens")) is not None:
+        tokens["input_tokens"] = usage["input_tokens"]
+        tokens["output_tokens"] = token_count(usage.get("output_tokens")) or 0
     texts: list[str] = []
     refusals: list[str] = []
     for item in body["output"]:
@@ -154,14 +156,17 @@ def normalise_responses_body(body: Dict[str, Any]) -> Dict[str, Any]:
     if refusals:
         return _error(REFUSAL, " ".join(r for r in refusals if r) or "the model refused", tokens)
     if body.get("status") == "incomplete":
-        reason = (body.get("incomplete_details") or {}).get("reason") or "unknown"
+        details = body.get("incomplete_details")
+        reason = (details.get("reason") if isinstance(details, dict) else None) or "unknown"
         kind = CONTENT_FILTER if reason == "content_filter" else TRUNCATED
         said = f"; text so far: {text}" if text else ""
         return _error(kind, f"the response is incomplete ({reason}){said}", tokens)
     if body.get("status") == "failed" or body.get("error"):
         err = body.get("error") if isinstance(body.get("error"), dict) else {}
         message = err.get("message") or "no message"
-        return _error(err.get("code") or MALFORMED, f"the response failed: {message}", tokens)
+        return _error(
+            kind_text(err.get("code")) or MALFORMED, f"the response failed: {message}", tokens
+        )
     if not text.strip():
         return _error(EMPTY, "the response holds no output text", tokens)
     return {"generated_text": text, **tokens}

@@ -43,9 +43,10 @@ import time
 from typing import Any, Callable, ClassVar, Dict, Iterable, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.costs.tokens import TokenCount
 from mmirage_beam.images import image_error, images_error
-from mmirage_beam.providers.base import BatchAdapterRegistry, BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchProgress as _Progress
+from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.retrying import make_retry_filter
@@ -55,7 +56,10 @@ from mmirage_beam.results import (
     REFUSAL,
     TRUNCATED,
     MalformedResult,
+    kind_text,
+    message_text,
     results_from_lines,
+    token_count,
 )
 
 _LOG = logging.getLogger(__name__)
@@ -142,6 +146,24 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         if client is not None:
             client.close()
             self._client = None
+
+    def count_request_tokens(
+        self, request: Dict[str, Any], model: Optional[str] = None
+    ) -> Optional[TokenCount]:
+        """A labelled estimate (no public tokenizer:
+        :func:`mmirage_beam.providers.anthropic.tokens.count_anthropic_request`)."""
+        from mmirage_beam.providers.anthropic.tokens import count_anthropic_request
+
+        return count_anthropic_request(request, model)
+
+    def exact_token_counter(
+        self, config: BatchProviderConfig
+    ) -> Optional[Callable[[Dict[str, Any]], int]]:
+        """The free ``messages.count_tokens`` endpoint
+        (:class:`~mmirage_beam.providers.anthropic.tokens.AnthropicExactCounter`)."""
+        from mmirage_beam.providers.anthropic.tokens import AnthropicExactCounter
+
+        return AnthropicExactCounter(getattr(config, "base_url", None))
 
     def is_retryable(self, exc: BaseException) -> bool:
         """Connection errors and timeouts (``anthropic.APIConnectionError``), and
@@ -458,19 +480,22 @@ def normalise_result(item: Any) -> Dict[str, Any]:
             return result
         usage = message.get("usage")
         if isinstance(usage, dict) and "input_tokens" in usage:
-            result["input_tokens"] = int(usage["input_tokens"] or 0)
-            result["output_tokens"] = int(usage.get("output_tokens") or 0)
+            result["input_tokens"] = token_count(usage["input_tokens"]) or 0
+            result["output_tokens"] = token_count(usage.get("output_tokens")) or 0
             # prompt caching: tokens read from / written to the cache, not in input_tokens
             # (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching)
             for key in ("cache_read_input_tokens", "cache_creation_input_tokens"):
-                if isinstance(usage.get(key), int) and usage[key]:
-                    result[key] = int(usage[key])
-        texts = [
-            b.get("text") or ""
-            for b in message["content"]
-            if isinstance(b, dict) and b.get("type") == "text"
-        ]
-        text = "".join(texts)
+                if token_count(usage.get(key)):
+                    result[key] = token_count(usage[key])
+        blocks = [b for b in message["content"] if isinstance(b, dict) and b.get("type") == "text"]
+        if any(not isinstance(b.get("text"), (str, type(None))) for b in blocks):
+            result["error"] = {
+                "type": MALFORMED_RESPONSE,
+                "message": "succeeded with a text block whose text is not a string",
+                "status_code": None,
+            }
+            return result
+        text = "".join(b.get("text") or "" for b in blocks)
         stop = message.get("stop_reason")
         if stop == "refusal":
             result["error"] = _answer_error(
@@ -490,8 +515,8 @@ def normalise_result(item: Any) -> Dict[str, Any]:
         outer = res.get("error") if isinstance(res.get("error"), dict) else {}
         err = outer.get("error") if isinstance(outer.get("error"), dict) else outer
         result["error"] = {
-            "type": err.get("type") or "api_error",
-            "message": err.get("message") or "",
+            "type": kind_text(err.get("type")) or "api_error",
+            "message": message_text(err.get("message")),
             "status_code": None,
         }
     elif kind in ("canceled", "expired"):
@@ -554,6 +579,3 @@ def _image_block(img: Dict[str, Any], max_side_px: int, n_images: int) -> Dict[s
 
 
 _OUTCOMES = ("processing", "succeeded", "errored", "canceled", "expired")
-
-
-BatchAdapterRegistry.register("anthropic", AnthropicBatchAdapter)

@@ -29,12 +29,13 @@ import time
 from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.costs.tokens import TokenCount
 from mmirage_beam.images import image_error, images_error
-from mmirage_beam.providers.base import BatchAdapterRegistry, BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchProgress as _Progress
+from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
-from mmirage_beam.providers.openai_responses import (
+from mmirage_beam.providers.openai.responses import (
     build_responses_body,
     normalise_responses_body,
     schema_name,
@@ -47,7 +48,10 @@ from mmirage_beam.results import (
     REFUSAL,
     TRUNCATED,
     MalformedResult,
+    kind_text,
+    message_text,
     results_from_lines,
+    token_count,
 )
 
 _LOG = logging.getLogger(__name__)
@@ -102,6 +106,15 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
             **kwargs,
         )
 
+    def count_request_tokens(
+        self, request: Dict[str, Any], model: Optional[str] = None
+    ) -> Optional[TokenCount]:
+        """tiktoken's count, exact for plain chat text
+        (:func:`mmirage_beam.providers.openai.tokens.count_openai_request`)."""
+        from mmirage_beam.providers.openai.tokens import count_openai_request
+
+        return count_openai_request(request, model)
+
     def is_retryable(self, exc: BaseException) -> bool:
         """Connection errors and timeouts (``openai.APIConnectionError``), and
         ``openai.APIStatusError`` with 408, 409, 429 or >= 500."""
@@ -119,7 +132,7 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
     ) -> Dict[str, Any]:
         """One batch input line for ``config.batch_endpoint``: a chat-completions body
         (``messages``, ``response_format``) or a Responses body
-        (:func:`~mmirage_beam.providers.openai_responses.build_responses_body`).
+        (:func:`~mmirage_beam.providers.openai.responses.build_responses_body`).
 
         Raises:
             RequestBuildError: an image OpenAI refuses (type, animation), more than
@@ -419,20 +432,21 @@ def normalise_result_line(line: Any) -> Dict[str, Any]:
         err = err if isinstance(err, dict) else {"message": str(err)}
         # OpenAI's rate-limit errors have type "requests"/"tokens" and the telling word in
         # code ("rate_limit_exceeded"); other errors have a "*_error" type.
-        kind = err.get("type") or ""
+        kind = kind_text(err.get("type"))
         if not kind.endswith("_error"):
-            kind = err.get("code") or kind
+            kind = kind_text(err.get("code")) or kind
+        status = _status(response)
         result["error"] = {
-            "type": kind or f"http_{response.get('status_code')}",
-            "message": err.get("message") or "",
-            "status_code": response.get("status_code"),
+            "type": kind or f"http_{status if status is not None else 'unknown'}",
+            "message": message_text(err.get("message")),
+            "status_code": status,
             **_code_and_param(err, kind),
         }
     elif error is not None:
         error = error if isinstance(error, dict) else {"message": str(error)}
         result["error"] = {
-            "type": error.get("code") or "unknown_error",
-            "message": error.get("message") or "",
+            "type": kind_text(error.get("code")) or "unknown_error",
+            "message": message_text(error.get("message")),
             "status_code": None,
             **_code_and_param(error, error.get("code")),
         }
@@ -446,16 +460,20 @@ def _code_and_param(err: Dict[str, Any], kind: Any) -> Dict[str, Any]:
     ``messages[0].content``), kept beside its message when set and when the code is not
     already the error's type: OpenAI's error object is ``{message, type, param, code}``
     (https://platform.openai.com/docs/guides/error-codes)."""
-    kept = {k: err[k] for k in ("code", "param") if isinstance(err.get(k), (str, int))}
+    kept = {k: err[k] for k in ("code", "param") if isinstance(err.get(k), str) and err[k]}
     if kept.get("code") == kind:
         del kept["code"]
     return kept
 
 
 def _status(response: Dict[str, Any]) -> Optional[int]:
+    """The HTTP status of a result line's response, None when it is not a number."""
+    value = response.get("status_code")
+    if isinstance(value, bool):
+        return None
     try:
-        return int(response.get("status_code"))
-    except (TypeError, ValueError):
+        return int(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: Infinity
         return None
 
 
@@ -468,8 +486,8 @@ def _chat_outcome(body: Dict[str, Any], cid: str) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     usage = body.get("usage")
     if isinstance(usage, dict) and "prompt_tokens" in usage:
-        out["input_tokens"] = int(usage.get("prompt_tokens") or 0)
-        out["output_tokens"] = int(usage.get("completion_tokens") or 0)
+        out["input_tokens"] = token_count(usage.get("prompt_tokens")) or 0
+        out["output_tokens"] = token_count(usage.get("completion_tokens")) or 0
     choices = body.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices else None
     message = choice.get("message") if isinstance(choice, dict) else None
@@ -549,6 +567,3 @@ def _chat_body(
 
 def _count(value: Any) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-BatchAdapterRegistry.register("openai", OpenAIBatchAdapter)

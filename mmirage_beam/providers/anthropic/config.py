@@ -1,0 +1,60 @@
+"""``provider: anthropic``: the config dataclass, its limits and their sources."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.config.batch_provider import check_number as _check_number
+from mmirage_beam.config.batch_provider import check_str as _check_str
+from mmirage_beam.errors import ConfigError, require_int
+
+
+@dataclass
+class AnthropicBatchConfig(BatchProviderConfig):
+    """``provider: anthropic`` (Anthropic Message Batches API).
+
+    Limits: 100,000 requests and 256 MB per batch creation (Anthropic Message Batches
+    documentation).
+    """
+
+    PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = 100_000
+    PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = 256 * 1024 * 1024
+    PROVIDER_LIMITS_SOURCE: ClassVar[str] = (
+        "Anthropic Message Batches docs: 100,000 requests and 256 MB per batch"
+    )
+
+    provider: str = "anthropic"
+    model: str = "claude-haiku-4-5"
+    max_tokens: int = 8192
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    base_url: Optional[str] = None
+    timeout_seconds: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.base_url == "":
+            self.base_url = None  # e.g. an unset ${VAR:-}
+        _check_str("model", self.model)
+        require_int("max_tokens", self.max_tokens, minimum=1)
+        if self.temperature is not None and self.top_p is not None:
+            raise ConfigError(
+                "temperature",
+                "temperature and top_p are mutually exclusive for Anthropic; set only one",
+            )
+        if self.temperature is not None:
+            t = _check_number("temperature", self.temperature)
+            if not 0 <= t <= 1:
+                raise ConfigError("temperature", f"must be in [0, 1], got {t}")
+        if self.top_p is not None:
+            p = _check_number("top_p", self.top_p)
+            if not 0 < p <= 1:
+                raise ConfigError("top_p", f"must be in (0, 1], got {p}")
+        if self.timeout_seconds is not None:
+            s = _check_number("timeout_seconds", self.timeout_seconds)
+            if not s > 0:
+                raise ConfigError("timeout_seconds", f"must be > 0, got {s}")
+        if self.base_url is not None:
+            _check_str("base_url", self.base_url)

@@ -1,0 +1,627 @@
+"""Gemini API batch mode adapter (google-genai SDK, file mode).
+
+Contract facts (PROVIDERS.md, checked against google-genai 2.34 ``batches.py`` /
+``files.py`` and the Gemini batch mode docs, https://ai.google.dev/gemini-api/docs/batch-mode):
+
+- A chunk is a JSONL file of ``{"key": custom_id, "request": GenerateContentRequest}``
+  lines, uploaded with ``client.files.upload`` (Google's resumable protocol:
+  ``POST upload/v1beta/files`` with ``X-Goog-Upload-Command: start``, then ``upload,
+  finalize`` to the returned ``X-Goog-Upload-URL``), then
+  ``client.batches.create(model=, src="files/...", config={"display_name"})``
+  (``POST v1beta/models/{model}:batchGenerateContent``). Text and images are parts
+  (``text``, ``inline_data {mime_type, data}``); JSON outputs set
+  ``generation_config.response_mime_type = "application/json"`` and
+  ``response_schema`` (an OpenAPI-subset schema, converted from the JSON schema).
+- States: ``JOB_STATE_PENDING | RUNNING | SUCCEEDED | FAILED | CANCELLED | EXPIRED``
+  (REST ``BATCH_STATE_*``); a job pending or running for over 48 h expires.
+- Results: ``client.files.download(file=job.dest.file_name)``, one line per request,
+  ``{"key", "response": GenerateContentResponse}`` or ``{"key", "error": Status}``; text
+  in ``candidates[0].content.parts[*].text``, ``finish_reason`` mapped (``MAX_TOKENS`` ->
+  truncated; ``SAFETY``, ``PROHIBITED_CONTENT``, ``BLOCKLIST``, ``SPII`` and
+  ``RECITATION`` -> content_filter, the message naming the reason), usage from
+  ``usage_metadata.prompt_token_count`` / ``candidates_token_count``.
+
+Exactly-once creation: "Creation of a batch job is not idempotent" (batch mode docs).
+Every job's ``display_name`` is ``mmirage-<run_id>-<chunk_id>`` (:func:`display_name`),
+and before every *retried* create the adapter lists the jobs
+(:meth:`GeminiBatchAdapter.find_batch`) and adopts the one of this run and chunk instead
+of creating a second; a resumed run does the same for every chunk whose submission was
+interrupted (:mod:`mmirage_beam.resume`). The file is uploaded once per chunk and reused
+by every create attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import tempfile
+import time
+from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
+
+from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.costs.tokens import TokenCount
+from mmirage_beam.errors import ConfigError
+from mmirage_beam.images import image_error, images_error
+from mmirage_beam.providers import retrying
+from mmirage_beam.providers.base import BatchProgress as _Progress
+from mmirage_beam.providers.base import BatchSubmissionAdapter
+from mmirage_beam.providers.base import BatchSubmissionResult as _Result
+from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.gemini.config import MAX_INLINE_BYTES
+from mmirage_beam.results import (
+    CONTENT_FILTER,
+    EMPTY,
+    TRUNCATED,
+    MalformedResult,
+    results_from_lines,
+)
+
+_LOG = logging.getLogger(__name__)
+
+#: the ``[gemini]`` extra: ``pip install 'mmirage-beam[gemini]'``.
+SDK_EXTRA = "gemini"
+
+# Image understanding guide (https://ai.google.dev/gemini-api/docs/image-understanding,
+# read 2026-12): "Gemini supports the following image format MIME types: PNG, JPEG,
+# WEBP, HEIC, HEIF"; inline data only (an http(s) URL is not fetched by the API).
+ACCEPTED_IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp", "image/heic", "image/heif")
+VISION_LIMITS_SOURCE = "Gemini image understanding guide"
+
+#: ``finish_reason`` -> (outcome type, why), for answers that are not usable
+#: (google-genai 2.34 ``types.FinishReason``; Gemini API reference, "FinishReason").
+FINISH_OUTCOMES: Mapping[str, tuple[str, str]] = {
+    "MAX_TOKENS": (TRUNCATED, "the answer was cut at max_output_tokens"),
+    "SAFETY": (CONTENT_FILTER, "the answer was blocked by Gemini's safety filters"),
+    "PROHIBITED_CONTENT": (CONTENT_FILTER, "the answer was blocked as prohibited content"),
+    "BLOCKLIST": (CONTENT_FILTER, "the answer holds a term of a blocklist"),
+    "SPII": (CONTENT_FILTER, "the answer holds sensitive personal information"),
+    "IMAGE_SAFETY": (CONTENT_FILTER, "the answer was blocked by Gemini's image safety filters"),
+    "RECITATION": (
+        CONTENT_FILTER,
+        "the answer was stopped for reciting training data (finish_reason RECITATION)",
+    ),
+}
+#: google.rpc status code (HTTP) of an error line -> the project's error type.
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout",
+    429: "rate_limit_exceeded",
+    499: "cancelled",
+    500: "server_error",
+    503: "service_unavailable",
+    504: "timeout",
+}
+_RPC_CODES = {  # google.rpc.Code (numeric, as some error lines carry) -> HTTP
+    1: 499,
+    3: 400,
+    4: 504,
+    5: 404,
+    7: 403,
+    8: 429,
+    13: 500,
+    14: 503,
+    16: 401,
+}
+
+
+def display_name(run_id: Optional[str], chunk_id: str) -> str:
+    """The run-tagged ``display_name`` of a chunk's batch job, by which a lost create is
+    found again (``mmirage-<run_id>-<chunk_id>``)."""
+    return f"mmirage-{run_id or 'norun'}-{chunk_id}"
+
+
+def import_sdk() -> Any:
+    """``google.genai``, or a ConfigError naming the extra that installs it."""
+    import importlib
+
+    try:
+        genai = importlib.import_module("google.genai")
+    except ImportError:
+        raise ConfigError(
+            "provider",
+            "provider 'gemini' needs the google-genai SDK: pip install "
+            f"'mmirage-beam[{SDK_EXTRA}]'",
+        ) from None
+    return genai
+
+
+class GeminiBatchAdapter(BatchSubmissionAdapter):
+    """``provider: gemini``: builds batch lines and drives the Gemini batch API.
+
+    The client (``google.genai.Client``) is built in :meth:`setup` with the key from
+    ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``), the config's ``base_url`` and
+    ``timeout_seconds``; the SDK retries nothing by default, so every call is retried by
+    :meth:`call_with_retries`, and a retried create first adopts the job an earlier
+    attempt may have made (:meth:`find_batch`).
+    """
+
+    required_credentials: ClassVar[Sequence[str]] = ("api_key",)
+    #: ``GOOGLE_API_KEY`` is the SDK's own fallback (google-genai reads both).
+    CREDENTIAL_FALLBACKS: ClassVar[Mapping[str, Sequence[str]]] = {"api_key": ("GOOGLE_API_KEY",)}
+    chunk_overhead_bytes: ClassVar[int] = 0  # the upload is exactly the JSONL lines
+    STATUS_MAP: ClassVar[Mapping[str, str]] = {
+        **{f"{p}_state_pending": "in_progress" for p in ("job", "batch")},
+        **{f"{p}_state_running": "in_progress" for p in ("job", "batch")},
+        **{f"{p}_state_succeeded": "completed" for p in ("job", "batch")},
+        **{f"{p}_state_failed": "failed" for p in ("job", "batch")},
+        **{f"{p}_state_cancelled": "failed" for p in ("job", "batch")},
+        **{f"{p}_state_expired": "failed" for p in ("job", "batch")},
+        "job_state_queued": "in_progress",
+        "job_state_cancelling": "in_progress",
+        "job_state_paused": "in_progress",
+        "job_state_updating": "in_progress",
+        "job_state_partially_succeeded": "completed",
+    }
+    #: page size of the job listing when looking for a lost create.
+    FIND_BATCH_PAGE_SIZE: ClassVar[int] = 100
+
+    @classmethod
+    def check_dependencies(cls) -> None:
+        """google-genai must be importable (the ``[gemini]`` extra)."""
+        import_sdk()
+
+    def setup(self, config: BatchProviderConfig) -> None:
+        genai = import_sdk()
+        from google.genai import types
+
+        options: Dict[str, Any] = {}
+        if getattr(config, "base_url", None):
+            options["base_url"] = config.base_url
+        if getattr(config, "timeout_seconds", None):
+            options["timeout"] = int(float(config.timeout_seconds) * 1000)  # milliseconds
+        self._client = genai.Client(
+            api_key=self.credentials.get("api_key"), http_options=types.HttpOptions(**options)
+        )
+
+    def teardown(self) -> None:
+        client = getattr(self, "_client", None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+            self._client = None
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        """Connection errors and timeouts (httpx transport errors), and
+        ``google.genai.errors.APIError`` with 408, 409, 429 or >= 500."""
+        code = _error_code(exc)
+        if code is not None:
+            return code in retrying.RETRYABLE_STATUS_CODES or code >= 500
+        import httpx
+
+        return isinstance(exc, (httpx.TransportError, *retrying.transport_errors()))
+
+    def is_retryable_lookup(self, exc: BaseException) -> bool:
+        """:meth:`is_retryable`, plus a 404 (a receipted job exists)."""
+        return self.is_retryable(exc) or _error_code(exc) == 404
+
+    # -- provider knowledge ---------------------------------------------------------------
+    def count_request_tokens(
+        self, request: Dict[str, Any], model: Optional[str] = None
+    ) -> Optional[TokenCount]:
+        """A labelled estimate
+        (:func:`mmirage_beam.providers.gemini.tokens.count_gemini_request`)."""
+        from mmirage_beam.providers.gemini.tokens import count_gemini_request
+
+        return count_gemini_request(request, model)
+
+    def exact_token_counter(
+        self, config: BatchProviderConfig
+    ) -> Optional[Callable[[Dict[str, Any]], int]]:
+        """The free ``models.count_tokens`` endpoint
+        (:class:`~mmirage_beam.providers.gemini.tokens.GeminiExactCounter`)."""
+        from mmirage_beam.providers.gemini.tokens import GeminiExactCounter
+
+        return GeminiExactCounter(getattr(config, "model", None), getattr(config, "base_url", None))
+
+    # -- requests -------------------------------------------------------------------------
+    def build_request(
+        self, custom_id: str, payload: Dict[str, Any], config: BatchProviderConfig
+    ) -> Dict[str, Any]:
+        """``{"key": custom_id, "request": {"contents": [{"role": "user", "parts"}],
+        "generation_config"?}}``: the prompt text, then each image as ``inline_data``.
+
+        Raises:
+            mmirage_beam.errors.RequestBuildError: an image given by URL, of a type
+                Gemini refuses, or a request whose inline images pass 20 MB.
+        """
+        parts: list[Dict[str, Any]] = [{"text": _prompt_text(payload["messages"])}]
+        images = payload.get("images") or []
+        total = 0
+        for img in images:
+            if img.get("data") is None:
+                raise image_error(
+                    img,
+                    f"image {img.get('source')!r} is a URL; Gemini batch requests take images "
+                    "as inline data only (give a local path or a storage path instead)",
+                )
+            if img.get("media_type") not in ACCEPTED_IMAGE_TYPES:
+                raise image_error(
+                    img,
+                    f"image {img.get('source')!r} is {img.get('media_type')}; Gemini accepts "
+                    f"only PNG, JPEG, WEBP, HEIC and HEIF ({VISION_LIMITS_SOURCE})",
+                )
+            total += len(img["data"])
+            parts.append({"inline_data": {"mime_type": img["media_type"], "data": img["data"]}})
+        if total > MAX_INLINE_BYTES:
+            raise images_error(
+                images,
+                f"the request's images are {total} bytes of base64, over Gemini's 20 MB "
+                f"({MAX_INLINE_BYTES} bytes) per request with inline data "
+                f"({VISION_LIMITS_SOURCE})",
+            )
+        generation: Dict[str, Any] = {}
+        if getattr(config, "max_tokens", None) is not None:
+            generation["max_output_tokens"] = int(config.max_tokens)
+        for name in ("temperature", "top_p"):
+            if getattr(config, name, None) is not None:
+                generation[name] = getattr(config, name)
+        schema = payload.get("json_schema")
+        if schema is not None:
+            generation["response_mime_type"] = "application/json"
+            generation["response_schema"] = response_schema(schema)
+        request: Dict[str, Any] = {"contents": [{"role": "user", "parts": parts}]}
+        if generation:
+            request["generation_config"] = generation
+        return {"key": custom_id, "request": request}
+
+    # -- submission -----------------------------------------------------------------------
+    def submit_chunk(
+        self, chunk_id: str, requests: Sequence[Dict[str, Any]], config: BatchProviderConfig
+    ) -> Dict[str, Any]:
+        lines = [self.serialize_request(r) for r in requests]
+        return self.submit_chunk_lines(chunk_id, lines, config)
+
+    def submit_chunk_lines(
+        self, chunk_id: str, lines: Sequence[bytes], config: BatchProviderConfig
+    ) -> Dict[str, Any]:
+        """Upload exactly ``lines`` as the JSONL input file, then create the job (see the
+        module docstring for the adoption of a lost create).
+
+        Raises:
+            mmirage_beam.providers.retrying.ProviderRetriesExhausted: the upload, a
+                lookup or the create still failed after the last attempt.
+            google.genai.errors.APIError: a non-retryable answer (e.g. 400), at once.
+        """
+        data = b"".join(lines)
+        return self._upload_and_create(chunk_id, lambda: io.BytesIO(data), config)
+
+    def submit_chunk_file(
+        self, chunk_id: str, path: str, config: BatchProviderConfig
+    ) -> Dict[str, Any]:
+        """Upload the staged chunk file ``path`` as it is (a fresh read for every upload
+        attempt; object-store paths are read into memory), then create the job as
+        :meth:`submit_chunk_lines` does."""
+        if self._submits_its_own_way(GeminiBatchAdapter):
+            return super().submit_chunk_file(chunk_id, path, config)
+        if "://" in path:
+            from mmirage_beam.staging import open_staged
+
+            def content() -> Any:
+                with open_staged(path) as f:
+                    return io.BytesIO(f.read())
+
+            return self._upload_and_create(chunk_id, content, config)
+        opened: list[Any] = []
+
+        def stream() -> Any:
+            for f in opened:
+                f.close()
+            opened.clear()
+            opened.append(open(path, "rb"))  # noqa: SIM115 - closed below
+            return opened[0]
+
+        try:
+            return self._upload_and_create(chunk_id, stream, config)
+        finally:
+            for f in opened:
+                f.close()
+
+    def _upload_and_create(
+        self, chunk_id: str, content: Callable[[], Any], config: BatchProviderConfig
+    ) -> Dict[str, Any]:
+        name = display_name(self.run_id, chunk_id)
+        uploaded = self.call_with_retries(
+            f"Gemini files.upload (chunk {chunk_id})",
+            lambda: self._client.files.upload(
+                file=content(), config={"mime_type": "jsonl", "display_name": name}
+            ),
+        )
+        first_attempt_at = time.time()
+        attempts = 0
+
+        def create() -> Dict[str, Any]:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1 and self.run_id:
+                found = self.find_batch(self.run_id, chunk_id, created_after=first_attempt_at)
+                if found is not None:
+                    _LOG.warning(
+                        "Gemini batches.create (chunk %s): adopted %s, created by an earlier "
+                        "attempt that answered an error; not creating a second job",
+                        chunk_id,
+                        found.get("name"),
+                    )
+                    return found
+            job = self._client.batches.create(
+                model=config.model, src=uploaded.name, config={"display_name": name}
+            )
+            return _job_dict(job)
+
+        return self.call_with_retries(f"Gemini batches.create (chunk {chunk_id})", create)
+
+    def find_batch(
+        self, run_id: str, chunk_id: str, created_after: Optional[float] = None
+    ) -> Optional[Dict[str, Any]]:
+        """The newest job whose ``display_name`` is :func:`display_name` of ``run_id``
+        and ``chunk_id``, or None.
+
+        Lists every job (``GET v1beta/batches``, ``FIND_BATCH_PAGE_SIZE`` per page; the
+        listing's order is not documented, so no page is skipped); ``created_after`` is
+        not used to stop early. Each page is fetched with retries, so a lookup that
+        cannot complete raises instead of answering "none".
+
+        Raises:
+            mmirage_beam.providers.retrying.ProviderRetriesExhausted: a page still failed
+                after the last attempt.
+        """
+        wanted = display_name(run_id, chunk_id)
+        what = f"Gemini batches.list (looking for run {run_id} chunk {chunk_id})"
+        pager = self.call_with_retries(
+            what, lambda: self._client.batches.list(config={"page_size": self.FIND_BATCH_PAGE_SIZE})
+        )
+        best: Optional[Dict[str, Any]] = None
+        while True:
+            for job in pager.page:
+                if job.display_name == wanted:
+                    raw = _job_dict(job)
+                    if best is None or (_created(raw) or 0) > (_created(best) or 0):
+                        best = raw
+            if not pager.page or not (pager.config or {}).get("page_token"):
+                return best
+            self.call_with_retries(what, pager.next_page)
+
+    # -- status ---------------------------------------------------------------------------
+    def parse_submission_result(self, raw_result: Dict[str, Any]) -> _Result:
+        return _Result(
+            provider_batch_id=raw_result["name"],
+            status=self._normalize_status(raw_result.get("state")),
+            raw_response=raw_result,
+        )
+
+    def check_batch_status(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
+        job = self.call_lookup_with_retries(
+            f"Gemini batches.get ({provider_batch_id})",
+            lambda: self._client.batches.get(name=provider_batch_id),
+        )
+        return self.parse_submission_result(_job_dict(job))
+
+    def describe_batch(self, result: _Result) -> _Progress:
+        """``state``, ``create_time``; a failed, expired or cancelled job's code
+        (``batch_failed`` / ``batch_expired`` / ``batch_cancelled``) and its error."""
+        raw = result.raw_response or {}
+        state = str(raw.get("state") or result.status)
+        word = state.rsplit("_", 1)[-1].lower()
+        error = raw.get("error") or {}
+        detail = str(error.get("message") or "") if isinstance(error, dict) else str(error)
+        code = None
+        if word in ("failed", "expired", "cancelled"):
+            code = f"batch_{word}"
+            if word == "expired" and not detail:
+                detail = "the job was pending or running for more than 48 hours"
+        return _Progress(
+            provider_status=state,
+            created_at=_created(raw),
+            detail=detail,
+            error_code=code,
+        )
+
+    # -- results --------------------------------------------------------------------------
+    def retrieve_results(
+        self, provider_batch_id: str, config: BatchProviderConfig
+    ) -> Iterator[Dict[str, Any]]:
+        """Stream the job's responses file (``dest.file_name``; absent for a job that
+        ended without results), one neutral dict per line (:mod:`mmirage_beam.results`).
+
+        The SDK's ``files.download`` writes the file into a temporary file (spooled to
+        disk past 16 MiB), which is then split on ``\\n`` only, each line parsed on its
+        own: a damaged line is a ``malformed_response`` for its key (or an unknown line).
+        A failed download is retried from the start; lines already yielded are skipped.
+        """
+        job = self.call_lookup_with_retries(
+            f"Gemini batches.get ({provider_batch_id})",
+            lambda: self._client.batches.get(name=provider_batch_id),
+        )
+        dest = job.dest
+        file_name = getattr(dest, "file_name", None) if dest is not None else None
+        if not file_name:
+            return
+
+        @contextlib.contextmanager
+        def open_stream() -> Iterator[Iterator[bytes]]:
+            with tempfile.SpooledTemporaryFile(max_size=16 * 1024 * 1024) as buf:
+                self._client.files.download(file=file_name, destination=buf)
+                buf.seek(0)
+                yield iter(lambda: buf.read(1024 * 1024), b"")
+
+        lines = self.stream_lines_with_retries(
+            f"Gemini files.download ({file_name} of {provider_batch_id})",
+            open_stream,
+            self.is_retryable_lookup,
+        )
+        yield from results_from_lines(
+            lines,
+            normalise_result_line,
+            f"responses file {file_name} of batch {provider_batch_id}",
+            id_key="key",
+        )
+
+
+def _error_code(exc: BaseException) -> Optional[int]:
+    try:
+        from google.genai import errors
+    except ImportError:  # pragma: no cover - without the SDK nothing raises its errors
+        return None
+    if isinstance(exc, errors.APIError) and isinstance(exc.code, int):
+        return exc.code
+    return None
+
+
+def _job_dict(job: Any) -> Dict[str, Any]:
+    raw = job.model_dump(mode="json", exclude_none=True)
+    raw.pop("sdk_http_response", None)
+    return raw
+
+
+def _created(raw: Mapping[str, Any]) -> Optional[float]:
+    return _parse_timestamp(raw.get("create_time"))
+
+
+def _get(mapping: Mapping[str, Any], snake: str) -> Any:
+    """``mapping[snake]`` or its lowerCamelCase form (REST answers use camelCase; the
+    SDK's own dumps snake_case)."""
+    if snake in mapping:
+        return mapping[snake]
+    head, *rest = snake.split("_")
+    return mapping.get(head + "".join(w.title() for w in rest))
+
+
+def normalise_result_line(line: Any) -> Dict[str, Any]:
+    """One responses-file line (parsed JSON) -> the neutral result dict.
+
+    ``{"key", "response"}``: the text of ``candidates[0].content.parts`` (thought parts
+    left out), or a typed error: a prompt blocked by ``prompt_feedback.block_reason`` or a
+    ``finish_reason`` of :data:`FINISH_OUTCOMES` (the provider's text, if any, kept as
+    ``raw_text``), no candidate or no text -> ``empty``. ``{"key", "error": {code,
+    message, status}}`` -> the error, typed by its HTTP code. Usage from
+    ``usage_metadata``.
+
+    Raises:
+        mmirage_beam.results.MalformedResult: the line is JSON of the wrong shape.
+    """
+    if not isinstance(line, dict):
+        raise MalformedResult(f"a JSON {type(line).__name__}, not an object")
+    cid = line.get("key")
+    if not isinstance(cid, str) or not cid:
+        raise MalformedResult("no key")
+    result: Dict[str, Any] = {"custom_id": cid}
+    response, error = line.get("response"), line.get("error")
+    if isinstance(error, dict):
+        code = error.get("code")
+        code = _RPC_CODES.get(code, code) if isinstance(code, int) else None
+        status = error.get("status") or ""
+        kind = _ERROR_TYPES.get(code or 0) or (status.lower() or "unknown_error")
+        message = str(error.get("message") or "")
+        result["error"] = {
+            "type": kind,
+            "message": f"{status}: {message}" if status else message,
+            "status_code": code,
+        }
+        return result
+    if not isinstance(response, dict):
+        raise MalformedResult("neither 'response' nor 'error'", cid)
+    usage = _get(response, "usage_metadata")
+    if isinstance(usage, dict) and _get(usage, "prompt_token_count") is not None:
+        result["input_tokens"] = int(_get(usage, "prompt_token_count") or 0)
+        result["output_tokens"] = int(_get(usage, "candidates_token_count") or 0)
+    feedback = _get(response, "prompt_feedback")
+    block = _get(feedback, "block_reason") if isinstance(feedback, dict) else None
+    candidates = _get(response, "candidates")
+    if block:
+        result["error"] = _answer_error(
+            CONTENT_FILTER, f"the prompt was blocked (block_reason {block})", None
+        )
+        return result
+    if candidates is not None and not isinstance(candidates, list):
+        raise MalformedResult("'candidates' is not a list", cid)
+    candidate = candidates[0] if candidates else None
+    if candidate is not None and not isinstance(candidate, dict):
+        raise MalformedResult("candidates[0] is not an object", cid)
+    candidate = candidate or {}
+    content = candidate.get("content") or {}
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if parts is not None and not isinstance(parts, list):
+        raise MalformedResult("candidates[0].content.parts is not a list", cid)
+    texts = [
+        p["text"]
+        for p in parts or ()
+        if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
+    ]
+    text = "".join(texts)
+    finish = str(_get(candidate, "finish_reason") or "")
+    if finish in FINISH_OUTCOMES:
+        kind, why = FINISH_OUTCOMES[finish]
+        result["error"] = _answer_error(kind, f"{why} (finish_reason {finish})", text)
+    elif not text:
+        result["error"] = _answer_error(
+            EMPTY, f"the answer is empty (finish_reason {finish or 'none'})", None
+        )
+    else:
+        result["generated_text"] = text
+    return result
+
+
+def _answer_error(kind: str, message: str, raw_text: Optional[str]) -> Dict[str, Any]:
+    err: Dict[str, Any] = {"type": kind, "message": message, "status_code": 200}
+    if raw_text:
+        err["raw_text"] = raw_text
+    return err
+
+
+def _prompt_text(messages: Sequence[Dict[str, Any]]) -> str:
+    content = messages[0]["content"]
+    if isinstance(content, str):
+        return content
+    return "\n".join(p["text"] for p in content if p.get("type") == "text")
+
+
+#: JSON-schema keyword -> Gemini ``response_schema`` field (an OpenAPI 3.0 subset,
+#: google-genai 2.34 ``types.Schema``; snake_case like the rest of the request).
+_SCHEMA_KEYS = {
+    "description": "description",
+    "enum": "enum",
+    "format": "format",
+    "minimum": "minimum",
+    "maximum": "maximum",
+    "minItems": "min_items",
+    "maxItems": "max_items",
+    "minLength": "min_length",
+    "maxLength": "max_length",
+    "pattern": "pattern",
+    "nullable": "nullable",
+    "title": "title",
+}
+
+
+def response_schema(schema: Mapping[str, Any]) -> Dict[str, Any]:
+    """A JSON schema (:mod:`mmirage_beam.transforms.schema`) as Gemini's
+    ``response_schema``: the same ``type`` / ``properties`` / ``items`` / ``required``
+    tree with the keywords of :data:`_SCHEMA_KEYS`, ``property_ordering`` set to the
+    properties' order (so keys come back in that order) and ``additionalProperties``
+    dropped (Gemini's schema has no such keyword: unlisted keys are never generated)."""
+    out: Dict[str, Any] = {}
+    kind = schema.get("type")
+    if isinstance(kind, list):  # ["string", "null"] -> nullable string
+        kinds = [k for k in kind if k != "null"]
+        if len(kinds) < len(kind):
+            out["nullable"] = True
+        kind = kinds[0] if kinds else "string"
+    if kind:
+        out["type"] = str(kind).upper()
+    for key, name in _SCHEMA_KEYS.items():
+        if key in schema:
+            out[name] = schema[key]
+    props = schema.get("properties")
+    if isinstance(props, Mapping):
+        out["properties"] = {k: response_schema(v) for k, v in props.items()}
+        out["property_ordering"] = list(props)
+    if isinstance(schema.get("items"), Mapping):
+        out["items"] = response_schema(schema["items"])
+    if isinstance(schema.get("required"), list):
+        out["required"] = list(schema["required"])
+    if isinstance(schema.get("anyOf"), list):
+        out["any_of"] = [response_schema(s) for s in schema["anyOf"]]
+    return out

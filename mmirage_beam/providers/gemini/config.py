@@ -1,0 +1,101 @@
+"""``provider: gemini``: the config dataclass, its limits and their sources.
+
+Gemini API batch mode (https://ai.google.dev/gemini-api/docs/batch-mode, read 2026-12):
+"The input file size limit is 2GB" for a JSONL file uploaded through the File API, and
+inline requests are for batches "under 20MB" in total. mmirage-beam always uploads a
+file (one per chunk), so the per-batch byte limit is the file's; no request count per
+batch is documented. A batch job that stays pending or running for 48 hours expires.
+
+Vertex AI is a config switch (``vertexai: true``) reserved for later: the same SDK
+(``genai.Client(vertexai=True, project, location)``) takes ``gs://`` (or ``bq://``)
+sources and destinations instead of File API uploads, with lines ``{"request": ...}``
+and results in ``predictions.jsonl`` under the destination. It is refused at load
+until it is implemented (see docs/providers.md for what it needs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.config.batch_provider import check_number as _check_number
+from mmirage_beam.config.batch_provider import check_str as _check_str
+from mmirage_beam.errors import ConfigError, require_int
+
+#: Gemini batch mode docs: the input file of a batch job, at most 2 GB (taken as
+#: 2 * 10**9 bytes, the stricter reading).
+MAX_FILE_BYTES = 2_000_000_000
+#: Gemini batch mode docs: inline requests ("src=[...]"), at most 20 MB in total. Also the
+#: largest single request with inline images (image understanding guide: "When the
+#: combination of files and system instructions that you intend to send is larger than
+#: 20 MB in size, use the File API").
+MAX_INLINE_BYTES = 20_000_000
+LIMITS_SOURCE = (
+    "Gemini API batch mode docs (https://ai.google.dev/gemini-api/docs/batch-mode): "
+    "input file up to 2 GB; inline requests up to 20 MB"
+)
+
+
+@dataclass
+class GeminiBatchConfig(BatchProviderConfig):
+    """``provider: gemini`` (the Gemini Developer API's batch mode, google-genai SDK).
+
+    Attributes:
+        model: the model name (``gemini-2.5-flash``; ``models/`` is added by the SDK).
+        max_tokens: optional ``generation_config.max_output_tokens``.
+        temperature: optional, in [0, 2]; top_p: optional, in [0, 1].
+        base_url: optional API root (``http_options.base_url``), e.g. the fake's.
+        timeout_seconds: optional per-call timeout of the SDK client.
+        vertexai: reserved: Vertex AI batch prediction (``gs://`` sources); refused at
+            load until implemented.
+
+    Limits: 2 GB per batch input file (:data:`LIMITS_SOURCE`).
+
+    Raises:
+        ConfigError: on any invalid field, naming it.
+    """
+
+    PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = None
+    PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = MAX_FILE_BYTES
+    PROVIDER_LIMITS_SOURCE: ClassVar[str] = LIMITS_SOURCE
+
+    provider: str = "gemini"
+    model: str = "gemini-2.5-flash"
+    max_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    base_url: Optional[str] = None
+    timeout_seconds: Optional[float] = None
+    vertexai: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.base_url == "":
+            self.base_url = None  # e.g. an unset ${VAR:-}
+        _check_str("model", self.model)
+        if self.max_tokens is not None:
+            require_int("max_tokens", self.max_tokens, minimum=1)
+        if self.temperature is not None:
+            t = _check_number("temperature", self.temperature)
+            if not 0 <= t <= 2:
+                raise ConfigError("temperature", f"must be in [0, 2], got {t}")
+        if self.top_p is not None:
+            p = _check_number("top_p", self.top_p)
+            if not 0 <= p <= 1:
+                raise ConfigError("top_p", f"must be in [0, 1], got {p}")
+        if self.timeout_seconds is not None:
+            s = _check_number("timeout_seconds", self.timeout_seconds)
+            if not s > 0:
+                raise ConfigError("timeout_seconds", f"must be > 0, got {s}")
+        if self.base_url is not None:
+            _check_str("base_url", self.base_url)
+        if not isinstance(self.vertexai, bool):
+            raise ConfigError("vertexai", f"must be true or false, got {self.vertexai!r}")
+        if self.vertexai:
+            raise ConfigError(
+                "vertexai",
+                "Vertex AI batch prediction is not implemented yet (it needs gs:// input and "
+                "output locations, a project and a location; see docs/providers.md); use "
+                "the Gemini Developer API (vertexai: false, GEMINI_API_KEY)",
+            )

@@ -1,0 +1,158 @@
+"""Mistral batch result lines -> the project's neutral result dicts and typed outcomes.
+
+A line of a job's ``output_file`` or ``error_file`` (PROVIDERS.md, Mistral batch guide)::
+
+    {"id", "custom_id", "response": {"status_code", "body": <chat completion>} | null,
+     "error": {"message", "code"?} | null}
+
+The chat completion is mistralai 3.7's ``ChatCompletionResponse``: ``choices[0].message``
+(``content`` a string or a list of chunks: ``text``, ``thinking``, ...),
+``finish_reason`` in ``stop | length | model_length | error | tool_calls``, usage in
+``usage.{prompt_tokens, completion_tokens}``. An HTTP-rejected request has a 4xx/5xx
+``status_code`` and Mistral's error object as body (``{"object": "error", "message",
+"type", "param", "code"}``, Mistral error glossary, docs.mistral.ai/resources/error-glossary).
+
+Typed outcomes, as for OpenAI chat completions (:mod:`mmirage_beam.results`):
+``length`` / ``model_length`` -> ``truncated``; ``error`` -> ``server_error``
+(retryable); no text -> ``empty``; a 200 whose body is an error object or empty ->
+``malformed_response``. Mistral's chat completion has no refusal field and no
+content-filter finish reason, so a refusal is an ordinary answer (its text is what the
+model said), as is an answer its guardrails let through.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from mmirage_beam.results import EMPTY, MALFORMED_RESPONSE, TRUNCATED, MalformedResult
+
+#: finish reasons that mean the answer was cut (mistralai 3.7 ``ChatCompletionChoiceFinishReason``).
+CUT_FINISH_REASONS = ("length", "model_length")
+
+
+def normalise_result_line(line: Any) -> Dict[str, Any]:
+    """One parsed Mistral output/error file line -> the neutral result dict.
+
+    Returns:
+        ``{"custom_id", "generated_text" | "error": {"type", "message", "status_code",
+        "raw_text"?}, "input_tokens"?, "output_tokens"?}``.
+
+    Raises:
+        mmirage_beam.results.MalformedResult: the line is JSON of the wrong shape.
+    """
+    if not isinstance(line, dict):
+        raise MalformedResult(f"a JSON {type(line).__name__}, not an object")
+    cid = line.get("custom_id")
+    if not isinstance(cid, str) or not cid:
+        raise MalformedResult("no custom_id")
+    result: Dict[str, Any] = {"custom_id": cid}
+    response = line.get("response") or None
+    error = line.get("error") or None
+    if response is not None and not isinstance(response, dict):
+        raise MalformedResult("'response' is not an object", cid)
+    status = _status(response) if response is not None else None
+    if status == 200:
+        body = response.get("body")
+        if isinstance(body, dict) and (body.get("object") == "error" or body.get("error")):
+            message = _error_fields(body).get("message") or "an error object"
+            result["error"] = _malformed(f"HTTP 200 with an error body: {message}")
+            return result
+        if not isinstance(body, dict) or not body:
+            result["error"] = _malformed("HTTP 200 with an empty body")
+            return result
+        return {**result, **_chat_outcome(body)}
+    if response is not None:
+        err = _error_fields(response.get("body"))
+        kind = str(err.get("type") or "")
+        if not kind.endswith("_error"):
+            kind = str(err.get("code") or kind or f"http_{response.get('status_code')}")
+        result["error"] = {
+            "type": kind,
+            "message": str(err.get("message") or ""),
+            "status_code": status,
+        }
+        return result
+    if error is not None:
+        err = error if isinstance(error, dict) else {"message": str(error)}
+        result["error"] = {
+            "type": str(err.get("code") or err.get("type") or "unknown_error"),
+            "message": str(err.get("message") or ""),
+            "status_code": None,
+        }
+        return result
+    raise MalformedResult("neither 'response' nor 'error'", cid)
+
+
+def _status(response: Dict[str, Any]) -> Optional[int]:
+    try:
+        return int(response.get("status_code"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _error_fields(body: Any) -> Dict[str, Any]:
+    """Mistral's flat error object, or an ``{"error": {...}}`` wrapper, as one dict."""
+    if not isinstance(body, dict):
+        return {"message": str(body)} if body else {}
+    inner = body.get("error")
+    if isinstance(inner, dict):
+        return inner
+    if isinstance(inner, str) and not body.get("message"):
+        return {**body, "message": inner}
+    return body
+
+
+def _malformed(message: str) -> Dict[str, Any]:
+    return {"type": MALFORMED_RESPONSE, "message": message, "status_code": 200}
+
+
+def _text_of(content: Any) -> Optional[str]:
+    """The answer text of ``message.content``: a string, or the ``text`` chunks of a
+    chunk list joined (``thinking`` and other chunks are not the answer)."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [c.get("text") for c in content if isinstance(c, dict) and c.get("type") == "text"]
+        return "".join(p for p in parts if isinstance(p, str))
+    raise MalformedResult("choices[0].message.content is neither a string nor a chunk list")
+
+
+def _chat_outcome(body: Dict[str, Any]) -> Dict[str, Any]:
+    """A chat-completion body -> ``generated_text`` or a typed error, plus usage."""
+    out: Dict[str, Any] = {}
+    usage = body.get("usage")
+    if isinstance(usage, dict) and "prompt_tokens" in usage:
+        out["input_tokens"] = int(usage.get("prompt_tokens") or 0)
+        out["output_tokens"] = int(usage.get("completion_tokens") or 0)
+    choices = body.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        out["error"] = _malformed("HTTP 200 but the body has no choices[0].message")
+        return out
+    try:
+        text = _text_of(message.get("content"))
+    except MalformedResult as exc:
+        out["error"] = _malformed(str(exc))
+        return out
+    finish = choice.get("finish_reason")
+    if finish in CUT_FINISH_REASONS:
+        out["error"] = _answer_error(
+            TRUNCATED, f"the answer was cut at the token limit (finish_reason: {finish})", text
+        )
+    elif finish == "error":
+        out["error"] = _answer_error(
+            "server_error", "the generation failed (finish_reason: error)", text
+        )
+    elif not text:
+        out["error"] = _answer_error(EMPTY, f"the answer is empty (finish_reason: {finish})", text)
+    else:
+        out["generated_text"] = text
+    return out
+
+
+def _answer_error(kind: str, message: str, raw_text: Optional[str]) -> Dict[str, Any]:
+    err: Dict[str, Any] = {"type": kind, "message": message, "status_code": 200}
+    if raw_text:
+        err["raw_text"] = raw_text
+    return err

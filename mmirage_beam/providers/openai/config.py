@@ -1,0 +1,138 @@
+"""``provider: openai``: the config dataclass, its limits and their sources."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
+
+from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.config.batch_provider import check_number as _check_number
+from mmirage_beam.config.batch_provider import check_str as _check_str
+from mmirage_beam.errors import ConfigError, require_int
+
+# The OpenAI batch endpoints mmirage-beam builds requests for (generation from a prompt:
+# chat completions and the Responses API). The Batch API also takes /v1/embeddings,
+# /v1/completions, /v1/moderations, /v1/images/generations, /v1/images/edits and
+# /v1/videos (openai-python 3.57 ``batch_create_params.endpoint``), whose bodies and
+# results have nothing in common with a prompt -> text job: refused at load.
+OPENAI_SUPPORTED_ENDPOINTS = ("/v1/chat/completions", "/v1/responses")
+# The Responses API refuses a smaller ``max_output_tokens`` ("Invalid 'max_output_tokens':
+# integer below minimum value. Expected a value >= 16", code integer_below_min_value,
+# quoted in vectorize-io/hindsight#58 and earendil-works/pi#6265).
+RESPONSES_MIN_OUTPUT_TOKENS = 16
+# ``detail`` of an image part (openai-python 3.57 ``ImageDetail``).
+OPENAI_IMAGE_DETAILS = ("auto", "low", "high", "original")
+
+
+@dataclass
+class OpenAIBatchConfig(BatchProviderConfig):
+    """``provider: openai`` (OpenAI Batch API over chat completions or the Responses API).
+
+    ``batch_endpoint`` is one of :data:`OPENAI_SUPPORTED_ENDPOINTS`; anything else is a
+    ConfigError naming the key.
+
+    ``timeout_seconds``: the SDK client's per-call timeout (default: the SDK's 600 s);
+    a create that times out is looked up by its metadata before it is retried.
+
+    Limits: 50,000 requests and 200 MB per batch input file (OpenAI Batch API guide).
+    """
+
+    PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = 50_000
+    PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = 200 * 1024 * 1024
+    PROVIDER_LIMITS_SOURCE: ClassVar[str] = (
+        "OpenAI Batch API guide: 50,000 requests and 200 MB per input file"
+    )
+
+    provider: str = "openai"
+    model: str = "gpt-4.1-mini"
+    batch_endpoint: str = "/v1/chat/completions"
+    completion_window: str = "24h"
+    base_url: Optional[str] = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    #: optional sampling and length settings, sent only when set: chat completions
+    #: ``max_completion_tokens``/``temperature``/``top_p``, Responses
+    #: ``max_output_tokens``/``temperature``/``top_p`` (ranges: openai-python 3.57
+    #: ``completion_create_params`` and ``response_create_params``).
+    max_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    #: ``detail`` of every image part (``auto`` when unset; the Responses API requires
+    #: one on every ``input_image``).
+    image_detail: Optional[str] = None
+    timeout_seconds: Optional[float] = None
+
+    def check_completion_window(self) -> None:
+        """``completion_window`` as the service accepts it: OpenAI only ``24h``
+        (profiles of OpenAI-compatible services override this).
+
+        Raises:
+            ConfigError: naming ``completion_window``.
+        """
+        if self.completion_window != "24h":
+            raise ConfigError(
+                "completion_window",
+                f"OpenAI only supports '24h', got {self.completion_window!r}",
+            )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.base_url == "":
+            self.base_url = None  # e.g. an unset ${VAR:-}
+        if self.timeout_seconds is not None:
+            s = _check_number("timeout_seconds", self.timeout_seconds)
+            if not s > 0:
+                raise ConfigError("timeout_seconds", f"must be > 0, got {s}")
+        _check_str("model", self.model)
+        if self.max_tokens is not None:
+            require_int("max_tokens", self.max_tokens, minimum=1)
+        if self.temperature is not None:
+            t = _check_number("temperature", self.temperature)
+            if not 0 <= t <= 2:
+                raise ConfigError("temperature", f"must be in [0, 2], got {t}")
+        if self.top_p is not None:
+            p = _check_number("top_p", self.top_p)
+            if not 0 <= p <= 1:
+                raise ConfigError("top_p", f"must be in [0, 1], got {p}")
+        if self.image_detail is not None and self.image_detail not in OPENAI_IMAGE_DETAILS:
+            raise ConfigError(
+                "image_detail",
+                f"must be one of {', '.join(OPENAI_IMAGE_DETAILS)}, got {self.image_detail!r}",
+            )
+        _check_str("batch_endpoint", self.batch_endpoint)
+        if not self.batch_endpoint.startswith("/"):
+            raise ConfigError("batch_endpoint", f"must start with '/', got {self.batch_endpoint!r}")
+        if self.batch_endpoint not in OPENAI_SUPPORTED_ENDPOINTS:
+            raise ConfigError(
+                "batch_endpoint",
+                f"{self.batch_endpoint!r} is not supported: mmirage-beam builds prompt -> text "
+                "requests, for /v1/chat/completions (the default) and /v1/responses only "
+                "(embeddings, legacy completions, moderations, images and videos are refused)",
+            )
+        if (
+            self.batch_endpoint == "/v1/responses"
+            and self.max_tokens is not None
+            and self.max_tokens < RESPONSES_MIN_OUTPUT_TOKENS
+        ):
+            raise ConfigError(
+                "max_tokens",
+                f"{self.max_tokens} is below the Responses API's minimum max_output_tokens "
+                f"of {RESPONSES_MIN_OUTPUT_TOKENS}; every request would be refused",
+            )
+        self.check_completion_window()
+        if self.base_url is not None:
+            _check_str("base_url", self.base_url)
+        if not isinstance(self.metadata, dict):
+            raise ConfigError("metadata", "must be a mapping of strings to strings")
+        # OpenAI metadata: at most 16 pairs, keys <= 64 chars, values <= 512 chars; we add
+        # two of our own (mmirage_run_id, mmirage_chunk_id).
+        if len(self.metadata) > 14:
+            raise ConfigError(
+                "metadata",
+                f"has {len(self.metadata)} pairs; OpenAI allows 16 and mmirage-beam adds 2 "
+                "(mmirage_run_id, mmirage_chunk_id), so at most 14",
+            )
+        for k, v in self.metadata.items():
+            if not isinstance(k, str) or len(k) > 64:
+                raise ConfigError(f"metadata.{k}", "keys must be strings of at most 64 chars")
+            if not isinstance(v, str) or len(v) > 512:
+                raise ConfigError(f"metadata.{k}", "values must be strings of at most 512 chars")

@@ -1,0 +1,628 @@
+"""The Gemini API (Developer API, ``v1beta``) as google-genai 2.34 speaks it: resumable
+file uploads, batch jobs (``models/{model}:batchGenerateContent``, ``batches/{id}`` get,
+list, cancel, delete), file download and ``countTokens``.
+
+Paths and headers are those of the installed SDK (``google/genai/files.py``,
+``batches.py``, ``_api_client.py``, ``_extra_utils.prepare_resumable_upload``):
+
+- ``POST /upload/v1beta/files`` with ``X-Goog-Upload-Protocol: resumable`` and
+  ``X-Goog-Upload-Command: start`` (body ``{"file": {mimeType, sizeBytes, displayName}}``,
+  ``X-Goog-Upload-Header-Content-Length``) answers ``X-Goog-Upload-URL`` and
+  ``X-Goog-Upload-Status: active``; the bytes follow to that URL in chunks with
+  ``X-Goog-Upload-Command: upload`` (``upload, finalize`` on the last) and
+  ``X-Goog-Upload-Offset``; the finalize answers ``X-Goog-Upload-Status: final`` and
+  ``{"file": File}``. 400 for an offset that is not the bytes received so far, a size
+  other than the declared one, or a file over 2 GB.
+- ``POST /v1beta/models/{model}:batchGenerateContent`` ``{"batch": {"displayName",
+  "inputConfig": {"fileName": "files/..."}}}``: the job (an operation whose ``metadata``
+  is the ``GenerateContentBatch``: ``state`` ``BATCH_STATE_*``, ``createTime``,
+  ``output.responsesFile`` once succeeded). Inline requests are not emulated (400).
+- ``GET /v1beta/batches/{id}``, ``GET /v1beta/batches?pageSize=&pageToken=`` (newest
+  first, ``{"operations", "nextPageToken"}``), ``POST /v1beta/batches/{id}:cancel``,
+  ``DELETE /v1beta/batches/{id}``.
+- ``GET /v1beta/files/{id}``, ``GET /v1beta/files/{id}:download?alt=media`` (only
+  generated files, as the real service).
+- ``POST /v1beta/models/{model}:countTokens`` ``{"contents"}``: ``{"totalTokens": N}``,
+  N being the ``usageMetadata.promptTokenCount`` a batch reports for the same contents.
+
+Each input line is ``{"key", "request"}``; ``request`` is validated against the SDK's
+own pydantic types (``types.Content`` for ``contents`` / ``system_instruction``,
+``types.GenerationConfig``, ``types.SafetySetting``, ``types.Tool``; both snake_case and
+camelCase names, unknown fields refused), and every response line is checked against
+``types.GenerateContentResponse`` before it is written. A line that is not JSON, has no
+``key`` or repeats one fails the whole job (``BATCH_STATE_FAILED`` with ``error``); a
+request that does not validate gets an error line (400 ``INVALID_ARGUMENT``).
+
+Lifecycle with delay ``D``: ``PENDING`` for ``D/3``, ``RUNNING`` until ``D``, then
+``SUCCEEDED`` (``FAILED`` right after pending when the file is invalid; ``EXPIRED`` or
+``CANCELLED`` when scripted or cancelled, with no responses file, as the real service
+"expires with no results"). Markers (see the package docstring) map onto Gemini's own
+outcomes: ``refusal`` -> ``finishReason: SAFETY`` with no content, ``content_filter`` ->
+``PROHIBITED_CONTENT``, ``length`` -> ``MAX_TOKENS`` with the cut text, ``empty`` -> no
+parts; failures are ``{"key", "error": {code, message, status}}`` lines.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from werkzeug.routing import Rule
+from werkzeug.wrappers import Request, Response
+
+from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
+from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
+from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
+from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
+from mmirage_beam.testing.fake_provider.wire import (
+    GEMINI,
+    ApiError,
+    json_payload,
+    json_response,
+    new_id,
+    status_error,
+)
+
+#: Gemini batch mode docs: input files up to 2 GB.
+MAX_FILE_BYTES = 2_000_000_000
+_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 500: "INTERNAL", 429: "RESOURCE_EXHAUSTED"}
+_UPLOAD_ID = re.compile(r"^[a-z0-9]{1,64}$")
+
+
+def routes() -> list[Rule]:
+    """New URL rules of the Gemini endpoints (a rule binds to one map: one set per
+    server); the endpoint names are :class:`GeminiApi`'s handlers."""
+    return [
+        Rule("/upload/v1beta/files", methods=["POST"], endpoint="gemini_files_upload"),
+        Rule("/v1beta/files/<file_id>:download", methods=["GET"], endpoint="gemini_files_download"),
+        Rule("/v1beta/files/<file_id>", methods=["GET"], endpoint="gemini_files_get"),
+        Rule(
+            "/v1beta/models/<model>:batchGenerateContent",
+            methods=["POST"],
+            endpoint="gemini_batches_create",
+        ),
+        Rule(
+            "/v1beta/models/<model>:countTokens", methods=["POST"], endpoint="gemini_count_tokens"
+        ),
+        Rule("/v1beta/batches", methods=["GET"], endpoint="gemini_batches_list"),
+        Rule(
+            "/v1beta/batches/<batch_id>:cancel", methods=["POST"], endpoint="gemini_batches_cancel"
+        ),
+        Rule("/v1beta/batches/<batch_id>", methods=["GET"], endpoint="gemini_batches_get"),
+        Rule("/v1beta/batches/<batch_id>", methods=["DELETE"], endpoint="gemini_batches_delete"),
+    ]
+
+
+def _gemini_error(status: int, message: str) -> ApiError:
+    return ApiError(status, _STATUS.get(status, "UNKNOWN"), message)
+
+
+def _request_model() -> Any:
+    """The pydantic model of one batch line's ``request`` (built once, on first use)."""
+    global _REQUEST_MODEL
+    if _REQUEST_MODEL is None:
+        import pydantic
+        from google.genai import types
+
+        class GenerateContentRequest(pydantic.BaseModel):
+            model_config = pydantic.ConfigDict(
+                extra="forbid", populate_by_name=True, alias_generator=_camel
+            )
+            model: Optional[str] = None
+            contents: list[types.Content]
+            system_instruction: Optional[types.Content] = None
+            generation_config: Optional[types.GenerationConfig] = None
+            safety_settings: Optional[list[types.SafetySetting]] = None
+            tools: Optional[list[types.Tool]] = None
+            cached_content: Optional[str] = None
+
+        _REQUEST_MODEL = GenerateContentRequest
+    return _REQUEST_MODEL
+
+
+_REQUEST_MODEL: Any = None
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.title() for w in rest)
+
+
+def _get(mapping: Any, snake: str) -> Any:
+    if not isinstance(mapping, Mapping):
+        return None
+    return mapping[snake] if snake in mapping else mapping.get(_camel(snake))
+
+
+_SCHEMA_BACK = {
+    "min_items": "minItems",
+    "max_items": "maxItems",
+    "min_length": "minLength",
+    "max_length": "maxLength",
+    "any_of": "anyOf",
+}
+
+
+def json_schema_of(schema: Any) -> Any:
+    """A Gemini ``response_schema`` as the JSON schema the fake's answers are made
+    from (types lower-cased, OpenAPI field names back to JSON-schema keywords)."""
+    if isinstance(schema, list):
+        return [json_schema_of(s) for s in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in ("property_ordering", "propertyOrdering"):
+            continue
+        name = _SCHEMA_BACK.get(key, key)
+        if name == "type" and isinstance(value, str):
+            out[name] = value.lower()
+        elif name == "properties" and isinstance(value, Mapping):
+            out[name] = {k: json_schema_of(v) for k, v in value.items()}
+        else:
+            out[name] = json_schema_of(value) if isinstance(value, (Mapping, list)) else value
+    return out
+
+
+def _error_line(key: str, code: int, status: str, message: str) -> dict[str, Any]:
+    return {"key": key, "error": {"code": code, "message": message, "status": status}}
+
+
+# Markers that make a request fail: (HTTP code, google.rpc status, message).
+_FAILURES: dict[str, tuple[int, str, str]] = {
+    "server_error": (500, "INTERNAL", "Internal error encountered (FAKE_ERROR:server_error)"),
+    "invalid_request": (
+        400,
+        "INVALID_ARGUMENT",
+        "Scripted invalid request (FAKE_ERROR:invalid_request)",
+    ),
+    "rate_limit": (429, "RESOURCE_EXHAUSTED", "Resource exhausted (FAKE_ERROR:rate_limit)"),
+    "timeout": (504, "DEADLINE_EXCEEDED", "Deadline exceeded (FAKE_ERROR:timeout)"),
+    "u2028": (400, "INVALID_ARGUMENT", scripting.U2028_MESSAGE),
+}
+
+
+class GeminiApi:
+    """The Gemini endpoints over a shared :class:`Store` (handlers named ``gemini_*``).
+
+    Uploaded and generated files live in ``store.gemini_files`` (``id -> record``),
+    uploads in progress in ``store.gemini_uploads``.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # -- files ----------------------------------------------------------------------------
+
+    def gemini_files_upload(self, request: Request) -> Response:
+        """``POST /upload/v1beta/files``: the resumable protocol's start, then its chunks."""
+        command = request.headers.get("X-Goog-Upload-Command", "").replace(" ", "").lower()
+        upload_id = request.args.get("upload_id")
+        if command == "start":
+            if request.headers.get("X-Goog-Upload-Protocol", "").lower() != "resumable":
+                raise _gemini_error(400, "X-Goog-Upload-Protocol must be 'resumable'.")
+            payload = json_payload(request)
+            meta = payload.get("file") if isinstance(payload.get("file"), Mapping) else {}
+            declared = request.headers.get("X-Goog-Upload-Header-Content-Length")
+            try:
+                size = int(declared if declared is not None else _get(meta, "size_bytes"))
+            except (TypeError, ValueError):
+                raise _gemini_error(400, "The upload's size is required.") from None
+            if size > MAX_FILE_BYTES:
+                raise _gemini_error(
+                    400, f"File size {size} exceeds the maximum of {MAX_FILE_BYTES} bytes."
+                )
+            uid = new_id("")
+            with self.store.lock:
+                self.store.gemini_uploads[uid] = {
+                    "size": size,
+                    "mime_type": request.headers.get("X-Goog-Upload-Header-Content-Type")
+                    or _get(meta, "mime_type")
+                    or "application/octet-stream",
+                    "display_name": _get(meta, "display_name"),
+                    "data": bytearray(),
+                }
+            url = f"{request.host_url.rstrip('/')}/upload/v1beta/files?upload_id={uid}"
+            return json_response(
+                {},
+                headers={
+                    "X-Goog-Upload-URL": url + "&upload_protocol=resumable",
+                    "X-Goog-Upload-Status": "active",
+                    "X-Goog-Upload-Chunk-Granularity": "8388608",
+                },
+            )
+        if command not in ("upload", "upload,finalize") or not upload_id:
+            raise _gemini_error(400, f"Unknown X-Goog-Upload-Command {command!r}.")
+        data = request.get_data(cache=False)
+        with self.store.lock:
+            upload = self.store.gemini_uploads.get(upload_id)
+            if upload is None or not _UPLOAD_ID.match(upload_id):
+                raise _gemini_error(404, f"Upload {upload_id} not found.")
+            offset = request.headers.get("X-Goog-Upload-Offset", "")
+            if offset != str(len(upload["data"])):
+                raise _gemini_error(
+                    400,
+                    f"X-Goog-Upload-Offset {offset!r} is not the {len(upload['data'])} bytes "
+                    "received so far.",
+                )
+            upload["data"] += data
+            if len(upload["data"]) > upload["size"]:
+                raise _gemini_error(400, "More bytes than the declared size were sent.")
+            if command == "upload":
+                return Response(b"", headers={"X-Goog-Upload-Status": "active"})
+            del self.store.gemini_uploads[upload_id]
+            if len(upload["data"]) != upload["size"]:
+                raise _gemini_error(
+                    400,
+                    f"The upload holds {len(upload['data'])} bytes, not the declared "
+                    f"{upload['size']}.",
+                )
+            record = self._store_file(
+                bytes(upload["data"]),
+                upload["mime_type"],
+                upload["display_name"],
+                "UPLOADED",
+                request.host_url,
+            )
+        return json_response({"file": record["view"]}, headers={"X-Goog-Upload-Status": "final"})
+
+    def _store_file(
+        self,
+        content: bytes,
+        mime_type: str,
+        display_name: Optional[str],
+        source: str,
+        host_url: str,
+        prefix: str = "",
+    ) -> dict[str, Any]:
+        fid = prefix + new_id("")[:16]
+        now = self.store.clock()
+        view: dict[str, Any] = {
+            "name": f"files/{fid}",
+            "mimeType": mime_type,
+            "sizeBytes": str(len(content)),
+            "createTime": rfc3339(now),
+            "updateTime": rfc3339(now),
+            "expirationTime": rfc3339(now + 48 * 3600),
+            "sha256Hash": base64.b64encode(hashlib.sha256(content).digest()).decode(),
+            "uri": f"{host_url.rstrip('/')}/v1beta/files/{fid}",
+            "state": "ACTIVE",
+            "source": source,
+        }
+        if display_name:
+            view["displayName"] = display_name
+        if source == "GENERATED":
+            view["downloadUri"] = view["uri"] + ":download?alt=media"
+        record = {"id": fid, "content": content, "view": view}
+        self.store.gemini_files[fid] = record
+        return record
+
+    def _file(self, file_id: str) -> dict[str, Any]:
+        record = self.store.gemini_files.get(file_id)
+        if record is None:
+            raise _gemini_error(404, f"File files/{file_id} not found.")
+        return record
+
+    def gemini_files_get(self, request: Request, file_id: str) -> Response:
+        """``GET /v1beta/files/{id}``."""
+        with self.store.lock:
+            return json_response(self._file(file_id)["view"])
+
+    def gemini_files_download(self, request: Request, file_id: str) -> Response:
+        """``GET /v1beta/files/{id}:download?alt=media``: a generated file's bytes."""
+        with self.store.lock:
+            record = self._file(file_id)
+            if record["view"]["source"] != "GENERATED":
+                raise _gemini_error(400, "Only generated files can be downloaded.")
+            content = record["content"]
+        return Response(content, mimetype="application/octet-stream")
+
+    # -- counting -------------------------------------------------------------------------
+
+    def gemini_count_tokens(self, request: Request, model: str) -> Response:
+        """``POST /v1beta/models/{model}:countTokens`` ``{"contents"}`` (or
+        ``{"generateContentRequest"}``): ``{"totalTokens": N}``, the prompt's words plus
+        10 per image, as a batch reports it."""
+        payload = json_payload(request)
+        body = _get(payload, "generate_content_request") or payload
+        contents = _get(body, "contents")
+        try:
+            _request_model().model_validate({"contents": contents})
+        except Exception as exc:  # pydantic.ValidationError
+            raise _gemini_error(400, f"Invalid contents: {exc}") from None
+        prompt, images = _prompt_of(contents)
+        return json_response(
+            {"totalTokens": count_words(prompt) + limits.TOKENS_PER_IMAGE * images}
+        )
+
+    # -- batches --------------------------------------------------------------------------
+
+    def gemini_batches_create(self, request: Request, model: str) -> Response:
+        """``POST /v1beta/models/{model}:batchGenerateContent`` (file mode)."""
+        payload = json_payload(request)
+        batch_body = payload.get("batch")
+        if not isinstance(batch_body, Mapping):
+            raise _gemini_error(400, "batch: required.")
+        input_config = _get(batch_body, "input_config")
+        if not isinstance(input_config, Mapping):
+            raise _gemini_error(400, "batch.input_config: required.")
+        if _get(input_config, "requests") is not None:
+            raise _gemini_error(400, "Inline requests are not emulated by this fake.")
+        file_name = _get(input_config, "file_name")
+        if not isinstance(file_name, str) or not file_name.startswith("files/"):
+            raise _gemini_error(400, "batch.input_config.file_name must be 'files/<id>'.")
+        with self.store.lock:
+            stored = self._file(file_name.split("/", 1)[1])
+            failure = self.store.take_create_failure()
+            if failure is not None and not failure.created:
+                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
+            now = self.store.clock()
+            batch = self.store.new_batch(GEMINI, "", now)
+            batch.model = model
+            batch.input_file_id = file_name
+            batch.metadata = {"displayName": str(_get(batch_body, "display_name") or "")}
+            batch.items = self._process_file(batch, stored["content"])
+            if failure is not None:
+                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
+            return json_response(self.view(batch, batch.created - 1e-6, request.host_url))
+
+    def _process_file(self, batch: Batch, content: bytes) -> list[Item]:
+        items: list[Item] = []
+        seen: set[str] = set()
+        for number, raw in enumerate(content.split(b"\n"), start=1):
+            if not raw.strip():
+                continue
+            try:
+                line = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                batch.errors = [{"message": f"Line {number} of the input file is not JSON."}]
+                return []
+            key = line.get("key") if isinstance(line, dict) else None
+            if not isinstance(key, str) or not key:
+                batch.errors = [{"message": f"Line {number} of the input file has no key."}]
+                return []
+            if key in seen:
+                batch.errors = [{"message": f"Line {number} repeats the key {key!r}."}]
+                return []
+            seen.add(key)
+            self.store.record(batch, key, line)
+            items.append(self._process_request(key, line.get("request"), batch.model or ""))
+        if not items:
+            batch.errors = [{"message": "The input file holds no requests."}]
+        return items
+
+    def _process_request(self, key: str, body: Any, model: str) -> Item:
+        try:
+            _request_model().model_validate(body)
+        except Exception as exc:  # pydantic.ValidationError: the request is refused
+            message = " ".join(str(exc).split())
+            line = _error_line(key, 400, "INVALID_ARGUMENT", f"Invalid request: {message}")
+            return Item(key, line, False)
+        prompt, images = _prompt_of(_get(body, "contents"))
+        generation = _get(body, "generation_config") or {}
+        schema = _get(generation, "response_schema") or _get(generation, "response_json_schema")
+        json_mode = _get(generation, "response_mime_type") == "application/json"
+        mode = "json_schema" if json_mode and schema else ("json_object" if json_mode else "text")
+        marker = self.store.resolve_transient(error_marker(prompt), key)
+        if marker in _FAILURES:
+            code, status, message = _FAILURES[marker]
+            line: dict[str, Any] | bytes = _error_line(key, code, status, message)
+            if marker == "u2028":
+                line = json.dumps(line, ensure_ascii=False).encode("utf-8")
+            return Item(key, line, False)
+        try:
+            answer = make_answer(prompt, images, mode, json_schema_of(schema), marker)
+        except ValueError as exc:
+            line = _error_line(key, 400, "INVALID_ARGUMENT", f"Invalid schema: {exc}")
+            return Item(key, line, False)
+        finish = {
+            "refusal": "SAFETY",
+            "content_filter": "PROHIBITED_CONTENT",
+            "length": "MAX_TOKENS",
+        }.get(answer.finish, "STOP")
+        candidate: dict[str, Any] = {"finishReason": finish, "index": 0}
+        if answer.finish in ("refusal", "content_filter"):
+            candidate["safetyRatings"] = [
+                {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH"}
+            ]
+            output_tokens = 0
+        else:
+            parts = [] if answer.finish == "empty" else [{"text": answer.text}]
+            candidate["content"] = {"role": "model", "parts": parts}
+            output_tokens = answer.output_tokens
+        response = {
+            "candidates": [candidate],
+            "usageMetadata": {
+                "promptTokenCount": answer.input_tokens,
+                "candidatesTokenCount": output_tokens,
+                "totalTokenCount": answer.input_tokens + output_tokens,
+            },
+            "modelVersion": model.split("/", 1)[-1],
+            "responseId": new_id(""),
+        }
+        _check_response(response)
+        line = {"key": key, "response": response}
+        if marker in scripting.LINE_MARKERS:
+            line = _broken_line(marker, key, line, answer.text)
+        return Item(key, line, True, answer.input_tokens, output_tokens)
+
+    def _batch(self, batch_id: str) -> Batch:
+        batch = self.store.batches.get(batch_id)
+        if batch is None or batch.provider != GEMINI or batch.deleted:
+            raise _gemini_error(404, f"Batch batches/{batch_id} not found.")
+        return batch
+
+    def gemini_batches_get(self, request: Request, batch_id: str) -> Response:
+        """``GET /v1beta/batches/{id}``."""
+        with self.store.lock:
+            batch = self._batch(batch_id)
+            return json_response(self.view(batch, self.store.clock(), request.host_url))
+
+    def gemini_batches_list(self, request: Request) -> Response:
+        """``GET /v1beta/batches?pageSize=&pageToken=``, newest first (page size 1..1000,
+        default 50; the token is the offset)."""
+        try:
+            size = int(request.args.get("pageSize", "50"))
+            start = int(request.args.get("pageToken") or "0")
+        except ValueError:
+            raise _gemini_error(400, "pageSize and pageToken must be integers.") from None
+        if not 1 <= size <= 1000 or start < 0:
+            raise _gemini_error(400, "pageSize must be in 1..1000.")
+        with self.store.lock:
+            now = self.store.clock()
+            jobs = [
+                b
+                for b in reversed(self.store.batches.values())
+                if b.provider == GEMINI and not b.deleted
+            ]
+            window = jobs[start : start + size]
+            body: dict[str, Any] = {
+                "operations": [self.view(b, now, request.host_url) for b in window]
+            }
+            if start + size < len(jobs):
+                body["nextPageToken"] = str(start + size)
+            return json_response(body)
+
+    def gemini_batches_cancel(self, request: Request, batch_id: str) -> Response:
+        """``POST /v1beta/batches/{id}:cancel`` (400 once the job has ended)."""
+        with self.store.lock:
+            batch = self._batch(batch_id)
+            now = self.store.clock()
+            if self._state(batch, now) in _TERMINAL:
+                raise _gemini_error(400, f"Batch batches/{batch_id} has already ended.")
+            if batch.cancel_requested_at is None:
+                batch.cancel_requested_at = now
+            return json_response({})
+
+    def gemini_batches_delete(self, request: Request, batch_id: str) -> Response:
+        """``DELETE /v1beta/batches/{id}``."""
+        with self.store.lock:
+            self._batch(batch_id).deleted = True
+            return json_response({})
+
+    # -- lifecycle and views --------------------------------------------------------------
+
+    def _state(self, batch: Batch, now: float) -> str:
+        d, t0 = batch.delay_secs, batch.created
+        tc = batch.cancel_requested_at
+        if tc is not None:
+            return "BATCH_STATE_CANCELLED" if now >= tc + d / 3 else "BATCH_STATE_RUNNING"
+        if now < t0 + d / 3:
+            return "BATCH_STATE_PENDING"
+        if batch.errors is not None:
+            return "BATCH_STATE_FAILED"
+        if now < t0 + d:
+            return "BATCH_STATE_RUNNING"
+        if batch.stop_kind == "expired":
+            return "BATCH_STATE_EXPIRED"
+        if batch.stop_kind == "cancelled":
+            return "BATCH_STATE_CANCELLED"
+        return "BATCH_STATE_SUCCEEDED"
+
+    def _finish(self, batch: Batch, host_url: str) -> None:
+        if batch.finished:
+            return
+        batch.finished = True
+        lines = [it.line for it in batch.items]
+        if batch.unknown_custom_id:
+            lines.append(self._process_request(UNKNOWN_CUSTOM_ID, _EMPTY_REQUEST, "x").line)
+        record = self._store_file(
+            jsonl(scripting.shuffled(batch.shuffle_seed, lines)),
+            "application/jsonl",
+            f"responses of batches/{batch.id}",
+            "GENERATED",
+            host_url,
+            prefix="batch-",
+        )
+        batch.output_file_id = record["view"]["name"]
+
+    def view(self, batch: Batch, now: float, host_url: str = "") -> dict[str, Any]:
+        """The batch job (an operation) at ``now``; the responses file is made once the
+        job has succeeded."""
+        state = self._state(batch, now)
+        host_url = host_url or self.store.results_base_url
+        done = state in _TERMINAL
+        total = len(batch.items)
+        finished = lifecycle.processed(batch, now) if not done else total
+        ok = sum(1 for it in batch.items[:finished] if it.ok)
+        meta: dict[str, Any] = {
+            "@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
+            "model": f"models/{batch.model}"
+            if not str(batch.model).startswith("models/")
+            else batch.model,
+            "displayName": (batch.metadata or {}).get("displayName", ""),
+            "inputConfig": {"fileName": batch.input_file_id},
+            "createTime": rfc3339(batch.created),
+            "updateTime": rfc3339(now),
+            "state": state,
+            "name": f"batches/{batch.id}",
+            "batchStats": {
+                "requestCount": str(total),
+                "successfulRequestCount": str(ok),
+                "failedRequestCount": str(finished - ok),
+                "pendingRequestCount": str(total - finished),
+            },
+        }
+        out: dict[str, Any] = {"name": f"batches/{batch.id}", "metadata": meta, "done": done}
+        if done:
+            meta["endTime"] = rfc3339(now)
+        if state == "BATCH_STATE_SUCCEEDED":
+            self._finish(batch, host_url)
+            meta["output"] = {"responsesFile": batch.output_file_id}
+            out["response"] = {
+                "@type": "type.googleapis.com/google.ai.generativelanguage.v1main."
+                "GenerateContentBatchOutput",
+                "responsesFile": batch.output_file_id,
+            }
+        elif state == "BATCH_STATE_FAILED":
+            out["error"] = {"code": 3, "message": (batch.errors or [{}])[0].get("message", "")}
+        return out
+
+
+_TERMINAL = (
+    "BATCH_STATE_SUCCEEDED",
+    "BATCH_STATE_FAILED",
+    "BATCH_STATE_CANCELLED",
+    "BATCH_STATE_EXPIRED",
+)
+_EMPTY_REQUEST = {"contents": [{"role": "user", "parts": [{"text": ""}]}]}
+
+
+def _prompt_of(contents: Any) -> tuple[str, int]:
+    """(the user parts' text joined by ``\\n``, the number of inline images)."""
+    texts: list[str] = []
+    images = 0
+    for content in contents or ():
+        if not isinstance(content, Mapping) or content.get("role", "user") != "user":
+            continue
+        for part in content.get("parts") or ():
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif isinstance(part, Mapping) and _get(part, "inline_data") is not None:
+                images += 1
+    return "\n".join(texts), images
+
+
+def _check_response(response: Mapping[str, Any]) -> None:
+    """Raises if ``response`` is not a ``GenerateContentResponse`` the SDK reads."""
+    from google.genai import types
+
+    types.GenerateContentResponse.model_validate(dict(response))
+
+
+def _broken_line(marker: str, key: str, line: Mapping[str, Any], text: str) -> bytes:
+    """:func:`scripting.broken_line` with Gemini's ``key`` for the id."""
+    if marker == "malformed_line":
+        return f'{{"key": {json.dumps(key)}, "response": <<garbage'.encode()
+    return scripting.broken_line(
+        marker,
+        key,
+        line,
+        body_key="response",
+        answer_text=text,
+        wrong_shape={"key": key, "unexpected": True},
+    )

@@ -1,0 +1,695 @@
+"""Mistral's Files and batch jobs API, as the mistralai SDK (3.7) calls it, under
+``/mistral`` on the fake's port (``Mistral(server_url=fake.mistral_base_url)``): the
+OpenAI fake owns ``/v1/files`` at the root, and Mistral's paths are the same.
+
+Endpoints (``Authorization: Bearer <any non-empty key>``, else 401):
+
+- ``POST /v1/files`` multipart ``file``, ``purpose`` (``fine-tune | batch | ocr |
+  agentic_safety``), ``visibility``, ``expiry``: 400 without a file, 422 for an unknown
+  purpose, 400 for a ``purpose=batch`` file over 512 MB (Mistral known limitations);
+  ``GET /v1/files`` (``page``, ``page_size``, ``purpose``), ``GET /v1/files/{id}``,
+  ``DELETE /v1/files/{id}``, ``GET /v1/files/{id}/content`` (octet-stream).
+- ``POST /v1/batch/jobs`` JSON, validated with the SDK's own ``CreateBatchJobRequest``
+  (422 ``HTTPValidationError``-shaped ``detail`` otherwise); 404 for an unknown input
+  file, 400 for a file of another purpose or an endpoint the fake does not answer.
+  Each line ``{"custom_id", "body"}`` is checked like the service does: a body that the
+  SDK's ``ChatCompletionRequest`` refuses (with the job's model) becomes a 400 line in
+  the error file; an unreadable line, a line without ``custom_id`` or ``body`` and a
+  repeated ``custom_id`` are counted in the job's ``errors`` (``{message, count}``) and
+  not run; an empty file or more than 100,000 lines fails the job (``FAILED``).
+- ``GET /v1/batch/jobs`` (``page``, ``page_size``, ``model``, ``status`` (repeated),
+  ``created_after``, ``order_by`` (``created | -created``); every other query parameter
+  is a metadata filter, as the SDK sends ``metadata={k: v}`` one pair per parameter):
+  ``{"object": "list", "data", "total"}``. ``GET /v1/batch/jobs/{id}``,
+  ``POST /v1/batch/jobs/{id}/cancel``, ``DELETE /v1/batch/jobs/{id}``.
+- Errors are Mistral's flat error object ``{"object": "error", "message", "type",
+  "param", "code"}`` (Mistral error glossary).
+
+Lifecycle (``d`` the processing delay): ``QUEUED`` until ``d/3``, ``RUNNING``, then
+``SUCCESS`` at ``d`` (``FAILED`` at ``d/3`` for a job whose file failed validation);
+``expire_after_requests`` ends it ``TIMEOUT_EXCEEDED`` with partial results,
+``cancel_after_requests`` and ``cancel`` go through ``CANCELLATION_REQUESTED`` to
+``CANCELLED``. Requests never run get an error line (``response: null``, ``error:
+{"message", "code": "timeout_exceeded" | "cancelled"}``).
+
+Result lines: ``{"id", "custom_id", "response": {"status_code", "body"}, "error"}``;
+bodies of 200 lines validate as the SDK's ``ChatCompletionResponse``. Markers
+(:mod:`~mmirage_beam.testing.fake_provider.scripting`): ``server_error`` (500
+``server_error``), ``invalid_request`` (400), ``rate_limit`` (429 ``rate_limit_error``),
+``timeout`` (``error.code: request_timeout``), ``transient``, ``not_json``, ``length``
+(``finish_reason: length``), ``empty``, ``error_body_200``, ``empty_body_200``, the line
+markers and ``u2028``. Mistral's chat completion has no refusal field and no
+content-filter finish reason: ``refusal`` and ``content_filter`` answer normally.
+Script keys honoured: ``processing_delay_secs``, ``expire_after_requests``,
+``cancel_after_requests``, ``leading_errors`` (endpoint names :data:`ENDPOINT_NAMES`),
+``fail_batch_creates``, ``empty_error_file_id`` (``error_file: ""``),
+``shuffle_results``, ``unknown_custom_id``.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import json
+import math
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request, Response
+
+from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
+from mmirage_beam.testing.fake_provider.answers import count_parts, make_answer, text_parts
+from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
+from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl
+from mmirage_beam.testing.fake_provider.wire import ApiError, json_response, new_id
+
+MISTRAL = "mistral"
+#: path prefix of every Mistral route on the fake's port.
+PREFIX = "/mistral"
+#: Mistral known limitations (docs.mistral.ai/resources/known-limitations): 512 MB per
+#: batch file, 100,000 requests per batch.
+MAX_BATCH_FILE_BYTES = 512 * 1000 * 1000
+MAX_REQUESTS = 100_000
+FILE_PURPOSES = ("fine-tune", "batch", "ocr", "agentic_safety")
+ENDPOINTS = ("/v1/chat/completions",)  # the fake answers chat completions only
+TERMINAL = ("SUCCESS", "FAILED", "TIMEOUT_EXCEEDED", "CANCELLED")
+#: endpoint names of ``leading_errors.paths`` and ``call_counts()``.
+ENDPOINT_NAMES = scripting.MISTRAL_ENDPOINT_NAMES
+_LIST_PARAMS = {
+    "page",
+    "page_size",
+    "model",
+    "agent_id",
+    "created_after",
+    "created_by_me",
+    "status",
+    "order_by",
+}
+
+
+@dataclass
+class _File:
+    id: str
+    filename: str
+    purpose: str
+    content: bytes
+    created_at: int
+    sample_type: str
+
+    def view(self) -> dict[str, Any]:
+        lines = sum(1 for ln in self.content.split(b"\n") if ln.strip())
+        return {
+            "id": self.id,
+            "object": "file",
+            "bytes": len(self.content),
+            "created_at": self.created_at,
+            "filename": self.filename,
+            "purpose": self.purpose,
+            "sample_type": self.sample_type,
+            "source": "upload" if self.sample_type == "batch_request" else "mistral",
+            "num_lines": lines,
+            "mimetype": "application/jsonl",
+            "signature": None,
+            "expires_at": None,
+            "visibility": "workspace",
+        }
+
+
+def _error(status: int, message: str, kind: str | None = None, **extra: Any) -> ApiError:
+    kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+    return ApiError(status, kind, message, **extra)
+
+
+def error_body(err: ApiError) -> dict[str, Any]:
+    """Mistral's error object for ``err``."""
+    return {
+        "object": "error",
+        "message": err.message,
+        "type": err.error_type,
+        "param": err.param,
+        "code": err.code,
+    }
+
+
+class MistralApi:
+    """Mistral's Files and batch jobs endpoints over the shared :class:`Store`.
+
+    :meth:`handle` serves one request whose path starts with :data:`PREFIX`: it counts
+    the call, checks the key, applies scripted leading errors, and routes it.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._url_map = Map(
+            [
+                Rule("/v1/files", methods=["POST"], endpoint="files_upload"),
+                Rule("/v1/files", methods=["GET"], endpoint="files_list"),
+                Rule("/v1/files/<file_id>", methods=["GET"], endpoint="files_retrieve"),
+                Rule("/v1/files/<file_id>", methods=["DELETE"], endpoint="files_delete"),
+                Rule("/v1/files/<file_id>/content", methods=["GET"], endpoint="files_download"),
+                Rule("/v1/batch/jobs", methods=["POST"], endpoint="jobs_create"),
+                Rule("/v1/batch/jobs", methods=["GET"], endpoint="jobs_list"),
+                Rule("/v1/batch/jobs/<job_id>", methods=["GET"], endpoint="jobs_get"),
+                Rule("/v1/batch/jobs/<job_id>", methods=["DELETE"], endpoint="jobs_delete"),
+                Rule("/v1/batch/jobs/<job_id>/cancel", methods=["POST"], endpoint="jobs_cancel"),
+            ],
+            strict_slashes=False,
+        )
+
+    @property
+    def files(self) -> dict[str, _File]:
+        """Mistral's files (kept apart from OpenAI's: other ids, other objects)."""
+        return self.store.provider_state.setdefault(MISTRAL, {}).setdefault("files", {})
+
+    # -- plumbing ---------------------------------------------------------------------
+    def handle(self, request: Request) -> Response:
+        """Serve one ``/mistral/...`` request (errors in Mistral's shape)."""
+        path = request.path[len(PREFIX) :] or "/"
+        try:
+            endpoint, args = self._url_map.bind("fake").match(path, method=request.method)
+        except HTTPException as exc:
+            err = _error(exc.code or 404, f"{request.method} {path}: {exc.name}")
+            return json_response(error_body(err), err.status)
+        name = f"mistral_{endpoint}"
+        with self.store.lock:
+            self.store.call_counts[name] = self.store.call_counts.get(name, 0) + 1
+        try:
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise _error(401, "Unauthorized", "authentication_error")
+            self._take_leading_error(name, args)
+            return getattr(self, f"_{endpoint}")(request, **args)
+        except ApiError as err:
+            return json_response(error_body(err), err.status, err.headers)
+
+    def _take_leading_error(self, name: str, args: Mapping[str, str]) -> None:
+        with self.store.lock:
+            leading = self.store.script["leading_errors"]
+            if leading is None or leading.remaining <= 0:
+                return
+            if leading.paths is not None and name not in leading.paths:
+                return
+            leading.remaining -= 1
+            status, retry_ms = leading.status, leading.retry_after_ms
+        raise _scripted(status, retry_ms, f"leading error on {name}", args)
+
+    # -- files ------------------------------------------------------------------------
+    def _files_upload(self, request: Request) -> Response:
+        upload = request.files.get("file")
+        purpose = request.form.get("purpose") or "fine-tune"
+        if upload is None:
+            raise _error(400, "Missing file: the multipart field 'file' is required.")
+        if purpose not in FILE_PURPOSES:
+            raise _error(422, f"Invalid purpose {purpose!r}; expected one of {FILE_PURPOSES}.")
+        content = upload.read(MAX_BATCH_FILE_BYTES + 1)
+        if purpose == "batch" and len(content) > MAX_BATCH_FILE_BYTES:
+            raise _error(400, "File is too large: batch files are at most 512 MB.")
+        with self.store.lock:
+            stored = _File(
+                str(uuid.uuid4()),
+                upload.filename or "file.jsonl",
+                purpose,
+                content,
+                int(self.store.clock()),
+                "batch_request" if purpose == "batch" else "instruct",
+            )
+            self.files[stored.id] = stored
+            return json_response(stored.view())
+
+    def _get_file(self, file_id: str) -> _File:
+        stored = self.files.get(file_id)
+        if stored is None:
+            raise _error(404, f"File {file_id} not found.", code="1000")
+        return stored
+
+    def _files_list(self, request: Request) -> Response:
+        page, size = _int_arg(request, "page", 0), _int_arg(request, "page_size", 100)
+        purpose = request.args.get("purpose")
+        with self.store.lock:
+            files = [f.view() for f in self.files.values() if purpose in (None, f.purpose)]
+        files.reverse()
+        return json_response(
+            {"data": files[page * size : (page + 1) * size], "object": "list", "total": len(files)}
+        )
+
+    def _files_retrieve(self, request: Request, file_id: str) -> Response:
+        with self.store.lock:
+            return json_response({**self._get_file(file_id).view(), "deleted": False})
+
+    def _files_delete(self, request: Request, file_id: str) -> Response:
+        with self.store.lock:
+            self._get_file(file_id)
+            del self.files[file_id]
+        return json_response({"id": file_id, "object": "file", "deleted": True})
+
+    def _files_download(self, request: Request, file_id: str) -> Response:
+        with self.store.lock:
+            content = self._get_file(file_id).content
+        return Response(content, mimetype="application/octet-stream")
+
+    # -- jobs -------------------------------------------------------------------------
+    def _get_job(self, job_id: str) -> Batch:
+        batch = self.store.batches.get(job_id)
+        if batch is None or batch.provider != MISTRAL or batch.deleted:
+            raise _error(404, f"Batch job {job_id} not found.", code="1000")
+        return batch
+
+    def _jobs_create(self, request: Request) -> Response:
+        try:
+            payload = json.loads(request.get_data(cache=False) or b"null")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise _error(400, f"Invalid JSON body: {exc}") from None
+        _validate_with_sdk("CreateBatchJobRequest", payload)
+        endpoint = payload.get("endpoint")
+        if endpoint not in ENDPOINTS:
+            raise _error(400, f"The fake answers only {ENDPOINTS}, not {endpoint!r}.")
+        if payload.get("requests"):
+            raise _error(400, "The fake takes input_files only, not inline requests.")
+        file_ids = payload.get("input_files") or []
+        model = payload.get("model")
+        if not file_ids or not isinstance(model, str) or not model:
+            raise _error(400, "input_files and model are required.")
+        with self.store.lock:
+            files = [self._get_file(fid) for fid in file_ids]
+            for stored in files:
+                if stored.purpose != "batch":
+                    raise _error(
+                        400, f"File {stored.id} has purpose {stored.purpose!r}, not 'batch'."
+                    )
+            failure = self.store.take_create_failure()
+            if failure is not None and not failure.created:
+                raise _scripted(failure.status, failure.retry_after_ms, "create")
+            now = self.store.clock()
+            batch = self.store.new_batch(MISTRAL, "", now)
+            del self.store.batches[batch.id]
+            batch.id = str(uuid.uuid4())
+            self.store.batches[batch.id] = batch
+            batch.endpoint, batch.model = endpoint, model
+            batch.metadata = dict(payload.get("metadata") or {})
+            batch.input_file_id = ",".join(file_ids)
+            batch.completion_window = f"{int(payload.get('timeout_hours') or 24)}h"
+            self._fill(batch, b"\n".join(f.content for f in files), now)
+            if failure is not None:
+                raise _scripted(failure.status, failure.retry_after_ms, "create")
+            return json_response(self.view(batch, batch.created - 1e-6))
+
+    def _fill(self, batch: Batch, content: bytes, now: float) -> None:
+        """Parse and run the job's lines (results materialise once it has ended)."""
+        raw_lines = [ln for ln in content.split(b"\n") if ln.strip()]
+        problems: dict[str, int] = {}
+        if not raw_lines:
+            batch.errors = [{"message": "The input files hold no request.", "count": 1}]
+            return
+        if len(raw_lines) > MAX_REQUESTS:
+            batch.errors = [
+                {"message": f"A batch holds at most {MAX_REQUESTS:,} requests.", "count": 1}
+            ]
+            return
+        seen: set[str] = set()
+        for raw in raw_lines:
+            try:
+                line = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                line = None
+            if not isinstance(line, dict):
+                problems["A line is not valid JSON."] = (
+                    problems.get("A line is not valid JSON.", 0) + 1
+                )
+                continue
+            cid = line.get("custom_id")
+            if not isinstance(cid, str) or not cid or not isinstance(line.get("body"), dict):
+                key = "A line has no custom_id or no body object."
+                problems[key] = problems.get(key, 0) + 1
+                continue
+            if cid in seen:
+                key = "A custom_id is repeated."
+                problems[key] = problems.get(key, 0) + 1
+                continue
+            seen.add(cid)
+            self.store.record(batch, cid, line)
+            batch.items.append(self._process(batch, cid, line["body"], now))
+        batch.errors = [{"message": m, "count": n} for m, n in problems.items()] or None
+        batch.prompt_tokens = sum(it.input_tokens for it in batch.items)
+
+    def _process(self, batch: Batch, cid: str, body: dict[str, Any], now: float) -> Item:
+        reason = _validate_with_sdk(
+            "ChatCompletionRequest", {"model": batch.model, **body}, raise_=False
+        )
+        if reason is not None:
+            return Item(cid, _http_line(cid, 400, f"Invalid request body: {reason}"), ok=False)
+        prompt, images, mode, schema = _prompt_of(body)
+        tokens = len(prompt.split()) + limits.TOKENS_PER_IMAGE * images
+        marker = self.store.resolve_transient(error_marker(prompt), cid)
+        if marker in ("refusal", "content_filter"):
+            marker = None  # Mistral has neither a refusal field nor a content filter
+        if marker == "timeout":
+            line = _error_line(cid, "request_timeout", "The request timed out.")
+            return Item(cid, line, ok=False, input_tokens=tokens)
+        if marker in _FAILURES:
+            status, kind, message = _FAILURES[marker]
+            line: Any = _http_line(cid, status, message, kind)
+            if marker == "u2028":
+                line = scripting.broken_line(
+                    marker, cid, line, body_key="response", answer_text="", wrong_shape={}
+                )
+            return Item(cid, line, ok=False, input_tokens=tokens)
+        answer = make_answer(prompt, images, mode, schema, marker)
+        if marker == "error_body_200":
+            response_body: dict[str, Any] = error_body(_error(500, "Scripted error body."))
+        elif marker == "empty_body_200":
+            response_body = {}
+        else:
+            response_body = _completion(batch.model or "", answer, now)
+        line = {
+            "id": new_id("batch-req-"),
+            "custom_id": cid,
+            "response": {"status_code": 200, "body": response_body},
+            "error": None,
+        }
+        if marker in scripting.LINE_MARKERS:
+            line = scripting.broken_line(
+                marker,
+                cid,
+                line,
+                body_key="response",
+                answer_text=answer.text,
+                wrong_shape={"custom_id": cid, "unexpected": True},
+            )
+        return Item(cid, line, True, answer.input_tokens, answer.output_tokens)
+
+    def _jobs_get(self, request: Request, job_id: str) -> Response:
+        with self.store.lock:
+            return json_response(self.view(self._get_job(job_id), self.store.clock()))
+
+    def _jobs_list(self, request: Request) -> Response:
+        page, size = _int_arg(request, "page", 0), _int_arg(request, "page_size", 100)
+        model = request.args.get("model")
+        statuses = set(request.args.getlist("status"))
+        after = _parse_time(request.args.get("created_after"))
+        meta = {k: v for k, v in request.args.items() if k not in _LIST_PARAMS}
+        with self.store.lock:
+            now = self.store.clock()
+            views = [
+                self.view(b, now)
+                for b in self.store.batches.values()
+                if b.provider == MISTRAL and not b.deleted
+            ]
+        views = [
+            v
+            for v in views
+            if (model is None or v["model"] == model)
+            and (not statuses or v["status"] in statuses)
+            and (after is None or v["created_at"] >= after)
+            and all((v["metadata"] or {}).get(k) == val for k, val in meta.items())
+        ]
+        if request.args.get("order_by", "-created") == "-created":
+            views.reverse()
+        return json_response(
+            {"object": "list", "data": views[page * size : (page + 1) * size], "total": len(views)}
+        )
+
+    def _jobs_cancel(self, request: Request, job_id: str) -> Response:
+        with self.store.lock:
+            batch = self._get_job(job_id)
+            now = self.store.clock()
+            if (
+                self.view(batch, now)["status"] not in TERMINAL
+                and batch.cancel_requested_at is None
+            ):
+                batch.cancel_requested_at = now
+            return json_response(self.view(batch, now))
+
+    def _jobs_delete(self, request: Request, job_id: str) -> Response:
+        with self.store.lock:
+            self._get_job(job_id).deleted = True
+        return json_response({"id": job_id, "object": "batch", "deleted": True})
+
+    # -- views ------------------------------------------------------------------------
+    def view(self, batch: Batch, now: float) -> dict[str, Any]:
+        """The ``BatchJob`` object at ``now`` (result files made once it has ended)."""
+        status, started, ended = _phase(batch, now)
+        if status in TERMINAL and status != "FAILED":
+            self._finish(batch)
+        total = len(batch.items)
+        if status in TERMINAL:
+            counts = dict(batch.final_counts) or {"succeeded": 0, "failed": 0, "completed": 0}
+        else:
+            done = lifecycle.processed(batch, now)
+            if batch.cancel_requested_at is not None:
+                done = min(done, lifecycle.processed(batch, batch.cancel_requested_at))
+            ok = sum(1 for it in batch.items[:done] if it.ok)
+            counts = {"succeeded": ok, "failed": done - ok, "completed": done}
+        errors = copy.deepcopy(batch.errors or [])
+        return {
+            "id": batch.id,
+            "object": "batch",
+            "input_files": batch.input_file_id.split(","),
+            "metadata": copy.deepcopy(batch.metadata),
+            "endpoint": batch.endpoint,
+            "model": batch.model,
+            "agent_id": None,
+            "output_file": batch.output_file_id if status in TERMINAL else None,
+            "error_file": batch.error_file_id if status in TERMINAL else None,
+            "errors": errors,
+            "outputs": None,
+            "status": status,
+            "created_at": int(batch.created),
+            "total_requests": 0 if status == "FAILED" else total,
+            "completed_requests": counts["completed"],
+            "succeeded_requests": counts["succeeded"],
+            "failed_requests": counts["failed"],
+            "started_at": None if started is None else int(started),
+            "completed_at": None if ended is None else int(ended),
+        }
+
+    def _finish(self, batch: Batch) -> None:
+        if batch.finished:
+            return
+        batch.finished = True
+        processed, rest, cancelled = lifecycle.split_processed(batch)
+        ok_lines = [it.line for it in processed if it.ok]
+        err_lines = [it.line for it in processed if not it.ok]
+        code = "cancelled" if cancelled else "timeout_exceeded"
+        message = (
+            "The request was cancelled with its job."
+            if cancelled
+            else "The job's timeout_hours passed before the request ran."
+        )
+        err_lines += [_error_line(it.custom_id, code, message) for it in rest]
+        if batch.unknown_custom_id:
+            ok_lines.append(
+                {
+                    "id": new_id("batch-req-"),
+                    "custom_id": UNKNOWN_CUSTOM_ID,
+                    "response": {
+                        "status_code": 200,
+                        "body": _completion(
+                            batch.model or "", make_answer("", 0, "text", None), self.store.clock()
+                        ),
+                    },
+                    "error": None,
+                }
+            )
+        for kind, lines, sample in (
+            ("output", ok_lines, "batch_result"),
+            ("error", err_lines, "batch_error"),
+        ):
+            if not lines:
+                continue
+            stored = _File(
+                str(uuid.uuid4()),
+                f"{batch.id}_{kind}.jsonl",
+                "batch",
+                jsonl(scripting.shuffled(batch.shuffle_seed, lines)),
+                int(self.store.clock()),
+                sample,
+            )
+            self.files[stored.id] = stored
+            if kind == "output":
+                batch.output_file_id = stored.id
+            else:
+                batch.error_file_id = stored.id
+        if not err_lines and batch.empty_error_file_id:
+            batch.error_file_id = ""
+        succeeded = sum(1 for it in processed if it.ok)
+        failed = len(batch.items) - succeeded if cancelled else len(processed) - succeeded
+        batch.final_counts = {
+            "succeeded": succeeded,
+            "failed": failed,
+            "completed": succeeded + failed,
+        }
+
+
+def _phase(batch: Batch, now: float) -> tuple[str, float | None, float | None]:
+    """(status, started_at, completed_at) at ``now``."""
+    d, t0 = batch.delay_secs, batch.created
+    start, end = t0 + d / 3, t0 + d
+    tc = batch.cancel_requested_at
+    if tc is not None:
+        done = tc + d / 3
+        started = start if tc >= start else None
+        return (
+            ("CANCELLATION_REQUESTED", started, None)
+            if now < done
+            else ("CANCELLED", started, done)
+        )
+    if now < start:
+        return "QUEUED", None, None
+    if batch.errors and not batch.items:
+        return "FAILED", start, start
+    if now < end:
+        if batch.stop_kind == "cancelled" and now >= t0 + 2 * d / 3:
+            return "CANCELLATION_REQUESTED", start, None
+        return "RUNNING", start, None
+    if batch.stop_kind == "cancelled":
+        return "CANCELLED", start, end
+    if batch.stop_kind == "expired":
+        return "TIMEOUT_EXCEEDED", start, end
+    return "SUCCESS", start, end
+
+
+def _prompt_of(body: Mapping[str, Any]) -> tuple[str, int, str, Any]:
+    """(prompt text, image count, answer mode, schema) of a chat-completion body."""
+    texts: list[str] = []
+    images = 0
+    for msg in body.get("messages") or []:
+        if isinstance(msg, Mapping) and msg.get("role") == "user":
+            texts += text_parts(msg.get("content"), ("text",))
+            images += count_parts(msg.get("content"), ("image_url",))
+    fmt = body.get("response_format")
+    mode, schema = "text", None
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        mode, schema = "json_schema", (fmt.get("json_schema") or {}).get("schema")
+    elif isinstance(fmt, Mapping) and fmt.get("type") == "json_object":
+        mode = "json_object"
+    return "\n".join(texts), images, mode, schema
+
+
+def _completion(model: str, answer: Any, now: float) -> dict[str, Any]:
+    """A ``ChatCompletionResponse`` body for ``answer``."""
+    finish = {"length": "length"}.get(answer.finish, "stop")
+    return {
+        "id": uuid.uuid4().hex,
+        "object": "chat.completion",
+        "model": model,
+        "created": int(now),
+        "usage": {
+            "prompt_tokens": answer.input_tokens,
+            "completion_tokens": answer.output_tokens,
+            "total_tokens": answer.input_tokens + answer.output_tokens,
+        },
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": answer.text,
+                    "tool_calls": None,
+                    "prefix": False,
+                },
+                "finish_reason": finish,
+            }
+        ],
+    }
+
+
+def _http_line(cid: str, status: int, message: str, kind: str | None = None) -> dict[str, Any]:
+    return {
+        "id": new_id("batch-req-"),
+        "custom_id": cid,
+        "response": {"status_code": status, "body": error_body(_error(status, message, kind))},
+        "error": None,
+    }
+
+
+def _error_line(cid: str, code: str, message: str) -> dict[str, Any]:
+    return {
+        "id": new_id("batch-req-"),
+        "custom_id": cid,
+        "response": None,
+        "error": {"message": message, "code": code},
+    }
+
+
+#: marker -> (HTTP status, error type, message) of a failed request's line.
+_FAILURES: dict[str, tuple[int, str, str]] = {
+    "server_error": (500, "server_error", "Internal server error (FAKE_ERROR:server_error)."),
+    "invalid_request": (
+        400,
+        "invalid_request_error",
+        "Scripted invalid request (FAKE_ERROR:invalid_request).",
+    ),
+    "rate_limit": (429, "rate_limit_error", "Rate limit exceeded (FAKE_ERROR:rate_limit)."),
+    "u2028": (400, "invalid_request_error", scripting.U2028_MESSAGE),
+}
+
+
+def _scripted(
+    status: int, retry_after_ms: int, what: str, args: Mapping[str, str] | None = None
+) -> ApiError:
+    """A scripted HTTP error (404s name the object of the URL), with retry headers."""
+    if status == 404:
+        what_id = (args or {}).get("job_id") or (args or {}).get("file_id") or ""
+        return _error(404, f"Object {what_id} not found.", code="1000")
+    headers = {
+        "retry-after-ms": str(retry_after_ms),
+        "retry-after": str(math.ceil(retry_after_ms / 1000)),
+    }
+    kind = "rate_limit_error" if status == 429 else None
+    return _error(
+        status, f"Scripted {status} from the fake provider ({what}).", kind, headers=headers
+    )
+
+
+def _int_arg(request: Request, name: str, default: int) -> int:
+    raw = request.args.get(name)
+    try:
+        value = int(raw) if raw is not None else default
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise _error(422, f"Query parameter {name!r} must be an integer >= 0, got {raw!r}.")
+    return value
+
+
+def _parse_time(raw: str | None) -> float | None:
+    if not raw:
+        return None
+    try:
+        when = _dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise _error(422, f"created_after must be an ISO 8601 date-time, got {raw!r}.") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.timezone.utc)
+    return when.timestamp()
+
+
+def _validate_with_sdk(model_name: str, payload: Any, raise_: bool = True) -> str | None:
+    """Validate ``payload`` with the mistralai SDK's pydantic model ``model_name``
+    (the service's own request types). Without the SDK nothing is checked.
+
+    Returns the reason it is refused (``raise_=False``), else None.
+
+    Raises:
+        ApiError: 422 with the validation errors, when ``raise_``.
+    """
+    try:
+        from mistralai.client import models
+    except ImportError:  # pragma: no cover - the SDK is a test dependency
+        return None
+    import pydantic
+
+    try:
+        getattr(models, model_name).model_validate(payload)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        reason = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+        if raise_:
+            raise _error(422, f"Validation error: {reason}") from None
+        return reason
+    return None

@@ -1,0 +1,362 @@
+"""provider: gemini: the adapter through google-genai against the embedded fake.
+
+One CLI run of the bundled ``configs/gsm8k_gemini.yaml`` (``mmirage run`` as a
+subprocess, then ``check`` and ``merge``), whose merged rows must hold, in order, the
+text the SDK itself downloads from the fake; the rest is in-process: result lines,
+adoption of a lost create, exact tokens, the fake's protocol rules, config errors.
+(The every-outcome merge and the transient-404 lookup are in tests/test_verdicts.py;
+the crash case in tests/crash/test_crash_suite.py.)
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mmirage_beam.errors import ConfigError
+from mmirage_beam.providers.gemini import GeminiBatchConfig
+from mmirage_beam.providers.gemini.adapter import (
+    GeminiBatchAdapter,
+    display_name,
+    normalise_result_line,
+)
+from mmirage_beam.results import MalformedResult
+from tests.conftest import REPO
+
+
+def _client(fake):
+    from google import genai
+    from google.genai import types
+
+    return genai.Client(
+        api_key="gemini-test", http_options=types.HttpOptions(base_url=fake.gemini_base_url)
+    )
+
+
+def _adapter(fake, **cfg):
+    config = GeminiBatchConfig(base_url=fake.gemini_base_url, **cfg)
+    adapter = GeminiBatchAdapter({"api_key": "gemini-test"})
+    adapter.RETRY_SLEEP = lambda s: None
+    adapter.setup(config)
+    return adapter, config
+
+
+def _line(key, text="What is 2 + 2?", **request):
+    body = {"contents": [{"role": "user", "parts": [{"text": text}]}], **request}
+    return (json.dumps({"key": key, "request": body}) + "\n").encode()
+
+
+# -- the bundled config, end to end ----------------------------------------------------------
+
+
+def test_gsm8k_config_run_check_merge_matches_what_the_sdk_reads(tmp_path, monkeypatch, capsys):
+    from mmirage_beam.testing import FakeProviderServer
+    from pipelines.check import main as check_main
+    from pipelines.merge import main as merge_main
+
+    os.symlink(REPO / "mmirage_beam", tmp_path / "mmirage_beam")  # the config's data path
+    config = str(REPO / "configs" / "gsm8k_gemini.yaml")
+    with FakeProviderServer() as fake:
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(REPO),
+            GEMINI_API_KEY="gemini-test",
+            MMIRAGE_GEMINI_BASE_URL=fake.gemini_base_url,
+        )
+        run = subprocess.run(
+            [sys.executable, "-m", "mmirage_beam.cli", "run", "--config", config, "--run-id", "g1"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert "batches submitted:   6" in run.stdout
+        assert "input tokens 106,809 (estimate)" in run.stdout  # cl100k proxy, labelled
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("GEMINI_API_KEY", "gemini-test")
+        monkeypatch.setenv("MMIRAGE_GEMINI_BASE_URL", fake.gemini_base_url)
+        assert check_main(["--config", config]) == 0
+        out = tmp_path / "merged.jsonl"
+        assert merge_main(["--config", config, "--output-path", str(out)]) == 0
+        # What google-genai itself reads back: every job's responses file.
+        client = _client(fake)
+        texts, usage = {}, {}
+        for job in client.batches.list(config={"page_size": 2}):
+            assert job.state.name == "JOB_STATE_SUCCEEDED"
+            assert job.display_name.startswith("mmirage-g1-")
+            for raw in client.files.download(file=job.dest.file_name).split(b"\n"):
+                if raw:
+                    line = json.loads(raw)
+                    from google.genai import types
+
+                    response = types.GenerateContentResponse.model_validate(line["response"])
+                    texts[line["key"]] = response.text
+                    usage[line["key"]] = response.usage_metadata
+    merged = [json.loads(x) for x in out.read_text(encoding="utf-8").split("\n") if x]
+    assert len(texts) == 2 * 1319 and len(merged) == 1319
+    assert [m["source_index"] for m in merged] == list(range(1319))
+    for i, m in enumerate(merged):
+        assert m["solution"] == texts[f"solution-text-{i}"]
+        grading = json.loads(texts[f"grading-text-{i}"])
+        assert (m["final_answer"], m["difficulty"]) == (
+            grading["final_answer"],
+            grading["difficulty"],
+        )
+        expected_in = sum(
+            usage[f"{o}-text-{i}"].prompt_token_count for o in ("solution", "grading")
+        )
+        assert m["input_tokens"] == expected_in
+
+
+# -- result lines ---------------------------------------------------------------------------
+
+
+def _response(text=None, finish="STOP", **extra):
+    candidate = {"finishReason": finish}
+    if text is not None:
+        candidate["content"] = {"role": "model", "parts": [{"text": text}]}
+    return {
+        "candidates": [candidate],
+        "usageMetadata": {"promptTokenCount": 7, "candidatesTokenCount": 3},
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    "finish,kind",
+    [
+        ("MAX_TOKENS", "truncated"),
+        ("SAFETY", "content_filter"),
+        ("PROHIBITED_CONTENT", "content_filter"),
+        ("BLOCKLIST", "content_filter"),
+        ("RECITATION", "content_filter"),
+    ],
+)
+def test_finish_reasons_are_typed_outcomes_with_tokens(finish, kind):
+    got = normalise_result_line({"key": "k", "response": _response("half an ans", finish)})
+    assert got["error"]["type"] == kind and finish in got["error"]["message"]
+    assert got["error"]["raw_text"] == "half an ans"
+    assert (got["input_tokens"], got["output_tokens"]) == (7, 3)
+    if finish == "RECITATION":
+        assert "reciting" in got["error"]["message"]
+
+
+def test_result_lines_text_errors_and_wrong_shapes():
+    ok = normalise_result_line({"key": "k", "response": _response("four")})
+    assert ok == {"custom_id": "k", "generated_text": "four", "input_tokens": 7, "output_tokens": 3}
+    # snake_case (the SDK's own dumps) reads the same; thought parts are not the answer
+    snake = {
+        "candidates": [
+            {
+                "content": {"parts": [{"text": "hmm", "thought": True}, {"text": "four"}]},
+                "finish_reason": "STOP",
+            }
+        ],
+        "usage_metadata": {"prompt_token_count": 1, "candidates_token_count": 1},
+    }
+    assert normalise_result_line({"key": "k", "response": snake})["generated_text"] == "four"
+    empty = normalise_result_line({"key": "k", "response": _response("")})
+    assert empty["error"]["type"] == "empty"
+    blocked = normalise_result_line(
+        {"key": "k", "response": {"promptFeedback": {"blockReason": "SAFETY"}}}
+    )
+    assert blocked["error"]["type"] == "content_filter" and "SAFETY" in blocked["error"]["message"]
+    err = normalise_result_line(
+        {"key": "k", "error": {"code": 500, "message": "boom", "status": "INTERNAL"}}
+    )
+    assert err["error"] == {"type": "server_error", "message": "INTERNAL: boom", "status_code": 500}
+    rpc = normalise_result_line({"key": "k", "error": {"code": 8, "message": "slow down"}})
+    assert rpc["error"]["type"] == "rate_limit_exceeded"
+    for bad in ([], {"response": {}}, {"key": "k"}, {"key": "k", "response": {"candidates": 1}}):
+        with pytest.raises(MalformedResult):
+            normalise_result_line(bad)
+
+
+# -- submission, adoption, status, results ---------------------------------------------------
+
+
+def test_a_create_stored_but_answered_500_is_adopted_not_sent_twice(fake_provider):
+    fake = fake_provider
+    adapter, config = _adapter(fake)
+    adapter.run_id = "r1"
+    fake.script(fail_batch_creates={"nth": 1, "status": 500, "created": True})
+    raw = adapter.submit_chunk_lines("c1", [_line("a-text-0"), _line("a-text-1")], config)
+    jobs = fake.batches("gemini")
+    assert len(jobs) == 1 and raw["name"] == jobs[0]["name"]  # adopted, not created again
+    assert raw["display_name"] == display_name("r1", "c1")
+    assert fake.create_counts() == {"a-text-0": 1, "a-text-1": 1}
+    # the lookup a resume does finds it too, through several pages
+    for i in range(3):
+        adapter.run_id = f"other{i}"
+        adapter.submit_chunk_lines("c1", [_line(f"b-text-{i}")], config)
+    adapter.FIND_BATCH_PAGE_SIZE = 1
+    assert adapter.find_batch("r1", "c1")["name"] == raw["name"]
+    assert adapter.find_batch("r1", "c2") is None
+    status = adapter.check_batch_status(raw["name"], config)
+    assert status.status == "completed"
+    results = {r["custom_id"]: r for r in adapter.retrieve_results(raw["name"], config)}
+    assert sorted(results) == ["a-text-0", "a-text-1"]
+    assert all(r["generated_text"].startswith("FAKE:") for r in results.values())
+    adapter.teardown()
+
+
+def test_expired_job_has_no_results_and_every_request_is_a_retryable_failure(fake_provider):
+    fake = fake_provider
+    adapter, config = _adapter(fake)
+    fake.script(expire_after_requests=1)
+    raw = adapter.submit_chunk_lines("c1", [_line("a-text-0"), _line("a-text-1")], config)
+    status = adapter.check_batch_status(raw["name"], config)
+    progress = adapter.describe_batch(status)
+    assert status.status == "failed" and progress.provider_status == "JOB_STATE_EXPIRED"
+    assert progress.error_code == "batch_expired" and "48 hours" in progress.detail
+    assert list(adapter.retrieve_results(raw["name"], config)) == []
+
+
+def test_images_are_inline_data_and_urls_are_refused(fake_provider):
+    from mmirage_beam.errors import RequestBuildError
+    from mmirage_beam.images import load_image
+
+    adapter, config = _adapter(fake_provider)
+    image = load_image(str(REPO / "tests" / "data" / "images" / "astronaut_large_noisy.png"), None)
+    payload = {"messages": [{"role": "user", "content": "Describe it."}], "images": [image]}
+    line = adapter.build_request("d-multimodal-0", payload, config)
+    part = line["request"]["contents"][0]["parts"][1]["inline_data"]
+    assert part["mime_type"] == "image/png" and part["data"] == image["data"]
+    raw = adapter.submit_chunk_lines("c1", [adapter.serialize_request(line)], config)
+    (result,) = adapter.retrieve_results(raw["name"], config)
+    assert result["input_tokens"] == 2 + 10  # the fake: words + 10 per image
+    url = {**image, "data": None, "url": "https://example.com/a.png"}
+    with pytest.raises(RequestBuildError, match="inline data only"):
+        adapter.build_request("d-multimodal-1", {**payload, "images": [url]}, config)
+
+
+def test_exact_tokens_come_from_count_tokens(fake_provider, monkeypatch):
+    from mmirage_beam.costs.tokens import TokenCounter
+
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test")
+    adapter, config = _adapter(fake_provider, max_tokens=64)
+    line = adapter.build_request(
+        "a-text-0", {"messages": [{"role": "user", "content": "one two three"}]}, config
+    )
+    estimate = TokenCounter("gemini", config.model).count(line)
+    assert not estimate.exact and estimate.max_output_tokens == 64 and estimate.input_tokens > 0
+    counter = TokenCounter(
+        "gemini", config.model, exact_tokens=True, base_url=fake_provider.gemini_base_url
+    )
+    assert counter.count(line) == (3, 64, True, (), False)  # the usage the batch reports
+    assert fake_provider.call_counts()["gemini_count_tokens"] == 1
+
+
+# -- the fake's protocol and validation ------------------------------------------------------
+
+
+def test_fake_refuses_what_the_service_refuses(fake_provider):
+    import httpx
+    from google.genai import errors
+
+    fake = fake_provider
+    client = _client(fake)
+    no_key = httpx.get(f"{fake.base_url}/v1beta/batches")
+    assert no_key.status_code == 401 and no_key.json()["error"]["status"] == "UNAUTHENTICATED"
+    start = httpx.post(
+        f"{fake.base_url}/upload/v1beta/files",
+        headers={
+            "x-goog-api-key": "k",
+            "X-Goog-Upload-Protocol": "resumable",
+            "X-Goog-Upload-Command": "start",
+            "X-Goog-Upload-Header-Content-Length": "4",
+        },
+        json={"file": {"mimeType": "jsonl"}},
+    )
+    url = start.headers["x-goog-upload-url"]
+    bad_offset = httpx.post(
+        url, headers={"X-Goog-Upload-Command": "upload, finalize", "X-Goog-Upload-Offset": "2"}
+    )
+    assert bad_offset.status_code == 400 and "Offset" in bad_offset.json()["error"]["message"]
+    uploaded = client.files.upload(file=io.BytesIO(_line("k")), config={"mime_type": "jsonl"})
+    with pytest.raises(errors.ClientError, match="Only generated files"):
+        client.files.download(file=uploaded.name)
+    # a request with an unknown field: validated with the SDK's types, an error line
+    bad = client.files.upload(
+        file=io.BytesIO(_line("k1", generationConfig={"maxTokens": 5}) + _line("k2")),
+        config={"mime_type": "jsonl"},
+    )
+    job = client.batches.create(model="gemini-2.5-flash", src=bad.name)
+    lines = client.files.download(file=client.batches.get(name=job.name).dest.file_name)
+    first, second = (json.loads(x) for x in lines.split(b"\n") if x)
+    assert first["error"]["status"] == "INVALID_ARGUMENT" and "maxTokens" in str(first)
+    assert second["response"]["candidates"][0]["finishReason"] == "STOP"
+    # a line without a key fails the whole job
+    keyless = client.files.upload(
+        file=io.BytesIO(b'{"request": {"contents": []}}\n'), config={"mime_type": "jsonl"}
+    )
+    failed = client.batches.create(model="gemini-2.5-flash", src=keyless.name)
+    assert client.batches.get(name=failed.name).state.name == "JOB_STATE_FAILED"
+
+
+def test_config_is_checked_at_load_and_the_sdk_extra_is_named(monkeypatch):
+    with pytest.raises(ConfigError, match="vertexai"):
+        GeminiBatchConfig(vertexai=True)
+    with pytest.raises(ConfigError, match="temperature"):
+        GeminiBatchConfig(temperature=3)
+    monkeypatch.setitem(sys.modules, "google.genai", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r"mmirage-beam\[gemini\]"):
+        GeminiBatchAdapter().setup(GeminiBatchConfig())
+
+
+def test_the_key_falls_back_to_google_api_key(monkeypatch):
+    from mmirage_beam.providers.base import resolve_credentials
+
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.setenv("GOOGLE_API_KEY", "g-key")
+    assert resolve_credentials(GeminiBatchAdapter, "gemini") == {"api_key": "g-key"}
+
+
+def test_demo_runs_for_gemini(tmp_path, capsys):
+    from mmirage_beam.cli import main as cli_main
+
+    argv = ["demo", "--provider", "gemini", "--workdir", str(tmp_path), "--rows", "4"]
+    code = cli_main([*argv, "--delay", "0"])
+    assert code == 0, capsys.readouterr().out
+    merged = (tmp_path / "gemini" / "merged.jsonl").read_text().splitlines()
+    assert [json.loads(x)["source_index"] for x in merged] == [0, 1, 2, 3]
+
+
+def test_sdk_get_cancel_delete_and_count_tokens(fake_provider):
+    from google.genai import errors
+
+    fake = fake_provider
+    fake.script(processing_delay_secs=30)
+    client = _client(fake)
+    uploaded = client.files.upload(file=io.BytesIO(_line("k")), config={"mime_type": "jsonl"})
+    assert client.files.get(name=uploaded.name).size_bytes == len(_line("k"))
+    job = client.batches.create(model="gemini-2.5-flash", src=uploaded.name)
+    client.batches.cancel(name=job.name)
+    assert client.batches.get(name=job.name).state.name in (
+        "JOB_STATE_RUNNING",
+        "JOB_STATE_CANCELLED",
+    )
+    client.batches.delete(name=job.name)
+    with pytest.raises(errors.ClientError) as gone:
+        client.batches.get(name=job.name)
+    assert gone.value.code == 404
+    contents = [{"role": "user", "parts": [{"text": "one two three"}]}]
+    assert client.models.count_tokens(model="gemini-2.5-flash", contents=contents).total_tokens == 3
+
+
+def test_a_run_without_the_sdk_stops_before_reading_data(tmp_path, monkeypatch, capsys):
+    from pipelines.submit import main as submit_main
+    from tests.conftest import base_config, write_config
+
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test")
+    monkeypatch.setitem(sys.modules, "google.genai", None)  # as if not installed
+    cfg = write_config(tmp_path, base_config(tmp_path, "gemini"))
+    assert submit_main(["--config", cfg]) == 2
+    assert "pip install 'mmirage-beam[gemini]'" in capsys.readouterr().err
