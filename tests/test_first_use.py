@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mmirage_beam.providers.openai_batch import normalise_result_line
+from mmirage_beam.providers.openai.adapter import normalise_result_line
 from pipelines.resubmit import main as resubmit_main
 from pipelines.submit import main as submit_main
 from tests.conftest import GSM8K_JSONL, base_config, write_config
@@ -173,7 +173,7 @@ def test_anthropic_cache_tokens_are_kept_in_rows_and_priced():
     from mmirage_beam.config import config_from_dict
     from mmirage_beam.costs.prices import batch_price
     from mmirage_beam.costs.report import usage_lines
-    from mmirage_beam.providers.anthropic_batch import normalise_result
+    from mmirage_beam.providers.anthropic.adapter import normalise_result
     from mmirage_beam.transforms.build import ExtractedRow
     from mmirage_beam.transforms.merge import OutputResult, _AssembleFn
 
