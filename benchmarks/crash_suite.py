@@ -11,7 +11,10 @@ Afterwards it counts, from the fake's record of every request it accepted:
 
 - duplicated requests: accepted copies beyond the first, per custom_id;
 - lost rows: rows whose custom_id is in no receipt of the run (adoptions withdrawn as
-  ``adoption.rejected`` do not count) after the final resume.
+  ``adoption.rejected`` do not count) after the final resume;
+- unsent rows: rows whose custom_id the fake never accepted into any batch;
+- and, as notes: placeholder rows not written exactly once per row, a finish-step
+  resume that called the provider, exit codes or messages other than expected.
 
 Experiments (``--experiments``; all by default):
 
@@ -31,10 +34,27 @@ Experiments (``--experiments``; all by default):
   and comes back before the resume;
 - ``storage_full``: every file write is capped (RLIMIT_FSIZE in the child; writes past
   it fail with EFBIG, as on a full disk), lifted for the resume;
-- ``concurrent``: two processes started together on one run id.
+- ``concurrent``: two processes started together on one run id;
+- ``kill_at_publishing`` / ``kill_at_consolidated`` / ``kill_at_finishing``: the finish
+  steps (placeholder rows moved into ``output_dir``; a receipt file rewritten, parts not
+  yet removed; the run record not yet marked finished) killed once every batch exists:
+  the resume must complete the run without any call to the provider;
+- ``cross_fs``: receipts (and so the staged rows) on a tmpfs (``/dev/shm``), rows on the
+  main disk, SIGKILL once a cross-filesystem move published its copy but had not yet
+  deleted the source (``moved_copied``); skipped where ``/dev/shm`` is not a filesystem
+  of its own;
+- ``portable_kill_submit``: the PortableRunner (Beam's Python job service + an external
+  worker pool, ``tests/runners.py``): the SDK worker process (a child of the pool, never
+  the launcher) SIGKILLs itself just after the provider accepted its 2nd batch
+  (``MMIRAGE_CRASH_AT=batch_created:2`` once, ``MMIRAGE_CRASH_ONCE``); the job must end
+  with a message naming the dead worker and the resume command, which is then run on
+  the same runner;
+- ``portable_kill_merge``: the same runner; a submitted run's merge loses its worker once
+  a partition is joined (``merge_joined``); merging again must write the file a
+  DirectRunner merge writes, byte for byte.
 
-Prints a table: experiment, provider, trials, duplicated requests, lost rows, and the
-trials in which any duplicate happened. ``tests/crash`` runs a small slice in CI.
+Prints a table: experiment, provider, trials, duplicated requests, trials in which any
+duplicate happened, lost rows, unsent rows. ``tests/crash`` runs a small slice in CI.
 """
 
 from __future__ import annotations
@@ -62,7 +82,12 @@ STEPS = (
     "batch_created",
     "receipt_written",
     "consolidated",
+    "publishing",
+    "finishing",
 )
+#: Finish steps: killed there, every batch exists; the resume must not call the provider.
+FINISH_STEPS = ("publishing", "consolidated", "finishing")
+PORTABLE_EXPERIMENTS = ("portable_kill_submit", "portable_kill_merge")
 EXPERIMENTS = (
     "kill_random",
     "kill_random_parallel",
@@ -74,6 +99,8 @@ EXPERIMENTS = (
     "storage_vanished",
     "storage_full",
     "concurrent",
+    "cross_fs",
+    *PORTABLE_EXPERIMENTS,
 )
 
 
@@ -86,16 +113,29 @@ class Outcome:
     trials: int = 0
     duplicates: int = 0
     lost: int = 0
+    unsent: int = 0
     trials_with_duplicates: int = 0
+    seconds: float = 0.0
+    skipped: str = ""
     notes: list[str] = field(default_factory=list)
 
 
 class Trial:
     """One injured run and its resumes, in a fresh folder, against ``fake`` (reset)."""
 
-    def __init__(self, fake: Any, provider: str, rows: int, chunk: int, root: Path) -> None:
+    def __init__(
+        self,
+        fake: Any,
+        provider: str,
+        rows: int,
+        chunk: int,
+        root: Path,
+        meta_root: Optional[Path] = None,
+    ) -> None:
         self.fake, self.provider, self.rows = fake, provider, rows
         self.dir = Path(tempfile.mkdtemp(prefix="trial-", dir=root))
+        #: Beam options of the runner every run of the trial uses (default: DirectRunner).
+        self.flags: tuple[str, ...] = ()
         fake.reset()
         from mmirage_beam.providers.anthropic import adapter as anthropic_batch
 
@@ -103,7 +143,10 @@ class Trial:
         data = self.dir / "rows.jsonl"
         with open(SAMPLE, encoding="utf-8") as src:
             data.write_text("".join(next(src) for _ in range(rows)), encoding="utf-8")
-        self.meta = self.dir / "meta"
+        if meta_root is not None:  # e.g. a tmpfs: receipts on another filesystem
+            self.meta = Path(tempfile.mkdtemp(prefix="meta-", dir=meta_root))
+        else:
+            self.meta = self.dir / "meta"
         self.base_url = fake.base_url_for(provider)
         self.chunk = chunk
         self.data = data
@@ -163,7 +206,7 @@ class Trial:
         **env: str,
     ):
         return subprocess.Popen(
-            self.cmd(config) + ["--run-id", self.run_id, *extra],
+            self.cmd(config) + ["--run-id", self.run_id, *self.flags, *extra],
             env=self.env(**env),
             cwd=self.dir,
             stdout=subprocess.DEVNULL,
@@ -186,7 +229,7 @@ class Trial:
         code, err = -1, ""
         for _ in range(attempts):
             done = subprocess.run(
-                self.cmd(config) + ["--run-id", self.run_id],
+                self.cmd(config) + ["--run-id", self.run_id, *self.flags],
                 env=self.env(),
                 cwd=self.dir,
                 stdout=subprocess.DEVNULL,
@@ -199,8 +242,38 @@ class Trial:
                 break
         return code, err
 
-    def count(self) -> tuple[int, int]:
-        """(duplicated requests, lost rows)."""
+    def merge(self, config: str, out: Path) -> tuple[int, str]:
+        """``mmirage merge`` of the trial's run into ``out`` on the trial's runner."""
+        done = subprocess.run(
+            [sys.executable, "-m", "pipelines.merge", "--config", config, "--output-path"]
+            + [str(out), *self.flags],
+            env=self.env(),
+            cwd=self.dir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=600,
+        )
+        return done.returncode, done.stderr
+
+    def placeholder_problem(self) -> Optional[str]:
+        """None when the output folder holds one placeholder row per row, else what is
+        wrong."""
+        import json
+
+        files = sorted((self.dir / "o" / "shard_0").glob(f"placeholders.{self.run_id}-*.jsonl"))
+        ids = [
+            json.loads(line)["answer"]
+            for f in files
+            for line in f.read_text(encoding="utf-8").splitlines()
+        ]
+        want = {f"__BATCH_SUBMITTED__:answer-text-{i}" for i in range(self.rows)}
+        if len(ids) != self.rows or set(ids) != want:
+            return f"{len(ids)} placeholder row(s) ({len(set(ids))} distinct) for {self.rows} rows"
+        return None
+
+    def count(self) -> tuple[int, int, int]:
+        """(duplicated requests, lost rows, unsent rows)."""
         from mmirage_beam.receipts import MODALITIES, adoption_rejected, read_receipts
 
         sent = collections.Counter(
@@ -216,10 +289,101 @@ class Trial:
                 if not adoption_rejected(r):
                     receipted.update(r["custom_id_to_source_index"])
         lost = sum(1 for i in range(self.rows) if f"answer-text-{i}" not in receipted)
-        return duplicates, lost
+        unsent = sum(1 for i in range(self.rows) if f"answer-text-{i}" not in sent)
+        return duplicates, lost, unsent
 
     def cleanup(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.meta, ignore_errors=True)
+
+
+SHM = Path("/dev/shm")
+
+
+def tmpfs_root(root: Path) -> Optional[Path]:
+    """``/dev/shm`` when it is a writable filesystem other than ``root``'s, else None."""
+    try:
+        if os.access(SHM, os.W_OK) and os.stat(SHM).st_dev != os.stat(root).st_dev:
+            return SHM
+    except OSError:
+        pass
+    return None
+
+
+class Portable:
+    """Beam's job service + an external worker pool for the portable experiments, started
+    on first use, with the crash hook armed per trial: the pool's workers inherit
+    ``MMIRAGE_CRASH_AT=batch_created:2,merge_joined:1`` and ``MMIRAGE_CRASH_ONCE``, and a
+    step fires only while its ``<once>.<step>`` file is absent (:meth:`arm` removes it,
+    :meth:`disarm` creates it)."""
+
+    STEPS = ("batch_created", "merge_joined")
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.once = root / "crashed"
+        self.services: Any = None
+        self.error = ""
+
+    def start(self) -> bool:
+        if self.services is not None or self.error:
+            return self.services is not None
+        sys.path.insert(0, str(REPO))
+        from tests.runners import PortableServices, ServiceStartError, worker_env
+
+        env = worker_env(
+            {
+                "OPENAI_API_KEY": "sk-crash-suite",
+                "ANTHROPIC_API_KEY": "sk-ant-crash-suite",
+                "MMIRAGE_CRASH_AT": "batch_created:2,merge_joined:1",
+                "MMIRAGE_CRASH_ONCE": str(self.once),
+            }
+        )
+        try:
+            self.services = PortableServices(self.root / "services", env)
+            self.services.start()
+        except ServiceStartError as exc:
+            self.services, self.error = None, str(exc).splitlines()[0]
+        return self.services is not None
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        from tests.runners import runner_flags
+
+        return tuple(runner_flags("portable_external", self.services))
+
+    def arm(self, *steps: str) -> None:
+        for step in self.STEPS:
+            marker = Path(f"{self.once}.{step}")
+            if step in steps:
+                marker.unlink(missing_ok=True)
+            else:
+                marker.write_text("disarmed\n")
+
+    def killed(self, step: str) -> Optional[tuple[int, int]]:
+        """(pid, parent pid) of the process the step killed, or None."""
+        text = Path(f"{self.once}.{step}").read_text().split()
+        return (int(text[0]), int(text[1])) if len(text) == 2 else None
+
+    def stop(self) -> None:
+        if self.services is not None:
+            self.services.stop()
+            self.services = None
+
+
+WORKER_DIED = "a worker process of the runner died"
+
+
+def _check_worker_kill(portable: Portable, step: str, code: int, err: str, want: str) -> list[str]:
+    notes = []
+    dead = portable.killed(step)
+    if dead is None:
+        notes.append(f"no worker died at {step}")
+    elif dead[1] != portable.services.pool.proc.pid:
+        notes.append(f"the process killed at {step} ({dead[0]}) was not a worker of the pool")
+    if code != 1 or WORKER_DIED not in err or want not in err:
+        notes.append(f"{step}: exit {code}, message {err.strip().splitlines()[-3:]}")
+    return notes
 
 
 def _first_activity(trial: Trial, proc) -> None:  # noqa: ANN001
@@ -235,11 +399,14 @@ def _finish(proc, timeout: float = 300) -> tuple[int, str]:  # noqa: ANN001
     return proc.returncode, (err or b"").decode("utf-8", "replace")
 
 
-def run_trial(experiment: str, trial: Trial, rng: random.Random) -> list[str]:
+def run_trial(
+    experiment: str, trial: Trial, rng: random.Random, portable: Optional[Portable] = None
+) -> list[str]:
     """Injure one run as ``experiment`` says; returns notes (unexpected exit codes)."""
     notes: list[str] = []
     code = None
     config = trial.config()
+    calls_before_resume = None
     if experiment in ("kill_random", "kill_random_parallel"):
         extra = ()
         if experiment == "kill_random_parallel":
@@ -252,11 +419,46 @@ def run_trial(experiment: str, trial: Trial, rng: random.Random) -> list[str]:
         _finish(proc)
     elif experiment.startswith("kill_at_"):
         step = experiment[len("kill_at_") :]
-        nth = 1 if step == "consolidated" else rng.randint(1, 4)
+        nth = 1 if step in FINISH_STEPS else rng.randint(1, 4)
         proc = trial.popen(config, MMIRAGE_CRASH_AT=f"{step}:{nth}")
         code, err = _finish(proc)
         if code != -signal.SIGKILL:
             notes.append(f"{experiment}:{nth} exited {code} instead of being killed")
+        if step in FINISH_STEPS:
+            calls_before_resume = trial.fake.call_counts()
+    elif experiment == "cross_fs":
+        proc = trial.popen(config, MMIRAGE_CRASH_AT="moved_copied:1")
+        code, err = _finish(proc)
+        if code != -signal.SIGKILL:
+            notes.append(f"{experiment} exited {code} instead of being killed")
+        calls_before_resume = trial.fake.call_counts()
+    elif experiment == "portable_kill_submit":
+        assert portable is not None
+        portable.arm("batch_created")
+        trial.flags = portable.flags
+        code, err = _finish(trial.popen(config))
+        notes += _check_worker_kill(
+            portable, "batch_created", code, err, f"--run-id {trial.run_id}"
+        )
+    elif experiment == "portable_kill_merge":
+        assert portable is not None
+        portable.arm()
+        trial.flags = portable.flags
+        code, err = _finish(trial.popen(config))
+        if code != 0:
+            notes.append(f"{experiment}: the submission exited {code}")
+        portable.arm("merge_joined")
+        out = trial.dir / "merged.jsonl"
+        code, err = trial.merge(config, out)
+        notes += _check_worker_kill(portable, "merge_joined", code, err, "mmirage merge")
+        code, err = trial.merge(config, out)
+        if code != 0:
+            notes.append(f"{experiment}: merging again exited {code}: {err[-300:]}")
+        trial.flags = ()
+        reference = trial.dir / "merged-direct.jsonl"
+        trial.merge(config, reference)
+        if not out.exists() or out.read_bytes() != reference.read_bytes():
+            notes.append(f"{experiment}: the merge rerun differs from a DirectRunner merge")
     elif experiment in ("sigint", "sigterm"):
         proc = trial.popen(config)
         trial.wait_for(lambda: len(trial.parts()) >= 2, proc)
@@ -330,6 +532,12 @@ def run_trial(experiment: str, trial: Trial, rng: random.Random) -> list[str]:
     code, err = trial.resume(config)
     if code != 0:
         notes.append(f"{experiment}: the resume exited {code}: {err.strip().splitlines()[-1:]}")
+        return notes
+    if calls_before_resume is not None and trial.fake.call_counts() != calls_before_resume:
+        notes.append(f"{experiment}: the resume called the provider")
+    problem = trial.placeholder_problem()
+    if problem:
+        notes.append(f"{experiment}: {problem}")
     return notes
 
 
@@ -348,25 +556,42 @@ def run_suite(
     rng = random.Random(seed)
     out: list[Outcome] = []
     root = Path(tempfile.mkdtemp(prefix="mmirage-crash-"))
+    portable = Portable(root)
     try:
         with FakeProviderServer() as fake:
             for experiment in experiments:
                 for provider in providers:
                     o = Outcome(experiment, provider)
+                    out.append(o)
+                    meta_root = None
+                    if experiment == "cross_fs":
+                        meta_root = tmpfs_root(root)
+                        if meta_root is None:
+                            o.skipped = "/dev/shm is not a filesystem of its own here"
+                            continue
+                    if experiment in PORTABLE_EXPERIMENTS and not portable.start():
+                        o.skipped = f"portable services did not start: {portable.error}"
+                        continue
                     for _ in range(trials):
-                        trial = Trial(fake, provider, rows, chunk, root)
+                        trial = Trial(fake, provider, rows, chunk, root, meta_root)
+                        started = time.monotonic()
                         try:
-                            o.notes += run_trial(experiment, trial, rng)
-                            dup, lost = trial.count()
+                            o.notes += run_trial(experiment, trial, rng, portable)
+                            dup, lost, unsent = trial.count()
                         finally:
                             trial.cleanup()
                         o.trials += 1
                         o.duplicates += dup
                         o.lost += lost
+                        o.unsent += unsent
                         o.trials_with_duplicates += bool(dup)
-                        log(f"{experiment} {provider}: duplicates {dup}, lost {lost}")
-                    out.append(o)
+                        o.seconds += time.monotonic() - started
+                        log(
+                            f"{experiment} {provider}: duplicates {dup}, lost {lost}, "
+                            f"unsent {unsent} ({time.monotonic() - started:.0f} s)"
+                        )
     finally:
+        portable.stop()
         shutil.rmtree(root, ignore_errors=True)
     return out
 
@@ -375,13 +600,17 @@ def table(outcomes: list[Outcome]) -> str:
     """The outcomes as a Markdown table (and the notes under it)."""
     lines = [
         "| experiment | provider | trials | duplicated requests | trials with duplicates "
-        "| lost rows |",
-        "|---|---|---|---|---|---|",
+        "| lost rows | unsent rows | s/trial |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
+        if o.skipped:
+            lines.append(f"| {o.experiment} | {o.provider} | skipped: {o.skipped} |||||||")
+            continue
+        per = o.seconds / o.trials if o.trials else 0.0
         lines.append(
             f"| {o.experiment} | {o.provider} | {o.trials} | {o.duplicates} | "
-            f"{o.trials_with_duplicates} | {o.lost} |"
+            f"{o.trials_with_duplicates} | {o.lost} | {o.unsent} | {per:.0f} |"
         )
     for k in dict.fromkeys(o.provider for o in outcomes):
         mine = [o for o in outcomes if o.provider == k]
@@ -389,7 +618,8 @@ def table(outcomes: list[Outcome]) -> str:
             lines.append(
                 f"| **all** | {k} | {sum(o.trials for o in mine)} | "
                 f"{sum(o.duplicates for o in mine)} | "
-                f"{sum(o.trials_with_duplicates for o in mine)} | {sum(o.lost for o in mine)} |"
+                f"{sum(o.trials_with_duplicates for o in mine)} | {sum(o.lost for o in mine)} | "
+                f"{sum(o.unsent for o in mine)} | |"
             )
     notes = [f"- {o.experiment}/{o.provider}: {n}" for o in outcomes for n in o.notes]
     return "\n".join(lines + ([""] + notes if notes else []))
@@ -417,7 +647,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     print(table(outcomes))
     print(f"\n{sum(o.trials for o in outcomes)} trials in {time.monotonic() - started:.0f} s")
-    return 0 if all(o.lost == 0 and not o.notes for o in outcomes) else 1
+    return 0 if all(o.lost == 0 and o.unsent == 0 and not o.notes for o in outcomes) else 1
 
 
 if __name__ == "__main__":

@@ -179,12 +179,17 @@ class Unfinished:
             says the run did not finish (``state`` other than ``finished``).
         short_by: run id -> requests the run built (``requests_total`` of a finished
             record) minus the requests its receipts hold, when positive.
+        finish_pending: runs whose every batch is receipted (the submitted marker,
+            :func:`receipts.submission_complete`) but whose finish steps did not all
+            run (record not finished): not unfinished, ``mmirage run --run-id``
+            completes them without sending anything.
     """
 
     intents: list[str]
     intent_requests: set[str]
     states: dict[str, dict[str, Any]]
     short_by: dict[str, int]
+    finish_pending: list[str] = field(default_factory=list)
 
     @property
     def runs(self) -> list[str]:
@@ -215,7 +220,7 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
     from apache_beam.io.filesystems import FileSystems
 
     from mmirage_beam.pipeline import stop_marker_path
-    from mmirage_beam.receipts import pending_intents, read_run_state
+    from mmirage_beam.receipts import pending_intents, read_run_state, submission_complete
 
     intents: list[str] = []
     intent_requests: set[str] = set()
@@ -233,6 +238,7 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
             )
     states: dict[str, dict[str, Any]] = {}
     short_by: dict[str, int] = {}
+    finish_pending: list[str] = []
     for run in runs:
         record = read_run_state(base, run)
         if record is None and FileSystems.exists(stop_marker_path(base, run)):
@@ -241,11 +247,34 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
         if record is None:
             continue
         if record.get("state") != "finished":
-            states[run] = record
+            if (
+                record.get("state") == "submitting"
+                and not any(_run_of_intent(p) == run for p in intents)
+                and not FileSystems.exists(stop_marker_path(base, run))
+                and submission_complete(base, run)
+            ):
+                finish_pending.append(run)
+            else:
+                states[run] = record
             continue
         total = record.get("requests_total")
         if isinstance(total, int) and not isinstance(total, bool):
             held = sum(e.mapped_count for e in entries if e.run_id == run)
             if total > held:
                 short_by[run] = total - held
-    return Unfinished(sorted(intents), intent_requests, states, short_by)
+    return Unfinished(sorted(intents), intent_requests, states, short_by, sorted(finish_pending))
+
+
+def finish_pending_lines(runs: Sequence[str], config_arg: str) -> list[str]:
+    """What ``merge`` and ``check`` print for runs whose only missing part is their
+    finish steps (:attr:`Unfinished.finish_pending`): the run and the command that
+    completes it."""
+    lines = []
+    for run in runs:
+        lines.append(
+            f"finish step pending: run {run}: every batch is submitted and receipted, but "
+            "its placeholder rows, receipt consolidation or run record were not completed. "
+            "Complete it (nothing is sent; the provider is not contacted):\n"
+            f"  mmirage run --config {config_arg} --run-id {run}"
+        )
+    return lines

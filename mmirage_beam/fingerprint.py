@@ -141,7 +141,7 @@ def write_run_record(
     chunks_submitted: Optional[int] = None,
 ) -> dict[str, Any]:
     """Write (durably, replacing any earlier one) and return the run record."""
-    from mmirage_beam.receipts import write_durably
+    from mmirage_beam.io.fs import write_durably
 
     record = {
         "run_id": run_id,

@@ -2,17 +2,34 @@
 
 The media type of a local image is taken from its bytes (Pillow identifies the format
 from the file header), never from its name, so ``flower_png_bytes.jpg`` is sent as PNG.
+
+A dataset is data, not code (docs/security.md): the files its rows name are read and
+uploaded to a third party, so a row may only name what the config allows.
+:func:`resolve_image_path` confines paths to the dataset's ``image_base_path`` (no
+absolute path, no ``..`` out of it, no symlink out of it, unless
+``allow_images_outside_base``); only ``http(s)`` URLs are passed on; and
+:func:`load_image` checks a file's size before reading any of it.
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import os
 import posixpath
+import re
 from typing import Any, Optional
 
 from mmirage_beam.errors import RequestBuildError
 
+#: The largest image file read when the provider states no per-image limit
+#: (``BatchSubmissionAdapter.max_image_file_bytes`` None), in bytes: 64 MiB.
+DEFAULT_MAX_IMAGE_FILE_BYTES = 64 * 1024 * 1024
+_DEFAULT_LIMIT_TEXT = "the 64 MiB read for an image when the provider states no limit"
+
+# "<scheme>://" (RFC 3986 scheme characters), and "data:": what a value names that is not
+# a path. A file name with a colon elsewhere ("photo:1.png") is still a path.
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://|^(data):", re.IGNORECASE)
 # Pillow format name -> IANA media type.
 _MEDIA_TYPES = {
     "JPEG": "image/jpeg",
@@ -25,14 +42,103 @@ _MEDIA_TYPES = {
 
 
 def is_url(value: str) -> bool:
-    return value.startswith(("http://", "https://"))
+    """Whether ``value`` is an ``http://`` or ``https://`` URL (any case)."""
+    return value[:8].lower().startswith(("http://", "https://"))
 
 
-def resolve_image_path(value: str, image_base_path: Optional[str]) -> str:
-    """Join a relative image path onto ``image_base_path`` (absolute paths and URLs kept)."""
-    if is_url(value) or not image_base_path or value.startswith("/") or "://" in value:
+def url_scheme(value: str) -> Optional[str]:
+    """The lower-case scheme of a ``<scheme>://...`` or ``data:...`` value, else None."""
+    m = _SCHEME.match(value)
+    return (m.group(1) or m.group(2)).lower() if m else None
+
+
+def resolve_image_path(
+    value: str, image_base_path: Optional[str], allow_outside_base: bool = False
+) -> str:
+    """The location an image value names: ``value`` itself for an http(s) URL, else the
+    file it names under ``image_base_path``.
+
+    A relative path is joined onto ``image_base_path`` (a local folder or a URI such as
+    ``gs://bucket/images``) and normalised. Unless ``allow_outside_base``, the value is
+    refused when it is absolute, when it climbs out of the base with ``..``, or (local
+    files) when the base, the file or a folder between them is a symlink leading out of
+    the base (both resolved with ``os.path.realpath``). A URL of any scheme but http(s)
+    (``file://``, ``data:``, ``ftp://``...) is refused; with ``allow_outside_base`` a
+    storage URI one of Beam's installed FileSystems reads (``gs://``, ``s3://``...) is
+    read as a file; ``file://``, ``data:`` and other schemes are still refused.
+
+    Args:
+        value: the row's image value (a path or a URL).
+        image_base_path: the dataset's ``image_base_path`` (absolute, or a URI); None
+            only outside a configured run: a relative path is then taken as is.
+        allow_outside_base: the dataset's ``allow_images_outside_base``.
+
+    Raises:
+        RequestBuildError: the value may not be read; the message names it.
+    """
+    if is_url(value):
         return value
-    return posixpath.join(image_base_path, value)
+    scheme = url_scheme(value)
+    if scheme is not None:
+        if allow_outside_base and scheme not in ("file", "data") and _beam_reads(value):
+            return value
+        raise RequestBuildError(
+            f"image {_short(value)} is a URL of scheme {scheme!r}; only http(s) URLs are "
+            "passed on to the provider, and files are named by a path relative to the "
+            "dataset's image_base_path"
+        )
+    if value.startswith("/"):
+        if allow_outside_base:
+            return value
+        raise RequestBuildError(
+            f"image {value!r} is an absolute path; image paths are relative to the "
+            "dataset's image_base_path (set allow_images_outside_base: true on the dataset "
+            "to read files anywhere)"
+        )
+    if not image_base_path:
+        return value
+    rel = posixpath.normpath(value)
+    if (rel == ".." or rel.startswith("../")) and not allow_outside_base:
+        raise RequestBuildError(
+            f"image {value!r} climbs out of image_base_path {image_base_path!r} with '..' "
+            "(set allow_images_outside_base: true on the dataset to allow it)"
+        )
+    path = _join(image_base_path, rel)
+    if not allow_outside_base and url_scheme(image_base_path) is None:
+        base_real = os.path.realpath(image_base_path)
+        real = os.path.realpath(path)
+        if os.path.commonpath([base_real, real]) != base_real:
+            raise RequestBuildError(
+                f"image {value!r} leads out of image_base_path {image_base_path!r} through "
+                f"a symlink (to {real!r}); set allow_images_outside_base: true on the "
+                "dataset to allow it"
+            )
+    return path
+
+
+def _beam_reads(uri: str) -> bool:
+    """Whether one of Beam's FileSystems (gs://, s3://, ...: the installed ones) reads it."""
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        FileSystems.get_filesystem(uri)
+    except ValueError:
+        return False
+    return True
+
+
+def _join(base: str, rel: str) -> str:
+    if rel == ".":
+        return base
+    if url_scheme(base) is None:
+        return posixpath.normpath(posixpath.join(base, rel))
+    return base.rstrip("/") + "/" + rel  # a URI: its "//" kept, rel already normalised
+
+
+def _short(value: str, limit: int = 300) -> str:
+    """The value for a message: a path whole (the user must find the file), a long data:
+    URL or blob cut."""
+    return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
 def sniff_media_type(data: bytes) -> tuple[Optional[str], bool]:
@@ -75,12 +181,25 @@ def images_error(images: list[dict[str, Any]], message: str) -> RequestBuildErro
     return err
 
 
-def load_image(value: Any, image_base_path: Optional[str]) -> dict[str, Any]:
+def load_image(
+    value: Any,
+    image_base_path: Optional[str],
+    allow_outside_base: bool = False,
+    max_file_bytes: Optional[int] = None,
+    file_limit: str = "",
+) -> dict[str, Any]:
     """Turn one image input value into the neutral payload image dict.
 
     Args:
-        value: a path (relative to ``image_base_path`` or absolute) or an http(s) URL.
+        value: a path relative to ``image_base_path``, or an http(s) URL (see
+            :func:`resolve_image_path` for what else is accepted).
         image_base_path: the dataset's ``image_base_path``.
+        allow_outside_base: the dataset's ``allow_images_outside_base``.
+        max_file_bytes: the largest file read, in bytes (the provider's per-image limit,
+            ``BatchSubmissionAdapter.max_image_file_bytes``); None:
+            :data:`DEFAULT_MAX_IMAGE_FILE_BYTES`. The size comes from the filesystem
+            before anything is read, and at most one byte more is ever read.
+        file_limit: how that limit reads in the error message (which limit, its source).
 
     Returns:
         ``{"source", "url", "media_type", "data", "size_bytes", "animated", "width",
@@ -90,8 +209,9 @@ def load_image(value: Any, image_base_path: Optional[str]) -> dict[str, Any]:
         its pixel dimensions (adapters check them against the provider's limits).
 
     Raises:
-        RequestBuildError: the value is not a string, the file cannot be read, or its
-            bytes are not a recognisable image.
+        RequestBuildError: the value is not a string, names what may not be read
+            (:func:`resolve_image_path`), the file cannot be read or is larger than
+            ``max_file_bytes``, or its bytes are not a recognisable image.
     """
     from apache_beam.io.filesystems import FileSystems
 
@@ -108,12 +228,24 @@ def load_image(value: Any, image_base_path: Optional[str]) -> dict[str, Any]:
             "width": None,
             "height": None,
         }
-    path = resolve_image_path(value, image_base_path)
+    path = resolve_image_path(value, image_base_path, allow_outside_base)
+    limit = DEFAULT_MAX_IMAGE_FILE_BYTES if max_file_bytes is None else max_file_bytes
+    what = file_limit if max_file_bytes is not None and file_limit else _DEFAULT_LIMIT_TEXT
     try:
-        with FileSystems.open(path, compression_type="uncompressed") as f:
-            raw = f.read()
+        size = FileSystems.get_filesystem(path).size(path)
     except Exception as exc:  # Beam wraps OS errors in its own IOError types
         raise RequestBuildError(f"image file {path!r} cannot be read ({exc})") from None
+    if size > limit:
+        raise RequestBuildError(
+            f"image file {path!r} is {size} bytes, over {what}; it was not read"
+        )
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            raw = f.read(limit + 1)
+    except Exception as exc:
+        raise RequestBuildError(f"image file {path!r} cannot be read ({exc})") from None
+    if len(raw) > limit:  # it grew since its size was read
+        raise RequestBuildError(f"image file {path!r} grew past {what} while read")
     media_type, animated, size = sniff_image(raw)
     if media_type is None or size is None:
         raise RequestBuildError(f"image file {path!r} is not a recognisable image")

@@ -12,7 +12,8 @@ files, id lists) goes through :func:`iter_raw_lines`. A trailing ``\\r`` is drop
 from __future__ import annotations
 
 import json
-from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple, Optional
+import re
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple, Optional
 
 _READ_BLOCK = 1 << 20  # bytes read at a time from a file
 
@@ -144,3 +145,60 @@ def read_text_lines(path: str) -> list[str]:
             for line in iter_raw_lines(iter_file_blocks(f))
             if (text := line.data.decode("utf-8").strip())
         ]
+
+
+# ------------------------------------------------------------------ lone surrogates
+
+# A UTF-16 surrogate code point. Python's json decodes the escape "\ud800" (valid JSON)
+# to a str holding one, which has no UTF-8 encoding; a paired escape ("\ud83d\ude00")
+# decodes to the one character it stands for, so a surrogate left in a str is lone.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate_at(value: Any, path: str = "") -> Optional[str]:
+    """Where the first lone UTF-16 surrogate of ``value`` is, or None.
+
+    ``value`` is a JSON value (str, list, dict; keys are looked at too). The answer is a
+    readable place, its characters escaped: ``'\\ud800' at character 4``,
+    ``[2].name: '\\udc00' at character 0``, ``the key '\\udc00key'``; ``path`` is the
+    prefix it starts with (the caller's own place).
+    """
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        m = _LONE_SURROGATE.search(value)
+        if m is None:
+            return None
+        at = f"{ascii(m.group())} at character {m.start()}"
+        return f"{path}: {at}" if path else at
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(k, str) and lone_surrogate_at(k) is not None:
+                return f"{path + ': ' if path else ''}the key {ascii(k)}"
+            found = lone_surrogate_at(v, f"{path}.{k}" if path else str(k))
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = lone_surrogate_at(v, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def json_line(obj: Any, default: Optional[Callable[[Any], Any]] = None) -> bytes:
+    """``obj`` as one UTF-8 JSON line (``json.dumps(..., ensure_ascii=False)`` plus
+    ``\\n``), a lone surrogate in any of its strings written as the ``\\udXXX`` escape a
+    JSON source holds it as, so such a row is written back as it was read (one escape
+    per surrogate; every other character as before, byte for byte).
+
+    Raises:
+        TypeError, ValueError: as ``json.dumps`` (a value it cannot encode).
+    """
+    text = json.dumps(obj, ensure_ascii=False, default=default) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Surrogates can only sit inside JSON strings, where their escape means the same.
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")

@@ -97,6 +97,33 @@ def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int
     return wrapper
 
 
+#: What Beam's portable runners (the Python job service, Flink's, Dataflow's) say when
+#: an SDK worker process died or its connection dropped mid-bundle: the data channel
+#: closes (``apache_beam/runners/worker/data_plane.py``: "Channel closed prematurely.").
+WORKER_LOST_MESSAGES = (
+    "Channel closed prematurely",
+    "SDK harness",
+    "harness disconnected",
+    "worker lost",
+    "Socket closed",
+)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line for a failed job: the last line of ``exc``'s message (a runner's job
+    failure carries the worker's whole traceback), and, when the runner reports a worker
+    process that died or lost its connection (:data:`WORKER_LOST_MESSAGES`), a plain
+    statement of that."""
+    text = str(exc).strip().splitlines()
+    last = text[-1].strip() if text else type(exc).__name__
+    if any(m.lower() in str(exc).lower() for m in WORKER_LOST_MESSAGES):
+        return (
+            "a worker process of the runner died or lost its connection while the job ran "
+            f"(the runner said: {last})"
+        )
+    return last
+
+
 def counters(result: Any, namespace: str = "mmirage") -> dict[str, int]:
     """Committed (falling back to attempted) counter totals of ``namespace``, by name."""
     from apache_beam.metrics.metric import MetricsFilter
@@ -371,7 +398,7 @@ def run_pipeline(
     def on_signal(signum: int, _frame: object) -> None:
         if stop_marker is not None and not outcome.stop_requested and idle():
             outcome.stop_requested = True
-            from mmirage_beam.receipts import write_durably
+            from mmirage_beam.io.fs import write_durably
 
             try:  # a chunk that would start before the cancel lands creates nothing
                 write_durably(stop_marker, b"stop requested\n")
@@ -384,7 +411,7 @@ def run_pipeline(
             )
         elif stop_marker is not None and not outcome.stop_requested:
             outcome.stop_requested = True
-            from mmirage_beam.receipts import write_durably
+            from mmirage_beam.io.fs import write_durably
 
             try:
                 write_durably(stop_marker, b"stop requested\n")

@@ -13,6 +13,7 @@ before the first chunk is submitted.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional, Sequence
@@ -25,7 +26,7 @@ from mmirage_beam.io.readers import ReadDatasets
 from mmirage_beam.io.writers import ConcatenateFiles, WriteJsonLinesShards, WriteSingleFile
 from mmirage_beam.progress import CountProgress
 from mmirage_beam.providers.base import BatchAdapterRegistry
-from mmirage_beam.receipts import receipts_base
+from mmirage_beam.receipts import mark_submitted, receipts_base
 from mmirage_beam.staging import staging_dir
 from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
 from mmirage_beam.transforms.chunking import ChunkRequests
@@ -93,7 +94,9 @@ def _sum_counts(counts: Any) -> dict[str, int]:
 
 
 def _error_line(err: Any) -> bytes:
-    return (json.dumps(err.to_json(), ensure_ascii=False) + "\n").encode("utf-8")
+    from mmirage_beam.jsonl import json_line
+
+    return json_line(err.to_json())
 
 
 class _SelectRequestsFn(beam.DoFn):
@@ -188,7 +191,12 @@ class SubmitRows(beam.PTransform):
         staging = staging_dir(base, run_id)
 
         rows = rows | "ProgressRowsRead" >> CountProgress("rows read")
-        extracted = rows | "ExtractInputs" >> ExtractInputs(config.inputs, config.datasets)
+        extracted = rows | "ExtractInputs" >> ExtractInputs(
+            config.inputs,
+            config.datasets,
+            max_image_file_bytes=adapter_cls.max_image_file_bytes,
+            image_file_limit=adapter_cls.image_file_limit,
+        )
         selection = None
         if exclude_custom_ids or only_custom_ids is not None:
             keep_listed = only_custom_ids is not None
@@ -248,6 +256,20 @@ class SubmitRows(beam.PTransform):
                 built.tokens | "SumTokens" >> beam.CombineGlobally(_sum_counts)
             ),
         )
+        # Every chunk has its receipt: the marker says only finish steps are left, and
+        # the placeholder rows are published after it (they claim "submitted").
+        all_receipted = beam.pvalue.AsSingleton(
+            submitted.receipts
+            | "CountReceipts" >> beam.combiners.Count.Globally()
+            | "MarkSubmitted"
+            >> beam.Map(
+                (lambda n: n)
+                if dry_run
+                else functools.partial(
+                    mark_submitted, base=base, run_id=run_id, attempt=self.attempt
+                )
+            )
+        )
         submitted.receipts | "ProgressChunks" >> CountProgress(
             "chunks exported" if dry_run else "batches submitted"
         )
@@ -261,10 +283,14 @@ class SubmitRows(beam.PTransform):
         placeholders = built.rows | "PlaceholderRows" >> RenderPlaceholderRows(
             config.outputs, config.output_schema, config.remove_columns
         )
+        dirs = [ds.output_dir.rstrip("/") for ds in config.datasets]
         for i, ds in enumerate(config.datasets):
             if not ds.output_dir or only_custom_ids is not None:
                 continue
             out_dir = f"{ds.output_dir.rstrip('/')}/shard_{config.shard_id}"
+            # A folder of its own: a resumed run's placeholder files replace all earlier
+            # ones of this run id (another attempt may have named them differently).
+            own_dir = dirs.count(ds.output_dir.rstrip("/")) == 1
             (
                 placeholders
                 | f"Dataset{i}Lines" >> beam.FlatMap(lambda kv, i=i: (kv[1],) if kv[0] == i else ())
@@ -274,6 +300,8 @@ class SubmitRows(beam.PTransform):
                     f"placeholders.{run_id}",
                     staging_dir=f"{staging}/placeholders{i}",
                     gate=gate,
+                    after=all_receipted,
+                    replace_earlier=own_dir,
                 )
             )
         self.plan = SubmitPlan(
@@ -483,8 +511,14 @@ class MergeRows(beam.PTransform):
         verifiable = [h for h in held if h.receipt.get("run_id")] if verify_source else []
         # the longest phase of a large merge: without it, only "results fetched" shows
         rows = rows | "ProgressRowsRead" >> CountProgress("rows read")
+        own_adapter = (providers.get(config.processor.provider) or (None,))[0]
         extracted = rows | "ExtractInputs" >> ExtractInputs(
-            config.inputs, config.datasets, load_images=bool(verifiable), lenient=True
+            config.inputs,
+            config.datasets,
+            load_images=bool(verifiable),
+            lenient=True,
+            max_image_file_bytes=getattr(own_adapter, "max_image_file_bytes", None),
+            image_file_limit=getattr(own_adapter, "image_file_limit", ""),
         )
         spilled.append(spill(extracted.rows, ROWS_KIND, _rows_record))
         if verifiable:

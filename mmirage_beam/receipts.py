@@ -23,6 +23,8 @@ import json
 import uuid
 from typing import Any, Iterable, Iterator, NamedTuple, Optional
 
+from mmirage_beam.io.fs import replace_file, write_durably  # noqa: F401 - re-exported
+
 DEFAULT_METADATA_BASE = "batch_metadata"
 
 
@@ -165,6 +167,33 @@ def read_run_state(base: str, run_id: str) -> Optional[dict[str, Any]]:
     return out
 
 
+def submitted_marker_path(base: str, run_id: str) -> str:
+    """``<base>.submitted.<run_id>.json``: written by the submit pipeline once every chunk
+    of the attempt has its receipt (every batch exists at the provider), before the
+    placeholder rows are published. With a run record still ``finished: false``, it means
+    only the finish steps (placeholder publication, consolidation, run record) are left:
+    ``mmirage run --run-id`` completes them without contacting the provider. The launcher
+    removes it when an attempt starts and once the run is recorded finished."""
+    return f"{base}.submitted.{run_id}.json"
+
+
+def mark_submitted(receipts: int, base: str, run_id: str, attempt: int) -> int:
+    """Write :func:`submitted_marker_path` (``{"run_id", "attempt", "receipts"}``, the
+    attempt's receipt count); returns ``receipts`` (a Beam step's output)."""
+
+    record = {"run_id": run_id, "attempt": attempt, "receipts": int(receipts)}
+    write_durably(submitted_marker_path(base, run_id), (json.dumps(record) + "\n").encode())
+    return receipts
+
+
+def submission_complete(base: str, run_id: str) -> bool:
+    """Whether the last attempt of ``run_id`` receipted every chunk it built (its
+    :func:`submitted_marker_path` exists)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.exists(submitted_marker_path(base, run_id))
+
+
 def intent_path(receipt_file: str, chunk_id: str) -> str:
     """``<receipt file>.parts/<chunk_id>.intent``: written just before a chunk is submitted.
 
@@ -183,44 +212,6 @@ def part_path(receipt_file: str, chunk_id: str) -> str:
 def receipt_line(receipt: dict[str, Any]) -> bytes:
     """One receipt as a JSONL line (UTF-8, ``\\n``-terminated)."""
     return (json.dumps(receipt, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def write_durably(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary sibling, then a rename over it.
-
-    A reader (or a crash at any moment) sees the old content or the new, never none:
-    the old file is not deleted first (a local rename replaces its target atomically;
-    object stores copy over it). Works on every Beam filesystem (local, gs://, s3://...).
-    """
-    from apache_beam.io.filesystems import FileSystems
-
-    from mmirage_beam.crashpoints import crash_point
-
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with FileSystems.create(tmp) as f:
-        f.write(data)
-    crash_point("tmp_written")
-    replace_file(tmp, path)
-
-
-def replace_file(src: str, dst: str) -> None:
-    """Rename ``src`` over ``dst`` without a moment where ``dst`` is missing, where the
-    filesystem allows it; else (a rename that refuses an existing target) delete first."""
-    import os
-
-    from apache_beam.io.filesystems import FileSystems
-
-    from mmirage_beam.paths import is_uri
-
-    try:
-        FileSystems.rename([src], [dst])
-    except Exception:
-        if not FileSystems.exists(dst) or not FileSystems.exists(src):
-            raise
-        if not is_uri(dst) and os.path.isdir(dst):
-            raise  # a folder is never deleted to make room for a file
-        FileSystems.delete([dst])
-        FileSystems.rename([src], [dst])
 
 
 def read_receipt_part(path: str) -> Optional[dict[str, Any]]:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.io.fs import write_durably
 from mmirage_beam.providers.base import BatchSubmissionAdapter, resolve_credentials
 from mmirage_beam.receipts import (
     MODALITIES,
@@ -48,7 +49,6 @@ from mmirage_beam.receipts import (
     read_receipts,
     receipt_line,
     receipt_path,
-    write_durably,
 )
 
 _LOG = logging.getLogger(__name__)

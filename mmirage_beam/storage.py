@@ -128,7 +128,7 @@ def probe_location(base: str, run_id: str, key: str) -> None:
     """
     from apache_beam.io.filesystems import FileSystems
 
-    from mmirage_beam.receipts import write_durably
+    from mmirage_beam.io.fs import write_durably
 
     probe = f"{base}.probe.{run_id}"
     payload = f"mmirage probe {run_id}\n".encode()

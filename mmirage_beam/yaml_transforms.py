@@ -487,6 +487,10 @@ class _FinishRunFn(beam.DoFn):
                 finished=True,
                 chunks_submitted=receipts,
             )
+            from mmirage_beam.io.fs import delete_files
+            from mmirage_beam.receipts import submitted_marker_path
+
+            delete_files([submitted_marker_path(self._base, self._run_id)])  # recorded now
         for path, n in sorted(written.items()):
             _LOG.info("mmirage run %s: %d receipt(s) in %s", self._run_id, n, path)
         if error_count and not self._skip:
@@ -629,6 +633,10 @@ class SubmitBatches(beam.PTransform):
             started_at = write_run_record(base, run_id, fingerprint, started_at=started_at)[
                 "started_at"
             ]
+            from mmirage_beam.io.fs import delete_files
+            from mmirage_beam.receipts import submitted_marker_path
+
+            delete_files([submitted_marker_path(base, run_id)])  # this attempt writes its own
         _prepare_staging(base, run_id, self.keep_staged)
         submit = SubmitRows(
             config,

@@ -146,9 +146,14 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     # 4. what the failures mean and the command that fixes them
     for line in advice.advice_lines(summary, args.config):
         print(line)
-    # 5. a run that stopped before all its chunks were submitted is never "ok", as in merge
-    if config is not None and _told_unfinished(config, receipts, args.config):
-        return 1
+    # 5. runs that stopped before submitting everything, or before their finish steps
+    if not args.metadata_path:
+        lines = _run_state_lines(config, receipts, args.config)
+        for line in lines:
+            print(line)
+        # a run that stopped midway is never "ok", as in merge
+        if any(line.startswith("UNFINISHED") for line in lines):
+            return 1
     return summary.exit_code
 
 
@@ -163,29 +168,28 @@ def _is_live(base: str, run_id: str) -> bool:
     return lease is not None and not is_stale(lease, time.time(), STALE_AFTER_SECS, _mtime(path))
 
 
-def _told_unfinished(config, receipts, config_path: str) -> bool:  # noqa: ANN001
-    """Print merge's UNFINISHED block when the runs shown stopped before submitting every
-    chunk (intents left, a stop marker, a run record not finished, fewer receipted
-    requests than the run built). Returns whether it did."""
-    from mmirage_beam.collect import find_unfinished
+def _run_state_lines(config, receipts, config_arg: str) -> list[str]:  # noqa: ANN001
+    """ "finish step pending" / "UNFINISHED" lines for the runs of ``receipts`` (from the
+    run records, intents and markers beside the receipts; no provider call)."""
+    from mmirage_beam.collect import find_unfinished, finish_pending_lines
     from mmirage_beam.receipts import receipts_base
-    from pipelines.merge import _print_unfinished
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
-    runs = sorted({e.run_id for e in receipts.receipts if e.run_id})
+    runs = [r for r in receipts.run_ids if r and r != "?"]
     live = [r for r in runs if _is_live(base, r)]  # still submitting: not stopped midway
-    for run in live:
-        print(f"run {run} is still submitting (its lease is held); check again when it ends")
     runs = [r for r in runs if r not in live]
     unfinished = find_unfinished(base, runs, [e for e in receipts.receipts if e.run_id in runs])
-    if not unfinished:
-        return False
-    resume = (unfinished.runs or runs)[0]
-    never = sum(unfinished.short_by.values())
-    _print_unfinished(
-        unfinished, never, None, f"mmirage run --config {config_path} --run-id {resume}"
-    )
-    return True
+    lines = [
+        f"run {r} is still submitting (its lease is held); check again when it ends" for r in live
+    ]
+    lines += finish_pending_lines(unfinished.finish_pending, config_arg)
+    for run in unfinished.runs:
+        lines.append(
+            f"UNFINISHED: run {run} stopped before all its chunks were submitted; resume it "
+            f"(only what has no receipt is sent):\n  mmirage run --config {config_arg} "
+            f"--run-id {run}"
+        )
+    return lines
 
 
 main = guarded(_main)

@@ -13,6 +13,7 @@ changed; 2 bad flags, bad config, no receipts or a missing API key.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import Optional, Sequence
 
@@ -198,6 +199,19 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         shown = out
         if out != final and FileSystems.exists(out):  # no rows written: no file, as JSONL
             shown = _convert(out, final, args.output_format, config, stats)
+    except Exception as exc:  # the runner's job failed (a worker died, storage failed...)
+        from mmirage_beam.launch import describe_failure
+
+        given = list(argv) if argv is not None else sys.argv[1:]
+        again = " ".join(shlex.quote(a) for a in ["mmirage", "merge", *given])
+        print(
+            f"mmirage: error: the merge job failed: {describe_failure(exc)}\n"
+            "Merge again with the same command (it writes the merged files anew, each "
+            "whole or not at all; it sends nothing to the provider):\n"
+            f"  {again}",
+            file=sys.stderr,
+        )
+        return 1
     finally:  # the job removes its temporary files once written; after a failure, here
         _remove_temp_dir(plan.temp_dir)
         if out != final and FileSystems.exists(out):
@@ -210,6 +224,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         print(line)
     never_rows = {e["source_index"] for e in errors if e["error_type"] == "never_submitted"}
     never_requests = sum(1 for e in errors if e["error_type"] == "never_submitted")
+    if unfinished.finish_pending:
+        from mmirage_beam.collect import finish_pending_lines
+
+        print("\n".join(finish_pending_lines(unfinished.finish_pending, args.config)))
     if unfinished or never_requests:
         _print_unfinished(unfinished, never_requests, len(never_rows), resume_command)
         return 1

@@ -163,7 +163,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                 return 3
 
         def on_lost(_holder: dict) -> None:
-            from mmirage_beam.receipts import write_durably
+            from mmirage_beam.io.fs import write_durably
 
             write_durably(stop_marker_path(base, run_id), b"lease lost\n")
 
@@ -171,6 +171,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         for lease in leases:
             lease.start_refreshing()
         _remove_if_exists(stop_marker_path(base, run_id))  # left by an earlier stopped attempt
+        from mmirage_beam.receipts import submitted_marker_path
+
+        _remove_if_exists(submitted_marker_path(base, run_id))  # this attempt writes its own
         record = {"fingerprint": fingerprint, "started_at": None}
         if args.run_id:
             from mmirage_beam.fingerprint import read_run_record
@@ -230,7 +233,6 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     from mmirage_beam.errors import MmirageError
     from mmirage_beam.pipeline import build_submit_pipeline
     from mmirage_beam.providers.base import BatchAdapterRegistry
-    from mmirage_beam.receipts import consolidate_run
     from mmirage_beam.resume import ResumeState, prepare_resume
     from mmirage_beam.staging import (
         check_free_space,
@@ -298,29 +300,20 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
             "was read, exported or submitted"
         )
         return 0
-    written = list(consolidate_run(plan.receipts_base, run_id, dry_run))
     stats = counters(result)
-    if record is not None:
-        from mmirage_beam.fingerprint import run_record_path, write_run_record
-
-        try:
-            write_run_record(
-                base,
-                run_id,
-                record["fingerprint"],
-                started_at=record["started_at"],
-                finished=True,
-                rows_read=stats.get("rows_read", 0) + stats.get("row_errors", 0),
-                requests=stats.get("requests", 0),
-                chunks_submitted=stats.get("batches_submitted", 0)
-                + stats.get("batches_already_receipted", 0),
-            )
-        except Exception as exc:  # the receipts are written; only the record is stale
-            print(
-                f"mmirage run {run_id}: warning: could not mark the run finished in "
-                f"{run_record_path(base, run_id)} ({_short(exc)}); its receipts are complete",
-                file=sys.stderr,
-            )
+    try:
+        written = _finish(plan, base, run_id, record, stats, dry_run)
+    except Exception as exc:  # every batch exists; only the bookkeeping after it failed
+        if dry_run:
+            print(f"mmirage: error: the dry run failed: {_short(exc)}", file=sys.stderr)
+            return 1
+        print(
+            f"mmirage: error: run {run_id}: every batch is submitted and receipted, but a "
+            f"finish step failed: {_short(exc)}\n"
+            f"Complete it (nothing is sent; the provider is not contacted):\n  {resume_cmd}",
+            file=sys.stderr,
+        )
+        return exc.exit_code if isinstance(exc, MmirageError) else 1
     invalid = _InvalidRows.read(plan.invalid_rows_path)
     skipping = bool(args.skip_invalid_rows or config.execution.skip_invalid_rows)
     _print_summary(plan, stats, written, invalid, skipped=skipping)
@@ -339,6 +332,34 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     for line in estimate:
         print(line)
     return 1 if invalid and not skipping else 0
+
+
+def _finish(plan, base: str, run_id: str, record, stats: dict, dry_run: bool) -> list[str]:  # noqa: ANN001
+    """The finish steps after a successful submit pipeline: consolidate the receipts,
+    then record the run finished (``record``: None for a dry run). Returns the receipt
+    files written. A failure here leaves every batch receipted (in parts) and the
+    submitted marker in place, so ``--run-id`` completes the run without sending."""
+    from mmirage_beam.crashpoints import crash_point
+    from mmirage_beam.receipts import consolidate_run, submitted_marker_path
+
+    written = list(consolidate_run(plan.receipts_base, run_id, dry_run))
+    crash_point("finishing")
+    if record is not None:
+        from mmirage_beam.fingerprint import write_run_record
+
+        write_run_record(
+            base,
+            run_id,
+            record["fingerprint"],
+            started_at=record["started_at"],
+            finished=True,
+            rows_read=stats.get("rows_read", 0) + stats.get("row_errors", 0),
+            requests=stats.get("requests", 0),
+            chunks_submitted=stats.get("batches_submitted", 0)
+            + stats.get("batches_already_receipted", 0),
+        )
+        _remove_if_exists(submitted_marker_path(base, run_id))  # the record says it now
+    return written
 
 
 def _remove_if_exists(path: str) -> None:
@@ -364,12 +385,13 @@ def _failure_report(  # noqa: ANN001
     plan, run_id: str, exc: BaseException, resume_cmd: str, stopped: bool = False
 ) -> str:
     """What was accepted, derived from what is recorded once the job has stopped."""
+    from mmirage_beam.launch import describe_failure
     from mmirage_beam.receipts import consolidate_run, pending_intents
 
     lines = [
         f"mmirage run {run_id}: stopped (Ctrl-C or SIGTERM)"
         if stopped
-        else f"mmirage: error: the pipeline failed: {_short(exc)}"
+        else f"mmirage: error: the pipeline failed: {describe_failure(exc)}"
     ]
     try:
         kept = [f"{p} ({n})" for p, n in consolidate_run(plan.receipts_base, run_id).items()]
@@ -379,6 +401,16 @@ def _failure_report(  # noqa: ANN001
             f"The receipts at {plan.receipts_base}.* cannot be read back ({storage_exc}); "
             "every accepted batch's receipt part was written before it was reported, so "
             "fix the storage, then resume with:"
+        )
+        lines.append(f"  {resume_cmd}")
+        return "\n".join(lines)
+    from mmirage_beam.receipts import submission_complete
+
+    if not in_flight and submission_complete(plan.receipts_base, run_id):
+        lines.append(
+            f"Every batch of run {run_id} is submitted and receipted ({', '.join(kept)}); "
+            "only a finish step failed (placeholder rows, receipts consolidation or the "
+            "run record). Complete it (nothing is sent; the provider is not contacted):"
         )
         lines.append(f"  {resume_cmd}")
         return "\n".join(lines)

@@ -158,6 +158,110 @@ def test_long_and_repetitive_text_is_counted():
     assert count_text("", "o200k_base") == 0
 
 
+# -- counting in bounded pieces (benchmarks/bench_tokens.py measures time and memory) ---
+
+
+def _gsm8k_text() -> str:
+    with GSM8K_JSONL.open(encoding="utf-8") as f:
+        rows = [json.loads(ln) for ln in f if ln.strip()]
+    return "\n".join(f"{r['question']}\n{r['answer']}" for r in rows)
+
+
+# Texts with many pieces: prose (the GSM8K rows: numbers, <<16-3-4=9>>, U+2019), CJK
+# with its punctuation and no spaces, accents, contractions, emoji, tabs, CRLF, runs of
+# spaces, and JSON without spaces.
+_NORMAL_TEXTS = {
+    "gsm8k": _gsm8k_text()[:200_000],
+    "cjk": "我们今天去公园散步，天气很好。然后吃了午饭！你觉得怎么样？「好的」（括号）：冒号；"
+    * 60,
+    "mixed": (
+        "Ünïcödé café naïve — “quotes” ‘single’ don't can't we're I'll 😀👍🏽 \u00a0nbsp\u3000"
+        "ideo\t\ttabs\r\n\r\ncrlf  double  spaces   end. Next\nline: x=1;y=2 "
+    )
+    * 60,
+    "json": json.dumps([{"q": "What is 2+2?", "a": [4, "four"], "ok": True}] * 300),
+}
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+@pytest.mark.parametrize("name", sorted(_NORMAL_TEXTS))
+def test_normal_text_counts_exactly_what_one_tiktoken_call_counts(name, encoding):
+    text = _NORMAL_TEXTS[name]
+    whole = len(load_encoding(encoding).encode_ordinary(text))
+    for piece_chars in (32, 256, t.PIECE_CHARS):  # small pieces: thousands of cuts
+        counted = t.text_tokens(text, encoding, piece_chars=piece_chars, run_chars=8)
+        assert counted == t.TextTokens(whole, True), (name, piece_chars)
+    assert count_text(text, encoding) == whole
+
+
+def test_a_count_labelled_exact_is_the_exact_count_for_any_cut():
+    """Seeded random texts over characters that meet at every kind of boundary, cut into
+    pieces of every size: whenever the label says exact, the count is tiktoken's."""
+    import random
+
+    rng = random.Random(18)
+    alphabet = list("ab XY1 2.,'!?\n\t-_/\\\"{}:;") + ["é", "’", "中", "。", "😀", "\u00a0"]
+    alphabet += ["\u0301", "  ", "\r\n", "'s", "'t", "’s", "=>", "1234"]
+    encoders = {e: load_encoding(e).encode_ordinary for e in ("o200k_base", "cl100k_base")}
+    labelled_exact = 0
+    for _ in range(1500):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 120)))
+        for encoding, encode in encoders.items():
+            counted = t.text_tokens(text, encoding, piece_chars=rng.randint(1, 16), run_chars=1)
+            if counted.exact:
+                labelled_exact += 1
+                assert counted.tokens == len(encode(text)), (encoding, text)
+    assert labelled_exact > 500  # the property was exercised, not vacuous
+
+
+def test_a_run_without_boundaries_is_cut_at_a_fixed_length_and_labelled(monkeypatch):
+    seen: list[int] = []
+    real = t._encoder("o200k_base")
+    monkeypatch.setitem(t._ENCODERS, "o200k_base", lambda s: seen.append(len(s)) or real(s))
+    run = "x" * 100_000
+    counted = t.text_tokens(run, "o200k_base")
+    assert counted == t.TextTokens(100_000 // 8, False)  # 8 x's a token, 512 = 64 * 8
+    assert set(seen[:-1]) == {t.RUN_CHARS} and seen[-1] <= t.PIECE_CHARS  # the rest: whole
+    seen.clear()
+    blob = base64.b64encode(bytes(range(256)) * 400).decode()  # '+' and '/' in it
+    prose = _NORMAL_TEXTS["gsm8k"]
+    assert t.text_tokens(blob + " " + prose, "o200k_base").exact
+    assert max(seen) <= t.PIECE_CHARS
+    # A few pathological characters among prose: exact before and after, estimated where
+    # the run is, and never more than one piece's worth of error per cut.
+    text = prose[:50_000] + "=" * 30_000 + prose[:50_000]
+    whole = len(real(text))
+    counted = t.text_tokens(text, "o200k_base")
+    assert not counted.exact and abs(counted.tokens - whole) <= 30_000 // t.RUN_CHARS + 1
+    with pytest.raises(ValueError):
+        t.text_tokens(run, "o200k_base", piece_chars=8, run_chars=9)
+
+
+def test_a_request_with_a_cut_run_is_an_estimate_in_the_printed_summary():
+    from mmirage_beam.providers.openai.config import OpenAIBatchConfig
+
+    counter = TokenCounter("openai", "gpt-4.1-mini")
+    line = {"custom_id": "a-text-0", "method": "POST", "url": "/v1/chat/completions"}
+    words = {
+        **line,
+        "body": {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "Hi there."}]},
+    }
+    blob = {
+        **line,
+        "body": {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "y" * 20_000}]},
+    }
+    assert counter.count(words).exact
+    estimated = counter.count(blob)
+    assert not estimated.exact and any("without a space" in n for n in estimated.notes)
+    counter.record("words", words)
+    counter.record("blob", blob)
+    text = "\n".join(
+        estimate_lines(counter.pending_stats(), OpenAIBatchConfig(model="gpt-4.1-mini"))
+    )
+    assert "words: 1 request(s), input tokens" in text and "(exact)" in text
+    assert f"blob: 1 request(s), input tokens {estimated.input_tokens:,} (estimate)" in text
+
+
 @pytest.mark.parametrize(
     "model,encoding",
     [

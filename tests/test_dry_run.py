@@ -263,6 +263,8 @@ def test_refused_images_fail_before_submission(tmp_path, capsys, provider, image
         image = str(tmp_path / "large.png")
     bad = json.dumps({"id": "bad", "image": image, "question": "what?"})
     cfg = _vision_config(tmp_path, provider, rows=[0, bad, 3])
+    if Path(image).is_absolute():  # the copy in tmp_path is outside image_base_path
+        cfg["loading_params"]["datasets"][0]["allow_images_outside_base"] = True
     code = run_main(
         [
             "--config",

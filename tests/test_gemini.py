@@ -224,7 +224,7 @@ def test_images_are_inline_data_and_urls_are_refused(fake_provider):
     from mmirage_beam.images import load_image
 
     adapter, config = _adapter(fake_provider)
-    image = load_image(str(REPO / "tests" / "data" / "images" / "astronaut_large_noisy.png"), None)
+    image = load_image("astronaut_large_noisy.png", str(REPO / "tests" / "data" / "images"))
     payload = {"messages": [{"role": "user", "content": "Describe it."}], "images": [image]}
     line = adapter.build_request("d-multimodal-0", payload, config)
     part = line["request"]["contents"][0]["parts"][1]["inline_data"]

@@ -50,6 +50,8 @@ def _run(tmp_path, fake, provider, rows, run_id, *flags):
             "type": "JSONL",
             "output_dir": str(tmp_path / "shards"),
             "image_base_path": str(IMAGES),
+            # The large test images are made in tmp_path, named by absolute paths.
+            "allow_images_outside_base": True,
         }
     ]
     cfg["processing_params"]["inputs"].append({"name": "photos", "key": "photos", "type": "image"})

@@ -245,34 +245,65 @@ def _assert_every_json_file_is_clean(root: Path) -> int:
     return count
 
 
-def test_unpaired_surrogates_do_not_crash_and_json_stays_utf8(tmp_path, capsys, provider_env):
+def test_lone_surrogates_make_the_row_invalid_and_are_written_back_as_read(
+    tmp_path, capsys, provider_env
+):
+    """A lone surrogate (JSON "\\ud800") in an input is an invalid row naming the row and
+    the input, never U+FFFD sent silently; skipped, the user is told; a source column
+    holding one keeps it, in the placeholder rows and in the merged row."""
+    from pipelines.merge import main as merge_main
+
     fake = provider_env
     # JSON escapes of lone surrogates: valid JSON, but not encodable as UTF-8.
     data = _write_lines(
         tmp_path,
         [
             GOOD[0],
-            r'{"question": "bad \ud800 here", "notes": ["x\udfff"], "\udc00key": 1}',
-            r'{"question": "paired \ud83d\ude00 is fine"}',
+            r'{"question": "bad \ud800 here", "notes": ["x"]}',
+            r'{"question": "paired \ud83d\ude00 is fine", "notes": ["x\udfff"]}',
+            r'{"question": "fine too", "\udc00key": "kept \udbff"}',
         ],
     )
     cfg = _config(tmp_path, data, base_url=fake.openai_base_url)
     cfg["processing_params"]["remove_columns"] = False  # source columns reach the output
     cfg["processing_params"]["inputs"].append({"name": "notes", "key": "notes", "default": []})
     cfg["processing_params"]["outputs"][0]["prompt"] = "{{ question }} {{ notes | join(',') }}"
-    assert _run(tmp_path, cfg, "sur") == 0, capsys.readouterr()
-    code = run_main(["--config", write_config(tmp_path, cfg), "--run-id", "sur2"])
-    assert code == 0, capsys.readouterr()
-    # export, dry-run and real receipts, placeholder rows, config: all valid UTF-8 JSON.
-    assert _assert_every_json_file_is_clean(tmp_path) >= 5
-    requests = _export(tmp_path, "sur")
-    assert _content(requests["answer-text-1"]) == "bad \ufffd here x\ufffd"
-    assert _content(requests["answer-text-2"]) == "paired \U0001f600 is fine "
+    # Strict (the default): exit 1, nothing exported or submitted, the rows named.
+    assert _run(tmp_path, cfg, "sur") == 1
+    out = capsys.readouterr().out
+    assert [(e["source_index"], e["input_name"]) for e in _invalid(tmp_path, "sur")] == [
+        (1, "question"),
+        (2, "notes"),
+    ]
+    bad = _invalid(tmp_path, "sur")
+    assert "input 'question' (key 'question') holds a lone UTF-16 surrogate" in bad[0]["reason"]
+    assert "'\\ud800' at character 4" in bad[0]["reason"] and "U+FFFD" in bad[0]["reason"]
+    assert "[0]: '\\udfff' at character 1" in bad[1]["reason"]
+    assert "source_index 1" in out and "Nothing was submitted" in out
+    # skip_invalid_rows: the others are submitted, the skipped rows listed with the input.
+    code = run_main(
+        ["--config", write_config(tmp_path, cfg), "--run-id", "sur2", "--skip-invalid-rows"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "2 invalid row(s)" in out and "skipped (skip_invalid_rows)" in out
+    assert "lone UTF-16 surrogate" in out
+    assert _assert_every_json_file_is_clean(tmp_path) >= 4  # UTF-8 JSON everywhere
     held = {h["custom_id"]: _content(h["request"]) for h in fake.submitted_requests()}
-    assert held == {cid: _content(r) for cid, r in requests.items()}
-    row1 = _placeholders(tmp_path, "sur2")[1]
-    assert row1["question"] == "bad \ufffd here" and row1["notes"] == ["x\ufffd"]
-    assert row1["\ufffdkey"] == 1
+    assert held == {"answer-text-0": GOOD[0]["question"] + " ", "answer-text-3": "fine too "}
+    placeholders = (tmp_path / "shards" / "shard_0").glob("placeholders.sur2-*.jsonl")
+    raw = b"".join(f.read_bytes() for f in placeholders)
+    assert b'"\\udc00key": "kept \\udbff"' in raw  # a non-input column, as the source held it
+    # The merged rows: the skipped ones marked, every source column as it was read.
+    merged = tmp_path / "merged.jsonl"
+    code = merge_main(["--config", write_config(tmp_path, cfg), "--output-path", str(merged)])
+    assert code == 0, capsys.readouterr()
+    lines = merged.read_bytes().splitlines()
+    assert len(lines) == 4
+    assert b'"question": "bad \\ud800 here"' in lines[1] and b"mmirage_skipped" in lines[1]
+    assert b'"notes": ["x\\udfff"]' in lines[2] and b"mmirage_skipped" in lines[2]
+    assert b'"\\udc00key": "kept \\udbff"' in lines[3] and b"mmirage_skipped" not in lines[3]
+    assert json.loads(lines[1])["question"] == "bad \ud800 here"  # decodes to what was read
 
 
 def _write_numpy_parquet(path: Path) -> None:

@@ -37,12 +37,16 @@ class DatasetConfig:
         type: ``"JSONL"``, ``"parquet"`` or ``"loadable"`` (case-insensitive in YAML).
         output_dir: where placeholder rows go (``<output_dir>/shard_<shard_id>/``).
         image_base_path: directory that relative image paths resolve against.
+        allow_images_outside_base: let rows name image files outside
+            ``image_base_path`` (absolute paths, ``..``, symlinks leading out, storage
+            URIs); off by default, as a dataset is data, not code (docs/security.md).
     """
 
     path: str
     type: str
     output_dir: str = ""
     image_base_path: Optional[str] = None
+    allow_images_outside_base: bool = False
 
 
 @dataclass(frozen=True)
@@ -404,7 +408,12 @@ def _datasets(value: Any) -> tuple[DatasetConfig, ...]:
         k = f"{key}[{i}]"
         if not isinstance(d, dict):
             raise ConfigError(k, "must be a mapping with path, type, output_dir")
-        _check_keys(d, k, {"path", "type", "output_dir", "image_base_path"}, strict=False)
+        _check_keys(
+            d,
+            k,
+            {"path", "type", "output_dir", "image_base_path", "allow_images_outside_base"},
+            strict=False,
+        )
         if not isinstance(d.get("path"), str) or not d["path"]:
             raise ConfigError(f"{k}.path", "is required")
         t = d.get("type")
@@ -416,12 +425,16 @@ def _datasets(value: Any) -> tuple[DatasetConfig, ...]:
         output_dir = d.get("output_dir")
         if output_dir is not None and not isinstance(output_dir, str):
             raise ConfigError(f"{k}.output_dir", f"must be a string path, got {output_dir!r}")
+        outside = d.get("allow_images_outside_base", False)
+        if not isinstance(outside, bool):
+            raise ConfigError(f"{k}.allow_images_outside_base", "must be true or false")
         out.append(
             DatasetConfig(
                 path=d["path"],
                 type=DATASET_TYPES[t.lower()],
                 output_dir=output_dir or "",
                 image_base_path=ibp,
+                allow_images_outside_base=outside,
             )
         )
     return tuple(out)

@@ -24,6 +24,7 @@ import binascii
 import functools
 import io
 import json
+import re
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 NAMESPACE = "mmirage"
@@ -167,27 +168,153 @@ def load_encoding(encoding: str) -> Any:
     )
 
 
-def count_text(text: str, encoding: str) -> int:
+class TextTokens(NamedTuple):
+    """The token count of one text (:func:`text_tokens`).
+
+    Attributes:
+        tokens: the number of tokens.
+        exact: False when a run of more than :data:`PIECE_CHARS` characters without a
+            place where the pre-tokeniser always splits had to be cut at a fixed length,
+            which can change the count by about one token per cut.
+    """
+
+    tokens: int
+    exact: bool
+
+
+#: No tiktoken call sees more than this many characters (the memory bound of counting).
+PIECE_CHARS = 8192
+#: A stretch of :data:`PIECE_CHARS` characters without a safe boundary is counted in
+#: pieces of this many characters (an estimate). tiktoken's BPE is super-linear in the
+#: length of one pre-tokenised piece (``o200k_base``: ``"x" * 20_000_000`` in one call
+#: took 16.7 s and 1.06 GB); cut at 512 characters, such a run costs per character about
+#: what prose costs (``benchmarks/bench_tokens.py`` prints both).
+RUN_CHARS = 512
+_TAIL_CHARS = (256, 2048)  # how far back from a piece's end boundaries are looked for first
+
+# Where a text can be cut without changing its count: before a character both
+# encodings' pre-tokenising patterns (_ENCODING_SPECS) always start a new piece at,
+# whatever precedes the letter or number before it. Before a space (U+0020) that follows
+# a character that is not whitespace: no pattern takes a space after a non-space (only
+# the whitespace alternatives hold spaces, and they hold nothing else; a word's optional
+# leading character can be a space, but only at its start). Before a tab, a line break or an
+# ASCII punctuation character other than the apostrophe (o200k_base's contractions ``'s``,
+# ``'t``...) or a common CJK punctuation mark, when it follows a letter or a digit: a
+# letter run (o200k_base: with marks) and a run of up to three digits end there. The
+# patterns have no lookbehind, so the piece after the cut is pre-tokenised as it is in
+# the whole text; ahead of the cut, the last piece ends with a character that is not
+# whitespace, so the patterns' lookaheads (``\s+(?!\S)``, ``\s++$``) do not apply to
+# it. Counts add up across such a cut exactly (tests/test_costs.py checks it against
+# whole-text counts).
+_CANDIDATES = re.compile(
+    r"[ \t\n\r!-&(-/:-@\[-`{-~\u3001\u3002\u300c-\u300f\uff01\uff08\uff09\uff0c\uff1a\uff1b\uff1f]"
+)
+
+
+def _is_boundary(text: str, i: int) -> bool:
+    """Whether the text can be cut before ``text[i]`` (``i`` a match of _CANDIDATES)."""
+    before = text[i - 1]
+    if text[i] == " ":
+        return not before.isspace()
+    return before.isalnum()
+
+
+def _last_boundary(text: str, start: int, end: int) -> Optional[int]:
+    """The last safe cut in ``(start, end]`` (a cut before ``text[i]``), or None."""
+    hi = end + 1
+    for back in (*_TAIL_CHARS, end - start):
+        lo = max(start + 1, end - back)
+        if lo >= hi:
+            continue
+        found = None
+        for m in _CANDIDATES.finditer(text, lo, hi):
+            if _is_boundary(text, m.start()):
+                found = m.start()
+        if found is not None:
+            return found
+        hi = lo
+        if lo == start + 1:
+            break
+    return None
+
+
+def _encoder(encoding: str) -> Callable[[str], list]:
+    fn = _ENCODERS.get(encoding)
+    if fn is None:
+        fn = _ENCODERS.setdefault(encoding, load_encoding(encoding).encode_ordinary)
+    return fn
+
+
+def text_tokens(
+    text: str, encoding: str, piece_chars: int = PIECE_CHARS, run_chars: int = RUN_CHARS
+) -> TextTokens:
     """Tokens of ``text`` in ``encoding`` (``o200k_base`` or ``cl100k_base``), special
     tokens such as ``<|endoftext|>`` counted as the plain text they are (tiktoken's
-    ``encode_ordinary``). The encoding is loaded once per process
-    (:func:`load_encoding`).
+    ``encode_ordinary``), in time linear in ``len(text)``.
+
+    The text is counted in pieces of at most ``piece_chars`` characters, each cut at the
+    last place of its window where the count does not change (see ``_CANDIDATES``), so
+    prose, code, JSON and CJK text count exactly what one tiktoken call on the whole
+    text counts. Only a window of ``piece_chars`` characters without such a place (a
+    base64 blob without ``+``/``/``, ``"x" * N``, a long run of one symbol or of spaces)
+    is cut into pieces of ``run_chars`` characters: then the count is labelled an
+    estimate (``exact`` False), off by about one token per cut.
+
+    Memory: beyond ``text`` itself and the encoding (loaded once per process,
+    :func:`load_encoding`), at most one piece of ``piece_chars`` characters is copied and
+    encoded at a time: the piece, its UTF-8 bytes inside tiktoken and its token list, a
+    few hundred KiB at the defaults (8192 characters), whatever the length of ``text``.
+
+    Raises:
+        KeyError: an unknown encoding.
+        ValueError: ``piece_chars`` or ``run_chars`` below 1, or ``run_chars`` above
+            ``piece_chars``.
+    """
+    if not text:
+        return TextTokens(0, True)
+    if piece_chars < 1 or run_chars < 1 or run_chars > piece_chars:
+        raise ValueError("need 1 <= run_chars <= piece_chars")
+    fn = _encoder(encoding)
+    n = len(text)
+    if n <= piece_chars:
+        return TextTokens(len(fn(text)), True)
+    tokens, exact, pos = 0, True, 0
+    while pos < n:
+        end = pos + piece_chars
+        if end >= n:
+            tokens += len(fn(text[pos:]))
+            break
+        cut = _last_boundary(text, pos, end)
+        if cut is not None:
+            tokens += len(fn(text[pos:cut]))
+            pos = cut
+            continue
+        exact = False  # no safe cut in the whole window: fixed-length pieces
+        for at in range(pos, end, run_chars):
+            tokens += len(fn(text[at : min(at + run_chars, end)]))
+        pos = end
+    return TextTokens(tokens, exact)
+
+
+def count_text(text: str, encoding: str) -> int:
+    """The number of tokens of :func:`text_tokens` (which also says whether the count
+    is exact). The encoding is loaded once per process (:func:`load_encoding`).
 
     Raises:
         KeyError: an unknown encoding.
     """
-    if not text:
-        return 0
-    fn = _ENCODERS.get(encoding)
-    if fn is None:
-        fn = _ENCODERS.setdefault(encoding, load_encoding(encoding).encode_ordinary)
-    return len(fn(text))
+    return text_tokens(text, encoding).tokens
 
 
 @functools.lru_cache(maxsize=4096)
+def repeated_tokens(text: str, encoding: str) -> TextTokens:
+    """:func:`text_tokens` memoised, for texts every request repeats (roles, schemas)."""
+    return text_tokens(text, encoding)
+
+
 def count_repeated(text: str, encoding: str) -> int:
-    """:func:`count_text` memoised, for texts every request repeats (roles, schemas)."""
-    return count_text(text, encoding)
+    """The number of tokens of :func:`repeated_tokens`."""
+    return repeated_tokens(text, encoding).tokens
 
 
 #: the encoding used as a labelled proxy for providers without a public tokenizer
@@ -252,6 +379,21 @@ class Tally:
     def estimate(self, note: str) -> None:
         if note not in self.notes:
             self.notes.append(note)
+
+    def text(self, text: str, encoding: str, repeated: bool = False) -> None:
+        """Add the tokens of ``text`` (:func:`text_tokens`, memoised when ``repeated``);
+        a count cut at a fixed length makes the request's count an estimate."""
+        counted = repeated_tokens(text, encoding) if repeated else text_tokens(text, encoding)
+        self.tokens += counted.tokens
+        if not counted.exact:
+            self.estimate(RUN_NOTE)
+
+
+#: why a request's count is an estimate when a long unbroken run was cut (Tally.text)
+RUN_NOTE = (
+    f"text with more than {PIECE_CHARS} characters without a space or punctuation "
+    f"(counted in pieces of {RUN_CHARS})"
+)
 
 
 def json_text(value: Any) -> str:

@@ -94,7 +94,9 @@ class ReadDatasets(beam.PTransform):
       (``location="line N"``, N the 1-based physical line number in the file) that still
       uses up its ``source_index``. ``NaN``/``Infinity`` literals and out-of-range floats
       become ``None``; an escaped lone UTF-16 surrogate (``"\\ud800"``, which has no
-      UTF-8 encoding) becomes U+FFFD. Compressed files (``.gz``, ``.bz2``, ...) are one split each.
+      UTF-8 encoding) is kept as the str JSON decodes it to (ExtractInputs makes an input
+      holding one an invalid row; writers escape it back, ``jsonl.json_line``).
+      Compressed files (``.gz``, ``.bz2``, ...) are one split each.
     * ``parquet``: one split per row group (row counts from the footer).
     * ``loadable``: a HuggingFace ``save_to_disk`` directory; its Arrow IPC files are read
       in the order of ``state.json``'s ``_data_files`` (no ``datasets`` package needed).
@@ -702,9 +704,6 @@ def _non_finite(_: str) -> None:
 
 
 _JSON_TYPE_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
-# A JSON escape of a UTF-16 surrogate (``\\ud800``); alone it decodes to a str that
-# cannot be encoded as UTF-8.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -742,11 +741,9 @@ def _decode_jsonl_line(content: bytes) -> tuple[dict[str, Any] | None, str | Non
     if not isinstance(value, dict):
         kind = "null" if value is None else _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
         return None, f"line is a JSON {kind}, not a JSON object"
-    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
-        # An escaped lone surrogate ("\\ud800") is valid JSON but not valid UTF-8: it
-        # would make every file the row reaches unwritable. Paired ones decode to one
-        # character and are left alone.
-        value = replace_lone_surrogates(value)
+    # An escaped lone surrogate ("\\ud800") is valid JSON but not valid UTF-8: it is
+    # kept, so the row is written back as it was (jsonl.json_line); an input holding one
+    # is an invalid row (ExtractInputs), never silently sent as U+FFFD.
     return value, None
 
 

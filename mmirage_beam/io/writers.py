@@ -77,7 +77,7 @@ def concatenate_files(parts: Sequence[str], output_path: str, block_bytes: int =
                     if not block:
                         break
                     out.write(block)
-    from mmirage_beam.receipts import replace_file
+    from mmirage_beam.io.fs import replace_file
 
     replace_file(tmp, output_path)
 
@@ -143,7 +143,12 @@ class WriteJsonLinesShards(beam.PTransform):
     With ``staging_dir`` and ``gate`` (a singleton side input, e.g. the invalid-row
     count): the files are written into ``staging_dir`` as the lines come (one file per
     bundle, never held in memory), then moved into ``directory`` only when the gate is 0,
-    else deleted.
+    else deleted. The staging folder may be on another filesystem or scheme than
+    ``directory`` (each file is copied, published atomically, then deleted:
+    :func:`mmirage_beam.io.fs.move_file`). ``replace_earlier``: the publication owns
+    ``<prefix>-*`` in ``directory``, so files of that prefix it did not write (an earlier
+    attempt's) are deleted after it. ``after``: a singleton side input the publication
+    waits for (the submit pipeline's every-chunk-receipted step).
     """
 
     def __init__(
@@ -152,8 +157,12 @@ class WriteJsonLinesShards(beam.PTransform):
         prefix: str,
         staging_dir: str | None = None,
         gate: Any = None,
+        replace_earlier: bool = False,
+        after: Any = None,
     ) -> None:
         super().__init__()
+        self._after = after
+        self._replace = replace_earlier
         self._dir = directory
         self._prefix = prefix
         self._staging = staging_dir
@@ -170,28 +179,46 @@ class WriteJsonLinesShards(beam.PTransform):
             | "CollectStaged" >> beam.combiners.ToList()
         )
         kwargs = {} if self._gate is None else {"gate": self._gate}
-        return names | "Publish" >> beam.ParDo(_PublishFn(self._dir, self._staging), **kwargs)
+        if self._after is not None:
+            kwargs["after"] = self._after
+        return names | "Publish" >> beam.ParDo(
+            _PublishFn(self._dir, self._staging, self._prefix if self._replace else ""), **kwargs
+        )
 
 
 class _PublishFn(beam.DoFn):
-    """list of staged files -> moved into ``directory`` (gate 0) or deleted."""
+    """list of staged files -> moved into ``directory`` (gate 0) or deleted.
 
-    def __init__(self, directory: str, staging_dir: str) -> None:
+    Each file is moved with :func:`mmirage_beam.io.fs.move_file`, so the staging folder
+    may be on another filesystem or storage scheme than ``directory``. With
+    ``replace_prefix``, files ``<prefix>-*`` already in ``directory`` that this
+    publication did not write (an earlier attempt's, named for another shard count) are
+    deleted once every new file is in place, so a repeated publication leaves exactly one
+    copy of each row.
+    """
+
+    def __init__(self, directory: str, staging_dir: str, replace_prefix: str = "") -> None:
         self._dir = directory
         self._staging = staging_dir
+        self._replace_prefix = replace_prefix
 
-    def process(self, paths: list[str], gate: int = 0) -> Iterator[str]:
-        from mmirage_beam.io.fs import delete_folder
+    def process(self, paths: list[str], gate: int = 0, after: Any = None) -> Iterator[str]:
+        from mmirage_beam.crashpoints import crash_point
+        from mmirage_beam.io.fs import delete_files, delete_folder, list_files, move_file
 
         paths = sorted(set(paths))
         if gate:
             delete_folder(self._staging)
             return
         if paths:
-            if not FileSystems.exists(self._dir):
-                FileSystems.mkdirs(self._dir)  # local disks; object stores need no folder
             targets = [FileSystems.join(self._dir, _dirname_basename(p)[1]) for p in paths]
-            FileSystems.rename(paths, targets)
+            for src, dst in zip(paths, targets):
+                crash_point("publishing")
+                move_file(src, dst)
+            if self._replace_prefix:
+                new = set(targets)
+                stale = list_files(self._dir, f"{self._replace_prefix}-*")
+                delete_files([p for p in stale if p not in new])
             yield from targets
         delete_folder(self._staging)
 

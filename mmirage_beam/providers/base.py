@@ -268,6 +268,11 @@ class BatchSubmissionAdapter(abc.ABC):
     max_concurrent_submissions: ClassVar[Optional[int]] = None
     #: extra provider status words -> normalised status.
     STATUS_MAP: ClassVar[Mapping[str, str]] = {}
+    #: the largest image file, in bytes, the provider accepts; ExtractInputs refuses a
+    #: bigger one before reading it (None: ``images.DEFAULT_MAX_IMAGE_FILE_BYTES``), and
+    #: ``image_file_limit`` says which limit it is, with its source, in that message.
+    max_image_file_bytes: ClassVar[Optional[int]] = None
+    image_file_limit: ClassVar[str] = ""
 
     #: the run being submitted; set by the submit step before ``submit_chunk``.
     run_id: Optional[str] = None

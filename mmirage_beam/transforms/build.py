@@ -21,6 +21,7 @@ from mmirage_beam.config.loader import DatasetConfig, InputConfig, OutputConfig
 from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.ids import custom_id
 from mmirage_beam.io.readers import replace_lone_surrogates
+from mmirage_beam.jsonl import lone_surrogate_at
 from mmirage_beam.records import BatchRequest, RowError, SourceRow
 from mmirage_beam.transforms.schema import json_schema_for
 
@@ -56,7 +57,9 @@ class ExtractedRow(NamedTuple):
 
 
 def _clean_text(value: str) -> str:
-    """Replace unpaired surrogates (invalid in UTF-8) with U+FFFD so JSON stays valid."""
+    """Replace unpaired surrogates (invalid in UTF-8) with U+FFFD so JSON stays valid.
+    Only a rendered prompt is cleaned: a row's inputs holding one are invalid rows
+    (ExtractInputs), so this changes only a lenient rebuild (merge) of such a row."""
     try:
         value.encode("utf-8")
         return value
@@ -71,11 +74,15 @@ class _ExtractInputsFn(beam.DoFn):
         datasets: Sequence[DatasetConfig],
         load_images: bool = True,
         lenient: bool = False,
+        max_image_file_bytes: Optional[int] = None,
+        image_file_limit: str = "",
     ) -> None:
         self._inputs = tuple(inputs)
         self._datasets = tuple(datasets)
         self._load_images = load_images
         self._lenient = lenient
+        self._max_image_file_bytes = max_image_file_bytes
+        self._image_file_limit = image_file_limit
         self._rows = Metrics.counter(_NS, "rows_extracted")
 
     def setup(self) -> None:
@@ -115,8 +122,22 @@ class _ExtractInputsFn(beam.DoFn):
                     )
                     return
                 value = spec.default
-            if isinstance(value, str):
-                value = _clean_text(value)
+            if not self._lenient:
+                where = lone_surrogate_at(value)
+                if where is not None:
+                    yield pvalue.TaggedOutput(
+                        ERRORS_TAG,
+                        RowError(
+                            element.source_index,
+                            ds.path,
+                            spec.name,
+                            f"input {spec.name!r} (key {spec.key!r}) holds a lone UTF-16 "
+                            f"surrogate ({where}), a character with no UTF-8 encoding: the "
+                            "provider would receive U+FFFD in its place. Fix the source "
+                            "row, or skip it with execution_params.skip_invalid_rows",
+                        ),
+                    )
+                    return
             if spec.type == "image" and value is not None:
                 refs = value if isinstance(value, list) else [value]
                 if not self._load_images:
@@ -125,7 +146,17 @@ class _ExtractInputsFn(beam.DoFn):
                     continue
                 try:
                     images.extend(
-                        {**load_image(v, ds.image_base_path), "input": spec.name} for v in refs
+                        {
+                            **load_image(
+                                v,
+                                ds.image_base_path,
+                                ds.allow_images_outside_base,
+                                self._max_image_file_bytes,
+                                self._image_file_limit,
+                            ),
+                            "input": spec.name,
+                        }
+                        for v in refs
                     )
                 except RequestBuildError as exc:
                     if self._lenient:  # merge re-reads rows: a bad image is no reason to
@@ -148,14 +179,25 @@ class ExtractInputs(beam.PTransform):
 
     ``rows`` is PCollection[ExtractedRow]: every ``processing_params.inputs`` JMESPath
     (compiled once per worker) applied to the row; image inputs resolved against the
-    dataset's ``image_base_path`` and read (URLs are kept as URLs). ``errors`` is
-    PCollection[RowError]: a missing or null input without ``default``, or an unreadable
-    or unrecognisable image, naming the input and the source_index.
+    dataset's ``image_base_path`` and read (http(s) URLs are kept as URLs). ``errors`` is
+    PCollection[RowError]: a missing or null input without ``default``, an input holding
+    a lone UTF-16 surrogate (JSON ``"\\ud800"``: no UTF-8 encoding, a provider would get
+    U+FFFD), or an image that
+    may not or cannot be read (an absolute path, a path out of ``image_base_path``
+    through ``..`` or a symlink, unless the dataset's ``allow_images_outside_base``; a
+    URL of another scheme; a file over ``max_image_file_bytes``, refused before it is
+    read; an unreadable or unrecognisable file), naming the input, the path and the
+    source_index (:func:`mmirage_beam.images.load_image`).
 
     With ``load_images=False`` image files are not read: each image is ``{"source": value}``
     (enough for the modality and for rendering, as merge needs). With ``lenient=True`` a
-    missing or null input is ``None`` instead of an error (merge re-reads rows that were
-    skipped as invalid at submission, to write them marked).
+    missing or null input is ``None`` and a lone surrogate is kept, instead of an error
+    (merge re-reads rows that were skipped as invalid at submission, to write them marked,
+    as the source held them).
+
+    ``max_image_file_bytes`` (bytes) and ``image_file_limit`` (its wording in messages):
+    the provider's per-image limit (``BatchSubmissionAdapter.max_image_file_bytes`` and
+    ``image_file_limit``); None: :data:`mmirage_beam.images.DEFAULT_MAX_IMAGE_FILE_BYTES`.
     """
 
     def __init__(
@@ -164,18 +206,31 @@ class ExtractInputs(beam.PTransform):
         datasets: Sequence[DatasetConfig],
         load_images: bool = True,
         lenient: bool = False,
+        max_image_file_bytes: Optional[int] = None,
+        image_file_limit: str = "",
     ) -> None:
         super().__init__()
         if not inputs:
             raise ValueError("inputs must not be empty")
+        if max_image_file_bytes is not None and max_image_file_bytes < 1:
+            raise ValueError("max_image_file_bytes must be at least 1")
         self._inputs = tuple(inputs)
         self._datasets = tuple(datasets)
         self._load_images = load_images
         self._lenient = lenient
+        self._max_image_file_bytes = max_image_file_bytes
+        self._image_file_limit = image_file_limit
 
     def expand(self, rows: beam.PCollection) -> ExtractInputsResult:
         out = rows | "Extract" >> beam.ParDo(
-            _ExtractInputsFn(self._inputs, self._datasets, self._load_images, self._lenient)
+            _ExtractInputsFn(
+                self._inputs,
+                self._datasets,
+                self._load_images,
+                self._lenient,
+                self._max_image_file_bytes,
+                self._image_file_limit,
+            )
         ).with_outputs(ERRORS_TAG, main="rows")
         return ExtractInputsResult(out.rows, out[ERRORS_TAG])
 

@@ -15,7 +15,6 @@ the neutral dicts described in :mod:`mmirage_beam.results`.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
 
@@ -25,6 +24,7 @@ from apache_beam.metrics import Metrics
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.config.loader import OutputConfig
+from mmirage_beam.jsonl import json_line
 from mmirage_beam.results import check_answer, is_retryable
 from mmirage_beam.transforms.render import MISSING, SchemaRenderer
 from mmirage_beam.transforms.rows import assemble_output_row
@@ -415,8 +415,7 @@ class _AssembleFn(beam.DoFn):
         out["mmirage_skipped"] = grouped["skipped"][0]
         Metrics.counter(_NS, "rows_skipped_invalid").inc()
         self._rows.inc()
-        line = json.dumps(out, ensure_ascii=False, default=_json_default) + "\n"
-        yield MergedRow(source_index, line.encode("utf-8"))
+        yield MergedRow(source_index, json_line(out, default=_json_default))
 
     def _assemble(
         self, source_index: int, results: list[OutputResult], grouped: dict[str, list]
@@ -526,8 +525,7 @@ class _AssembleFn(beam.DoFn):
                     },
                 )
         self._rows.inc()
-        line = json.dumps(out, ensure_ascii=False, default=_json_default) + "\n"
-        yield MergedRow(source_index, line.encode("utf-8"))
+        yield MergedRow(source_index, json_line(out, default=_json_default))
 
 
 def _json_default(value: Any) -> Any:
@@ -853,11 +851,14 @@ class _JoinPartitionFn(beam.DoFn):
             written.append(path)
         del lines, errors  # (grouped is empty: each row popped as it was joined)
         release_free_memory()  # the partition's rows, results and lines
+        from mmirage_beam.crashpoints import crash_point
+
+        crash_point("merge_joined")
         yield part, written[0], written[1]
 
 
 def _json_bytes(obj: dict[str, Any]) -> bytes:
-    return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")
+    return json_line(obj)
 
 
 class _ConcatenatePartsFn(beam.DoFn):

@@ -7,13 +7,13 @@ values.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterator, Optional, Sequence
 
 import apache_beam as beam
 
 from mmirage_beam.config.loader import OutputConfig
 from mmirage_beam.ids import custom_id
+from mmirage_beam.jsonl import json_line
 from mmirage_beam.transforms.render import SchemaRenderer
 
 PLACEHOLDER_PREFIX = "__BATCH_SUBMITTED__:"
@@ -91,8 +91,8 @@ class _PlaceholderRowFn(beam.DoFn):
                 self._remove,
                 element.source_index,
             )
-            line = json.dumps(row, ensure_ascii=False, default=str) + "\n"
-            yield element.dataset_index, line.encode("utf-8")
+            # a lone surrogate of a source column written back as the source held it
+            yield element.dataset_index, json_line(row, default=str)
 
 
 class RenderPlaceholderRows(beam.PTransform):

@@ -18,6 +18,7 @@ from apache_beam.metrics import Metrics
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.crashpoints import crash_point
+from mmirage_beam.io.fs import replace_file, write_durably
 from mmirage_beam.receipts import (
     intent_path,
     make_receipt,
@@ -25,7 +26,6 @@ from mmirage_beam.receipts import (
     read_receipt_part,
     receipt_line,
     receipt_path,
-    write_durably,
 )
 from mmirage_beam.records import ChunkRef
 
@@ -255,7 +255,7 @@ class _SubmitChunkFn(beam.DoFn):
         with FileSystems.create(tmp) as out:
             for line in iter_lines(chunk.path):
                 out.write(prefix + line.rstrip(b"\n") + b"}\n")
-        FileSystems.rename([tmp], [path])
+        replace_file(tmp, path)
         return path
 
     def _raise_if_stop_requested(self, chunk: ChunkRef) -> None:

@@ -9,6 +9,7 @@ gives the duplicates, the receipts the lost rows.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 
 import pytest
@@ -21,6 +22,9 @@ _spec = importlib.util.spec_from_file_location(
 crash_suite = importlib.util.module_from_spec(_spec)
 sys.modules["crash_suite"] = crash_suite  # dataclasses look their module up there
 _spec.loader.exec_module(crash_suite)
+
+#: ``MMIRAGE_SLOW_TESTS=1`` also runs the merge worker kill on the portable runner.
+SLOW = os.environ.get("MMIRAGE_SLOW_TESTS") == "1"
 
 # Two processes on one run id are covered by tests/test_lease.py; the rest of the
 # experiments run in benchmarks/crash_suite.py (minutes, not seconds).
@@ -54,8 +58,41 @@ def test_the_crash_hook_names_only_known_steps():
     import pathlib
 
     sources = "".join(
-        p.read_text(encoding="utf-8") for p in pathlib.Path(REPO, "mmirage_beam").rglob("*.py")
+        p.read_text(encoding="utf-8")
+        for folder in ("mmirage_beam", "pipelines")
+        for p in pathlib.Path(REPO, folder).rglob("*.py")
     )
-    for step in crash_suite.STEPS + ("adopted",):
+    for step in crash_suite.STEPS + crash_suite.Portable.STEPS + ("adopted", "moved_copied"):
         assert f'crash_point("{step}")' in sources, step
     assert len(crash_suite.EXPERIMENTS) == len(set(crash_suite.EXPERIMENTS))
+
+
+def _portable_or_skip(outcomes) -> None:  # noqa: ANN001
+    from tests.runners import REQUIRE_ENV_VAR
+
+    skipped = [o.skipped for o in outcomes if o.skipped]
+    if skipped and os.environ.get(REQUIRE_ENV_VAR) != "1":
+        pytest.skip(skipped[0])
+    assert not skipped
+
+
+@pytest.mark.parametrize(
+    "experiment",
+    [
+        "portable_kill_submit",
+        pytest.param(
+            "portable_kill_merge",
+            marks=pytest.mark.skipif(not SLOW, reason="set MMIRAGE_SLOW_TESTS=1 (about 2 min)"),
+        ),
+    ],
+)
+def test_a_worker_killed_on_the_portable_runner_is_named_and_its_rerun_completes(experiment):
+    """The SDK worker (a child of Beam's worker pool, not the launcher) SIGKILLs itself
+    after the provider accepted a batch (or after merge joined a partition): the job
+    ends with the dead worker named and the command to run; the rerun on the same
+    runner leaves 0 duplicates and 0 unsent rows (the merge: the DirectRunner's file)."""
+    outcomes = crash_suite.run_suite((experiment,), ("openai",), trials=1, rows=40, chunk=10)
+    print(crash_suite.table(outcomes))
+    _portable_or_skip(outcomes)
+    (o,) = outcomes
+    assert (o.trials, o.duplicates, o.lost, o.unsent, o.notes) == (1, 0, 0, 0, [])

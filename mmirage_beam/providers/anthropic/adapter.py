@@ -98,6 +98,8 @@ MAX_IMAGE_SIDE_PX = 8000
 MANY_IMAGES_THRESHOLD = 20  # more than this many images in a request ...
 MANY_IMAGES_MAX_SIDE_PX = 2000  # ... and every image must fit 2000 x 2000 px
 MAX_IMAGES_PER_REQUEST = 100
+# The largest file whose base64 text fits in MAX_IMAGE_BYTES (4 characters per 3 bytes).
+MAX_IMAGE_FILE_BYTES = MAX_IMAGE_BYTES * 3 // 4
 
 
 class AnthropicBatchAdapter(BatchSubmissionAdapter):
@@ -121,6 +123,11 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
     required_credentials: ClassVar[Sequence[str]] = ("api_key",)
     # len('{"requests":[') + len(']}') - 1 (n lines carry n newlines; the body n-1 commas)
     chunk_overhead_bytes: ClassVar[int] = 14
+    max_image_file_bytes: ClassVar[Optional[int]] = MAX_IMAGE_FILE_BYTES
+    image_file_limit: ClassVar[str] = (
+        f"Anthropic's 5 MB per-image limit ({MAX_IMAGE_BYTES} bytes of base64, so files of "
+        f"at most {MAX_IMAGE_FILE_BYTES} bytes; {VISION_LIMITS_SOURCE})"
+    )
     # A retried create adopts "the one batch of this many requests created since the first
     # attempt": with siblings of the same size in flight that is ambiguous (and a second
     # batch would be paid for), so one chunk at a time per worker.

@@ -16,7 +16,7 @@ import math
 from typing import Any, Optional
 
 from mmirage_beam.costs.tokens import Tally as _Tally
-from mmirage_beam.costs.tokens import TokenCount, count_text, image_size_from_base64
+from mmirage_beam.costs.tokens import TokenCount, image_size_from_base64
 from mmirage_beam.costs.tokens import first_int as _first_int
 from mmirage_beam.costs.tokens import json_text as _json_text
 
@@ -74,19 +74,20 @@ def count_anthropic_request(
     enc = _ANTHROPIC_TEXT_ENCODING
     system = params.get("system")
     if isinstance(system, str):
-        tally.tokens += count_text(system, enc)
+        tally.text(system, enc)
     elif isinstance(system, list):
-        tally.tokens += sum(count_text(str(b.get("text") or ""), enc) for b in system)
+        for b in system:
+            tally.text(str(b.get("text") or ""), enc)
     for message in params.get("messages") or ():
         tally.tokens += 3
         content = message.get("content")
         if isinstance(content, str):
-            tally.tokens += count_text(content, enc)
+            tally.text(content, enc)
             continue
         for block in content or ():
             kind = block.get("type") if isinstance(block, dict) else None
             if kind == "text":
-                tally.tokens += count_text(str(block.get("text") or ""), enc)
+                tally.text(str(block.get("text") or ""), enc)
             elif kind == "image":
                 source = block.get("source") or {}
                 size = (
@@ -96,10 +97,10 @@ def count_anthropic_request(
                 )
                 tally.tokens += anthropic_image_tokens(model, *(size or (None, None)))
             elif block is not None:
-                tally.tokens += count_text(_json_text(block), enc)
+                tally.text(_json_text(block), enc)
     for key in ("tools", "output_config"):
         if params.get(key):
-            tally.tokens += count_text(_json_text(params[key]), enc)
+            tally.text(_json_text(params[key]), enc)
     return TokenCount(tally.tokens, _first_int(params, "max_tokens"), False, tuple(tally.notes))
 
 

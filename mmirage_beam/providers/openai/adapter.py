@@ -81,6 +81,13 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
 
     required_credentials: ClassVar[Sequence[str]] = ("api_key",)
     chunk_overhead_bytes: ClassVar[int] = 0  # the upload is exactly the JSONL lines
+    # OpenAI states no per-image size, only the 50 MB per request: a bigger file can
+    # never fit (the request's own size is checked once it is built).
+    max_image_file_bytes: ClassVar[Optional[int]] = MAX_REQUEST_PAYLOAD_BYTES
+    image_file_limit: ClassVar[str] = (
+        f"OpenAI's 50 MB ({MAX_REQUEST_PAYLOAD_BYTES} bytes) per request, which one image "
+        f"file cannot exceed ({VISION_LIMITS_SOURCE})"
+    )
     STATUS_MAP: ClassVar[Mapping[str, str]] = {"expired": "failed", "cancelled": "failed"}
     #: a retried create looks at batches created up to this long before its chunk's
     #: first create attempt (covers clock skew between us and the provider), in seconds.

@@ -26,8 +26,7 @@ import math
 from typing import Any, Optional
 
 from mmirage_beam.costs.tokens import Tally as _Tally
-from mmirage_beam.costs.tokens import TokenCount, count_text, image_size_from_url
-from mmirage_beam.costs.tokens import count_repeated as _count_repeated
+from mmirage_beam.costs.tokens import TokenCount, image_size_from_url
 from mmirage_beam.costs.tokens import first_int as _first_int
 from mmirage_beam.costs.tokens import json_text as _json_text
 
@@ -174,13 +173,13 @@ def count_openai_request(request: dict[str, Any], model_hint: Optional[str] = No
     for key, what in (("response_format", "a response_format"), ("tools", "tools")):
         value = body.get(key)
         if value and not (key == "response_format" and value.get("type") == "text"):
-            tally.tokens += _count_repeated(_json_text(value), encoding)
+            tally.text(_json_text(value), encoding, repeated=True)
             tally.estimate(f"{what} (counted as its JSON text)")
     text_format = (
         (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
     )
     if isinstance(text_format, dict) and text_format.get("type") != "text":
-        tally.tokens += _count_repeated(_json_text(text_format), encoding)
+        tally.text(_json_text(text_format), encoding, repeated=True)
         tally.estimate("a text.format schema (counted as its JSON text)")
     return TokenCount(tally.tokens, max_out, not tally.notes, tuple(tally.notes))
 
@@ -191,13 +190,13 @@ def _count_chat(body: dict, model: str, encoding: str, tally: _Tally) -> None:
         tally.tokens += 3
         for key, value in message.items():
             if key == "content" and isinstance(value, str):
-                tally.tokens += count_text(value, encoding)
+                tally.text(value, encoding)
             elif isinstance(value, str):  # role, name: the same few strings every time
-                tally.tokens += _count_repeated(value, encoding)
+                tally.text(value, encoding, repeated=True)
             elif key == "content" and isinstance(value, list):
                 _count_parts(value, model, encoding, tally)
             elif value is not None:
-                tally.tokens += count_text(_json_text(value), encoding)
+                tally.text(_json_text(value), encoding)
                 tally.estimate(f"a message field {key!r} that is not text")
             if key == "name":
                 tally.tokens += 1
@@ -208,7 +207,9 @@ def _count_responses(body: dict, model: str, encoding: str, tally: _Tally) -> No
     tally.estimate("the Responses API's message framing is not documented (chat's assumed)")
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
-        tally.tokens += 3 + count_text(instructions, encoding) + count_text("developer", encoding)
+        tally.tokens += 3
+        tally.text(instructions, encoding)
+        tally.text("developer", encoding, repeated=True)
     items = body.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
@@ -218,7 +219,7 @@ def _count_responses(body: dict, model: str, encoding: str, tally: _Tally) -> No
             if key == "type":
                 continue
             if isinstance(value, str):
-                tally.tokens += count_text(value, encoding)
+                tally.text(value, encoding)
             elif key == "content" and isinstance(value, list):
                 _count_parts(value, model, encoding, tally)
     tally.tokens += 3
@@ -231,7 +232,7 @@ def _count_parts(parts: list, model: str, encoding: str, tally: _Tally) -> None:
             continue
         kind = part.get("type")
         if kind in ("text", "input_text"):
-            tally.tokens += count_text(str(part.get("text") or ""), encoding)
+            tally.text(str(part.get("text") or ""), encoding)
         elif kind in ("image_url", "input_image"):
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, dict) else image
@@ -249,5 +250,5 @@ def _count_parts(parts: list, model: str, encoding: str, tally: _Tally) -> None:
             if not documented:
                 tally.estimate(f"model {model!r} is not in OpenAI's image cost tables")
         else:
-            tally.tokens += count_text(_json_text(part), encoding)
+            tally.text(_json_text(part), encoding)
             tally.estimate(f"a content part of type {kind!r}")
