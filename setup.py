@@ -53,6 +53,9 @@ setup(
             "ruff==0.17.6",
             "pydantic>=2",
             "psutil==7.2.2",
+            # datasets: tests read `merge --output-format hf` back with load_from_disk
+            # (the tool writes that folder with pyarrow alone)
+            "datasets==5.2.0",
             # hypothesis: tests/test_fuzz.py fuzzes the config loader, readers and parsers.
             "hypothesis==6.170.17",
             _GEMINI,

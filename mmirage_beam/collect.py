@@ -75,10 +75,12 @@ def select_run(
             file=sys.stderr,
         )
     if others and not asked and not metadata_paths:
+        several = (  # merge's hint only: resubmit takes the failures of one run
+            " (repeat it to merge several runs, e.g. one per shard)" if verb == "merge" else ""
+        )
         print(
             f"mmirage {verb}: using run {run} (the newest); also found run(s) "
-            f"{', '.join(others)}: pass --run-id to choose another (repeat it to merge "
-            "several runs, e.g. one per shard)",
+            f"{', '.join(others)}: pass --run-id to choose another{several}",
             file=sys.stderr,
         )
     batch_entries = list({e.key: e for e in entries}.values())

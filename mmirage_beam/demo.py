@@ -163,6 +163,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         code = merge_main(
             ["--config", str(config), "--run-id", run_id, "--output-path", str(merged)]
         )
+    print(
+        "\nnote: the fake provider's token usage is synthetic (it counts words, not the "
+        "model's tokens), so the tokens and cost reported after the merge do not match "
+        "the estimate before submitting, which counts real tokens"
+    )
     print(f"\nmerged file: {merged}")
     with merged.open(encoding="utf-8") as f:
         for _, line in zip(range(3), f):

@@ -87,8 +87,9 @@ def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int
             return exc.exit_code
         except KeyboardInterrupt:
             print(
-                "mmirage: interrupted (any job it started was cancelled); run the same "
-                "command again to continue",
+                "mmirage: interrupted (a pipeline it was running is cancelled; batches "
+                "already submitted keep running at the provider); run the same command "
+                "again to continue",
                 file=sys.stderr,
             )
             return 130
@@ -258,12 +259,43 @@ def check_beam_args(beam_args: Sequence[str], own_flags: Sequence[str]) -> None:
             "options, spelt as Beam spells them; nothing was run)",
         )
     runner = str(getattr(known_args, "runner", None) or "")
+    _check_runner_name(runner)
     if getattr(known_args, "dry_run", False) and "dataflow" not in runner.lower():
         raise ConfigError(
             "--dry_run",
             "Beam's --dry_run is honoured only by the DataflowRunner; for a dry run that "
             "sends nothing use --export-prompts PATH (nothing was run)",
         )
+
+
+def _check_runner_name(runner: str) -> None:
+    """Refuse a ``--runner`` that Beam does not know (``DirectRunnr``): Beam would fail
+    only when the pipeline runs, and the location checks, which read the runner's name,
+    would first complain about local paths. A dotted name is a runner class's module path
+    (Beam imports it) and is not checked here.
+
+    Raises:
+        ConfigError: on ``--runner``, naming the closest known runner and all of them.
+    """
+    import difflib
+
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    from mmirage_beam.errors import ConfigError
+
+    if not runner or "." in runner:
+        return
+    known = list(StandardOptions.KNOWN_RUNNER_NAMES)
+    lowered = {name.lower(): name for name in known}
+    name = runner.lower()
+    if name in lowered or name + "runner" in lowered or name == "pythonrpcdirectrunner":
+        return
+    close = difflib.get_close_matches(name, list(lowered), n=1, cutoff=0.6)
+    hint = f"; did you mean {lowered[close[0]]}?" if close else ""
+    raise ConfigError(
+        "--runner",
+        f"unknown runner {runner!r}{hint} (Beam's runners: {', '.join(known)}; nothing was run)",
+    )
 
 
 def own_flags(parser: Any) -> list[str]:
@@ -330,6 +362,7 @@ def run_pipeline(
     stop_marker: Optional[str] = None,
     grace_secs: float = STOP_GRACE_SECS,
     outcome: Optional[RunOutcome] = None,
+    nothing_in_flight: Optional[Callable[[], bool]] = None,
 ) -> Any:
     """Run ``pipeline`` to completion; Ctrl-C and SIGTERM stop it on every runner.
 
@@ -340,7 +373,9 @@ def run_pipeline(
     is cancelled. A second Ctrl-C (or a run without ``stop_marker``) cancels the job at
     once (``PipelineResult.cancel()``, waiting for it to stop) and raises
     ``KeyboardInterrupt``. On in-process runners ``pipeline.run()`` itself does the
-    work, so the interrupt is raised in it.
+    work, so the interrupt is raised in it. When ``nothing_in_flight()`` says no provider
+    call can be under way (no chunk is being submitted: the run is still reading and
+    validating rows), the first signal stops at once too: there is nothing to wait for.
 
     Returns:
         the finished ``PipelineResult``.
@@ -354,8 +389,27 @@ def run_pipeline(
     outcome = outcome if outcome is not None else RunOutcome()
     timer: list[threading.Timer] = []
 
+    def idle() -> bool:
+        try:
+            return nothing_in_flight is not None and bool(nothing_in_flight())
+        except Exception:  # cannot tell: wait for the calls in flight, as by default
+            return False
+
     def on_signal(signum: int, _frame: object) -> None:
-        if stop_marker is not None and not outcome.stop_requested:
+        if stop_marker is not None and not outcome.stop_requested and idle():
+            outcome.stop_requested = True
+            from mmirage_beam.io.fs import write_durably
+
+            try:  # a chunk that would start before the cancel lands creates nothing
+                write_durably(stop_marker, b"stop requested\n")
+            except Exception as exc:
+                _LOG.warning("could not write the stop marker %s: %s", stop_marker, exc)
+            print(
+                "mmirage: stopping at once: no batch is being submitted",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif stop_marker is not None and not outcome.stop_requested:
             outcome.stop_requested = True
             from mmirage_beam.io.fs import write_durably
 

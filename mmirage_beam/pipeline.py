@@ -197,13 +197,16 @@ class SubmitRows(beam.PTransform):
             max_image_file_bytes=adapter_cls.max_image_file_bytes,
             image_file_limit=adapter_cls.image_file_limit,
         )
-        built = extracted.rows | "BuildRequests" >> BuildRequests(
-            config.outputs, config.datasets, adapter_cls, proc
-        )
-        requests = built.requests | "ProgressRequests" >> CountProgress("requests built")
+        selection = None
         if exclude_custom_ids or only_custom_ids is not None:
             keep_listed = only_custom_ids is not None
             ids = only_custom_ids if keep_listed else exclude_custom_ids
+            selection = (frozenset(ids), keep_listed)  # tokens of what is sent only
+        built = extracted.rows | "BuildRequests" >> BuildRequests(
+            config.outputs, config.datasets, adapter_cls, proc, count_selection=selection
+        )
+        requests = built.requests | "ProgressRequests" >> CountProgress("requests built")
+        if selection is not None:
             ids_view = beam.pvalue.AsSingleton(p | "SelectedIds" >> beam.Create([frozenset(ids)]))
             requests = requests | "SelectRequests" >> beam.ParDo(
                 _SelectRequestsFn(keep_listed), ids_view
@@ -389,8 +392,13 @@ class MergePlan:
 
 
 def errors_path_for(output_path: str) -> str:
-    """``OUT.jsonl`` -> ``OUT.errors.jsonl`` (any other name: ``OUT.errors.jsonl`` added)."""
-    stem = output_path[: -len(".jsonl")] if output_path.endswith(".jsonl") else output_path
+    """``OUT.jsonl`` (or ``OUT.parquet``) -> ``OUT.errors.jsonl`` (any other name, such as
+    an hf folder: ``.errors.jsonl`` added)."""
+    stem = output_path.rstrip("/")
+    for suffix in (".jsonl", ".parquet"):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
     return f"{stem}.errors.jsonl"
 
 
@@ -422,8 +430,10 @@ class MergeRows(beam.PTransform):
         verify_source: bool = True,
         invalid_rows_files: Sequence[str] = (),
         unsubmitted_run: Optional[tuple[str, str]] = None,
+        errors_path: Optional[str] = None,
     ) -> None:
         super().__init__()
+        self.errors_path = errors_path
         self.config = config
         self.batches = batches
         self.receipts = receipts
@@ -475,7 +485,7 @@ class MergeRows(beam.PTransform):
             num_partitions = partitions_for(lo, hi, rows_per_partition)
         bounds = partition_bounds(lo, hi, num_partitions)
         partitioner = RangePartitioner(lo, hi, bounds)
-        errors_path = errors_path_for(output_path)
+        errors_path = self.errors_path or errors_path_for(output_path)
         # Next to the output (the launcher made it absolute or a URI), so every worker
         # sees it; removed once both files are written, and by the launcher on failure.
         temp_dir = f"{output_path}.merge-tmp-{uuid.uuid4().hex[:12]}"
@@ -639,6 +649,7 @@ def build_merge_pipeline(
     verify_source: bool = True,
     invalid_rows_files: Sequence[str] = (),
     unsubmitted_run: Optional[tuple[str, str]] = None,
+    errors_path: Optional[str] = None,
 ) -> MergePlan:
     """Add the merge graph: fetch results, verify and re-read the source, join, write.
 
@@ -665,6 +676,9 @@ def build_merge_pipeline(
             marked), counted in ``requests_never_submitted``. Only when the receipts are
             every receipt of runs that read all the rows this merge reads (one shard) and
             the source is verified.
+        errors_path: where the errors file goes (default: :func:`errors_path_for`
+            ``output_path``), e.g. beside the final output when ``output_path`` is the
+            temporary JSONL of a Parquet or hf merge.
     """
     merge = MergeRows(
         config,
@@ -677,6 +691,7 @@ def build_merge_pipeline(
         verify_source=verify_source,
         invalid_rows_files=invalid_rows_files,
         unsubmitted_run=unsubmitted_run,
+        errors_path=errors_path,
     )
     # Every row of the datasets is read (not only this config's shard): receipts from
     # several shards can be merged together; rows without results are not written.

@@ -40,9 +40,10 @@ def load_plugins() -> None:
 
 
 def _import_plugin(name: str) -> None:
-    """Import a ``$MMIRAGE_PLUGINS`` module, from the installed packages or, as
-    ``python -m`` would, from the current directory (the ``mmirage`` command does not put
-    it on ``sys.path`` by itself). A module that is not an installed package is pickled
+    """Import a ``$MMIRAGE_PLUGINS`` module: from the current directory when the module
+    exists there (as ``python -m`` would; the ``mmirage`` command does not put it on
+    ``sys.path`` by itself, and an installed package of the same name must not shadow
+    it), else from the installed packages. A module that is not an installed package is pickled
     by value with the DoFns, so workers in other folders or machines get its classes.
 
     Raises:
@@ -53,6 +54,8 @@ def _import_plugin(name: str) -> None:
     from mmirage_beam.errors import PluginError
 
     cwd = os.getcwd()
+    if _exists_in(cwd, name):
+        _prefer_folder(cwd, name)
     try:
         try:
             module = importlib.import_module(name)
@@ -73,6 +76,32 @@ def _import_plugin(name: str) -> None:
         except ImportError:  # pragma: no cover - an older or newer Beam layout
             return
         cloudpickle.register_pickle_by_value(sys.modules[name.split(".", 1)[0]])
+
+
+def _exists_in(folder: str, name: str) -> bool:
+    """Whether module ``name`` (dotted) is a file or package under ``folder``."""
+    path = os.path.join(folder, *name.split("."))
+    return os.path.isfile(path + ".py") or os.path.isdir(path)
+
+
+def _prefer_folder(folder: str, name: str) -> None:
+    """Put ``folder`` first on ``sys.path`` so a module there wins over an installed
+    package of the same top-level name (some dependencies install a top-level ``tests``
+    package); a same-named top-level package already imported from elsewhere is dropped
+    from ``sys.modules`` with its submodules, so the import finds the folder's."""
+    import sys
+
+    if sys.path[:1] != [folder]:
+        sys.path.insert(0, folder)
+    importlib.invalidate_caches()
+    top = name.split(".", 1)[0]
+    loaded = sys.modules.get(top)
+    if loaded is None:
+        return
+    places = list(getattr(loaded, "__path__", None) or [getattr(loaded, "__file__", "") or ""])
+    if not any(os.path.abspath(p).startswith(folder + os.sep) for p in places if p):
+        for mod in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+            del sys.modules[mod]
 
 
 class ProviderRegistry:

@@ -98,23 +98,43 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     config = load_config(args.config) if args.config is not None else None
     receipts = discovery.collect_receipts(config, args.metadata_path or (), run_id=args.run_id)
     tty = sys.stdout.isatty()
-    timed_out = False
+    timed_out = interrupted = False
     # 2. look every batch up once, or until all are terminal (--watch)
     with lookup.BatchStatusChecker(receipts.providers, config) as checker:
         if args.watch:
             display = watch.RichWatchDisplay() if tty else watch.PlainWatchDisplay()
-            with display:
-                statuses, timed_out = watch.watch_statuses(
-                    checker,
-                    receipts.batches,
-                    interval_secs=args.interval,
-                    timeout_secs=args.timeout,
-                    on_poll=display.update,
-                )
+            seen: list = []  # the last poll's statuses, for the table after a Ctrl-C
+
+            def on_poll(statuses, poll, elapsed) -> None:  # noqa: ANN001
+                seen[:] = [list(statuses)]
+                display.update(statuses, poll, elapsed)
+
+            try:
+                with display:
+                    statuses, timed_out = watch.watch_statuses(
+                        checker,
+                        receipts.batches,
+                        interval_secs=args.interval,
+                        timeout_secs=args.timeout,
+                        on_poll=on_poll,
+                    )
+            except KeyboardInterrupt:  # check starts nothing: only the watching stops
+                if not seen:
+                    raise
+                statuses, interrupted = seen[0], True
         else:
             statuses = checker.check(receipts.batches)
     # 3. the report, per batch, per provider and per run
     summary = report.build_report(receipts, statuses)
+    if interrupted:
+        waiting = len(lookup.not_terminal(statuses))
+        print(
+            f"stopped watching (Ctrl-C): {waiting} batch(es) not finished yet keep running "
+            "at the provider; the table is the last poll's",
+            flush=True,
+        )
+        report.print_report(summary, rich_output=tty)
+        return 130
     if timed_out:
         waiting = len(lookup.not_terminal(statuses))
         print(
@@ -128,8 +148,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         print(line)
     # 5. runs that stopped before submitting everything, or before their finish steps
     if not args.metadata_path:
-        for line in _run_state_lines(config, receipts, args.config):
+        lines = _run_state_lines(config, receipts, args.config)
+        for line in lines:
             print(line)
+    else:
+        lines = []
     if config is not None:  # runs cancelled with 'mmirage cancel' (mmirage_beam/cancel.py)
         from mmirage_beam.cancel import cancelled_note
         from mmirage_beam.receipts import receipts_base
@@ -138,7 +161,21 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         note = cancelled_note(base, receipts.run_ids)
         if note:
             print(note)
+    # a run that stopped midway is never "ok", as in merge
+    if any(line.startswith("UNFINISHED") for line in lines):
+        return 1
     return summary.exit_code
+
+
+def _is_live(base: str, run_id: str) -> bool:
+    """Whether a launcher holds ``run_id``'s lease (refreshed recently, pid alive)."""
+    import time
+
+    from mmirage_beam.lease import STALE_AFTER_SECS, _mtime, is_stale, lease_path, read_lease
+
+    path = lease_path(base, run_id)
+    lease = read_lease(path)
+    return lease is not None and not is_stale(lease, time.time(), STALE_AFTER_SECS, _mtime(path))
 
 
 def _run_state_lines(config, receipts, config_arg: str) -> list[str]:  # noqa: ANN001
@@ -149,8 +186,13 @@ def _run_state_lines(config, receipts, config_arg: str) -> list[str]:  # noqa: A
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     runs = [r for r in receipts.run_ids if r and r != "?"]
-    unfinished = find_unfinished(base, runs, receipts.receipts)
-    lines = finish_pending_lines(unfinished.finish_pending, config_arg)
+    live = [r for r in runs if _is_live(base, r)]  # still submitting: not stopped midway
+    runs = [r for r in runs if r not in live]
+    unfinished = find_unfinished(base, runs, [e for e in receipts.receipts if e.run_id in runs])
+    lines = [
+        f"run {r} is still submitting (its lease is held); check again when it ends" for r in live
+    ]
+    lines += finish_pending_lines(unfinished.finish_pending, config_arg)
     for run in unfinished.runs:
         lines.append(
             f"UNFINISHED: run {run} stopped before all its chunks were submitted; resume it "

@@ -2,8 +2,8 @@
 
 Usage:
     python -m pipelines.merge --config C.yaml --output-path OUT.jsonl
-        [--metadata-path R ...] [--run-id ID] [--allow-partial] [--no-verify-source]
-        [--partitions N] [standard Beam pipeline options]
+        [--output-format jsonl|parquet|hf] [--metadata-path R ...] [--run-id ID]
+        [--allow-partial] [--no-verify-source] [--partitions N] [standard Beam pipeline options]
 
 Exit status: 0 merged and every request succeeded; 1 merged with failed requests, or
 refused because batches are still running (without --allow-partial), or the source
@@ -47,6 +47,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         required=True,
         type=path_argument,
         help="merged JSONL file to write (relative paths: to the current directory)",
+    )
+    ap.add_argument(
+        "--output-format",
+        choices=("jsonl", "parquet", "hf"),
+        default="jsonl",
+        help="jsonl (default); parquet: one Parquet file; hf: a folder that "
+        "datasets.load_from_disk opens. The errors file stays JSONL (OUT.errors.jsonl)",
     )
     ap.add_argument(
         "--metadata-path",
@@ -93,6 +100,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     import apache_beam as beam
     from apache_beam.io.filesystems import FileSystems
 
+    from mmirage_beam.check.discovery import NoReceiptsError
     from mmirage_beam.collect import find_unfinished, select_run
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
@@ -109,7 +117,14 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     if args.partitions is not None and args.partitions < 1:
         raise ConfigError("--partitions", "must be >= 1")
     config = load_config(args.config)
-    sel = select_run(config, args.metadata_path, args.run_id, "merge")
+    try:
+        sel = select_run(config, args.metadata_path, args.run_id, "merge")
+    except NoReceiptsError:
+        # A run that skipped every row (skip_invalid_rows) sent nothing and has no
+        # receipt; its rows are still merged, each marked skipped.
+        sel = None if args.metadata_path else _nothing_sent_run(config, args.run_id)
+        if sel is None:
+            raise
     if sel.lookup_failed:
         print("mmirage: error: some batches cannot be looked up; nothing merged.", file=sys.stderr)
         return 1
@@ -140,9 +155,22 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         and all(e.receipt.get("run_id") for e in receipts)
     )
 
-    out = args.output_path
+    final = out = args.output_path
     errors_path = errors_path_for(out)  # rewritten (empty when nothing failed) by the merge
-    check_output_file("--output-path", out, config, [errors_path])
+    if args.output_format != "jsonl":
+        import uuid
+
+        from mmirage_beam.io.formats import check_hf_folder
+
+        # The ordered JSONL merge goes beside the output, then is converted (streamed).
+        out = f"{final.rstrip('/')}.merge-jsonl-{uuid.uuid4().hex[:12]}.jsonl"
+        if args.output_format == "hf":
+            check_hf_folder(final)
+            check_output_file("--output-path", out, config, [errors_path])
+        else:
+            check_output_file("--output-path", final, config, [errors_path])
+    else:
+        check_output_file("--output-path", out, config, [errors_path])
     options = beam_options(beam_args, args.verbose)
     check_locations(config_locations(config, output_path=out), options)
     check_job_endpoint(options)
@@ -162,9 +190,17 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             if FileSystems.exists(path)
         ],
         unsubmitted_run=(resume_run, resume_command) if count_unsubmitted else None,
+        errors_path=errors_path,
     )
     try:
         result = run_pipeline(pipeline)
+        if translation_only(options):
+            print("mmirage merge: the runner only translated the job (--dry_run); nothing merged")
+            return 0
+        stats = counters(result)
+        shown = out
+        if out != final and FileSystems.exists(out):  # no rows written: no file, as JSONL
+            shown = _convert(out, final, args.output_format, config, stats)
     except Exception as exc:  # the runner's job failed (a worker died, storage failed...)
         from mmirage_beam.launch import describe_failure
 
@@ -180,13 +216,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     finally:  # the job removes its temporary files once written; after a failure, here
         _remove_temp_dir(plan.temp_dir)
-    if translation_only(options):
-        print("mmirage merge: the runner only translated the job (--dry_run); nothing merged")
-        return 0
-    stats = counters(result)
+        if out != final and FileSystems.exists(out):
+            FileSystems.delete([out])
     errors = read_jsonl(errors_path)
-    _record_merge(base, sel.linked, out, stats, errors)
-    _print_totals(plan, stats, errors, pending, args.allow_partial)
+    _record_merge(base, sel.linked, final, stats, errors)
+    _print_totals(plan, stats, errors, pending, args.allow_partial, shown)
     _print_cancelled(config, sel.linked, sys.stdout)
     from mmirage_beam.costs.report import usage_lines
 
@@ -246,6 +280,56 @@ def _record_merge(base, runs, out, stats, errors) -> None:  # noqa: ANN001
         print(f"mmirage merge: warning: could not write {where}: {exc}", file=sys.stderr)
 
 
+def _nothing_sent_run(config, run_ids):  # noqa: ANN001, ANN202
+    """The :class:`~mmirage_beam.collect.RunSelection` of a finished run that built no
+    request (every row invalid and skipped): the asked run, else the newest such run
+    with an invalid-rows file; None when there is none."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from mmirage_beam.collect import RunSelection
+    from mmirage_beam.pipeline import invalid_rows_path
+    from mmirage_beam.receipts import read_run_state, receipts_base
+
+    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+    if run_ids:
+        if len(run_ids) > 1:
+            return None
+        found = [(0.0, run_ids[0])]
+    else:
+        pattern = invalid_rows_path(base, "*")
+        found = [
+            (m.last_updated_in_seconds, m.path[len(base) + len(".invalid_rows.") : -6])
+            for m in FileSystems.match([pattern])[0].metadata_list
+        ]
+    for _, run in sorted(found, reverse=True):
+        state = read_run_state(base, run) or {}
+        if state.get("state") == "finished" and state.get("requests_total") == 0:
+            if FileSystems.exists(invalid_rows_path(base, run)):
+                print(
+                    f"mmirage merge: run {run} sent nothing (every row was invalid and "
+                    "skipped); its rows are written marked mmirage_skipped",
+                    file=sys.stderr,
+                )
+                return RunSelection(run, [run], [], [], [], [], {}, [run])
+    return None
+
+
+def _convert(jsonl_path: str, final: str, fmt: str, config, stats) -> str:  # noqa: ANN001
+    """The ordered JSONL merge -> ``final`` in ``fmt``, streamed; the same row count."""
+    from mmirage_beam.io.formats import convert_merged_jsonl
+
+    rows, as_json = convert_merged_jsonl(
+        jsonl_path, final, fmt, config.outputs, config.output_schema
+    )
+    if rows != stats.get("rows_written", 0):  # pragma: no cover - a broken conversion
+        raise RuntimeError(f"converted {rows} rows of {stats.get('rows_written', 0)}")
+    for name in sorted(as_json):
+        print(
+            f"mmirage merge: column {name!r} holds values of different types; written as JSON text"
+        )
+    return f"{final} ({fmt})"
+
+
 def _remove_temp_dir(folder) -> None:  # noqa: ANN001
     from mmirage_beam.io.fs import delete_folder
 
@@ -260,7 +344,12 @@ def _print_unfinished(unfinished, never_requests, never_rows, resume_command) ->
     """The run stopped before every chunk was submitted: never say it is complete."""
     who = f"run {', '.join(unfinished.runs)}" if unfinished.runs else "the merged run"
     lines = [f"UNFINISHED: {who} stopped before all its chunks were submitted:"]
-    if never_requests:
+    if never_requests and never_rows is None:  # check: counted from the run record
+        lines.append(
+            f"  never_submitted: {never_requests} request(s) were never submitted; "
+            "mmirage merge writes their rows marked never_submitted"
+        )
+    elif never_requests:
         lines.append(
             f"  {never_rows} row(s) ({never_requests} request(s)) were never submitted; "
             "they are in the merged file marked never_submitted"
@@ -273,7 +362,10 @@ def _print_unfinished(unfinished, never_requests, never_rows, resume_command) ->
     if unfinished.intents:
         lines.append(f"  {len(unfinished.intents)} interrupted chunk submission(s) (intents)")
     for run, record in sorted(unfinished.states.items()):
-        lines.append(f"  run {run} is recorded as {record.get('state')!r}, not finished")
+        lines.append(
+            f"  run {run} is recorded as {record.get('state')!r}, not finished"
+            + ("; mmirage merge counts the requests never submitted" if never_rows is None else "")
+        )
     for run, n in sorted(unfinished.short_by.items()):
         lines.append(f"  run {run} built {n} request(s) more than its receipts hold")
     lines.append(
@@ -282,7 +374,14 @@ def _print_unfinished(unfinished, never_requests, never_rows, resume_command) ->
     print("\n".join(lines))
 
 
-def _print_totals(plan, stats, errors, pending, allow_partial) -> None:  # noqa: ANN001
+#: outcomes of requests the provider answered (check counts them done) whose answer is
+#: not usable: merge's own verdicts (docs/commands.md, the outcome table)
+UNUSABLE_ANSWERS = frozenset(
+    {"refusal", "truncated", "content_filter", "empty", "invalid_json", "schema_mismatch"}
+)
+
+
+def _print_totals(plan, stats, errors, pending, allow_partial, shown) -> None:  # noqa: ANN001
     by_type: dict[str, int] = {}
     for e in errors:
         if e.get("source_index") is None:  # unknown ids and unreadable lines: no output
@@ -290,21 +389,28 @@ def _print_totals(plan, stats, errors, pending, allow_partial) -> None:  # noqa:
         by_type[e["error_type"]] = by_type.get(e["error_type"], 0) + 1
     unreadable = stats.get("unreadable_result_lines", 0)
     lines = [
-        f"rows written:        {stats.get('rows_written', 0)}",
-        f"outputs succeeded:   {stats.get('outputs_succeeded', 0)}",
-        f"outputs failed:      {sum(by_type.values())}",
+        f"rows written:        {stats.get('rows_written', 0):,}",
+        f"outputs succeeded:   {stats.get('outputs_succeeded', 0):,}",
+        f"outputs failed:      {sum(by_type.values()):,}",
     ]
     for kind, n in sorted(by_type.items()):
-        lines.append(f"  {kind + ':':<18} {n}")
+        lines.append(f"  {kind + ':':<18} {n:,}")
+    unusable = sum(n for kind, n in by_type.items() if kind in UNUSABLE_ANSWERS)
+    if unusable:
+        lines.append(
+            f"  of these, {unusable:,} unusable answer(s) ({', '.join(sorted(UNUSABLE_ANSWERS))}"
+            "): the provider returned them as successes, so mmirage check counts them done; "
+            f"the other {sum(by_type.values()) - unusable:,} failed at the provider or here"
+        )
     lines += [
-        f"skipped at submit:   {stats.get('rows_skipped_invalid', 0)} (invalid rows)",
-        f"missing source rows: {stats.get('missing_source_rows', 0)}",
-        f"source changed rows: {stats.get('source_changed_rows', 0)}",
-        f"unknown custom_ids:  {stats.get('unknown_custom_ids', 0) - unreadable}",
-        f"unreadable lines:    {unreadable} (result lines without a recoverable custom_id)",
-        f"input tokens:        {stats.get('input_tokens', 0)}",
-        f"output tokens:       {stats.get('output_tokens', 0)}",
-        f"merged file:         {plan.output_path} ({plan.num_partitions} partition(s))",
+        f"skipped at submit:   {stats.get('rows_skipped_invalid', 0):,} (invalid rows)",
+        f"missing source rows: {stats.get('missing_source_rows', 0):,}",
+        f"source changed rows: {stats.get('source_changed_rows', 0):,}",
+        f"unknown custom_ids:  {stats.get('unknown_custom_ids', 0) - unreadable:,}",
+        f"unreadable lines:    {unreadable:,} (result lines without a recoverable custom_id)",
+        f"input tokens:        {stats.get('input_tokens', 0):,}",
+        f"output tokens:       {stats.get('output_tokens', 0):,}",
+        f"merged file:         {shown} ({plan.num_partitions} partition(s))",
     ]
     if errors:
         lines.append(f"errors file:         {plan.errors_path}")

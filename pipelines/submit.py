@@ -328,15 +328,23 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     outcome = RunOutcome()
     try:
         with staging_area(base, run_id, keep=args.keep_staged or translate_only):
-            result = run_pipeline(pipeline, stop_marker=plan.stop_marker, outcome=outcome)
+            result = run_pipeline(
+                pipeline,
+                stop_marker=plan.stop_marker,
+                outcome=outcome,
+                # still reading (no chunk submitted or being submitted): stop at once
+                nothing_in_flight=lambda: dry_run or _nothing_submitted(base, run_id),
+            )
     except (Exception, KeyboardInterrupt) as exc:  # also Ctrl-C / SIGTERM: say how to resume
         code = exc.exit_code if isinstance(exc, MmirageError) else 1
-        if isinstance(exc, KeyboardInterrupt) or outcome.stop_requested:
+        stopped = isinstance(exc, KeyboardInterrupt) or outcome.stop_requested
+        if stopped:
             code, exc = 130, RuntimeError("stopped on request (Ctrl-C or SIGTERM)")
         if dry_run:
-            print(f"mmirage: error: the dry run failed: {_short(exc)}", file=sys.stderr)
+            what = "stopped" if stopped else f"error: the dry run failed: {_short(exc)}"
+            print(f"mmirage: {what}", file=sys.stderr)
             return code
-        print(_failure_report(plan, run_id, exc, resume_cmd), file=sys.stderr)
+        print(_failure_report(plan, run_id, exc, resume_cmd, stopped), file=sys.stderr)
         return code
 
     if translate_only:
@@ -364,7 +372,17 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     _print_summary(plan, stats, written, invalid, skipped=skipping)
     from mmirage_beam.costs.report import estimate_lines
 
-    for line in estimate_lines(stats, config.processor):
+    already = stats.get("requests_not_selected", 0)
+    estimate = estimate_lines(stats, config.processor)
+    if already:  # a resume: what it sends now, apart from what earlier attempts sent
+        now = max(stats.get("requests", 0) - already, 0)
+        print(
+            f"sent now:            {now:,} request(s); already sent: {already:,} "
+            "(earlier attempts, not counted below)"
+        )
+        if not now:
+            estimate = ["tokens and estimated cost: nothing sent now ($0)"]
+    for line in estimate:
         print(line)
     return 1 if invalid and not skipping else 0
 
@@ -410,12 +428,27 @@ def _remove_if_exists(path: str) -> None:
         pass
 
 
-def _failure_report(plan, run_id: str, exc: BaseException, resume_cmd: str) -> str:  # noqa: ANN001
+def _nothing_submitted(base: str, run_id: str) -> bool:
+    """Whether this attempt of ``run_id`` has not started a chunk yet: no intent and no
+    receipt part in its ``.parts`` folders (an earlier attempt's are consolidated)."""
+    from mmirage_beam.io.fs import list_files
+    from mmirage_beam.receipts import MODALITIES, parts_dir, receipt_path
+
+    return not any(list_files(parts_dir(receipt_path(base, m, run_id))) for m in MODALITIES)
+
+
+def _failure_report(  # noqa: ANN001
+    plan, run_id: str, exc: BaseException, resume_cmd: str, stopped: bool = False
+) -> str:
     """What was accepted, derived from what is recorded once the job has stopped."""
     from mmirage_beam.launch import describe_failure
     from mmirage_beam.receipts import consolidate_run, pending_intents
 
-    lines = [f"mmirage: error: the pipeline failed: {describe_failure(exc)}"]
+    lines = [
+        f"mmirage run {run_id}: stopped (Ctrl-C or SIGTERM)"
+        if stopped
+        else f"mmirage: error: the pipeline failed: {describe_failure(exc)}"
+    ]
     try:
         kept = [f"{p} ({n})" for p, n in consolidate_run(plan.receipts_base, run_id).items()]
         in_flight = pending_intents(plan.receipts_base, run_id)
@@ -503,27 +536,27 @@ class _InvalidRows:
 def _print_summary(plan, stats, receipts, invalid, skipped: bool) -> None:  # noqa: ANN001
     lines = [
         f"run id:              {plan.run_id}",
-        f"rows read:           {stats.get('rows_read', 0) + stats.get('row_errors', 0)}"
-        + (f" ({stats['row_errors']} unreadable)" if stats.get("row_errors") else ""),
-        f"invalid rows:        {invalid.count}",
-        f"requests:            {stats.get('requests', 0)}",
-        f"chunks:              {stats.get('chunks', 0)}",
-        f"request bytes:       {stats.get('request_bytes', 0)} "
+        f"rows read:           {stats.get('rows_read', 0) + stats.get('row_errors', 0):,}"
+        + (f" ({stats['row_errors']:,} unreadable)" if stats.get("row_errors") else ""),
+        f"invalid rows:        {invalid.count:,}",
+        f"requests:            {stats.get('requests', 0):,}",
+        f"chunks:              {stats.get('chunks', 0):,}",
+        f"request bytes:       {stats.get('request_bytes', 0):,} "
         f"({human_bytes(stats.get('request_bytes', 0))})",
     ]
     if plan.dry_run:
-        lines.append(f"batches exported:    {stats.get('batches_submitted', 0)}")
+        lines.append(f"batches exported:    {stats.get('batches_submitted', 0):,}")
         if invalid and not skipped:
             lines.append("exported prompts:    none (invalid rows stopped the dry run)")
         else:
             lines.append(f"exported prompts:    {plan.export_file}")
     else:
-        lines.append(f"batches submitted:   {stats.get('batches_submitted', 0)}")
+        lines.append(f"batches submitted:   {stats.get('batches_submitted', 0):,}")
         if stats.get("batches_already_receipted"):
-            lines.append(f"  already receipted: {stats['batches_already_receipted']}")
+            lines.append(f"  already receipted: {stats['batches_already_receipted']:,}")
         if stats.get("requests_not_selected"):
             lines.append(
-                f"already submitted:   {stats['requests_not_selected']} request(s) "
+                f"already submitted:   {stats['requests_not_selected']:,} request(s) "
                 "(earlier attempts of this run; not sent again)"
             )
         if not stats.get("batches_submitted") and stats.get("requests_not_selected"):

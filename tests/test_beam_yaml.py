@@ -37,8 +37,16 @@ def _gsm8k(n=None):
 
 
 def _run_yaml(pipeline_file, jinja=None, env=None, expect_ok=True):
-    """``python -m apache_beam.yaml.main`` in a subprocess, from the repository root."""
-    cmd = [sys.executable, "-m", "apache_beam.yaml.main", f"--yaml_pipeline_file={pipeline_file}"]
+    """``python -m apache_beam.yaml.main`` in a subprocess, from the repository root,
+    with ``--runner=FnApiRunner`` as docs/beam-yaml.md says (the DirectRunner would
+    first try to download Prism)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "apache_beam.yaml.main",
+        f"--yaml_pipeline_file={pipeline_file}",
+        "--runner=FnApiRunner",
+    ]
     if jinja:
         cmd.append("--jinja_variables=" + json.dumps(jinja))
     full_env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
@@ -49,6 +57,7 @@ def _run_yaml(pipeline_file, jinja=None, env=None, expect_ok=True):
     )
     if expect_ok:
         assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "Downloading prism" not in proc.stderr  # offline, that is a failed download
     return proc
 
 

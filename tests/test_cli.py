@@ -21,6 +21,28 @@ def test_mistyped_flag_is_refused_not_passed_to_beam(tmp_path, capsys, provider_
     assert fake.submitted_requests() == [] and fake.batches() == []
 
 
+@pytest.mark.parametrize("command", ["run", "merge"])
+def test_misspelt_runner_is_named_with_the_closest_runner(tmp_path, capsys, provider_env, command):
+    fake = provider_env
+    cfg = write_config(tmp_path, base_config(tmp_path, base_url=fake.openai_base_url))
+    extra = ["--output-path", str(tmp_path / "o.jsonl")] if command == "merge" else []
+    code = cli_main([command, "--config", cfg, *extra, "--runner", "DirectRunnr"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "unknown runner 'DirectRunnr'; did you mean DirectRunner?" in err
+    assert "local path" not in err
+    assert fake.submitted_requests() == [] and fake.batches() == []
+
+
+def test_misspelt_provider_field_says_did_you_mean(tmp_path, capsys):
+    cfg = write_config(tmp_path, base_config(tmp_path, temprature=0.5))
+    code = cli_main(["run", "--config", cfg, "--export-prompts", str(tmp_path / "p.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "processors[0].temprature: unknown field" in err
+    assert "did you mean 'temperature'?" in err
+
+
 def test_beam_options_are_accepted(tmp_path, capsys):
     cfg = write_config(tmp_path, base_config(tmp_path))
     code = cli_main(

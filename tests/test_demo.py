@@ -28,3 +28,5 @@ def test_demo_runs_submit_check_merge(tmp_path, capsys):
         assert m["solution"] == fake_answer_text(prompt)
         assert 1 <= m["difficulty"] <= 5
     assert "rows written:        20" in out
+    # the fake's usage (words) cannot match the estimate (tokens): labelled, not hidden
+    assert "the fake provider's token usage is synthetic" in out

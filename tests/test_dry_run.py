@@ -101,7 +101,7 @@ def test_jsonl_openai_two_outputs(tmp_path, capsys):
         "answer": "__BATCH_SUBMITTED__:answer-text-5",
         "source_index": 5,
     }
-    assert "run id:              abc123" in out and "requests:            2638" in out
+    assert "run id:              abc123" in out and "requests:            2,638" in out
 
 
 def test_parquet_and_loadable_anthropic(tmp_path, capsys):

@@ -1,5 +1,5 @@
-"""Ctrl-C on merge and check --watch is one line and the command to continue; a wrong
---metadata-path is one clear line."""
+"""Ctrl-C on run (while reading), merge and check --watch is one line and the command to
+continue; a wrong --metadata-path is one clear line."""
 
 from __future__ import annotations
 
@@ -41,9 +41,59 @@ def test_ctrl_c_on_merge_and_on_check_watch_is_one_line_not_a_traceback(tmp_path
     code, err = _interrupted(merge, env, tmp_path, 4.0)
     assert code == 130, err
     assert "Traceback" not in err and "run the same command again" in err
+    # no partial output: neither the merged file, its errors file nor the temp folder
+    assert [p.name for p in tmp_path.glob("m.*")] == [], list(tmp_path.iterdir())
     fake.script(processing_delay_secs=600)  # batches of a new run stay in progress
     assert submit_main(["--config", path, "--run-id", "slow"]) == 0
     watch = [*py, "pipelines.check", "--config", path, "--run-id", "slow", "--watch"]
-    code, err = _interrupted(watch + ["--interval", "1"], env, tmp_path, 4.0)
+    proc = subprocess.Popen(
+        watch + ["--interval", "1"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    first = proc.stdout.readline()  # the plain display's first poll line
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    code, out = proc.returncode, first + out
     assert code == 130, err
-    assert "Traceback" not in err and "run the same command again" in err
+    assert "Traceback" not in err and "cancelled" not in err + out
+    # check starts nothing: it says the batches keep running, and shows the last table
+    assert "stopped watching (Ctrl-C): 1 batch(es) not finished yet keep running" in out
+    assert "in_progress" in out, out
+
+
+def test_ctrl_c_while_rows_are_read_stops_within_seconds(tmp_path, provider_env):
+    """Before any chunk is being submitted there is nothing to wait for: the first Ctrl-C
+    stops reading at once (it read every remaining row first), and the run says
+    'stopped' with the resume command, not 'the pipeline failed'."""
+    fake = provider_env
+    lines = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(lines * 10) + "\n", encoding="utf-8")  # 13,190 rows
+    cfg = base_config(tmp_path, base_url=fake.openai_base_url)
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    path = write_config(tmp_path, cfg)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "pipelines.submit", "--config", path, "--run-id", "cc"]
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    err = ""
+    for line in proc.stderr:  # the count pass is over: the rows are being read
+        err += line
+        if "rows in 1 splits" in line:
+            break
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    _, rest = proc.communicate(timeout=120)
+    took = time.monotonic() - started
+    err += rest
+    assert proc.returncode == 130, err
+    assert took < 10, f"{took:.1f}s after Ctrl-C"
+    assert "stopping at once: no batch is being submitted" in err
+    assert "mmirage run cc: stopped (Ctrl-C or SIGTERM)" in err
+    assert "the pipeline failed" not in err and "Traceback" not in err
+    assert f"mmirage run --config {path} --run-id cc" in err
+    assert fake.batches() == []

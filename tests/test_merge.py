@@ -88,7 +88,7 @@ def test_merge_text_plain_and_json(tmp_path, capsys, provider_env, provider):
         assert "mmirage_errors" not in m
     total_in = sum(m["input_tokens"] for m in merged)
     assert "rows written:        60" in out
-    assert f"input tokens:        {total_in}" in out
+    assert f"input tokens:        {total_in:,}" in out
     assert "outputs succeeded:   120" in out
 
 

@@ -86,7 +86,7 @@ def test_mistral_example_plugs_in(tmp_path, capsys, monkeypatch):
     for registry in (BatchAdapterRegistry, BatchProviderConfigRegistry):
         registry.names()  # the built-ins are registered first
         monkeypatch.setattr(registry, "_registry", dict(registry._registry))
-    from tests.plugins import mistral_example
+    from examples.plugins import mistral_example
 
     mistral_example = importlib.reload(mistral_example)  # registers "mistral"
 
@@ -136,7 +136,7 @@ def test_plugins_load_from_the_environment_in_the_cli(tmp_path):
     from tests.conftest import REPO
 
     path = write_config(tmp_path, base_config(tmp_path, "mistral"))
-    env = dict(os.environ, MMIRAGE_PLUGINS="tests.plugins.mistral_example", PYTHONPATH=str(REPO))
+    env = dict(os.environ, MMIRAGE_PLUGINS="examples.plugins.mistral_example", PYTHONPATH=str(REPO))
     cmd = [
         sys.executable,
         "-m",
@@ -173,7 +173,9 @@ def test_the_readme_plugin_example_works_from_a_fresh_folder(tmp_path):
     folder = tmp_path / "fresh"
     (folder / "my_pkg").mkdir(parents=True)
     (folder / "my_pkg" / "__init__.py").write_text("")
-    shutil.copy(REPO / "tests" / "plugins" / "mistral_example.py", folder / "my_pkg" / "mistral.py")
+    shutil.copy(
+        REPO / "examples" / "plugins" / "mistral_example.py", folder / "my_pkg" / "mistral.py"
+    )
     path = write_config(tmp_path, base_config(tmp_path, "mistral"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["MMIRAGE_PLUGINS"] = "my_pkg.mistral"
@@ -186,3 +188,40 @@ def test_the_readme_plugin_example_works_from_a_fresh_folder(tmp_path):
     assert proc.returncode == 2
     assert "$MMIRAGE_PLUGINS" in proc.stderr and "my_pkg.missing" in proc.stderr
     assert "processors[0]" not in proc.stderr
+
+
+def test_a_plugin_in_the_current_folder_wins_over_an_installed_package(tmp_path):
+    """Some dependencies install a top-level ``tests`` package; a plugin module that exists
+    in the current folder under such a name is imported from the folder, not shadowed."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    shadow = tmp_path / "site" / "tests"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")  # an installed `tests` without our module
+    work = tmp_path / "work" / "tests"
+    work.mkdir(parents=True)
+    (work / "__init__.py").write_text("")
+    (work / "myplug.py").write_text("LOADED = 'from the current folder'\n")
+    code = (
+        "import tests, sys\n"  # imported first from the shadowing package, as a hook might
+        "from mmirage_beam.registry import _import_plugin\n"
+        "_import_plugin('tests.myplug')\n"
+        "print(sys.modules['tests.myplug'].LOADED)\n"
+    )
+    script = tmp_path / "load.py"  # not `-c`, which puts the current folder on sys.path
+    script.write_text(code)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), str(REPO)]))
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path / "work",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "from the current folder"

@@ -413,7 +413,7 @@ def test_plugin_registered_only_in_the_launcher_runs_on_workers(beam_services, t
     exports = {}
     for runner in ("direct", "portable_external"):
         root = _launcher_dir(tmp_path / runner, provider="mistral")
-        env = clean_env({"MMIRAGE_PLUGINS": "tests.plugins.mistral_example"})
+        env = clean_env({"MMIRAGE_PLUGINS": "examples.plugins.mistral_example"})
         proc = run_cli(
             [
                 "run",

@@ -88,7 +88,7 @@ def test_gsm8k_text_submission(tmp_path, capsys, provider_env, provider):
     )
     assert len(receipts) == 2 * 5  # 1,319 rows / 300 per chunk, for each output
     assert f"batches submitted:   {len(receipts)}" in out
-    assert "requests:            2638" in out
+    assert "requests:            2,638" in out
     # Durable parts were consolidated into the receipt file and removed.
     assert not list((tmp_path / "meta").glob("*.parts"))
     if provider == "openai":

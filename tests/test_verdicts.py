@@ -337,7 +337,7 @@ def test_merge_of_every_outcome(tmp_path, capsys, provider_env, provider):
         assert f"{kind}: {count}" in squeezed, kind
     assert "unknown custom_ids: 0" in squeezed and "unreadable lines: 0" in squeezed
     total_in = sum(m.get("input_tokens", 0) for m in merged)
-    assert f"input tokens: {total_in}" in squeezed
+    assert f"input tokens: {total_in:,}" in squeezed
     # The errors file, raw U+2028 and all, is read whole by resubmit.
     errors_file = str(tmp_path / "merged.errors.jsonl")
     assert resubmit_main(["--config", cfg, "--from", errors_file, "--new-run-id", "r2"]) == 0

@@ -176,9 +176,19 @@ def _verdict(report: StatusReport) -> str:
             f"result: FAILED ({failed} batch(es) failed at the provider, {lookups} lookup "
             f"failure(s), {running} still running)"
         )
+    failed_requests = sum(s.failed or 0 for s in report.statuses)
+    note = (
+        f"; {failed_requests:,} request(s) failed at the provider: mmirage merge lists them, "
+        "and also counts as failed the answers the provider returned but that are unusable "
+        "(refusals, truncations, invalid JSON), which are 'done' here"
+        if failed_requests
+        else ""
+    )
     if running:
+        if failed_requests:
+            return f"result: ok so far ({running} batch(es) still running{note})"
         return f"result: ok so far ({running} batch(es) still running; nothing failed)"
-    return "result: ok (every batch completed)"
+    return f"result: ok (every batch completed{note})"
 
 
 def _summary_line(g: GroupSummary, width: int) -> str:

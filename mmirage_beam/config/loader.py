@@ -410,9 +410,13 @@ def _processor(value: Any) -> BatchProviderConfig:
     kwargs = {k: v for k, v in block.items() if k != "type"}
     unknown = sorted((k for k in kwargs if k not in cls.field_names()), key=str)
     if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], sorted(cls.field_names()), n=1, cutoff=0.75)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise ConfigError(
             f"{key}.{unknown[0]}",
-            f"unknown field for provider {block['provider']!r}; accepted: "
+            f"unknown field for provider {block['provider']!r}; {hint}accepted: "
             + ", ".join(sorted(cls.field_names())),
         )
     try:

@@ -16,6 +16,13 @@ from mmirage_beam.costs.prices import BatchPrice, batch_price
 
 USED_INPUT_TOKENS = "used_input_tokens"
 USED_OUTPUT_TOKENS = "used_output_tokens"
+#: Anthropic prompt caching, per output (counted by the merge when reported)
+USED_CACHE_READ = "used_cache_read_input_tokens"
+USED_CACHE_WRITE = "used_cache_creation_input_tokens"
+#: cache reads cost 0.1x and 5-minute cache writes 1.25x the base input price
+#: (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching#pricing)
+CACHE_READ_PRICE_FACTOR = 0.1
+CACHE_WRITE_PRICE_FACTOR = 1.25
 
 
 def per_output(stats: Mapping[str, int], names: tuple[str, ...]) -> dict[str, dict[str, int]]:
@@ -112,25 +119,40 @@ def _estimate_line(name: str, r: Mapping[str, int], price: Optional[BatchPrice])
 def usage_lines(stats: Mapping[str, int], provider_config: Any) -> list[str]:
     """Per output and in total: the input and output tokens the provider reported, and
     their cost at the batch price (for ``mmirage merge``). Empty without usage."""
-    rows = per_output(stats, (USED_INPUT_TOKENS, USED_OUTPUT_TOKENS))
+    metrics = (USED_INPUT_TOKENS, USED_OUTPUT_TOKENS, USED_CACHE_READ, USED_CACHE_WRITE)
+    rows = per_output(stats, metrics)
     if not rows:
         return []
     model = getattr(provider_config, "model", None)
     price = batch_price(provider_config.provider, model, provider_config)
     lines = ["tokens used (reported by the provider) and cost:", "  " + _price_note(price, model)]
-    tin = tout = 0
+    total = dict.fromkeys(metrics, 0)
     for name in sorted(rows):
-        i, o = rows[name].get(USED_INPUT_TOKENS, 0), rows[name].get(USED_OUTPUT_TOKENS, 0)
-        tin, tout = tin + i, tout + o
-        lines.append(_usage_line(name, i, o, price))
+        counts = [rows[name].get(m, 0) for m in metrics]
+        for m, n in zip(metrics, counts):
+            total[m] += n
+        lines.append(_usage_line(name, *counts, price=price))
     if len(rows) > 1:
-        lines.append(_usage_line("total", tin, tout, price))
+        lines.append(_usage_line("total", *(total[m] for m in metrics), price=price))
     return lines
 
 
-def _usage_line(name: str, i: int, o: int, price: Optional[BatchPrice]) -> str:
-    cost = "price unknown" if price is None else _usd(price.cost_usd(i, o))
-    return f"  {name}: input tokens {i:,}, output tokens {o:,}, cost {cost}"
+def _usage_line(
+    name: str, i: int, o: int, cache_read: int = 0, cache_write: int = 0, *, price: Any = None
+) -> str:
+    """One output's usage and cost; cached prompt tokens (Anthropic) priced at their
+    factors of the input price."""
+    cached = ""
+    if cache_read or cache_write:
+        cached = f", cache read {cache_read:,}, cache write {cache_write:,}"
+    if price is None:
+        cost = "price unknown"
+    else:
+        usd = price.cost_usd(i, o) + price.cost_usd(
+            cache_read * CACHE_READ_PRICE_FACTOR + cache_write * CACHE_WRITE_PRICE_FACTOR
+        )
+        cost = _usd(usd)
+    return f"  {name}: input tokens {i:,}, output tokens {o:,}{cached}, cost {cost}"
 
 
 def batch_usage_line(usage: Optional[Mapping[str, Any]]) -> Optional[str]:

@@ -274,6 +274,13 @@ def build_payload(
 
 
 class _BuildRequestsFn(beam.DoFn):
+    def _counted(self, cid: str) -> bool:
+        """Whether this run sends ``cid`` (a resume sends only what has no receipt)."""
+        if self._count_selection is None:
+            return True
+        ids, keep_listed = self._count_selection
+        return (cid in ids) == keep_listed
+
     def __init__(
         self,
         outputs: Sequence[OutputConfig],
@@ -281,10 +288,12 @@ class _BuildRequestsFn(beam.DoFn):
         adapter_cls: type,
         provider_config: BatchProviderConfig,
         count_tokens: bool = True,
+        count_selection: Optional[tuple[frozenset, bool]] = None,
     ) -> None:
         self._outputs = tuple(outputs)
         self._datasets = tuple(datasets)
         self._count_tokens = count_tokens
+        self._count_selection = count_selection
         self._adapter_cls = adapter_cls
         self._config = provider_config
         self._requests = Metrics.counter(_NS, "requests")
@@ -423,7 +432,7 @@ class _BuildRequestsFn(beam.DoFn):
         for req, body in zip(built, bodies):
             self._count += 1
             self._nbytes += req.nbytes
-            if self._tokens is not None:
+            if self._tokens is not None and self._counted(req.custom_id):
                 self._tokens.record(req.output_name, body)
             yield req
         yield pvalue.TaggedOutput(BUILT_ROWS_TAG, element)
@@ -454,6 +463,10 @@ class BuildRequests(beam.PTransform):
             ``mmirage`` token counters). Off for a merge's rebuild of the requests,
             which needs only their bytes: no tokenizer is loaded (about 125 MB per
             worker for ``o200k_base``) and, with ``exact_tokens``, no provider is called.
+        count_selection: ``(custom_ids, keep_listed)``: count the tokens of only the
+            requests the run sends (those in ``custom_ids`` when ``keep_listed``, else
+            those not in it), so a resume's or a resubmission's estimate covers what it
+            sends, not the requests already sent. None: every request.
     """
 
     def __init__(
@@ -463,11 +476,14 @@ class BuildRequests(beam.PTransform):
         adapter_cls: type,
         provider_config: BatchProviderConfig,
         count_tokens: bool = True,
+        count_selection: Optional[tuple[frozenset, bool]] = None,
     ) -> None:
         super().__init__()
         if not outputs:
             raise ValueError("outputs must not be empty")
-        self._fn = _BuildRequestsFn(outputs, datasets, adapter_cls, provider_config, count_tokens)
+        self._fn = _BuildRequestsFn(
+            outputs, datasets, adapter_cls, provider_config, count_tokens, count_selection
+        )
 
     def expand(self, rows: beam.PCollection) -> BuildRequestsResult:
         out = rows | "Build" >> beam.ParDo(self._fn).with_outputs(

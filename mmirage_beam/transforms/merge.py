@@ -116,6 +116,9 @@ class OutputResult(NamedTuple):
     output_tokens: Optional[int]
     run_id: str = ""
     run_rank: int = 0
+    #: Anthropic prompt caching: ``{"cache_read_input_tokens": n,
+    #: "cache_creation_input_tokens": n}`` (those reported), or None
+    cache_tokens: Optional[dict] = None
 
     def better_than(self, other: Optional[OutputResult]) -> bool:
         """Success beats failure; among equals, the newer run wins."""
@@ -188,12 +191,14 @@ class _FetchResultsFn(beam.DoFn):
             seen.add(cid)
             error = r.get("error")
             if error is not None:
+                detail = {k: error[k] for k in ("code", "param") if error.get(k) is not None}
                 error = _error(
                     error.get("type") or "unknown_error",
                     error.get("message") or "",
                     error.get("status_code"),
                     error.get("raw_text"),
                 )
+                error.update(detail)  # the provider's code and param, beside its message
             yield OutputResult(
                 int(mapping[cid]),
                 batch.output_name,
@@ -204,6 +209,7 @@ class _FetchResultsFn(beam.DoFn):
                 r.get("output_tokens"),
                 batch.run_id,
                 batch.run_rank,
+                {k: r[k] for k in CACHE_TOKEN_FIELDS if r.get(k)} or None,
             )
         if len(seen) == len(mapping):
             return
@@ -325,6 +331,10 @@ class MergedRow(NamedTuple):
     line: bytes
 
 
+#: the usage fields of cached prompt tokens kept in merged rows and priced (Anthropic)
+CACHE_TOKEN_FIELDS = ("cache_read_input_tokens", "cache_creation_input_tokens")
+
+
 def _count_usage(output_name: str, input_tokens: Any, output_tokens: Any) -> None:
     """Per-output usage counters ``used_input_tokens:<output>`` /
     ``used_output_tokens:<output>``, which ``mmirage merge`` prices
@@ -411,6 +421,7 @@ class _AssembleFn(beam.DoFn):
         self, source_index: int, results: list[OutputResult], grouped: dict[str, list]
     ) -> Iterator[Any]:
         tokens_in = tokens_out = 0
+        cached: dict[str, int] = {}
         reported = False
         rows = grouped["rows"]
         changed = grouped["changed"]
@@ -424,6 +435,9 @@ class _AssembleFn(beam.DoFn):
                 tokens_in += int(r.input_tokens or 0)
                 tokens_out += int(r.output_tokens or 0)
                 _count_usage(r.output_name, r.input_tokens, r.output_tokens)  # costs/report.py
+            for key, n in (r.cache_tokens or {}).items():
+                cached[key] = cached.get(key, 0) + int(n)
+                Metrics.counter(_NS, f"used_{key}:{r.output_name}").inc(int(n))
         values: dict[str, Any] = {}
         errors: dict[str, dict[str, Any]] = {}
         for output in self._outputs:
@@ -488,6 +502,7 @@ class _AssembleFn(beam.DoFn):
             out["output_tokens"] = tokens_out
             self._in.inc(tokens_in)
             self._out.inc(tokens_out)
+            out.update(cached)  # cache_read_input_tokens / cache_creation_input_tokens
         if errors:
             out["mmirage_errors"] = errors
             self._failed_rows.inc()
@@ -505,6 +520,8 @@ class _AssembleFn(beam.DoFn):
                         "message": err.get("message", ""),
                         "status_code": err.get("status_code"),
                         "retryable": bool(err.get("retryable")),
+                        # the provider's code and param, when it gave them
+                        **{k: err[k] for k in ("code", "param") if err.get(k) is not None},
                     },
                 )
         self._rows.inc()

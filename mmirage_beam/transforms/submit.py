@@ -113,7 +113,7 @@ class _SubmitChunkFn(beam.DoFn):
             self._estimate_told = True
             lines = estimate_lines(token_estimate, self._config)
             if lines:
-                _LOG.warning("before submitting: %s", "\n".join(lines))
+                _LOG.info("before submitting: %s", "\n".join(lines))
         # Up to ``concurrency`` chunks are uploaded and created at once; each writes its
         # own intent and receipt, and outputs are emitted here, on the DoFn's thread
         # (Beam's metrics and outputs are not thread-safe).

@@ -498,6 +498,11 @@ def normalise_result(item: Any) -> Dict[str, Any]:
         if isinstance(usage, dict) and "input_tokens" in usage:
             result["input_tokens"] = token_count(usage["input_tokens"]) or 0
             result["output_tokens"] = token_count(usage.get("output_tokens")) or 0
+            # prompt caching: tokens read from / written to the cache, not in input_tokens
+            # (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching)
+            for key in ("cache_read_input_tokens", "cache_creation_input_tokens"):
+                if token_count(usage.get(key)):
+                    result[key] = token_count(usage[key])
         blocks = [b for b in message["content"] if isinstance(b, dict) and b.get("type") == "text"]
         if any(not isinstance(b.get("text"), (str, type(None))) for b in blocks):
             result["error"] = {

@@ -456,6 +456,7 @@ def normalise_result_line(line: Any) -> Dict[str, Any]:
             "type": kind or f"http_{status if status is not None else 'unknown'}",
             "message": message_text(err.get("message")),
             "status_code": status,
+            **_code_and_param(err, kind),
         }
     elif error is not None:
         error = error if isinstance(error, dict) else {"message": str(error)}
@@ -463,10 +464,22 @@ def normalise_result_line(line: Any) -> Dict[str, Any]:
             "type": kind_text(error.get("code")) or "unknown_error",
             "message": message_text(error.get("message")),
             "status_code": None,
+            **_code_and_param(error, error.get("code")),
         }
     else:
         raise MalformedResult("neither 'response' nor 'error'", cid)
     return result
+
+
+def _code_and_param(err: Dict[str, Any], kind: Any) -> Dict[str, Any]:
+    """The provider error's ``code`` and ``param`` (e.g. ``invalid_value``,
+    ``messages[0].content``), kept beside its message when set and when the code is not
+    already the error's type: OpenAI's error object is ``{message, type, param, code}``
+    (https://platform.openai.com/docs/guides/error-codes)."""
+    kept = {k: err[k] for k in ("code", "param") if isinstance(err.get(k), str) and err[k]}
+    if kept.get("code") == kind:
+        del kept["code"]
+    return kept
 
 
 def _status(response: Dict[str, Any]) -> Optional[int]:
