@@ -76,7 +76,6 @@ setup(
         # (that file says which of their pins clash). Not in "test": it moves shared pins.
         "clients": [
             "litellm==1.110.2",
-            "datasets==3.6.0",
             "xxhash==3.8.2",
             "posthog==3.25.0",
             "aiofiles==25.1.0",

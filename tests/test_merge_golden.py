@@ -226,7 +226,7 @@ def test_the_default_partitions_hold_at_most_their_width_whatever_the_span():
     assert partitions_for(0, 999_999, 25_000) == 40
 
 
-def test_a_failed_merge_leaves_no_temporary_files(tmp_path, provider_env, monkeypatch):
+def test_a_failed_merge_leaves_no_temporary_files(tmp_path, provider_env, monkeypatch, capsys):
     from mmirage_beam.transforms import merge as merge_mod
 
     fake = provider_env
@@ -238,7 +238,10 @@ def test_a_failed_merge_leaves_no_temporary_files(tmp_path, provider_env, monkey
 
     monkeypatch.setattr(merge_mod._JoinPartitionFn, "process", broken)
     out = tmp_path / "merged.jsonl"
-    with pytest.raises(Exception, match="disk full while joining"):
-        merge_main(["--config", cfg, "--output-path", str(out)])
+    capsys.readouterr()
+    # the job's failure is one message naming the cause and the command to merge again
+    assert merge_main(["--config", cfg, "--output-path", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "the merge job failed: disk full while joining" in err and "mmirage merge" in err
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir() if "merged" in p.name] == []  # temp folder gone

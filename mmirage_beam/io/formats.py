@@ -187,9 +187,9 @@ def _table(rows: list[dict[str, Any]], schema: Any, as_json: frozenset[str]) -> 
 
 
 def hf_features(schema: Any) -> Optional[dict[str, Any]]:
-    """``dataset_info.json``'s ``features`` for an Arrow schema, in the JSON form datasets
-    5.2 writes (``{"dtype": "int64", "_type": "Value"}``, ``{"feature": ..., "_type":
-    "List"}``, a dict per struct); None where a type has no such form (datasets then
+    """``dataset_info.json``'s ``features`` for an Arrow schema, in a JSON form datasets
+    3.x to 5.x read alike (``{"dtype": "int64", "_type": "Value"}``, ``{"feature": ...,
+    "_type": "Sequence"}``, ``[struct]`` for a list of structs, a dict per struct); None where a type has no such form (datasets then
     derives the features from the Arrow schema itself)."""
     import pyarrow as pa
 
@@ -205,8 +205,16 @@ def hf_features(schema: Any) -> Optional[dict[str, Any]]:
     def feature(t: Any) -> Any:
         if pa.types.is_struct(t):
             return {t.field(i).name: feature(t.field(i).type) for i in range(t.num_fields)}
-        if pa.types.is_list(t) or pa.types.is_large_list(t):
-            return {"feature": feature(t.value_type), "_type": "List"}
+        if pa.types.is_large_list(t):
+            return {"feature": feature(t.value_type), "_type": "LargeList"}
+        if pa.types.is_list(t):
+            # A list of structs is a JSON list, any other list a Sequence: the two forms
+            # datasets 3.x (curator pins datasets<4) and 4.x/5.x both read as a list
+            # (datasets 3 reads a Sequence of a dict as a dict of lists, hence the split).
+            inner = feature(t.value_type)
+            if pa.types.is_struct(t.value_type):
+                return [inner]
+            return {"feature": inner, "_type": "Sequence"}
         if pa.types.is_integer(t):
             return {"dtype": str(t), "_type": "Value"}
         if t in names:
