@@ -189,8 +189,9 @@ def _table(rows: list[dict[str, Any]], schema: Any, as_json: frozenset[str]) -> 
 def hf_features(schema: Any) -> Optional[dict[str, Any]]:
     """``dataset_info.json``'s ``features`` for an Arrow schema, in a JSON form datasets
     3.x to 5.x read alike (``{"dtype": "int64", "_type": "Value"}``, ``{"feature": ...,
-    "_type": "Sequence"}``, ``[struct]`` for a list of structs, a dict per struct); None where a type has no such form (datasets then
-    derives the features from the Arrow schema itself)."""
+    "_type": "Sequence"}``, ``[struct]`` for a list of structs, a dict per struct); None
+    where a type has no such form (datasets then derives the features from the Arrow
+    schema itself)."""
     import pyarrow as pa
 
     names = {
