@@ -1404,6 +1404,10 @@ PARSER_REGRESSIONS = {
     "openai_usage_list": ("openai", _chat_line({"usage": {"prompt_tokens": [1]}})),
     "openai_usage_text": ("openai", _chat_line({"usage": {"prompt_tokens": ":"}})),
     "openai_batch_error_code_dict": ("openai", {"custom_id": "c1", "error": {"code": {"a": 1}}}),
+    "openai_batch_error_code_null": (
+        "openai",
+        {"custom_id": "c1", "response": None, "error": {"code": None, "message": None}},
+    ),
     "responses_usage_text": (
         "openai",
         _chat_line(

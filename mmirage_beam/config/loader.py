@@ -412,7 +412,11 @@ def _processor(value: Any) -> BatchProviderConfig:
     if unknown:
         import difflib
 
-        close = difflib.get_close_matches(unknown[0], sorted(cls.field_names()), n=1, cutoff=0.75)
+        close = (
+            difflib.get_close_matches(unknown[0], sorted(cls.field_names()), n=1, cutoff=0.75)
+            if isinstance(unknown[0], str)
+            else []
+        )
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise ConfigError(
             f"{key}.{unknown[0]}",

@@ -477,7 +477,7 @@ def _code_and_param(err: Dict[str, Any], kind: Any) -> Dict[str, Any]:
     already the error's type: OpenAI's error object is ``{message, type, param, code}``
     (https://platform.openai.com/docs/guides/error-codes)."""
     kept = {k: err[k] for k in ("code", "param") if isinstance(err.get(k), str) and err[k]}
-    if kept.get("code") == kind:
+    if "code" in kept and kept["code"] == kind:
         del kept["code"]
     return kept
 
