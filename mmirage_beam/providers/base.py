@@ -20,6 +20,7 @@ provider registered only in the launcher still works on remote workers.
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 import logging
 import os
@@ -603,6 +604,39 @@ class BatchSubmissionAdapter(abc.ABC):
         from mmirage_beam.staging import iter_lines
 
         return self.submit_chunk_lines(chunk_id, list(iter_lines(path)), config)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _staged_upload(
+        path: str, in_memory: Callable[[bytes], Any] = bytes
+    ) -> Iterator[Callable[[], Any]]:
+        """A callable giving the staged chunk file ``path`` afresh for each upload attempt,
+        for the adapters that upload a file: a local file is opened anew (the previous
+        attempt's closed), an object-store path (``scheme://``) is read into memory and
+        passed through ``in_memory``. Every file it opened is closed on exit."""
+        if "://" in path:
+            from mmirage_beam.staging import open_staged
+
+            def content() -> Any:
+                with open_staged(path) as f:
+                    return in_memory(f.read())
+
+            yield content
+            return
+        opened: list[Any] = []
+
+        def stream() -> Any:
+            for f in opened:
+                f.close()
+            opened.clear()
+            opened.append(open(path, "rb"))  # noqa: SIM115 - closed below
+            return opened[0]
+
+        try:
+            yield stream
+        finally:
+            for f in opened:
+                f.close()
 
     def _submits_its_own_way(self, owner: type) -> bool:
         """Whether a subclass of ``owner`` overrides ``submit_chunk_lines`` or

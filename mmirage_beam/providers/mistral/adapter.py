@@ -183,28 +183,8 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
         :meth:`submit_chunk_lines` does."""
         if self._submits_its_own_way(MistralBatchAdapter):
             return super().submit_chunk_file(chunk_id, path, config)
-        if "://" in path:  # object stores: one chunk in memory, read per attempt
-            from mmirage_beam.staging import open_staged
-
-            def content() -> Any:
-                with open_staged(path) as f:
-                    return f.read()
-
+        with self._staged_upload(path) as content:
             return self._upload_and_create(chunk_id, content, config)
-        opened: list[Any] = []
-
-        def stream() -> Any:
-            for f in opened:
-                f.close()
-            opened.clear()
-            opened.append(open(path, "rb"))  # noqa: SIM115 - closed below
-            return opened[0]
-
-        try:
-            return self._upload_and_create(chunk_id, stream, config)
-        finally:
-            for f in opened:
-                f.close()
 
     def _upload_and_create(
         self, chunk_id: str, content: Callable[[], Any], config: BatchProviderConfig
