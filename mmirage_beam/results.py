@@ -180,6 +180,28 @@ _ID_VALUE_RE = rb'"\s*:\s*("(?:[^"\\]|\\.){1,256}?")'
 _CUSTOM_ID_RE = re.compile(rb'"custom_id' + _ID_VALUE_RE)
 
 
+def split_batch_line(line: Any) -> tuple[str, Optional[dict[str, Any]], Any]:
+    """``(custom_id, response, error)`` of a result line shaped ``{"custom_id",
+    "response": {"status_code", "body"} | null, "error": ... | null}`` (OpenAI's batch
+    output and error files, and Mistral's, which copy it); an empty ``response`` or
+    ``error`` is None.
+
+    Raises:
+        MalformedResult: the line is not an object, has no custom_id, or its response is
+        not an object.
+    """
+    if not isinstance(line, dict):
+        raise MalformedResult(f"a JSON {type(line).__name__}, not an object")
+    cid = line.get("custom_id")
+    if not isinstance(cid, str) or not cid:
+        raise MalformedResult("no custom_id")
+    response = line.get("response") or None
+    error = line.get("error") or None
+    if response is not None and not isinstance(response, dict):
+        raise MalformedResult("'response' is not an object", cid)
+    return cid, response, error
+
+
 def recover_custom_id(data: bytes, id_key: str = "custom_id") -> Optional[str]:
     """The custom_id of a damaged line, read from its raw bytes, or None.
 

@@ -24,7 +24,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from mmirage_beam.results import EMPTY, MALFORMED_RESPONSE, TRUNCATED, MalformedResult
+from mmirage_beam.results import (
+    EMPTY,
+    MALFORMED_RESPONSE,
+    TRUNCATED,
+    MalformedResult,
+    split_batch_line,
+)
 
 #: finish reasons that mean the answer was cut (mistralai 3.7 ``ChatCompletionChoiceFinishReason``).
 CUT_FINISH_REASONS = ("length", "model_length")
@@ -40,16 +46,8 @@ def normalise_result_line(line: Any) -> Dict[str, Any]:
     Raises:
         mmirage_beam.results.MalformedResult: the line is JSON of the wrong shape.
     """
-    if not isinstance(line, dict):
-        raise MalformedResult(f"a JSON {type(line).__name__}, not an object")
-    cid = line.get("custom_id")
-    if not isinstance(cid, str) or not cid:
-        raise MalformedResult("no custom_id")
+    cid, response, error = split_batch_line(line)
     result: Dict[str, Any] = {"custom_id": cid}
-    response = line.get("response") or None
-    error = line.get("error") or None
-    if response is not None and not isinstance(response, dict):
-        raise MalformedResult("'response' is not an object", cid)
     status = _status(response) if response is not None else None
     if status == 200:
         body = response.get("body")

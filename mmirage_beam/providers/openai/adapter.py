@@ -51,6 +51,7 @@ from mmirage_beam.results import (
     kind_text,
     message_text,
     results_from_lines,
+    split_batch_line,
     token_count,
 )
 
@@ -398,16 +399,8 @@ def normalise_result_line(line: Any) -> Dict[str, Any]:
     Raises:
         mmirage_beam.results.MalformedResult: the line is JSON of the wrong shape.
     """
-    if not isinstance(line, dict):
-        raise MalformedResult(f"a JSON {type(line).__name__}, not an object")
-    cid = line.get("custom_id")
-    if not isinstance(cid, str) or not cid:
-        raise MalformedResult("no custom_id")
+    cid, response, error = split_batch_line(line)
     result: Dict[str, Any] = {"custom_id": cid}
-    response = line.get("response") or None
-    error = line.get("error") or None
-    if response is not None and not isinstance(response, dict):
-        raise MalformedResult("'response' is not an object", cid)
     if response is not None and _status(response) == 200:
         body = response.get("body")
         if isinstance(body, dict) and body.get("object") == "response":
