@@ -421,7 +421,12 @@ def _wait(ctx: _Context, state: CycleState) -> bool:
     ctx.say(f"waiting for {len(batches)} batch(es), polling every {ctx.poll_interval_secs:g}s")
     tty = ctx.out.isatty() if hasattr(ctx.out, "isatty") else False
     with lookup.BatchStatusChecker({e.provider for e in batches}, ctx.config) as checker:
-        display = watch.RichWatchDisplay() if tty else watch.PlainWatchDisplay(ctx.out)
+        tokens = _tokens_note(ctx, state)
+        display = (
+            watch.RichWatchDisplay(tokens=tokens)
+            if tty
+            else watch.PlainWatchDisplay(ctx.out, tokens=tokens)
+        )
         with display:
             _statuses, timed_out = watch.watch_statuses(
                 checker,
@@ -431,6 +436,26 @@ def _wait(ctx: _Context, state: CycleState) -> bool:
                 on_poll=display.update,
             )
     return timed_out
+
+
+def _tokens_note(ctx: _Context, state: CycleState) -> Any:
+    """``(finished, total) -> text``: the chain's estimated input tokens and cost so far
+    (its runs' recorded estimates times the share of requests finished)."""
+    from mmirage_beam.costs.prices import batch_price
+    from mmirage_beam.costs.tokens import INPUT_TOKENS
+    from mmirage_beam.fingerprint import read_run_record
+    from mmirage_beam.progress import waiting_tokens_text
+
+    estimated = 0
+    for run_id in state.runs:
+        counts = (read_run_record(ctx.base, run_id) or {}).get("estimate") or {}
+        estimated += sum(v for k, v in counts.items() if k.partition(":")[0] == INPUT_TOKENS)
+    proc = ctx.config.processor
+    try:
+        price = batch_price(proc.provider, getattr(proc, "model", None), proc)
+    except Exception:  # no price: tokens only
+        price = None
+    return lambda finished, total: waiting_tokens_text(finished, total, estimated, price)
 
 
 def _merge_record(ctx: _Context, state: CycleState) -> Optional[dict[str, Any]]:

@@ -437,6 +437,9 @@ def run_pipeline(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             handlers[sig] = signal.signal(sig, on_signal)
+    from mmirage_beam import progress
+
+    progress.begin(getattr(pipeline, "options", None))  # the live bar or the lines
     try:
         try:
             outcome.result = pipeline.run()
@@ -454,8 +457,6 @@ def run_pipeline(
             raise
         return outcome.result
     finally:
-        from mmirage_beam import progress
-
         progress.finish()
         if stop_marker is not None:
             _remove_quietly(stop_marker)  # its job is over; a resume must not see it

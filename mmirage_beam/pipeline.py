@@ -24,7 +24,12 @@ from apache_beam.metrics import Metrics
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.io.readers import ReadDatasets
 from mmirage_beam.io.writers import ConcatenateFiles, WriteJsonLinesShards, WriteSingleFile
-from mmirage_beam.progress import CountProgress
+from mmirage_beam.progress import (
+    CountProgress,
+    announce_estimate,
+    estimate_file,
+    reported_usage,
+)
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.receipts import mark_submitted, receipts_base
 from mmirage_beam.staging import staging_dir
@@ -253,7 +258,10 @@ class SubmitRows(beam.PTransform):
             token_estimate=None
             if dry_run
             else beam.pvalue.AsSingleton(
-                built.tokens | "SumTokens" >> beam.CombineGlobally(_sum_counts)
+                built.tokens
+                | "SumTokens" >> beam.CombineGlobally(_sum_counts)
+                # once per job, before the first batch (the submit step's side input)
+                | "AnnounceEstimate" >> beam.Map(announce_estimate, proc, estimate_file(staging))
             ),
         )
         # Every chunk has its receipt: the marker says only finish steps are left, and
@@ -271,7 +279,7 @@ class SubmitRows(beam.PTransform):
             )
         )
         submitted.receipts | "ProgressChunks" >> CountProgress(
-            "chunks exported" if dry_run else "batches submitted"
+            "chunks exported" if dry_run else "batches submitted", flush_every=1
         )
         export_file = export_file_for(self.export_prompts, run_id) if dry_run else None
         if export_file:
@@ -502,7 +510,8 @@ class MergeRows(beam.PTransform):
         )
         spilled = [
             spill(
-                fetched.results | "ProgressResults" >> CountProgress("results fetched"),
+                fetched.results
+                | "ProgressResults" >> CountProgress("results fetched", reported_usage),
                 RESULTS_KIND,
                 _results_record,
             ),

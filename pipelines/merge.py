@@ -192,6 +192,15 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         unsubmitted_run=(resume_run, resume_command) if count_unsubmitted else None,
         errors_path=errors_path,
     )
+    from mmirage_beam import progress
+
+    fetching = {b.provider_batch_id for b in batches}  # the results to fetch, for "of N"
+    fetched = sum(
+        e.request_count
+        for e in {e.key: e for e in entries}.values()
+        if e.provider_batch_id in fetching
+    )
+    progress.expect_run(config.processor, totals={"results fetched": fetched or None})
     try:
         result = run_pipeline(pipeline)
         if translation_only(options):

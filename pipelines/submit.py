@@ -325,6 +325,9 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     )
     if not args.skip_space_check and not translate_only:
         check_free_space(staging_dir(base, run_id), staging_need_bytes(config, dry_run))
+    from mmirage_beam import progress
+
+    progress.expect_run(config.processor, staging=staging_dir(base, run_id))  # price, estimate
     outcome = RunOutcome()
     try:
         with staging_area(base, run_id, keep=args.keep_staged or translate_only):

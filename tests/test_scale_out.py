@@ -270,13 +270,14 @@ def test_progress_lines_come_every_interval_while_a_job_runs(monkeypatch, caplog
 
     monkeypatch.setattr(progress, "INTERVAL_SECS", 0.05)
     monkeypatch.setattr(progress, "_STATE", {"thread": None, "started": 0.0, "active": False})
+    monkeypatch.delenv(progress.INTERVAL_ENV, raising=False)
     caplog.set_level(logging.INFO, logger="mmirage_beam.progress")
     progress.add("rows read", 3)
     progress.add("requests built", 6)
     time.sleep(0.3)
     lines = [r.getMessage() for r in caplog.records if r.name == "mmirage_beam.progress"]
     assert len(lines) >= 2  # repeated even though nothing changed
-    assert "rows read 3, requests built 6" in lines[-1]
+    assert "rows read 3; requests built 6" in lines[-1]
     progress.finish()
     time.sleep(0.15)
     n = len([r for r in caplog.records if r.name == "mmirage_beam.progress"])

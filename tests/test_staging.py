@@ -132,8 +132,10 @@ def test_a_real_run_logs_its_token_estimate_before_its_first_batch(tmp_path, pro
         tmp_path, base_url=fake.openai_base_url, model="gpt-4.1-mini", max_requests_per_chunk=400
     )
     caplog.set_level(logging.INFO, logger="mmirage_beam.transforms.submit")
+    caplog.set_level(logging.INFO, logger="mmirage_beam.progress")  # the launcher tells it
     assert run_main(["--config", write_config(tmp_path, cfg), "--run-id", "est"]) == 0
-    messages = [r.getMessage() for r in caplog.records if r.name.endswith("transforms.submit")]
+    wanted = ("mmirage_beam.transforms.submit", "mmirage_beam.progress")
+    messages = [r.getMessage() for r in caplog.records if r.name in wanted]
     told = [i for i, m in enumerate(messages) if m.startswith("before submitting:")]
     sent = [i for i, m in enumerate(messages) if m.startswith("submitted ")]
     assert len(told) == 1 and len(sent) == 4, messages

@@ -92,24 +92,53 @@ def poll_summary(statuses: Sequence[BatchStatus]) -> GroupSummary:
     return summarize("all", statuses)
 
 
-def format_poll_line(statuses: Sequence[BatchStatus], poll: int, elapsed_secs: float) -> str:
-    """One plain line per poll: requests done / total and batches per status."""
+def finished_requests(statuses: Sequence[BatchStatus]) -> int:
+    """Requests that ended (succeeded or failed); a terminal batch's every request (an
+    expired batch's never-run requests are neither completed nor failed)."""
+    return sum(s.total if s.terminal else (s.done or 0) + (s.failed or 0) for s in statuses)
+
+
+#: ``(requests finished, requests in all) -> text`` shown beside the counts (tokens, cost)
+TokensNote = Callable[[int, int], str]
+
+
+def format_poll_line(
+    statuses: Sequence[BatchStatus], poll: int, elapsed_secs: float, extra: str = ""
+) -> str:
+    """One plain line per poll: requests done / total and batches per status, then
+    ``extra`` (rate, ETA, tokens) when given."""
     g = poll_summary(statuses)
     return (
-        f"poll {poll} ({elapsed_secs:.1f}s): requests done {g.done}/{g.total}, failed "
-        f"{g.failed}; batches {g.batches}: {g.status_text()}"
+        f"poll {poll} ({elapsed_secs:.1f}s): requests done {g.done:,}/{g.total:,}, failed "
+        f"{g.failed:,}; batches {g.batches}: {g.status_text()}" + (f"; {extra}" if extra else "")
     )
 
 
+def _extra(
+    rate: Any, tokens: Optional[TokensNote], statuses: Sequence[BatchStatus], elapsed: float
+) -> str:
+    finished, total = finished_requests(statuses), poll_summary(statuses).total
+    parts = [rate.text(finished, total, elapsed), tokens(finished, total) if tokens else ""]
+    return "; ".join(p for p in parts if p)
+
+
 class PlainWatchDisplay:
-    """Watch display for a non-terminal stdout: one line per poll.
+    """Watch display for a non-terminal stdout: one line per poll, with the requests'
+    rate and ETA from the second poll on.
 
     Args:
         stream: where lines go (default ``sys.stdout`` at the time of each poll).
+        tokens: a :data:`TokensNote` (e.g. the run's estimated tokens and cost so far).
     """
 
-    def __init__(self, stream: Optional[TextIO] = None) -> None:
+    def __init__(
+        self, stream: Optional[TextIO] = None, tokens: Optional[TokensNote] = None
+    ) -> None:
+        from mmirage_beam.progress import PollRate
+
         self._stream = stream
+        self._tokens = tokens
+        self._rate = PollRate()
 
     def __enter__(self) -> PlainWatchDisplay:
         return self
@@ -120,7 +149,8 @@ class PlainWatchDisplay:
     def update(self, statuses: Sequence[BatchStatus], poll: int, elapsed_secs: float) -> None:
         """Print the poll's line."""
         stream = self._stream or sys.stdout
-        print(format_poll_line(statuses, poll, elapsed_secs), file=stream, flush=True)
+        extra = _extra(self._rate, self._tokens, statuses, elapsed_secs)
+        print(format_poll_line(statuses, poll, elapsed_secs, extra), file=stream, flush=True)
 
 
 class RichWatchDisplay:
@@ -129,9 +159,14 @@ class RichWatchDisplay:
 
     Args:
         console: a ``rich.console.Console`` (default: a new one on stdout).
+        tokens: a :data:`TokensNote` (e.g. the run's estimated tokens and cost so far).
     """
 
-    def __init__(self, console: Any = None) -> None:
+    def __init__(self, console: Any = None, tokens: Optional[TokensNote] = None) -> None:
+        from mmirage_beam.progress import PollRate
+
+        self._tokens = tokens
+        self._rate = PollRate()
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -164,9 +199,12 @@ class RichWatchDisplay:
     def update(self, statuses: Sequence[BatchStatus], poll: int, elapsed_secs: float) -> None:
         """Move the bar to this poll's counts."""
         g = poll_summary(statuses)
-        detail = f"failed {g.failed} | batches: {g.status_text()} | poll {poll}"
+        detail = f"failed {g.failed:,} | batches: {g.status_text()} | poll {poll}"
+        extra = _extra(self._rate, self._tokens, statuses, elapsed_secs)
+        if extra:
+            detail += " | " + extra.replace("; ", " | ")
         # A terminal batch is finished whatever its counts say: an expired batch's
         # never-run requests are neither completed nor failed (completed + failed may be
         # less than total).
-        finished = sum(s.total if s.terminal else (s.done or 0) + (s.failed or 0) for s in statuses)
+        finished = finished_requests(statuses)
         self._progress.update(self._task, total=g.total, completed=finished, detail=detail)

@@ -589,6 +589,9 @@ class _ReadSplitFn(beam.DoFn):
         self._read_count = 0
 
     def process(self, split: _Split, offsets: _Offsets) -> Iterator[Any]:
+        from mmirage_beam.progress import set_total
+
+        set_total("rows read", offsets.shard_end - offsets.shard_start)  # for "of N"
         first = offsets.rows_before[split.split_id]
         count = offsets.row_counts[split.split_id]
         begin = max(offsets.shard_start - first, 0)

@@ -30,6 +30,7 @@ _NS = "mmirage"
 ERRORS_TAG = "errors"
 BUILT_ROWS_TAG = "rows"
 TOKENS_TAG = "tokens"
+_PROGRESS_EVERY = 256  # requests whose tokens are added to the progress report at once
 
 
 class ExtractedRow(NamedTuple):
@@ -330,8 +331,18 @@ class _BuildRequestsFn(beam.DoFn):
     def start_bundle(self) -> None:
         # Counted locally, added to the metrics once per bundle (cheaper per row).
         self._count = self._nbytes = 0
+        self._progress_tokens = self._progress_mark = 0
+
+    def _flush_progress(self) -> None:
+        """The input tokens counted since the last call, to the progress report."""
+        from mmirage_beam.progress import INPUT_TOKENS, add
+
+        if self._progress_tokens:
+            add(INPUT_TOKENS, self._progress_tokens)
+        self._progress_tokens, self._progress_mark = 0, self._count
 
     def finish_bundle(self) -> Iterator[Any]:
+        self._flush_progress()
         if self._count:
             self._requests.inc(self._count)
             self._bytes.inc(self._nbytes)
@@ -433,7 +444,9 @@ class _BuildRequestsFn(beam.DoFn):
             self._count += 1
             self._nbytes += req.nbytes
             if self._tokens is not None and self._counted(req.custom_id):
-                self._tokens.record(req.output_name, body)
+                self._progress_tokens += self._tokens.record(req.output_name, body).input_tokens
+                if self._count - self._progress_mark >= _PROGRESS_EVERY:
+                    self._flush_progress()
             yield req
         yield pvalue.TaggedOutput(BUILT_ROWS_TAG, element)
 

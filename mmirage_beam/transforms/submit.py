@@ -106,14 +106,6 @@ class _SubmitChunkFn(beam.DoFn):
         if invalid_row_count and not self._skip_invalid:
             self._blocked.inc()
             return
-        if token_estimate and not getattr(self, "_estimate_told", False):
-            # Once per worker, before its first batch: what the run is about to cost.
-            from mmirage_beam.costs.report import estimate_lines
-
-            self._estimate_told = True
-            lines = estimate_lines(token_estimate, self._config)
-            if lines:
-                _LOG.info("before submitting: %s", "\n".join(lines))
         # Up to ``concurrency`` chunks are uploaded and created at once; each writes its
         # own intent and receipt, and outputs are emitted here, on the DoFn's thread
         # (Beam's metrics and outputs are not thread-safe).
@@ -306,8 +298,9 @@ class SubmitChunks(beam.PTransform):
         export_parts: dry run: the folder for the export parts (default
             ``<receipts_base>.staged.<run_id>/export``).
         token_estimate: optional singleton side input (``dict[str, int]``, the run's
-            token counters, see :mod:`mmirage_beam.costs.tokens`): each worker logs the
-            run's token and cost estimate once, before its first batch.
+            token counters, see :mod:`mmirage_beam.costs.tokens`): no chunk is submitted
+            before it is computed, so the step that announces the estimate
+            (:func:`mmirage_beam.progress.announce_estimate`) runs first.
 
     Just before a chunk goes to the provider, ``<receipt file>.parts/<chunk_id>.intent``
     is written; it is replaced by the receipt once the provider accepted the batch.
