@@ -436,7 +436,7 @@ def _report_forever() -> None:
     while True:
         with _LOCK:
             launcher = bool(_JOB.get("launcher"))
-        _WAKE.wait(_BAR_TICK_SECS if launcher else interval_secs())
+        _WAKE.wait(min(_BAR_TICK_SECS, interval_secs()) if launcher else interval_secs())
         _WAKE.clear()
         with _LOCK:
             active, counts = _STATE["active"], _ordered(_COUNTS)
