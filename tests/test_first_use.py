@@ -28,7 +28,9 @@ def test_summary_numbers_estimate_level_and_resubmit_hint(tmp_path, capsys, prov
     assert "," in count and int(count.replace(",", "")) > 999, line
     # the estimate before submitting is information, not a warning
     assert "WARNING mmirage_beam.transforms.submit: before submitting" not in captured.err
-    assert "INFO mmirage_beam.transforms.submit: before submitting" in captured.err
+    assert "WARNING mmirage_beam.progress: before submitting" not in captured.err
+    # told once, by the launcher
+    assert captured.err.count("INFO mmirage_beam.progress: before submitting") == 1
 
     assert submit_main(["--config", path, "--run-id", "second"]) == 0
     capsys.readouterr()
