@@ -364,18 +364,15 @@ class PollRate:
 
     def text(self, finished: int, total: int, elapsed_secs: float) -> str:
         """``"12.5 requests/s, ETA 3 min 2 s"``; empty until requests finished between
-        two polls."""
+        two polls, and once every request finished."""
         if self._first is None:
             self._first = (finished, elapsed_secs)
             return ""
         f0, t0 = self._first
-        if finished <= f0 or elapsed_secs <= t0:
-            return ""
+        if finished <= f0 or elapsed_secs <= t0 or finished >= total:
+            return ""  # nothing moved yet, or nothing is left
         rate = (finished - f0) / (elapsed_secs - t0)
-        text = f"{rate:,.1f} requests/s"
-        if finished < total:
-            text += f", ETA {duration_text((total - finished) / rate)}"
-        return text
+        return f"{rate:,.1f} requests/s, ETA {duration_text((total - finished) / rate)}"
 
 
 def _rate(name: str, done: int, first: Mapping[str, float], now: float) -> Optional[float]:
