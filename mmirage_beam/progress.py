@@ -487,9 +487,13 @@ class _LiveBar:
         task = self._tasks.get(name)
         if task is None:
             task = self._tasks[name] = self._progress.add_task(name, total=total, stats="")
-            for tokens in [n for n in self._tasks if n.startswith("tokens") and n != name]:
-                # the tokens row stays last: drawn again below the new counter
-                self._progress.remove_task(self._tasks.pop(tokens))
+            # rows in ORDER whatever came first, the tokens row last: the rows that
+            # belong below the new one are drawn again after it
+            rank = {n: i for i, n in enumerate(ORDER)}
+            mine = rank.get(name, len(rank))
+            for other in list(self._tasks):
+                if other != name and (other.startswith("tokens") or rank.get(other, 99) > mine):
+                    self._progress.remove_task(self._tasks.pop(other))
         return task
 
     def update(
@@ -529,7 +533,7 @@ class _LiveBar:
         tokens = tokens_text(counts, price)
         if tokens:
             what = "tokens (est.)" if OUTPUT_TOKENS not in counts else "tokens"
-            self._progress.update(self._task(what, None), stats=tokens)
+            self._progress.update(self._task(what, None), stats=tokens.removeprefix("tokens "))
 
     def stop(
         self,
