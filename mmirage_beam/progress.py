@@ -62,6 +62,7 @@ ORDER = (
 )
 _BAR_TICK_SECS = 0.5  # the launcher's reporter draws the live bar this often
 _ESTIMATE_LOOK_SECS = 1.0  # and looks for a worker's estimate file this often
+_LISTENING = ".listening"  # beside the estimate file: the launcher will log it
 _LOG = logging.getLogger(__name__)
 _LOCK = threading.Lock()
 _WAKE = threading.Event()  # set by begin(): the reporter looks at the new job at once
@@ -200,6 +201,12 @@ def begin(options: Any = None, stream: Any = None) -> None:
         if live:
             _JOB["bar"] = _LiveBar(stream)
         _ensure_thread()
+        wanted = _JOB.get("estimate_file")
+    if wanted:  # a worker process that computes the estimate hands it over, not logs it
+        try:
+            _write_text(wanted + _LISTENING, "")
+        except Exception as exc:  # noqa: BLE001 - then the worker logs it: not lost
+            _LOG.debug("could not write %s%s: %s", wanted, _LISTENING, exc)
     _WAKE.set()
 
 
@@ -235,9 +242,11 @@ def announce_estimate(
     before its first batch (a step on the summed token counters, which the submit
     step takes as a side input, so it runs first and once per job).
 
-    In the launcher's process it is logged at INFO at once; in a worker process it is
-    written to ``path`` (see :func:`estimate_file`) for the launcher to log, and
-    nothing is logged by the worker."""
+    In the launcher's process it is logged at INFO at once; in a worker process of a
+    job whose launcher listens (it wrote ``<path>.listening``, see :func:`begin`) it is
+    written to ``path`` (see :func:`estimate_file`) for the launcher to log, and the
+    worker logs nothing; without a listening launcher (a Beam YAML pipeline run by
+    Beam's own launcher), the worker logs it, once per job."""
     from mmirage_beam.costs.report import estimate_lines
 
     lines = estimate_lines(stats, provider_config) if stats else []
@@ -248,14 +257,27 @@ def announce_estimate(
         here = bool(_JOB.get("launcher"))
         if here:
             _JOB["told"] = True
-    if here:
+    if not here and path and _exists(path + _LISTENING):
+        _write_text(path, text)
+    else:
         _LOG.info("%s", text)
-    elif path:
-        from apache_beam.io.filesystems import FileSystems
-
-        with FileSystems.create(path) as f:
-            f.write(text.encode("utf-8"))
     return stats
+
+
+def _exists(path: str) -> bool:
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        return FileSystems.exists(path)
+    except Exception:  # cannot tell: log it here rather than not at all
+        return False
+
+
+def _write_text(path: str, text: str) -> None:
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.create(path) as f:
+        f.write(text.encode("utf-8"))
 
 
 def _announce_from_file(force: bool = False) -> None:  # holding _LOCK, in the launcher
