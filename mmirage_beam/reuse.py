@@ -290,7 +290,24 @@ def split_stats(stats: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int
             sent[key] = int(value) - int(stats.get(REUSED_PREFIX + key, 0))
         elif metric.startswith(REUSED_PREFIX) and metric[len(REUSED_PREFIX) :] in t.TOKEN_METRICS:
             reused[key[len(REUSED_PREFIX) :]] = int(value)
+    # an output whose every request was reused sends nothing: no estimate line for it
+    idle = {
+        key.partition(":")[2]
+        for key, value in sent.items()
+        if key.partition(":")[0] == t.REQUESTS_COUNTED and value <= 0 and key in reused
+    }
+    sent = {k: v for k, v in sent.items() if k.partition(":")[2] not in idle}
     return sent, reused
+
+
+def sent_stats(stats: Mapping[str, int]) -> dict[str, int]:
+    """``stats`` with the token counters of what is sent only (the estimate's input)."""
+    from mmirage_beam.costs import tokens as t
+
+    sent, _reused = split_stats(stats)
+    out = {k: int(v) for k, v in stats.items() if k.partition(":")[0] not in t.TOKEN_METRICS}
+    out.update(sent)
+    return out
 
 
 def savings_lines(stats: Mapping[str, int], provider_config: Any, dry_run: bool) -> list[str]:
@@ -328,3 +345,18 @@ def savings_lines(stats: Mapping[str, int], provider_config: Any, dry_run: bool)
             "results expired at the provider"
         )
     return lines
+
+
+def merge_reuse_lines(stats: Mapping[str, int]) -> list[str]:
+    """What ``mmirage merge`` says about reused answers: how many, and their tokens,
+    which the run that paid for them counts (the tokens and cost above leave them out)."""
+    n = int(stats.get("outputs_reused", 0))
+    if not n:
+        return []
+    inp = sum(int(v) for k, v in stats.items() if k.startswith("reused_input_tokens:"))
+    out = sum(int(v) for k, v in stats.items() if k.startswith("reused_output_tokens:"))
+    return [
+        f"reused answers:      {n:,} output(s) copied from earlier runs (marked "
+        f"mmirage_reused_from; {inp:,} input / {out:,} output tokens, paid by those runs "
+        "and not counted above)"
+    ]

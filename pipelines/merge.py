@@ -227,6 +227,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     for line in usage_lines(stats, config.processor):
         print(line)
+    from mmirage_beam.reuse import merge_reuse_lines
+
+    for line in merge_reuse_lines(stats):
+        print(line)
     never_rows = {e["source_index"] for e in errors if e["error_type"] == "never_submitted"}
     never_requests = sum(1 for e in errors if e["error_type"] == "never_submitted")
     if unfinished.finish_pending:

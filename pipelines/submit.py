@@ -383,10 +383,9 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     from mmirage_beam.costs.report import estimate_lines
 
     already = stats.get("requests_not_selected", 0)
-    from mmirage_beam.reuse import split_stats
+    from mmirage_beam.reuse import sent_stats
 
-    sent_tokens, _reused = split_stats(stats)  # the estimate covers what is sent
-    estimate = estimate_lines({**stats, **sent_tokens}, config.processor)
+    estimate = estimate_lines(sent_stats(stats), config.processor)  # what is sent
     if already:  # a resume: what it sends now, apart from what earlier attempts sent
         now = max(stats.get("requests", 0) - already - stats.get("requests_reused", 0), 0)
         print(

@@ -63,6 +63,7 @@ def test_added_output_sends_only_its_requests_openai_cli(tmp_path, provider_env)
     """The whole story through the ``mmirage`` command (subprocesses, real SDK, fake)."""
     fake = provider_env
     cfg = _config(tmp_path, fake)
+    cfg["processors"][0]["max_tokens"] = 64
     cfg_path = write_config(tmp_path, cfg)
     env = _env(tmp_path)
     first = run_cli(["run", "--config", cfg_path], cwd=tmp_path, env=env)
@@ -116,3 +117,91 @@ def test_added_output_reused_anthropic(tmp_path, provider_env, provider, capsys)
     code, rows = _merge(tmp_path, cfg_path)
     assert code == 0
     assert all(r["answer"] and r["hint"] and r["mmirage_reused_from"]["answer"] for r in rows)
+
+
+def test_changed_requests_no_reuse_stale_and_dry_run(tmp_path, provider_env, capsys, monkeypatch):
+    """Only an exact body is reused: a new parameter sends again; a new run of the same
+    config sends nothing; ``--no-reuse`` sends everything; the dry run reports what reuse
+    saves; an answer whose results file expired at the provider is sent again, and the
+    run says so."""
+    fake = provider_env
+    cfg = _config(tmp_path, fake)
+    cfg_path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", cfg_path]) == 0
+    assert _merge(tmp_path, cfg_path, "first.jsonl")[0] == 0
+    capsys.readouterr()
+    sent = len(_sent(fake))
+    assert sent == ROWS
+
+    # dry run without the key: savings reported, staleness said not checked
+    monkeypatch.delenv("OPENAI_API_KEY")
+    write_config(tmp_path, _second_output(json.loads(json.dumps(cfg))))
+    assert submit_main(["--config", cfg_path, "--export-prompts", str(tmp_path / "x.jsonl")]) == 0
+    out = capsys.readouterr()
+    assert f"{ROWS} request(s) answered by earlier runs, would not be sent" in out.out
+    assert "staleness not checked" in out.err
+    exported = _read_jsonl(next(tmp_path.glob("x.*.jsonl")))
+    hints = [f"hint-text-{i}" for i in range(ROWS)]
+    assert sorted(r["request"]["custom_id"] for r in exported) == hints
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai")
+
+    def resend(change, *flags):
+        nonlocal sent
+        changed = json.loads(json.dumps(cfg))
+        change(changed)
+        write_config(tmp_path, changed)
+        assert submit_main(["--config", cfg_path, *flags]) == 0
+        now = _sent(fake)[sent:]
+        sent += len(now)
+        return sorted(now)
+
+    every = sorted(f"answer-text-{i}" for i in range(ROWS))
+    assert resend(lambda c: c["processors"][0].update(temperature=0.5)) == every
+    # the first config again, as a new run: everything reused, nothing sent ...
+    assert resend(lambda c: None, "--new-run") == []
+    assert "batches submitted:   0" in capsys.readouterr().out
+    # ... unless --no-reuse
+    assert resend(lambda c: None, "--new-run", "--no-reuse") == every
+    # stale: the first run's results expired at the provider
+    first_batch = fake.batches("openai")[0]["id"]
+    fake.expire_results(first_batch)
+    capsys.readouterr()
+    assert resend(lambda c: None, "--new-run") == every
+    out = capsys.readouterr()
+    assert f"batch {first_batch}: results no longer available" in out.err
+    assert f"{ROWS} request(s) sent again: their earlier answer's results expired" in out.out
+
+
+def test_answer_key_holds_what_changes_the_answer():
+    """The key drops only the custom_id (wherever the provider puts it) and keeps the
+    provider's settings, model, parameters, prompt and images."""
+    from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
+    from mmirage_beam.providers.base import BatchAdapterRegistry
+    from mmirage_beam.reuse import answer_key, key_settings
+
+    def key(provider, cid, payload, **settings):
+        config = BatchProviderConfigRegistry.get(provider)(provider=provider, **settings)
+        adapter = BatchAdapterRegistry.get(provider)()
+        line = adapter.serialize_request(adapter.build_request(cid, payload, config))
+        return answer_key(adapter, line, key_settings(config))
+
+    def payload(content):
+        return {
+            "messages": [{"role": "user", "content": content}],
+            "images": [],
+            "output_name": "a",
+            "output_type": "plain",
+            "json_schema": None,
+        }
+
+    text, other = payload("2+2?"), payload("2+3?")
+    for provider in ("openai", "anthropic", "gemini", "mistral"):
+        base = key(provider, "a-text-0", text, model="m1")
+        assert key(provider, "b-text-7", text, model="m1") == base  # only the id differs
+        assert key(provider, "a-text-0", other, model="m1") != base  # the prompt
+        assert key(provider, "a-text-0", text, model="m2") != base  # the model
+        assert key(provider, "a-text-0", text, model="m1", max_chunk_bytes=1 << 20) == base
+    openai = key("openai", "a-text-0", text, model="m1")
+    assert key("openai", "a-text-0", text, model="m1", temperature=0.5) != openai
+    assert key("openai", "a-text-0", text, model="m1", base_url="http://x/v1") != openai
+    assert key("anthropic", "a-text-0", text, model="m1") != openai  # the provider

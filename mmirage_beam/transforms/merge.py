@@ -566,6 +566,7 @@ class _AssembleFn(beam.DoFn):
         }
         if reused:
             out["mmirage_reused_from"] = reused  # beside mmirage_errors: per output
+            Metrics.counter(_NS, "outputs_reused").inc(len(reused))
         keys = grouped.get("keys") or {}
         for name, r in by_output.items():  # answers a later run may reuse
             key = keys.get(r.custom_id)
