@@ -118,6 +118,20 @@ def test_added_output_reused_anthropic(tmp_path, provider_env, provider, capsys)
     assert code == 0
     assert all(r["answer"] and r["hint"] and r["mmirage_reused_from"]["answer"] for r in rows)
 
+    # staleness as the launcher asks it (one call per earlier batch): results expired
+    from mmirage_beam.config import load_config
+    from mmirage_beam.providers.base import BatchAdapterRegistry
+    from mmirage_beam.reuse import check_staleness, earlier_answer_files
+
+    config = load_config(cfg_path)
+    files = earlier_answer_files(str(tmp_path / "meta" / "batch_metadata"))
+    adapter_cls = BatchAdapterRegistry.get(provider)
+    assert check_staleness(files, adapter_cls, config.processor, True).stale == {}
+    first = fake.batches(provider)[0]["id"]
+    fake.expire_results(first)
+    stale = check_staleness(files, adapter_cls, config.processor, True).stale
+    assert list(stale) == [first] and "404" in stale[first]
+
 
 def test_changed_requests_no_reuse_stale_and_dry_run(tmp_path, provider_env, capsys, monkeypatch):
     """Only an exact body is reused: a new parameter sends again; a new run of the same
