@@ -27,6 +27,7 @@ from mmirage_beam.io.writers import ConcatenateFiles, WriteJsonLinesShards, Writ
 from mmirage_beam.progress import CountProgress
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.receipts import mark_submitted, receipts_base
+from mmirage_beam.reuse import sent_stats
 from mmirage_beam.staging import staging_dir
 from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
 from mmirage_beam.transforms.chunking import ChunkRequests
@@ -216,6 +217,7 @@ class SubmitRows(beam.PTransform):
                 _SelectRequestsFn(keep_listed), ids_view
             )
         reused = None
+        token_counts = built.tokens
         if self.reuse_files:  # answered by an earlier run: not chunked (mmirage_beam.reuse)
             from mmirage_beam.transforms.reuse import ReuseAnswers
 
@@ -223,6 +225,7 @@ class SubmitRows(beam.PTransform):
                 self.reuse_files, adapter_cls, proc, self.stale_batches
             )
             requests, reused = split.send, split.reused
+            token_counts = (built.tokens, split.tokens) | "AllTokenCounts" >> beam.Flatten()
         chunked = requests | "ChunkRequests" >> ChunkRequests(
             max_chunk_bytes=proc.max_chunk_bytes,
             max_requests_per_chunk=proc.effective_max_requests_per_chunk,
@@ -265,7 +268,9 @@ class SubmitRows(beam.PTransform):
             token_estimate=None
             if dry_run
             else beam.pvalue.AsSingleton(
-                built.tokens | "SumTokens" >> beam.CombineGlobally(_sum_counts)
+                token_counts
+                | "SumTokens" >> beam.CombineGlobally(_sum_counts)
+                | "SentTokens" >> beam.Map(sent_stats)  # less the reused requests'
             ),
         )
         receipted = submitted.receipts

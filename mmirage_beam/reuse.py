@@ -61,6 +61,8 @@ REUSED_PREFIX = "reused_"
 #: earlier answer's results expired
 REUSED_REQUESTS = "requests_reused"
 STALE_REQUESTS = "requests_reuse_stale"
+#: stale batches named one by one before the pipeline (the rest are counted)
+STALE_SHOWN = 5
 
 
 def answers_path(base: str, run_id: str) -> str:
@@ -205,11 +207,14 @@ def staleness_lines(run_id: str, st: Staleness) -> list[str]:
             f"{head} staleness not checked (dry run without the provider's key): an "
             "answer whose results file expired would be sent again by the real run"
         )
-    for batch_id, why in sorted(st.stale.items()):
+    shown = sorted(st.stale.items())
+    for batch_id, why in shown[:STALE_SHOWN]:
         lines.append(
             f"{head} batch {batch_id}: results no longer available ({why}); its answers "
             "are not reused: those requests are sent again"
         )
+    if len(shown) > STALE_SHOWN:
+        lines.append(f"{head} ... and {len(shown) - STALE_SHOWN:,} more such batch(es)")
     return lines
 
 

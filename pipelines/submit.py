@@ -282,7 +282,8 @@ def _already_run_message(args, beam_args, earlier: dict) -> str:  # noqa: ANN001
         f"{state}) already submitted this config with the same data (fingerprint "
         f"{earlier['fingerprint'][:12]}).\n"
         f"  resume or complete it:    {cmd} --run-id {run_id}\n"
-        f"  submit again on purpose:  {cmd} --new-run (pays again for every request)"
+        f"  submit again on purpose:  {cmd} --new-run --no-reuse (pays again for every "
+        "request; --new-run alone reuses the answers a merge of it recorded)"
     )
 
 

@@ -31,6 +31,7 @@ from mmirage_beam.reuse import (
 
 _NS = "mmirage"
 REUSED_TAG = "reused"
+TOKENS_TAG = "tokens"
 
 
 class _ReusedTokenCounter(TokenCounter):
@@ -132,9 +133,15 @@ class _SplitFn(beam.DoFn):
                 ),
             )
 
-    def finish_bundle(self) -> None:
-        if self._tokens is not None:
-            self._tokens.flush()
+    def finish_bundle(self) -> Iterator[Any]:
+        if self._tokens is None:
+            return
+        stats = self._tokens.pending_stats()
+        self._tokens.flush()
+        if stats:  # the reused requests' counts, taken off the estimate before submitting
+            from apache_beam.transforms.window import GlobalWindows
+
+            yield pvalue.TaggedOutput(TOKENS_TAG, GlobalWindows.windowed_value(stats))
 
 
 class ReuseAnswers(beam.PTransform):
@@ -180,10 +187,10 @@ class ReuseAnswers(beam.PTransform):
             | "JoinAnswers" >> beam.CoGroupByKey()
             | "SplitReused"
             >> beam.ParDo(_SplitFn(self._config, self._count_tokens)).with_outputs(
-                REUSED_TAG, main="send"
+                REUSED_TAG, TOKENS_TAG, main="send"
             )
         )
-        return ReuseResult(split.send, split[REUSED_TAG])
+        return ReuseResult(split.send, split[REUSED_TAG], split[TOKENS_TAG])
 
 
 class ReuseResult(NamedTuple):
@@ -191,6 +198,9 @@ class ReuseResult(NamedTuple):
     send: beam.PCollection
     #: ``PCollection[((output, modality, run_id, provider_batch_id), ReusedEntry)]``
     reused: beam.PCollection
+    #: ``PCollection[dict[str, int]]``: per bundle, the reused requests' token counts
+    #: (``reused_<metric>:<output>``)
+    tokens: Any = None
 
 
 class _WriteReusedFn(beam.DoFn):
