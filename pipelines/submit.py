@@ -447,6 +447,7 @@ def _finish(plan, base: str, run_id: str, record, stats: dict, dry_run: bool) ->
     if record is not None:
         from mmirage_beam.costs.tokens import token_counters
         from mmirage_beam.fingerprint import write_run_record
+        from mmirage_beam.reuse import sent_stats
 
         write_run_record(
             base,
@@ -458,7 +459,7 @@ def _finish(plan, base: str, run_id: str, record, stats: dict, dry_run: bool) ->
             requests=stats.get("requests", 0),
             chunks_submitted=stats.get("batches_submitted", 0)
             + stats.get("batches_already_receipted", 0),
-            estimate=token_counters(stats),
+            estimate=token_counters(sent_stats(stats)),  # what was sent (not reused)
             limit=record.get("limit"),
         )
         _remove_if_exists(submitted_marker_path(base, run_id))  # the record says it now
