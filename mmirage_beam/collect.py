@@ -159,6 +159,12 @@ def batches_to_fetch(
             ),
             run_rank=rank.get(e.run_id, 0),
             receipt_location=e.location,
+            reused_from=e.receipt.get("reused_from"),  # a reused receipt (mmirage_beam.reuse)
+            reused_custom_ids=(
+                e.receipt.get("reused_custom_ids") or {}
+                if e.location is None and e.receipt.get("reused_from")
+                else None
+            ),
         )
         batches.append(b)
         if st.status not in TERMINAL_STATUSES and st.status != LOOKUP_FAILED:

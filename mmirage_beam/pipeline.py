@@ -32,6 +32,7 @@ from mmirage_beam.progress import (
 )
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.receipts import mark_submitted, receipts_base
+from mmirage_beam.reuse import sent_stats
 from mmirage_beam.staging import staging_dir
 from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
 from mmirage_beam.transforms.chunking import ChunkRequests
@@ -158,8 +159,12 @@ class SubmitRows(beam.PTransform):
         only_custom_ids: Optional[frozenset] = None,
         parent_run_id: Optional[str] = None,
         chunking_parallelism: Optional[int] = None,
+        reuse_files: Sequence[str] = (),
+        stale_batches: frozenset = frozenset(),
     ) -> None:
         super().__init__()
+        self.reuse_files = tuple(reuse_files)
+        self.stale_batches = frozenset(stale_batches)
         self.config = config
         self.run_id = run_id
         self.export_prompts = export_prompts
@@ -216,6 +221,16 @@ class SubmitRows(beam.PTransform):
             requests = requests | "SelectRequests" >> beam.ParDo(
                 _SelectRequestsFn(keep_listed), ids_view
             )
+        reused = None
+        token_counts = built.tokens
+        if self.reuse_files:  # answered by an earlier run: not chunked (mmirage_beam.reuse)
+            from mmirage_beam.transforms.reuse import ReuseAnswers
+
+            split = requests | "ReuseAnswers" >> ReuseAnswers(
+                self.reuse_files, adapter_cls, proc, self.stale_batches
+            )
+            requests, reused = split.send, split.reused
+            token_counts = (built.tokens, split.tokens) | "AllTokenCounts" >> beam.Flatten()
         chunked = requests | "ChunkRequests" >> ChunkRequests(
             max_chunk_bytes=proc.max_chunk_bytes,
             max_requests_per_chunk=proc.effective_max_requests_per_chunk,
@@ -258,16 +273,32 @@ class SubmitRows(beam.PTransform):
             token_estimate=None
             if dry_run
             else beam.pvalue.AsSingleton(
-                built.tokens
+                token_counts
                 | "SumTokens" >> beam.CombineGlobally(_sum_counts)
+                | "SentTokens" >> beam.Map(sent_stats)  # less the reused requests'
                 # once per job, before the first batch (the submit step's side input)
                 | "AnnounceEstimate" >> beam.Map(announce_estimate, proc, estimate_file(staging))
             ),
         )
+        receipted = submitted.receipts
+        if reused is not None:
+            from mmirage_beam.transforms.reuse import WriteReusedReceipts
+
+            reused_receipts = reused | "WriteReusedReceipts" >> WriteReusedReceipts(
+                proc.provider,
+                run_id,
+                base,
+                self.attempt,
+                {o.name: o.output_type for o in config.outputs},
+                getattr(proc, "model", None),
+                dry_run,
+                gate,
+            )
+            receipted = (submitted.receipts, reused_receipts) | "AllReceipts" >> beam.Flatten()
         # Every chunk has its receipt: the marker says only finish steps are left, and
         # the placeholder rows are published after it (they claim "submitted").
         all_receipted = beam.pvalue.AsSingleton(
-            submitted.receipts
+            receipted
             | "CountReceipts" >> beam.combiners.Count.Globally()
             | "MarkSubmitted"
             >> beam.Map(
@@ -329,6 +360,8 @@ def build_submit_pipeline(
     only_custom_ids: Optional[frozenset] = None,
     parent_run_id: Optional[str] = None,
     chunking_parallelism: Optional[int] = None,
+    reuse_files: Sequence[str] = (),
+    stale_batches: frozenset = frozenset(),
 ) -> SubmitPlan:
     """Add the whole submit (or dry-run) graph for ``config`` to pipeline ``p``:
     :class:`~mmirage_beam.io.readers.ReadDatasets` then :class:`SubmitRows`.
@@ -348,6 +381,10 @@ def build_submit_pipeline(
         chunking_parallelism: chunkers per ``(output, modality)``; default
             ``execution_params.chunking_parallelism``, else
             :func:`default_chunking_parallelism` of the pipeline's options.
+        reuse_files: earlier runs' answers files: requests they answered are not sent
+            (:mod:`mmirage_beam.reuse`); empty: reuse off.
+        stale_batches: earlier batches whose results expired (their answers are sent
+            again).
 
     Every path in ``config`` must already be absolute or a URI
     (``config.loader.resolve_config_paths``; ``load_config`` does it): workers in other
@@ -366,6 +403,8 @@ def build_submit_pipeline(
         only_custom_ids=only_custom_ids,
         parent_run_id=parent_run_id,
         chunking_parallelism=chunking_parallelism,
+        reuse_files=reuse_files,
+        stale_batches=stale_batches,
     )
     read = p | "ReadDatasets" >> ReadDatasets(
         config.datasets,
@@ -439,8 +478,10 @@ class MergeRows(beam.PTransform):
         invalid_rows_files: Sequence[str] = (),
         unsubmitted_run: Optional[tuple[str, str]] = None,
         errors_path: Optional[str] = None,
+        answers_path: Optional[str] = None,
     ) -> None:
         super().__init__()
+        self.answers_path = answers_path
         self.errors_path = errors_path
         self.config = config
         self.batches = batches
@@ -553,6 +594,14 @@ class MergeRows(beam.PTransform):
                 _RebuiltHashFn(old_entries)
             ).with_outputs("by_chunk", main="hashes")
             spilled.append(spill(hashed.hashes, REBUILT_KIND, lambda h: (h[1], h)))
+            if self.answers_path:  # the answers a later run may reuse (mmirage_beam.reuse)
+                from mmirage_beam.transforms.merge import ANSWER_KEYS_KIND
+                from mmirage_beam.transforms.reuse import AnswerKeysOf
+
+                keys = rebuilt.requests | "AnswerKeys" >> AnswerKeysOf(
+                    adapter_cls, config.processor
+                )
+                spilled.append(spill(keys, ANSWER_KEYS_KIND, lambda k: (k[1], k)))
             expected = (
                 p
                 # locations (or small test receipts): each worker reads its receipt
@@ -595,6 +644,7 @@ class MergeRows(beam.PTransform):
             config.output_schema,
             config.remove_columns,
             unsubmitted_run,
+            self.answers_path if verifiable else None,
         )
         self.plan = MergePlan(output_path, errors_path, len(bounds), len(verifiable), temp_dir)
         return out
@@ -659,6 +709,7 @@ def build_merge_pipeline(
     invalid_rows_files: Sequence[str] = (),
     unsubmitted_run: Optional[tuple[str, str]] = None,
     errors_path: Optional[str] = None,
+    answers_path: Optional[str] = None,
 ) -> MergePlan:
     """Add the merge graph: fetch results, verify and re-read the source, join, write.
 
@@ -688,6 +739,10 @@ def build_merge_pipeline(
         errors_path: where the errors file goes (default: :func:`errors_path_for`
             ``output_path``), e.g. beside the final output when ``output_path`` is the
             temporary JSONL of a Parquet or hf merge.
+        answers_path: where to write the answers file of the merge (every output merged
+            without error, with its answer key; :mod:`mmirage_beam.reuse`), written last;
+            None: none. Needs the source verified (the keys come from the rebuilt
+            requests).
     """
     merge = MergeRows(
         config,
@@ -701,6 +756,7 @@ def build_merge_pipeline(
         invalid_rows_files=invalid_rows_files,
         unsubmitted_run=unsubmitted_run,
         errors_path=errors_path,
+        answers_path=answers_path,
     )
     # Every row of the datasets is read (not only this config's shard): receipts from
     # several shards can be merged together; rows without results are not written.

@@ -342,7 +342,7 @@ def read_receipts(path: str) -> list[dict[str, Any]]:
 
 #: Receipt fields that hold one entry per request (dataset-sized across a run's
 #: receipts): :func:`iter_located_receipts` callers keep them out of what they hold.
-PER_REQUEST_FIELDS = ("custom_id_to_source_index", "request_hashes")
+PER_REQUEST_FIELDS = ("custom_id_to_source_index", "request_hashes", "reused_custom_ids")
 
 
 def source_index_range(mapping: Any) -> Optional[tuple[int, int]]:

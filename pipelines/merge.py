@@ -191,6 +191,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         ],
         unsubmitted_run=(resume_run, resume_command) if count_unsubmitted else None,
         errors_path=errors_path,
+        answers_path=_answers_path(base, sel.linked),
     )
     from mmirage_beam import progress
 
@@ -235,6 +236,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     for line in usage_lines(stats, config.processor):
         print(line)
+    from mmirage_beam.reuse import merge_reuse_lines
+
+    for line in merge_reuse_lines(stats):
+        print(line)
     never_rows = {e["source_index"] for e in errors if e["error_type"] == "never_submitted"}
     never_requests = sum(1 for e in errors if e["error_type"] == "never_submitted")
     if unfinished.finish_pending:
@@ -246,6 +251,14 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     failed = stats.get("rows_with_failures", 0) or stats.get("unknown_custom_ids", 0)
     return 1 if failed else 0
+
+
+def _answers_path(base: str, runs) -> str:  # noqa: ANN001
+    """Where the merge records its answers for later runs to reuse: named, like the
+    merge record, by the oldest linked run (:mod:`mmirage_beam.reuse`)."""
+    from mmirage_beam.reuse import answers_path
+
+    return answers_path(base, runs[0])
 
 
 def _limited(config, base, runs):  # noqa: ANN001, ANN202

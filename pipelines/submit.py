@@ -86,6 +86,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         "which providers have one); same as exact_tokens: true in the processor",
     )
     ap.add_argument(
+        "--no-reuse",
+        action="store_true",
+        help="send every request, even those whose exact body an earlier run under the "
+        "same metadata base already answered (by default their answers are reused, not "
+        "bought again); same as execution_params.reuse_answers: false",
+    )
+    ap.add_argument(
         "--keep-staged",
         action="store_true",
         help="keep the staged chunk files (<metadata base>.staged.<run_id>/) after the run "
@@ -275,7 +282,8 @@ def _already_run_message(args, beam_args, earlier: dict) -> str:  # noqa: ANN001
         f"{state}) already submitted this config with the same data (fingerprint "
         f"{earlier['fingerprint'][:12]}).\n"
         f"  resume or complete it:    {cmd} --run-id {run_id}\n"
-        f"  submit again on purpose:  {cmd} --new-run (pays again for every request)"
+        f"  submit again on purpose:  {cmd} --new-run --no-reuse (pays again for every "
+        "request; --new-run alone reuses the answers a merge of it recorded)"
     )
 
 
@@ -308,6 +316,7 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
                 f"re-sending {len(resume.resent) + len(resume.dropped)} interrupted chunk(s)",
                 file=sys.stderr,
             )
+    reuse_files, stale = _reuse_plan(args, config, base, run_id, adapter_cls, translate_only)
     pipeline = beam.Pipeline(options=options)
     plan = build_submit_pipeline(
         pipeline,
@@ -317,6 +326,8 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
         skip_invalid_rows=args.skip_invalid_rows,
         attempt=resume.attempt,
         exclude_custom_ids=resume.submitted_ids,
+        reuse_files=reuse_files,
+        stale_batches=stale,
     )
     what = "dry run (export only)" if dry_run else f"submission to {provider}"
     print(f"mmirage run {run_id}: {what}, config {args.config}", file=sys.stderr)
@@ -376,9 +387,11 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     from mmirage_beam.costs.report import estimate_lines
 
     already = stats.get("requests_not_selected", 0)
-    estimate = estimate_lines(stats, config.processor)
+    from mmirage_beam.reuse import sent_stats
+
+    estimate = estimate_lines(sent_stats(stats), config.processor)  # what is sent
     if already:  # a resume: what it sends now, apart from what earlier attempts sent
-        now = max(stats.get("requests", 0) - already, 0)
+        now = max(stats.get("requests", 0) - already - stats.get("requests_reused", 0), 0)
         print(
             f"sent now:            {now:,} request(s); already sent: {already:,} "
             "(earlier attempts, not counted below)"
@@ -387,7 +400,41 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
             estimate = ["tokens and estimated cost: nothing sent now ($0)"]
     for line in estimate:
         print(line)
+    from mmirage_beam.reuse import savings_lines
+
+    for line in savings_lines(stats, config.processor, dry_run):
+        print(line)
     return 1 if invalid and not skipping else 0
+
+
+def _reuse_plan(args, config, base, run_id, adapter_cls, translate_only):  # noqa: ANN001, ANN202
+    """``(earlier answers files, stale batch ids)`` for this run (``((), ...)``: reuse
+    off or nothing to reuse); says what it found on stderr (:mod:`mmirage_beam.reuse`)."""
+    from mmirage_beam.reuse import (
+        check_staleness,
+        earlier_answer_files,
+        reuse_wanted,
+        staleness_lines,
+    )
+
+    if not reuse_wanted(getattr(args, "no_reuse", False), config):
+        return (), frozenset()
+    files = earlier_answer_files(base, run_id)
+    if not files:
+        return (), frozenset()
+    ask = not translate_only
+    if args.export_prompts is not None:  # a dry run asks only when the key is there
+        from mmirage_beam.errors import CredentialsError
+        from mmirage_beam.providers.base import resolve_credentials
+
+        try:
+            resolve_credentials(adapter_cls, config.processor.provider)
+        except CredentialsError:
+            ask = False
+    st = check_staleness(files, adapter_cls, config.processor, ask)
+    for line in staleness_lines(run_id, st):
+        print(line, file=sys.stderr)
+    return (files if st.answers else ()), frozenset(st.stale)
 
 
 def _finish(plan, base: str, run_id: str, record, stats: dict, dry_run: bool) -> list[str]:  # noqa: ANN001
@@ -403,6 +450,7 @@ def _finish(plan, base: str, run_id: str, record, stats: dict, dry_run: bool) ->
     if record is not None:
         from mmirage_beam.costs.tokens import token_counters
         from mmirage_beam.fingerprint import write_run_record
+        from mmirage_beam.reuse import sent_stats
 
         write_run_record(
             base,
@@ -414,7 +462,7 @@ def _finish(plan, base: str, run_id: str, record, stats: dict, dry_run: bool) ->
             requests=stats.get("requests", 0),
             chunks_submitted=stats.get("batches_submitted", 0)
             + stats.get("batches_already_receipted", 0),
-            estimate=token_counters(stats),
+            estimate=token_counters(sent_stats(stats)),  # what was sent (not reused)
             limit=record.get("limit"),
         )
         _remove_if_exists(submitted_marker_path(base, run_id))  # the record says it now

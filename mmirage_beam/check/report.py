@@ -157,8 +157,19 @@ def _row(s: BatchStatus) -> List[str]:
         _num(s.failed),
         str(s.total),
         human_age(s.age_secs),
-        s.detail,
+        _reused_note(r) or s.detail,
     ]
+
+
+def _reused_note(r: Any) -> str:
+    """A reused receipt (mmirage_beam.reuse): whose batch it is, and that it was paid there."""
+    earlier = (r.receipt or {}).get("reused_from")
+    if not earlier:
+        return ""
+    return (
+        f"reused: {r.request_count:,} answer(s) of run {earlier}'s batch (paid by that run, "
+        "not sent again)"
+    )
 
 
 def _headline(report: StatusReport) -> str:

@@ -100,6 +100,9 @@ class ExecutionConfig:
     skip_invalid_rows: bool = False
     chunking_parallelism: Optional[int] = None
     submit_concurrency: int = 4
+    #: reuse answers earlier runs under the same metadata base paid for (``--no-reuse``
+    #: turns it off for one run; :mod:`mmirage_beam.reuse`)
+    reuse_answers: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -565,8 +568,8 @@ def _execution(value: Any) -> ExecutionConfig:
     if mode not in ("local", "slurm"):
         raise ConfigError("execution_params.mode", f"must be local (or slurm), got {mode!r}")
     flags = {}
-    for name in ("merge", "skip_invalid_rows"):
-        flags[name] = e.get(name, False)
+    for name, default in (("merge", False), ("skip_invalid_rows", False), ("reuse_answers", True)):
+        flags[name] = e.get(name, default)
         if not isinstance(flags[name], bool):
             # bool("false") is True: a quoted value must never turn a switch on.
             raise ConfigError(
@@ -594,6 +597,7 @@ def _execution(value: Any) -> ExecutionConfig:
         "skip_invalid_rows",
         "chunking_parallelism",
         "submit_concurrency",
+        "reuse_answers",
     )
     _check_keys(e, "execution_params", set(own), strict=False)
     extra = {k: v for k, v in e.items() if k not in own}
@@ -605,6 +609,7 @@ def _execution(value: Any) -> ExecutionConfig:
         skip_invalid_rows=flags["skip_invalid_rows"],
         chunking_parallelism=parallelism,
         submit_concurrency=concurrency,
+        reuse_answers=flags["reuse_answers"],
         extra=extra,
     )
 

@@ -473,6 +473,38 @@ class BatchSubmissionAdapter(abc.ABC):
         return None
 
     # -- provider knowledge shared code asks for (every hook has a default) ----------
+    def request_without_id(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        """``request`` (what :meth:`build_request` returned) without the field that holds
+        its custom_id, for the answer key of :mod:`mmirage_beam.reuse`: two requests
+        whose rest is equal get the same answer. Default: the top-level ``custom_id``
+        (OpenAI, Mistral, Anthropic); an adapter that puts the id elsewhere overrides it
+        (Gemini: ``key``). Never modifies ``request``."""
+        return {k: v for k, v in request.items() if k != "custom_id"}
+
+    def results_available(
+        self, provider_batch_id: str, config: BatchProviderConfig
+    ) -> Optional[str]:
+        """Whether an ended batch's results can still be downloaded (answers of a batch
+        whose results expired at the provider are not reused; see
+        :mod:`mmirage_beam.reuse`). Called once per earlier batch, before a run.
+
+        Default: start :meth:`retrieve_results` and read its first result, then stop.
+        An adapter with a cheaper look-up (OpenAI: the output file's metadata) overrides.
+
+        Returns:
+            None: available; else why not (e.g. ``"results file file-1 expired (404)"``).
+        """
+        results = self.retrieve_results(provider_batch_id, config)
+        try:
+            next(iter(results), None)
+        except Exception as exc:  # noqa: BLE001 - any failure: the answer is not reused
+            return _short_reason(exc)
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()
+        return None
+
     @classmethod
     def check_dependencies(cls) -> None:
         """Fail early, in the launcher, when the provider's SDK is not installed.
@@ -710,6 +742,12 @@ class BatchSubmissionAdapter(abc.ABC):
 
 
 _DUCK_TYPED_RETRY_FILTER = retrying.make_retry_filter((), (Exception,))
+
+
+def _short_reason(exc: BaseException) -> str:
+    """The last line of ``exc``'s message, with its type, for one-line reports."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1]}" if text else type(exc).__name__
 
 
 def _skip_bytes(blocks: Iterable[bytes], n: int) -> Iterator[bytes]:

@@ -26,6 +26,7 @@ from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.config.loader import OutputConfig
 from mmirage_beam.jsonl import json_line
 from mmirage_beam.results import check_answer, is_retryable
+from mmirage_beam.reuse import answer_record
 from mmirage_beam.transforms.render import MISSING, SchemaRenderer
 from mmirage_beam.transforms.rows import assemble_output_row
 from mmirage_beam.transforms.schema import json_schema_for
@@ -34,6 +35,7 @@ _LOG = logging.getLogger(__name__)
 _NS = "mmirage"
 UNKNOWN_TAG = "unknown"
 ERRORS_TAG = "errors"
+ANSWERS_TAG = "answers"
 TERMINAL_STATUSES = ("completed", "failed")
 
 
@@ -68,6 +70,24 @@ class BatchToFetch(NamedTuple):
     custom_id_to_source_index: Optional[dict]
     run_rank: int = 0
     receipt_location: Optional[Any] = None
+    #: a reused receipt (:mod:`mmirage_beam.reuse`): the run whose batch this is, whose
+    #: answers this run reuses for the receipt's requests only
+    reused_from: Optional[str] = None
+    #: a reused receipt's ``reused_custom_ids`` when carried (else read from the receipt)
+    reused_custom_ids: Optional[dict] = None
+
+    def reuse_map(self) -> dict:
+        """A reused receipt's ``reused_custom_ids`` (this run's custom_id -> the earlier
+        batch's), read from the receipt when not carried; ``{}`` for other receipts."""
+        if not self.reused_from:
+            return {}
+        if self.reused_custom_ids is not None:
+            return self.reused_custom_ids
+        from mmirage_beam.receipts import read_receipt_at
+
+        if self.receipt_location is None:
+            return {}
+        return read_receipt_at(self.receipt_location).get("reused_custom_ids") or {}
 
     def mapping(self) -> dict:
         """``custom_id_to_source_index``, read from the receipt when not carried.
@@ -119,6 +139,13 @@ class OutputResult(NamedTuple):
     #: Anthropic prompt caching: ``{"cache_read_input_tokens": n,
     #: "cache_creation_input_tokens": n}`` (those reported), or None
     cache_tokens: Optional[dict] = None
+    #: where the answer is: the provider and batch it was fetched from
+    provider: str = ""
+    provider_batch_id: str = ""
+    #: a reused answer (:mod:`mmirage_beam.reuse`): the run that paid for it, and the
+    #: custom_id it has in that run's batch
+    reused_from: Optional[str] = None
+    reused_custom_id: Optional[str] = None
 
     def better_than(self, other: Optional[OutputResult]) -> bool:
         """Success beats failure; among equals, the newer run wins."""
@@ -163,6 +190,12 @@ class _FetchResultsFn(beam.DoFn):
 
     def process(self, batch: BatchToFetch) -> Iterator[Any]:
         mapping = batch.mapping()
+        # A reused receipt: the earlier batch's custom_id -> this run's custom_ids (the
+        # same body may be asked by several rows); its other lines are not this run's.
+        reused_as: dict[str, list[str]] = {}
+        for new_cid, old_cid in batch.reuse_map().items():
+            if new_cid in mapping:
+                reused_as.setdefault(old_cid, []).append(new_cid)
         results: Iterable[dict[str, Any]] = ()
         if batch.status in TERMINAL_STATUSES:
             adapter, config = self._adapters[batch.provider]
@@ -171,6 +204,12 @@ class _FetchResultsFn(beam.DoFn):
         seen: set[str] = set()
         for r in results:  # streamed: one result line at a time
             cid = r.get("custom_id")
+            if batch.reused_from:
+                for new_cid in reused_as.get(cid, ()):
+                    if new_cid not in seen:
+                        seen.add(new_cid)
+                        yield self._result(batch, mapping, new_cid, r, reused_custom_id=cid)
+                continue
             if cid not in mapping:
                 self._unknown.inc()
                 unknown = {
@@ -189,28 +228,7 @@ class _FetchResultsFn(beam.DoFn):
                 self._duplicates.inc()
                 continue
             seen.add(cid)
-            error = r.get("error")
-            if error is not None:
-                detail = {k: error[k] for k in ("code", "param") if error.get(k) is not None}
-                error = _error(
-                    error.get("type") or "unknown_error",
-                    error.get("message") or "",
-                    error.get("status_code"),
-                    error.get("raw_text"),
-                )
-                error.update(detail)  # the provider's code and param, beside its message
-            yield OutputResult(
-                int(mapping[cid]),
-                batch.output_name,
-                cid,
-                r.get("generated_text") if error is None else None,
-                error,
-                r.get("input_tokens"),
-                r.get("output_tokens"),
-                batch.run_id,
-                batch.run_rank,
-                {k: r[k] for k in CACHE_TOKEN_FIELDS if r.get(k)} or None,
-            )
+            yield self._result(batch, mapping, cid, r)
         if len(seen) == len(mapping):
             return
         if batch.status not in TERMINAL_STATUSES:
@@ -244,6 +262,42 @@ class _FetchResultsFn(beam.DoFn):
                     batch.run_id,
                     batch.run_rank,
                 )
+
+    @staticmethod
+    def _result(
+        batch: BatchToFetch,
+        mapping: dict,
+        cid: str,
+        r: dict[str, Any],
+        reused_custom_id: Optional[str] = None,
+    ) -> OutputResult:
+        """The :class:`OutputResult` of result line ``r`` for this run's ``cid``."""
+        error = r.get("error")
+        if error is not None:
+            detail = {k: error[k] for k in ("code", "param") if error.get(k) is not None}
+            error = _error(
+                error.get("type") or "unknown_error",
+                error.get("message") or "",
+                error.get("status_code"),
+                error.get("raw_text"),
+            )
+            error.update(detail)  # the provider's code and param, beside its message
+        return OutputResult(
+            int(mapping[cid]),
+            batch.output_name,
+            cid,
+            r.get("generated_text") if error is None else None,
+            error,
+            r.get("input_tokens"),
+            r.get("output_tokens"),
+            batch.run_id,
+            batch.run_rank,
+            {k: r[k] for k in CACHE_TOKEN_FIELDS if r.get(k)} or None,
+            provider=batch.provider,
+            provider_batch_id=batch.provider_batch_id,
+            reused_from=batch.reused_from,
+            reused_custom_id=reused_custom_id,
+        )
 
 
 class FetchResults(beam.PTransform):
@@ -430,6 +484,10 @@ class _AssembleFn(beam.DoFn):
         for r in results:
             if r.better_than(by_output.get(r.output_name)):
                 by_output[r.output_name] = r
+            if r.reused_from:  # paid by the earlier run: counted apart, not billed again
+                for name, n in (("input", r.input_tokens), ("output", r.output_tokens)):
+                    Metrics.counter(_NS, f"reused_{name}_tokens:{r.output_name}").inc(int(n or 0))
+                continue
             if r.input_tokens is not None:  # every attempt's usage was billed
                 reported = True
                 tokens_in += int(r.input_tokens or 0)
@@ -503,6 +561,26 @@ class _AssembleFn(beam.DoFn):
             self._in.inc(tokens_in)
             self._out.inc(tokens_out)
             out.update(cached)  # cache_read_input_tokens / cache_creation_input_tokens
+        reused = {
+            name: r.reused_from for name, r in by_output.items() if r.reused_from and name in values
+        }
+        if reused:
+            out["mmirage_reused_from"] = reused  # beside mmirage_errors: per output
+            Metrics.counter(_NS, "outputs_reused").inc(len(reused))
+        keys = grouped.get("keys") or {}
+        for name, r in by_output.items():  # answers a later run may reuse
+            key = keys.get(r.custom_id)
+            if key and name in values and name not in errors and values[name] is not MISSING:
+                yield pvalue.TaggedOutput(
+                    ANSWERS_TAG,
+                    answer_record(
+                        key,
+                        r.provider,
+                        r.provider_batch_id,
+                        r.reused_custom_id or r.custom_id,
+                        r.reused_from or r.run_id,
+                    ),
+                )
         if errors:
             out["mmirage_errors"] = errors
             self._failed_rows.inc()
@@ -558,6 +636,8 @@ REBUILT_KIND = "rebuilt"
 CHANGED_KIND = "changed"
 SKIPPED_KIND = "skipped"
 UNKNOWN_KIND = "unknown"
+#: (custom_id, source_index, answer key) of every rebuilt request (mmirage_beam.reuse)
+ANSWER_KEYS_KIND = "answerkeys"
 
 
 class RangePartitioner:
@@ -827,15 +907,23 @@ class _JoinPartitionFn(beam.DoFn):
                 g = grouped.get(row.source_index)
                 if g is not None:  # rows without any result are not written
                     g["rows"].append(row)
+        for path in files.get(ANSWER_KEYS_KIND, ()):
+            for cid, idx, key in read_spilled(path):
+                g = grouped.get(idx)
+                if g is not None:
+                    g.setdefault("keys", {})[cid] = key
         lines: list[tuple[int, bytes]] = []
         errors: list[tuple[int, bytes]] = []
+        answers: list[bytes] = []
         for path in files.get(UNKNOWN_KIND, ()):
             errors.extend(read_spilled(path))
         for idx in sorted(grouped):
             g = grouped.pop(idx)
             g["changed"].sort()
             for out in self._assemble.process((idx, g)):
-                if isinstance(out, pvalue.TaggedOutput):
+                if isinstance(out, pvalue.TaggedOutput) and out.tag == ANSWERS_TAG:
+                    answers.append(_json_bytes(out.value))
+                elif isinstance(out, pvalue.TaggedOutput):
                     errors.append((out.value["source_index"], _json_bytes(out.value)))
                 else:
                     lines.append((out.source_index, out.line))
@@ -843,18 +931,22 @@ class _JoinPartitionFn(beam.DoFn):
         lines.sort()
         errors.sort()
         written = []
-        for what, entries in (("merged", lines), ("errors", errors)):
+        for what, entries in (
+            ("merged", lines),
+            ("errors", errors),
+            ("answers", [(0, a) for a in answers]),
+        ):
             path = f"{self._dir}/{what}-{part:+012d}.jsonl"
             with FileSystems.create(path) as f:
                 for _idx, line in entries:
                     f.write(line)
             written.append(path)
-        del lines, errors  # (grouped is empty: each row popped as it was joined)
+        del lines, errors, answers  # (grouped is empty: each row popped as it was joined)
         release_free_memory()  # the partition's rows, results and lines
         from mmirage_beam.crashpoints import crash_point
 
         crash_point("merge_joined")
-        yield part, written[0], written[1]
+        yield part, written[0], written[1], written[2]
 
 
 def _json_bytes(obj: dict[str, Any]) -> bytes:
@@ -862,17 +954,26 @@ def _json_bytes(obj: dict[str, Any]) -> bytes:
 
 
 class _ConcatenatePartsFn(beam.DoFn):
-    def __init__(self, output_path: str, errors_path: str, temp_dir: str) -> None:
+    def __init__(
+        self,
+        output_path: str,
+        errors_path: str,
+        temp_dir: str,
+        answers_path: Optional[str] = None,
+    ) -> None:
         self._out, self._errors, self._dir = output_path, errors_path, temp_dir
+        self._answers = answers_path
 
-    def process(self, parts: list[tuple[int, str, str]]) -> Iterator[str]:
+    def process(self, parts: list[tuple[int, str, str, str]]) -> Iterator[str]:
         from mmirage_beam.io.fs import delete_folder
         from mmirage_beam.io.writers import concatenate_files
 
         ordered = sorted(parts)
         # Streamed, then renamed over the output: a reader never sees half a file.
-        concatenate_files([m for _p, m, _e in ordered], self._out)
-        concatenate_files([e for _p, _m, e in ordered], self._errors)
+        concatenate_files([p[1] for p in ordered], self._out)
+        concatenate_files([p[2] for p in ordered], self._errors)
+        if self._answers:  # last: only a merge that wrote both files records answers
+            concatenate_files([p[3] for p in ordered], self._answers)
         delete_folder(self._dir)
         yield self._out
 
@@ -896,9 +997,11 @@ class JoinPartitions(beam.PTransform):
         output_schema: Any,
         remove_columns: bool,
         unsubmitted_run: Optional[tuple[str, str]] = None,
+        answers_path: Optional[str] = None,
     ) -> None:
         super().__init__()
         self._dir, self._out, self._errors = temp_dir, output_path, errors_path
+        self._answers = answers_path
         self._join = _JoinPartitionFn(
             temp_dir, outputs, output_schema, remove_columns, unsubmitted_run
         )
@@ -911,5 +1014,6 @@ class JoinPartitions(beam.PTransform):
             | "SpreadPartitions" >> beam.Reshuffle()
             | "JoinPartition" >> beam.ParDo(self._join)
             | "AllParts" >> beam.combiners.ToList()
-            | "Concatenate" >> beam.ParDo(_ConcatenatePartsFn(self._out, self._errors, self._dir))
+            | "Concatenate"
+            >> beam.ParDo(_ConcatenatePartsFn(self._out, self._errors, self._dir, self._answers))
         )

@@ -269,6 +269,10 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
         return {"key": custom_id, "request": request}
 
     # -- submission -----------------------------------------------------------------------
+    def request_without_id(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        """The line without its ``key`` (Gemini's custom_id field)."""
+        return {k: v for k, v in request.items() if k != "key"}
+
     def submit_chunk(
         self, chunk_id: str, requests: Sequence[Dict[str, Any]], config: BatchProviderConfig
     ) -> Dict[str, Any]:

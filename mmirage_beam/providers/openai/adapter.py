@@ -384,6 +384,37 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
                 f"{kind} file {file_id} of batch {provider_batch_id}",
             )
 
+    def results_available(
+        self, provider_batch_id: str, config: BatchProviderConfig
+    ) -> Optional[str]:
+        """The batch's output file still exists: ``files.retrieve`` of its
+        ``output_file_id`` (the real API deletes an output file when it expires, 30 days
+        or ``output_expires_after`` after creation, and answers 404 ``No such File
+        object``), and its ``expires_at`` has not passed. Two metadata calls, no
+        download."""
+        try:
+            batch = self.call_lookup_with_retries(
+                f"OpenAI batches.retrieve ({provider_batch_id})",
+                lambda: self._client.batches.retrieve(provider_batch_id),
+            )
+            file_id = batch.output_file_id
+            if not file_id:
+                return f"batch {provider_batch_id} has no output file"
+            meta = self.call_lookup_with_retries(
+                f"OpenAI files.retrieve ({file_id})",
+                lambda: self._client.files.retrieve(file_id),
+            )
+        except Exception as exc:  # noqa: BLE001 - 404 and any other failure: not reused
+            status = getattr(exc, "status_code", None)
+            if status == 404:
+                return f"results file of batch {provider_batch_id} is gone (404: expired)"
+            text = str(exc).strip().splitlines()
+            return f"{type(exc).__name__}: {text[-1] if text else ''}"
+        expires = getattr(meta, "expires_at", None)
+        if isinstance(expires, (int, float)) and expires <= time.time():
+            return f"results file {file_id} of batch {provider_batch_id} expired"
+        return None
+
 
 def normalise_result_line(line: Any) -> Dict[str, Any]:
     """One OpenAI output/error file line (parsed JSON) -> the neutral result dict.

@@ -39,7 +39,8 @@ OpenAI (``Authorization: Bearer <any non-empty key>`` required, else 401 with
   ``completion_window != "24h"``, metadata has more than 16 pairs, a key over 64 or a
   value over 512 characters, or ``output_expires_after`` is not ``{"anchor":
   "created_at", "seconds": 3600..2592000}``. The output and error files expire
-  ``seconds`` after their creation (30 days without it). The fake answers the first four
+  ``seconds`` after their creation (30 days without it): then they are gone (404 ``No
+  such File object``), as the real service deletes them. The fake answers the first four
   endpoints; every line of a moderations, images or videos batch gets a 400
   ``unsupported_endpoint`` result in the error file. Problems in the file itself do
   not give an HTTP error: the batch is created and becomes ``failed`` with

@@ -390,6 +390,15 @@ class AnthropicApi:
                     "invalid_request_error",
                     f"Results for message batch {batch_id} are not available until it has ended.",
                 )
+            expire_at = batch.results_expire_at
+            if expire_at is None:
+                expire_at = batch.created + limits.ANTHROPIC_RESULTS_LIFETIME_SECS
+            if self.store.clock() >= expire_at:
+                raise ApiError(
+                    404,
+                    "not_found_error",
+                    f"Results for message batch {batch_id} are no longer available.",
+                )
             content = batch.results_jsonl
         return Response(content, mimetype="application/binary")
 

@@ -308,6 +308,28 @@ class FakeProviderServer:
                 and (provider is None or (batch.profile or batch.provider) == provider)
             ]
 
+    def expire_results(self, batch_id: str) -> None:
+        """Make an ended batch's results expire now, as the real services do after their
+        retention (OpenAI: the output and error files are deleted, ``files.retrieve`` and
+        ``files.content`` answer 404 ``No such File object``; Anthropic: the batch stays
+        viewable, ``results`` answers 404 ``not_found_error``).
+
+        Raises:
+            ValueError: no OpenAI or Anthropic batch has this id.
+        """
+        with self._store.lock:
+            batch = self._store.batches.get(batch_id)
+            if batch is None or batch.provider not in ("openai", "anthropic"):
+                raise ValueError(f"no OpenAI or Anthropic batch {batch_id!r}")
+            now = self._store.clock()
+            if batch.provider == "anthropic":
+                batch.results_expire_at = now
+                return
+            for file_id in (batch.output_file_id, batch.error_file_id):
+                stored = self._store.files.get(file_id) if file_id else None
+                if stored is not None:
+                    stored.expires_at = int(now)
+
     def script(self, **behaviour: Any) -> None:
         """Merges scripting keys into the current script (``None`` restores a default).
 

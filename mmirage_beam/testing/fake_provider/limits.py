@@ -38,6 +38,9 @@ OPENAI_MAX_UPLOAD_BYTES = 512 * 1024 * 1024
 # Batch input and output files expire 30 days after creation by default; a batch's
 # ``output_expires_after.seconds`` is 3600..2592000 (CreateBatchRequest in the spec).
 OPENAI_BATCH_FILE_LIFETIME_SECS = 30 * 24 * 60 * 60
+#: Anthropic keeps a batch's results 29 days after its creation ("Results are kept 29
+#: days"); then the batch can still be viewed but its results are no longer available
+ANTHROPIC_RESULTS_LIFETIME_SECS = 29 * 24 * 60 * 60
 OPENAI_OUTPUT_EXPIRES_MIN_SECS = 3600
 OPENAI_OUTPUT_EXPIRES_MAX_SECS = 2_592_000
 OPENAI_MAX_METADATA_PAIRS = 16

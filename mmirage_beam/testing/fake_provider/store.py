@@ -111,6 +111,9 @@ class Batch:
     final_counts: dict[str, int] = field(default_factory=dict)
     usage: dict[str, Any] | None = None
     deleted: bool = False
+    #: Anthropic: Unix time after which the results are no longer available (None:
+    #: created + 29 days)
+    results_expire_at: float | None = None
 
 
 class Store:
@@ -156,6 +159,10 @@ class Store:
     def get_file(self, file_id: str) -> StoredFile:
         """The stored file; raises a 404 :class:`ApiError` (OpenAI shape) when unknown."""
         stored = self.files.get(file_id)
+        if stored is not None and stored.expires_at is not None:
+            if stored.expires_at <= self.clock():  # the real service deletes it
+                del self.files[file_id]
+                stored = None
         if stored is None:
             raise ApiError(
                 404, "invalid_request_error", f"No such File object: {file_id}", param="id"

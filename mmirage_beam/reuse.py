@@ -1,0 +1,367 @@
+"""Answers already paid for are reused, not bought again (DESIGN.md).
+
+A run under a state folder (a receipts base) that builds a request whose exact body an
+earlier run under the same base had answered successfully does not send it: the merge
+copies the earlier answer, marked ``mmirage_reused_from: {<output>: <run_id>}``.
+
+- **Answer key** (:func:`answer_key`): SHA-256 of the request line without its
+  custom_id (the adapter hook ``request_without_id`` knows where each provider puts
+  it), together with the provider's name and every
+  provider setting that is sent or changes where it is sent (``model``, ``base_url``...;
+  not the chunking, cost or timeout keys, :data:`NOT_IN_KEY`). The line holds the
+  endpoint, model, parameters, prompt and images, so any change to them is a new key.
+- **Answers file** ``<base>.answers.<run_id>.jsonl`` (:func:`answers_path`): written by a
+  successful ``mmirage merge`` (named by the merge's oldest run), one line per output
+  that merged without any error::
+
+      {"answer_key": str, "provider": str, "provider_batch_id": str,
+       "custom_id": str, "run_id": str}
+
+  ``run_id``, ``provider_batch_id`` and ``custom_id`` say where the answer is: for an
+  answer that was itself reused, the run and batch that paid for it.
+- **Reuse** (:class:`mmirage_beam.transforms.reuse.ReuseAnswers`, in the submit graph
+  before chunking): requests are joined on their answer key with the earlier answers
+  files (a CoGroupByKey: memory stays flat in the data). A reused request is not
+  chunked; it goes into a *reused receipt* of the run, one per earlier batch and output
+  (:func:`reused_receipt`), which merge treats as a receipt of the earlier batch
+  restricted to those requests.
+- **Stale answers** (:func:`check_staleness`): before the pipeline, the launcher asks the
+  provider, once per earlier batch, whether its results can still be downloaded
+  (:meth:`~mmirage_beam.providers.base.BatchSubmissionAdapter.results_available`); the
+  answers of a batch whose results expired are sent again, and the run says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+#: provider config fields left out of the answer key: they change how requests are
+#: chunked, priced, counted or waited for, never an answer.
+NOT_IN_KEY = (
+    "metadata_output_path",
+    "timeout_seconds",
+    "price_per_million_input_tokens",
+    "price_per_million_output_tokens",
+    "max_enqueued_tokens",
+    "exact_tokens",
+    "max_chunk_bytes",
+    "max_requests_per_chunk",
+    "oversized_request_policy",
+)
+
+#: the receipt ``status`` of a reused receipt (no batch was created for it)
+REUSED_STATUS = "reused"
+#: prefix of the per-output token counters of reused requests (``reused_input_tokens:<o>``)
+REUSED_PREFIX = "reused_"
+#: how many requests of the run were reused, and how many were sent again because their
+#: earlier answer's results expired
+REUSED_REQUESTS = "requests_reused"
+STALE_REQUESTS = "requests_reuse_stale"
+#: stale batches named one by one before the pipeline (the rest are counted)
+STALE_SHOWN = 5
+
+
+def answers_path(base: str, run_id: str) -> str:
+    """``<base>.answers.<run_id>.jsonl``."""
+    return f"{base}.answers.{run_id}.jsonl"
+
+
+def key_settings(provider_config: Any) -> dict[str, Any]:
+    """The provider settings that are part of every answer key (see :data:`NOT_IN_KEY`)."""
+    fields = (
+        dataclasses.asdict(provider_config) if dataclasses.is_dataclass(provider_config) else {}
+    )
+    return {k: v for k, v in fields.items() if k not in NOT_IN_KEY}
+
+
+def answer_key(adapter: Any, line: bytes, settings: Mapping[str, Any]) -> str:
+    """The answer key (64 hex digits) of one serialised request line.
+
+    Args:
+        adapter: the provider's adapter (its ``request_without_id`` drops the custom_id).
+        line: the request line as built (``BatchRequest.line``, UTF-8 JSON).
+        settings: :func:`key_settings` of the processor (computed once per worker).
+
+    Raises:
+        ValueError: ``line`` is not a JSON object.
+    """
+    request = json.loads(line)
+    if not isinstance(request, dict):
+        raise ValueError("a request line must be a JSON object")
+    shaped = {"settings": settings, "request": adapter.request_without_id(request)}
+    text = json.dumps(
+        shaped, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def answer_record(
+    key: str, provider: str, provider_batch_id: str, custom_id: str, run_id: str
+) -> dict[str, str]:
+    """One answers-file line (see the module docstring)."""
+    return {
+        "answer_key": key,
+        "provider": provider,
+        "provider_batch_id": provider_batch_id,
+        "custom_id": custom_id,
+        "run_id": run_id,
+    }
+
+
+def earlier_answer_files(base: str, run_id: Optional[str] = None) -> list[str]:
+    """The answers files under ``base``, sorted, except ``run_id``'s own."""
+    from apache_beam.io.filesystems import FileSystems
+
+    pattern = answers_path(base, "*")
+    found = FileSystems.match([pattern])[0].metadata_list
+    own = answers_path(base, run_id) if run_id else None
+    return sorted(m.path for m in found if m.path != own and m.path.endswith(".jsonl"))
+
+
+def reuse_wanted(no_reuse_flag: bool, config: Any) -> bool:
+    """Reuse is on unless ``--no-reuse`` or ``execution_params.reuse_answers: false``."""
+    return not no_reuse_flag and bool(getattr(config.execution, "reuse_answers", True))
+
+
+@dataclasses.dataclass
+class Staleness:
+    """What :func:`check_staleness` found.
+
+    Attributes:
+        checked: whether the provider was asked (a dry run without a key is not).
+        batches: earlier batches of this provider the answers files name.
+        stale: provider_batch_id -> why its answers are not reused.
+        answers: answer lines of this provider in the files.
+    """
+
+    checked: bool
+    batches: int = 0
+    stale: dict[str, str] = dataclasses.field(default_factory=dict)
+    answers: int = 0
+
+
+def earlier_batches(files: Sequence[str], provider: str) -> tuple[dict[str, str], int]:
+    """``({provider_batch_id: run_id}, answer lines)`` of ``provider`` in ``files``: read
+    one line at a time (memory: one entry per batch, not per answer)."""
+    from mmirage_beam.jsonl import iter_jsonl_file
+
+    batches: dict[str, str] = {}
+    count = 0
+    for path in files:
+        for _raw, a in iter_jsonl_file(path):
+            if isinstance(a, dict) and a.get("provider") == provider:
+                count += 1
+                batches.setdefault(str(a.get("provider_batch_id")), str(a.get("run_id")))
+    return batches, count
+
+
+def check_staleness(
+    files: Sequence[str], adapter_cls: type, provider_config: Any, ask_provider: bool
+) -> Staleness:
+    """Which earlier batches' results expired at the provider (one look-up per batch).
+
+    Args:
+        files: the earlier answers files (:func:`earlier_answer_files`).
+        adapter_cls: the provider's adapter class.
+        provider_config: the processor's config.
+        ask_provider: False (a dry run without the key): nothing is asked,
+            ``checked`` is False.
+
+    Raises:
+        mmirage_beam.errors.CredentialsError: ``ask_provider`` without the key.
+    """
+    from mmirage_beam.providers.base import resolve_credentials
+
+    provider = provider_config.provider
+    batches, count = earlier_batches(files, provider)
+    out = Staleness(checked=ask_provider, batches=len(batches), answers=count)
+    if not ask_provider or not batches:
+        return out
+    adapter = adapter_cls(resolve_credentials(adapter_cls, provider))
+    adapter.setup(provider_config)
+    try:
+        for batch_id in sorted(batches):
+            why = adapter.results_available(batch_id, provider_config)
+            if why is not None:
+                out.stale[batch_id] = why
+    finally:
+        adapter.teardown()
+    return out
+
+
+def staleness_lines(run_id: str, st: Staleness) -> list[str]:
+    """What the launcher prints about the earlier answers before the pipeline."""
+    head = f"mmirage run {run_id}: reuse:"
+    if not st.answers:
+        return []
+    lines = [
+        f"{head} {st.answers:,} earlier answer(s) in {st.batches:,} batch(es) can be "
+        "reused (requests with the same body are not sent; --no-reuse sends them)"
+    ]
+    if not st.checked:
+        lines.append(
+            f"{head} staleness not checked (dry run without the provider's key): an "
+            "answer whose results file expired would be sent again by the real run"
+        )
+    shown = sorted(st.stale.items())
+    for batch_id, why in shown[:STALE_SHOWN]:
+        lines.append(
+            f"{head} batch {batch_id}: results no longer available ({why}); its answers "
+            "are not reused: those requests are sent again"
+        )
+    if len(shown) > STALE_SHOWN:
+        lines.append(f"{head} ... and {len(shown) - STALE_SHOWN:,} more such batch(es)")
+    return lines
+
+
+def reused_receipt(
+    *,
+    provider: str,
+    run_id: str,
+    attempt: int,
+    output_name: str,
+    output_type: str,
+    modality: str,
+    model: Optional[str],
+    reused_from: str,
+    provider_batch_id: str,
+    entries: Iterable[tuple[str, int, str, str, int]],
+) -> dict[str, Any]:
+    """The receipt of the requests of one output that reuse answers of one earlier batch.
+
+    Shaped like :func:`mmirage_beam.receipts.make_receipt`'s (so ``check``, ``merge``,
+    resumes and the fingerprint read it as one), with ``status`` ``reused``,
+    ``reused_from`` (the run that paid) and ``reused_custom_ids`` (this run's
+    custom_id -> the earlier batch's custom_id holding the answer).
+
+    Args:
+        entries: ``(custom_id, source_index, earlier custom_id, request line hash,
+            request bytes)`` of each reused request.
+    """
+    ordered = sorted(entries)
+    index = {cid: int(idx) for cid, idx, _old, _h, _n in ordered}
+    snapshot: dict[str, Any] = {
+        "output_name": output_name,
+        "output_type": output_type,
+        "modality": modality,
+    }
+    if model:
+        snapshot["model"] = model
+    safe_batch = "".join(c if c.isalnum() or c in "_-" else "_" for c in provider_batch_id)
+    return {
+        "provider": provider,
+        "chunk_id": f"reused-a{attempt}-{output_name}-{modality}-{safe_batch}",
+        "provider_batch_id": provider_batch_id,
+        "status": REUSED_STATUS,
+        "custom_id_to_source_index": index,
+        # no chunk was built: a digest of the requests' own hashes (each is checked)
+        "request_hash": hashlib.sha256(
+            "".join(h for _c, _i, _o, h, _n in ordered).encode("ascii")
+        ).hexdigest(),
+        "request_hashes": {cid: h for cid, _i, _o, h, _n in ordered},
+        "reused_custom_ids": {cid: old for cid, _i, old, _h, _n in ordered},
+        "reused_from": reused_from,
+        "model_params_snapshot": snapshot,
+        "submitted_request_count": len(index),
+        "total_bytes": sum(n for *_rest, n in ordered),
+        "has_oversized_request": False,
+        "flush_reason": REUSED_STATUS,
+        "submitted_at_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "run_id": run_id,
+        "output_name": output_name,
+        "modality": modality,
+        "attempt": attempt,
+    }
+
+
+def split_stats(stats: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """The token counters of a run split into ``(sent, reused)``, each keyed like
+    :mod:`mmirage_beam.costs.tokens`' counters (``input_tokens:<output>``...): the
+    build counts every request; the reuse step counts the reused ones again under
+    :data:`REUSED_PREFIX`."""
+    from mmirage_beam.costs import tokens as t
+
+    sent: dict[str, int] = {}
+    reused: dict[str, int] = {}
+    for key, value in stats.items():
+        metric, sep, _output = key.partition(":")
+        if not sep:
+            continue
+        if metric in t.TOKEN_METRICS:
+            sent[key] = int(value) - int(stats.get(REUSED_PREFIX + key, 0))
+        elif metric.startswith(REUSED_PREFIX) and metric[len(REUSED_PREFIX) :] in t.TOKEN_METRICS:
+            reused[key[len(REUSED_PREFIX) :]] = int(value)
+    # an output whose every request was reused sends nothing: no estimate line for it
+    idle = {
+        key.partition(":")[2]
+        for key, value in sent.items()
+        if key.partition(":")[0] == t.REQUESTS_COUNTED and value <= 0 and key in reused
+    }
+    sent = {k: v for k, v in sent.items() if k.partition(":")[2] not in idle}
+    return sent, reused
+
+
+def sent_stats(stats: Mapping[str, int]) -> dict[str, int]:
+    """``stats`` with the token counters of what is sent only (the estimate's input)."""
+    from mmirage_beam.costs import tokens as t
+
+    sent, _reused = split_stats(stats)
+    out = {k: int(v) for k, v in stats.items() if k.partition(":")[0] not in t.TOKEN_METRICS}
+    out.update(sent)
+    return out
+
+
+def savings_lines(stats: Mapping[str, int], provider_config: Any, dry_run: bool) -> list[str]:
+    """The ``reuse:`` lines of the run summary: requests reused, what they would have
+    cost (the estimate's pricing), and requests sent again because their answer was stale."""
+    from mmirage_beam.costs import tokens as t
+    from mmirage_beam.costs.prices import batch_price
+
+    reused_n = int(stats.get(REUSED_REQUESTS, 0))
+    stale_n = int(stats.get(STALE_REQUESTS, 0))
+    if not reused_n and not stale_n:
+        return []
+    _sent, reused = split_stats(stats)
+    inp = sum(v for k, v in reused.items() if k.startswith(t.INPUT_TOKENS + ":"))
+    out = sum(v for k, v in reused.items() if k.startswith(t.MAX_OUTPUT_TOKENS + ":"))
+    unbounded = sum(
+        v for k, v in reused.items() if k.startswith(t.REQUESTS_WITHOUT_OUTPUT_LIMIT + ":")
+    )
+    model = getattr(provider_config, "model", None)
+    price = batch_price(provider_config.provider, model, provider_config)
+    verb = "would not be sent" if dry_run else "not sent"
+    if price is None:
+        cost = "cost unknown (no price)"
+    elif unbounded:
+        cost = f"saves input ${price.cost_usd(inp):,.4f} + output (unbounded; estimate)"
+    else:
+        cost = f"saves up to ${price.cost_usd(inp, out):,.4f} (estimate)"
+    lines = [
+        f"reuse:               {reused_n:,} request(s) answered by earlier runs, {verb}: "
+        f"{inp:,} input tokens, {cost}"
+    ]
+    if stale_n:
+        lines.append(
+            f"reuse:               {stale_n:,} request(s) sent again: their earlier answer's "
+            "results expired at the provider"
+        )
+    return lines
+
+
+def merge_reuse_lines(stats: Mapping[str, int]) -> list[str]:
+    """What ``mmirage merge`` says about reused answers: how many, and their tokens,
+    which the run that paid for them counts (the tokens and cost above leave them out)."""
+    n = int(stats.get("outputs_reused", 0))
+    if not n:
+        return []
+    inp = sum(int(v) for k, v in stats.items() if k.startswith("reused_input_tokens:"))
+    out = sum(int(v) for k, v in stats.items() if k.startswith("reused_output_tokens:"))
+    return [
+        f"reused answers:      {n:,} output(s) copied from earlier runs (marked "
+        f"mmirage_reused_from; {inp:,} input / {out:,} output tokens, paid by those runs "
+        "and not counted above)"
+    ]

@@ -1,0 +1,221 @@
+"""Answers already paid for are reused, not bought again (mmirage_beam.reuse): a re-run
+under the same metadata base sends only the requests no earlier run answered."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pipelines.merge import main as merge_main
+from pipelines.submit import main as submit_main
+from tests.conftest import GSM8K_JSONL, REPO, base_config, write_config
+from tests.runners import run_cli
+
+ROWS = 6
+
+
+def _read_jsonl(path):
+    return [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x]
+
+
+def _config(tmp_path, fake, provider="openai"):
+    data = tmp_path / "gsm8k.jsonl"
+    lines = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:ROWS]
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = base_config(tmp_path, provider, base_url=fake.base_url_for(provider))
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    cfg["processing_params"]["output_schema"] = None
+    return cfg
+
+
+def _second_output(cfg):
+    cfg["processing_params"]["outputs"].append(
+        {
+            "name": "hint",
+            "type": "batch_api",
+            "output_type": "plain",
+            "prompt": "Give one hint:\n{{ question }}",
+        }
+    )
+    return cfg
+
+
+def _sent(fake, provider="openai"):
+    return [e["custom_id"] for e in fake.submitted_requests(provider)]
+
+
+def _merge(tmp_path, cfg_path, name="merged.jsonl"):
+    out = tmp_path / name
+    code = merge_main(["--config", cfg_path, "--output-path", str(out)])
+    return code, _read_jsonl(out)
+
+
+def _env(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    return env
+
+
+def test_added_output_sends_only_its_requests_openai_cli(tmp_path, provider_env):
+    """The whole story through the ``mmirage`` command (subprocesses, real SDK, fake)."""
+    fake = provider_env
+    cfg = _config(tmp_path, fake)
+    cfg["processors"][0]["max_tokens"] = 64
+    cfg_path = write_config(tmp_path, cfg)
+    env = _env(tmp_path)
+    first = run_cli(["run", "--config", cfg_path], cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stderr
+    merged = tmp_path / "first.jsonl"
+    m1 = run_cli(
+        ["merge", "--config", cfg_path, "--output-path", str(merged)], cwd=tmp_path, env=env
+    )
+    assert m1.returncode == 0, m1.stderr
+    assert len(_sent(fake)) == ROWS
+
+    write_config(tmp_path, _second_output(cfg))
+    second = run_cli(["run", "--config", cfg_path], cwd=tmp_path, env=env)
+    assert second.returncode == 0, second.stderr
+    sent = _sent(fake)[ROWS:]
+    assert sorted(sent) == sorted(f"hint-text-{i}" for i in range(ROWS))  # only the new output
+    assert f"reuse:               {ROWS} request(s) answered by earlier runs" in second.stdout
+    assert "saves up to $" in second.stdout
+
+    out = tmp_path / "second.jsonl"
+    m2 = run_cli(["merge", "--config", cfg_path, "--output-path", str(out)], cwd=tmp_path, env=env)
+    assert m2.returncode == 0, m2.stderr
+    rows = _read_jsonl(out)
+    first_rows = _read_jsonl(merged)
+    run1 = _run_of(first)
+    assert len(rows) == ROWS
+    for row, before in zip(rows, first_rows):
+        assert row["answer"] == before["answer"]  # copied, not asked again
+        assert row["hint"]
+        assert row["mmirage_reused_from"] == {"answer": run1}
+    print(first.stdout, first.stderr, m1.stdout, second.stdout, second.stderr, m2.stdout)
+
+
+def _run_of(proc):
+    for line in proc.stdout.splitlines():
+        if line.startswith("run id:"):
+            return line.split()[-1]
+    raise AssertionError(proc.stdout)
+
+
+@pytest.mark.parametrize("provider", ["anthropic"])
+def test_added_output_reused_anthropic(tmp_path, provider_env, provider, capsys):
+    fake = provider_env
+    cfg = _config(tmp_path, fake, provider)
+    cfg_path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", cfg_path]) == 0
+    assert _merge(tmp_path, cfg_path, "first.jsonl")[0] == 0
+    write_config(tmp_path, _second_output(cfg))
+    assert submit_main(["--config", cfg_path]) == 0
+    assert sorted(_sent(fake, provider)[ROWS:]) == sorted(f"hint-text-{i}" for i in range(ROWS))
+    code, rows = _merge(tmp_path, cfg_path)
+    assert code == 0
+    assert all(r["answer"] and r["hint"] and r["mmirage_reused_from"]["answer"] for r in rows)
+
+    # staleness as the launcher asks it (one call per earlier batch): results expired
+    from mmirage_beam.config import load_config
+    from mmirage_beam.providers.base import BatchAdapterRegistry
+    from mmirage_beam.reuse import check_staleness, earlier_answer_files
+
+    config = load_config(cfg_path)
+    files = earlier_answer_files(str(tmp_path / "meta" / "batch_metadata"))
+    adapter_cls = BatchAdapterRegistry.get(provider)
+    assert check_staleness(files, adapter_cls, config.processor, True).stale == {}
+    first = fake.batches(provider)[0]["id"]
+    fake.expire_results(first)
+    stale = check_staleness(files, adapter_cls, config.processor, True).stale
+    assert list(stale) == [first] and "404" in stale[first]
+
+
+def test_changed_requests_no_reuse_stale_and_dry_run(tmp_path, provider_env, capsys, monkeypatch):
+    """Only an exact body is reused: a new parameter sends again; a new run of the same
+    config sends nothing; ``--no-reuse`` sends everything; the dry run reports what reuse
+    saves; an answer whose results file expired at the provider is sent again, and the
+    run says so."""
+    fake = provider_env
+    cfg = _config(tmp_path, fake)
+    cfg_path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", cfg_path]) == 0
+    assert _merge(tmp_path, cfg_path, "first.jsonl")[0] == 0
+    capsys.readouterr()
+    sent = len(_sent(fake))
+    assert sent == ROWS
+
+    # dry run without the key: savings reported, staleness said not checked
+    monkeypatch.delenv("OPENAI_API_KEY")
+    write_config(tmp_path, _second_output(json.loads(json.dumps(cfg))))
+    assert submit_main(["--config", cfg_path, "--export-prompts", str(tmp_path / "x.jsonl")]) == 0
+    out = capsys.readouterr()
+    assert f"{ROWS} request(s) answered by earlier runs, would not be sent" in out.out
+    assert "staleness not checked" in out.err
+    exported = _read_jsonl(next(tmp_path.glob("x.*.jsonl")))
+    hints = [f"hint-text-{i}" for i in range(ROWS)]
+    assert sorted(r["request"]["custom_id"] for r in exported) == hints
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai")
+
+    def resend(change, *flags):
+        nonlocal sent
+        changed = json.loads(json.dumps(cfg))
+        change(changed)
+        write_config(tmp_path, changed)
+        assert submit_main(["--config", cfg_path, *flags]) == 0
+        now = _sent(fake)[sent:]
+        sent += len(now)
+        return sorted(now)
+
+    every = sorted(f"answer-text-{i}" for i in range(ROWS))
+    assert resend(lambda c: c["processors"][0].update(temperature=0.5)) == every
+    # the first config again, as a new run: everything reused, nothing sent ...
+    assert resend(lambda c: None, "--new-run") == []
+    assert "batches submitted:   0" in capsys.readouterr().out
+    # ... unless --no-reuse
+    assert resend(lambda c: None, "--new-run", "--no-reuse") == every
+    # stale: the first run's results expired at the provider
+    first_batch = fake.batches("openai")[0]["id"]
+    fake.expire_results(first_batch)
+    capsys.readouterr()
+    assert resend(lambda c: None, "--new-run") == every
+    out = capsys.readouterr()
+    assert f"batch {first_batch}: results no longer available" in out.err
+    assert f"{ROWS} request(s) sent again: their earlier answer's results expired" in out.out
+
+
+def test_answer_key_holds_what_changes_the_answer():
+    """The key drops only the custom_id (wherever the provider puts it) and keeps the
+    provider's settings, model, parameters, prompt and images."""
+    from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
+    from mmirage_beam.providers.base import BatchAdapterRegistry
+    from mmirage_beam.reuse import answer_key, key_settings
+
+    def key(provider, cid, payload, **settings):
+        config = BatchProviderConfigRegistry.get(provider)(provider=provider, **settings)
+        adapter = BatchAdapterRegistry.get(provider)()
+        line = adapter.serialize_request(adapter.build_request(cid, payload, config))
+        return answer_key(adapter, line, key_settings(config))
+
+    def payload(content):
+        return {
+            "messages": [{"role": "user", "content": content}],
+            "images": [],
+            "output_name": "a",
+            "output_type": "plain",
+            "json_schema": None,
+        }
+
+    text, other = payload("2+2?"), payload("2+3?")
+    for provider in ("openai", "anthropic", "gemini", "mistral"):
+        base = key(provider, "a-text-0", text, model="m1")
+        assert key(provider, "b-text-7", text, model="m1") == base  # only the id differs
+        assert key(provider, "a-text-0", other, model="m1") != base  # the prompt
+        assert key(provider, "a-text-0", text, model="m2") != base  # the model
+        assert key(provider, "a-text-0", text, model="m1", max_chunk_bytes=1 << 20) == base
+    openai = key("openai", "a-text-0", text, model="m1")
+    assert key("openai", "a-text-0", text, model="m1", temperature=0.5) != openai
+    assert key("openai", "a-text-0", text, model="m1", base_url="http://x/v1") != openai
+    assert key("anthropic", "a-text-0", text, model="m1") != openai  # the provider
