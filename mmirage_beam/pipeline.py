@@ -758,9 +758,9 @@ def build_failures_pipeline(
     does not match its schema counts as failed, exactly as merge counts it
     (:func:`mmirage_beam.results.check_answer`), so ``--only all`` re-sends it.
     """
+    from mmirage_beam.config.schema import json_schema_for
     from mmirage_beam.results import check_answer
     from mmirage_beam.transforms.merge import FetchResults
-    from mmirage_beam.transforms.schema import json_schema_for
 
     json_outputs = {
         o.name: json_schema_for(o.output_schema) for o in outputs if o.output_type == "JSON"

@@ -31,8 +31,8 @@ from mmirage_beam.providers.base import (
 )
 
 if TYPE_CHECKING:
-    from mmirage_beam.config.batch_provider import BatchProviderConfig
     from mmirage_beam.config.loader import PipelineConfig
+    from mmirage_beam.providers.config import BatchProviderConfig
 
 _LOG = logging.getLogger(__name__)
 
@@ -315,7 +315,7 @@ def exit_code(statuses: Iterable[BatchStatus]) -> int:
 def _provider_config(provider: str, config: Optional[PipelineConfig]) -> BatchProviderConfig:
     if config is not None and config.processor.provider == provider:
         return config.processor
-    from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
+    from mmirage_beam.providers.config import BatchProviderConfigRegistry
 
     cls = BatchProviderConfigRegistry.get(provider)
     try:

@@ -16,14 +16,14 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.config.loader import DatasetConfig, InputConfig, OutputConfig
+from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.ids import custom_id
 from mmirage_beam.io.readers import replace_lone_surrogates
 from mmirage_beam.jsonl import lone_surrogate_at
+from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import BatchRequest, RowError, SourceRow
-from mmirage_beam.transforms.schema import json_schema_for
 
 _LOG = logging.getLogger(__name__)
 _NS = "mmirage"
@@ -248,7 +248,7 @@ def build_payload(
 ) -> dict[str, Any]:
     """The provider-neutral payload for one (row, output): see BatchSubmissionAdapter.
 
-    ``json_schema``: the output's :func:`~mmirage_beam.transforms.schema.json_schema_for`
+    ``json_schema``: the output's :func:`~mmirage_beam.config.schema.json_schema_for`
     when the caller built it once (it is the same for every row); computed otherwise.
     """
     unreadable = [img["source"] for img in images if not img.get("url")]

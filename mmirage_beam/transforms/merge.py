@@ -22,13 +22,13 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.config.loader import OutputConfig
+from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.jsonl import json_line
+from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.results import check_answer, is_retryable
 from mmirage_beam.transforms.render import MISSING, SchemaRenderer
 from mmirage_beam.transforms.rows import assemble_output_row
-from mmirage_beam.transforms.schema import json_schema_for
 
 _LOG = logging.getLogger(__name__)
 _NS = "mmirage"

@@ -16,9 +16,9 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.io.fs import replace_file, write_durably
+from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.receipts import (
     intent_path,
     make_receipt,
