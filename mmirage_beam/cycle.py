@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
-import json
 import shlex
 import sys
 import time
@@ -169,11 +168,10 @@ class CycleState:
 
     def save(self, base: str) -> None:
         """Write the state durably (atomic replace)."""
-        from mmirage_beam.io.fs import write_durably
+        from mmirage_beam.ledger import write_json_record
 
         self.updated_at = _dt.datetime.now(_dt.timezone.utc).isoformat()
-        data = json.dumps(dataclasses.asdict(self), sort_keys=True) + "\n"
-        write_durably(cycle_state_path(base, self.run_id), data.encode("utf-8"))
+        write_json_record(cycle_state_path(base, self.run_id), dataclasses.asdict(self))
 
     @classmethod
     def load(cls, base: str, run_id: str) -> Optional[CycleState]:

@@ -24,6 +24,8 @@ from apache_beam.metrics import Metrics
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.io.readers import ReadDatasets
 from mmirage_beam.io.writers import ConcatenateFiles, WriteJsonLinesShards, WriteSingleFile
+from mmirage_beam.jsonl import json_line
+from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.progress import CountProgress
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.receipts import mark_submitted, receipts_base
@@ -94,8 +96,6 @@ def _sum_counts(counts: Any) -> dict[str, int]:
 
 
 def _error_line(err: Any) -> bytes:
-    from mmirage_beam.jsonl import json_line
-
     return json_line(err.to_json())
 
 
@@ -104,7 +104,7 @@ class _SelectRequestsFn(beam.DoFn):
 
     def __init__(self, keep_listed: bool) -> None:
         self._keep_listed = keep_listed
-        self._skipped = Metrics.counter("mmirage", "requests_not_selected")
+        self._skipped = Metrics.counter(METRICS_NAMESPACE, "requests_not_selected")
 
     def process(self, request: Any, ids: frozenset) -> Any:
         if (request.custom_id in ids) == self._keep_listed:
@@ -705,7 +705,7 @@ def build_merge_pipeline(
 def _unknown_line(u: dict[str, Any], index: int) -> tuple[int, bytes]:
     """An unknown custom_id (or unreadable result line) as an errors-file line, sorted
     at ``index`` (before every row)."""
-    return index, _json_line(
+    return index, json_line(
         {
             "custom_id": u["custom_id"],
             "source_index": None,
@@ -718,10 +718,6 @@ def _unknown_line(u: dict[str, Any], index: int) -> tuple[int, bytes]:
             "retryable": False,
         }
     )
-
-
-def _json_line(obj: dict[str, Any]) -> bytes:
-    return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 # Outcomes that a resubmission cannot fix: the request was never answered for a reason

@@ -24,6 +24,7 @@ from typing import (
 from mmirage_beam.check.discovery import ReceiptEntry, ReceiptSet
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.providers.base import (
+    ENDED_STATUSES,
     BatchAdapterRegistry,
     BatchProgress,
     BatchSubmissionAdapter,
@@ -38,9 +39,10 @@ _LOG = logging.getLogger(__name__)
 
 #: status of a batch its provider could not resolve (e.g. an unknown batch id).
 LOOKUP_FAILED = "lookup_failed"
-#: statuses after which a batch will not change any more (lookup failures included, so
-#: that a watch loop cannot spin forever on a batch that does not exist).
-TERMINAL_STATUSES = ("completed", "failed", LOOKUP_FAILED)
+#: statuses at which a watch stops following a batch: it ended at its provider
+#: (:data:`~mmirage_beam.providers.base.ENDED_STATUSES`) or cannot be looked up, so that
+#: a watch loop cannot spin forever on a batch that does not exist.
+TERMINAL_STATUSES = (*ENDED_STATUSES, LOOKUP_FAILED)
 #: the order statuses are listed in, in summaries.
 STATUS_ORDER = ("completed", "in_progress", "unknown", "failed", LOOKUP_FAILED)
 

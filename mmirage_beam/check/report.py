@@ -67,11 +67,6 @@ class StatusReport:
         """0 when nothing failed (running batches are fine), 1 otherwise."""
         return exit_code(self.statuses)
 
-    @property
-    def all_terminal(self) -> bool:
-        """True when no batch may change any more."""
-        return all(s.terminal for s in self.statuses)
-
 
 def summarize(label: str, statuses: Sequence[BatchStatus]) -> GroupSummary:
     """Totals of ``statuses`` under ``label``."""

@@ -21,6 +21,7 @@ import logging
 from typing import Any, Optional, Union
 
 from mmirage_beam.errors import CredentialsError
+from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.providers.config import BatchProviderConfigRegistry
 from mmirage_beam.providers.tokens import TokenCount
@@ -35,9 +36,8 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 
-NAMESPACE = "mmirage"
 #: Beam counter names, one of each per output (``<name>:<output_name>``), all in
-#: :data:`NAMESPACE`. Tokens are summed over the requests built.
+#: :data:`METRICS_NAMESPACE`. Tokens are summed over the requests built.
 INPUT_TOKENS = "input_tokens"
 INPUT_TOKENS_ESTIMATED = "input_tokens_estimated"  # the part of INPUT_TOKENS not exact
 REQUESTS_COUNTED = "token_requests"
@@ -201,7 +201,7 @@ class TokenCounter:
             key = f"{name}:{output_name}"
             counter = self._counters.get(key)
             if counter is None:
-                counter = self._counters[key] = Metrics.counter(NAMESPACE, key)
+                counter = self._counters[key] = Metrics.counter(METRICS_NAMESPACE, key)
             counter.inc(value)
         pending.clear()
 

@@ -176,11 +176,6 @@ def list_files(folder: str, pattern: str = "*") -> list[str]:
     return sorted(m.path for m in result.metadata_list)
 
 
-def folder_exists(folder: str) -> bool:
-    """Whether ``folder`` exists as a folder (local) or holds any file (object stores)."""
-    return FileSystems.exists(folder) or bool(list_files(folder, "**"))
-
-
 def delete_folder(folder: str) -> None:
     """Delete every file under ``folder`` and the folder itself; a no-op when absent.
 

@@ -55,6 +55,9 @@ _LOG = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 NORMALISED_STATUSES = ("completed", "failed", "in_progress", "unknown")
+#: the normalised statuses of a batch that has ended at its provider: its results (or
+#: its error) can be fetched and it will not change any more.
+ENDED_STATUSES = ("completed", "failed")
 
 # Provider status words -> normalised status. Adapters may extend this via
 # ``STATUS_MAP``; ``_normalize_status`` falls back to "unknown".

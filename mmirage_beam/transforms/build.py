@@ -22,11 +22,11 @@ from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.ids import custom_id
 from mmirage_beam.io.readers import replace_lone_surrogates
 from mmirage_beam.jsonl import lone_surrogate_at
+from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import BatchRequest, RowError, SourceRow
 
 _LOG = logging.getLogger(__name__)
-_NS = "mmirage"
 ERRORS_TAG = "errors"
 BUILT_ROWS_TAG = "rows"
 TOKENS_TAG = "tokens"
@@ -83,7 +83,7 @@ class _ExtractInputsFn(beam.DoFn):
         self._lenient = lenient
         self._max_image_file_bytes = max_image_file_bytes
         self._image_file_limit = image_file_limit
-        self._rows = Metrics.counter(_NS, "rows_extracted")
+        self._rows = Metrics.counter(METRICS_NAMESPACE, "rows_extracted")
 
     def setup(self) -> None:
         import jmespath
@@ -296,8 +296,8 @@ class _BuildRequestsFn(beam.DoFn):
         self._count_selection = count_selection
         self._adapter_cls = adapter_cls
         self._config = provider_config
-        self._requests = Metrics.counter(_NS, "requests")
-        self._bytes = Metrics.counter(_NS, "request_bytes")
+        self._requests = Metrics.counter(METRICS_NAMESPACE, "requests")
+        self._bytes = Metrics.counter(METRICS_NAMESPACE, "request_bytes")
 
     def setup(self) -> None:
         from mmirage_beam.transforms.render import make_environment
@@ -583,10 +583,3 @@ def _misaligned_lists(
                 "(see docs/config.md, 'Parallel lists')",
             )
     return None
-
-
-def variables_for(values: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Any]:
-    """Template variables of one row: its inputs, then its outputs (outputs win)."""
-    merged = dict(values)
-    merged.update(outputs)
-    return merged

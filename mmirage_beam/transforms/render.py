@@ -133,8 +133,3 @@ class SchemaRenderer:
     def render(self, variables: dict[str, Any]) -> Any:
         """Render the schema with ``variables`` (inputs and outputs of one row)."""
         return self._compiled(variables)
-
-
-def undefined_name(exc: jinja2.UndefinedError) -> str:
-    """The message Jinja2 gives for an undefined variable, e.g. ``'x' is undefined``."""
-    return str(exc.message or exc)
