@@ -35,6 +35,18 @@ if TYPE_CHECKING:
     from mmirage_beam.config.loader import PipelineConfig
     from mmirage_beam.providers.config import BatchProviderConfig
 
+__all__ = [
+    "LOOKUP_FAILED",
+    "TERMINAL_STATUSES",
+    "STATUS_ORDER",
+    "BatchStatus",
+    "BatchStatusChecker",
+    "check_statuses",
+    "not_terminal",
+    "exit_code",
+]
+
+
 _LOG = logging.getLogger(__name__)
 
 #: status of a batch its provider could not resolve (e.g. an unknown batch id).

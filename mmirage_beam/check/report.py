@@ -18,6 +18,17 @@ from typing import (
 from mmirage_beam.check.discovery import ReceiptSet
 from mmirage_beam.check.lookup import LOOKUP_FAILED, STATUS_ORDER, BatchStatus, exit_code
 
+__all__ = [
+    "GroupSummary",
+    "StatusReport",
+    "summarize",
+    "build_report",
+    "human_age",
+    "format_report_lines",
+    "print_rich_report",
+    "print_report",
+]
+
 
 @dataclass(frozen=True)
 class GroupSummary:

@@ -20,6 +20,24 @@ from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.config import BatchProviderConfig, BatchProviderConfigRegistry
 
+__all__ = [
+    "DATASET_TYPES",
+    "INPUT_TYPES",
+    "OUTPUT_TYPES",
+    "OUTPUT_NAME_RE",
+    "DatasetConfig",
+    "InputConfig",
+    "OutputConfig",
+    "ExecutionConfig",
+    "DEFAULT_RETRIES",
+    "PipelineConfig",
+    "expand_env",
+    "load_config",
+    "resolve_config_paths",
+    "config_from_dict",
+]
+
+
 DATASET_TYPES = {"jsonl": "JSONL", "loadable": "loadable", "parquet": "parquet"}
 INPUT_TYPES = ("text", "image")
 OUTPUT_TYPES = ("plain", "JSON")

@@ -30,6 +30,14 @@ from typing import Any, Callable, Optional
 from mmirage_beam.costs.tokens import TokenCounter
 from mmirage_beam.providers.base import ENDED_STATUSES
 
+__all__ = [
+    "RECEIPT_TOKENS_KEY",
+    "DEFAULT_POLL_INTERVAL_SECS",
+    "TokenBudget",
+    "token_budget_for",
+]
+
+
 _LOG = logging.getLogger(__name__)
 #: receipt field holding a batch's estimated input tokens (written when a limit is set)
 RECEIPT_TOKENS_KEY = "input_tokens_estimate"

@@ -21,6 +21,13 @@ from typing import Any, NamedTuple, Optional
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.providers.config import PRICE_KEYS
 
+__all__ = [
+    "BatchPrice",
+    "provider_price_table",
+    "price_table",
+    "batch_price",
+]
+
 
 class BatchPrice(NamedTuple):
     """USD per million tokens at the batch price, and where the numbers come from.

@@ -22,6 +22,19 @@ from typing import Optional, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+__all__ = [
+    "COPY_BLOCK_BYTES",
+    "write_durably",
+    "replace_file",
+    "same_filesystem",
+    "move_file",
+    "move_files",
+    "list_files",
+    "delete_folder",
+    "delete_files",
+]
+
+
 #: Bytes copied at a time by :func:`move_file` across filesystems (1 MiB).
 COPY_BLOCK_BYTES = 1 << 20
 

@@ -48,6 +48,15 @@ if TYPE_CHECKING:
 
     from mmirage_beam.config.loader import DatasetConfig
 
+__all__ = [
+    "DEFAULT_DESIRED_SPLIT_BYTES",
+    "ReadDatasetsResult",
+    "ReadDatasets",
+    "to_json_value",
+    "replace_lone_surrogates",
+]
+
+
 _LOGGER = logging.getLogger(__name__)
 
 DEFAULT_DESIRED_SPLIT_BYTES = 64 * 1024 * 1024  # 64 MiB

@@ -50,6 +50,22 @@ from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.registry import ProviderRegistry
 
+__all__ = [
+    "NORMALISED_STATUSES",
+    "ENDED_STATUSES",
+    "BatchSubmissionResult",
+    "BatchProgress",
+    "ProviderLimits",
+    "parse_timestamp",
+    "credential_env_var",
+    "resolve_credentials",
+    "BatchSubmissionAdapter",
+    "open_chunk_file",
+    "iter_chunk_lines",
+    "BatchAdapterRegistry",
+]
+
+
 _LOG = logging.getLogger(__name__)
 
 _T = TypeVar("_T")

@@ -24,6 +24,27 @@ import json
 import re
 from typing import Any, Callable, NamedTuple, Optional
 
+__all__ = [
+    "TokenCount",
+    "vocabulary_file",
+    "load_encoding",
+    "TextTokens",
+    "PIECE_CHARS",
+    "RUN_CHARS",
+    "text_tokens",
+    "count_text",
+    "repeated_tokens",
+    "count_repeated",
+    "PROXY_ENCODING",
+    "count_proxy_text",
+    "image_size_from_url",
+    "image_size_from_base64",
+    "Tally",
+    "RUN_NOTE",
+    "json_text",
+    "first_int",
+]
+
 
 class TokenCount(NamedTuple):
     """The token count of one request.

@@ -26,6 +26,21 @@ from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import BatchRequest, RowError, SourceRow
 
+__all__ = [
+    "ERRORS_TAG",
+    "BUILT_ROWS_TAG",
+    "TOKENS_TAG",
+    "ExtractedRow",
+    "ExtractInputs",
+    "ExtractInputsResult",
+    "build_payload",
+    "BuildRequests",
+    "BuildRequestsResult",
+    "template_variables",
+    "parallel_list_inputs",
+]
+
+
 _LOG = logging.getLogger(__name__)
 ERRORS_TAG = "errors"
 BUILT_ROWS_TAG = "rows"

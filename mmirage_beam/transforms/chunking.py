@@ -60,6 +60,7 @@ __all__ = [
     "OVERSIZED_REQUEST_POLICIES",
     "ChunkRequests",
     "ChunkRequestsResult",
+    "load_chunk",
     "would_overflow",
 ]
 

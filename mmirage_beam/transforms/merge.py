@@ -32,6 +32,35 @@ from mmirage_beam.results import check_answer, is_retryable
 from mmirage_beam.transforms.render import MISSING, SchemaRenderer
 from mmirage_beam.transforms.rows import assemble_output_row
 
+__all__ = [
+    "UNKNOWN_TAG",
+    "ERRORS_TAG",
+    "BatchToFetch",
+    "OutputResult",
+    "FetchResults",
+    "FetchResultsResult",
+    "NEVER_SUBMITTED",
+    "never_submitted_result",
+    "MergedRow",
+    "CACHE_TOKEN_FIELDS",
+    "partitions_for",
+    "partition_bounds",
+    "SPILL_BUFFER_BYTES",
+    "ROWS_KIND",
+    "RESULTS_KIND",
+    "EXPECTED_KIND",
+    "REBUILT_KIND",
+    "CHANGED_KIND",
+    "SKIPPED_KIND",
+    "UNKNOWN_KIND",
+    "RangePartitioner",
+    "SpillFile",
+    "read_spilled",
+    "SpillByRange",
+    "JoinPartitions",
+]
+
+
 _LOG = logging.getLogger(__name__)
 UNKNOWN_TAG = "unknown"
 ERRORS_TAG = "errors"

@@ -14,6 +14,15 @@ from typing import Any, Callable
 
 import jinja2
 
+__all__ = [
+    "MissingValue",
+    "MISSING",
+    "NullValueError",
+    "holds_null",
+    "make_environment",
+    "SchemaRenderer",
+]
+
 
 class MissingValue:
     """An output without a usable value (failed, pending): any attribute or item of it is

@@ -30,6 +30,13 @@ from mmirage_beam.receipts import (
 )
 from mmirage_beam.records import ChunkRef
 
+__all__ = [
+    "EXPORT_TAG",
+    "SubmitChunks",
+    "SubmitChunksResult",
+]
+
+
 _LOG = logging.getLogger(__name__)
 EXPORT_TAG = "export"
 
