@@ -84,5 +84,5 @@ setup(
         # provider: mistral, through the official SDK.
         "mistral": [_MISTRAL],
     },
-    entry_points={"console_scripts": ["mmirage=mmirage_beam.cli:main"]},
+    entry_points={"console_scripts": ["mmirage=pipelines.cli:main"]},
 )

@@ -5,7 +5,7 @@ Usage:
         [--cases words,unbroken,base64] [--check]
 
 Each case counts one text of ``--mb`` million characters with
-:func:`mmirage_beam.costs.tokens.count_text`, in a fresh Python process of its own, so
+:func:`mmirage_beam.providers.tokens.count_text`, in a fresh Python process of its own, so
 its peak RSS is its own:
 
 - ``words``: the bundled GSM8K questions and answers
@@ -20,7 +20,7 @@ For each case the child process reports the wall time of the count alone (the en
 is loaded and the text built before the clock starts), the peak RSS of the whole process
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``: the interpreter, the encoding, the text
 and the count), the token count, and whether the count is exact (the label
-:func:`mmirage_beam.costs.tokens.text_tokens` gives; ``n/a`` on a version without it).
+:func:`mmirage_beam.providers.tokens.text_tokens` gives; ``n/a`` on a version without it).
 The table ends with each case's time as a multiple of ``words``' time. Run it on another
 tree with ``PYTHONPATH=<tree>`` to compare versions. ``--check`` exits 1 unless
 ``unbroken`` takes at most twice ``words``' time and every case peaks under 300 MiB.
@@ -63,7 +63,10 @@ def child(case: str, chars: int, encoding: str) -> None:
     """Count one text and print the figures as one JSON line (run in its own process)."""
     import resource
 
-    from mmirage_beam.costs import tokens
+    try:
+        from mmirage_beam.providers import tokens
+    except ImportError:  # a version from before the helpers moved out of costs/
+        from mmirage_beam.costs import tokens
 
     tokens.count_text("warm up", encoding)  # the encoding is loaded before the clock
     text = make_text(case, chars)

@@ -1,12 +1,74 @@
-"""mmirage-beam: provider batch-API pipelines (OpenAI, Anthropic) on Apache Beam.
+"""mmirage-beam: provider batch-API pipelines (OpenAI, Anthropic, Gemini, Mistral) on
+Apache Beam.
 
-Public PTransforms (compose them into your own Beam pipelines):
-``mmirage_beam.io.readers.ReadDatasets``, ``mmirage_beam.transforms.build.ExtractInputs``,
-``mmirage_beam.transforms.build.BuildRequests``,
-``mmirage_beam.transforms.chunking.ChunkRequests``,
-``mmirage_beam.transforms.submit.SubmitChunks``,
-``mmirage_beam.transforms.rows.RenderPlaceholderRows``; the whole submit graph:
-``mmirage_beam.pipeline.build_submit_pipeline``.
+The public API, importable from here (``from mmirage_beam import ReadDatasets``); each
+name is loaded from its module on first use, so importing this package (as every
+submodule import does first) loads neither Beam nor a provider SDK:
+
+- PTransforms you compose into your own pipelines (docs/ptransforms.md), in graph
+  order: :class:`ReadDatasets`, :class:`ExtractInputs`, :class:`BuildRequests`,
+  :class:`ChunkRequests`, :class:`SubmitChunks`, :class:`RenderPlaceholderRows`; the
+  whole submit and merge stages: :class:`SubmitRows`, :class:`MergeRows`, and
+  :func:`build_submit_pipeline` for the whole submit graph.
+- The config: :func:`load_config`, :func:`config_from_dict`, :class:`PipelineConfig`.
+- The plugin contracts: :class:`BatchSubmissionAdapter`, :class:`BatchAdapterRegistry`,
+  :class:`BatchProviderConfig`, :class:`BatchProviderConfigRegistry`.
+- The records that flow between the transforms: :class:`SourceRow`, :class:`RowError`,
+  :class:`BatchRequest`, :class:`Chunk`, :class:`ChunkRef`, and :func:`load_chunk`.
+- The errors: :class:`MmirageError`, :class:`ConfigError`.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+#: public name -> the module that defines it
+_HOMES = {
+    "ReadDatasets": "mmirage_beam.io.readers",
+    "ExtractInputs": "mmirage_beam.transforms.build",
+    "BuildRequests": "mmirage_beam.transforms.build",
+    "ChunkRequests": "mmirage_beam.transforms.chunking",
+    "load_chunk": "mmirage_beam.transforms.chunking",
+    "SubmitChunks": "mmirage_beam.transforms.submit",
+    "RenderPlaceholderRows": "mmirage_beam.transforms.rows",
+    "SubmitRows": "mmirage_beam.pipeline",
+    "MergeRows": "mmirage_beam.pipeline",
+    "build_submit_pipeline": "mmirage_beam.pipeline",
+    "load_config": "mmirage_beam.config.loader",
+    "config_from_dict": "mmirage_beam.config.loader",
+    "PipelineConfig": "mmirage_beam.config.loader",
+    "BatchSubmissionAdapter": "mmirage_beam.providers.base",
+    "BatchAdapterRegistry": "mmirage_beam.providers.base",
+    "BatchProviderConfig": "mmirage_beam.providers.config",
+    "BatchProviderConfigRegistry": "mmirage_beam.providers.config",
+    "SourceRow": "mmirage_beam.records",
+    "RowError": "mmirage_beam.records",
+    "BatchRequest": "mmirage_beam.records",
+    "Chunk": "mmirage_beam.records",
+    "ChunkRef": "mmirage_beam.records",
+    "MmirageError": "mmirage_beam.errors",
+    "ConfigError": "mmirage_beam.errors",
+}
+
+__all__ = ["__version__", *_HOMES]
+
+
+def __getattr__(name: str) -> Any:
+    """The public name ``name``, imported from its module on first use (PEP 562).
+
+    Raises:
+        AttributeError: ``name`` is not part of the public API.
+    """
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'mmirage_beam' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

@@ -130,8 +130,8 @@ def batches_to_fetch(
     entries: list[Any], statuses: list[Any], rank: dict[str, int]
 ) -> tuple[list, list, list]:
     """Receipts + their statuses -> (BatchToFetch per receipt, not ended, lookup failed)."""
-    from mmirage_beam.check.lookup import LOOKUP_FAILED
-    from mmirage_beam.transforms.merge import TERMINAL_STATUSES, BatchToFetch
+    from mmirage_beam.check.lookup import LOOKUP_FAILED, TERMINAL_STATUSES
+    from mmirage_beam.transforms.merge import BatchToFetch
 
     by_key = {st.receipt.key: st for st in statuses}
     batches, pending = [], []
@@ -167,7 +167,7 @@ def batches_to_fetch(
             ),
         )
         batches.append(b)
-        if st.status not in TERMINAL_STATUSES and st.status != LOOKUP_FAILED:
+        if st.status not in TERMINAL_STATUSES:
             pending.append(b)
     failed = [st for st in statuses if st.status == LOOKUP_FAILED]
     return batches, pending, failed

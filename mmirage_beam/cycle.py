@@ -5,7 +5,8 @@ merge (``pipelines.merge``), re-send the retryable failures as a linked run
 (``pipelines.resubmit --from OUT.errors.jsonl --only retryable``) at most ``retries``
 times, merging again after each, then print one summary. Each step is the existing
 driver, called in-process with the same Beam options, so the cycle sends and writes
-exactly what the four commands typed by hand would.
+exactly what the four commands typed by hand would. The drivers are handed in
+(:class:`Drivers`, by ``pipelines.cycle``): this package never imports ``pipelines``.
 
 The cycle's state is a small JSON file beside the run record, ``<base>.cycle.<run_id>.json``
 (written with :func:`mmirage_beam.io.fs.write_durably` at every step)::
@@ -28,11 +29,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
-import json
 import shlex
 import sys
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from mmirage_beam.config.loader import DEFAULT_RETRIES, PipelineConfig
 from mmirage_beam.errors import ConfigError
@@ -46,6 +46,24 @@ DONE = "done"
 PHASES = (SUBMITTING, WAITING, MERGING, MERGED, RETRYING, DONE)
 #: seconds between status polls while waiting (``--poll-interval``).
 DEFAULT_POLL_INTERVAL_SECS = 60.0
+
+#: a driver's ``main``: its command-line arguments -> its exit status
+DriverMain = Callable[[Sequence[str]], int]
+
+
+class Drivers(NamedTuple):
+    """The steps of the cycle that are whole drivers.
+
+    Attributes:
+        submit: ``submit(preset_run_id)`` runs the submission (``pipelines.submit``) and
+            returns its exit status; ``preset_run_id`` names a fresh run.
+        merge: ``pipelines.merge.main``.
+        resubmit: ``pipelines.resubmit.main``.
+    """
+
+    submit: Callable[[Optional[str]], int]
+    merge: DriverMain
+    resubmit: DriverMain
 
 
 def add_cycle_arguments(ap: argparse.ArgumentParser) -> None:
@@ -150,11 +168,10 @@ class CycleState:
 
     def save(self, base: str) -> None:
         """Write the state durably (atomic replace)."""
-        from mmirage_beam.io.fs import write_durably
+        from mmirage_beam.ledger import write_json_record
 
         self.updated_at = _dt.datetime.now(_dt.timezone.utc).isoformat()
-        data = json.dumps(dataclasses.asdict(self), sort_keys=True) + "\n"
-        write_durably(cycle_state_path(base, self.run_id), data.encode("utf-8"))
+        write_json_record(cycle_state_path(base, self.run_id), dataclasses.asdict(self))
 
     @classmethod
     def load(cls, base: str, run_id: str) -> Optional[CycleState]:
@@ -189,6 +206,7 @@ class _Context:
     base: str
     poll_interval_secs: float
     deadline: Optional[float]  # time.monotonic() after which waiting stops
+    drivers: Drivers
     stream: Any = None  # None: sys.stdout at the time of each line
 
     @property
@@ -208,18 +226,13 @@ class _Context:
         return ["--config", self.args.config, *(["-v"] if self.args.verbose else [])]
 
 
-def run_cycle(
-    args: argparse.Namespace,
-    beam_args: Sequence[str],
-    submit: Callable[[Optional[str]], int],
-) -> int:
+def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], drivers: Drivers) -> int:
     """Drive the cycle of ``mmirage run --wait`` (fresh, or resumed with ``--run-id``).
 
     Args:
         args: ``mmirage run``'s parsed flags (``config``, ``run_id``, the cycle flags).
         beam_args: the Beam pipeline options, passed to every step.
-        submit: ``submit(preset_run_id)`` runs the submission (``pipelines.submit``) and
-            returns its exit status; ``preset_run_id`` names a fresh run.
+        drivers: the submit, merge and resubmit steps (:class:`Drivers`).
 
     Returns:
         0 every row succeeded; 1 rows failed (the summary names them and the command
@@ -241,7 +254,7 @@ def run_cycle(
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     poll = args.poll_interval or DEFAULT_POLL_INTERVAL_SECS
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    ctx = _Context(args, list(beam_args), config, base, poll, deadline)
+    ctx = _Context(args, list(beam_args), config, base, poll, deadline, drivers)
     fresh = args.run_id is None
     if fresh:
         run_id = new_run_id()
@@ -272,7 +285,7 @@ def run_cycle(
     lease = acquire(base, "cycle-" + run_id)
     lease.start_refreshing()
     try:
-        return _drive(ctx, state, submit, fresh)
+        return _drive(ctx, state, fresh)
     except KeyboardInterrupt:
         ctx.say(
             f"stopped at {state.phase!r}; the batches already submitted keep running at the "
@@ -299,9 +312,7 @@ def _retries(ctx: _Context) -> int:
     return ctx.config.execution.retries
 
 
-def _drive(
-    ctx: _Context, state: CycleState, submit: Callable[[Optional[str]], int], fresh: bool
-) -> int:
+def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
     """The state machine: one step per phase, the state saved after each."""
     from mmirage_beam.pipeline import errors_path_for
 
@@ -313,7 +324,7 @@ def _drive(
     while True:
         if state.phase == SUBMITTING:
             state.save(ctx.base)
-            code = submit(state.run_id if fresh else None)
+            code = ctx.drivers.submit(state.run_id if fresh else None)
             if code != 0:
                 if fresh and code in (2, 3):  # nothing was sent: no cycle to continue
                     _remove(ctx, state)
@@ -470,10 +481,8 @@ def _merge_record(ctx: _Context, state: CycleState) -> Optional[dict[str, Any]]:
 def _merge(ctx: _Context, state: CycleState) -> tuple[int, Optional[dict[str, Any]]]:
     """``mmirage merge --run-id <run>`` (its linked runs come along); the merge record it
     wrote, or None when it refused or failed."""
-    from pipelines.merge import main as merge_main
-
     started = time.time()
-    code = merge_main(
+    code = ctx.drivers.merge(
         [*ctx.driver_args(), "--output-path", state.output_path, "--run-id", state.run_id]
         + ctx.beam_args
     )
@@ -494,7 +503,6 @@ def _resubmit(ctx: _Context, state: CycleState) -> int:
     cycle's run; not again if that run already has receipts (a resumed cycle)."""
     from mmirage_beam.pipeline import errors_path_for
     from mmirage_beam.receipts import MODALITIES, parts_dir, pending_intents, receipt_path
-    from pipelines.resubmit import main as resubmit_main
 
     new = state.retry_run
     assert new is not None
@@ -511,7 +519,7 @@ def _resubmit(ctx: _Context, state: CycleState) -> int:
         )
     else:
         ctx.say(f"retry {k} of {state.retries}: re-sending the retryable failures as run {new}")
-        code = resubmit_main(
+        code = ctx.drivers.resubmit(
             [
                 *ctx.driver_args(),
                 "--from",

@@ -4,6 +4,17 @@ from __future__ import annotations
 
 import unicodedata
 
+__all__ = [
+    "MmirageError",
+    "ConfigError",
+    "require_int",
+    "CredentialsError",
+    "InvalidRowsError",
+    "RequestBuildError",
+    "PluginError",
+    "RunStopped",
+]
+
 
 class MmirageError(Exception):
     """Base class. ``exit_code`` is what the CLI exits with."""

@@ -141,12 +141,6 @@ def _short(value: str, limit: int = 300) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
-def sniff_media_type(data: bytes) -> tuple[Optional[str], bool]:
-    """Return ``(media_type, animated)`` from the image bytes; ``(None, False)`` if unknown."""
-    media_type, animated, _ = sniff_image(data)
-    return media_type, animated
-
-
 def sniff_image(data: bytes) -> tuple[Optional[str], bool, Optional[tuple[int, int]]]:
     """Return ``(media_type, animated, (width, height))`` from the image bytes, read from
     the header only (Pillow does not decode the pixels); ``(None, False, None)`` if the

@@ -7,6 +7,7 @@ import sys
 from typing import Any, Callable, Optional, Sequence
 
 from mmirage_beam.errors import ConfigError, MmirageError
+from mmirage_beam.metrics import METRICS_NAMESPACE
 
 _LOG = logging.getLogger("mmirage_beam")
 
@@ -124,7 +125,7 @@ def describe_failure(exc: BaseException) -> str:
     return last
 
 
-def counters(result: Any, namespace: str = "mmirage") -> dict[str, int]:
+def counters(result: Any, namespace: str = METRICS_NAMESPACE) -> dict[str, int]:
     """Committed (falling back to attempted) counter totals of ``namespace``, by name."""
     from apache_beam.metrics.metric import MetricsFilter
 

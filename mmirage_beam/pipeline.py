@@ -24,6 +24,8 @@ from apache_beam.metrics import Metrics
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.io.readers import ReadDatasets
 from mmirage_beam.io.writers import ConcatenateFiles, WriteJsonLinesShards, WriteSingleFile
+from mmirage_beam.jsonl import json_line
+from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.progress import (
     CountProgress,
     announce_estimate,
@@ -100,8 +102,6 @@ def _sum_counts(counts: Any) -> dict[str, int]:
 
 
 def _error_line(err: Any) -> bytes:
-    from mmirage_beam.jsonl import json_line
-
     return json_line(err.to_json())
 
 
@@ -110,7 +110,7 @@ class _SelectRequestsFn(beam.DoFn):
 
     def __init__(self, keep_listed: bool) -> None:
         self._keep_listed = keep_listed
-        self._skipped = Metrics.counter("mmirage", "requests_not_selected")
+        self._skipped = Metrics.counter(METRICS_NAMESPACE, "requests_not_selected")
 
     def process(self, request: Any, ids: frozenset) -> Any:
         if (request.custom_id in ids) == self._keep_listed:
@@ -770,7 +770,7 @@ def build_merge_pipeline(
 def _unknown_line(u: dict[str, Any], index: int) -> tuple[int, bytes]:
     """An unknown custom_id (or unreadable result line) as an errors-file line, sorted
     at ``index`` (before every row)."""
-    return index, _json_line(
+    return index, json_line(
         {
             "custom_id": u["custom_id"],
             "source_index": None,
@@ -783,10 +783,6 @@ def _unknown_line(u: dict[str, Any], index: int) -> tuple[int, bytes]:
             "retryable": False,
         }
     )
-
-
-def _json_line(obj: dict[str, Any]) -> bytes:
-    return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 # Outcomes that a resubmission cannot fix: the request was never answered for a reason
@@ -823,9 +819,9 @@ def build_failures_pipeline(
     does not match its schema counts as failed, exactly as merge counts it
     (:func:`mmirage_beam.results.check_answer`), so ``--only all`` re-sends it.
     """
+    from mmirage_beam.config.schema import json_schema_for
     from mmirage_beam.results import check_answer
     from mmirage_beam.transforms.merge import FetchResults
-    from mmirage_beam.transforms.schema import json_schema_for
 
     json_outputs = {
         o.name: json_schema_for(o.output_schema) for o in outputs if o.output_type == "JSON"

@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+__all__ = [
+    "SourceRow",
+    "RowError",
+    "BatchRequest",
+    "Chunk",
+    "ChunkRef",
+]
+
 
 class SourceRow(NamedTuple):
     """One row read from a dataset.

@@ -43,10 +43,10 @@ from mmirage_beam.config.loader import (
     resolve_config_paths,
 )
 from mmirage_beam.errors import ConfigError, InvalidRowsError, MmirageError
+from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.records import RowError, SourceRow
 
 _LOG = logging.getLogger(__name__)
-_NS = "mmirage"
 #: buckets of the content-ordered index: rows are grouped by the first 4 hex digits of
 #: their content hash, so no worker holds more than about 1/65,536 of the rows.
 _INDEX_BUCKETS_HEX = 4
@@ -109,7 +109,7 @@ def _content_key(row: dict[str, Any]) -> tuple[str, str]:
 class _IndexFromFieldFn(beam.DoFn):
     def __init__(self, index_field: str) -> None:
         self._field = index_field
-        self._bad = Metrics.counter(_NS, "row_errors")
+        self._bad = Metrics.counter(METRICS_NAMESPACE, "row_errors")
 
     def process(self, element: Any) -> Iterable[Any]:
         row = row_to_dict(element)
@@ -139,7 +139,7 @@ def _unique_index(kv: tuple[int, Iterable[dict[str, Any]]], index_field: str) ->
     if len(rows) == 1:
         yield SourceRow(index, 0, rows[0])
         return
-    Metrics.counter(_NS, "row_errors").inc(len(rows))
+    Metrics.counter(METRICS_NAMESPACE, "row_errors").inc(len(rows))
     for _ in rows:
         yield beam.pvalue.TaggedOutput(
             "errors",

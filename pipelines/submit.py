@@ -118,7 +118,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     check_beam_args(beam_args, args.own_flags)
 
     from mmirage_beam.config import load_config
-    from mmirage_beam.cycle import cycle_wanted, run_cycle
+    from mmirage_beam.cycle import cycle_wanted
+    from pipelines.cycle import run_cycle
 
     if cycle_wanted(args, load_config(args.config)):
         return run_cycle(args, beam_args, lambda run_id: _submit_main(args, beam_args, run_id))

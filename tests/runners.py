@@ -113,9 +113,9 @@ def runner_flags(name: str, services: Optional[PortableServices] = None) -> list
 def run_cli(
     args: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float = 300
 ) -> subprocess.CompletedProcess:
-    """``python -m mmirage_beam.cli ARGS`` (the ``mmirage`` command) in ``cwd``, in its own
+    """``python -m pipelines.cli ARGS`` (the ``mmirage`` command) in ``cwd``, in its own
     process group (killed whole on timeout). Returns the completed process (text output)."""
-    cmd = [sys.executable, "-m", "mmirage_beam.cli", *args]
+    cmd = [sys.executable, "-m", "pipelines.cli", *args]
     proc = subprocess.Popen(
         cmd,
         cwd=cwd,

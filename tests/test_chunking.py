@@ -26,7 +26,6 @@ from mmirage_beam.transforms.chunking import (
     FLUSH_REASONS,
     ChunkRequests,
     ChunkRequestsResult,
-    _BatchRequestCoder,
     load_chunk,
     would_overflow,
 )
@@ -172,15 +171,6 @@ def test_invalid_arguments_raise_value_error_naming_the_argument(kwargs, argumen
 def test_valid_arguments_are_accepted():
     ChunkRequests(1, None)
     ChunkRequests(52_428_800, 50_000, "reject", chunk_overhead_bytes=1024, shards_per_key=8)
-
-
-def test_buffer_coder_round_trips_and_is_deterministic():
-    coder = _BatchRequestCoder()
-    request = make_request(12345, 77, output_name="naïve", modality="multimodal")
-    assert coder.decode(coder.encode(request)) == request
-    assert isinstance(coder.decode(coder.encode(request)), BatchRequest)
-    assert coder.is_deterministic()
-    assert coder.encode(request) == coder.encode(BatchRequest(*request))
 
 
 # --------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmirage_beam.cli import main as cli_main
+from pipelines.cli import main as cli_main
 from tests.conftest import base_config, write_config
 
 

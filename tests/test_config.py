@@ -7,10 +7,10 @@ import copy
 import pytest
 
 from mmirage_beam.config import config_from_dict, load_config
+from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.providers.anthropic import AnthropicBatchConfig
 from mmirage_beam.providers.openai import OpenAIBatchConfig
-from mmirage_beam.transforms.schema import json_schema_for
 from tests.conftest import base_config, write_config
 
 

@@ -36,17 +36,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mmirage_beam.costs import tokens as t
 from mmirage_beam.costs.prices import batch_price, price_table
 from mmirage_beam.costs.report import batch_usage_line, estimate_lines, usage_lines
-from mmirage_beam.costs.tokens import (
-    TokenCounter,
-    count_text,
-    load_encoding,
-    vocabulary_file,
-)
+from mmirage_beam.costs.tokens import TokenCounter
+from mmirage_beam.providers import tokens as t
 from mmirage_beam.providers.anthropic.tokens import anthropic_image_tokens
 from mmirage_beam.providers.openai.tokens import encoding_for_model, openai_image_tokens
+from mmirage_beam.providers.tokens import count_text, load_encoding, vocabulary_file
 from tests.conftest import GSM8K_JSONL, IMAGES, REPO, base_config, write_config
 
 TIKTOKEN_HASHES = {
@@ -130,7 +126,7 @@ def test_published_token_ids(text, encoding, ids):
 
 
 def test_a_vocabulary_that_is_not_tiktokens_is_refused(tmp_path, monkeypatch):
-    from mmirage_beam.costs import tokens
+    from mmirage_beam.providers import tokens
 
     fake = tmp_path / "o200k_base.tiktoken.gz"
     fake.write_bytes(gzip.compress(b"aGVsbG8= 0\n"))
@@ -144,7 +140,7 @@ def test_counting_loads_tiktoken_not_the_bpe_openai_extension():
     on every worker) is never imported."""
     code = (
         "import sys\n"
-        "from mmirage_beam.costs.tokens import count_text\n"
+        "from mmirage_beam.providers.tokens import count_text\n"
         "assert count_text('tiktoken is great!', 'o200k_base') == 6\n"
         "print(sorted(m for m in ('bpe_openai', 'tiktoken') if m in sys.modules))\n"
     )

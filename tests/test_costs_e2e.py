@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mmirage_beam.costs.tokens import TokenCounter, count_text
+from mmirage_beam.costs.tokens import TokenCounter
+from mmirage_beam.providers.tokens import count_text
 from mmirage_beam.testing.fake_provider.answers import count_words
 from pipelines.check import main as check_main
 from pipelines.merge import main as merge_main

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from mmirage_beam.cli import main as cli_main
 from mmirage_beam.config import config_from_dict
 from mmirage_beam.errors import ConfigError
 from pipelines.cancel import main as cancel_main
+from pipelines.cli import main as cli_main
 from pipelines.resubmit import main as resubmit_main
 from pipelines.runs import main as runs_main
 from pipelines.submit import main as submit_main

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from mmirage_beam.cli import main as cli_main
 from mmirage_beam.testing import fake_answer_text
+from pipelines.cli import main as cli_main
 from tests.conftest import GSM8K_JSONL
 
 

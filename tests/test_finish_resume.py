@@ -38,7 +38,7 @@ _slow = pytest.mark.skipif(not SLOW, reason="set MMIRAGE_SLOW_TESTS=1 (two CLI r
 
 def _cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "mmirage_beam.cli", *args],
+        [sys.executable, "-m", "pipelines.cli", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

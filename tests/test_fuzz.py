@@ -578,7 +578,7 @@ def test_regression_config_errors_through_the_cli(tmp_path):
             path.write_bytes(text)
         else:
             path.write_text(text, encoding="utf-8")
-        cmd = [sys.executable, "-m", "mmirage_beam.cli", "run", "--config", str(path)]
+        cmd = [sys.executable, "-m", "pipelines.cli", "run", "--config", str(path)]
         cmd += ["--export-prompts", str(tmp_path / f"{name}-prompts")]
         procs[name] = subprocess.Popen(
             cmd,

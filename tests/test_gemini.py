@@ -69,7 +69,7 @@ def test_gsm8k_config_run_check_merge_matches_what_the_sdk_reads(tmp_path, monke
             MMIRAGE_GEMINI_BASE_URL=fake.gemini_base_url,
         )
         run = subprocess.run(
-            [sys.executable, "-m", "mmirage_beam.cli", "run", "--config", config, "--run-id", "g1"],
+            [sys.executable, "-m", "pipelines.cli", "run", "--config", config, "--run-id", "g1"],
             cwd=tmp_path,
             env=env,
             capture_output=True,
@@ -320,7 +320,7 @@ def test_the_key_falls_back_to_google_api_key(monkeypatch):
 
 
 def test_demo_runs_for_gemini(tmp_path, capsys):
-    from mmirage_beam.cli import main as cli_main
+    from pipelines.cli import main as cli_main
 
     argv = ["demo", "--provider", "gemini", "--workdir", str(tmp_path), "--rows", "4"]
     code = cli_main([*argv, "--delay", "0"])

@@ -62,7 +62,7 @@ def _merge(tmp_path, cfg_path, *extra):
 
 
 def _json_schema():
-    from mmirage_beam.transforms.schema import json_schema_for
+    from mmirage_beam.config.schema import json_schema_for
 
     return json_schema_for(FACTS_SCHEMA)
 

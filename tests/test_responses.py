@@ -381,7 +381,7 @@ def test_responses_lifecycle_against_the_fake(tmp_path, capsys, provider_env):
     assert code == 0, report
     merged = _read_jsonl(out)
     assert [m["source_index"] for m in merged] == list(range(len(rows)))
-    from mmirage_beam.transforms.schema import json_schema_for
+    from mmirage_beam.config.schema import json_schema_for
 
     for m, row in zip(merged, rows):
         question = row["question"]

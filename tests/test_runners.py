@@ -462,7 +462,7 @@ def test_sigterm_on_the_portable_runner_stops_the_job_in_the_job_service(beam_se
             {"OPENAI_API_KEY": LAUNCHER_KEY, "MMIRAGE_OPENAI_BASE_URL": fake.openai_base_url}
         )
         flags = runner_flags("portable_external", beam_services)
-        cmd = [sys.executable, "-m", "mmirage_beam.cli", "run", "--config", "config.yaml"]
+        cmd = [sys.executable, "-m", "pipelines.cli", "run", "--config", "config.yaml"]
         cmd += ["--run-id", "term1", *flags]
         proc = subprocess.Popen(cmd, cwd=root, env=env, stderr=subprocess.PIPE, text=True)
         parts = root / "meta" / "batch_metadata.text.term1.jsonl.parts"

@@ -98,7 +98,7 @@ def test_an_unreachable_job_service_is_refused_at_once(tmp_path, capsys):
 
 
 def test_demo_never_replaces_a_folder_it_did_not_make(tmp_path, capsys):
-    from mmirage_beam.demo import main as demo_main
+    from pipelines.demo import main as demo_main
 
     mine = tmp_path / "wd" / "openai"
     mine.mkdir(parents=True)

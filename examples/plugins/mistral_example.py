@@ -4,7 +4,7 @@
 from dataclasses import dataclass
 from typing import Any, Dict, Sequence
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig, BatchProviderConfigRegistry
+from mmirage_beam.providers.config import BatchProviderConfig, BatchProviderConfigRegistry
 from mmirage_beam.providers.base import (
     BatchAdapterRegistry,
     BatchSubmissionAdapter,

@@ -12,6 +12,11 @@ from typing import (
 from mmirage_beam.check.lookup import LOOKUP_FAILED
 from mmirage_beam.check.report import StatusReport
 
+__all__ = [
+    "advice_lines",
+]
+
+
 # What a batch-level failure means and what to do, keyed by the provider's error code or
 # status word (OpenAI Batch API and Anthropic Message Batches vocabularies).
 _ADVICE = {

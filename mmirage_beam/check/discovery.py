@@ -37,6 +37,14 @@ from mmirage_beam.receipts import (
 if TYPE_CHECKING:
     from mmirage_beam.config.loader import PipelineConfig
 
+__all__ = [
+    "NoReceiptsError",
+    "ReceiptEntry",
+    "ReceiptSet",
+    "collect_receipts",
+]
+
+
 _LOG = logging.getLogger(__name__)
 
 _DRY_RUN_STATUS = "dry_run"

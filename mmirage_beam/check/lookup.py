@@ -24,6 +24,7 @@ from typing import (
 from mmirage_beam.check.discovery import ReceiptEntry, ReceiptSet
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.providers.base import (
+    ENDED_STATUSES,
     BatchAdapterRegistry,
     BatchProgress,
     BatchSubmissionAdapter,
@@ -31,16 +32,29 @@ from mmirage_beam.providers.base import (
 )
 
 if TYPE_CHECKING:
-    from mmirage_beam.config.batch_provider import BatchProviderConfig
     from mmirage_beam.config.loader import PipelineConfig
+    from mmirage_beam.providers.config import BatchProviderConfig
+
+__all__ = [
+    "LOOKUP_FAILED",
+    "TERMINAL_STATUSES",
+    "STATUS_ORDER",
+    "BatchStatus",
+    "BatchStatusChecker",
+    "check_statuses",
+    "not_terminal",
+    "exit_code",
+]
+
 
 _LOG = logging.getLogger(__name__)
 
 #: status of a batch its provider could not resolve (e.g. an unknown batch id).
 LOOKUP_FAILED = "lookup_failed"
-#: statuses after which a batch will not change any more (lookup failures included, so
-#: that a watch loop cannot spin forever on a batch that does not exist).
-TERMINAL_STATUSES = ("completed", "failed", LOOKUP_FAILED)
+#: statuses at which a watch stops following a batch: it ended at its provider
+#: (:data:`~mmirage_beam.providers.base.ENDED_STATUSES`) or cannot be looked up, so that
+#: a watch loop cannot spin forever on a batch that does not exist.
+TERMINAL_STATUSES = (*ENDED_STATUSES, LOOKUP_FAILED)
 #: the order statuses are listed in, in summaries.
 STATUS_ORDER = ("completed", "in_progress", "unknown", "failed", LOOKUP_FAILED)
 
@@ -315,7 +329,7 @@ def exit_code(statuses: Iterable[BatchStatus]) -> int:
 def _provider_config(provider: str, config: Optional[PipelineConfig]) -> BatchProviderConfig:
     if config is not None and config.processor.provider == provider:
         return config.processor
-    from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
+    from mmirage_beam.providers.config import BatchProviderConfigRegistry
 
     cls = BatchProviderConfigRegistry.get(provider)
     try:

@@ -18,6 +18,17 @@ from typing import (
 from mmirage_beam.check.discovery import ReceiptSet
 from mmirage_beam.check.lookup import LOOKUP_FAILED, STATUS_ORDER, BatchStatus, exit_code
 
+__all__ = [
+    "GroupSummary",
+    "StatusReport",
+    "summarize",
+    "build_report",
+    "human_age",
+    "format_report_lines",
+    "print_rich_report",
+    "print_report",
+]
+
 
 @dataclass(frozen=True)
 class GroupSummary:
@@ -66,11 +77,6 @@ class StatusReport:
     def exit_code(self) -> int:
         """0 when nothing failed (running batches are fine), 1 otherwise."""
         return exit_code(self.statuses)
-
-    @property
-    def all_terminal(self) -> bool:
-        """True when no batch may change any more."""
-        return all(s.terminal for s in self.statuses)
 
 
 def summarize(label: str, statuses: Sequence[BatchStatus]) -> GroupSummary:

@@ -18,6 +18,14 @@ from mmirage_beam.check.discovery import ReceiptEntry
 from mmirage_beam.check.lookup import LOOKUP_FAILED, BatchStatus, BatchStatusChecker
 from mmirage_beam.check.report import GroupSummary, summarize
 
+__all__ = [
+    "watch_statuses",
+    "poll_summary",
+    "format_poll_line",
+    "PlainWatchDisplay",
+    "RichWatchDisplay",
+]
+
 
 def watch_statuses(
     checker: BatchStatusChecker,

@@ -3,10 +3,6 @@
 Each provider's own config class lives in its package (``mmirage_beam/providers/<name>/``).
 """
 
-from mmirage_beam.config.batch_provider import (
-    BatchProviderConfig,
-    BatchProviderConfigRegistry,
-)
 from mmirage_beam.config.loader import (
     DatasetConfig,
     ExecutionConfig,
@@ -15,6 +11,10 @@ from mmirage_beam.config.loader import (
     PipelineConfig,
     config_from_dict,
     load_config,
+)
+from mmirage_beam.providers.config import (
+    BatchProviderConfig,
+    BatchProviderConfigRegistry,
 )
 
 __all__ = [

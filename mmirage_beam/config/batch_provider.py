@@ -1,142 +1,24 @@
-"""Provider configuration classes for the ``batch_api`` processor, and their registry.
+"""Where provider plugins have always imported the config contract from.
 
-This keeps MMIRAGE's extension contract: a provider is a :class:`BatchProviderConfig`
-dataclass subclass (validated in ``__post_init__``) registered with
-:class:`BatchProviderConfigRegistry` under the name used in YAML ``provider:``.
-
-Each provider's config class lives in its package (``mmirage_beam/providers/<name>/``),
-which registers it; its limits (requests and bytes per batch) come from the provider's
-batch documentation, see ``PROVIDER_LIMITS_SOURCE`` on each subclass.
+The contract lives beside the adapter contract, in :mod:`mmirage_beam.providers.config`
+(the provider packages import it from there); this module hands the same objects on so
+a plugin written against ``mmirage_beam.config.batch_provider`` keeps working.
 """
 
-from __future__ import annotations
+from mmirage_beam.providers.config import (
+    DEFAULT_MAX_CHUNK_BYTES,
+    PRICE_KEYS,
+    BatchProviderConfig,
+    BatchProviderConfigRegistry,
+    check_number,
+    check_str,
+)
 
-import math
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Optional
-
-from mmirage_beam.errors import ConfigError, require_int
-from mmirage_beam.registry import ProviderRegistry
-
-DEFAULT_MAX_CHUNK_BYTES = 52_428_800  # 50 MiB, MMIRAGE's default upload size per chunk
-_POLICIES = ("isolate", "reject")
-
-
-@dataclass
-class BatchProviderConfig:
-    """Fields shared by every batch provider (MMIRAGE names and defaults).
-
-    Attributes:
-        provider: the registry name, e.g. ``"openai"``.
-        max_chunk_bytes: upper bound, in bytes, of one uploaded chunk (default 50 MiB).
-        max_requests_per_chunk: optional cap on requests per chunk.
-        metadata_output_path: base path of the receipt files.
-        oversized_request_policy: ``"isolate"`` (a request larger than
-            ``max_chunk_bytes`` gets a chunk of its own) or ``"reject"`` (the run fails
-            before anything is submitted).
-        price_per_million_input_tokens, price_per_million_output_tokens: optional batch
-            prices in USD per million tokens, overriding the table in
-            the provider's ``prices.json`` (:mod:`mmirage_beam.costs.prices`).
-        max_enqueued_tokens: optional limit on this run's input tokens in unfinished
-            batches of the model; SubmitChunks waits before creating a batch that would
-            exceed it (:mod:`mmirage_beam.costs.budget`).
-        exact_tokens: count each request's input tokens with the provider's own
-            counting endpoint where one exists (Anthropic ``messages.count_tokens``;
-            also the ``--exact-tokens`` flag of ``mmirage run``).
-
-    Subclasses may set the class attributes ``PROVIDER_MAX_REQUESTS_PER_BATCH``,
-    ``PROVIDER_MAX_BATCH_BYTES`` and ``PROVIDER_LIMITS_SOURCE``; values above them are
-    rejected.
-
-    Raises:
-        ConfigError: on any invalid field, naming it.
-    """
-
-    PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = None
-    PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = None
-    PROVIDER_LIMITS_SOURCE: ClassVar[str] = ""
-
-    provider: str = ""
-    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES
-    max_requests_per_chunk: Optional[int] = None
-    metadata_output_path: str = ""
-    oversized_request_policy: str = "isolate"
-    price_per_million_input_tokens: Optional[float] = None
-    price_per_million_output_tokens: Optional[float] = None
-    max_enqueued_tokens: Optional[int] = None
-    exact_tokens: bool = False
-
-    def __post_init__(self) -> None:
-        from mmirage_beam.costs.prices import check_price_overrides
-
-        require_int("max_chunk_bytes", self.max_chunk_bytes, minimum=1)
-        check_price_overrides(self)
-        if self.max_requests_per_chunk is not None:
-            require_int("max_requests_per_chunk", self.max_requests_per_chunk, minimum=1)
-        if self.oversized_request_policy not in _POLICIES:
-            raise ConfigError(
-                "oversized_request_policy",
-                f"must be one of {', '.join(_POLICIES)}, got {self.oversized_request_policy!r}",
-            )
-        if not isinstance(self.metadata_output_path, str):
-            raise ConfigError("metadata_output_path", "must be a string path")
-        limit_bytes = self.PROVIDER_MAX_BATCH_BYTES
-        if limit_bytes is not None and self.max_chunk_bytes > limit_bytes:
-            raise ConfigError(
-                "max_chunk_bytes",
-                f"{self.max_chunk_bytes} is above the {self.provider} limit of {limit_bytes} "
-                f"bytes per batch ({self.PROVIDER_LIMITS_SOURCE})",
-            )
-        limit_n = self.PROVIDER_MAX_REQUESTS_PER_BATCH
-        if (
-            limit_n is not None
-            and self.max_requests_per_chunk is not None
-            and self.max_requests_per_chunk > limit_n
-        ):
-            raise ConfigError(
-                "max_requests_per_chunk",
-                f"{self.max_requests_per_chunk} is above the {self.provider} limit of "
-                f"{limit_n} requests per batch ({self.PROVIDER_LIMITS_SOURCE})",
-            )
-
-    @property
-    def effective_max_requests_per_chunk(self) -> Optional[int]:
-        """The request cap actually applied: the configured one, else the provider's."""
-        if self.max_requests_per_chunk is not None:
-            return self.max_requests_per_chunk
-        return self.PROVIDER_MAX_REQUESTS_PER_BATCH
-
-    @classmethod
-    def field_names(cls) -> set[str]:
-        return {f.name for f in fields(cls)}
-
-
-class BatchProviderConfigRegistry(ProviderRegistry):
-    """Maps a YAML ``provider:`` name to its :class:`BatchProviderConfig` subclass.
-
-    ``register(name, config_cls)`` (TypeError for a non-subclass) and ``get(name)``
-    (ConfigError naming ``provider`` and the registered names).
-    """
-
-    base_class = BatchProviderConfig
-    unknown_message = "unknown provider {name!r}; registered providers: {known}"
-
-    @classmethod
-    def _before_get(cls) -> None:
-        import mmirage_beam.providers  # noqa: F401 - the built-ins register themselves
-
-        super()._before_get()
-
-
-def check_number(name: str, value: Any) -> float:
-    """``value`` as a float. Raises ConfigError naming ``name`` unless it is a number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ConfigError(name, f"must be a number, got {value!r}")
-    return float(value)
-
-
-def check_str(name: str, value: Any) -> str:
-    """``value``. Raises ConfigError naming ``name`` unless it is a non-empty string."""
-    if not isinstance(value, str) or not value:
-        raise ConfigError(name, f"must be a non-empty string, got {value!r}")
-    return value
+__all__ = [
+    "DEFAULT_MAX_CHUNK_BYTES",
+    "PRICE_KEYS",
+    "BatchProviderConfig",
+    "BatchProviderConfigRegistry",
+    "check_number",
+    "check_str",
+]

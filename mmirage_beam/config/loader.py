@@ -16,8 +16,27 @@ from typing import Any, Optional
 
 import yaml
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig, BatchProviderConfigRegistry
+from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.errors import ConfigError, require_int
+from mmirage_beam.providers.config import BatchProviderConfig, BatchProviderConfigRegistry
+
+__all__ = [
+    "DATASET_TYPES",
+    "INPUT_TYPES",
+    "OUTPUT_TYPES",
+    "OUTPUT_NAME_RE",
+    "DatasetConfig",
+    "InputConfig",
+    "OutputConfig",
+    "ExecutionConfig",
+    "DEFAULT_RETRIES",
+    "PipelineConfig",
+    "expand_env",
+    "load_config",
+    "resolve_config_paths",
+    "config_from_dict",
+]
+
 
 DATASET_TYPES = {"jsonl": "JSONL", "loadable": "loadable", "parquet": "parquet"}
 INPUT_TYPES = ("text", "image")
@@ -516,8 +535,6 @@ def _inputs(value: Any) -> tuple[InputConfig, ...]:
 
 
 def _outputs(value: Any, input_names: set[str]) -> tuple[OutputConfig, ...]:
-    from mmirage_beam.transforms.schema import json_schema_for
-
     key = "processing_params.outputs"
     if not isinstance(value, list) or not value:
         raise ConfigError(key, "must be a non-empty list")
@@ -661,8 +678,6 @@ def _check_json_fields(value: Any, key: str, outputs: tuple[OutputConfig, ...]) 
     a typo fails now, not at merge after the batches are paid for."""
     import jinja2
     from jinja2 import nodes
-
-    from mmirage_beam.transforms.schema import json_schema_for
 
     fields = {
         o.name: set(json_schema_for(o.output_schema)["properties"])

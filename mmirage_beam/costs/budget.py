@@ -28,12 +28,20 @@ import time
 from typing import Any, Callable, Optional
 
 from mmirage_beam.costs.tokens import TokenCounter
+from mmirage_beam.providers.base import ENDED_STATUSES
+
+__all__ = [
+    "RECEIPT_TOKENS_KEY",
+    "DEFAULT_POLL_INTERVAL_SECS",
+    "TokenBudget",
+    "token_budget_for",
+]
+
 
 _LOG = logging.getLogger(__name__)
 #: receipt field holding a batch's estimated input tokens (written when a limit is set)
 RECEIPT_TOKENS_KEY = "input_tokens_estimate"
 DEFAULT_POLL_INTERVAL_SECS = 30.0
-_TERMINAL = ("completed", "failed")
 _MODALITIES = ("text", "multimodal")
 
 
@@ -114,7 +122,7 @@ class TokenBudget:
                 except Exception as exc:  # noqa: BLE001 - counted as enqueued, asked again
                     _LOG.warning("status of %s unknown (%s); counted as enqueued", batch_id, exc)
                     status = "unknown"
-                if status in _TERMINAL:
+                if status in ENDED_STATUSES:
                     self._finished.add(batch_id)
                 else:
                     total += int(tokens)

@@ -18,7 +18,15 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple, Optional
 
-PRICE_KEYS = ("price_per_million_input_tokens", "price_per_million_output_tokens")
+from mmirage_beam.providers.base import BatchAdapterRegistry
+from mmirage_beam.providers.config import PRICE_KEYS
+
+__all__ = [
+    "BatchPrice",
+    "provider_price_table",
+    "price_table",
+    "batch_price",
+]
 
 
 class BatchPrice(NamedTuple):
@@ -48,8 +56,6 @@ def provider_price_table(provider: str) -> Optional[dict[str, Any]]:
     Raises:
         ConfigError: no adapter is registered under ``provider``.
     """
-    from mmirage_beam.providers.base import BatchAdapterRegistry
-
     return _cached_table(BatchAdapterRegistry.get(provider))
 
 
@@ -62,8 +68,6 @@ def _cached_table(adapter_cls: type) -> Optional[dict[str, Any]]:
 def price_table() -> dict[str, Any]:
     """Every registered provider's rows in one table: ``{"batch_discount": {provider:
     {...}}, "models": [{"provider", "model", ...}]}`` (for listings and checks)."""
-    from mmirage_beam.providers.base import BatchAdapterRegistry
-
     out: dict[str, Any] = {"batch_discount": {}, "models": []}
     for name in BatchAdapterRegistry.names():
         table = provider_price_table(name)
@@ -105,8 +109,6 @@ def batch_price(
     override_out = getattr(provider_config, PRICE_KEYS[1], None)
     table = provider_price_table(provider)
     if provider_config is not None:
-        from mmirage_beam.providers.base import BatchAdapterRegistry
-
         model = BatchAdapterRegistry.get(provider)().price_key(provider_config) or model
     row = _row_for(table, model or "") if model else None
     found: Optional[BatchPrice] = None
@@ -129,30 +131,3 @@ def batch_price(
         float(override_out) if override_out is not None else found.output_per_million,
         "config (price_per_million_*_tokens)",
     )
-
-
-def check_price_overrides(provider_config: Any) -> None:
-    """Validate the two price keys and ``max_enqueued_tokens`` of a processor.
-
-    Raises:
-        ConfigError: a price that is not a number >= 0, or a ``max_enqueued_tokens``
-            that is not an integer >= 1, naming the key.
-    """
-    import math
-
-    from mmirage_beam.errors import ConfigError, require_int
-
-    for key in PRICE_KEYS:
-        value = getattr(provider_config, key, None)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise ConfigError(key, f"must be a number of USD per million tokens, got {value!r}")
-        if value < 0 or math.isinf(value):
-            raise ConfigError(key, f"must be >= 0 and finite, got {value}")
-    limit = getattr(provider_config, "max_enqueued_tokens", None)
-    if limit is not None:
-        require_int("max_enqueued_tokens", limit, minimum=1)
-    exact = getattr(provider_config, "exact_tokens", False)
-    if not isinstance(exact, bool):
-        raise ConfigError("exact_tokens", f"must be true or false, got {exact!r}")

@@ -14,6 +14,20 @@ from typing import Any, Mapping, Optional
 from mmirage_beam.costs import tokens as t
 from mmirage_beam.costs.prices import BatchPrice, batch_price
 
+__all__ = [
+    "USED_INPUT_TOKENS",
+    "USED_OUTPUT_TOKENS",
+    "USED_CACHE_READ",
+    "USED_CACHE_WRITE",
+    "CACHE_READ_PRICE_FACTOR",
+    "CACHE_WRITE_PRICE_FACTOR",
+    "per_output",
+    "estimate_lines",
+    "usage_lines",
+    "batch_usage_line",
+]
+
+
 USED_INPUT_TOKENS = "used_input_tokens"
 USED_OUTPUT_TOKENS = "used_output_tokens"
 #: Anthropic prompt caching, per output (counted by the merge when reported)

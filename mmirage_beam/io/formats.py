@@ -26,6 +26,18 @@ from typing import Any, Iterator, Optional, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+__all__ = [
+    "OUTPUT_FORMATS",
+    "DEFAULT_BATCH_ROWS",
+    "HF_MAX_SHARD_BYTES",
+    "declared_types",
+    "derive_schema",
+    "hf_features",
+    "check_hf_folder",
+    "convert_merged_jsonl",
+]
+
+
 OUTPUT_FORMATS = ("jsonl", "parquet", "hf")
 #: rows per converted batch (about 1.6 KB of JSON per merged row: some 16 MB per batch)
 DEFAULT_BATCH_ROWS = 10_000

@@ -22,6 +22,19 @@ from typing import Optional, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+__all__ = [
+    "COPY_BLOCK_BYTES",
+    "write_durably",
+    "replace_file",
+    "same_filesystem",
+    "move_file",
+    "move_files",
+    "list_files",
+    "delete_folder",
+    "delete_files",
+]
+
+
 #: Bytes copied at a time by :func:`move_file` across filesystems (1 MiB).
 COPY_BLOCK_BYTES = 1 << 20
 
@@ -174,11 +187,6 @@ def list_files(folder: str, pattern: str = "*") -> list[str]:
     sorted; ``[]`` when there are none or the folder does not exist."""
     result = FileSystems.match([FileSystems.join(folder, pattern)])[0]
     return sorted(m.path for m in result.metadata_list)
-
-
-def folder_exists(folder: str) -> bool:
-    """Whether ``folder`` exists as a folder (local) or holds any file (object stores)."""
-    return FileSystems.exists(folder) or bool(list_files(folder, "**"))
 
 
 def delete_folder(folder: str) -> None:

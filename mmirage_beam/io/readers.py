@@ -40,6 +40,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from mmirage_beam.errors import ConfigError
+from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.records import RowError, SourceRow
 
 if TYPE_CHECKING:
@@ -47,12 +48,20 @@ if TYPE_CHECKING:
 
     from mmirage_beam.config.loader import DatasetConfig
 
+__all__ = [
+    "DEFAULT_DESIRED_SPLIT_BYTES",
+    "ReadDatasetsResult",
+    "ReadDatasets",
+    "to_json_value",
+    "replace_lone_surrogates",
+]
+
+
 _LOGGER = logging.getLogger(__name__)
 
 DEFAULT_DESIRED_SPLIT_BYTES = 64 * 1024 * 1024  # 64 MiB
 _ARROW_SLICE_ROWS = 256  # rows turned into Python objects at once (bounds memory)
 _PARQUET_BATCH_ROWS = 1024  # rows per record batch read from a Parquet row group
-_METRICS_NAMESPACE = "mmirage"
 _ERRORS_TAG = "errors"
 _UTF8_BOM = b"\xef\xbb\xbf"
 _ARROW_FILE_MAGIC = b"ARROW1"
@@ -577,8 +586,8 @@ class _ReadSplitFn(beam.DoFn):
     def __init__(self, num_shards: int, shard_id: int) -> None:
         self._num_shards = num_shards
         self._shard_id = shard_id
-        self._rows_read = Metrics.counter(_METRICS_NAMESPACE, "rows_read")
-        self._row_errors = Metrics.counter(_METRICS_NAMESPACE, "row_errors")
+        self._rows_read = Metrics.counter(METRICS_NAMESPACE, "rows_read")
+        self._row_errors = Metrics.counter(METRICS_NAMESPACE, "row_errors")
 
     def start_bundle(self) -> None:
         self._read_count = 0  # added to the rows_read metric once per bundle

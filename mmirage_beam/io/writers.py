@@ -8,6 +8,15 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 
+__all__ = [
+    "BytesSink",
+    "concatenate_files",
+    "WriteSingleFile",
+    "WriteJsonLinesShards",
+    "ConcatenateFiles",
+    "join",
+]
+
 
 class BytesSink(fileio.FileSink):
     """Writes each element (``bytes``, already newline-terminated) as is."""

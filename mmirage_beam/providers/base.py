@@ -43,18 +43,37 @@ from typing import (
     TypeVar,
 )
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
-from mmirage_beam.costs.tokens import TokenCount
 from mmirage_beam.errors import CredentialsError
 from mmirage_beam.jsonl import RawLine
 from mmirage_beam.providers import retrying
+from mmirage_beam.providers.config import BatchProviderConfig
+from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.registry import ProviderRegistry
+
+__all__ = [
+    "NORMALISED_STATUSES",
+    "ENDED_STATUSES",
+    "BatchSubmissionResult",
+    "BatchProgress",
+    "ProviderLimits",
+    "parse_timestamp",
+    "credential_env_var",
+    "resolve_credentials",
+    "BatchSubmissionAdapter",
+    "open_chunk_file",
+    "iter_chunk_lines",
+    "BatchAdapterRegistry",
+]
+
 
 _LOG = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
 NORMALISED_STATUSES = ("completed", "failed", "in_progress", "unknown")
+#: the normalised statuses of a batch that has ended at its provider: its results (or
+#: its error) can be fetched and it will not change any more.
+ENDED_STATUSES = ("completed", "failed")
 
 # Provider status words -> normalised status. Adapters may extend this via
 # ``STATUS_MAP``; ``_normalize_status`` falls back to "unknown".
@@ -527,7 +546,7 @@ class BatchSubmissionAdapter(abc.ABC):
         (``TokenCount.exact`` False, ``notes`` saying why).
 
         Returns:
-            A :class:`~mmirage_beam.costs.tokens.TokenCount`, or None: this provider
+            A :class:`~mmirage_beam.providers.tokens.TokenCount`, or None: this provider
             cannot count (the default), and the summaries say "unknown", never 0.
 
         Raises:
@@ -633,9 +652,7 @@ class BatchSubmissionAdapter(abc.ABC):
         The default reads its lines and calls :meth:`submit_chunk_lines` (one chunk in
         memory); adapters that upload a file override it to stream the file.
         """
-        from mmirage_beam.staging import iter_lines
-
-        return self.submit_chunk_lines(chunk_id, list(iter_lines(path)), config)
+        return self.submit_chunk_lines(chunk_id, list(iter_chunk_lines(path)), config)
 
     @staticmethod
     @contextlib.contextmanager
@@ -647,10 +664,9 @@ class BatchSubmissionAdapter(abc.ABC):
         attempt's closed), an object-store path (``scheme://``) is read into memory and
         passed through ``in_memory``. Every file it opened is closed on exit."""
         if "://" in path:
-            from mmirage_beam.staging import open_staged
 
             def content() -> Any:
-                with open_staged(path) as f:
+                with open_chunk_file(path) as f:
                     return in_memory(f.read())
 
             yield content
@@ -739,6 +755,22 @@ class BatchSubmissionAdapter(abc.ABC):
             total=_optional_int(counts.get("total")),
             created_at=parse_timestamp(raw.get("created_at")),
         )
+
+
+def open_chunk_file(path: str) -> Any:
+    """A binary file object of the chunk file ``path`` (local or ``scheme://``), its
+    bytes as stored (never decompressed, whatever its name)."""
+    # Beam's file systems, imported on use: the providers (the registries, ``mmirage
+    # --help``) stay importable without loading Beam.
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.open(path, compression_type="uncompressed")
+
+
+def iter_chunk_lines(path: str) -> Iterator[bytes]:
+    """The lines of the chunk file ``path``, each with its ``\n``, one at a time."""
+    with open_chunk_file(path) as f:
+        yield from f
 
 
 _DUCK_TYPED_RETRY_FILTER = retrying.make_retry_filter((), (Exception,))

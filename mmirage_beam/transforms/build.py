@@ -16,17 +16,32 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.config.loader import DatasetConfig, InputConfig, OutputConfig
+from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.ids import custom_id
 from mmirage_beam.io.readers import replace_lone_surrogates
 from mmirage_beam.jsonl import lone_surrogate_at
+from mmirage_beam.metrics import METRICS_NAMESPACE
+from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import BatchRequest, RowError, SourceRow
-from mmirage_beam.transforms.schema import json_schema_for
+
+__all__ = [
+    "ERRORS_TAG",
+    "BUILT_ROWS_TAG",
+    "TOKENS_TAG",
+    "ExtractedRow",
+    "ExtractInputs",
+    "ExtractInputsResult",
+    "build_payload",
+    "BuildRequests",
+    "BuildRequestsResult",
+    "template_variables",
+    "parallel_list_inputs",
+]
+
 
 _LOG = logging.getLogger(__name__)
-_NS = "mmirage"
 ERRORS_TAG = "errors"
 BUILT_ROWS_TAG = "rows"
 TOKENS_TAG = "tokens"
@@ -84,7 +99,7 @@ class _ExtractInputsFn(beam.DoFn):
         self._lenient = lenient
         self._max_image_file_bytes = max_image_file_bytes
         self._image_file_limit = image_file_limit
-        self._rows = Metrics.counter(_NS, "rows_extracted")
+        self._rows = Metrics.counter(METRICS_NAMESPACE, "rows_extracted")
 
     def setup(self) -> None:
         import jmespath
@@ -249,7 +264,7 @@ def build_payload(
 ) -> dict[str, Any]:
     """The provider-neutral payload for one (row, output): see BatchSubmissionAdapter.
 
-    ``json_schema``: the output's :func:`~mmirage_beam.transforms.schema.json_schema_for`
+    ``json_schema``: the output's :func:`~mmirage_beam.config.schema.json_schema_for`
     when the caller built it once (it is the same for every row); computed otherwise.
     """
     unreadable = [img["source"] for img in images if not img.get("url")]
@@ -297,8 +312,8 @@ class _BuildRequestsFn(beam.DoFn):
         self._count_selection = count_selection
         self._adapter_cls = adapter_cls
         self._config = provider_config
-        self._requests = Metrics.counter(_NS, "requests")
-        self._bytes = Metrics.counter(_NS, "request_bytes")
+        self._requests = Metrics.counter(METRICS_NAMESPACE, "requests")
+        self._bytes = Metrics.counter(METRICS_NAMESPACE, "request_bytes")
 
     def setup(self) -> None:
         from mmirage_beam.transforms.render import make_environment
@@ -596,10 +611,3 @@ def _misaligned_lists(
                 "(see docs/config.md, 'Parallel lists')",
             )
     return None
-
-
-def variables_for(values: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Any]:
-    """Template variables of one row: its inputs, then its outputs (outputs win)."""
-    merged = dict(values)
-    merged.update(outputs)
-    return merged

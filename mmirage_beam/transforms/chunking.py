@@ -47,6 +47,7 @@ from apache_beam.transforms.userstate import (
 from apache_beam.transforms.window import GlobalWindows
 
 from mmirage_beam.errors import ConfigError, require_int
+from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.records import BatchRequest, Chunk, ChunkRef, RowError
 from mmirage_beam.staging import StagedChunkWriter, iter_lines, iter_meta, new_stem, read_meta
 
@@ -59,11 +60,11 @@ __all__ = [
     "OVERSIZED_REQUEST_POLICIES",
     "ChunkRequests",
     "ChunkRequestsResult",
+    "load_chunk",
     "would_overflow",
 ]
 
 _LOGGER = logging.getLogger(__name__)
-_METRICS_NAMESPACE = "mmirage"
 
 #: Accepted values of ``oversized_request_policy``.
 OVERSIZED_REQUEST_POLICIES = ("isolate", "reject")
@@ -116,34 +117,6 @@ class ChunkRequestsResult(NamedTuple):
 
     chunks: PCollection
     rejected: PCollection
-
-
-class _BatchRequestCoder(coders.Coder):
-    """Deterministic coder for :class:`BatchRequest`, field by field (used for the buffer)."""
-
-    def __init__(self) -> None:
-        self._fields = coders.TupleCoder(
-            [
-                coders.StrUtf8Coder(),  # custom_id
-                coders.VarIntCoder(),  # source_index
-                coders.StrUtf8Coder(),  # output_name
-                coders.StrUtf8Coder(),  # modality
-                coders.BytesCoder(),  # line
-                coders.VarIntCoder(),  # nbytes
-            ]
-        )
-
-    def encode(self, value: BatchRequest) -> bytes:
-        return self._fields.encode(tuple(value))
-
-    def decode(self, encoded: bytes) -> BatchRequest:
-        return BatchRequest(*self._fields.decode(encoded))
-
-    def is_deterministic(self) -> bool:
-        return True
-
-    def to_type_hint(self):
-        return BatchRequest
 
 
 def _shard_of(custom_id: str, shards_per_key: int) -> int:
@@ -239,8 +212,8 @@ class _StageChunksFn(beam.DoFn):
         self._chunk_overhead_bytes = chunk_overhead_bytes
         self._shards_per_key = shards_per_key
         self._staging_dir = staging_dir
-        self._oversized_requests = Metrics.counter(_METRICS_NAMESPACE, "oversized_requests")
-        self._rejected_requests = Metrics.counter(_METRICS_NAMESPACE, "rejected_oversized_requests")
+        self._oversized_requests = Metrics.counter(METRICS_NAMESPACE, "oversized_requests")
+        self._rejected_requests = Metrics.counter(METRICS_NAMESPACE, "rejected_oversized_requests")
 
     def start_bundle(self) -> None:
         self._open: dict[str, StagedChunkWriter] = {}
@@ -357,9 +330,9 @@ class _ChunkFn(beam.DoFn):
         self._shards_per_key = shards_per_key
         self._staging_dir = staging_dir
         self._attempt = attempt
-        self._chunks = Metrics.counter(_METRICS_NAMESPACE, "chunks")
-        self._chunk_bytes = Metrics.distribution(_METRICS_NAMESPACE, "chunk_bytes")
-        self._chunked_requests = Metrics.counter(_METRICS_NAMESPACE, "chunked_requests")
+        self._chunks = Metrics.counter(METRICS_NAMESPACE, "chunks")
+        self._chunk_bytes = Metrics.distribution(METRICS_NAMESPACE, "chunk_bytes")
+        self._chunked_requests = Metrics.counter(METRICS_NAMESPACE, "chunked_requests")
 
     def process(
         self,

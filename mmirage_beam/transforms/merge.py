@@ -22,21 +22,50 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.config.loader import OutputConfig
+from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.jsonl import json_line
+from mmirage_beam.metrics import METRICS_NAMESPACE
+from mmirage_beam.providers.base import ENDED_STATUSES
+from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.results import check_answer, is_retryable
 from mmirage_beam.reuse import answer_record
 from mmirage_beam.transforms.render import MISSING, SchemaRenderer
 from mmirage_beam.transforms.rows import assemble_output_row
-from mmirage_beam.transforms.schema import json_schema_for
+
+__all__ = [
+    "UNKNOWN_TAG",
+    "ERRORS_TAG",
+    "BatchToFetch",
+    "OutputResult",
+    "FetchResults",
+    "FetchResultsResult",
+    "NEVER_SUBMITTED",
+    "never_submitted_result",
+    "MergedRow",
+    "CACHE_TOKEN_FIELDS",
+    "partitions_for",
+    "partition_bounds",
+    "SPILL_BUFFER_BYTES",
+    "ROWS_KIND",
+    "RESULTS_KIND",
+    "EXPECTED_KIND",
+    "REBUILT_KIND",
+    "CHANGED_KIND",
+    "SKIPPED_KIND",
+    "UNKNOWN_KIND",
+    "RangePartitioner",
+    "SpillFile",
+    "read_spilled",
+    "SpillByRange",
+    "JoinPartitions",
+]
+
 
 _LOG = logging.getLogger(__name__)
-_NS = "mmirage"
 UNKNOWN_TAG = "unknown"
 ERRORS_TAG = "errors"
 ANSWERS_TAG = "answers"
-TERMINAL_STATUSES = ("completed", "failed")
 
 
 class BatchToFetch(NamedTuple):
@@ -170,10 +199,10 @@ def _error(
 class _FetchResultsFn(beam.DoFn):
     def __init__(self, providers: dict[str, tuple[type, BatchProviderConfig]]) -> None:
         self._providers = dict(providers)
-        self._unknown = Metrics.counter(_NS, "unknown_custom_ids")
-        self._duplicates = Metrics.counter(_NS, "duplicate_results")
-        self._fetched = Metrics.counter(_NS, "batches_fetched")
-        self._malformed_unknown = Metrics.counter(_NS, "unreadable_result_lines")
+        self._unknown = Metrics.counter(METRICS_NAMESPACE, "unknown_custom_ids")
+        self._duplicates = Metrics.counter(METRICS_NAMESPACE, "duplicate_results")
+        self._fetched = Metrics.counter(METRICS_NAMESPACE, "batches_fetched")
+        self._malformed_unknown = Metrics.counter(METRICS_NAMESPACE, "unreadable_result_lines")
 
     def setup(self) -> None:
         from mmirage_beam.providers.base import resolve_credentials
@@ -197,7 +226,7 @@ class _FetchResultsFn(beam.DoFn):
             if new_cid in mapping:
                 reused_as.setdefault(old_cid, []).append(new_cid)
         results: Iterable[dict[str, Any]] = ()
-        if batch.status in TERMINAL_STATUSES:
+        if batch.status in ENDED_STATUSES:
             adapter, config = self._adapters[batch.provider]
             results = adapter.retrieve_results(batch.provider_batch_id, config)
             self._fetched.inc()
@@ -231,7 +260,7 @@ class _FetchResultsFn(beam.DoFn):
             yield self._result(batch, mapping, cid, r)
         if len(seen) == len(mapping):
             return
-        if batch.status not in TERMINAL_STATUSES:
+        if batch.status not in ENDED_STATUSES:
             missing = _error(
                 "pending",
                 f"batch {batch.provider_batch_id} is still {batch.provider_status}; "
@@ -359,7 +388,7 @@ def _check_chunk(element: tuple[str, Iterable[tuple]]) -> Iterator[tuple[int, st
     lines = [e[3] for e in ordered]
     expected = ordered[0][2]
     if any(line is None for line in lines) or request_hash(lines) != expected:
-        Metrics.counter(_NS, "chunks_source_changed").inc()
+        Metrics.counter(METRICS_NAMESPACE, "chunks_source_changed").inc()
         for _pos, idx, _exp, _line in ordered:
             yield idx, key
 
@@ -393,8 +422,12 @@ def _count_usage(output_name: str, input_tokens: Any, output_tokens: Any) -> Non
     """Per-output usage counters ``used_input_tokens:<output>`` /
     ``used_output_tokens:<output>``, which ``mmirage merge`` prices
     (:func:`mmirage_beam.costs.report.usage_lines`)."""
-    Metrics.counter(_NS, f"used_input_tokens:{output_name}").inc(int(input_tokens or 0))
-    Metrics.counter(_NS, f"used_output_tokens:{output_name}").inc(int(output_tokens or 0))
+    Metrics.counter(METRICS_NAMESPACE, f"used_input_tokens:{output_name}").inc(
+        int(input_tokens or 0)
+    )
+    Metrics.counter(METRICS_NAMESPACE, f"used_output_tokens:{output_name}").inc(
+        int(output_tokens or 0)
+    )
 
 
 class _AssembleFn(beam.DoFn):
@@ -402,13 +435,13 @@ class _AssembleFn(beam.DoFn):
         self._outputs = tuple(outputs)
         self._schema = schema
         self._remove = remove_columns
-        self._rows = Metrics.counter(_NS, "rows_written")
-        self._ok = Metrics.counter(_NS, "outputs_succeeded")
-        self._failed_rows = Metrics.counter(_NS, "rows_with_failures")
-        self._missing_rows = Metrics.counter(_NS, "missing_source_rows")
-        self._changed_rows = Metrics.counter(_NS, "source_changed_rows")
-        self._in = Metrics.counter(_NS, "input_tokens")
-        self._out = Metrics.counter(_NS, "output_tokens")
+        self._rows = Metrics.counter(METRICS_NAMESPACE, "rows_written")
+        self._ok = Metrics.counter(METRICS_NAMESPACE, "outputs_succeeded")
+        self._failed_rows = Metrics.counter(METRICS_NAMESPACE, "rows_with_failures")
+        self._missing_rows = Metrics.counter(METRICS_NAMESPACE, "missing_source_rows")
+        self._changed_rows = Metrics.counter(METRICS_NAMESPACE, "source_changed_rows")
+        self._in = Metrics.counter(METRICS_NAMESPACE, "input_tokens")
+        self._out = Metrics.counter(METRICS_NAMESPACE, "output_tokens")
 
     def setup(self) -> None:
         self._renderer = SchemaRenderer(self._schema) if self._schema is not None else None
@@ -419,7 +452,7 @@ class _AssembleFn(beam.DoFn):
         }
 
     def _failed(self, kind: str) -> None:
-        Metrics.counter(_NS, f"failed_{kind}").inc()
+        Metrics.counter(METRICS_NAMESPACE, f"failed_{kind}").inc()
 
     def process(self, element: tuple[int, dict[str, list]]) -> Iterator[Any]:
         source_index, grouped = element
@@ -467,7 +500,7 @@ class _AssembleFn(beam.DoFn):
             out = {o.name: None for o in self._outputs}
             out["source_index"] = source_index
         out["mmirage_skipped"] = grouped["skipped"][0]
-        Metrics.counter(_NS, "rows_skipped_invalid").inc()
+        Metrics.counter(METRICS_NAMESPACE, "rows_skipped_invalid").inc()
         self._rows.inc()
         yield MergedRow(source_index, json_line(out, default=_json_default))
 
@@ -486,7 +519,9 @@ class _AssembleFn(beam.DoFn):
                 by_output[r.output_name] = r
             if r.reused_from:  # paid by the earlier run: counted apart, not billed again
                 for name, n in (("input", r.input_tokens), ("output", r.output_tokens)):
-                    Metrics.counter(_NS, f"reused_{name}_tokens:{r.output_name}").inc(int(n or 0))
+                    Metrics.counter(METRICS_NAMESPACE, f"reused_{name}_tokens:{r.output_name}").inc(
+                        int(n or 0)
+                    )
                 continue
             if r.input_tokens is not None:  # every attempt's usage was billed
                 reported = True
@@ -495,7 +530,7 @@ class _AssembleFn(beam.DoFn):
                 _count_usage(r.output_name, r.input_tokens, r.output_tokens)  # costs/report.py
             for key, n in (r.cache_tokens or {}).items():
                 cached[key] = cached.get(key, 0) + int(n)
-                Metrics.counter(_NS, f"used_{key}:{r.output_name}").inc(int(n))
+                Metrics.counter(METRICS_NAMESPACE, f"used_{key}:{r.output_name}").inc(int(n))
         values: dict[str, Any] = {}
         errors: dict[str, dict[str, Any]] = {}
         for output in self._outputs:
@@ -546,7 +581,7 @@ class _AssembleFn(beam.DoFn):
                     source_index,
                 )
             except Exception as exc:  # a template the values do not fit: mark, never crash
-                Metrics.counter(_NS, "render_failures").inc()
+                Metrics.counter(METRICS_NAMESPACE, "render_failures").inc()
                 errors["output_schema"] = {
                     "type": "render_failed",
                     "message": f"output_schema could not be rendered: {exc}",
@@ -566,7 +601,7 @@ class _AssembleFn(beam.DoFn):
         }
         if reused:
             out["mmirage_reused_from"] = reused  # beside mmirage_errors: per output
-            Metrics.counter(_NS, "outputs_reused").inc(len(reused))
+            Metrics.counter(METRICS_NAMESPACE, "outputs_reused").inc(len(reused))
         keys = grouped.get("keys") or {}
         for name, r in by_output.items():  # answers a later run may reuse
             key = keys.get(r.custom_id)
@@ -855,7 +890,7 @@ class _JoinPartitionFn(beam.DoFn):
                 if entries is None:
                     if self._unsubmitted_run is not None:
                         run, command = self._unsubmitted_run
-                        Metrics.counter(_NS, "requests_never_submitted").inc()
+                        Metrics.counter(METRICS_NAMESPACE, "requests_never_submitted").inc()
                         add("results fetched")
                         yield (
                             RESULTS_KIND,
@@ -869,7 +904,7 @@ class _JoinPartitionFn(beam.DoFn):
     def _compare(self, entries: list[tuple], now: Optional[str]) -> Iterator[Any]:
         hashed = [e for e in entries if e[4] is not None]
         if hashed and not any(e[4] == now for e in hashed):
-            Metrics.counter(_NS, "requests_source_changed").inc()
+            Metrics.counter(METRICS_NAMESPACE, "requests_source_changed").inc()
             key, _pos, idx, _chunk_hash, _own = hashed[-1]
             yield CHANGED_KIND, (idx, key)
 
@@ -922,9 +957,9 @@ class _JoinPartitionFn(beam.DoFn):
             g["changed"].sort()
             for out in self._assemble.process((idx, g)):
                 if isinstance(out, pvalue.TaggedOutput) and out.tag == ANSWERS_TAG:
-                    answers.append(_json_bytes(out.value))
+                    answers.append(json_line(out.value))
                 elif isinstance(out, pvalue.TaggedOutput):
-                    errors.append((out.value["source_index"], _json_bytes(out.value)))
+                    errors.append((out.value["source_index"], json_line(out.value)))
                 else:
                     lines.append((out.source_index, out.line))
                     add("rows merged")
@@ -947,10 +982,6 @@ class _JoinPartitionFn(beam.DoFn):
 
         crash_point("merge_joined")
         yield part, written[0], written[1], written[2]
-
-
-def _json_bytes(obj: dict[str, Any]) -> bytes:
-    return json_line(obj)
 
 
 class _ConcatenatePartsFn(beam.DoFn):

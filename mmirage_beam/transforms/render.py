@@ -14,6 +14,15 @@ from typing import Any, Callable
 
 import jinja2
 
+__all__ = [
+    "MissingValue",
+    "MISSING",
+    "NullValueError",
+    "holds_null",
+    "make_environment",
+    "SchemaRenderer",
+]
+
 
 class MissingValue:
     """An output without a usable value (failed, pending): any attribute or item of it is
@@ -133,8 +142,3 @@ class SchemaRenderer:
     def render(self, variables: dict[str, Any]) -> Any:
         """Render the schema with ``variables`` (inputs and outputs of one row)."""
         return self._compiled(variables)
-
-
-def undefined_name(exc: jinja2.UndefinedError) -> str:
-    """The message Jinja2 gives for an undefined variable, e.g. ``'x' is undefined``."""
-    return str(exc.message or exc)

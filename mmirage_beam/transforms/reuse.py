@@ -21,6 +21,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from mmirage_beam.costs.tokens import TokenCounter, token_counter_for
+from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.reuse import (
     REUSED_PREFIX,
     REUSED_REQUESTS,
@@ -29,7 +30,6 @@ from mmirage_beam.reuse import (
     key_settings,
 )
 
-_NS = "mmirage"
 REUSED_TAG = "reused"
 TOKENS_TAG = "tokens"
 
@@ -85,8 +85,8 @@ class _SplitFn(beam.DoFn):
     def __init__(self, provider_config: Any, count_tokens: bool) -> None:
         self._config = provider_config
         self._count_tokens = count_tokens
-        self._reused = Metrics.counter(_NS, REUSED_REQUESTS)
-        self._stale = Metrics.counter(_NS, STALE_REQUESTS)
+        self._reused = Metrics.counter(METRICS_NAMESPACE, REUSED_REQUESTS)
+        self._stale = Metrics.counter(METRICS_NAMESPACE, STALE_REQUESTS)
 
     def setup(self) -> None:
         self._tokens: Optional[TokenCounter] = None
@@ -243,7 +243,7 @@ class _WriteReusedFn(beam.DoFn):
         if not self._dry_run:
             rfile = receipt_path(self._base, modality, self._run_id)
             write_durably(part_path(rfile, receipt["chunk_id"]), receipt_line(receipt))
-        Metrics.counter(_NS, "reused_receipts").inc()
+        Metrics.counter(METRICS_NAMESPACE, "reused_receipts").inc()
         yield {"chunk_id": receipt["chunk_id"], "requests": receipt["submitted_request_count"]}
 
 

@@ -16,6 +16,15 @@ from mmirage_beam.ids import custom_id
 from mmirage_beam.jsonl import json_line
 from mmirage_beam.transforms.render import SchemaRenderer
 
+__all__ = [
+    "PLACEHOLDER_PREFIX",
+    "Placeholder",
+    "placeholder",
+    "assemble_output_row",
+    "RenderPlaceholderRows",
+]
+
+
 PLACEHOLDER_PREFIX = "__BATCH_SUBMITTED__:"
 
 

@@ -16,9 +16,10 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.io.fs import replace_file, write_durably
+from mmirage_beam.metrics import METRICS_NAMESPACE
+from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.receipts import (
     intent_path,
     make_receipt,
@@ -29,8 +30,14 @@ from mmirage_beam.receipts import (
 )
 from mmirage_beam.records import ChunkRef
 
+__all__ = [
+    "EXPORT_TAG",
+    "SubmitChunks",
+    "SubmitChunksResult",
+]
+
+
 _LOG = logging.getLogger(__name__)
-_NS = "mmirage"
 EXPORT_TAG = "export"
 
 
@@ -63,11 +70,11 @@ class _SubmitChunkFn(beam.DoFn):
         self._output_types = dict(output_types)
         self._dry_run = dry_run
         self._skip_invalid = skip_invalid_rows
-        self._submitted = Metrics.counter(_NS, "batches_submitted")
-        self._reused = Metrics.counter(_NS, "batches_already_receipted")
-        self._blocked = Metrics.counter(_NS, "chunks_not_submitted_invalid_rows")
-        self._submitted_requests = Metrics.counter(_NS, "requests_submitted")
-        self._submitted_bytes = Metrics.counter(_NS, "bytes_submitted")
+        self._submitted = Metrics.counter(METRICS_NAMESPACE, "batches_submitted")
+        self._reused = Metrics.counter(METRICS_NAMESPACE, "batches_already_receipted")
+        self._blocked = Metrics.counter(METRICS_NAMESPACE, "chunks_not_submitted_invalid_rows")
+        self._submitted_requests = Metrics.counter(METRICS_NAMESPACE, "requests_submitted")
+        self._submitted_bytes = Metrics.counter(METRICS_NAMESPACE, "bytes_submitted")
 
     def setup(self) -> None:
         from mmirage_beam.costs.budget import token_budget_for

@@ -6,10 +6,10 @@ their sources), ``adapter`` (request building, submission, status, results),
 package registers the config and the adapter under ``anthropic``; no SDK is imported.
 """
 
-from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
 from mmirage_beam.providers.anthropic.adapter import AnthropicBatchAdapter
 from mmirage_beam.providers.anthropic.config import AnthropicBatchConfig
 from mmirage_beam.providers.base import BatchAdapterRegistry
+from mmirage_beam.providers.config import BatchProviderConfigRegistry
 
 BatchProviderConfigRegistry.register("anthropic", AnthropicBatchConfig)
 BatchAdapterRegistry.register("anthropic", AnthropicBatchAdapter)

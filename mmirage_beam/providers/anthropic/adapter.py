@@ -42,14 +42,14 @@ import threading
 import time
 from typing import Any, Callable, ClassVar, Dict, Iterable, Iterator, Mapping, Optional, Sequence
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
-from mmirage_beam.costs.tokens import TokenCount
 from mmirage_beam.images import image_error, images_error
 from mmirage_beam.providers.base import BatchProgress as _Progress
-from mmirage_beam.providers.base import BatchSubmissionAdapter
+from mmirage_beam.providers.base import BatchSubmissionAdapter, iter_chunk_lines
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.retrying import make_retry_filter
+from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.results import (
     EMPTY,
     MALFORMED_RESPONSE,
@@ -240,12 +240,10 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
 
         from anthropic.types.messages import MessageBatch
 
-        from mmirage_beam.staging import iter_lines
-
         buf = io.BytesIO()
         buf.write(b'{"requests":[')
         count = 0
-        for line in iter_lines(path):
+        for line in iter_chunk_lines(path):
             if count:
                 buf.write(b",")
             buf.write(line.rstrip(b"\n"))

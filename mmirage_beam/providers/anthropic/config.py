@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
-from mmirage_beam.config.batch_provider import check_number as _check_number
-from mmirage_beam.config.batch_provider import check_str as _check_str
 from mmirage_beam.errors import ConfigError, require_int
+from mmirage_beam.providers.config import BatchProviderConfig
+from mmirage_beam.providers.config import check_number as _check_number
+from mmirage_beam.providers.config import check_str as _check_str
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Token counts of Anthropic batch requests ``{custom_id, params}``.
 
 Anthropic has no public tokenizer: text is estimated with ``cl100k_base`` (a labelled
-estimate, :func:`mmirage_beam.costs.tokens.count_proxy_text`); images follow the vision
+estimate, :func:`mmirage_beam.providers.tokens.count_proxy_text`); images follow the vision
 guide's patch rule (https://platform.claude.com/docs/en/build-with-claude/vision: 28 x 28
 px patches, ``ceil(w/28) * ceil(h/28)`` after resizing to the model's native resolution,
 1568 px / 1568 patches, or 2576 px / 4784 patches for the high-resolution models; the
@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from mmirage_beam.costs.tokens import Tally as _Tally
-from mmirage_beam.costs.tokens import TokenCount, image_size_from_base64
-from mmirage_beam.costs.tokens import first_int as _first_int
-from mmirage_beam.costs.tokens import json_text as _json_text
+from mmirage_beam.providers.tokens import Tally as _Tally
+from mmirage_beam.providers.tokens import TokenCount, image_size_from_base64
+from mmirage_beam.providers.tokens import first_int as _first_int
+from mmirage_beam.providers.tokens import json_text as _json_text
 
 # Anthropic vision guide: 28 px patches; native resolution per model tier.
 _ANTHROPIC_PATCH_PX = 28

@@ -7,8 +7,8 @@ package registers the config and the adapter under ``gemini``; the SDK is import
 when a client is built (``pip install 'mmirage-beam[gemini]'``).
 """
 
-from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
 from mmirage_beam.providers.base import BatchAdapterRegistry
+from mmirage_beam.providers.config import BatchProviderConfigRegistry
 from mmirage_beam.providers.gemini.adapter import GeminiBatchAdapter
 from mmirage_beam.providers.gemini.config import GeminiBatchConfig
 

@@ -39,8 +39,6 @@ import tempfile
 import time
 from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
-from mmirage_beam.costs.tokens import TokenCount
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.images import image_error, images_error
 from mmirage_beam.providers import retrying
@@ -48,7 +46,9 @@ from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.gemini.config import MAX_INLINE_BYTES
+from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.results import (
     CONTENT_FILTER,
     EMPTY,
@@ -590,7 +590,7 @@ _SCHEMA_KEYS = {
 
 
 def response_schema(schema: Mapping[str, Any]) -> Dict[str, Any]:
-    """A JSON schema (:mod:`mmirage_beam.transforms.schema`) as Gemini's
+    """A JSON schema (:mod:`mmirage_beam.config.schema`) as Gemini's
     ``response_schema``: the same ``type`` / ``properties`` / ``items`` / ``required``
     tree with the keywords of :data:`_SCHEMA_KEYS`, ``property_ordering`` set to the
     properties' order (so keys come back in that order) and ``additionalProperties``

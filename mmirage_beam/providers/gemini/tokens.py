@@ -2,7 +2,7 @@
 
 Gemini's tokenizer is not published for offline use (google-genai's ``local_tokenizer``
 downloads a model at first use), so the offline count is a labelled **estimate**: text
-by ``cl100k_base`` as a proxy (:func:`mmirage_beam.costs.tokens.count_proxy_text`),
+by ``cl100k_base`` as a proxy (:func:`mmirage_beam.providers.tokens.count_proxy_text`),
 images by the token rules of the Gemini docs ("Understand and count tokens",
 https://ai.google.dev/gemini-api/docs/tokens, read 2026-12: an image with both sides at
 most 384 px is 258 tokens; a larger one is cropped and scaled into 768 x 768 px tiles of
@@ -15,14 +15,14 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from mmirage_beam.costs.tokens import Tally as _Tally
-from mmirage_beam.costs.tokens import (
+from mmirage_beam.providers.tokens import Tally as _Tally
+from mmirage_beam.providers.tokens import (
     TokenCount,
     count_proxy_text,
     image_size_from_base64,
 )
-from mmirage_beam.costs.tokens import first_int as _first_int
-from mmirage_beam.costs.tokens import json_text as _json_text
+from mmirage_beam.providers.tokens import first_int as _first_int
+from mmirage_beam.providers.tokens import json_text as _json_text
 
 IMAGE_TILE_TOKENS = 258
 IMAGE_SMALL_SIDE_PX = 384

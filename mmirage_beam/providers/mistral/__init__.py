@@ -17,8 +17,8 @@ and the adapter; the adapter's contract hooks give the token estimate
 limits (the config's ``PROVIDER_*`` attributes).
 """
 
-from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
 from mmirage_beam.providers.base import BatchAdapterRegistry
+from mmirage_beam.providers.config import BatchProviderConfigRegistry
 from mmirage_beam.providers.mistral.adapter import MissingExtraError, MistralBatchAdapter
 from mmirage_beam.providers.mistral.config import MistralBatchConfig
 

@@ -27,15 +27,15 @@ import logging
 import time
 from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
-from mmirage_beam.costs.tokens import TokenCount
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.mistral.outcomes import normalise_result_line
 from mmirage_beam.providers.retrying import make_retry_filter
+from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.results import results_from_lines
 
 _LOG = logging.getLogger(__name__)

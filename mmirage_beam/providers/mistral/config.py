@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig, check_number, check_str
 from mmirage_beam.errors import ConfigError, require_int
+from mmirage_beam.providers.config import BatchProviderConfig, check_number, check_str
 
 #: 1,000,000 requests per batch job (Mistral batch guide).
 BATCH_GUIDE_MAX_REQUESTS = 1_000_000

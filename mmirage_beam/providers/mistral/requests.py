@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
+from mmirage_beam.providers.config import BatchProviderConfig
 
 
 def schema_name(output_name: Any) -> str:

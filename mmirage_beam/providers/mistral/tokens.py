@@ -19,7 +19,7 @@ import json
 import math
 from typing import Any, Optional
 
-from mmirage_beam.costs.tokens import TokenCount, count_text, image_size_from_url
+from mmirage_beam.providers.tokens import TokenCount, count_text, image_size_from_url
 
 ENCODING = "o200k_base"
 TOKENS_PER_MESSAGE = 4
@@ -42,7 +42,7 @@ def image_tokens(size: Optional[tuple[int, int]]) -> int:
 
 
 def count_mistral_request(request: dict[str, Any], model_hint: Optional[str] = None) -> TokenCount:
-    """The estimated :class:`~mmirage_beam.costs.tokens.TokenCount` of one line
+    """The estimated :class:`~mmirage_beam.providers.tokens.TokenCount` of one line
     ``{"custom_id", "body"}`` (``exact`` is always False).
 
     Raises:

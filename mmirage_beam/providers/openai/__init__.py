@@ -6,8 +6,8 @@ their sources), ``adapter`` (request building, submission, status, results),
 package registers the config and the adapter under ``openai``; no SDK is imported.
 """
 
-from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
 from mmirage_beam.providers.base import BatchAdapterRegistry
+from mmirage_beam.providers.config import BatchProviderConfigRegistry
 from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from mmirage_beam.providers.openai.config import OpenAIBatchConfig
 

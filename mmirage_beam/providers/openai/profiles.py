@@ -30,8 +30,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Optional
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.errors import ConfigError
+from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from mmirage_beam.providers.openai.config import OpenAIBatchConfig
 

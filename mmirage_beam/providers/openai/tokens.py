@@ -2,7 +2,7 @@
 
 **Text** is counted by tiktoken (OpenAI's tokenizer) with the model's own encoding
 (``o200k_base`` or ``cl100k_base``, :func:`encoding_for_model`), built offline
-(:func:`mmirage_beam.costs.tokens.load_encoding`). The chat overhead is OpenAI's
+(:func:`mmirage_beam.providers.tokens.load_encoding`). The chat overhead is OpenAI's
 documented one: 3 tokens per message, 1 more per ``name``, 3 to prime the reply
 (``num_tokens_from_messages`` in the OpenAI Cookbook, "How to count tokens with
 tiktoken", which checks it against the API's ``usage.prompt_tokens``:
@@ -25,10 +25,10 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from mmirage_beam.costs.tokens import Tally as _Tally
-from mmirage_beam.costs.tokens import TokenCount, image_size_from_url
-from mmirage_beam.costs.tokens import first_int as _first_int
-from mmirage_beam.costs.tokens import json_text as _json_text
+from mmirage_beam.providers.tokens import Tally as _Tally
+from mmirage_beam.providers.tokens import TokenCount, image_size_from_url
+from mmirage_beam.providers.tokens import first_int as _first_int
+from mmirage_beam.providers.tokens import json_text as _json_text
 
 #: Model -> encoding, from tiktoken 0.14.0 ``tiktoken/model.py`` (MODEL_TO_ENCODING and
 #: MODEL_PREFIX_TO_ENCODING): https://github.com/openai/tiktoken/blob/0.14.0/tiktoken/model.py

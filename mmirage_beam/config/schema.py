@@ -14,6 +14,11 @@ from typing import Any
 
 from mmirage_beam.errors import ConfigError
 
+__all__ = [
+    "json_schema_for",
+]
+
+
 _TYPES = {
     "str": "string",
     "string": "string",

@@ -1,4 +1,5 @@
-"""``mmirage demo``: the whole lifecycle on the bundled GSM8K sample, no account needed.
+"""``mmirage demo`` / ``python -m pipelines.demo``: the whole lifecycle on the bundled
+GSM8K sample, no account needed.
 
 Starts the embedded fake provider on a free loopback port, then runs, exactly as a user
 would: ``mmirage run`` (submit), ``mmirage check --watch`` (until every batch has
@@ -14,7 +15,10 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-SAMPLE = Path(__file__).resolve().parent / "examples" / "data" / "gsm8k" / "test.jsonl"
+import mmirage_beam
+
+#: the GSM8K sample the package ships (``mmirage_beam/examples/data/``)
+SAMPLE = Path(mmirage_beam.__file__).resolve().parent / "examples" / "data" / "gsm8k" / "test.jsonl"
 
 CONFIG = """\
 # Written by `mmirage demo`: GSM8K (MIT) -> {provider} batches on the embedded fake provider.

@@ -1,4 +1,5 @@
-"""The ``mmirage`` command: ``run``, ``fake-provider`` (and the collect-side commands).
+"""The ``mmirage`` command (``python -m pipelines.cli``): ``run``, ``check``, ``merge``,
+``resubmit``, ``cancel``, ``runs``, ``demo`` and ``fake-provider``.
 
 Each subcommand delegates to its driver (``pipelines.submit`` for ``run``), so
 ``mmirage run ...`` and ``python -m pipelines.submit ...`` are the same program.
@@ -72,7 +73,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return runs_main(rest)
     if command == "demo":
-        from mmirage_beam.demo import main as demo_main
+        from pipelines.demo import main as demo_main
 
         return demo_main(rest)
     if command == "fake-provider":

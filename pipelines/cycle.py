@@ -1,0 +1,28 @@
+"""``mmirage run --wait``: the cycle of :mod:`mmirage_beam.cycle` over these drivers.
+
+The cycle calls the merge and resubmit drivers in-process; they are handed to it here,
+so the package itself never imports ``pipelines``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable, Optional, Sequence
+
+from mmirage_beam.cycle import Drivers
+from mmirage_beam.cycle import run_cycle as _run_cycle
+from pipelines.merge import main as merge_main
+from pipelines.resubmit import main as resubmit_main
+
+
+def run_cycle(
+    args: argparse.Namespace,
+    beam_args: Sequence[str],
+    submit: Callable[[Optional[str]], int],
+) -> int:
+    """:func:`mmirage_beam.cycle.run_cycle` with ``submit`` (``submit(preset_run_id)``:
+    the submission's exit status), ``pipelines.merge`` and ``pipelines.resubmit``.
+
+    Returns and raises as :func:`mmirage_beam.cycle.run_cycle`.
+    """
+    return _run_cycle(args, beam_args, Drivers(submit, merge_main, resubmit_main))
