@@ -26,8 +26,8 @@ from mmirage_beam.io.readers import ReadDatasets
 from mmirage_beam.io.writers import ConcatenateFiles, WriteJsonLinesShards, WriteSingleFile
 from mmirage_beam.progress import CountProgress
 from mmirage_beam.providers.base import BatchAdapterRegistry
-from mmirage_beam.receipts import mark_submitted, receipts_base
-from mmirage_beam.staging import staging_dir
+from mmirage_beam.run.receipts import mark_submitted, receipts_base
+from mmirage_beam.run.staging import staging_dir
 from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
 from mmirage_beam.transforms.chunking import ChunkRequests
 from mmirage_beam.transforms.rows import RenderPlaceholderRows
@@ -594,7 +594,7 @@ class MergeRows(beam.PTransform):
 class _HeldReceipt(NamedTuple):
     """What the launcher keeps of one receipt for the merge graph: its fields without the
     per-request maps, and ``source``, what a worker reads the whole receipt from (a
-    :class:`~mmirage_beam.receipts.ReceiptLocation`, or the receipt dict itself)."""
+    :class:`~mmirage_beam.run.receipts.ReceiptLocation`, or the receipt dict itself)."""
 
     receipt: Any
     index_range: Optional[tuple[int, int]]
@@ -616,7 +616,7 @@ def _held_receipt(r: Any) -> _HeldReceipt:
             "pass the ReceiptEntry objects of collect.select_run (their .receipt leaves "
             "the per-request maps out) or whole receipt dicts"
         )
-    from mmirage_beam.receipts import source_index_range
+    from mmirage_beam.run.receipts import source_index_range
 
     index_range = source_index_range(full["custom_id_to_source_index"])
     return _HeldReceipt(full, index_range, bool(full.get("request_hashes")), full)
@@ -624,7 +624,7 @@ def _held_receipt(r: Any) -> _HeldReceipt:
 
 def _load_receipt(source: Any) -> dict[str, Any]:
     """The whole receipt from a :attr:`_HeldReceipt.source`."""
-    from mmirage_beam.receipts import ReceiptLocation, read_receipt_at
+    from mmirage_beam.run.receipts import ReceiptLocation, read_receipt_at
 
     return read_receipt_at(source) if isinstance(source, ReceiptLocation) else source
 
@@ -659,7 +659,7 @@ def build_merge_pipeline(
         batches: the :class:`~mmirage_beam.transforms.merge.BatchToFetch` of the merge.
         receipts: their receipts: the
             :class:`~mmirage_beam.check.discovery.ReceiptEntry` of
-            :func:`mmirage_beam.collect.select_run` (read back one at a time by the
+            :func:`mmirage_beam.run.selection.select_run` (read back one at a time by the
             workers, so no per-request map is held here) or receipt dicts; those with a
             ``run_id`` (written by mmirage-beam) are verified against the re-read source.
         providers: provider name -> (adapter class, provider config).

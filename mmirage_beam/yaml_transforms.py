@@ -473,11 +473,11 @@ class _FinishRunFn(beam.DoFn):
     def process(
         self, _: Any, receipts: int, error_count: int, first_errors: list[RowError]
     ) -> Iterable[str]:
-        from mmirage_beam.receipts import consolidate_run
+        from mmirage_beam.run.receipts import consolidate_run
 
         written = consolidate_run(self._base, self._run_id, self._dry_run)
         if self._fingerprint is not None:
-            from mmirage_beam.fingerprint import write_run_record
+            from mmirage_beam.run.fingerprint import write_run_record
 
             write_run_record(
                 self._base,
@@ -488,7 +488,7 @@ class _FinishRunFn(beam.DoFn):
                 chunks_submitted=receipts,
             )
             from mmirage_beam.io.fs import delete_files
-            from mmirage_beam.receipts import submitted_marker_path
+            from mmirage_beam.run.receipts import submitted_marker_path
 
             delete_files([submitted_marker_path(self._base, self._run_id)])  # recorded now
         for path, n in sorted(written.items()):
@@ -524,7 +524,7 @@ class SubmitBatches(beam.PTransform):
         run_id: the run's id (default: a fresh one). Running the same pipeline again
             with the same ``run_id`` resumes it: requests already receipted are never
             sent again, interrupted submissions are looked up first
-            (:func:`mmirage_beam.resume.prepare_resume`).
+            (:func:`mmirage_beam.run.resume.prepare_resume`).
         export_prompts: dry run: write the provider-ready requests to this ``.jsonl``
             path (``P.<run_id>.jsonl``) or folder, submit nothing, need no API key.
         keep_staged: keep the staged chunk files (``<base>.staged.<run_id>/``) after the
@@ -605,9 +605,9 @@ class SubmitBatches(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
         from mmirage_beam.pipeline import SubmitRows, invalid_rows_path
-        from mmirage_beam.receipts import receipts_base
-        from mmirage_beam.resume import ResumeState, prepare_resume
-        from mmirage_beam.storage import check_locations, probe_location
+        from mmirage_beam.run.receipts import receipts_base
+        from mmirage_beam.run.resume import ResumeState, prepare_resume
+        from mmirage_beam.run.storage import check_locations, probe_location
 
         config, run_id, dry_run = self.config, self.run_id, self.dry_run
         p = pcoll.pipeline
@@ -615,7 +615,7 @@ class SubmitBatches(beam.PTransform):
         check_locations(_locations(config, export_prompts=self.export_prompts), p.options)
         resume, fingerprint, started_at = ResumeState(), None, None
         if not dry_run:
-            from mmirage_beam.fingerprint import read_run_record, write_run_record
+            from mmirage_beam.run.fingerprint import read_run_record, write_run_record
 
             probe_location(base, run_id, "processor.metadata_output_path")
             if self._resumed:
@@ -634,7 +634,7 @@ class SubmitBatches(beam.PTransform):
                 "started_at"
             ]
             from mmirage_beam.io.fs import delete_files
-            from mmirage_beam.receipts import submitted_marker_path
+            from mmirage_beam.run.receipts import submitted_marker_path
 
             delete_files([submitted_marker_path(base, run_id)])  # this attempt writes its own
         _prepare_staging(base, run_id, self.keep_staged)
@@ -697,7 +697,7 @@ def _prepare_staging(base: str, run_id: str, keep: bool) -> None:
     import atexit
 
     from mmirage_beam.io.fs import delete_folder
-    from mmirage_beam.staging import staging_dir
+    from mmirage_beam.run.staging import staging_dir
 
     folder = staging_dir(base, run_id)
     delete_folder(folder)
@@ -717,7 +717,7 @@ def _remove_staging(folder: str) -> None:
 def _locations(config: PipelineConfig, **flags: Optional[str]) -> dict[str, str]:
     """What the workers write, by Beam YAML argument, for ``storage.check_locations``
     (the rows are the pipeline's: no dataset path is read)."""
-    from mmirage_beam.storage import config_locations
+    from mmirage_beam.run.storage import config_locations
 
     return {
         _yaml_key(k).replace("--", "").replace("-", "_"): v
@@ -807,12 +807,12 @@ class MergeBatches(beam.PTransform):
         super().__init__()
         from apache_beam.io.filesystems import FileSystems
 
-        from mmirage_beam.collect import find_unfinished, select_run
         from mmirage_beam.errors import require_int
         from mmirage_beam.paths import resolve_path
         from mmirage_beam.pipeline import errors_path_for, invalid_rows_path
-        from mmirage_beam.receipts import receipts_base
-        from mmirage_beam.storage import check_output_file
+        from mmirage_beam.run.receipts import receipts_base
+        from mmirage_beam.run.selection import find_unfinished, select_run
+        from mmirage_beam.run.storage import check_output_file
 
         name = type(self).__name__
         if not isinstance(output_path, str) or not output_path:
@@ -893,7 +893,7 @@ class MergeBatches(beam.PTransform):
         self.plan: Any = None
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        from mmirage_beam.storage import check_locations
+        from mmirage_beam.run.storage import check_locations
 
         check_locations(
             _locations(self.config, output_path=self.output_path), pcoll.pipeline.options

@@ -101,12 +101,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from apache_beam.io.filesystems import FileSystems
 
     from mmirage_beam.check.discovery import NoReceiptsError
-    from mmirage_beam.collect import find_unfinished, select_run
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for, invalid_rows_path
-    from mmirage_beam.receipts import receipts_base
-    from mmirage_beam.storage import (
+    from mmirage_beam.run.receipts import receipts_base
+    from mmirage_beam.run.selection import find_unfinished, select_run
+    from mmirage_beam.run.storage import (
         check_job_endpoint,
         check_locations,
         check_output_file,
@@ -229,7 +229,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     never_rows = {e["source_index"] for e in errors if e["error_type"] == "never_submitted"}
     never_requests = sum(1 for e in errors if e["error_type"] == "never_submitted")
     if unfinished.finish_pending:
-        from mmirage_beam.collect import finish_pending_lines
+        from mmirage_beam.run.selection import finish_pending_lines
 
         print("\n".join(finish_pending_lines(unfinished.finish_pending, args.config)))
     if unfinished or never_requests:
@@ -243,7 +243,7 @@ def _limited(config, base, runs):  # noqa: ANN001, ANN202
     """A run made with ``mmirage run --limit N``: merge just its first N rows, and say so."""
     import dataclasses
 
-    from mmirage_beam.fingerprint import read_run_record
+    from mmirage_beam.run.fingerprint import read_run_record
 
     records = [r for r in (read_run_record(base, run) for run in runs) if r is not None]
     limits = {r.get("limit") for r in records}
@@ -259,8 +259,8 @@ def _limited(config, base, runs):  # noqa: ANN001, ANN202
 
 def _print_cancelled(config, runs, stream) -> None:  # noqa: ANN001
     """Say which runs 'mmirage cancel' cancelled (their rows are marked cancelled)."""
-    from mmirage_beam.cancel import cancelled_note
-    from mmirage_beam.receipts import receipts_base
+    from mmirage_beam.run.cancel import cancelled_note
+    from mmirage_beam.run.receipts import receipts_base
 
     note = cancelled_note(
         receipts_base(config.processor.metadata_output_path, config.state_dir), runs
@@ -271,7 +271,7 @@ def _print_cancelled(config, runs, stream) -> None:  # noqa: ANN001
 
 def _record_merge(base, runs, out, stats, errors) -> None:  # noqa: ANN001
     """The merge record ``mmirage runs`` and ``mmirage run --wait`` read (best effort)."""
-    from mmirage_beam.ledger import merge_record_path, write_merge_record
+    from mmirage_beam.run.ledger import merge_record_path, write_merge_record
 
     try:
         write_merge_record(base, runs, out, stats, errors)
@@ -281,14 +281,14 @@ def _record_merge(base, runs, out, stats, errors) -> None:  # noqa: ANN001
 
 
 def _nothing_sent_run(config, run_ids):  # noqa: ANN001, ANN202
-    """The :class:`~mmirage_beam.collect.RunSelection` of a finished run that built no
+    """The :class:`~mmirage_beam.run.selection.RunSelection` of a finished run that built no
     request (every row invalid and skipped): the asked run, else the newest such run
     with an invalid-rows file; None when there is none."""
     from apache_beam.io.filesystems import FileSystems
 
-    from mmirage_beam.collect import RunSelection
     from mmirage_beam.pipeline import invalid_rows_path
-    from mmirage_beam.receipts import read_run_state, receipts_base
+    from mmirage_beam.run.receipts import read_run_state, receipts_base
+    from mmirage_beam.run.selection import RunSelection
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     if run_ids:

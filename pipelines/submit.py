@@ -126,8 +126,8 @@ def _submit_main(args, beam_args, preset_run_id: Optional[str] = None) -> int:  
     from mmirage_beam.ids import check_run_id, new_run_id
     from mmirage_beam.pipeline import stop_marker_path
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
-    from mmirage_beam.receipts import receipts_base
-    from mmirage_beam.storage import (
+    from mmirage_beam.run.receipts import receipts_base
+    from mmirage_beam.run.storage import (
         check_job_endpoint,
         check_locations,
         config_locations,
@@ -176,8 +176,8 @@ def _submit_main(args, beam_args, preset_run_id: Optional[str] = None) -> int:  
         raise ConfigError("--new-run", "starts a new run; it cannot be used with --run-id")
     if dry_run:
         return _submit(args, beam_args, config, options, base, run_id, None)
-    from mmirage_beam.fingerprint import matching_run, run_fingerprint, write_run_record
-    from mmirage_beam.lease import acquire
+    from mmirage_beam.run.fingerprint import matching_run, run_fingerprint, write_run_record
+    from mmirage_beam.run.lease import acquire
 
     fingerprint = run_fingerprint(config)
     leases = []
@@ -200,12 +200,12 @@ def _submit_main(args, beam_args, preset_run_id: Optional[str] = None) -> int:  
         for lease in leases:
             lease.start_refreshing()
         _remove_if_exists(stop_marker_path(base, run_id))  # left by an earlier stopped attempt
-        from mmirage_beam.receipts import submitted_marker_path
+        from mmirage_beam.run.receipts import submitted_marker_path
 
         _remove_if_exists(submitted_marker_path(base, run_id))  # this attempt writes its own
         record = {"fingerprint": fingerprint, "started_at": None}
         if args.run_id:
-            from mmirage_beam.fingerprint import read_run_record
+            from mmirage_beam.run.fingerprint import read_run_record
 
             earlier = read_run_record(base, run_id)
             if earlier is not None:
@@ -233,7 +233,7 @@ def _with_limit(args, config, base: str, run_id: str):  # noqa: ANN001, ANN202
     import dataclasses
 
     from mmirage_beam.errors import ConfigError
-    from mmirage_beam.fingerprint import read_run_record
+    from mmirage_beam.run.fingerprint import read_run_record
 
     limit = args.limit
     if limit is not None and limit < 1:
@@ -254,7 +254,7 @@ def _acquire_waiting(base: str, key: str, wait_secs: float = 30.0):  # noqa: ANN
     """The lease ``key``, waiting up to ``wait_secs`` for a short-lived holder."""
     import time
 
-    from mmirage_beam.lease import RunLocked, acquire
+    from mmirage_beam.run.lease import RunLocked, acquire
 
     deadline = time.monotonic() + wait_secs
     while True:
@@ -286,8 +286,8 @@ def _submit(args, beam_args, config, options, base, run_id, record, translate_on
     from mmirage_beam.errors import MmirageError
     from mmirage_beam.pipeline import build_submit_pipeline
     from mmirage_beam.providers.base import BatchAdapterRegistry
-    from mmirage_beam.resume import ResumeState, prepare_resume
-    from mmirage_beam.staging import (
+    from mmirage_beam.run.resume import ResumeState, prepare_resume
+    from mmirage_beam.run.staging import (
         check_free_space,
         staging_area,
         staging_dir,
@@ -393,13 +393,13 @@ def _finish(plan, base: str, run_id: str, record, stats: dict, dry_run: bool) ->
     files written. A failure here leaves every batch receipted (in parts) and the
     submitted marker in place, so ``--run-id`` completes the run without sending."""
     from mmirage_beam.crashpoints import crash_point
-    from mmirage_beam.receipts import consolidate_run, submitted_marker_path
+    from mmirage_beam.run.receipts import consolidate_run, submitted_marker_path
 
     written = list(consolidate_run(plan.receipts_base, run_id, dry_run))
     crash_point("finishing")
     if record is not None:
         from mmirage_beam.costs.tokens import token_counters
-        from mmirage_beam.fingerprint import write_run_record
+        from mmirage_beam.run.fingerprint import write_run_record
 
         write_run_record(
             base,
@@ -432,7 +432,7 @@ def _nothing_submitted(base: str, run_id: str) -> bool:
     """Whether this attempt of ``run_id`` has not started a chunk yet: no intent and no
     receipt part in its ``.parts`` folders (an earlier attempt's are consolidated)."""
     from mmirage_beam.io.fs import list_files
-    from mmirage_beam.receipts import MODALITIES, parts_dir, receipt_path
+    from mmirage_beam.run.receipts import MODALITIES, parts_dir, receipt_path
 
     return not any(list_files(parts_dir(receipt_path(base, m, run_id))) for m in MODALITIES)
 
@@ -442,7 +442,7 @@ def _failure_report(  # noqa: ANN001
 ) -> str:
     """What was accepted, derived from what is recorded once the job has stopped."""
     from mmirage_beam.launch import describe_failure
-    from mmirage_beam.receipts import consolidate_run, pending_intents
+    from mmirage_beam.run.receipts import consolidate_run, pending_intents
 
     lines = [
         f"mmirage run {run_id}: stopped (Ctrl-C or SIGTERM)"
@@ -460,7 +460,7 @@ def _failure_report(  # noqa: ANN001
         )
         lines.append(f"  {resume_cmd}")
         return "\n".join(lines)
-    from mmirage_beam.receipts import submission_complete
+    from mmirage_beam.run.receipts import submission_complete
 
     if not in_flight and submission_complete(plan.receipts_base, run_id):
         lines.append(

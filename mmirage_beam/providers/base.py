@@ -596,12 +596,12 @@ class BatchSubmissionAdapter(abc.ABC):
         self, chunk_id: str, path: str, config: BatchProviderConfig
     ) -> Dict[str, Any]:
         """Submit the staged chunk file ``path`` (request lines exactly as built, see
-        :mod:`mmirage_beam.staging`) as one batch.
+        :mod:`mmirage_beam.run.staging`) as one batch.
 
         The default reads its lines and calls :meth:`submit_chunk_lines` (one chunk in
         memory); adapters that upload a file override it to stream the file.
         """
-        from mmirage_beam.staging import iter_lines
+        from mmirage_beam.run.staging import iter_lines
 
         return self.submit_chunk_lines(chunk_id, list(iter_lines(path)), config)
 
@@ -615,7 +615,7 @@ class BatchSubmissionAdapter(abc.ABC):
         attempt's closed), an object-store path (``scheme://``) is read into memory and
         passed through ``in_memory``. Every file it opened is closed on exit."""
         if "://" in path:
-            from mmirage_beam.staging import open_staged
+            from mmirage_beam.run.staging import open_staged
 
             def content() -> Any:
                 with open_staged(path) as f:

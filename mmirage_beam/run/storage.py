@@ -148,7 +148,7 @@ def probe_location(base: str, run_id: str, key: str) -> None:
 def config_locations(config: Any, **flags: Optional[str]) -> dict[str, str]:
     """Config key (or flag) -> every path of ``config`` the workers read or write, plus the
     given command-line paths (``flags``: flag name without dashes -> path)."""
-    from mmirage_beam.receipts import receipts_base
+    from mmirage_beam.run.receipts import receipts_base
 
     locations = {
         "processors[0].metadata_output_path": receipts_base(
@@ -187,7 +187,7 @@ def check_output_file(key: str, path: str, config: Any, other: Sequence[str] = (
     """
     import os
 
-    from mmirage_beam.receipts import receipts_base
+    from mmirage_beam.run.receipts import receipts_base
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     for p in (path, *other):

@@ -23,7 +23,7 @@ import json
 import uuid
 from typing import Any, Iterable, Iterator, NamedTuple, Optional
 
-from mmirage_beam.io.fs import replace_file, write_durably  # noqa: F401 - re-exported
+from mmirage_beam.io.fs import replace_file, write_durably
 
 DEFAULT_METADATA_BASE = "batch_metadata"
 
@@ -98,7 +98,7 @@ def make_receipt(
 
     ``chunk`` is a :class:`~mmirage_beam.records.Chunk` (requests in memory) or a
     :class:`~mmirage_beam.records.ChunkRef` with ``metas``, its staged requests'
-    :class:`~mmirage_beam.staging.RequestMeta` in chunk order (``request_hash`` then
+    :class:`~mmirage_beam.run.staging.RequestMeta` in chunk order (``request_hash`` then
     comes from the ref: the hash of the staged bytes).
 
     Besides MMIRAGE's fields and ``run_id``/``output_name``/``modality``: ``attempt``
@@ -152,10 +152,10 @@ def make_receipt(
 def read_run_state(base: str, run_id: str) -> Optional[dict[str, Any]]:
     """What the launcher recorded about ``run_id``, for ``merge``: ``{"run_id", "state":
     "finished" | "submitting", "requests_total"}`` from the run record
-    (:mod:`mmirage_beam.fingerprint`, ``<base>.run.<run_id>.json``; ``submitting`` means
+    (:mod:`mmirage_beam.run.fingerprint`, ``<base>.run.<run_id>.json``; ``submitting`` means
     the run stopped before its pipeline completed, or is still running), or None when
     the run has no record (runs of older versions, resubmissions)."""
-    from mmirage_beam.fingerprint import read_run_record
+    from mmirage_beam.run.fingerprint import read_run_record
 
     record = read_run_record(base, run_id)
     if record is None:
@@ -199,7 +199,7 @@ def intent_path(receipt_file: str, chunk_id: str) -> str:
 
     An intent without its receipt means the run stopped while that chunk was being
     submitted: the batch may or may not exist at the provider (see
-    :mod:`mmirage_beam.resume`).
+    :mod:`mmirage_beam.run.resume`).
     """
     return f"{parts_dir(receipt_file)}/{chunk_id}.intent"
 

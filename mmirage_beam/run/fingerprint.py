@@ -201,8 +201,8 @@ def run_is_alive(base: str, run_id: str) -> bool:
     """Whether a run has not failed, judged locally from its files (no provider call):
     it holds a lease (running now), or has an intent (a batch possibly accepted), or
     has receipts of which at least one batch is not ``failed``."""
-    from mmirage_beam.lease import lease_path, read_lease
-    from mmirage_beam.receipts import MODALITIES, pending_intents, read_receipts, receipt_path
+    from mmirage_beam.run.lease import lease_path, read_lease
+    from mmirage_beam.run.receipts import MODALITIES, pending_intents, read_receipts, receipt_path
 
     if read_lease(lease_path(base, run_id)) is not None:
         return True

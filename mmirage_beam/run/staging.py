@@ -29,7 +29,7 @@ from typing import Any, Iterator, NamedTuple, Optional
 from apache_beam.io.filesystems import FileSystems
 
 from mmirage_beam.errors import MmirageError
-from mmirage_beam.receipts import REQUEST_HASH_CHARS
+from mmirage_beam.run.receipts import REQUEST_HASH_CHARS
 
 #: Bytes read at a time when a staged file is copied or uploaded.
 COPY_BLOCK_BYTES = 1 << 20

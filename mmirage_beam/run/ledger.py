@@ -76,7 +76,7 @@ def write_merge_record(
     """Record a finished merge of ``runs`` (oldest first; the first names the record).
 
     Args:
-        base: the receipts base (:func:`mmirage_beam.receipts.receipts_base`).
+        base: the receipts base (:func:`mmirage_beam.run.receipts.receipts_base`).
         runs: the merged runs with their linked runs, oldest first.
         output_path: the merged file written.
         stats: the merge pipeline's counters.
