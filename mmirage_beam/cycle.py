@@ -234,8 +234,8 @@ def run_cycle(
     from mmirage_beam.config import load_config
     from mmirage_beam.ids import check_run_id, new_run_id
     from mmirage_beam.run.fingerprint import read_run_record
+    from mmirage_beam.run.layout import receipts_base
     from mmirage_beam.run.lease import acquire
-    from mmirage_beam.run.receipts import receipts_base
 
     config = load_config(args.config)
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
@@ -468,7 +468,8 @@ def _resubmit(ctx: _Context, state: CycleState) -> int:
     """Re-send the merge's retryable failures as run ``state.retry_run``, linked to the
     cycle's run; not again if that run already has receipts (a resumed cycle)."""
     from mmirage_beam.pipeline import errors_path_for
-    from mmirage_beam.run.receipts import MODALITIES, parts_dir, pending_intents, receipt_path
+    from mmirage_beam.run.layout import parts_dir
+    from mmirage_beam.run.receipts import MODALITIES, pending_intents, receipt_path
     from pipelines.resubmit import main as resubmit_main
 
     new = state.retry_run

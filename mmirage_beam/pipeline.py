@@ -26,7 +26,8 @@ from mmirage_beam.io.readers import ReadDatasets
 from mmirage_beam.io.writers import ConcatenateFiles, WriteJsonLinesShards, WriteSingleFile
 from mmirage_beam.progress import CountProgress
 from mmirage_beam.providers.base import BatchAdapterRegistry
-from mmirage_beam.run.receipts import mark_submitted, receipts_base
+from mmirage_beam.run.layout import RunLayout, export_file_for, receipts_base
+from mmirage_beam.run.receipts import mark_submitted
 from mmirage_beam.run.staging import staging_dir
 from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
 from mmirage_beam.transforms.chunking import ChunkRequests
@@ -49,12 +50,12 @@ class SubmitPlan:
 
 def invalid_rows_path(base: str, run_id: str) -> str:
     """``<receipts base>.invalid_rows.<run_id>.jsonl``."""
-    return f"{base}.invalid_rows.{run_id}.jsonl"
+    return RunLayout(base, run_id).invalid_rows
 
 
 def stop_marker_path(base: str, run_id: str) -> str:
     """``<receipts base>.stop.<run_id>``: once it exists, the run submits nothing more."""
-    return f"{base}.stop.{run_id}"
+    return RunLayout(base, run_id).stop_marker
 
 
 def default_chunking_parallelism(options: Any) -> int:
@@ -75,13 +76,6 @@ def default_chunking_parallelism(options: Any) -> int:
         candidates.append(opts.get("direct_num_workers"))
     values = [int(v) for v in candidates if isinstance(v, int) and v > 0]
     return max(values) if values else 1
-
-
-def export_file_for(export_prompts: str, run_id: str) -> str:
-    """DESIGN.md: ``P.jsonl`` -> ``P.<run_id>.jsonl``; any other ``P`` is a directory."""
-    if export_prompts.endswith(".jsonl"):
-        return f"{export_prompts[: -len('.jsonl')]}.{run_id}.jsonl"
-    return f"{export_prompts.rstrip('/')}/exported_prompts.{run_id}.jsonl"
 
 
 def _sum_counts(counts: Any) -> dict[str, int]:

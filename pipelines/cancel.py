@@ -49,7 +49,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.ids import check_run_id
     from mmirage_beam.run.cancel import cancel_batches, plan_cancel
-    from mmirage_beam.run.receipts import receipts_base
+    from mmirage_beam.run.layout import receipts_base
 
     if args.run_id is not None:
         try:

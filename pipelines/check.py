@@ -155,7 +155,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         lines = []
     if config is not None:  # runs cancelled with 'mmirage cancel' (mmirage_beam/run/cancel.py)
         from mmirage_beam.run.cancel import cancelled_note
-        from mmirage_beam.run.receipts import receipts_base
+        from mmirage_beam.run.layout import receipts_base
 
         base = receipts_base(config.processor.metadata_output_path, config.state_dir)
         note = cancelled_note(base, receipts.run_ids)
@@ -181,7 +181,7 @@ def _is_live(base: str, run_id: str) -> bool:
 def _run_state_lines(config, receipts, config_arg: str) -> list[str]:  # noqa: ANN001
     """ "finish step pending" / "UNFINISHED" lines for the runs of ``receipts`` (from the
     run records, intents and markers beside the receipts; no provider call)."""
-    from mmirage_beam.run.receipts import receipts_base
+    from mmirage_beam.run.layout import receipts_base
     from mmirage_beam.run.selection import find_unfinished, finish_pending_lines
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)

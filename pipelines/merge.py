@@ -103,9 +103,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.check.discovery import NoReceiptsError
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
-    from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for, invalid_rows_path
-    from mmirage_beam.run.receipts import receipts_base
-    from mmirage_beam.run.selection import find_unfinished, select_run
+    from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for
+    from mmirage_beam.run.plans import prepare_merge
+    from mmirage_beam.run.selection import select_run
     from mmirage_beam.run.storage import (
         check_job_endpoint,
         check_locations,
@@ -125,10 +125,17 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         sel = None if args.metadata_path else _nothing_sent_run(config, args.run_id)
         if sel is None:
             raise
-    if sel.lookup_failed:
+    merge_plan = prepare_merge(
+        config,
+        sel,
+        allow_partial=args.allow_partial,
+        verify_source=not args.no_verify_source,
+        receipts_picked=bool(args.metadata_path),
+    )
+    if merge_plan.blocked == "lookup_failed":
         print("mmirage: error: some batches cannot be looked up; nothing merged.", file=sys.stderr)
         return 1
-    if sel.pending and not args.allow_partial:
+    if merge_plan.blocked == "pending":
         print(
             f"mmirage: {len(sel.pending)} batch(es) have not ended yet; nothing merged "
             "(use --allow-partial to merge what is available):",
@@ -138,22 +145,15 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"  {b.provider_batch_id} ({b.provider}, {b.provider_status})", file=sys.stderr)
         _print_cancelled(config, sel.linked, sys.stderr)
         return 1
-    entries, batches, pending, providers = sel.entries, sel.batches, sel.pending, sel.providers
-    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+    batches, pending, providers = sel.batches, sel.pending, sel.providers
+    base = merge_plan.base
     config = _limited(config, base, sel.linked)
-    receipts = list(entries)  # ReceiptEntry: the workers read the per-request maps
-
-    unfinished = find_unfinished(base, sel.linked, entries)
-    resume_run = (unfinished.runs or sel.starts or [sel.run])[0]
+    receipts = list(merge_plan.receipts)  # ReceiptEntry: the workers read the per-request maps
+    unfinished, resume_run = merge_plan.unfinished, merge_plan.resume_run
     resume_command = f"mmirage run --config {args.config} --run-id {resume_run}"
     # Requests the source still builds but no receipt holds were never submitted; told
     # apart only when every row this merge reads belongs to the merged run(s): one shard.
-    count_unsubmitted = (
-        config.num_shards == 1
-        and not args.metadata_path  # receipt files picked by hand may be a subset
-        and not args.no_verify_source
-        and all(e.receipt.get("run_id") for e in receipts)
-    )
+    count_unsubmitted = merge_plan.count_unsubmitted
 
     final = out = args.output_path
     errors_path = errors_path_for(out)  # rewritten (empty when nothing failed) by the merge
@@ -184,11 +184,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         out,
         num_partitions=args.partitions,
         verify_source=not args.no_verify_source,
-        invalid_rows_files=[
-            path
-            for path in (invalid_rows_path(base, run) for run in sel.linked)
-            if FileSystems.exists(path)
-        ],
+        invalid_rows_files=list(merge_plan.invalid_rows_files),
         unsubmitted_run=(resume_run, resume_command) if count_unsubmitted else None,
         errors_path=errors_path,
     )
@@ -260,7 +256,7 @@ def _limited(config, base, runs):  # noqa: ANN001, ANN202
 def _print_cancelled(config, runs, stream) -> None:  # noqa: ANN001
     """Say which runs 'mmirage cancel' cancelled (their rows are marked cancelled)."""
     from mmirage_beam.run.cancel import cancelled_note
-    from mmirage_beam.run.receipts import receipts_base
+    from mmirage_beam.run.layout import receipts_base
 
     note = cancelled_note(
         receipts_base(config.processor.metadata_output_path, config.state_dir), runs
@@ -287,7 +283,8 @@ def _nothing_sent_run(config, run_ids):  # noqa: ANN001, ANN202
     from apache_beam.io.filesystems import FileSystems
 
     from mmirage_beam.pipeline import invalid_rows_path
-    from mmirage_beam.run.receipts import read_run_state, receipts_base
+    from mmirage_beam.run.layout import receipts_base
+    from mmirage_beam.run.receipts import read_run_state
     from mmirage_beam.run.selection import RunSelection
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)

@@ -88,7 +88,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         resubmittable,
     )
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
-    from mmirage_beam.run.receipts import consolidate_run, receipts_base
+    from mmirage_beam.run.layout import receipts_base
+    from mmirage_beam.run.receipts import consolidate_run
     from mmirage_beam.run.selection import select_run
     from mmirage_beam.run.storage import (
         check_job_endpoint,

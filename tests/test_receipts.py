@@ -7,14 +7,8 @@ import json
 import pytest
 
 from mmirage_beam.io.fs import write_durably
-from mmirage_beam.run.receipts import (
-    consolidate,
-    parts_dir,
-    read_receipts,
-    receipt_path,
-    receipts_base,
-    request_hash,
-)
+from mmirage_beam.run.layout import parts_dir, receipts_base
+from mmirage_beam.run.receipts import consolidate, read_receipts, receipt_path, request_hash
 from tests.conftest import TEST_DATA
 
 ORIGINAL = TEST_DATA / "mmirage_original"

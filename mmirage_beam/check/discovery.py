@@ -21,16 +21,15 @@ from typing import (
 
 from mmirage_beam.errors import ConfigError, MmirageError
 from mmirage_beam.providers.base import parse_timestamp
+from mmirage_beam.run.layout import parts_dir, receipts_base
 from mmirage_beam.run.receipts import (
     MODALITIES,
     PER_REQUEST_FIELDS,
     ReceiptLocation,
     find_receipt_files,
     iter_located_receipts,
-    parts_dir,
     read_receipt_at,
     receipt_patterns,
-    receipts_base,
     source_index_range,
 )
 

@@ -57,8 +57,8 @@ def plan_cancel(
     """
     from mmirage_beam.check.discovery import collect_receipts
     from mmirage_beam.check.lookup import TERMINAL_STATUSES, BatchStatusChecker
+    from mmirage_beam.run.layout import receipts_base
     from mmirage_beam.run.ledger import read_cancel_record
-    from mmirage_beam.run.receipts import receipts_base
     from mmirage_beam.run.selection import linked_runs
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)

@@ -110,9 +110,9 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
     from mmirage_beam.check.lookup import TERMINAL_STATUSES, BatchStatusChecker
     from mmirage_beam.costs.prices import batch_price
     from mmirage_beam.run.fingerprint import run_records
+    from mmirage_beam.run.layout import receipts_base
     from mmirage_beam.run.lease import REFRESH_SECS, is_stale, lease_path, read_lease
     from mmirage_beam.run.ledger import read_cancel_record, read_merge_record
-    from mmirage_beam.run.receipts import receipts_base
     from mmirage_beam.run.selection import find_unfinished, linked_runs
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)

@@ -41,11 +41,10 @@ from typing import Any, Optional
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.io.fs import write_durably
 from mmirage_beam.providers.base import BatchSubmissionAdapter, resolve_credentials
+from mmirage_beam.run.layout import part_path, parts_dir
 from mmirage_beam.run.receipts import (
     MODALITIES,
     adoption_rejected,
-    part_path,
-    parts_dir,
     read_receipts,
     receipt_line,
     receipt_path,

@@ -20,14 +20,8 @@ from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.io.fs import replace_file, write_durably
 from mmirage_beam.records import ChunkRef
-from mmirage_beam.run.receipts import (
-    intent_path,
-    make_receipt,
-    part_path,
-    read_receipt_part,
-    receipt_line,
-    receipt_path,
-)
+from mmirage_beam.run.layout import intent_path, part_path
+from mmirage_beam.run.receipts import make_receipt, read_receipt_part, receipt_line, receipt_path
 
 _LOG = logging.getLogger(__name__)
 _NS = "mmirage"
