@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from mmirage_beam.config.loader import DEFAULT_RETRIES, PipelineConfig
 from mmirage_beam.errors import ConfigError
+from mmirage_beam.run.layout import RunLayout
 
 SUBMITTING = "submitting"
 WAITING = "waiting"
@@ -131,7 +132,7 @@ def cycle_wanted(args: argparse.Namespace, config: PipelineConfig) -> bool:
 
 def cycle_state_path(base: str, run_id: str) -> str:
     """``<base>.cycle.<run_id>.json``, beside the run record."""
-    return f"{base}.cycle.{run_id}.json"
+    return RunLayout(base, run_id).cycle_state
 
 
 @dataclasses.dataclass

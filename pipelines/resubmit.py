@@ -88,7 +88,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         resubmittable,
     )
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
-    from mmirage_beam.run.layout import receipts_base
+    from mmirage_beam.run.layout import RunLayout, receipts_base
     from mmirage_beam.run.receipts import consolidate_run
     from mmirage_beam.run.selection import select_run
     from mmirage_beam.run.storage import (
@@ -149,7 +149,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             )
         parent = sel.run
         # Written by the workers, so beside the receipts (a location both sides see).
-        ids_path = f"{base}.resubmit-ids.{new_run}.txt"
+        ids_path = RunLayout(base, new_run).resubmit_ids
         fetch = beam.Pipeline(options=options)
         build_failures_pipeline(
             fetch, sel.batches, sel.providers, args.only, ids_path, config.outputs

@@ -120,6 +120,17 @@ class RunLayout:
         return f"{self.base}.cancel.{self.run_id}.json"
 
     @property
+    def cycle_state(self) -> str:
+        """``<base>.cycle.<run_id>.json``: where ``run --wait`` is in its cycle."""
+        return f"{self.base}.cycle.{self.run_id}.json"
+
+    @property
+    def resubmit_ids(self) -> str:
+        """``<base>.resubmit-ids.<run_id>.txt``: the failed custom_ids a resubmission
+        sends, one a line (written by the workers, read by the launcher)."""
+        return f"{self.base}.resubmit-ids.{self.run_id}.txt"
+
+    @property
     def probe(self) -> str:
         """``<base>.probe.<run_id>``: the write-read-delete probe of the receipts place."""
         return f"{self.base}.probe.{self.run_id}"

@@ -390,9 +390,8 @@ class ReceiptFile(NamedTuple):
 
 def receipt_patterns(base: str) -> list[str]:
     """The glob patterns searched for receipts of ``base`` (for messages)."""
-    return [f"{base}.{m}.*.jsonl" for m in MODALITIES] + [
-        f"{base}.{m}.*.jsonl.parts/*.json" for m in MODALITIES
-    ]
+    every = RunLayout(base, "*")
+    return [every.receipt(m) for m in MODALITIES] + [every.part(m, "*") for m in MODALITIES]
 
 
 def find_receipt_files(
