@@ -274,7 +274,7 @@ class Trial:
 
     def count(self) -> tuple[int, int, int]:
         """(duplicated requests, lost rows, unsent rows)."""
-        from mmirage_beam.receipts import MODALITIES, adoption_rejected, read_receipts
+        from mmirage_beam.run.receipts import MODALITIES, adoption_rejected, read_receipts
 
         sent = collections.Counter(
             r["custom_id"]

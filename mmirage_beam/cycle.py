@@ -20,7 +20,7 @@ Ctrl-C (or a lost terminal) leaves the batches running at the provider;
 ``mmirage run --config C --wait --run-id ID`` reads the state and goes on from the step
 it stood at. No step re-sends anything: a resumed submission sends only what has no
 receipt, and a resubmission whose run already has receipts is not started again.
-A cycle holds the lease ``<base>.lease.cycle-<run_id>`` (:mod:`mmirage_beam.lease`), so
+A cycle holds the lease ``<base>.lease.cycle-<run_id>`` (:mod:`mmirage_beam.run.lease`), so
 two processes never drive one cycle.
 """
 
@@ -36,6 +36,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from mmirage_beam.config.loader import DEFAULT_RETRIES, PipelineConfig
 from mmirage_beam.errors import ConfigError
+from mmirage_beam.run.layout import RunLayout
 
 SUBMITTING = "submitting"
 WAITING = "waiting"
@@ -149,7 +150,7 @@ def cycle_wanted(args: argparse.Namespace, config: PipelineConfig) -> bool:
 
 def cycle_state_path(base: str, run_id: str) -> str:
     """``<base>.cycle.<run_id>.json``, beside the run record."""
-    return f"{base}.cycle.{run_id}.json"
+    return RunLayout(base, run_id).cycle_state
 
 
 @dataclasses.dataclass
@@ -168,7 +169,7 @@ class CycleState:
 
     def save(self, base: str) -> None:
         """Write the state durably (atomic replace)."""
-        from mmirage_beam.ledger import write_json_record
+        from mmirage_beam.run.ledger import write_json_record
 
         self.updated_at = _dt.datetime.now(_dt.timezone.utc).isoformat()
         write_json_record(cycle_state_path(base, self.run_id), dataclasses.asdict(self))
@@ -180,7 +181,7 @@ class CycleState:
         Raises:
             ConfigError: the file exists but is not a cycle state (naming its path).
         """
-        from mmirage_beam.ledger import read_json_record
+        from mmirage_beam.run.ledger import read_json_record
 
         path = cycle_state_path(base, run_id)
         raw = read_json_record(path)
@@ -242,13 +243,13 @@ def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], drivers: Drive
 
     Raises:
         ConfigError: (exit 2) a bad ``--run-id``.
-        mmirage_beam.lease.RunLocked: (exit 2) another process drives this cycle.
+        mmirage_beam.run.lease.RunLocked: (exit 2) another process drives this cycle.
     """
     from mmirage_beam.config import load_config
-    from mmirage_beam.fingerprint import read_run_record
     from mmirage_beam.ids import check_run_id, new_run_id
-    from mmirage_beam.lease import acquire
-    from mmirage_beam.receipts import receipts_base
+    from mmirage_beam.run.fingerprint import read_run_record
+    from mmirage_beam.run.layout import receipts_base
+    from mmirage_beam.run.lease import acquire
 
     config = load_config(args.config)
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
@@ -409,7 +410,7 @@ def _exists(path: str) -> bool:
 def _chain_batches(ctx: _Context, state: CycleState) -> list[Any]:
     """The distinct batches of the run and every run linked to it."""
     from mmirage_beam.check.discovery import NoReceiptsError, collect_receipts
-    from mmirage_beam.collect import linked_runs
+    from mmirage_beam.run.selection import linked_runs
 
     try:
         every = collect_receipts(ctx.config)
@@ -454,8 +455,8 @@ def _tokens_note(ctx: _Context, state: CycleState) -> Any:
     (its runs' recorded estimates times the share of requests finished)."""
     from mmirage_beam.costs.prices import batch_price
     from mmirage_beam.costs.tokens import INPUT_TOKENS
-    from mmirage_beam.fingerprint import read_run_record
     from mmirage_beam.progress import waiting_tokens_text
+    from mmirage_beam.run.fingerprint import read_run_record
 
     estimated = 0
     for run_id in state.runs:
@@ -470,7 +471,7 @@ def _tokens_note(ctx: _Context, state: CycleState) -> Any:
 
 
 def _merge_record(ctx: _Context, state: CycleState) -> Optional[dict[str, Any]]:
-    from mmirage_beam.ledger import read_merge_record
+    from mmirage_beam.run.ledger import read_merge_record
 
     record = read_merge_record(ctx.base, state.run_id)
     if record is None or record.get("output_path") != state.output_path:
@@ -493,7 +494,7 @@ def _merge(ctx: _Context, state: CycleState) -> tuple[int, Optional[dict[str, An
 
 
 def _cancelled(ctx: _Context, state: CycleState) -> bool:
-    from mmirage_beam.ledger import read_cancel_record
+    from mmirage_beam.run.ledger import read_cancel_record
 
     return any(read_cancel_record(ctx.base, r) is not None for r in state.runs)
 
@@ -502,7 +503,8 @@ def _resubmit(ctx: _Context, state: CycleState) -> int:
     """Re-send the merge's retryable failures as run ``state.retry_run``, linked to the
     cycle's run; not again if that run already has receipts (a resumed cycle)."""
     from mmirage_beam.pipeline import errors_path_for
-    from mmirage_beam.receipts import MODALITIES, parts_dir, pending_intents, receipt_path
+    from mmirage_beam.run.layout import parts_dir
+    from mmirage_beam.run.receipts import MODALITIES, pending_intents, receipt_path
 
     new = state.retry_run
     assert new is not None

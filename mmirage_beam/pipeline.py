@@ -33,9 +33,10 @@ from mmirage_beam.progress import (
     reported_usage,
 )
 from mmirage_beam.providers.base import BatchAdapterRegistry
-from mmirage_beam.receipts import mark_submitted, receipts_base
 from mmirage_beam.reuse import sent_stats
-from mmirage_beam.staging import staging_dir
+from mmirage_beam.run.layout import RunLayout, export_file_for, receipts_base
+from mmirage_beam.run.receipts import mark_submitted
+from mmirage_beam.run.staging import staging_dir
 from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
 from mmirage_beam.transforms.chunking import ChunkRequests
 from mmirage_beam.transforms.rows import RenderPlaceholderRows
@@ -57,12 +58,12 @@ class SubmitPlan:
 
 def invalid_rows_path(base: str, run_id: str) -> str:
     """``<receipts base>.invalid_rows.<run_id>.jsonl``."""
-    return f"{base}.invalid_rows.{run_id}.jsonl"
+    return RunLayout(base, run_id).invalid_rows
 
 
 def stop_marker_path(base: str, run_id: str) -> str:
     """``<receipts base>.stop.<run_id>``: once it exists, the run submits nothing more."""
-    return f"{base}.stop.{run_id}"
+    return RunLayout(base, run_id).stop_marker
 
 
 def default_chunking_parallelism(options: Any) -> int:
@@ -83,13 +84,6 @@ def default_chunking_parallelism(options: Any) -> int:
         candidates.append(opts.get("direct_num_workers"))
     values = [int(v) for v in candidates if isinstance(v, int) and v > 0]
     return max(values) if values else 1
-
-
-def export_file_for(export_prompts: str, run_id: str) -> str:
-    """DESIGN.md: ``P.jsonl`` -> ``P.<run_id>.jsonl``; any other ``P`` is a directory."""
-    if export_prompts.endswith(".jsonl"):
-        return f"{export_prompts[: -len('.jsonl')]}.{run_id}.jsonl"
-    return f"{export_prompts.rstrip('/')}/exported_prompts.{run_id}.jsonl"
 
 
 def _sum_counts(counts: Any) -> dict[str, int]:
@@ -653,7 +647,7 @@ class MergeRows(beam.PTransform):
 class _HeldReceipt(NamedTuple):
     """What the launcher keeps of one receipt for the merge graph: its fields without the
     per-request maps, and ``source``, what a worker reads the whole receipt from (a
-    :class:`~mmirage_beam.receipts.ReceiptLocation`, or the receipt dict itself)."""
+    :class:`~mmirage_beam.run.receipts.ReceiptLocation`, or the receipt dict itself)."""
 
     receipt: Any
     index_range: Optional[tuple[int, int]]
@@ -675,7 +669,7 @@ def _held_receipt(r: Any) -> _HeldReceipt:
             "pass the ReceiptEntry objects of collect.select_run (their .receipt leaves "
             "the per-request maps out) or whole receipt dicts"
         )
-    from mmirage_beam.receipts import source_index_range
+    from mmirage_beam.run.receipts import source_index_range
 
     index_range = source_index_range(full["custom_id_to_source_index"])
     return _HeldReceipt(full, index_range, bool(full.get("request_hashes")), full)
@@ -683,7 +677,7 @@ def _held_receipt(r: Any) -> _HeldReceipt:
 
 def _load_receipt(source: Any) -> dict[str, Any]:
     """The whole receipt from a :attr:`_HeldReceipt.source`."""
-    from mmirage_beam.receipts import ReceiptLocation, read_receipt_at
+    from mmirage_beam.run.receipts import ReceiptLocation, read_receipt_at
 
     return read_receipt_at(source) if isinstance(source, ReceiptLocation) else source
 
@@ -719,7 +713,7 @@ def build_merge_pipeline(
         batches: the :class:`~mmirage_beam.transforms.merge.BatchToFetch` of the merge.
         receipts: their receipts: the
             :class:`~mmirage_beam.check.discovery.ReceiptEntry` of
-            :func:`mmirage_beam.collect.select_run` (read back one at a time by the
+            :func:`mmirage_beam.run.selection.select_run` (read back one at a time by the
             workers, so no per-request map is held here) or receipt dicts; those with a
             ``run_id`` (written by mmirage-beam) are verified against the re-read source.
         providers: provider name -> (adapter class, provider config).

@@ -103,7 +103,7 @@ class Chunk(NamedTuple):
 
 
 class ChunkRef(NamedTuple):
-    """A chunk whose requests are staged in a file (see :mod:`mmirage_beam.staging`):
+    """A chunk whose requests are staged in a file (see :mod:`mmirage_beam.run.staging`):
     what crosses the validation barrier instead of the requests themselves.
 
     Attributes:

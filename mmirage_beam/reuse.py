@@ -233,7 +233,7 @@ def reused_receipt(
 ) -> dict[str, Any]:
     """The receipt of the requests of one output that reuse answers of one earlier batch.
 
-    Shaped like :func:`mmirage_beam.receipts.make_receipt`'s (so ``check``, ``merge``,
+    Shaped like :func:`mmirage_beam.run.receipts.make_receipt`'s (so ``check``, ``merge``,
     resumes and the fingerprint read it as one), with ``status`` ``reused``,
     ``reused_from`` (the run that paid) and ``reused_custom_ids`` (this run's
     custom_id -> the earlier batch's custom_id holding the answer).

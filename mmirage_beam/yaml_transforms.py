@@ -473,11 +473,11 @@ class _FinishRunFn(beam.DoFn):
     def process(
         self, _: Any, receipts: int, error_count: int, first_errors: list[RowError]
     ) -> Iterable[str]:
-        from mmirage_beam.receipts import consolidate_run
+        from mmirage_beam.run.receipts import consolidate_run
 
         written = consolidate_run(self._base, self._run_id, self._dry_run)
         if self._fingerprint is not None:
-            from mmirage_beam.fingerprint import write_run_record
+            from mmirage_beam.run.fingerprint import write_run_record
 
             write_run_record(
                 self._base,
@@ -488,7 +488,7 @@ class _FinishRunFn(beam.DoFn):
                 chunks_submitted=receipts,
             )
             from mmirage_beam.io.fs import delete_files
-            from mmirage_beam.receipts import submitted_marker_path
+            from mmirage_beam.run.receipts import submitted_marker_path
 
             delete_files([submitted_marker_path(self._base, self._run_id)])  # recorded now
         for path, n in sorted(written.items()):
@@ -524,7 +524,7 @@ class SubmitBatches(beam.PTransform):
         run_id: the run's id (default: a fresh one). Running the same pipeline again
             with the same ``run_id`` resumes it: requests already receipted are never
             sent again, interrupted submissions are looked up first
-            (:func:`mmirage_beam.resume.prepare_resume`).
+            (:func:`mmirage_beam.run.resume.prepare_resume`).
         export_prompts: dry run: write the provider-ready requests to this ``.jsonl``
             path (``P.<run_id>.jsonl``) or folder, submit nothing, need no API key.
         keep_staged: keep the staged chunk files (``<base>.staged.<run_id>/``) after the
@@ -605,9 +605,9 @@ class SubmitBatches(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
         from mmirage_beam.pipeline import SubmitRows, invalid_rows_path
-        from mmirage_beam.receipts import receipts_base
-        from mmirage_beam.resume import ResumeState, prepare_resume
-        from mmirage_beam.storage import check_locations, probe_location
+        from mmirage_beam.run.layout import receipts_base
+        from mmirage_beam.run.resume import ResumeState
+        from mmirage_beam.run.storage import check_locations, probe_location
 
         config, run_id, dry_run = self.config, self.run_id, self.dry_run
         p = pcoll.pipeline
@@ -615,28 +615,12 @@ class SubmitBatches(beam.PTransform):
         check_locations(_locations(config, export_prompts=self.export_prompts), p.options)
         resume, fingerprint, started_at = ResumeState(), None, None
         if not dry_run:
-            from mmirage_beam.fingerprint import read_run_record, write_run_record
-
             probe_location(base, run_id, "processor.metadata_output_path")
-            if self._resumed:
-                resume = prepare_resume(base, run_id, self._adapter_cls, config.processor)
-                if resume.submitted_ids or resume.attempt > 1:
-                    print(
-                        f"mmirage run {run_id}: resuming (attempt {resume.attempt}): "
-                        f"{len(resume.submitted_ids)} request(s) already receipted are not "
-                        "sent again",
-                        file=sys.stderr,
-                    )
-            earlier = read_run_record(base, run_id)
-            started_at = earlier.get("started_at") if earlier else None
-            fingerprint = "beam-yaml-" + _config_fingerprint(config)
-            started_at = write_run_record(base, run_id, fingerprint, started_at=started_at)[
-                "started_at"
-            ]
-            from mmirage_beam.io.fs import delete_files
-            from mmirage_beam.receipts import submitted_marker_path
-
-            delete_files([submitted_marker_path(base, run_id)])  # this attempt writes its own
+            run_plan = _submit_plan(config, run_id, self._adapter_cls, self._resumed)
+            for message in run_plan.messages:
+                print(message.text, file=sys.stderr)
+            resume, fingerprint = run_plan.resume, run_plan.fingerprint
+            started_at = run_plan.record["started_at"]
         _prepare_staging(base, run_id, self.keep_staged)
         submit = SubmitRows(
             config,
@@ -688,6 +672,33 @@ class SubmitBatches(beam.PTransform):
         )
 
 
+_HELD_PLANS: dict[tuple[str, str], Any] = {}
+
+
+def _submit_plan(config: PipelineConfig, run_id: str, adapter_cls: type, resumed: bool) -> Any:
+    """``run.plans.prepare_submit`` as ``mmirage run`` calls it: this (launching) process
+    holds the run's lease until it exits, whatever the job's outcome, so a second job on
+    the same ``run_id`` is refused (``RunLocked``) while this one runs. Taken once per
+    process and run, should the transform be expanded again.
+
+    Raises:
+        RunLocked: (exit 2) another process holds the run.
+    """
+    import atexit
+
+    from mmirage_beam.run.layout import receipts_base
+    from mmirage_beam.run.plans import prepare_submit
+
+    key = (receipts_base(config.processor.metadata_output_path, config.state_dir), run_id)
+    if key not in _HELD_PLANS:
+        plan = prepare_submit(
+            config, run_id, adapter_cls=adapter_cls, resuming=resumed, read_data=False
+        )
+        _HELD_PLANS[key] = plan
+        atexit.register(plan.release)
+    return _HELD_PLANS[key]
+
+
 def _prepare_staging(base: str, run_id: str, keep: bool) -> None:
     """As ``staging.staging_area`` around ``mmirage run``'s pipeline: leftovers of an
     earlier attempt are removed now (a resumed run rebuilds its chunks), and the folder
@@ -697,7 +708,7 @@ def _prepare_staging(base: str, run_id: str, keep: bool) -> None:
     import atexit
 
     from mmirage_beam.io.fs import delete_folder
-    from mmirage_beam.staging import staging_dir
+    from mmirage_beam.run.staging import staging_dir
 
     folder = staging_dir(base, run_id)
     delete_folder(folder)
@@ -717,23 +728,13 @@ def _remove_staging(folder: str) -> None:
 def _locations(config: PipelineConfig, **flags: Optional[str]) -> dict[str, str]:
     """What the workers write, by Beam YAML argument, for ``storage.check_locations``
     (the rows are the pipeline's: no dataset path is read)."""
-    from mmirage_beam.storage import config_locations
+    from mmirage_beam.run.storage import config_locations
 
     return {
         _yaml_key(k).replace("--", "").replace("-", "_"): v
         for k, v in config_locations(config, **flags).items()
         if not k.endswith(".path")
     }
-
-
-def _config_fingerprint(config: PipelineConfig) -> str:
-    shaped = {
-        "provider": dataclasses.asdict(config.processor),
-        "inputs": [dataclasses.asdict(i) for i in config.inputs],
-        "outputs": [dataclasses.asdict(o) for o in config.outputs],
-    }
-    text = json.dumps(shaped, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 # --- merge ------------------------------------------------------------------------------
@@ -782,9 +783,12 @@ class MergeBatches(beam.PTransform):
 
     Raises:
         ConfigError: a bad argument, naming it.
-        NoReceiptsError, CredentialsError: no receipts found; a provider key is missing.
-        MmirageError: batches are still running (without ``allow_partial``) or cannot
-            be looked up; nothing is merged.
+        NoReceiptsError, CredentialsError: (when applied: the constructor only stores
+            and validates its arguments; ``expand`` selects the run and looks its
+            batches up, ``run.plans.prepare_merge``) no receipts found; a provider key
+            is missing.
+        MmirageError: (when applied) batches are still running (without
+            ``allow_partial``) or cannot be looked up; nothing is merged.
     """
 
     def __init__(
@@ -805,14 +809,9 @@ class MergeBatches(beam.PTransform):
         partitions: Optional[int] = None,
     ) -> None:
         super().__init__()
-        from apache_beam.io.filesystems import FileSystems
 
-        from mmirage_beam.collect import find_unfinished, select_run
         from mmirage_beam.errors import require_int
         from mmirage_beam.paths import resolve_path
-        from mmirage_beam.pipeline import errors_path_for, invalid_rows_path
-        from mmirage_beam.receipts import receipts_base
-        from mmirage_beam.storage import check_output_file
 
         name = type(self).__name__
         if not isinstance(output_path, str) or not output_path:
@@ -837,71 +836,70 @@ class MergeBatches(beam.PTransform):
         self.config = config_obj
         self.index = AssignSourceIndex(index_field)
         self.output_path = resolve_path(output_path)
+        self.runs = runs or None
+        self.allow_partial, self.verify_source, self.partitions = (
+            allow_partial,
+            verify_source,
+            partitions,
+        )
+        self.selection: Any = None
+        self.plan: Any = None
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        from mmirage_beam.pipeline import MergeRows, errors_path_for
+        from mmirage_beam.run.plans import prepare_merge
+        from mmirage_beam.run.selection import select_run
+        from mmirage_beam.run.storage import check_locations, check_output_file
+
+        name, config = type(self).__name__, self.config
         check_output_file(
             f"{name}.config.output_path",
             self.output_path,
-            config_obj,
+            config,
             [errors_path_for(self.output_path)],
         )
-        sel = select_run(config_obj, [], runs or None, "merge")
-        if sel.lookup_failed:
+        check_locations(_locations(config, output_path=self.output_path), pcoll.pipeline.options)
+        sel = select_run(config, [], self.runs, "merge")
+        merge_plan = prepare_merge(
+            config, sel, allow_partial=self.allow_partial, verify_source=self.verify_source
+        )
+        if merge_plan.blocked == "lookup_failed":
             raise MmirageError(
                 "some batches cannot be looked up; nothing merged: "
                 + ", ".join(f"{s.receipt.provider_batch_id} ({s.error})" for s in sel.lookup_failed)
             )
-        if sel.pending and not allow_partial:
+        if merge_plan.blocked == "pending":
             raise MmirageError(
                 f"{len(sel.pending)} batch(es) have not ended yet; nothing merged (set "
                 "allow_partial: true to merge what is available): "
                 + ", ".join(f"{b.provider_batch_id} ({b.provider_status})" for b in sel.pending)
             )
         self.selection = sel
-        base = receipts_base(config_obj.processor.metadata_output_path, config_obj.state_dir)
-        receipts = list(sel.entries)  # the workers read the per-request maps
-        unfinished = find_unfinished(base, sel.linked, sel.entries)
-        resume_run = (unfinished.runs or sel.starts or [sel.run])[0]
-        resume_text = f"run the SubmitBatches step again with run_id: {resume_run}"
-        # as mmirage merge: only when every row read belongs to the merged run(s)
-        count_unsubmitted = (
-            verify_source
-            and config_obj.num_shards == 1
-            and all(e.receipt.get("run_id") for e in receipts)
-        )
-        if unfinished:
+        resume_text = f"run the SubmitBatches step again with run_id: {merge_plan.resume_run}"
+        if merge_plan.unfinished:
             print(
-                f"mmirage merge: UNFINISHED: run(s) {', '.join(unfinished.runs)} stopped "
-                f"before all their chunks were submitted; {resume_text}, then merge again",
+                f"mmirage merge: UNFINISHED: run(s) {', '.join(merge_plan.unfinished.runs)} "
+                f"stopped before all their chunks were submitted; {resume_text}, then merge "
+                "again",
                 file=sys.stderr,
             )
-        from mmirage_beam.pipeline import MergeRows
-
-        self._merge = MergeRows(
-            config_obj,
+        merge = MergeRows(
+            config,
             sel.batches,
-            receipts,
+            list(merge_plan.receipts),
             sel.providers,
             self.output_path,
-            num_partitions=partitions,
-            verify_source=verify_source,
-            invalid_rows_files=[
-                path
-                for path in (invalid_rows_path(base, run) for run in sel.linked)
-                if FileSystems.exists(path)
-            ],
-            unsubmitted_run=(resume_run, resume_text) if count_unsubmitted else None,
-        )
-        self.plan: Any = None
-
-    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        from mmirage_beam.storage import check_locations
-
-        check_locations(
-            _locations(self.config, output_path=self.output_path), pcoll.pipeline.options
+            num_partitions=self.partitions,
+            verify_source=self.verify_source,
+            invalid_rows_files=list(merge_plan.invalid_rows_files),
+            unsubmitted_run=(
+                (merge_plan.resume_run, resume_text) if merge_plan.count_unsubmitted else None
+            ),
         )
         indexed = pcoll | "AssignSourceIndex" >> self.index
         # Rows that are not valid (no index) were never submitted: nothing to join them to.
-        merged = indexed["rows"] | "MergeRows" >> self._merge
-        self.plan = self._merge.plan
+        merged = indexed["rows"] | "MergeRows" >> merge
+        self.plan = merge.plan
         # MergeRows emits the merged file's path once it is written; its rows are read
         # back from it, streamed, in source_index order.
         return merged | "MergedRows" >> beam.FlatMap(_merged_rows).with_output_types(MergedJsonRow)

@@ -4,7 +4,7 @@ Usage:
     python -m pipelines.cancel --config C.yaml [--run-id ID] [--yes]
 
 Cancels, at the provider, every batch of the run (default: the newest) and of its linked
-runs (resubmissions) that has not ended, and records it (:mod:`mmirage_beam.cancel`).
+runs (resubmissions) that has not ended, and records it (:mod:`mmirage_beam.run.cancel`).
 Asks first unless ``--yes``. A batch cancelled before is not cancelled again.
 
 Exit status: 0 cancelled (or nothing left to cancel); 1 the provider refused some
@@ -45,11 +45,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     configure_logging(args.verbose)
 
-    from mmirage_beam.cancel import cancel_batches, plan_cancel
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.ids import check_run_id
-    from mmirage_beam.receipts import receipts_base
+    from mmirage_beam.run.cancel import cancel_batches, plan_cancel
+    from mmirage_beam.run.layout import receipts_base
 
     if args.run_id is not None:
         try:

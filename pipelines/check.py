@@ -153,9 +153,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             print(line)
     else:
         lines = []
-    if config is not None:  # runs cancelled with 'mmirage cancel' (mmirage_beam/cancel.py)
-        from mmirage_beam.cancel import cancelled_note
-        from mmirage_beam.receipts import receipts_base
+    if config is not None:  # runs cancelled with 'mmirage cancel' (mmirage_beam/run/cancel.py)
+        from mmirage_beam.run.cancel import cancelled_note
+        from mmirage_beam.run.layout import receipts_base
 
         base = receipts_base(config.processor.metadata_output_path, config.state_dir)
         note = cancelled_note(base, receipts.run_ids)
@@ -171,7 +171,7 @@ def _is_live(base: str, run_id: str) -> bool:
     """Whether a launcher holds ``run_id``'s lease (refreshed recently, pid alive)."""
     import time
 
-    from mmirage_beam.lease import STALE_AFTER_SECS, _mtime, is_stale, lease_path, read_lease
+    from mmirage_beam.run.lease import STALE_AFTER_SECS, _mtime, is_stale, lease_path, read_lease
 
     path = lease_path(base, run_id)
     lease = read_lease(path)
@@ -181,8 +181,8 @@ def _is_live(base: str, run_id: str) -> bool:
 def _run_state_lines(config, receipts, config_arg: str) -> list[str]:  # noqa: ANN001
     """ "finish step pending" / "UNFINISHED" lines for the runs of ``receipts`` (from the
     run records, intents and markers beside the receipts; no provider call)."""
-    from mmirage_beam.collect import find_unfinished, finish_pending_lines
-    from mmirage_beam.receipts import receipts_base
+    from mmirage_beam.run.layout import receipts_base
+    from mmirage_beam.run.selection import find_unfinished, finish_pending_lines
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     runs = [r for r in receipts.run_ids if r and r != "?"]

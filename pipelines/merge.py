@@ -101,12 +101,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from apache_beam.io.filesystems import FileSystems
 
     from mmirage_beam.check.discovery import NoReceiptsError
-    from mmirage_beam.collect import find_unfinished, select_run
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
-    from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for, invalid_rows_path
-    from mmirage_beam.receipts import receipts_base
-    from mmirage_beam.storage import (
+    from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for
+    from mmirage_beam.run.plans import prepare_merge
+    from mmirage_beam.run.selection import select_run
+    from mmirage_beam.run.storage import (
         check_job_endpoint,
         check_locations,
         check_output_file,
@@ -125,10 +125,17 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         sel = None if args.metadata_path else _nothing_sent_run(config, args.run_id)
         if sel is None:
             raise
-    if sel.lookup_failed:
+    merge_plan = prepare_merge(
+        config,
+        sel,
+        allow_partial=args.allow_partial,
+        verify_source=not args.no_verify_source,
+        receipts_picked=bool(args.metadata_path),
+    )
+    if merge_plan.blocked == "lookup_failed":
         print("mmirage: error: some batches cannot be looked up; nothing merged.", file=sys.stderr)
         return 1
-    if sel.pending and not args.allow_partial:
+    if merge_plan.blocked == "pending":
         print(
             f"mmirage: {len(sel.pending)} batch(es) have not ended yet; nothing merged "
             "(use --allow-partial to merge what is available):",
@@ -138,22 +145,15 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"  {b.provider_batch_id} ({b.provider}, {b.provider_status})", file=sys.stderr)
         _print_cancelled(config, sel.linked, sys.stderr)
         return 1
-    entries, batches, pending, providers = sel.entries, sel.batches, sel.pending, sel.providers
-    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+    batches, pending, providers = sel.batches, sel.pending, sel.providers
+    base = merge_plan.base
     config = _limited(config, base, sel.linked)
-    receipts = list(entries)  # ReceiptEntry: the workers read the per-request maps
-
-    unfinished = find_unfinished(base, sel.linked, entries)
-    resume_run = (unfinished.runs or sel.starts or [sel.run])[0]
+    receipts = list(merge_plan.receipts)  # ReceiptEntry: the workers read the per-request maps
+    unfinished, resume_run = merge_plan.unfinished, merge_plan.resume_run
     resume_command = f"mmirage run --config {args.config} --run-id {resume_run}"
     # Requests the source still builds but no receipt holds were never submitted; told
     # apart only when every row this merge reads belongs to the merged run(s): one shard.
-    count_unsubmitted = (
-        config.num_shards == 1
-        and not args.metadata_path  # receipt files picked by hand may be a subset
-        and not args.no_verify_source
-        and all(e.receipt.get("run_id") for e in receipts)
-    )
+    count_unsubmitted = merge_plan.count_unsubmitted
 
     final = out = args.output_path
     errors_path = errors_path_for(out)  # rewritten (empty when nothing failed) by the merge
@@ -184,11 +184,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         out,
         num_partitions=args.partitions,
         verify_source=not args.no_verify_source,
-        invalid_rows_files=[
-            path
-            for path in (invalid_rows_path(base, run) for run in sel.linked)
-            if FileSystems.exists(path)
-        ],
+        invalid_rows_files=list(merge_plan.invalid_rows_files),
         unsubmitted_run=(resume_run, resume_command) if count_unsubmitted else None,
         errors_path=errors_path,
         answers_path=_answers_path(base, sel.linked),
@@ -198,7 +194,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     fetching = {b.provider_batch_id for b in batches}  # the results to fetch, for "of N"
     fetched = sum(
         e.request_count
-        for e in {e.key: e for e in entries}.values()
+        for e in {e.key: e for e in receipts}.values()
         if e.provider_batch_id in fetching
     )
     progress.expect_run(config.processor, totals={"results fetched": fetched or None})
@@ -243,7 +239,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     never_rows = {e["source_index"] for e in errors if e["error_type"] == "never_submitted"}
     never_requests = sum(1 for e in errors if e["error_type"] == "never_submitted")
     if unfinished.finish_pending:
-        from mmirage_beam.collect import finish_pending_lines
+        from mmirage_beam.run.selection import finish_pending_lines
 
         print("\n".join(finish_pending_lines(unfinished.finish_pending, args.config)))
     if unfinished or never_requests:
@@ -265,7 +261,7 @@ def _limited(config, base, runs):  # noqa: ANN001, ANN202
     """A run made with ``mmirage run --limit N``: merge just its first N rows, and say so."""
     import dataclasses
 
-    from mmirage_beam.fingerprint import read_run_record
+    from mmirage_beam.run.fingerprint import read_run_record
 
     records = [r for r in (read_run_record(base, run) for run in runs) if r is not None]
     limits = {r.get("limit") for r in records}
@@ -281,8 +277,8 @@ def _limited(config, base, runs):  # noqa: ANN001, ANN202
 
 def _print_cancelled(config, runs, stream) -> None:  # noqa: ANN001
     """Say which runs 'mmirage cancel' cancelled (their rows are marked cancelled)."""
-    from mmirage_beam.cancel import cancelled_note
-    from mmirage_beam.receipts import receipts_base
+    from mmirage_beam.run.cancel import cancelled_note
+    from mmirage_beam.run.layout import receipts_base
 
     note = cancelled_note(
         receipts_base(config.processor.metadata_output_path, config.state_dir), runs
@@ -293,7 +289,7 @@ def _print_cancelled(config, runs, stream) -> None:  # noqa: ANN001
 
 def _record_merge(base, runs, out, stats, errors) -> None:  # noqa: ANN001
     """The merge record ``mmirage runs`` and ``mmirage run --wait`` read (best effort)."""
-    from mmirage_beam.ledger import merge_record_path, write_merge_record
+    from mmirage_beam.run.ledger import merge_record_path, write_merge_record
 
     try:
         write_merge_record(base, runs, out, stats, errors)
@@ -303,14 +299,15 @@ def _record_merge(base, runs, out, stats, errors) -> None:  # noqa: ANN001
 
 
 def _nothing_sent_run(config, run_ids):  # noqa: ANN001, ANN202
-    """The :class:`~mmirage_beam.collect.RunSelection` of a finished run that built no
+    """The :class:`~mmirage_beam.run.selection.RunSelection` of a finished run that built no
     request (every row invalid and skipped): the asked run, else the newest such run
     with an invalid-rows file; None when there is none."""
     from apache_beam.io.filesystems import FileSystems
 
-    from mmirage_beam.collect import RunSelection
     from mmirage_beam.pipeline import invalid_rows_path
-    from mmirage_beam.receipts import read_run_state, receipts_base
+    from mmirage_beam.run.layout import receipts_base
+    from mmirage_beam.run.receipts import read_run_state
+    from mmirage_beam.run.selection import RunSelection
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     if run_ids:

@@ -78,7 +78,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     import apache_beam as beam
     from apache_beam.io.filesystems import FileSystems
 
-    from mmirage_beam.collect import select_run
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.ids import check_run_id, new_run_id
@@ -89,8 +88,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         resubmittable,
     )
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
-    from mmirage_beam.receipts import consolidate_run, receipts_base
-    from mmirage_beam.storage import (
+    from mmirage_beam.run.layout import RunLayout, receipts_base
+    from mmirage_beam.run.receipts import consolidate_run
+    from mmirage_beam.run.selection import select_run
+    from mmirage_beam.run.storage import (
         check_job_endpoint,
         check_locations,
         config_locations,
@@ -148,7 +149,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             )
         parent = sel.run
         # Written by the workers, so beside the receipts (a location both sides see).
-        ids_path = f"{base}.resubmit-ids.{new_run}.txt"
+        ids_path = RunLayout(base, new_run).resubmit_ids
         fetch = beam.Pipeline(options=options)
         build_failures_pipeline(
             fetch, sel.batches, sel.providers, args.only, ids_path, config.outputs
@@ -166,7 +167,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         f"{parent} as run {new_run}",
         file=sys.stderr,
     )
-    from mmirage_beam.staging import staging_area
+    from mmirage_beam.run.staging import staging_area
 
     pipeline = beam.Pipeline(options=options)
     plan = build_submit_pipeline(

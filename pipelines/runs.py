@@ -3,7 +3,7 @@
 Usage:
     python -m pipelines.runs --config C.yaml [--no-lookup]
 
-One line per run and its linked resubmissions (:mod:`mmirage_beam.runs`): run id,
+One line per run and its linked resubmissions (:mod:`mmirage_beam.run.listing`): run id,
 created, links, state (submitting / unfinished / in progress / ended / merged), batches,
 requests, failures, estimated cost and, once merged, the actual cost; then the total.
 
@@ -48,7 +48,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     configure_logging(args.verbose)
 
     from mmirage_beam.config import load_config
-    from mmirage_beam.runs import format_table, list_runs
+    from mmirage_beam.run.listing import format_table, list_runs
 
     config = load_config(args.config)
     rows = list_runs(config, lookup=not args.no_lookup)

@@ -132,10 +132,9 @@ def _submit_main(args, beam_args, preset_run_id: Optional[str] = None) -> int:  
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.ids import check_run_id, new_run_id
-    from mmirage_beam.pipeline import stop_marker_path
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
-    from mmirage_beam.receipts import receipts_base
-    from mmirage_beam.storage import (
+    from mmirage_beam.run.layout import receipts_base
+    from mmirage_beam.run.storage import (
         check_job_endpoint,
         check_locations,
         config_locations,
@@ -184,56 +183,24 @@ def _submit_main(args, beam_args, preset_run_id: Optional[str] = None) -> int:  
         raise ConfigError("--new-run", "starts a new run; it cannot be used with --run-id")
     if dry_run:
         return _submit(args, beam_args, config, options, base, run_id, None)
-    from mmirage_beam.fingerprint import matching_run, run_fingerprint, write_run_record
-    from mmirage_beam.lease import acquire
+    from mmirage_beam.run.plans import prepare_submit
 
-    fingerprint = run_fingerprint(config)
-    leases = []
+    run_plan = prepare_submit(
+        config,
+        run_id,
+        adapter_cls=adapter_cls,
+        resuming=bool(args.run_id),
+        new_run=bool(args.new_run),
+    )
     try:
-        if not args.run_id and not args.new_run:
-            # Serialises identical fresh runs started together, until the run record of
-            # the first one is written (the others then find it).
-            leases.append(_acquire_waiting(base, "fp-" + fingerprint[:16]))
-            earlier = matching_run(base, fingerprint)
-            if earlier is not None:
-                print(_already_run_message(args, beam_args, earlier), file=sys.stderr)
-                return 3
-
-        def on_lost(_holder: dict) -> None:
-            from mmirage_beam.io.fs import write_durably
-
-            write_durably(stop_marker_path(base, run_id), b"lease lost\n")
-
-        leases.append(acquire(base, run_id, on_lost=on_lost))
-        for lease in leases:
-            lease.start_refreshing()
-        _remove_if_exists(stop_marker_path(base, run_id))  # left by an earlier stopped attempt
-        from mmirage_beam.receipts import submitted_marker_path
-
-        _remove_if_exists(submitted_marker_path(base, run_id))  # this attempt writes its own
-        record = {"fingerprint": fingerprint, "started_at": None}
-        if args.run_id:
-            from mmirage_beam.fingerprint import read_run_record
-
-            earlier = read_run_record(base, run_id)
-            if earlier is not None:
-                record["started_at"] = earlier.get("started_at")
-                if earlier.get("fingerprint") != fingerprint:
-                    print(
-                        f"mmirage run {run_id}: warning: the config or the data changed since "
-                        "this run started; requests already receipted are not sent again, "
-                        "the others are built from the current config and data",
-                        file=sys.stderr,
-                    )
-        record = write_run_record(
-            base, run_id, fingerprint, started_at=record["started_at"], limit=config.row_limit
-        )
-        if len(leases) == 2:
-            leases.pop(0).release()
-        return _submit(args, beam_args, config, options, base, run_id, record)
+        if run_plan.earlier is not None:
+            print(_already_run_message(args, beam_args, run_plan.earlier), file=sys.stderr)
+            return 3
+        for message in run_plan.messages:
+            print(message.text, file=sys.stderr)
+        return _submit(args, beam_args, config, options, base, run_id, run_plan)
     finally:
-        for lease in reversed(leases):
-            lease.release()
+        run_plan.release()
 
 
 def _with_limit(args, config, base: str, run_id: str):  # noqa: ANN001, ANN202
@@ -241,7 +208,7 @@ def _with_limit(args, config, base: str, run_id: str):  # noqa: ANN001, ANN202
     import dataclasses
 
     from mmirage_beam.errors import ConfigError
-    from mmirage_beam.fingerprint import read_run_record
+    from mmirage_beam.run.fingerprint import read_run_record
 
     limit = args.limit
     if limit is not None and limit < 1:
@@ -258,22 +225,6 @@ def _with_limit(args, config, base: str, run_id: str):  # noqa: ANN001, ANN202
     return dataclasses.replace(config, row_limit=int(limit))
 
 
-def _acquire_waiting(base: str, key: str, wait_secs: float = 30.0):  # noqa: ANN202
-    """The lease ``key``, waiting up to ``wait_secs`` for a short-lived holder."""
-    import time
-
-    from mmirage_beam.lease import RunLocked, acquire
-
-    deadline = time.monotonic() + wait_secs
-    while True:
-        try:
-            return acquire(base, key)
-        except RunLocked:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
 def _already_run_message(args, beam_args, earlier: dict) -> str:  # noqa: ANN001
     run_id = earlier["run_id"]
     cmd = " ".join(["mmirage run", "--config", args.config, *map(_quote, beam_args)])
@@ -288,35 +239,27 @@ def _already_run_message(args, beam_args, earlier: dict) -> str:  # noqa: ANN001
     )
 
 
-def _submit(args, beam_args, config, options, base, run_id, record, translate_only=False):  # noqa: ANN001
-    """The submission itself, once the run id is held (``record``: None for dry runs)."""
+def _submit(args, beam_args, config, options, base, run_id, run_plan, translate_only=False):  # noqa: ANN001
+    """The submission itself, once the run id is held (``run_plan``: the
+    ``run.plans.SubmitPlan``, None for dry runs)."""
     import apache_beam as beam
 
     from mmirage_beam.errors import MmirageError
     from mmirage_beam.pipeline import build_submit_pipeline
     from mmirage_beam.providers.base import BatchAdapterRegistry
-    from mmirage_beam.resume import ResumeState, prepare_resume
-    from mmirage_beam.staging import (
+    from mmirage_beam.run.resume import ResumeState
+    from mmirage_beam.run.staging import (
         check_free_space,
         staging_area,
         staging_dir,
         staging_need_bytes,
     )
 
-    dry_run = record is None
+    dry_run = run_plan is None
+    record = None if dry_run else run_plan.record
     provider = config.processor.provider
     adapter_cls = BatchAdapterRegistry.get(provider)
-    resume = ResumeState()
-    if args.run_id and not dry_run:
-        resume = prepare_resume(base, run_id, adapter_cls, config.processor)
-        if resume.submitted_ids or resume.attempt > 1:
-            print(
-                f"mmirage run {run_id}: resuming (attempt {resume.attempt}): "
-                f"{len(resume.submitted_ids)} request(s) already receipted are not sent "
-                f"again; adopted {len(resume.adopted)} interrupted batch(es), "
-                f"re-sending {len(resume.resent) + len(resume.dropped)} interrupted chunk(s)",
-                file=sys.stderr,
-            )
+    resume = ResumeState() if dry_run else run_plan.resume
     reuse_files, stale = _reuse_plan(args, config, base, run_id, adapter_cls, translate_only)
     pipeline = beam.Pipeline(options=options)
     plan = build_submit_pipeline(
@@ -444,14 +387,14 @@ def _finish(plan, base: str, run_id: str, record, stats: dict, dry_run: bool) ->
     files written. A failure here leaves every batch receipted (in parts) and the
     submitted marker in place, so ``--run-id`` completes the run without sending."""
     from mmirage_beam.crashpoints import crash_point
-    from mmirage_beam.receipts import consolidate_run, submitted_marker_path
+    from mmirage_beam.run.receipts import consolidate_run, submitted_marker_path
 
     written = list(consolidate_run(plan.receipts_base, run_id, dry_run))
     crash_point("finishing")
     if record is not None:
         from mmirage_beam.costs.tokens import token_counters
-        from mmirage_beam.fingerprint import write_run_record
         from mmirage_beam.reuse import sent_stats
+        from mmirage_beam.run.fingerprint import write_run_record
 
         write_run_record(
             base,
@@ -484,7 +427,8 @@ def _nothing_submitted(base: str, run_id: str) -> bool:
     """Whether this attempt of ``run_id`` has not started a chunk yet: no intent and no
     receipt part in its ``.parts`` folders (an earlier attempt's are consolidated)."""
     from mmirage_beam.io.fs import list_files
-    from mmirage_beam.receipts import MODALITIES, parts_dir, receipt_path
+    from mmirage_beam.run.layout import parts_dir
+    from mmirage_beam.run.receipts import MODALITIES, receipt_path
 
     return not any(list_files(parts_dir(receipt_path(base, m, run_id))) for m in MODALITIES)
 
@@ -494,7 +438,7 @@ def _failure_report(  # noqa: ANN001
 ) -> str:
     """What was accepted, derived from what is recorded once the job has stopped."""
     from mmirage_beam.launch import describe_failure
-    from mmirage_beam.receipts import consolidate_run, pending_intents
+    from mmirage_beam.run.receipts import consolidate_run, pending_intents
 
     lines = [
         f"mmirage run {run_id}: stopped (Ctrl-C or SIGTERM)"
@@ -512,7 +456,7 @@ def _failure_report(  # noqa: ANN001
         )
         lines.append(f"  {resume_cmd}")
         return "\n".join(lines)
-    from mmirage_beam.receipts import submission_complete
+    from mmirage_beam.run.receipts import submission_complete
 
     if not in_flight and submission_complete(plan.receipts_base, run_id):
         lines.append(

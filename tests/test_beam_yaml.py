@@ -5,10 +5,12 @@ provider through the real SDKs, merged back, and checked against ``mmirage check
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import apache_beam as beam
@@ -23,6 +25,7 @@ from pipelines.check import main as check_main
 from pipelines.merge import main as merge_main
 from tests.conftest import GSM8K_JSONL, GSM8K_PARQUET, REPO, base_config, write_config
 from tests.sdk_validation import validate_export
+from tests.slow_proxy import SlowProxy
 
 PROMPT = "Answer concisely:\n{{ question }}"
 
@@ -36,10 +39,10 @@ def _gsm8k(n=None):
     return rows if n is None else rows[:n]
 
 
-def _run_yaml(pipeline_file, jinja=None, env=None, expect_ok=True):
-    """``python -m apache_beam.yaml.main`` in a subprocess, from the repository root,
-    with ``--runner=FnApiRunner`` as docs/beam-yaml.md says (the DirectRunner would
-    first try to download Prism)."""
+def _yaml_cmd(pipeline_file, env=None):
+    """``python -m apache_beam.yaml.main`` with ``--runner=FnApiRunner`` as
+    docs/beam-yaml.md says (the DirectRunner would first try to download Prism), and its
+    environment: no API key but those of ``env``."""
     cmd = [
         sys.executable,
         "-m",
@@ -47,11 +50,17 @@ def _run_yaml(pipeline_file, jinja=None, env=None, expect_ok=True):
         f"--yaml_pipeline_file={pipeline_file}",
         "--runner=FnApiRunner",
     ]
-    if jinja:
-        cmd.append("--jinja_variables=" + json.dumps(jinja))
     full_env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     full_env.update(env or {})
     full_env["PYTHONPATH"] = str(REPO)
+    return cmd, full_env
+
+
+def _run_yaml(pipeline_file, jinja=None, env=None, expect_ok=True):
+    """:func:`_yaml_cmd` in a subprocess, from the repository root."""
+    cmd, full_env = _yaml_cmd(pipeline_file, env)
+    if jinja:
+        cmd.append("--jinja_variables=" + json.dumps(jinja))
     proc = subprocess.run(
         cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=540, check=False
     )
@@ -241,6 +250,55 @@ def test_yaml_submit_then_check_and_merge_by_yaml_and_cli(tmp_path, provider_env
     cli_out = tmp_path / "cli_merged.jsonl"
     assert merge_main(["--config", cfg_path, "--output-path", str(cli_out), "--run-id", "r1"]) == 0
     assert cli_out.read_bytes() == (out / "yaml_merged.jsonl").read_bytes()
+
+
+def test_two_yaml_submit_jobs_on_one_run_id_the_second_is_refused(tmp_path, provider_env):
+    """SubmitBatches takes the run's lease as `mmirage run` does (run.plans.prepare_submit):
+    while a first YAML job on run r1 is held inside a batch create, a second one is
+    refused before sending anything; once the first finished, the second sends nothing.
+    The fake sees every request once."""
+    fake = provider_env
+    rows = [{"idx": i, **r} for i, r in enumerate(_gsm8k(40))]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "out"
+    pipeline_file = _pipeline_file(tmp_path, "submit.yaml", SUBMIT_INLINE, DATA=data, OUT=out)
+    lease = out / "meta" / "batch_metadata.lease.r1"
+    with SlowProxy(fake.base_url) as proxy:
+        proxy.delay("POST", "/v1/batches", 60.0)
+        env = {
+            "OPENAI_API_KEY": "sk-test-openai",
+            "MMIRAGE_OPENAI_BASE_URL": proxy.base_url + "/v1",
+        }
+        cmd, full_env = _yaml_cmd(pipeline_file, env)
+        first = subprocess.Popen(
+            cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            deadline = time.monotonic() + 240
+            while proxy.delayed < 1:  # the first job is inside its first batch create
+                assert first.poll() is None, first.communicate()[1][-3000:]
+                assert time.monotonic() < deadline, "the first job never created a batch"
+                time.sleep(0.2)
+            assert lease.exists()
+            second = _run_yaml(pipeline_file, env=env, expect_ok=False)
+            assert second.returncode != 0
+            assert "run r1 is in use by another process" in second.stderr, second.stderr[-3000:]
+            assert "nothing was sent" in second.stderr
+            _, err = first.communicate(timeout=400)
+        finally:
+            if first.poll() is None:
+                first.kill()
+        assert first.returncode == 0, err[-4000:]
+    assert not lease.exists()  # released when the first job's process ended
+    sent = collections.Counter(r["custom_id"] for r in fake.submitted_requests("openai"))
+    assert sorted(sent) == sorted(f"answer-text-{i}" for i in range(40))
+    assert set(sent.values()) == {1}
+    assert len(fake.batches("openai")) == 3
+    # the first one finished: the same job again takes the lease and sends nothing
+    again = _run_yaml(pipeline_file, env=_keys(fake, "openai"))
+    assert "40 request(s) already receipted are not sent again" in again.stderr
+    assert len(fake.submitted_requests("openai")) == 40 and len(fake.batches("openai")) == 3
 
 
 MMIRAGE_CONFIG_PARQUET = {

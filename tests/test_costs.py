@@ -567,9 +567,11 @@ def test_token_budget_waits_for_unfinished_batches_and_stops_on_request(tmp_path
     above the limit alone goes once nothing is enqueued."""
     from mmirage_beam.costs.budget import TokenBudget
     from mmirage_beam.errors import RunStopped
+    from mmirage_beam.io.fs import write_durably
     from mmirage_beam.providers.openai import OpenAIBatchConfig
     from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
-    from mmirage_beam.receipts import part_path, receipt_path, write_durably
+    from mmirage_beam.run.layout import part_path
+    from mmirage_beam.run.receipts import receipt_path
 
     fake_provider.script(processing_delay_secs=600)
     config = OpenAIBatchConfig(base_url=fake_provider.openai_base_url, max_enqueued_tokens=100)

@@ -217,7 +217,7 @@ def test_limit_is_a_trial_run_of_the_first_rows_and_merge_says_so(tmp_path, caps
     import dataclasses
 
     from mmirage_beam.config import load_config
-    from mmirage_beam.fingerprint import read_run_record, run_fingerprint
+    from mmirage_beam.run.fingerprint import read_run_record, run_fingerprint
 
     fake = provider_env
     cfg = write_config(tmp_path, _setup(tmp_path, fake, flaky=()))

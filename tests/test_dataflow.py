@@ -190,9 +190,9 @@ def test_submit_pipeline_translates_to_a_runner_v2_dataflow_job(tmp_path, monkey
 def test_merge_pipeline_translates_to_a_runner_v2_dataflow_job(tmp_path, monkeypatch, capsys):
     """Receipts of a real (DirectRunner) submission to the fake, then the merge of that
     run translated for Dataflow, with the merged file on gs://."""
-    from mmirage_beam.collect import select_run
     from mmirage_beam.config import load_config
     from mmirage_beam.pipeline import build_merge_pipeline
+    from mmirage_beam.run.selection import select_run
     from mmirage_beam.testing import FakeProviderServer
     from pipelines.submit import main as submit_main
 

@@ -153,10 +153,11 @@ def _killed_then_finished(tmp_path: Path, fake, step: str, meta: Path) -> None: 
 def test_find_unfinished_tells_a_pending_finish_from_an_unfinished_run(tmp_path):
     """Direct: record not finished + submitted marker -> finish_pending; with a leftover
     intent or a stop marker, or without the marker -> unfinished."""
-    from mmirage_beam.collect import find_unfinished
     from mmirage_beam.io.fs import write_durably
     from mmirage_beam.pipeline import stop_marker_path
-    from mmirage_beam.receipts import intent_path, mark_submitted, receipt_path
+    from mmirage_beam.run.layout import intent_path
+    from mmirage_beam.run.receipts import mark_submitted, receipt_path
+    from mmirage_beam.run.selection import find_unfinished
 
     base = str(tmp_path / "batch_metadata")
     record = {"run_id": "x", "fingerprint": "f", "finished": False}

@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 
-from mmirage_beam.fingerprint import read_run_record, run_records
+from mmirage_beam.run.fingerprint import read_run_record, run_records
 from pipelines.submit import main as submit_main
 from tests.conftest import GSM8K_JSONL, base_config, write_config
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from mmirage_beam.lease import RunLocked, acquire, lease_path, read_lease
+from mmirage_beam.run.lease import RunLocked, acquire, lease_path, read_lease
 from pipelines.submit import main as submit_main
 from tests.conftest import REPO, base_config, write_config
 

@@ -380,9 +380,9 @@ def test_the_launcher_holds_no_per_request_map_and_rebuilds_count_no_tokens(
     from where it is stored); the merge is still complete. Issue 11: the merge's rebuild
     of the requests, which only compares bytes, counts no tokens, so with
     ``exact_tokens: true`` it never calls Anthropic's messages.count_tokens."""
-    from mmirage_beam.collect import select_run
     from mmirage_beam.config import load_config
-    from mmirage_beam.receipts import read_receipts
+    from mmirage_beam.run.receipts import read_receipts
+    from mmirage_beam.run.selection import select_run
 
     fake = provider_env
     rows = _rows(40)
@@ -416,8 +416,8 @@ def test_a_receipt_file_rewritten_under_the_merge_is_an_error_not_a_wrong_join(
 ):
     """A worker reads a batch's map at the location the launcher noted; if the receipt
     file changed in between, the batch id no longer matches and it says so."""
-    from mmirage_beam.collect import select_run
     from mmirage_beam.config import load_config
+    from mmirage_beam.run.selection import select_run
 
     fake = provider_env
     cfg = _setup(tmp_path, "openai", fake, _rows(30), max_requests_per_chunk=15)

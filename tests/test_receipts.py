@@ -6,15 +6,9 @@ import json
 
 import pytest
 
-from mmirage_beam.receipts import (
-    consolidate,
-    parts_dir,
-    read_receipts,
-    receipt_path,
-    receipts_base,
-    request_hash,
-    write_durably,
-)
+from mmirage_beam.io.fs import write_durably
+from mmirage_beam.run.layout import parts_dir, receipts_base
+from mmirage_beam.run.receipts import consolidate, read_receipts, receipt_path, request_hash
 from tests.conftest import TEST_DATA
 
 ORIGINAL = TEST_DATA / "mmirage_original"
@@ -66,7 +60,7 @@ def test_consolidation_keeps_lines_and_parts_win(tmp_path, where):
     chunk), on a local disk and on an object store (lines re-read by offset)."""
     from apache_beam.io.filesystems import FileSystems
 
-    import mmirage_beam.receipts as receipts_mod
+    import mmirage_beam.run.receipts as receipts_mod
     from tests import memfs  # noqa: F401  (registers mem://)
 
     root = str(tmp_path) if where == "local" else f"mem://consolidate-{tmp_path.name}"

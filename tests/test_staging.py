@@ -10,7 +10,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from mmirage_beam.receipts import request_hash, request_line_hash
+from mmirage_beam.run.receipts import request_hash, request_line_hash
 from pipelines.submit import main as run_main
 from tests.conftest import base_config, write_config
 

@@ -230,7 +230,7 @@ def test_resubmit_from_an_errors_file_with_u2028(tmp_path, capsys, provider_env)
 
 
 def test_receipts_with_u2028_are_read_whole(tmp_path, capsys, provider_env):
-    from mmirage_beam.receipts import read_receipts
+    from mmirage_beam.run.receipts import read_receipts
 
     fake = provider_env
     cfg = _setup(tmp_path, "openai", fake, _rows(3))

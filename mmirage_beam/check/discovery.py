@@ -21,16 +21,15 @@ from typing import (
 
 from mmirage_beam.errors import ConfigError, MmirageError
 from mmirage_beam.providers.base import parse_timestamp
-from mmirage_beam.receipts import (
+from mmirage_beam.run.layout import parts_dir, receipts_base
+from mmirage_beam.run.receipts import (
     MODALITIES,
     PER_REQUEST_FIELDS,
     ReceiptLocation,
     find_receipt_files,
     iter_located_receipts,
-    parts_dir,
     read_receipt_at,
     receipt_patterns,
-    receipts_base,
     source_index_range,
 )
 
@@ -79,7 +78,7 @@ class ReceiptEntry:
         submitted_at: ``submitted_at_utc`` as Unix seconds (None when absent).
         path: the receipt file it was read from.
         receipt: the receipt line as read, without its per-request fields
-            (:data:`~mmirage_beam.receipts.PER_REQUEST_FIELDS`) when ``location`` is set:
+            (:data:`~mmirage_beam.run.receipts.PER_REQUEST_FIELDS`) when ``location`` is set:
             a run's receipts hold an entry per request, so they are read back one at a
             time from where they are stored (:meth:`full_receipt`) by whoever needs them.
         location: where the receipt is stored (None: ``receipt`` is the whole receipt).
@@ -287,7 +286,7 @@ def _entries(
     path: str, name_run_id: Optional[str], name_modality: Optional[str], skipped: List[str]
 ) -> List[ReceiptEntry]:
     out = []
-    from mmirage_beam.receipts import adoption_rejected
+    from mmirage_beam.run.receipts import adoption_rejected
 
     try:
         # one receipt at a time: only its summary is kept (see ReceiptEntry.receipt)

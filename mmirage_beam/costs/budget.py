@@ -98,7 +98,7 @@ class TokenBudget:
         if hasattr(chunk, "requests"):
             lines: Any = (r.line for r in chunk.requests)
         else:
-            from mmirage_beam.staging import iter_lines
+            from mmirage_beam.run.staging import iter_lines
 
             lines = iter_lines(chunk.path)
         return sum(self._counter.count(line).input_tokens for line in lines)
@@ -107,7 +107,7 @@ class TokenBudget:
         """Input tokens of this run's receipted batches that have not finished, asking
         the provider (``adapter.check_batch_status``) about each one not yet seen
         finished; a lookup that fails counts the batch as enqueued."""
-        from mmirage_beam.receipts import read_receipts, receipt_path
+        from mmirage_beam.run.receipts import read_receipts, receipt_path
 
         total = 0
         for modality in _MODALITIES:

@@ -647,7 +647,7 @@ class BatchSubmissionAdapter(abc.ABC):
         self, chunk_id: str, path: str, config: BatchProviderConfig
     ) -> Dict[str, Any]:
         """Submit the staged chunk file ``path`` (request lines exactly as built, see
-        :mod:`mmirage_beam.staging`) as one batch.
+        :mod:`mmirage_beam.run.staging`) as one batch.
 
         The default reads its lines and calls :meth:`submit_chunk_lines` (one chunk in
         memory); adapters that upload a file override it to stream the file.

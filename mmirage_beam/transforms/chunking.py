@@ -5,7 +5,7 @@
 the next request would not fit, in two steps:
 
 1. fused with the stage that builds the requests, each bundle streams every key's
-   requests into a staged file (:mod:`mmirage_beam.staging`), emitting a small reference
+   requests into a staged file (:mod:`mmirage_beam.run.staging`), emitting a small reference
    for every full chunk and, when the bundle ends, for what is left of each key (a
    fragment);
 2. one stateful DoFn per key numbers the chunks and merges the fragments of all bundles
@@ -49,7 +49,7 @@ from apache_beam.transforms.window import GlobalWindows
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.records import BatchRequest, Chunk, ChunkRef, RowError
-from mmirage_beam.staging import StagedChunkWriter, iter_lines, iter_meta, new_stem, read_meta
+from mmirage_beam.run.staging import StagedChunkWriter, iter_lines, iter_meta, new_stem, read_meta
 
 __all__ = [
     "FLUSH_END_OF_INPUT",

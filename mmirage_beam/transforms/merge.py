@@ -86,7 +86,7 @@ class BatchToFetch(NamedTuple):
             and the job graph hold no per-request map).
         run_rank: order of its run among linked runs (higher = submitted later).
         receipt_location: where the receipt is stored
-            (:class:`~mmirage_beam.receipts.ReceiptLocation`), or None.
+            (:class:`~mmirage_beam.run.receipts.ReceiptLocation`), or None.
     """
 
     provider: str
@@ -112,7 +112,7 @@ class BatchToFetch(NamedTuple):
             return {}
         if self.reused_custom_ids is not None:
             return self.reused_custom_ids
-        from mmirage_beam.receipts import read_receipt_at
+        from mmirage_beam.run.receipts import read_receipt_at
 
         if self.receipt_location is None:
             return {}
@@ -128,7 +128,7 @@ class BatchToFetch(NamedTuple):
             return self.custom_id_to_source_index
         if self.receipt_location is None:
             raise ValueError(f"batch {self.provider_batch_id}: no receipt mapping")
-        from mmirage_beam.receipts import read_receipt_at
+        from mmirage_beam.run.receipts import read_receipt_at
 
         gone = (
             f"the receipt of batch {self.provider_batch_id} is no longer at "
@@ -381,7 +381,7 @@ def _expected_entries(receipt: dict[str, Any]) -> Iterator[tuple[str, tuple]]:
 
 
 def _check_chunk(element: tuple[str, Iterable[tuple]]) -> Iterator[tuple[int, str]]:
-    from mmirage_beam.receipts import request_hash
+    from mmirage_beam.run.receipts import request_hash
 
     key, entries = element
     ordered = sorted(entries, key=lambda e: e[0])
@@ -820,7 +820,7 @@ class _RebuiltHashFn(beam.DoFn):
         self._old = old_entries
 
     def process(self, r: Any) -> Iterator[Any]:
-        from mmirage_beam.receipts import request_line_hash
+        from mmirage_beam.run.receipts import request_line_hash
 
         yield (r.custom_id, r.source_index, r.output_name, request_line_hash(r.line))
         for key, pos, idx, chunk_hash, _own in self._old.get(r.custom_id, ()):

@@ -101,7 +101,7 @@ class _SplitFn(beam.DoFn):
             )
 
     def process(self, element: tuple[str, dict[str, list]]) -> Iterator[Any]:
-        from mmirage_beam.receipts import request_line_hash
+        from mmirage_beam.run.receipts import request_line_hash
 
         _key, grouped = element
         new = list(grouped["new"])
@@ -222,8 +222,9 @@ class _WriteReusedFn(beam.DoFn):
         self, element: tuple[tuple, Any], invalid_row_count: int = 0
     ) -> Iterator[dict[str, Any]]:
         from mmirage_beam.io.fs import write_durably
-        from mmirage_beam.receipts import part_path, receipt_line, receipt_path
         from mmirage_beam.reuse import reused_receipt
+        from mmirage_beam.run.layout import part_path
+        from mmirage_beam.run.receipts import receipt_line, receipt_path
 
         if invalid_row_count:  # the run is refused: nothing is receipted
             return

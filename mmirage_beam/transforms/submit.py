@@ -1,6 +1,6 @@
 """SubmitChunks: one provider batch per chunk, a durable receipt per accepted batch.
 
-    Chunk --SubmitChunks--> receipt dict (see :mod:`mmirage_beam.receipts`)
+    Chunk --SubmitChunks--> receipt dict (see :mod:`mmirage_beam.run.receipts`)
                        \\--> export lines (dry run only)
 
 The adapter's client is built in the DoFn's ``setup()`` with credentials read from the
@@ -20,15 +20,9 @@ from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.io.fs import replace_file, write_durably
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.providers.config import BatchProviderConfig
-from mmirage_beam.receipts import (
-    intent_path,
-    make_receipt,
-    part_path,
-    read_receipt_part,
-    receipt_line,
-    receipt_path,
-)
 from mmirage_beam.records import ChunkRef
+from mmirage_beam.run.layout import intent_path, part_path
+from mmirage_beam.run.receipts import make_receipt, read_receipt_part, receipt_line, receipt_path
 
 __all__ = [
     "EXPORT_TAG",
@@ -171,7 +165,7 @@ class _SubmitChunkFn(beam.DoFn):
     def _submit_one(self, chunk: ChunkRef) -> tuple[dict[str, Any], Optional[str], bool]:
         """Submit (or export) one staged chunk: ``(receipt, export part or None, whether
         the receipt existed already)``. Runs on a pool thread."""
-        from mmirage_beam.staging import iter_meta
+        from mmirage_beam.run.staging import iter_meta
 
         rfile = receipt_path(self._base, chunk.modality, self._run_id, self._dry_run)
         part = part_path(rfile, chunk.chunk_id)
@@ -244,7 +238,7 @@ class _SubmitChunkFn(beam.DoFn):
         ``{"batch_id": "<modality>-<chunk_id>", "request": <line>}``, streamed."""
         from apache_beam.io.filesystems import FileSystems
 
-        from mmirage_beam.staging import iter_lines
+        from mmirage_beam.run.staging import iter_lines
 
         assert self._export_parts is not None
         path = FileSystems.join(self._export_parts, f"{chunk.modality}-{chunk.chunk_id}.jsonl")
@@ -273,7 +267,7 @@ class _SubmitChunkFn(beam.DoFn):
 class SubmitChunks(beam.PTransform):
     """PCollection[ChunkRef] -> ``SubmitChunksResult(receipts, export)``.
 
-    Each staged chunk (:mod:`mmirage_beam.staging`) becomes one provider batch through
+    Each staged chunk (:mod:`mmirage_beam.run.staging`) becomes one provider batch through
     the adapter (``submit_chunk_file``: the staged file uploaded as it is, so the bytes
     sent are the bytes ``request_hash`` covers), and its receipt dict is written durably to
     ``<receipt file>.parts/<chunk_id>.json`` before it is emitted on ``receipts``. A chunk
@@ -336,7 +330,7 @@ class SubmitChunks(beam.PTransform):
     ) -> None:
         super().__init__()
         if dry_run and export_parts is None:
-            from mmirage_beam.staging import staging_dir
+            from mmirage_beam.run.staging import staging_dir
 
             export_parts = f"{staging_dir(receipts_base, run_id)}/export"
         self._fn = _SubmitChunkFn(

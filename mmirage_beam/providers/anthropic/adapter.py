@@ -20,7 +20,7 @@ batches created since its first attempt (minus ``ADOPT_SKEW_SECS`` of clock skew
 request count is exactly the chunk's and that no receipt or earlier create of this
 process names (:data:`CLAIMED`); when exactly one matches it is *adopted* instead of
 creating a second batch. A resumed run does the same for each chunk that was being
-submitted when the run stopped (:mod:`mmirage_beam.resume`), and confirms the adoption
+submitted when the run stopped (:mod:`mmirage_beam.run.resume`), and confirms the adoption
 by custom_ids when the batch's results already exist.
 
 The window that remains (a duplicate, never a loss): a stored create is not adopted, and

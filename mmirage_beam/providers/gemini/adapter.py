@@ -26,7 +26,7 @@ Every job's ``display_name`` is ``mmirage-<run_id>-<chunk_id>`` (:func:`display_
 and before every *retried* create the adapter lists the jobs
 (:meth:`GeminiBatchAdapter.find_batch`) and adopts the one of this run and chunk instead
 of creating a second; a resumed run does the same for every chunk whose submission was
-interrupted (:mod:`mmirage_beam.resume`). The file is uploaded once per chunk and reused
+interrupted (:mod:`mmirage_beam.run.resume`). The file is uploaded once per chunk and reused
 by every create attempt.
 """
 

@@ -15,7 +15,7 @@ so every job carries ``metadata = {mmirage_run_id, mmirage_chunk_id}`` and, befo
 *retried* create, :meth:`MistralBatchAdapter.find_batch` lists the jobs of this run and
 chunk (``jobs.list(metadata=..., created_after=...)``, confirmed on our side) and adopts
 the one it finds. A resumed run does the same for every chunk left with an intent
-(:mod:`mmirage_beam.resume`). The input file is uploaded once per chunk and reused by
+(:mod:`mmirage_beam.run.resume`). The input file is uploaded once per chunk and reused by
 every create attempt (a retried upload can leave an unused file: storage, no requests).
 """
 

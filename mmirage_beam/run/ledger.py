@@ -26,15 +26,17 @@ import json
 import time
 from typing import Any, Iterable, Mapping, Optional
 
+from mmirage_beam.run.layout import RunLayout
+
 
 def merge_record_path(base: str, run_id: str) -> str:
     """``<base>.merge.<run_id>.json``."""
-    return f"{base}.merge.{run_id}.json"
+    return RunLayout(base, run_id).merge_record
 
 
 def cancel_record_path(base: str, run_id: str) -> str:
     """``<base>.cancel.<run_id>.json``."""
-    return f"{base}.cancel.{run_id}.json"
+    return RunLayout(base, run_id).cancel_record
 
 
 def _now() -> str:
@@ -76,7 +78,7 @@ def write_merge_record(
     """Record a finished merge of ``runs`` (oldest first; the first names the record).
 
     Args:
-        base: the receipts base (:func:`mmirage_beam.receipts.receipts_base`).
+        base: the receipts base (:func:`mmirage_beam.run.receipts.receipts_base`).
         runs: the merged runs with their linked runs, oldest first.
         output_path: the merged file written.
         stats: the merge pipeline's counters.

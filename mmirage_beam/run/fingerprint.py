@@ -37,6 +37,7 @@ import json
 from typing import Any, Optional
 
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.run.layout import RunLayout
 
 #: bytes hashed at each end of every data file.
 SAMPLE_BYTES = 64 * 1024
@@ -55,7 +56,7 @@ _NOT_SENT = (
 
 def run_record_path(base: str, run_id: str) -> str:
     """``<base>.run.<run_id>.json``."""
-    return f"{base}.run.{run_id}.json"
+    return RunLayout(base, run_id).run_record
 
 
 def _data_files(path: str) -> list[Any]:
@@ -114,21 +115,31 @@ def data_fingerprint(config: PipelineConfig) -> list[dict[str, Any]]:
     return out
 
 
-def run_fingerprint(config: PipelineConfig) -> str:
+def run_fingerprint(config: PipelineConfig, *, read_data: bool = True) -> str:
     """SHA-256 (hex) of what a run of ``config`` would send (see the module docstring).
+
+    Args:
+        config: the run's config.
+        read_data: fingerprint the configured datasets too (shards and the files'
+            sizes, mtimes and samples). False for a Beam YAML run, whose rows come from
+            the pipeline: only the provider config, inputs and outputs count, and the
+            fingerprint starts with ``beam-yaml-``.
 
     Raises:
         apache_beam.io.filesystem.BeamIOError / OSError: a data file cannot be read.
     """
     provider = {k: v for k, v in dataclasses.asdict(config.processor).items() if k not in _NOT_SENT}
-    shaped = {
+    shaped: dict[str, Any] = {
         "provider": provider,
         "inputs": [dataclasses.asdict(i) for i in config.inputs],
         "outputs": [dataclasses.asdict(o) for o in config.outputs],
-        "num_shards": config.num_shards,
-        "shard_id": config.shard_id,
-        "datasets": data_fingerprint(config),
     }
+    if not read_data:
+        text = json.dumps(shaped, sort_keys=True, default=str, separators=(",", ":"))
+        return "beam-yaml-" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    shaped["num_shards"] = config.num_shards
+    shaped["shard_id"] = config.shard_id
+    shaped["datasets"] = data_fingerprint(config)
     if config.row_limit is not None:  # --limit N: a trial is its own run
         shaped["row_limit"] = config.row_limit
     text = json.dumps(shaped, sort_keys=True, default=str, separators=(",", ":"))
@@ -189,7 +200,7 @@ def run_records(base: str) -> list[dict[str, Any]]:
     from apache_beam.io.filesystems import FileSystems
 
     out = []
-    for m in FileSystems.match([f"{base}.run.*.json"])[0].metadata_list:
+    for m in FileSystems.match([RunLayout(base, "*").run_record])[0].metadata_list:
         run_id = m.path[len(base) + len(".run.") : -len(".json")]
         record = read_run_record(base, run_id)
         if record is not None and record.get("run_id") == run_id:
@@ -201,8 +212,8 @@ def run_is_alive(base: str, run_id: str) -> bool:
     """Whether a run has not failed, judged locally from its files (no provider call):
     it holds a lease (running now), or has an intent (a batch possibly accepted), or
     has receipts of which at least one batch is not ``failed``."""
-    from mmirage_beam.lease import lease_path, read_lease
-    from mmirage_beam.receipts import MODALITIES, pending_intents, read_receipts, receipt_path
+    from mmirage_beam.run.lease import lease_path, read_lease
+    from mmirage_beam.run.receipts import MODALITIES, pending_intents, read_receipts, receipt_path
 
     if read_lease(lease_path(base, run_id)) is not None:
         return True

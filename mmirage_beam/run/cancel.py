@@ -3,7 +3,7 @@
 Each batch is cancelled through its adapter's ``cancel_batch``
 (:class:`mmirage_beam.providers.base.BatchSubmissionAdapter`); the provider then ends it
 cancelled, with the results of the requests it had already processed. What was asked is
-recorded per run in ``<base>.cancel.<run_id>.json`` (:mod:`mmirage_beam.ledger`), which
+recorded per run in ``<base>.cancel.<run_id>.json`` (:mod:`mmirage_beam.run.ledger`), which
 ``check``, ``merge``, ``runs`` and ``run --wait`` read: a later merge joins the partial
 results and marks the rest cancelled (``batch_cancelled`` / ``canceled``), and the cycle
 does not re-send what a user cancelled. A batch already in the record is not cancelled a
@@ -57,9 +57,9 @@ def plan_cancel(
     """
     from mmirage_beam.check.discovery import collect_receipts
     from mmirage_beam.check.lookup import TERMINAL_STATUSES, BatchStatusChecker
-    from mmirage_beam.collect import linked_runs
-    from mmirage_beam.ledger import read_cancel_record
-    from mmirage_beam.receipts import receipts_base
+    from mmirage_beam.run.layout import receipts_base
+    from mmirage_beam.run.ledger import read_cancel_record
+    from mmirage_beam.run.selection import linked_runs
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     if run_id is not None:
@@ -96,7 +96,7 @@ def cancel_batches(base: str, plan: CancelPlan, checker: Any) -> list[dict[str, 
         One dict per batch: ``provider, provider_batch_id, run_id, status_before,
         status_after, error`` (``error`` None when the provider accepted the cancel).
     """
-    from mmirage_beam.ledger import cancel_record_path, write_json_record
+    from mmirage_beam.run.ledger import cancel_record_path, write_json_record
 
     now = _dt.datetime.now(_dt.timezone.utc).isoformat()
     done: list[dict[str, Any]] = []
@@ -130,7 +130,7 @@ def cancel_batches(base: str, plan: CancelPlan, checker: Any) -> list[dict[str, 
 def cancelled_note(base: str, runs: Sequence[str]) -> Optional[str]:
     """One line naming the runs cancelled with ``mmirage cancel`` (None: none), for
     ``check`` and ``merge``."""
-    from mmirage_beam.ledger import read_cancel_record
+    from mmirage_beam.run.ledger import read_cancel_record
 
     found = [(r, rec) for r in runs if (rec := read_cancel_record(base, r)) is not None]
     if not found:

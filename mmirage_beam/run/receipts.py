@@ -23,34 +23,13 @@ import json
 import uuid
 from typing import Any, Iterable, Iterator, NamedTuple, Optional
 
-from mmirage_beam.io.fs import replace_file, write_durably  # noqa: F401 - re-exported
-
-DEFAULT_METADATA_BASE = "batch_metadata"
-
-
-def receipts_base(metadata_output_path: str, state_dir: Optional[str] = None) -> str:
-    """``metadata_output_path`` without a trailing ``.jsonl``.
-
-    An empty ``metadata_output_path`` (MMIRAGE's default) means
-    ``<state_dir or .>/batch_metadata``.
-    """
-    path = metadata_output_path
-    if not path:
-        from apache_beam.io.filesystems import FileSystems
-
-        path = FileSystems.join(state_dir or ".", DEFAULT_METADATA_BASE)
-    return path[: -len(".jsonl")] if path.endswith(".jsonl") else path
+from mmirage_beam.io.fs import replace_file, write_durably
+from mmirage_beam.run.layout import RunLayout, parts_dir
 
 
 def receipt_path(base: str, modality: str, run_id: str, dry_run: bool = False) -> str:
     """``<base>.<modality>.<run_id>.jsonl`` (``<base>.dry-run.<modality>...`` for dry runs)."""
-    middle = f"dry-run.{modality}" if dry_run else modality
-    return f"{base}.{middle}.{run_id}.jsonl"
-
-
-def parts_dir(receipt_file: str) -> str:
-    """The folder holding one durable file per receipt of ``receipt_file``."""
-    return receipt_file + ".parts"
+    return RunLayout(base, run_id).receipt(modality, dry_run)
 
 
 def request_hash(lines: Iterable[bytes]) -> str:
@@ -98,7 +77,7 @@ def make_receipt(
 
     ``chunk`` is a :class:`~mmirage_beam.records.Chunk` (requests in memory) or a
     :class:`~mmirage_beam.records.ChunkRef` with ``metas``, its staged requests'
-    :class:`~mmirage_beam.staging.RequestMeta` in chunk order (``request_hash`` then
+    :class:`~mmirage_beam.run.staging.RequestMeta` in chunk order (``request_hash`` then
     comes from the ref: the hash of the staged bytes).
 
     Besides MMIRAGE's fields and ``run_id``/``output_name``/``modality``: ``attempt``
@@ -152,10 +131,10 @@ def make_receipt(
 def read_run_state(base: str, run_id: str) -> Optional[dict[str, Any]]:
     """What the launcher recorded about ``run_id``, for ``merge``: ``{"run_id", "state":
     "finished" | "submitting", "requests_total"}`` from the run record
-    (:mod:`mmirage_beam.fingerprint`, ``<base>.run.<run_id>.json``; ``submitting`` means
+    (:mod:`mmirage_beam.run.fingerprint`, ``<base>.run.<run_id>.json``; ``submitting`` means
     the run stopped before its pipeline completed, or is still running), or None when
     the run has no record (runs of older versions, resubmissions)."""
-    from mmirage_beam.fingerprint import read_run_record
+    from mmirage_beam.run.fingerprint import read_run_record
 
     record = read_run_record(base, run_id)
     if record is None:
@@ -174,7 +153,7 @@ def submitted_marker_path(base: str, run_id: str) -> str:
     only the finish steps (placeholder publication, consolidation, run record) are left:
     ``mmirage run --run-id`` completes them without contacting the provider. The launcher
     removes it when an attempt starts and once the run is recorded finished."""
-    return f"{base}.submitted.{run_id}.json"
+    return RunLayout(base, run_id).submitted_marker
 
 
 def mark_submitted(receipts: int, base: str, run_id: str, attempt: int) -> int:
@@ -192,21 +171,6 @@ def submission_complete(base: str, run_id: str) -> bool:
     from apache_beam.io.filesystems import FileSystems
 
     return FileSystems.exists(submitted_marker_path(base, run_id))
-
-
-def intent_path(receipt_file: str, chunk_id: str) -> str:
-    """``<receipt file>.parts/<chunk_id>.intent``: written just before a chunk is submitted.
-
-    An intent without its receipt means the run stopped while that chunk was being
-    submitted: the batch may or may not exist at the provider (see
-    :mod:`mmirage_beam.resume`).
-    """
-    return f"{parts_dir(receipt_file)}/{chunk_id}.intent"
-
-
-def part_path(receipt_file: str, chunk_id: str) -> str:
-    """``<receipt file>.parts/<chunk_id>.json``: the durable receipt of one chunk."""
-    return f"{parts_dir(receipt_file)}/{chunk_id}.json"
 
 
 def receipt_line(receipt: dict[str, Any]) -> bytes:
@@ -426,9 +390,8 @@ class ReceiptFile(NamedTuple):
 
 def receipt_patterns(base: str) -> list[str]:
     """The glob patterns searched for receipts of ``base`` (for messages)."""
-    return [f"{base}.{m}.*.jsonl" for m in MODALITIES] + [
-        f"{base}.{m}.*.jsonl.parts/*.json" for m in MODALITIES
-    ]
+    every = RunLayout(base, "*")
+    return [every.receipt(m) for m in MODALITIES] + [every.part(m, "*") for m in MODALITIES]
 
 
 def find_receipt_files(

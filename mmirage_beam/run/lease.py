@@ -44,6 +44,7 @@ from typing import Any, Callable, Optional
 
 from mmirage_beam.errors import MmirageError
 from mmirage_beam.paths import is_local
+from mmirage_beam.run.layout import RunLayout
 
 _LOG = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class RunLocked(MmirageError):
 
 def lease_path(base: str, run_id: str) -> str:
     """``<base>.lease.<run_id>``: the lease file of a run, beside its receipts."""
-    return f"{base}.lease.{run_id}"
+    return RunLayout(base, run_id).lease
 
 
 def _local(path: str) -> str:

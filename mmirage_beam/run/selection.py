@@ -226,7 +226,7 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
     from apache_beam.io.filesystems import FileSystems
 
     from mmirage_beam.pipeline import stop_marker_path
-    from mmirage_beam.receipts import pending_intents, read_run_state, submission_complete
+    from mmirage_beam.run.receipts import pending_intents, read_run_state, submission_complete
 
     intents: list[str] = []
     intent_requests: set[str] = set()

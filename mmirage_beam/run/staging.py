@@ -29,7 +29,8 @@ from typing import Any, Iterator, NamedTuple, Optional
 from apache_beam.io.filesystems import FileSystems
 
 from mmirage_beam.errors import MmirageError
-from mmirage_beam.receipts import REQUEST_HASH_CHARS
+from mmirage_beam.run.layout import RunLayout
+from mmirage_beam.run.receipts import REQUEST_HASH_CHARS
 
 #: Bytes read at a time when a staged file is copied or uploaded.
 COPY_BLOCK_BYTES = 1 << 20
@@ -37,7 +38,7 @@ COPY_BLOCK_BYTES = 1 << 20
 
 def staging_dir(base: str, run_id: str) -> str:
     """``<receipts base>.staged.<run_id>``: the run's staged chunks and temp outputs."""
-    return f"{base}.staged.{run_id}"
+    return RunLayout(base, run_id).staging
 
 
 def meta_path(path: str) -> str:

@@ -25,7 +25,7 @@ being receipted) is resolved:
 
 Receipts adopted earlier and still unconfirmed are checked again on every resume: one
 whose batch another receipt also names, or whose results hold other custom_ids, is
-marked ``adoption.rejected`` (see :func:`mmirage_beam.receipts.adoption_rejected`) and
+marked ``adoption.rejected`` (see :func:`mmirage_beam.run.receipts.adoption_rejected`) and
 its requests are sent again.
 """
 
@@ -41,11 +41,10 @@ from typing import Any, Optional
 from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.io.fs import write_durably
 from mmirage_beam.providers.base import BatchSubmissionAdapter, resolve_credentials
-from mmirage_beam.receipts import (
+from mmirage_beam.run.layout import part_path, parts_dir
+from mmirage_beam.run.receipts import (
     MODALITIES,
     adoption_rejected,
-    part_path,
-    parts_dir,
     read_receipts,
     receipt_line,
     receipt_path,
@@ -216,7 +215,7 @@ def _adopt(adapter, rfile, path, intent, raw, run_id, state, adoption=None) -> N
 def _claim_receipted(base: str, adapter_cls: type) -> Counter:
     """Batch id -> how many receipts of ``base`` (every run) name it; each is claimed in
     the adapter's module so that no later create adopts it either."""
-    from mmirage_beam.receipts import find_receipt_files
+    from mmirage_beam.run.receipts import find_receipt_files
 
     claimed: Counter = Counter()
     files, _ = find_receipt_files(base)

@@ -1,13 +1,13 @@
 """``mmirage runs``: the runs under a config's state, with their state and a cost ledger.
 
 One row per chain of linked runs (a run and its resubmissions, linked by the receipts'
-``parent_run_id``; :func:`mmirage_beam.collect.linked_runs`), built from what is on disk
+``parent_run_id``; :func:`mmirage_beam.run.selection.linked_runs`), built from what is on disk
 beside the receipts and one status lookup per batch:
 
-- the run records (``<base>.run.<run_id>.json``, :mod:`mmirage_beam.fingerprint`): when the
+- the run records (``<base>.run.<run_id>.json``, :mod:`mmirage_beam.run.fingerprint`): when the
   run started, whether its submission finished, and its token estimate;
 - the receipts (:mod:`mmirage_beam.check.discovery`): batches and requests;
-- the merge records and cancel records (:mod:`mmirage_beam.ledger`): failures and the
+- the merge records and cancel records (:mod:`mmirage_beam.run.ledger`): failures and the
   cost of the tokens the provider reported, summed over the linked runs;
 - the cycle state (:mod:`mmirage_beam.cycle`), when the run was started with ``--wait``.
 
@@ -108,12 +108,12 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
     """
     from mmirage_beam.check.discovery import NoReceiptsError, collect_receipts
     from mmirage_beam.check.lookup import TERMINAL_STATUSES, BatchStatusChecker
-    from mmirage_beam.collect import find_unfinished, linked_runs
     from mmirage_beam.costs.prices import batch_price
-    from mmirage_beam.fingerprint import run_records
-    from mmirage_beam.lease import REFRESH_SECS, is_stale, lease_path, read_lease
-    from mmirage_beam.ledger import read_cancel_record, read_merge_record
-    from mmirage_beam.receipts import receipts_base
+    from mmirage_beam.run.fingerprint import run_records
+    from mmirage_beam.run.layout import receipts_base
+    from mmirage_beam.run.lease import REFRESH_SECS, is_stale, lease_path, read_lease
+    from mmirage_beam.run.ledger import read_cancel_record, read_merge_record
+    from mmirage_beam.run.selection import find_unfinished, linked_runs
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     proc = config.processor
