@@ -59,12 +59,24 @@ def write_config(tmp_path: Path, cfg: dict[str, Any], name: str = "config.yaml")
     return str(path)
 
 
-@pytest.fixture
-def fake_provider():
+@pytest.fixture(scope="session")
+def _session_fake():
+    """One embedded fake provider per test process (an xdist worker runs many files):
+    starting and stopping a server for each of ~300 tests cost about 0.3 s of wall time
+    each. Tests get it through ``fake_provider``, which empties it first."""
     from mmirage_beam.testing import FakeProviderServer
 
     with FakeProviderServer() as fake:
         yield fake
+
+
+@pytest.fixture
+def fake_provider(_session_fake):
+    """The session's fake provider, reset: no file, batch, record, counter or script
+    survives from an earlier test (:meth:`FakeProviderServer.reset`)."""
+    _session_fake.reset()
+    yield _session_fake
+    _session_fake.reset()
 
 
 @pytest.fixture

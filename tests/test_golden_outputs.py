@@ -13,11 +13,11 @@ import glob
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from pipelines.submit import main as submit_main
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = json.loads((REPO / "tests" / "data" / "golden" / "dry_run_digests.json").read_text())
@@ -29,28 +29,16 @@ def _sorted_digest(lines: list[bytes]) -> str:
 
 
 def dry_run_digests(config: str, work: Path, extra: tuple[str, ...] = ()) -> dict:
-    """Dry-run ``config`` (relative to the repo) from ``work`` and digest its outputs."""
+    """Dry-run ``config`` (relative to the repo) from ``work`` and digest its outputs.
+
+    The run is ``pipelines.submit.main`` in this process (the bytes written do not depend
+    on the process; a subprocess per config cost a Python and Beam start each), with
+    ``work`` as the working directory, where the configs' relative paths resolve."""
     os.symlink(REPO / "mmirage_beam", work / "mmirage_beam")
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pipelines.submit",
-            "--config",
-            str(REPO / config),
-            "--export-prompts",
-            "out/prompts.jsonl",
-            "--run-id",
-            "golden",
-            *extra,
-        ],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
+    args = ["--config", str(REPO / config), "--export-prompts", "out/prompts.jsonl"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(work)
+        assert submit_main([*args, "--run-id", "golden", *extra]) == 0
     export = [
         line[line.index(_PREFIX) + len(_PREFIX) : -2] + b"\n"
         for line in (work / "out" / "prompts.golden.jsonl").read_bytes().splitlines(True)

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 from mmirage_beam.run.fingerprint import read_run_record, run_records
 from pipelines.submit import main as submit_main
 from tests.conftest import GSM8K_JSONL, base_config, write_config
 
+#: The first GSM8K rows, in chunks of 100: four chunks, as the whole file (1,319 rows) makes
+#: in chunks of 400, for a third of the rows (the size is not what is tested here).
+N = 400
+
 
 def _setup(tmp_path, fake, provider="openai"):
     data = tmp_path / "rows.jsonl"
-    shutil.copy(GSM8K_JSONL, data)
+    lines = GSM8K_JSONL.read_text(encoding="utf-8").splitlines(True)[:N]
+    data.write_text("".join(lines), encoding="utf-8")
     url = fake.openai_base_url if provider == "openai" else fake.anthropic_base_url
-    cfg = base_config(tmp_path, provider, base_url=url, max_requests_per_chunk=400)
+    cfg = base_config(tmp_path, provider, base_url=url, max_requests_per_chunk=100)
     cfg["loading_params"]["datasets"][0]["path"] = str(data)
     return cfg, data
 
@@ -28,19 +32,19 @@ def test_a_repeated_run_sends_nothing_and_names_the_earlier_run(tmp_path, provid
     base = str(tmp_path / "meta" / "batch_metadata")
     (first,) = run_records(base)
     assert first["finished"] is True
-    assert (first["rows_read"], first["requests"], first["chunks_submitted"]) == (1319, 1319, 4)
+    assert (first["rows_read"], first["requests"], first["chunks_submitted"]) == (N, N, 4)
     capsys.readouterr()
     before = len(fake.submitted_requests())
     assert submit_main(["--config", path]) == 3
     err = capsys.readouterr().err
     assert f"nothing sent: run {first['run_id']}" in err
     assert f"--run-id {first['run_id']}" in err and "--new-run" in err
-    assert len(fake.submitted_requests()) == before == 1319
+    assert len(fake.submitted_requests()) == before == N
     assert len(run_records(base)) == 1  # the refused run left no record
     # A dry run is exempt; --new-run submits again on purpose.
     assert submit_main(["--config", path, "--export-prompts", str(tmp_path / "x.jsonl")]) == 0
     assert submit_main(["--config", path, "--new-run"]) == 0
-    assert len(fake.submitted_requests()) == 2 * 1319
+    assert len(fake.submitted_requests()) == 2 * N
     assert submit_main(["--config", path, "--new-run", "--run-id", "x"]) == 2
 
 
@@ -52,14 +56,14 @@ def test_a_changed_prompt_or_changed_data_sends(tmp_path, provider_env, capsys):
     cfg["processing_params"]["outputs"][0]["prompt"] = "Answer briefly:\n{{ question }}"
     path = write_config(tmp_path, cfg)
     assert submit_main(["--config", path]) == 0
-    assert len(fake.submitted_requests()) == 2 * 1319
+    assert len(fake.submitted_requests()) == 2 * N
     # Same size, one byte changed in the middle of the file: the mtime changes.
     original, st = data.read_bytes(), os.stat(data)
     raw = bytearray(original)
     raw[len(raw) // 2] = ord("7") if raw[len(raw) // 2] != ord("7") else ord("8")
     data.write_bytes(bytes(raw))
     assert submit_main(["--config", path]) == 0
-    assert len(fake.submitted_requests()) == 3 * 1319
+    assert len(fake.submitted_requests()) == 3 * N
     # The original bytes and mtime again: the same data as the second run's.
     data.write_bytes(original)
     os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -76,7 +80,7 @@ def test_a_failed_run_does_not_block_a_new_one(tmp_path, provider_env, capsys):
     lines = [json.loads(x) for x in receipts.read_text().splitlines()]
     receipts.write_text("".join(json.dumps(dict(r, status="failed")) + "\n" for r in lines))
     assert submit_main(["--config", path]) == 0
-    assert len(fake.submitted_requests()) == 2 * 1319
+    assert len(fake.submitted_requests()) == 2 * N
     records = run_records(str(tmp_path / "meta" / "batch_metadata"))
     assert [r["finished"] for r in records] == [True, True]
 
@@ -110,5 +114,5 @@ def test_a_resume_keeps_its_record_and_finishes_it(tmp_path, provider_env, capsy
     assert submit_main(["--config", path, "--run-id", "r"]) == 0
     done = read_run_record(base, "r")
     assert done["finished"] is True and done["started_at"] == started["started_at"]
-    assert len(fake.submitted_requests()) == 1319
+    assert len(fake.submitted_requests()) == N
     assert json.loads(json.dumps(done))["fingerprint"] == started["fingerprint"]

@@ -13,6 +13,14 @@ from pipelines.submit import main as run_main
 from tests.conftest import GSM8K_JSONL, IMAGES, base_config, write_config
 
 
+def _gsm8k_rows(tmp_path, n):
+    """The first ``n`` GSM8K test rows, as a JSONL file in ``tmp_path`` (its path)."""
+    data = tmp_path / "gsm8k.jsonl"
+    lines = GSM8K_JSONL.read_text(encoding="utf-8").splitlines(True)[:n]
+    data.write_text("".join(lines), encoding="utf-8")
+    return str(data)
+
+
 def _read_jsonl(path):
     return [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x]
 
@@ -67,7 +75,10 @@ def _check_submission(tmp_path, fake, provider, modality, run_id, expected, n_ro
 def test_gsm8k_text_submission(tmp_path, capsys, provider_env, provider):
     fake = provider_env
     base_url = fake.openai_base_url if provider == "openai" else fake.anthropic_base_url
-    cfg = base_config(tmp_path, provider, base_url=base_url, max_requests_per_chunk=300)
+    # 600 of GSM8K's 1,319 rows in chunks of 120: several chunks per output, as the
+    # whole file in chunks of 300 makes, for less than half the rows.
+    cfg = base_config(tmp_path, provider, base_url=base_url, max_requests_per_chunk=120)
+    cfg["loading_params"]["datasets"][0]["path"] = _gsm8k_rows(tmp_path, 600)
     cfg["processing_params"]["outputs"].append(
         {
             "name": "facts",
@@ -82,13 +93,12 @@ def test_gsm8k_text_submission(tmp_path, capsys, provider_env, provider):
     code = run_main(["--config", path, "--run-id", "e2e"])
     out = capsys.readouterr().out
     assert code == 0, out
-    n_rows = len(GSM8K_JSONL.read_text(encoding="utf-8").splitlines())
     receipts = _check_submission(
-        tmp_path, fake, provider, "text", "e2e", expected, n_rows, ("answer", "facts")
+        tmp_path, fake, provider, "text", "e2e", expected, 600, ("answer", "facts")
     )
-    assert len(receipts) == 2 * 5  # 1,319 rows / 300 per chunk, for each output
+    assert len(receipts) == 2 * 5  # 600 rows / 120 per chunk, for each output
     assert f"batches submitted:   {len(receipts)}" in out
-    assert "requests:            2,638" in out
+    assert "requests:            1,200" in out
     # Durable parts were consolidated into the receipt file and removed.
     assert not list((tmp_path / "meta").glob("*.parts"))
     if provider == "openai":
@@ -137,8 +147,9 @@ def test_workers_in_separate_processes(tmp_path, capsys, provider_env):
     is read from each worker's environment."""
     fake = provider_env
     cfg = base_config(
-        tmp_path, "anthropic", base_url=fake.anthropic_base_url, max_requests_per_chunk=200
+        tmp_path, "anthropic", base_url=fake.anthropic_base_url, max_requests_per_chunk=60
     )
+    cfg["loading_params"]["datasets"][0]["path"] = _gsm8k_rows(tmp_path, 400)
     path = write_config(tmp_path, cfg)
     code = run_main(
         [
@@ -152,11 +163,11 @@ def test_workers_in_separate_processes(tmp_path, capsys, provider_env):
     )
     assert code == 0, capsys.readouterr()
     receipts = _receipts(tmp_path, "text", "mp")
-    # chunking_parallelism defaults to the 2 workers: two chunkers of ~660 requests
-    # each make 4 chunks of at most 200 each (the greedy minimum for 1319 is 7).
+    # chunking_parallelism defaults to the 2 workers: two chunkers of ~200 requests
+    # each make 4 chunks of at most 60 each (the greedy minimum for 400 is 7).
     assert len(receipts) == 8
     assert {r["chunk_id"].split("-")[1] for r in receipts} == {"s000", "s001"}
-    assert all(r["submitted_request_count"] <= 200 for r in receipts)
+    assert all(r["submitted_request_count"] <= 60 for r in receipts)
     held = fake.submitted_requests("anthropic")
-    assert sorted(h["custom_id"] for h in held) == sorted(f"answer-text-{i}" for i in range(1319))
+    assert sorted(h["custom_id"] for h in held) == sorted(f"answer-text-{i}" for i in range(400))
     assert set(fake.create_counts().values()) == {1}
