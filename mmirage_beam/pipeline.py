@@ -33,6 +33,7 @@ from mmirage_beam.progress import (
     reported_usage,
 )
 from mmirage_beam.providers.base import BatchAdapterRegistry
+from mmirage_beam.results import NOT_RESUBMITTABLE, resubmittable  # noqa: F401 (public here too)
 from mmirage_beam.reuse import sent_stats
 from mmirage_beam.run.layout import RunLayout, export_file_for, receipts_base
 from mmirage_beam.run.receipts import mark_submitted
@@ -710,7 +711,7 @@ def build_merge_pipeline(
     Args:
         p: the pipeline to extend.
         config: the validated config (datasets, inputs, outputs, output_schema).
-        batches: the :class:`~mmirage_beam.transforms.merge.BatchToFetch` of the merge.
+        batches: the :class:`~mmirage_beam.run.selection.BatchToFetch` of the merge.
         receipts: their receipts: the
             :class:`~mmirage_beam.check.discovery.ReceiptEntry` of
             :func:`mmirage_beam.run.selection.select_run` (read back one at a time by the
@@ -777,24 +778,6 @@ def _unknown_line(u: dict[str, Any], index: int) -> tuple[int, bytes]:
             "retryable": False,
         }
     )
-
-
-# Outcomes that a resubmission cannot fix: the request was never answered for a reason
-# outside the provider (the source row vanished, the id is not ours), it is still
-# running, or it was never submitted (the run's resume sends it). A ``source_changed``
-# row is re-sent: the resubmission builds its request from the current row.
-NOT_RESUBMITTABLE = frozenset(
-    {"unknown_custom_id", "missing_source_row", "pending", "never_submitted"}
-)
-
-
-def resubmittable(error: dict[str, Any], only: str) -> bool:
-    """Whether a failed request (an ``OUT.errors.jsonl`` line or an error dict with
-    ``error_type``/``type`` and ``retryable``) is re-sent under ``--only only``."""
-    kind = error.get("error_type") or error.get("type")
-    if kind in NOT_RESUBMITTABLE:
-        return False
-    return only == "all" or bool(error.get("retryable"))
 
 
 def build_failures_pipeline(

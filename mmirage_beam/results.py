@@ -346,3 +346,21 @@ def check_answer(
         "retryable": False,
         "raw_text": text,
     }
+
+
+# Outcomes that a resubmission cannot fix: the request was never answered for a reason
+# outside the provider (the source row vanished, the id is not ours), it is still
+# running, or it was never submitted (the run's resume sends it). A ``source_changed``
+# row is re-sent: the resubmission builds its request from the current row.
+NOT_RESUBMITTABLE = frozenset(
+    {"unknown_custom_id", "missing_source_row", "pending", "never_submitted"}
+)
+
+
+def resubmittable(error: dict[str, Any], only: str) -> bool:
+    """Whether a failed request (an ``OUT.errors.jsonl`` line or an error dict with
+    ``error_type``/``type`` and ``retryable``) is re-sent under ``--only only``."""
+    kind = error.get("error_type") or error.get("type")
+    if kind in NOT_RESUBMITTABLE:
+        return False
+    return only == "all" or bool(error.get("retryable"))

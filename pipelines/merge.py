@@ -305,8 +305,8 @@ def _nothing_sent_run(config, run_ids):  # noqa: ANN001, ANN202
     from apache_beam.io.filesystems import FileSystems
 
     from mmirage_beam.pipeline import invalid_rows_path
+    from mmirage_beam.run.fingerprint import read_run_state
     from mmirage_beam.run.layout import receipts_base
-    from mmirage_beam.run.receipts import read_run_state
     from mmirage_beam.run.selection import RunSelection
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)

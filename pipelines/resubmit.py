@@ -82,12 +82,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.ids import check_run_id, new_run_id
     from mmirage_beam.jsonl import read_text_lines
-    from mmirage_beam.pipeline import (
-        build_failures_pipeline,
-        build_submit_pipeline,
-        resubmittable,
-    )
+    from mmirage_beam.pipeline import build_failures_pipeline, build_submit_pipeline
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
+    from mmirage_beam.results import resubmittable
     from mmirage_beam.run.layout import RunLayout, receipts_base
     from mmirage_beam.run.receipts import consolidate_run
     from mmirage_beam.run.selection import select_run

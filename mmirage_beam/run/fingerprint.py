@@ -195,6 +195,22 @@ def read_run_record(base: str, run_id: str) -> Optional[dict[str, Any]]:
     return record if isinstance(record, dict) else None
 
 
+def read_run_state(base: str, run_id: str) -> Optional[dict[str, Any]]:
+    """What the launcher recorded about ``run_id``, for ``merge``: ``{"run_id", "state":
+    "finished" | "submitting", "requests_total"}`` from the run record
+    (:func:`read_run_record`, ``<base>.run.<run_id>.json``; ``submitting`` means
+    the run stopped before its pipeline completed, or is still running), or None when
+    the run has no record (runs of older versions, resubmissions)."""
+    record = read_run_record(base, run_id)
+    if record is None:
+        return None
+    finished = bool(record.get("finished"))
+    out: dict[str, Any] = {"run_id": run_id, "state": "finished" if finished else "submitting"}
+    if finished and isinstance(record.get("requests"), int):
+        out["requests_total"] = record["requests"]
+    return out
+
+
 def run_records(base: str) -> list[dict[str, Any]]:
     """Every readable run record of ``base``, newest ``started_at`` first."""
     from apache_beam.io.filesystems import FileSystems

@@ -88,7 +88,7 @@ def write_merge_record(
     Returns:
         The record written.
     """
-    from mmirage_beam.pipeline import resubmittable
+    from mmirage_beam.results import resubmittable
 
     runs = list(runs)
     by_type: dict[str, int] = {}

@@ -128,24 +128,6 @@ def make_receipt(
     }
 
 
-def read_run_state(base: str, run_id: str) -> Optional[dict[str, Any]]:
-    """What the launcher recorded about ``run_id``, for ``merge``: ``{"run_id", "state":
-    "finished" | "submitting", "requests_total"}`` from the run record
-    (:mod:`mmirage_beam.run.fingerprint`, ``<base>.run.<run_id>.json``; ``submitting`` means
-    the run stopped before its pipeline completed, or is still running), or None when
-    the run has no record (runs of older versions, resubmissions)."""
-    from mmirage_beam.run.fingerprint import read_run_record
-
-    record = read_run_record(base, run_id)
-    if record is None:
-        return None
-    finished = bool(record.get("finished"))
-    out: dict[str, Any] = {"run_id": run_id, "state": "finished" if finished else "submitting"}
-    if finished and isinstance(record.get("requests"), int):
-        out["requests_total"] = record["requests"]
-    return out
-
-
 def submitted_marker_path(base: str, run_id: str) -> str:
     """``<base>.submitted.<run_id>.json``: written by the submit pipeline once every chunk
     of the attempt has its receipt (every batch exists at the provider), before the

@@ -10,9 +10,82 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.run.layout import RunLayout
+from mmirage_beam.run.receipts import read_receipt_at
+
+
+class BatchToFetch(NamedTuple):
+    """One receipted provider batch whose results are to be fetched.
+
+    Attributes:
+        provider: registry name of the provider.
+        provider_batch_id: the provider's batch id.
+        status: normalised status from the launcher's lookup (``completed | failed |
+            in_progress | unknown``).
+        provider_status: the provider's own status word.
+        failure: batch-level failure ``{"type", "message"}`` (e.g.
+            ``token_limit_exceeded``), or None.
+        run_id: the run that submitted it.
+        output_name: the output all its requests belong to.
+        custom_id_to_source_index: the receipt's mapping, or None to read it from
+            ``receipt_location`` in the worker that fetches the batch (so the launcher
+            and the job graph hold no per-request map).
+        run_rank: order of its run among linked runs (higher = submitted later).
+        receipt_location: where the receipt is stored
+            (:class:`~mmirage_beam.run.receipts.ReceiptLocation`), or None.
+    """
+
+    provider: str
+    provider_batch_id: str
+    status: str
+    provider_status: str
+    failure: Optional[dict]
+    run_id: str
+    output_name: str
+    custom_id_to_source_index: Optional[dict]
+    run_rank: int = 0
+    receipt_location: Optional[Any] = None
+    #: a reused receipt (:mod:`mmirage_beam.reuse`): the run whose batch this is, whose
+    #: answers this run reuses for the receipt's requests only
+    reused_from: Optional[str] = None
+    #: a reused receipt's ``reused_custom_ids`` when carried (else read from the receipt)
+    reused_custom_ids: Optional[dict] = None
+
+    def reuse_map(self) -> dict:
+        """A reused receipt's ``reused_custom_ids`` (this run's custom_id -> the earlier
+        batch's), read from the receipt when not carried; ``{}`` for other receipts."""
+        if not self.reused_from:
+            return {}
+        if self.reused_custom_ids is not None:
+            return self.reused_custom_ids
+        if self.receipt_location is None:
+            return {}
+        return read_receipt_at(self.receipt_location).get("reused_custom_ids") or {}
+
+    def mapping(self) -> dict:
+        """``custom_id_to_source_index``, read from the receipt when not carried.
+
+        Raises:
+            ValueError: the receipt at ``receipt_location`` is gone or changed.
+        """
+        if self.custom_id_to_source_index is not None:
+            return self.custom_id_to_source_index
+        if self.receipt_location is None:
+            raise ValueError(f"batch {self.provider_batch_id}: no receipt mapping")
+        gone = (
+            f"the receipt of batch {self.provider_batch_id} is no longer at "
+            f"{self.receipt_location.path} (the file changed during the merge; merge again)"
+        )
+        try:
+            receipt = read_receipt_at(self.receipt_location)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{gone}: {exc}") from None
+        if receipt.get("provider_batch_id") != self.provider_batch_id:
+            raise ValueError(gone)
+        return receipt.get("custom_id_to_source_index") or {}
 
 
 @dataclass
@@ -23,7 +96,7 @@ class RunSelection:
         run: the run asked for (or the newest).
         linked: it and its linked runs, oldest first.
         entries: their receipts (:class:`mmirage_beam.check.discovery.ReceiptEntry`).
-        batches: one :class:`~mmirage_beam.transforms.merge.BatchToFetch` per receipt.
+        batches: one :class:`BatchToFetch` per receipt.
         pending: those whose batch has not ended.
         lookup_failed: statuses of batches the provider could not resolve.
         providers: provider -> (adapter class, provider config).
@@ -131,7 +204,6 @@ def batches_to_fetch(
 ) -> tuple[list, list, list]:
     """Receipts + their statuses -> (BatchToFetch per receipt, not ended, lookup failed)."""
     from mmirage_beam.check.lookup import LOOKUP_FAILED, TERMINAL_STATUSES
-    from mmirage_beam.transforms.merge import BatchToFetch
 
     by_key = {st.receipt.key: st for st in statuses}
     batches, pending = [], []
@@ -181,7 +253,7 @@ class Unfinished:
     Attributes:
         intents: leftover ``*.intent`` files (chunks whose submission was interrupted).
         intent_requests: custom_ids of those chunks that no receipt holds.
-        states: run id -> its run record (:func:`receipts.read_run_state`) when it
+        states: run id -> its run record (:func:`fingerprint.read_run_state`) when it
             says the run did not finish (``state`` other than ``finished``).
         short_by: run id -> requests the run built (``requests_total`` of a finished
             record) minus the requests its receipts hold, when positive.
@@ -225,8 +297,8 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
     """
     from apache_beam.io.filesystems import FileSystems
 
-    from mmirage_beam.pipeline import stop_marker_path
-    from mmirage_beam.run.receipts import pending_intents, read_run_state, submission_complete
+    from mmirage_beam.run.fingerprint import read_run_state
+    from mmirage_beam.run.receipts import pending_intents, submission_complete
 
     intents: list[str] = []
     intent_requests: set[str] = set()
@@ -247,7 +319,7 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
     finish_pending: list[str] = []
     for run in runs:
         record = read_run_state(base, run)
-        if record is None and FileSystems.exists(stop_marker_path(base, run)):
+        if record is None and FileSystems.exists(RunLayout(base, run).stop_marker):
             # the launcher was stopped (Ctrl-C / SIGTERM) and did not clean up after it
             record = {"run_id": run, "state": "stopped"}
         if record is None:
@@ -256,7 +328,7 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
             if (
                 record.get("state") == "submitting"
                 and not any(_run_of_intent(p) == run for p in intents)
-                and not FileSystems.exists(stop_marker_path(base, run))
+                and not FileSystems.exists(RunLayout(base, run).stop_marker)
                 and submission_complete(base, run)
             ):
                 finish_pending.append(run)

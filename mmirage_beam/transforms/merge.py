@@ -30,13 +30,13 @@ from mmirage_beam.providers.base import ENDED_STATUSES
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.results import check_answer, is_retryable
 from mmirage_beam.reuse import answer_record
+from mmirage_beam.run.selection import BatchToFetch  # built by run selection
 from mmirage_beam.transforms.render import MISSING, SchemaRenderer
 from mmirage_beam.transforms.rows import assemble_output_row
 
 __all__ = [
     "UNKNOWN_TAG",
     "ERRORS_TAG",
-    "BatchToFetch",
     "OutputResult",
     "FetchResults",
     "FetchResultsResult",
@@ -66,81 +66,6 @@ _LOG = logging.getLogger(__name__)
 UNKNOWN_TAG = "unknown"
 ERRORS_TAG = "errors"
 ANSWERS_TAG = "answers"
-
-
-class BatchToFetch(NamedTuple):
-    """One receipted provider batch whose results are to be fetched.
-
-    Attributes:
-        provider: registry name of the provider.
-        provider_batch_id: the provider's batch id.
-        status: normalised status from the launcher's lookup (``completed | failed |
-            in_progress | unknown``).
-        provider_status: the provider's own status word.
-        failure: batch-level failure ``{"type", "message"}`` (e.g.
-            ``token_limit_exceeded``), or None.
-        run_id: the run that submitted it.
-        output_name: the output all its requests belong to.
-        custom_id_to_source_index: the receipt's mapping, or None to read it from
-            ``receipt_location`` in the worker that fetches the batch (so the launcher
-            and the job graph hold no per-request map).
-        run_rank: order of its run among linked runs (higher = submitted later).
-        receipt_location: where the receipt is stored
-            (:class:`~mmirage_beam.run.receipts.ReceiptLocation`), or None.
-    """
-
-    provider: str
-    provider_batch_id: str
-    status: str
-    provider_status: str
-    failure: Optional[dict]
-    run_id: str
-    output_name: str
-    custom_id_to_source_index: Optional[dict]
-    run_rank: int = 0
-    receipt_location: Optional[Any] = None
-    #: a reused receipt (:mod:`mmirage_beam.reuse`): the run whose batch this is, whose
-    #: answers this run reuses for the receipt's requests only
-    reused_from: Optional[str] = None
-    #: a reused receipt's ``reused_custom_ids`` when carried (else read from the receipt)
-    reused_custom_ids: Optional[dict] = None
-
-    def reuse_map(self) -> dict:
-        """A reused receipt's ``reused_custom_ids`` (this run's custom_id -> the earlier
-        batch's), read from the receipt when not carried; ``{}`` for other receipts."""
-        if not self.reused_from:
-            return {}
-        if self.reused_custom_ids is not None:
-            return self.reused_custom_ids
-        from mmirage_beam.run.receipts import read_receipt_at
-
-        if self.receipt_location is None:
-            return {}
-        return read_receipt_at(self.receipt_location).get("reused_custom_ids") or {}
-
-    def mapping(self) -> dict:
-        """``custom_id_to_source_index``, read from the receipt when not carried.
-
-        Raises:
-            ValueError: the receipt at ``receipt_location`` is gone or changed.
-        """
-        if self.custom_id_to_source_index is not None:
-            return self.custom_id_to_source_index
-        if self.receipt_location is None:
-            raise ValueError(f"batch {self.provider_batch_id}: no receipt mapping")
-        from mmirage_beam.run.receipts import read_receipt_at
-
-        gone = (
-            f"the receipt of batch {self.provider_batch_id} is no longer at "
-            f"{self.receipt_location.path} (the file changed during the merge; merge again)"
-        )
-        try:
-            receipt = read_receipt_at(self.receipt_location)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{gone}: {exc}") from None
-        if receipt.get("provider_batch_id") != self.provider_batch_id:
-            raise ValueError(gone)
-        return receipt.get("custom_id_to_source_index") or {}
 
 
 class OutputResult(NamedTuple):

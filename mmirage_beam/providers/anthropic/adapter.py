@@ -43,6 +43,7 @@ import time
 from typing import Any, Callable, ClassVar, Dict, Iterable, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.images import image_error, images_error
+from mmirage_beam.providers.anthropic.tokens import AnthropicExactCounter, count_anthropic_request
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionAdapter, iter_chunk_lines
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
@@ -159,8 +160,6 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
     ) -> Optional[TokenCount]:
         """A labelled estimate (no public tokenizer:
         :func:`mmirage_beam.providers.anthropic.tokens.count_anthropic_request`)."""
-        from mmirage_beam.providers.anthropic.tokens import count_anthropic_request
-
         return count_anthropic_request(request, model)
 
     def exact_token_counter(
@@ -168,9 +167,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
     ) -> Optional[Callable[[Dict[str, Any]], int]]:
         """The free ``messages.count_tokens`` endpoint
         (:class:`~mmirage_beam.providers.anthropic.tokens.AnthropicExactCounter`)."""
-        from mmirage_beam.providers.anthropic.tokens import AnthropicExactCounter
-
-        return AnthropicExactCounter(getattr(config, "base_url", None))
+        return AnthropicExactCounter(type(self), getattr(config, "base_url", None))
 
     def is_retryable(self, exc: BaseException) -> bool:
         """Connection errors and timeouts (``anthropic.APIConnectionError``), and

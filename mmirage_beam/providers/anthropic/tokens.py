@@ -120,12 +120,11 @@ class AnthropicExactCounter:
 
     def __call__(self, request: dict[str, Any]) -> int:
         if self._client is None:
-            import anthropic
+            import anthropic  # optional SDK, needed only when exact counts are asked for
 
-            from mmirage_beam.providers.anthropic.adapter import AnthropicBatchAdapter
             from mmirage_beam.providers.base import resolve_credentials
 
-            key = resolve_credentials(AnthropicBatchAdapter, "anthropic")["api_key"]
+            key = resolve_credentials(self.adapter_cls, "anthropic")["api_key"]
             self._client = anthropic.Anthropic(api_key=key, base_url=self.base_url)
         params = request.get("params") or {}
         kwargs = {k: params[k] for k in _COUNT_TOKENS_PARAMS if k in params}

@@ -48,6 +48,7 @@ from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.gemini.config import MAX_INLINE_BYTES
+from mmirage_beam.providers.gemini.tokens import GeminiExactCounter, count_gemini_request
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.results import (
     CONTENT_FILTER,
@@ -204,8 +205,6 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
     ) -> Optional[TokenCount]:
         """A labelled estimate
         (:func:`mmirage_beam.providers.gemini.tokens.count_gemini_request`)."""
-        from mmirage_beam.providers.gemini.tokens import count_gemini_request
-
         return count_gemini_request(request, model)
 
     def exact_token_counter(
@@ -213,9 +212,9 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
     ) -> Optional[Callable[[Dict[str, Any]], int]]:
         """The free ``models.count_tokens`` endpoint
         (:class:`~mmirage_beam.providers.gemini.tokens.GeminiExactCounter`)."""
-        from mmirage_beam.providers.gemini.tokens import GeminiExactCounter
-
-        return GeminiExactCounter(getattr(config, "model", None), getattr(config, "base_url", None))
+        return GeminiExactCounter(
+            type(self), getattr(config, "model", None), getattr(config, "base_url", None)
+        )
 
     # -- requests -------------------------------------------------------------------------
     def build_request(

@@ -91,25 +91,36 @@ class GeminiExactCounter:
     request's ``contents``; the Developer API's count takes no generation config, so a
     response schema is not counted). The key is read on first use with
     :func:`mmirage_beam.providers.base.resolve_credentials` (``GEMINI_API_KEY``, else
-    ``GOOGLE_API_KEY``, or ``GEMINI_API_KEY_FILE``)."""
+    ``GOOGLE_API_KEY``, or ``GEMINI_API_KEY_FILE``). ``adapter_cls`` is the adapter class
+    whose credentials and SDK check are used (the adapter passes ``type(self)``, so this
+    module never imports the adapter back)."""
 
-    def __init__(self, model: Optional[str], base_url: Optional[str] = None) -> None:
+    def __init__(
+        self, adapter_cls: Any, model: Optional[str], base_url: Optional[str] = None
+    ) -> None:
+        self.adapter_cls = adapter_cls
         self.model = model
         self.base_url = base_url
         self._client: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"model": self.model, "base_url": self.base_url, "_client": None}
+        return {
+            "adapter_cls": self.adapter_cls,
+            "model": self.model,
+            "base_url": self.base_url,
+            "_client": None,
+        }
 
     def __call__(self, request: dict[str, Any]) -> int:
         if self._client is None:
+            from mmirage_beam.providers.base import resolve_credentials
+
+            self.adapter_cls.check_dependencies()  # a ConfigError naming the extra
+            # optional SDK (the [gemini] extra), imported only when exact counts are asked
+            from google import genai
             from google.genai import types
 
-            from mmirage_beam.providers.base import resolve_credentials
-            from mmirage_beam.providers.gemini.adapter import GeminiBatchAdapter, import_sdk
-
-            genai = import_sdk()
-            key = resolve_credentials(GeminiBatchAdapter, "gemini")["api_key"]
+            key = resolve_credentials(self.adapter_cls, "gemini")["api_key"]
             options = types.HttpOptions(base_url=self.base_url) if self.base_url else None
             self._client = genai.Client(api_key=key, http_options=options)
         body = request.get("request") or {}

@@ -23,7 +23,8 @@ from mmirage_beam.testing.fake_provider.anthropic import AnthropicApi
 from mmirage_beam.testing.fake_provider.mistral import MISTRAL, MistralApi
 from mmirage_beam.testing.fake_provider.mistral import PREFIX as MISTRAL_PREFIX
 from mmirage_beam.testing.fake_provider.openai import OpenAIApi
-from mmirage_beam.testing.fake_provider.profiles import PROFILES, ProfileApi
+from mmirage_beam.testing.fake_provider.profile_api import ProfileApi
+from mmirage_beam.testing.fake_provider.profiles import PROFILES
 from mmirage_beam.testing.fake_provider.scripting import (
     SCRIPT_DEFAULTS,
     SCRIPT_PARSERS,

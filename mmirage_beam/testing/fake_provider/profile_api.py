@@ -1,0 +1,93 @@
+"""The routes of the OpenAI-compatible profiles (:mod:`.profiles`): per profile, its
+authentication rule, scripted leading errors, then the OpenAI Files + Batches handlers
+(:class:`~mmirage_beam.testing.fake_provider.openai.OpenAIApi`) bound to that profile."""
+
+from __future__ import annotations
+
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request, Response
+
+from mmirage_beam.testing.fake_provider.openai import OpenAIApi
+from mmirage_beam.testing.fake_provider.profiles import Profile
+from mmirage_beam.testing.fake_provider.store import Store
+from mmirage_beam.testing.fake_provider.wire import (
+    OPENAI,
+    ApiError,
+    error_response,
+    json_response,
+    status_error,
+)
+
+AZURE_401_MESSAGE = (
+    "Access denied due to invalid subscription key or wrong API endpoint. Make sure to "
+    "provide a valid key for an active subscription and use a correct regional API "
+    "endpoint for your resource."
+)
+
+_ROUTES = Map(
+    [
+        Rule("/files", methods=["POST"], endpoint="files_create"),
+        Rule("/files", methods=["GET"], endpoint="files_list"),
+        Rule("/files/<file_id>", methods=["GET"], endpoint="files_retrieve"),
+        Rule("/files/<file_id>", methods=["DELETE"], endpoint="files_delete"),
+        Rule("/files/<file_id>/content", methods=["GET"], endpoint="files_content"),
+        Rule("/batches", methods=["POST"], endpoint="batches_create"),
+        Rule("/batches", methods=["GET"], endpoint="batches_list"),
+        Rule("/batches/<batch_id>", methods=["GET"], endpoint="batches_retrieve"),
+        Rule("/batches/<batch_id>/cancel", methods=["POST"], endpoint="batches_cancel"),
+    ],
+    strict_slashes=False,
+)
+
+
+class ProfileApi:
+    """One profile's routes: authentication, scripted leading errors, then the OpenAI
+    handlers (an :class:`~mmirage_beam.testing.fake_provider.openai.OpenAIApi` bound to
+    the profile, so its files and batches are its own)."""
+
+    def __init__(self, store: Store, profile: Profile) -> None:
+        self.store = store
+        self.profile = profile
+        self.api = OpenAIApi(store, profile=profile)
+
+    def handle(self, request: Request) -> Response:
+        """Answers a request whose path starts with the profile's ``api_prefix``."""
+        path = request.path[len(self.profile.api_prefix) :] or "/"
+        try:
+            endpoint, args = _ROUTES.bind("fake").match(path, method=request.method)
+        except HTTPException as exc:
+            return error_response(
+                OPENAI,
+                ApiError(
+                    exc.code or 404, "invalid_request_error", f"{request.method} {request.path}"
+                ),
+            )
+        name = f"{self.profile.name}:{endpoint}"
+        with self.store.lock:
+            self.store.call_counts[name] = self.store.call_counts.get(name, 0) + 1
+        if self.profile.api_key_header and not request.headers.get("api-key", "").strip():
+            # Azure's 401 object: {"error": {"code": "401", "message": ...}}
+            return json_response({"error": {"code": "401", "message": AZURE_401_MESSAGE}}, 401)
+        if not self.profile.api_key_header:
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                return error_response(
+                    OPENAI, ApiError(401, "invalid_request_error", "Invalid API Key")
+                )
+        try:
+            self._take_leading_error(endpoint, args)
+            return getattr(self.api, endpoint)(request, **args)
+        except ApiError as err:
+            return error_response(OPENAI, err)
+
+    def _take_leading_error(self, endpoint: str, args: dict[str, str]) -> None:
+        with self.store.lock:
+            leading = self.store.script["leading_errors"]
+            if leading is None or leading.remaining <= 0:
+                return
+            if leading.paths is not None and endpoint not in leading.paths:
+                return
+            leading.remaining -= 1
+            status, retry_ms = leading.status, leading.retry_after_ms
+        raise status_error(OPENAI, status, retry_ms, f"leading error on {endpoint}", args)
