@@ -616,7 +616,11 @@ class _CountFn(beam.DoFn):
 
 def reported_usage(element: Any) -> tuple[int, int]:
     """``(input tokens, output tokens)`` a result record's provider reported (0, 0 when
-    it reported none): the ``usage`` of :class:`CountProgress` for fetched results."""
+    it reported none): the ``usage`` of :class:`CountProgress` for fetched results. A
+    reused answer (``reused_from`` set, :mod:`mmirage_beam.reuse`) counts (0, 0): the
+    earlier run paid for it, as the merge summary says."""
+    if getattr(element, "reused_from", None):
+        return 0, 0
     return int(getattr(element, "input_tokens", 0) or 0), int(
         getattr(element, "output_tokens", 0) or 0
     )

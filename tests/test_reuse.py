@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
+from mmirage_beam.progress import _compact
 from pipelines.merge import main as merge_main
 from pipelines.submit import main as submit_main
 from tests.conftest import GSM8K_JSONL, REPO, base_config, write_config
@@ -84,8 +86,15 @@ def test_added_output_sends_only_its_requests_openai_cli(tmp_path, provider_env)
     assert "saves up to $" in second.stdout
 
     out = tmp_path / "second.jsonl"
+    env["MMIRAGE_PROGRESS_INTERVAL_SECS"] = "0.05"
     m2 = run_cli(["merge", "--config", cfg_path, "--output-path", str(out)], cwd=tmp_path, env=env)
     assert m2.returncode == 0, m2.stderr
+    # the progress lines count the tokens this run paid for, as the summary does: the
+    # reused answers' tokens are the earlier run's
+    paid = re.search(r"^input tokens: +([\d,]+)$", m2.stdout, re.M)
+    shown = re.findall(r"progress after .*tokens (\S+) in", m2.stderr)
+    assert paid and shown, (m2.stdout, m2.stderr)
+    assert shown[-1] == _compact(int(paid.group(1).replace(",", "")))
     rows = _read_jsonl(out)
     first_rows = _read_jsonl(merged)
     run1 = _run_of(first)
