@@ -109,14 +109,17 @@ class AnthropicExactCounter:
     ``messages.count_tokens`` (``POST /v1/messages/count_tokens``, free; rate-limited
     per minute like other calls, which the SDK's retries absorb). The key is read on
     first use with :func:`mmirage_beam.providers.base.resolve_credentials`
-    (``ANTHROPIC_API_KEY`` or ``ANTHROPIC_API_KEY_FILE``)."""
+    (``ANTHROPIC_API_KEY`` or ``ANTHROPIC_API_KEY_FILE``). ``adapter_cls`` is the adapter
+    class whose credentials are read (the adapter passes ``type(self)``, so this module
+    never imports the adapter back)."""
 
-    def __init__(self, base_url: Optional[str] = None) -> None:
+    def __init__(self, adapter_cls: Any, base_url: Optional[str] = None) -> None:
+        self.adapter_cls = adapter_cls
         self.base_url = base_url
         self._client: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"base_url": self.base_url, "_client": None}
+        return {"adapter_cls": self.adapter_cls, "base_url": self.base_url, "_client": None}
 
     def __call__(self, request: dict[str, Any]) -> int:
         if self._client is None:
