@@ -26,6 +26,7 @@ import json
 import time
 from typing import Any, Iterable, Mapping, Optional
 
+from mmirage_beam.results import resubmittable
 from mmirage_beam.run.layout import RunLayout
 
 
@@ -88,8 +89,6 @@ def write_merge_record(
     Returns:
         The record written.
     """
-    from mmirage_beam.results import resubmittable
-
     runs = list(runs)
     by_type: dict[str, int] = {}
     retryable = 0

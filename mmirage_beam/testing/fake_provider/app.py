@@ -28,7 +28,6 @@ from mmirage_beam.testing.fake_provider.profiles import PROFILES
 from mmirage_beam.testing.fake_provider.scripting import (
     SCRIPT_DEFAULTS,
     SCRIPT_PARSERS,
-    LeadingErrors,
     parse_delay,
 )
 from mmirage_beam.testing.fake_provider.store import Batch, Store
@@ -433,7 +432,9 @@ class FakeProviderServer:
             self._store.call_counts[endpoint] = self._store.call_counts.get(endpoint, 0) + 1
         try:
             self._check_auth(provider, request)
-            self._take_leading_error(provider, endpoint, args)
+            leading = self._store.take_leading_error(endpoint)
+            if leading is not None:
+                raise status_error(provider, *leading, f"leading error on {endpoint}", args)
             return handler(request, **args)
         except ApiError as err:
             return error_response(provider, err)
@@ -463,17 +464,6 @@ class FakeProviderServer:
             "You didn't provide an API key. You need to provide your API key in an "
             "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
         )
-
-    def _take_leading_error(self, provider: str, endpoint: str, args: dict[str, str]) -> None:
-        with self._store.lock:
-            leading: LeadingErrors | None = self._store.script["leading_errors"]
-            if leading is None or leading.remaining <= 0:
-                return
-            if leading.paths is not None and endpoint not in leading.paths:
-                return
-            leading.remaining -= 1
-            status, retry_ms = leading.status, leading.retry_after_ms
-        raise status_error(provider, status, retry_ms, f"leading error on {endpoint}", args)
 
     # -- admin endpoints ------------------------------------------------------------------
 

@@ -181,21 +181,12 @@ class MistralApi:
             scheme, _, token = request.headers.get("Authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
                 raise _error(401, "Unauthorized", "authentication_error")
-            self._take_leading_error(name, args)
+            leading = self.store.take_leading_error(name)
+            if leading is not None:
+                raise _scripted(*leading, f"leading error on {name}", args)
             return getattr(self, f"_{endpoint}")(request, **args)
         except ApiError as err:
             return json_response(error_body(err), err.status, err.headers)
-
-    def _take_leading_error(self, name: str, args: Mapping[str, str]) -> None:
-        with self.store.lock:
-            leading = self.store.script["leading_errors"]
-            if leading is None or leading.remaining <= 0:
-                return
-            if leading.paths is not None and name not in leading.paths:
-                return
-            leading.remaining -= 1
-            status, retry_ms = leading.status, leading.retry_after_ms
-        raise _scripted(status, retry_ms, f"leading error on {name}", args)
 
     # -- files ------------------------------------------------------------------------
     def _files_upload(self, request: Request) -> Response:

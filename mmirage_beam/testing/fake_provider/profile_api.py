@@ -76,18 +76,9 @@ class ProfileApi:
                     OPENAI, ApiError(401, "invalid_request_error", "Invalid API Key")
                 )
         try:
-            self._take_leading_error(endpoint, args)
+            leading = self.store.take_leading_error(endpoint)
+            if leading is not None:
+                raise status_error(OPENAI, *leading, f"leading error on {endpoint}", args)
             return getattr(self.api, endpoint)(request, **args)
         except ApiError as err:
             return error_response(OPENAI, err)
-
-    def _take_leading_error(self, endpoint: str, args: dict[str, str]) -> None:
-        with self.store.lock:
-            leading = self.store.script["leading_errors"]
-            if leading is None or leading.remaining <= 0:
-                return
-            if leading.paths is not None and endpoint not in leading.paths:
-                return
-            leading.remaining -= 1
-            status, retry_ms = leading.status, leading.retry_after_ms
-        raise status_error(OPENAI, status, retry_ms, f"leading error on {endpoint}", args)

@@ -17,7 +17,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mmirage_beam.testing.fake_provider import limits
-from mmirage_beam.testing.fake_provider.scripting import SCRIPT_DEFAULTS, CreateFailure
+from mmirage_beam.testing.fake_provider.scripting import (
+    SCRIPT_DEFAULTS,
+    CreateFailure,
+    LeadingErrors,
+)
 from mmirage_beam.testing.fake_provider.wire import ANTHROPIC, ApiError, new_id
 
 
@@ -242,6 +246,19 @@ class Store:
             return None
         self.transient_failed.add(key)
         return "server_error" if marker == "transient" else "rate_limit"
+
+    def take_leading_error(self, endpoint: str) -> tuple[int, int] | None:
+        """Consumes one scripted ``leading_errors`` answer for ``endpoint`` (a handler
+        name; the key's ``paths`` limit which): ``(status, retry_after_ms)``, or None when
+        none is left or it does not apply. Takes :attr:`lock` itself."""
+        with self.lock:
+            leading: LeadingErrors | None = self.script["leading_errors"]
+            if leading is None or leading.remaining <= 0:
+                return None
+            if leading.paths is not None and endpoint not in leading.paths:
+                return None
+            leading.remaining -= 1
+            return leading.status, leading.retry_after_ms
 
     def take_create_failure(self) -> CreateFailure | None:
         """Counts a valid create call; returns the scripted failure if this one fails."""
