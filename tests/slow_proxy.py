@@ -4,14 +4,13 @@ The fake has no knob to delay a create's *answer* while the batch is already mad
 case where an SDK timeout fires after the provider accepted the batch), so tests put
 this proxy between the SDK and the fake: the call is forwarded at once (the batch is
 created), and its answer is held back ``delay_secs`` for the first ``count`` calls whose
-method and path match.
+method and path match, or until :meth:`SlowProxy.release` (whichever comes first).
 """
 
 from __future__ import annotations
 
 import http.client
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 from urllib.parse import urlsplit
@@ -28,6 +27,7 @@ class SlowProxy:
         self._rules: list[list] = []  # [method, path, delay, remaining]
         self._lock = threading.Lock()
         self.delayed = 0
+        self._released = threading.Event()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -47,7 +47,7 @@ class SlowProxy:
                 conn.close()
                 wait = proxy._take(self.command, self.path.split("?", 1)[0])
                 if wait:
-                    time.sleep(wait)
+                    proxy._released.wait(wait)
                 try:
                     self.send_response(resp.status)
                     for k, v in resp.getheaders():
@@ -69,6 +69,13 @@ class SlowProxy:
         """Hold back the answer of the next ``count`` ``method path`` calls."""
         with self._lock:
             self._rules.append([method, path, delay_secs, count])
+
+    def release(self) -> None:
+        """Answer every held call now, and hold no later one (a test that waited for a
+        hold to happen ends it as soon as it has seen what it needed)."""
+        with self._lock:
+            self._rules.clear()
+        self._released.set()
 
     def _take(self, method: str, path: str) -> float:
         with self._lock:

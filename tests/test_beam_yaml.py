@@ -285,6 +285,7 @@ def test_two_yaml_submit_jobs_on_one_run_id_the_second_is_refused(tmp_path, prov
             assert second.returncode != 0
             assert "run r1 is in use by another process" in second.stderr, second.stderr[-3000:]
             assert "nothing was sent" in second.stderr
+            proxy.release()  # the refusal was seen: let the first job's create answer
             _, err = first.communicate(timeout=400)
         finally:
             if first.poll() is None:
