@@ -96,27 +96,74 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     args, beam_args = parse_args(argv)
     configure_logging(args.verbose)
     check_beam_args(beam_args, args.own_flags)
-
+    # Beam and the modules that build the job load only now: --help and a bad flag
+    # answer without the seconds Beam's import takes.
     import apache_beam as beam
-    from apache_beam.io.filesystems import FileSystems
 
-    from mmirage_beam.check.discovery import NoReceiptsError
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
-    from mmirage_beam.pipeline import build_merge_pipeline, errors_path_for
-    from mmirage_beam.run.plans import prepare_merge
-    from mmirage_beam.run.selection import select_run
-    from mmirage_beam.run.storage import (
-        check_job_endpoint,
-        check_locations,
-        check_output_file,
-        config_locations,
-        translation_only,
-    )
+    from mmirage_beam.pipeline import build_merge_pipeline
+    from mmirage_beam.run.storage import check_job_endpoint, check_locations, config_locations
 
     if args.partitions is not None and args.partitions < 1:
         raise ConfigError("--partitions", "must be >= 1")
     config = load_config(args.config)
+    chosen = _choose_run(args, config)
+    if chosen is None:
+        return 1
+    sel, merge_plan = chosen
+    config = _limited(config, merge_plan.base, sel.linked)
+    resume_command = f"mmirage run --config {args.config} --run-id {merge_plan.resume_run}"
+    final, out, errors_path = _output_paths(args, config)
+    options = beam_options(beam_args, args.verbose)
+    check_locations(config_locations(config, output_path=out), options)
+    check_job_endpoint(options)
+    pipeline = beam.Pipeline(options=options)
+    receipts = list(merge_plan.receipts)  # ReceiptEntry: the workers read the per-request maps
+    plan = build_merge_pipeline(
+        pipeline,
+        config,
+        sel.batches,
+        receipts,
+        sel.providers,
+        out,
+        num_partitions=args.partitions,
+        verify_source=not args.no_verify_source,
+        invalid_rows_files=list(merge_plan.invalid_rows_files),
+        # Requests the source still builds but no receipt holds were never submitted;
+        # told apart only when every row this merge reads belongs to the merged run(s).
+        unsubmitted_run=(
+            (merge_plan.resume_run, resume_command) if merge_plan.count_unsubmitted else None
+        ),
+        errors_path=errors_path,
+        answers_path=_answers_path(merge_plan.base, sel.linked),
+    )
+    _expect_progress(config, sel.batches, receipts)
+    ran = _run_merge(pipeline, plan, options, out, final, args, config, argv)
+    if ran is None:
+        return 1
+    if ran == "translated":
+        print("mmirage merge: the runner only translated the job (--dry_run); nothing merged")
+        return 0
+    stats, shown = ran
+    errors = read_jsonl(errors_path)
+    _record_merge(merge_plan.base, sel.linked, final, stats, errors)
+    _print_totals(plan, stats, errors, sel.pending, args.allow_partial, shown)
+    return _print_outcome(args, config, sel, merge_plan, stats, errors, resume_command)
+
+
+def _choose_run(args, config):  # noqa: ANN001, ANN202
+    """The run to merge and its :class:`~mmirage_beam.run.plans.MergePlan`, or None (the
+    reason printed) when the plan is blocked: a batch cannot be looked up, or batches
+    are still running without ``--allow-partial``.
+
+    Raises:
+        NoReceiptsError: no receipt names the run (and it is not a run that sent nothing).
+    """
+    from mmirage_beam.check.discovery import NoReceiptsError
+    from mmirage_beam.run.plans import prepare_merge
+    from mmirage_beam.run.selection import select_run
+
     try:
         sel = select_run(config, args.metadata_path, args.run_id, "merge")
     except NoReceiptsError:
@@ -134,7 +181,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     )
     if merge_plan.blocked == "lookup_failed":
         print("mmirage: error: some batches cannot be looked up; nothing merged.", file=sys.stderr)
-        return 1
+        return None
     if merge_plan.blocked == "pending":
         print(
             f"mmirage: {len(sel.pending)} batch(es) have not ended yet; nothing merged "
@@ -144,72 +191,67 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         for b in sel.pending:
             print(f"  {b.provider_batch_id} ({b.provider}, {b.provider_status})", file=sys.stderr)
         _print_cancelled(config, sel.linked, sys.stderr)
-        return 1
-    batches, pending, providers = sel.batches, sel.pending, sel.providers
-    base = merge_plan.base
-    config = _limited(config, base, sel.linked)
-    receipts = list(merge_plan.receipts)  # ReceiptEntry: the workers read the per-request maps
-    unfinished, resume_run = merge_plan.unfinished, merge_plan.resume_run
-    resume_command = f"mmirage run --config {args.config} --run-id {resume_run}"
-    # Requests the source still builds but no receipt holds were never submitted; told
-    # apart only when every row this merge reads belongs to the merged run(s): one shard.
-    count_unsubmitted = merge_plan.count_unsubmitted
+        return None
+    return sel, merge_plan
+
+
+def _output_paths(args, config) -> tuple[str, str, str]:  # noqa: ANN001
+    """``(final, out, errors_path)``: the file the user asked for, the ordered JSONL the
+    job writes (``final`` itself for JSONL; beside it, converted afterwards, for Parquet
+    and HF) and the errors file; each checked writable and not one of the inputs."""
+    from mmirage_beam.pipeline import errors_path_for
+    from mmirage_beam.run.storage import check_output_file
 
     final = out = args.output_path
     errors_path = errors_path_for(out)  # rewritten (empty when nothing failed) by the merge
-    if args.output_format != "jsonl":
-        import uuid
-
-        from mmirage_beam.io.formats import check_hf_folder
-
-        # The ordered JSONL merge goes beside the output, then is converted (streamed).
-        out = f"{final.rstrip('/')}.merge-jsonl-{uuid.uuid4().hex[:12]}.jsonl"
-        if args.output_format == "hf":
-            check_hf_folder(final)
-            check_output_file("--output-path", out, config, [errors_path])
-        else:
-            check_output_file("--output-path", final, config, [errors_path])
-    else:
+    if args.output_format == "jsonl":
         check_output_file("--output-path", out, config, [errors_path])
-    options = beam_options(beam_args, args.verbose)
-    check_locations(config_locations(config, output_path=out), options)
-    check_job_endpoint(options)
-    pipeline = beam.Pipeline(options=options)
-    plan = build_merge_pipeline(
-        pipeline,
-        config,
-        batches,
-        receipts,
-        providers,
-        out,
-        num_partitions=args.partitions,
-        verify_source=not args.no_verify_source,
-        invalid_rows_files=list(merge_plan.invalid_rows_files),
-        unsubmitted_run=(resume_run, resume_command) if count_unsubmitted else None,
-        errors_path=errors_path,
-        answers_path=_answers_path(base, sel.linked),
-    )
+        return final, out, errors_path
+    import uuid
+
+    from mmirage_beam.io.formats import check_hf_folder
+
+    out = f"{final.rstrip('/')}.merge-jsonl-{uuid.uuid4().hex[:12]}.jsonl"
+    if args.output_format == "hf":
+        check_hf_folder(final)
+        check_output_file("--output-path", out, config, [errors_path])
+    else:
+        check_output_file("--output-path", final, config, [errors_path])
+    return final, out, errors_path
+
+
+def _expect_progress(config, batches, receipts) -> None:  # noqa: ANN001
+    """Tell the progress lines how many results the merge fetches ("of N")."""
     from mmirage_beam import progress
 
-    fetching = {b.provider_batch_id for b in batches}  # the results to fetch, for "of N"
+    fetching = {b.provider_batch_id for b in batches}
     fetched = sum(
         e.request_count
         for e in {e.key: e for e in receipts}.values()
         if e.provider_batch_id in fetching
     )
     progress.expect_run(config.processor, totals={"results fetched": fetched or None})
+
+
+def _run_merge(pipeline, plan, options, out, final, args, config, argv):  # noqa: ANN001, ANN202
+    """Run the merge job: ``(counters, the merged file as shown)``, ``"translated"`` when
+    the runner only translated it, or None when the job failed (what to run again is
+    printed). Temporary files are removed either way."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from mmirage_beam.launch import describe_failure
+    from mmirage_beam.run.storage import translation_only
+
     try:
         result = run_pipeline(pipeline)
         if translation_only(options):
-            print("mmirage merge: the runner only translated the job (--dry_run); nothing merged")
-            return 0
+            return "translated"
         stats = counters(result)
         shown = out
         if out != final and FileSystems.exists(out):  # no rows written: no file, as JSONL
             shown = _convert(out, final, args.output_format, config, stats)
+        return stats, shown
     except Exception as exc:  # the runner's job failed (a worker died, storage failed...)
-        from mmirage_beam.launch import describe_failure
-
         given = list(argv) if argv is not None else sys.argv[1:]
         again = " ".join(shlex.quote(a) for a in ["mmirage", "merge", *given])
         print(
@@ -219,28 +261,27 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             f"  {again}",
             file=sys.stderr,
         )
-        return 1
+        return None
     finally:  # the job removes its temporary files once written; after a failure, here
         _remove_temp_dir(plan.temp_dir)
         if out != final and FileSystems.exists(out):
             FileSystems.delete([out])
-    errors = read_jsonl(errors_path)
-    _record_merge(base, sel.linked, final, stats, errors)
-    _print_totals(plan, stats, errors, pending, args.allow_partial, shown)
-    _print_cancelled(config, sel.linked, sys.stdout)
+
+
+def _print_outcome(args, config, sel, merge_plan, stats, errors, resume_command) -> int:  # noqa: ANN001
+    """The lines after the totals (cancelled runs, usage, reuse, what is unfinished) and
+    the exit status: 1 when the run is unfinished or a row failed, else 0."""
     from mmirage_beam.costs.report import usage_lines
-
-    for line in usage_lines(stats, config.processor):
-        print(line)
     from mmirage_beam.reuse import merge_reuse_lines
+    from mmirage_beam.run.selection import finish_pending_lines
 
-    for line in merge_reuse_lines(stats):
+    _print_cancelled(config, sel.linked, sys.stdout)
+    for line in [*usage_lines(stats, config.processor), *merge_reuse_lines(stats)]:
         print(line)
+    unfinished = merge_plan.unfinished
     never_rows = {e["source_index"] for e in errors if e["error_type"] == "never_submitted"}
     never_requests = sum(1 for e in errors if e["error_type"] == "never_submitted")
     if unfinished.finish_pending:
-        from mmirage_beam.run.selection import finish_pending_lines
-
         print("\n".join(finish_pending_lines(unfinished.finish_pending, args.config)))
     if unfinished or never_requests:
         _print_unfinished(unfinished, never_requests, len(never_rows), resume_command)
