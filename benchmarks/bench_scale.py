@@ -13,16 +13,24 @@ cases run interleaved, each in its own process:
 
 1. ``minimal loop``: read JSONL, JMESPath extract, Jinja2 render, ``json.dumps`` of the
    OpenAI request line, greedy chunking by bytes and count; writes only the export.
-2. ``full loop``: the same plus every file the dry run writes: export lines
+2. ``floor tokens``: the minimal loop plus the input-token count of every request as
+   the cost estimate counts it (the same request dict, ``TokenCounter("openai",
+   model).count``: tiktoken ``o200k_base`` over the same text, the same chat overhead);
+   its total is checked against the dry run's exact estimate.
+3. ``full loop``: the same plus every file the dry run writes: export lines
    ``{"batch_id", "request"}``, a receipt per chunk (``custom_id_to_source_index``,
    ``request_hash``, ``request_hashes``), placeholder rows rendered from
    ``output_schema``, the invalid-rows file (when a row is invalid).
-3. ``dry run``: ``mmirage run --export-prompts`` on the DirectRunner (in-memory).
-4. ``submit``: ``mmirage run`` to the embedded fake provider (started here on
+4. ``dry run``: ``mmirage run --export-prompts`` on the DirectRunner (in-memory).
+   ``dry run (sample)``: the same with ``--estimate sample`` (1% of the requests
+   counted, more below 20,000 rows: :func:`sample_fraction`; skipped when the mmirage
+   under test has no ``--estimate``); its export is checked identical to the exact dry
+   run's and its estimate within its stated bound of the floor's exact total.
+5. ``submit``: ``mmirage run`` to the embedded fake provider (started here on
    127.0.0.1, batches complete 1 s after creation); then, untimed, ``mmirage check
    --watch`` until every batch has completed.
-5. ``merge``: ``mmirage merge`` of that run.
-6. ``dict join``: plain Python doing merge's work: fetch the result files from the fake
+6. ``merge``: ``mmirage merge`` of that run.
+7. ``dict join``: plain Python doing merge's work: fetch the result files from the fake
    over HTTP, re-read the source rows and verify each request's hash against the
    receipts, join by source_index with a dict, render ``output_schema``, write the
    merged JSONL in order.
@@ -54,6 +62,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import signal
@@ -99,7 +108,16 @@ POLL_SECS = 0.05  # peak-RSS sampling interval, in seconds
 CHILDREN_SCAN_SECS = 0.5  # how often the list of descendants is refreshed, in seconds
 MiB = 1024 * 1024
 
-CASES = ("minimal loop", "full loop", "dry run", "submit", "merge", "dict join")
+CASES = (
+    "minimal loop",
+    "floor tokens",
+    "full loop",
+    "dry run",
+    "dry run (sample)",
+    "submit",
+    "merge",
+    "dict join",
+)
 
 # Everything started here that must not outlive the benchmark.
 _LIVE: list[subprocess.Popen] = []
@@ -323,7 +341,7 @@ def measure(cmd: list[str], cwd: Path, env: Optional[dict] = None, label: str = 
 
 
 # --------------------------------------------------------------------------- the loops
-# Run in their own process: ``bench_scale.py --case minimal|full|dictjoin SPEC.json``.
+# Run in their own process: ``bench_scale.py --case minimal|tokens|full|dictjoin SPEC.json``.
 
 
 def _compile_schema(schema: dict) -> Any:
@@ -333,6 +351,12 @@ def _compile_schema(schema: dict) -> Any:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
     exprs = [(k, env.compile_expression(v.strip()[2:-2].strip())) for k, v in schema.items()]
     return lambda ctx: {k: e(**ctx) for k, e in exprs}
+
+
+def sample_fraction(rows: int) -> float:
+    """``--estimate-fraction`` of the sampled dry run: 1%, or enough for about 200
+    sampled requests in a small run (a bound needs a few)."""
+    return min(1.0, max(0.01, round(200 / rows, 4)))
 
 
 def _loop_requests(spec: dict):
@@ -378,8 +402,10 @@ def _line_hash(req: dict) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def run_loop(spec: dict, full: bool) -> dict:
-    """The plain-Python dry run. Returns counts (rows, requests, chunks, request bytes)."""
+def run_loop(spec: dict, full: bool, count_tokens: bool = False) -> dict:
+    """The plain-Python dry run. Returns counts (rows, requests, chunks, request bytes,
+    and with ``full`` or ``count_tokens`` input_tokens). ``count_tokens`` alone: the
+    minimal loop plus the token count (``floor tokens``)."""
     max_bytes, max_n = spec["max_chunk_bytes"], spec["max_requests_per_chunk"]
     output, run_id = spec["output"], spec["run_id"]
     export = open(spec["export"], "wb")  # noqa: SIM115
@@ -390,8 +416,11 @@ def run_loop(spec: dict, full: bool) -> dict:
         receipts = open(spec["receipts"], "w", encoding="utf-8")  # noqa: SIM115
         placeholders = open(spec["placeholders"], "wb")  # noqa: SIM115
         render = _compile_schema(spec["schema"])
-        # The dry run counts every request's input tokens (its cost estimate); so does
-        # the like-for-like loop, with the same tokenizer package and the same rules.
+    tokens = None
+    totals_tokens = 0
+    if full or count_tokens:
+        # The dry run counts every request's input tokens (its cost estimate); so do
+        # the like-for-like loops, with the same tokenizer package and the same rules.
         from mmirage_beam.costs.tokens import TokenCounter
 
         tokens = TokenCounter("openai", spec["model"])
@@ -446,8 +475,9 @@ def run_loop(spec: dict, full: bool) -> dict:
         totals["request_bytes"] += n
         batch = f"text-{output}-chunk-{chunk_no:06d}"
         export.write(b'{"batch_id":"' + batch.encode() + b'","request":' + line[:-1] + b"}\n")
+        if tokens is not None:
+            totals_tokens += tokens.count(req).input_tokens
         if full:
-            totals["input_tokens"] = totals.get("input_tokens", 0) + tokens.count(req).input_tokens
             ctx = dict(values)
             ctx[output] = f"__BATCH_SUBMITTED__:{req['custom_id']}"
             row = render(ctx)
@@ -455,6 +485,8 @@ def run_loop(spec: dict, full: bool) -> dict:
             placeholders.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
     if cur:
         flush("end_of_input")
+    if tokens is not None:
+        totals["input_tokens"] = totals_tokens
     for f in (export, receipts, placeholders, invalid):
         if f is not None:
             f.close()
@@ -543,7 +575,7 @@ def case_main(kind: str, spec_path: str) -> int:
     if kind == "dictjoin":
         totals = run_dict_join(spec)
     else:
-        totals = run_loop(spec, full=(kind == "full"))
+        totals = run_loop(spec, full=(kind == "full"), count_tokens=(kind == "tokens"))
     print("BENCH-RESULT " + json.dumps(totals))
     return 0
 
@@ -720,7 +752,7 @@ class Bench:
     def record(self, n: int, case: str, m: Measured) -> None:
         self.results.setdefault((n, case), []).append(m)
         self.log(
-            f"{n:>9,} rows  {case:<13} wall {m.wall:8.2f} s  CPU {m.cpu:8.2f} s  "
+            f"{n:>9,} rows  {case:<16} wall {m.wall:8.2f} s  CPU {m.cpu:8.2f} s  "
             f"peak RSS {m.peak_rss / MiB:8.1f} MiB"
         )
 
@@ -772,9 +804,10 @@ class Bench:
             info["input_bytes"] = rows.stat().st_size
         tag = f"r{rep}"
 
-        # 1, 2: the loops.
+        # 1, 2, 3: the loops.
         digests = {}
-        for kind, case in (("minimal", "minimal loop"), ("full", "full loop")):
+        loops = (("minimal", "minimal loop"), ("tokens", "floor tokens"), ("full", "full loop"))
+        for kind, case in loops:
             case_dir = size_dir / f"{kind}-{tag}"
             run_id = f"loop{tag}"
             spec = self.loop_spec(n, rows, case_dir, run_id)
@@ -789,6 +822,8 @@ class Bench:
                 info["greedy_chunks"] = totals["chunks"]
                 info["request_bytes"] = totals["request_bytes"]
                 info["requests"] = totals["requests"]
+            elif kind == "tokens":
+                info["floor_tokens"] = totals["input_tokens"]
             else:
                 digests["full"] = self.outputs_digest(case_dir, run_id)
             if not a.keep:
@@ -815,9 +850,42 @@ class Bench:
         )
         self.record(n, "dry run", m)
         digests["dry"] = self.outputs_digest(case_dir, run_id)
+        exact_export = case_dir / f"prompts.{run_id}.jsonl"
+        self.check_exact_estimate(n, m.stdout, tag)
+        self.check_dry_run(n, digests, tag)
+
+        # 4b: the dry run with a sampled estimate (when this mmirage has one).
+        if self.has_sample_estimate():
+            sample_dir = size_dir / f"dry-sample-{tag}"
+            cfg = write_yaml(
+                sample_dir / "dry.yaml", text_config(sample_dir, rows, a.max_chunk_bytes)
+            )
+            m = measure(
+                _mmirage(
+                    "run",
+                    "--config",
+                    str(cfg),
+                    "--export-prompts",
+                    str(sample_dir / "prompts.jsonl"),
+                    "--run-id",
+                    run_id,
+                    "--estimate",
+                    "sample",
+                    "--estimate-fraction",
+                    f"{sample_fraction(n):g}",
+                    *self.beam_args,
+                ),
+                sample_dir,
+                env=self.env,
+                label="dry run (sample)",
+            )
+            self.record(n, "dry run (sample)", m)
+            same = sha256_file(sample_dir / f"prompts.{run_id}.jsonl") == sha256_file(exact_export)
+            self.check_sampled_estimate(n, m.stdout, tag, same)
+            if not a.keep:
+                _rm(sample_dir)
         if not a.keep:
             _rm(case_dir)
-        self.check_dry_run(n, digests, tag)
 
         if a.no_submit:
             return
@@ -915,6 +983,50 @@ class Bench:
         self.info[n]["checks"].append(text)
         self.log(f"{n:>9,} rows  check: {text}")
 
+    def has_sample_estimate(self) -> bool:
+        """Whether the mmirage under test has ``run --estimate sample``."""
+        if not hasattr(self, "_has_sample"):
+            out = subprocess.run(
+                [*_mmirage("run"), "--help"], env=self.env, capture_output=True, text=True
+            )
+            self._has_sample = "--estimate" in out.stdout
+            if not self._has_sample:
+                self.log("this mmirage has no --estimate sample: that case is skipped")
+        return self._has_sample
+
+    def check_exact_estimate(self, n: int, stdout: str, tag: str) -> None:
+        """The dry run's exact input tokens equal the floor's count."""
+        m = _EXACT_ESTIMATE.search(stdout)
+        floor = self.info[n].get("floor_tokens")
+        shown = int(m.group(1).replace(",", "")) if m else None
+        ok = shown is not None and shown == floor
+        self.check(
+            n,
+            f"{tag}: dry run's exact estimate {shown if shown is None else f'{shown:,}'} input "
+            f"tokens {'equals' if ok else 'DIFFERS from'} the floor's count {floor:,}",
+        )
+        self.info[n].setdefault("estimate_ok", []).append(ok)
+
+    def check_sampled_estimate(self, n: int, stdout: str, tag: str, same_export: bool) -> None:
+        """The sampled estimate is within its stated bound of the floor's exact count,
+        and the export is byte-identical to the exact dry run's."""
+        m = _SAMPLED_ESTIMATE.search(stdout)
+        floor = self.info[n].get("floor_tokens") or 0
+        if m is None:
+            self.check(n, f"{tag}: dry run (sample): NO sampled estimate line")
+            self.info[n].setdefault("estimate_ok", []).append(False)
+            return
+        est, sampled, bound = (int(m.group(g).replace(",", "")) for g in ("est", "k", "bound"))
+        within = abs(est - floor) <= bound
+        self.check(
+            n,
+            f"{tag}: dry run (sample): ~{est:,} input tokens from {sampled:,} sampled requests, "
+            f"±{bound:,}; the exact count {floor:,} is {'within' if within else 'OUTSIDE'} the "
+            f"bound (error {est - floor:+,}, {100 * (est - floor) / max(floor, 1):+.2f}%); export "
+            f"{'byte-identical to' if same_export else 'DIFFERS from'} the exact dry run's",
+        )
+        self.info[n].setdefault("estimate_ok", []).append(within and same_export)
+
     def check_dry_run(self, n: int, digests: dict, tag: str) -> None:
         info = self.info[n]
         dry, full = digests["dry"], digests["full"]
@@ -981,6 +1093,8 @@ class Bench:
         for n, info in self.info.items():
             if not all(info.get("dry_ok", [True])):
                 failed.append(f"{n:,} rows: the dry run's outputs differ from the full loop's")
+            if not all(info.get("estimate_ok", [True])):
+                failed.append(f"{n:,} rows: a dry run's estimate disagrees with the floor's count")
             if not all(info.get("merged_ok", [True])):
                 failed.append(f"{n:,} rows: merge's output differs from the dict join's")
             if info.get("dry_chunks", 0) > info.get("greedy_chunks", 0) + shards:
@@ -1034,9 +1148,10 @@ class Bench:
                 )
         lines += [
             "",
-            "| rows | dry run / minimal loop | dry run / full loop | submit / dry run (wall) "
+            "| rows | dry run / minimal loop | dry run / floor tokens | dry run / full loop "
+            "| dry run (sample) / minimal loop | submit / dry run (wall) "
             "| merge / dict join | dry-run peak RSS | merge peak RSS |",
-            "|---:|---:|---:|---:|---:|---:|---:|",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for n in sizes:
             dry = self.med(n, "dry run", "wall")
@@ -1044,24 +1159,29 @@ class Bench:
             merge = self.med(n, "merge", "wall")
             join = self.med(n, "dict join", "wall")
             mrss = self.med(n, "merge", "peak_rss")
+            minimal = self.med(n, "minimal loop", "wall")
             lines.append(
-                f"| {n:,} | {_ratio(dry, self.med(n, 'minimal loop', 'wall'))} | "
+                f"| {n:,} | {_ratio(dry, minimal)} | "
+                f"{_ratio(dry, self.med(n, 'floor tokens', 'wall'))} | "
                 f"{_ratio(dry, self.med(n, 'full loop', 'wall'))} | "
+                f"{_ratio(self.med(n, 'dry run (sample)', 'wall'), minimal)} | "
                 + (f"{sub / dry:.2f}x ({(sub / dry - 1) * 100:+.0f}%)" if sub else "-")
                 + f" | {_ratio(merge, join)} | {self.med(n, 'dry run', 'peak_rss') / MiB:.0f} MiB"
                 f" | {f'{mrss / MiB:.0f} MiB' if mrss else '-'} |"
             )
         lines += [
             "",
-            "| rows | CPU: dry run / minimal loop | dry run / full loop | submit / dry run "
-            "| merge / dict join |",
-            "|---:|---:|---:|---:|---:|",
+            "| rows | CPU: dry run / minimal loop | dry run / floor tokens | dry run / full loop "
+            "| dry run (sample) / minimal loop | submit / dry run | merge / dict join |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for n in sizes:
-            cpu = {case: self.med(n, case, "cpu") for case in CASES}
+            cpu = {case: self.med(n, case, "cpu") for case in CASES}  # None: not run
             lines.append(
                 f"| {n:,} | {_ratio(cpu['dry run'], cpu['minimal loop'])} | "
+                f"{_ratio(cpu['dry run'], cpu['floor tokens'])} | "
                 f"{_ratio(cpu['dry run'], cpu['full loop'])} | "
+                f"{_ratio(cpu['dry run (sample)'], cpu['minimal loop'])} | "
                 f"{_ratio(cpu['submit'], cpu['dry run'])} | "
                 f"{_ratio(cpu['merge'], cpu['dict join'])} |"
             )
@@ -1111,6 +1231,13 @@ class Bench:
         for n in sizes:
             lines += [f"- {n:,} rows: {c}" for c in self.info[n]["checks"]]
         return "\n".join(lines) + "\n"
+
+
+_EXACT_ESTIMATE = re.compile(rf"  {OUTPUT}: [\d,]+ request\(s\), input tokens ([\d,]+) \(exact\)")
+_SAMPLED_ESTIMATE = re.compile(
+    rf"  {OUTPUT}: [\d,]+ request\(s\), input tokens ~(?P<est>[\d,]+) \(sampled "
+    r"(?P<k>[\d,]+) of [\d,]+ requests, ±[\d.]+% \(±(?P<bound>[\d,]+)\)"
+)
 
 
 def _ratio(a: Optional[float], b: Optional[float]) -> str:

@@ -156,8 +156,14 @@ class SubmitRows(beam.PTransform):
         chunking_parallelism: Optional[int] = None,
         reuse_files: Sequence[str] = (),
         stale_batches: frozenset = frozenset(),
+        estimate_fraction: Optional[float] = None,
     ) -> None:
         super().__init__()
+        if estimate_fraction is not None:
+            from mmirage_beam.costs.tokens import check_sample_fraction
+
+            estimate_fraction = check_sample_fraction(estimate_fraction)
+        self.estimate_fraction = estimate_fraction
         self.reuse_files = tuple(reuse_files)
         self.stale_batches = frozenset(stale_batches)
         self.config = config
@@ -208,7 +214,12 @@ class SubmitRows(beam.PTransform):
             ids = only_custom_ids if keep_listed else exclude_custom_ids
             selection = (frozenset(ids), keep_listed)  # tokens of what is sent only
         built = extracted.rows | "BuildRequests" >> BuildRequests(
-            config.outputs, config.datasets, adapter_cls, proc, count_selection=selection
+            config.outputs,
+            config.datasets,
+            adapter_cls,
+            proc,
+            count_selection=selection,
+            sample_fraction=self.estimate_fraction,
         )
         requests = built.requests | "ProgressRequests" >> CountProgress("requests built")
         if selection is not None:
@@ -222,7 +233,11 @@ class SubmitRows(beam.PTransform):
             from mmirage_beam.transforms.reuse import ReuseAnswers
 
             split = requests | "ReuseAnswers" >> ReuseAnswers(
-                self.reuse_files, adapter_cls, proc, self.stale_batches
+                self.reuse_files,
+                adapter_cls,
+                proc,
+                self.stale_batches,
+                sample_fraction=self.estimate_fraction,
             )
             requests, reused = split.send, split.reused
             token_counts = (built.tokens, split.tokens) | "AllTokenCounts" >> beam.Flatten()
@@ -357,6 +372,7 @@ def build_submit_pipeline(
     chunking_parallelism: Optional[int] = None,
     reuse_files: Sequence[str] = (),
     stale_batches: frozenset = frozenset(),
+    estimate_fraction: Optional[float] = None,
 ) -> SubmitPlan:
     """Add the whole submit (or dry-run) graph for ``config`` to pipeline ``p``:
     :class:`~mmirage_beam.io.readers.ReadDatasets` then :class:`SubmitRows`.
@@ -380,13 +396,18 @@ def build_submit_pipeline(
             (:mod:`mmirage_beam.reuse`); empty: reuse off.
         stale_batches: earlier batches whose results expired (their answers are sent
             again).
+        estimate_fraction: ``--estimate sample``: count the tokens of only this share
+            of the requests (in (0, 1], chosen by custom_id) and extrapolate the
+            estimate (:func:`mmirage_beam.costs.tokens.sample_estimate`); None: count
+            every request (exact). The requests themselves are the same either way.
 
     Every path in ``config`` must already be absolute or a URI
     (``config.loader.resolve_config_paths``; ``load_config`` does it): workers in other
     processes resolve a relative path in their own working directory.
 
     Raises:
-        mmirage_beam.errors.ConfigError: no adapter is registered for the provider.
+        mmirage_beam.errors.ConfigError: no adapter is registered for the provider, or
+            ``estimate_fraction`` is not in (0, 1].
     """
     submit = SubmitRows(
         config,
@@ -400,6 +421,7 @@ def build_submit_pipeline(
         chunking_parallelism=chunking_parallelism,
         reuse_files=reuse_files,
         stale_batches=stale_batches,
+        estimate_fraction=estimate_fraction,
     )
     read = p | "ReadDatasets" >> ReadDatasets(
         config.datasets,

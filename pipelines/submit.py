@@ -86,6 +86,21 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         "which providers have one); same as exact_tokens: true in the processor",
     )
     ap.add_argument(
+        "--estimate",
+        choices=("exact", "sample"),
+        default="exact",
+        help="how the token and cost estimate counts: exact (default) counts every "
+        "request; sample counts only a deterministic share of them (--estimate-fraction, "
+        "chosen by custom_id) and extrapolates, with a 95%% error bound in its label: a "
+        "faster dry run; the requests themselves are the same",
+    )
+    ap.add_argument(
+        "--estimate-fraction",
+        metavar="F",
+        default=None,
+        help="with --estimate sample: the share of requests counted, 0 < F <= 1 (default 0.01)",
+    )
+    ap.add_argument(
         "--no-reuse",
         action="store_true",
         help="send every request, even those whose exact body an earlier run under the "
@@ -143,6 +158,7 @@ def _submit_main(args, beam_args, preset_run_id: Optional[str] = None) -> int:  
     )
 
     config = load_config(args.config)
+    estimate_fraction(args)  # a bad --estimate-fraction fails before anything is read
     if args.exact_tokens:
         import dataclasses
 
@@ -201,6 +217,33 @@ def _submit_main(args, beam_args, preset_run_id: Optional[str] = None) -> int:  
         return _submit(args, beam_args, config, options, base, run_id, run_plan)
     finally:
         run_plan.release()
+
+
+#: ``--estimate sample`` without ``--estimate-fraction``: 1% of the requests
+DEFAULT_ESTIMATE_FRACTION = 0.01
+
+
+def estimate_fraction(args: argparse.Namespace) -> Optional[float]:
+    """The share of requests whose tokens are counted: None for ``--estimate exact``
+    (every request), else ``--estimate-fraction`` (default
+    :data:`DEFAULT_ESTIMATE_FRACTION`).
+
+    Raises:
+        ConfigError: ``--estimate-fraction`` is not a number in (0, 1], or is given
+            without ``--estimate sample``.
+    """
+    from mmirage_beam.costs.tokens import check_sample_fraction
+    from mmirage_beam.errors import ConfigError
+
+    mode = getattr(args, "estimate", "exact") or "exact"
+    given = getattr(args, "estimate_fraction", None)
+    if mode == "exact":
+        if given is not None:
+            raise ConfigError(
+                "--estimate-fraction", "only applies with --estimate sample (exact counts all)"
+            )
+        return None
+    return check_sample_fraction(DEFAULT_ESTIMATE_FRACTION if given is None else given)
 
 
 def _with_limit(args, config, base: str, run_id: str):  # noqa: ANN001, ANN202
@@ -272,6 +315,7 @@ def _submit(args, beam_args, config, options, base, run_id, run_plan, translate_
         exclude_custom_ids=resume.submitted_ids,
         reuse_files=reuse_files,
         stale_batches=stale,
+        estimate_fraction=estimate_fraction(args),
     )
     what = "dry run (export only)" if dry_run else f"submission to {provider}"
     print(f"mmirage run {run_id}: {what}, config {args.config}", file=sys.stderr)
@@ -392,7 +436,7 @@ def _finish(plan, base: str, run_id: str, record, stats: dict, dry_run: bool) ->
     written = list(consolidate_run(plan.receipts_base, run_id, dry_run))
     crash_point("finishing")
     if record is not None:
-        from mmirage_beam.costs.tokens import token_counters
+        from mmirage_beam.costs.tokens import extrapolated_counters, token_counters
         from mmirage_beam.reuse import sent_stats
         from mmirage_beam.run.fingerprint import write_run_record
 
@@ -406,7 +450,8 @@ def _finish(plan, base: str, run_id: str, record, stats: dict, dry_run: bool) ->
             requests=stats.get("requests", 0),
             chunks_submitted=stats.get("batches_submitted", 0)
             + stats.get("batches_already_receipted", 0),
-            estimate=token_counters(sent_stats(stats)),  # what was sent (not reused)
+            # what was sent (not reused); a sampled estimate scaled up to every request
+            estimate=token_counters(extrapolated_counters(sent_stats(stats))),
             limit=record.get("limit"),
         )
         _remove_if_exists(submitted_marker_path(base, run_id))  # the record says it now

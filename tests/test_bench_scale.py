@@ -71,7 +71,16 @@ def test_a_small_run_reports_every_case_with_sane_numbers(tmp_path):
         assert fact in report
 
     cases = {cells[1]: cells for cells in _table_rows(report, f"{ROWS:,}") if len(cells) == 6}
-    assert set(cases) == {"minimal loop", "full loop", "dry run", "submit", "merge", "dict join"}
+    assert set(cases) == {
+        "minimal loop",
+        "floor tokens",
+        "full loop",
+        "dry run",
+        "dry run (sample)",
+        "submit",
+        "merge",
+        "dict join",
+    }
     for name, (_n, _case, wall, cpu, rss, rate) in cases.items():
         wall_s, cpu_s, rss_mib = float(wall), float(cpu), float(rss)
         assert 0 < wall_s < 600, name
@@ -83,11 +92,15 @@ def test_a_small_run_reports_every_case_with_sane_numbers(tmp_path):
     # Beam processes are larger than the plain loops.
     assert float(cases["dry run"][4]) > float(cases["minimal loop"][4])
 
-    ratios = [c for c in _table_rows(report, f"{ROWS:,}") if len(c) == 7 and c[1].endswith("x")]
+    ratios = [c for c in _table_rows(report, f"{ROWS:,}") if len(c) == 9 and c[1].endswith("x")]
     assert len(ratios) == 1
     dry = float(cases["dry run"][2])
-    _n, to_min, to_full, submit, to_join, dry_rss, merge_rss = ratios[0]
+    _n, to_min, to_tokens, to_full, sample_to_min, submit, to_join, dry_rss, merge_rss = ratios[0]
     assert float(to_min[:-1]) == pytest.approx(dry / float(cases["minimal loop"][2]), rel=0.05)
+    assert float(to_tokens[:-1]) == pytest.approx(dry / float(cases["floor tokens"][2]), rel=0.05)
+    assert float(sample_to_min[:-1]) == pytest.approx(
+        float(cases["dry run (sample)"][2]) / float(cases["minimal loop"][2]), rel=0.05
+    )
     assert float(to_full[:-1]) == pytest.approx(dry / float(cases["full loop"][2]), rel=0.05)
     assert float(submit.split("x")[0]) == pytest.approx(float(cases["submit"][2]) / dry, rel=0.05)
     assert float(to_join[:-1]) == pytest.approx(
@@ -99,7 +112,7 @@ def test_a_small_run_reports_every_case_with_sane_numbers(tmp_path):
         assert shown.endswith(" MiB"), shown
         assert abs(int(shown[: -len(" MiB")]) - float(cases[case][4])) <= 0.55, (shown, case)
 
-    cpu_ratios = [c for c in _table_rows(report, f"{ROWS:,}") if len(c) == 5]
+    cpu_ratios = [c for c in _table_rows(report, f"{ROWS:,}") if len(c) == 7 and c[1].endswith("x")]
     assert len(cpu_ratios) == 1
     dry_cpu = float(cases["dry run"][3])
     assert float(cpu_ratios[0][1][:-1]) == pytest.approx(
@@ -118,6 +131,11 @@ def test_a_small_run_reports_every_case_with_sane_numbers(tmp_path):
 
     assert f"{ROWS:,} request lines identical to the full loop's" in report
     assert f"{ROWS:,} placeholder rows identical" in report
+    # the floor counts what the dry run's exact estimate counts; the sampled estimate's
+    # bound holds the exact count, and its export is the exact dry run's
+    assert re.search(r"exact estimate [\d,]+ input tokens equals the floor's count", report)
+    assert "is within the bound" in report
+    assert "byte-identical to the exact dry run's" in report
     assert f"merged rows {ROWS:,} of {ROWS:,}; merged file byte-identical" in report
 
     # The files each case wrote (kept with --keep).

@@ -16,7 +16,7 @@ import pytest
 from pipelines.submit import main as submit_main
 from tests.conftest import GSM8K_JSONL, REPO, base_config, write_config
 
-ROWS = 700  # read in about a second: lines every 0.1 s catch it midway
+ROWS = 700  # read in well under a second: lines every 0.02 s catch it midway
 # a line of the run's read phase with its total, percentage, rate and ETA
 LINE_WITH_ETA = re.compile(
     rf"progress after \d[\w ]*: rows read [\d,]+ of {ROWS} \(\d+%\), [\d,]+ rows/s, ETA \d"
@@ -67,7 +67,9 @@ def test_run_wait_and_merge_say_done_of_total_rate_eta_tokens_and_cost(
 ):
     fake = provider_env
     fake.script(processing_delay_secs=6.0)  # processed from 2 s to 4 s: polls see it move
-    monkeypatch.setenv("MMIRAGE_PROGRESS_INTERVAL_SECS", "0.1")
+    # a line every 0.02 s: reading 700 rows (placeholder rows rendered without Jinja)
+    # can take under 0.2 s, and a line must catch it midway
+    monkeypatch.setenv("MMIRAGE_PROGRESS_INTERVAL_SECS", "0.02")
     cfg = _config(tmp_path, fake, rows=ROWS, max_requests_per_chunk=100)
     out = tmp_path / "merged.jsonl"
     argv = ["--config", cfg, "--wait", "--poll-interval", "0.25", "--output-path", str(out)]

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Optional
 
 from mmirage_beam.costs import tokens as t
@@ -65,7 +66,13 @@ def _price_note(price: Optional[BatchPrice], model: Optional[str]) -> str:
 def estimate_lines(stats: Mapping[str, int], provider_config: Any) -> list[str]:
     """Per output and in total: requests, input tokens (exact or estimate), output-token
     upper bound, estimated cost at the batch price; then the ``max_enqueued_tokens``
-    warning when the run's input tokens exceed it. Empty when nothing was counted."""
+    warning when the run's input tokens exceed it. Empty when nothing was counted.
+
+    An output counted by ``--estimate sample`` (``token_requests_not_sampled:<output>``)
+    shows its extrapolated input tokens as ``~N (sampled n of N requests, ... ±x% at
+    95%)``; its cost and the ``max_enqueued_tokens`` comparison use the 95% upper bound
+    of the input tokens (:func:`mmirage_beam.costs.tokens.sample_estimate`), and an
+    output with fewer than 2 sampled requests has its input tokens and cost unknown."""
     rows = per_output(stats, t.TOKEN_METRICS)
     if not rows:
         return []
@@ -73,15 +80,37 @@ def estimate_lines(stats: Mapping[str, int], provider_config: Any) -> list[str]:
     price = batch_price(provider_config.provider, model, provider_config)
     lines = ["tokens and estimated cost:", "  " + _price_note(price, model)]
     total = {m: 0 for m in t.TOKEN_METRICS}
+    samples: list[Optional[t.SampleEstimate]] = []
     for name in sorted(rows):
         r = {m: rows[name].get(m, 0) for m in t.TOKEN_METRICS}
+        sample = t.sample_estimate(r)
+        samples.append(sample)
+        if sample is not None:
+            r = _extrapolated(r, sample)
         for m in t.TOKEN_METRICS:
             total[m] += r[m]
-        lines.append(_estimate_line(name, r, price))
+        lines.append(_estimate_line(name, r, price, sample))
+    sampled = [s for s in samples if s is not None]
+    total_sample = _combined(sampled, total) if sampled else None
     if len(rows) > 1:
-        lines.append(_estimate_line("total", total, price))
+        lines.append(_estimate_line("total", total, price, total_sample))
     limit = getattr(provider_config, "max_enqueued_tokens", None)
-    if limit is not None and total[t.INPUT_TOKENS] > limit:
+    if limit is not None and total_sample is not None:
+        upper = total_sample.upper_tokens
+        if upper is None:
+            lines.append(
+                "  warning: too few requests sampled to compare the run's input tokens "
+                f"with max_enqueued_tokens ({limit:,}); use --estimate exact"
+            )
+        elif upper > limit:
+            lines.append(
+                f"  warning: the run's input tokens (~{total[t.INPUT_TOKENS]:,}, up to "
+                f"{upper:,} at the 95% bound of the sample) may exceed max_enqueued_tokens "
+                f"({limit:,}): batches are created only while this run's unfinished batches "
+                "hold at most that many (submission waits for earlier batches to finish; see "
+                "docs/tokens-and-cost.md, 'Enqueued-token limit')"
+            )
+    elif limit is not None and total[t.INPUT_TOKENS] > limit:
         lines.append(
             f"  warning: the run's {total[t.INPUT_TOKENS]:,} input tokens exceed "
             f"max_enqueued_tokens ({limit:,}): batches are created only while this run's "
@@ -91,11 +120,56 @@ def estimate_lines(stats: Mapping[str, int], provider_config: Any) -> list[str]:
     return lines
 
 
-def _estimate_line(name: str, r: Mapping[str, int], price: Optional[BatchPrice]) -> str:
+def _extrapolated(r: Mapping[str, int], sample: t.SampleEstimate) -> dict[str, int]:
+    """One output's counters scaled from its sample up to all its requests."""
+    scaled = t.extrapolated_counters({f"{m}:x": v for m, v in r.items()})
+    out = {m: scaled.get(f"{m}:x", 0) for m in t.TOKEN_METRICS}
+    out[t.REQUESTS_NOT_SAMPLED] = r[t.REQUESTS_NOT_SAMPLED]  # still says "sampled"
+    return out
+
+
+def _combined(samples: list[t.SampleEstimate], total: Mapping[str, int]) -> t.SampleEstimate:
+    """Several outputs' samples as one (independent samples: the bounds add in
+    quadrature); the requests of outputs counted exactly add no error."""
+    few = [s for s in samples if s.sampled < 2]
+    if few:  # the total is as unknown as that output's tokens
+        return few[0]
+    bounds = [s.bound_tokens for s in samples]
+    bound = None if any(b is None for b in bounds) else math.sqrt(sum(b * b for b in bounds))
+    return t.SampleEstimate(
+        total[t.REQUESTS_COUNTED],
+        total[t.REQUESTS_COUNTED] - total[t.REQUESTS_NOT_SAMPLED],
+        total[t.INPUT_TOKENS],
+        bound,
+        0.0,
+    )
+
+
+def _sample_note(sample: t.SampleEstimate) -> str:
+    """``sampled 14 of 1,319 requests`` and the 95% bound, for the input tokens label."""
+    what = f"sampled {sample.sampled:,} of {sample.requests:,} requests"
+    if sample.bound_tokens is None:
+        return what + ", no error bound"
+    pct = 100.0 * sample.bound_tokens / sample.input_tokens if sample.input_tokens else 0.0
+    return f"{what}, ±{pct:.1f}% (±{int(math.ceil(sample.bound_tokens)):,}) at 95%"
+
+
+def _estimate_line(
+    name: str,
+    r: Mapping[str, int],
+    price: Optional[BatchPrice],
+    sample: Optional[t.SampleEstimate] = None,
+) -> str:
     n = r[t.REQUESTS_COUNTED]
     inp = r[t.INPUT_TOKENS]
     est = r[t.INPUT_TOKENS_ESTIMATED]
     unknown = r.get(t.REQUESTS_UNKNOWN, 0)
+    if sample is not None and sample.sampled < 2:
+        return (
+            f"  {name}: {n:,} request(s), input tokens unknown ({sample.sampled:,} of "
+            f"{sample.requests:,} requests of an output sampled: too few to extrapolate; "
+            "raise --estimate-fraction or use --estimate exact), cost unknown"
+        )
     if unknown and unknown >= n:
         # the provider's adapter counts no tokens: say so, never "0"
         return (
@@ -112,20 +186,29 @@ def _estimate_line(name: str, r: Mapping[str, int], price: Optional[BatchPrice])
         kind = f"{inp - est:,} exact + {est:,} estimated"
     unbounded = r[t.REQUESTS_WITHOUT_OUTPUT_LIMIT]
     out = r[t.MAX_OUTPUT_TOKENS]
+    approx = "~" if sample is not None else ""
     if unbounded:
-        out_text = f"no upper bound ({unbounded:,} request(s) set no output limit)"
+        out_text = f"no upper bound ({approx}{unbounded:,} request(s) set no output limit)"
     else:
-        out_text = f"at most {out:,}"
+        out_text = f"at most {approx}{out:,}"
+    inp_text = f"{inp:,} ({kind})"
+    # a sample's cost is priced at the upper bound of its input tokens (never below)
+    priced = inp
+    if sample is not None:
+        counts = "exact counts" if kind == "exact" else f"counts: {kind}"
+        inp_text = f"~{inp:,} ({_sample_note(sample)}; {counts})"
+        priced = sample.upper_tokens if sample.upper_tokens is not None else inp
     if price is None:
         cost = "price unknown"
     elif unbounded:
-        cost = f"input {_usd(price.cost_usd(inp))} + output unbounded (estimate)"
+        cost = f"input {_usd(price.cost_usd(priced))} + output unbounded (estimate)"
     else:
         cost = (
-            f"up to {_usd(price.cost_usd(inp, out))} (input {_usd(price.cost_usd(inp))}, estimate)"
+            f"up to {_usd(price.cost_usd(priced, out))} (input {_usd(price.cost_usd(priced))}"
+            f"{', at the 95% upper bound' if sample is not None else ''}, estimate)"
         )
     return (
-        f"  {name}: {n:,} request(s), input tokens {inp:,} ({kind}), "
+        f"  {name}: {n:,} request(s), input tokens {inp_text}, "
         f"output tokens {out_text}, cost {cost}"
     )
 

@@ -16,9 +16,11 @@ counters named here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-from typing import Any, Optional, Union
+import math
+from typing import Any, Mapping, NamedTuple, Optional, Union
 
 from mmirage_beam.errors import CredentialsError
 from mmirage_beam.metrics import METRICS_NAMESPACE
@@ -28,8 +30,13 @@ from mmirage_beam.providers.tokens import TokenCount
 
 __all__ = [
     "TOKEN_METRICS",
+    "SampleEstimate",
     "TokenCount",
     "TokenCounter",
+    "check_sample_fraction",
+    "extrapolated_counters",
+    "in_sample",
+    "sample_estimate",
     "token_counter_for",
     "token_counters",
 ]
@@ -45,10 +52,27 @@ REQUESTS_ESTIMATED = "token_requests_estimated"
 MAX_OUTPUT_TOKENS = "max_output_tokens"  # sum of the requests' output limits
 REQUESTS_WITHOUT_OUTPUT_LIMIT = "requests_without_output_limit"
 REQUESTS_UNKNOWN = "token_requests_unknown"  # requests the provider cannot count
+# ``--estimate sample`` only (never incremented by an exact estimate): the requests not
+# in the sample (counted in REQUESTS_COUNTED, nothing else), and the sum of the squared
+# input tokens of the sampled ones (for the error bound). Every other counter then sums
+# over the sampled requests only; :func:`sample_estimate` extrapolates.
+REQUESTS_NOT_SAMPLED = "token_requests_not_sampled"
+INPUT_TOKENS_SQUARES = "input_tokens_squares"
 TOKEN_METRICS = (
     INPUT_TOKENS,
     INPUT_TOKENS_ESTIMATED,
     REQUESTS_COUNTED,
+    REQUESTS_ESTIMATED,
+    MAX_OUTPUT_TOKENS,
+    REQUESTS_WITHOUT_OUTPUT_LIMIT,
+    REQUESTS_UNKNOWN,
+    REQUESTS_NOT_SAMPLED,
+    INPUT_TOKENS_SQUARES,
+)
+#: the counters summed over the sampled requests only, scaled up by the extrapolation
+_SAMPLED_SUMS = (
+    INPUT_TOKENS,
+    INPUT_TOKENS_ESTIMATED,
     REQUESTS_ESTIMATED,
     MAX_OUTPUT_TOKENS,
     REQUESTS_WITHOUT_OUTPUT_LIMIT,
@@ -64,6 +88,119 @@ def token_counters(stats: dict[str, int]) -> dict[str, int]:
 
 
 Request = Union[bytes, str, dict]
+
+_HASH_SPAN = float(1 << 64)
+
+
+def check_sample_fraction(fraction: Any, key: str = "--estimate-fraction") -> float:
+    """``fraction`` as a float in (0, 1].
+
+    Raises:
+        ConfigError: not a number, or not in (0, 1] (the message names ``key``).
+    """
+    from mmirage_beam.errors import ConfigError
+
+    try:
+        value = float(fraction)
+    except (TypeError, ValueError):
+        raise ConfigError(key, f"must be a number in (0, 1], got {fraction!r}") from None
+    if not (0.0 < value <= 1.0):  # also NaN
+        raise ConfigError(key, f"must be in (0, 1] (e.g. 0.01 for 1%), got {fraction!r}")
+    return value
+
+
+def in_sample(custom_id: str, fraction: float) -> bool:
+    """Whether the request ``custom_id`` is in the ``fraction`` sample of
+    ``--estimate sample``: the first 8 bytes of its BLAKE2b hash, as a number in [0, 1),
+    fall below ``fraction``. A pure function of the custom_id (which is a function of
+    the output, the modality and the source_index), so every worker, runner and rerun
+    samples the same requests."""
+    if fraction >= 1.0:
+        return True
+    digest = hashlib.blake2b(custom_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / _HASH_SPAN < fraction
+
+
+# Student's t, two-sided 95% (0.975 quantile), for 1..30 degrees of freedom (any
+# statistics table, e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2); above 30, the normal 1.96.
+_T_975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+class SampleEstimate(NamedTuple):
+    """One output's input tokens extrapolated from a sample (``--estimate sample``).
+
+    ``requests``: every request counted (N); ``sampled``: those whose tokens were
+    counted (n); ``input_tokens``: N times the sampled mean; ``bound_tokens``: the 95%
+    half-width of that total (t quantile for n - 1 degrees of freedom times the
+    standard error of the mean times N, with the finite-population correction); None
+    when fewer than 2 requests were sampled (no bound can be given). ``scale``: N / n
+    (0 when nothing was sampled).
+    """
+
+    requests: int
+    sampled: int
+    input_tokens: int
+    bound_tokens: Optional[float]
+    scale: float
+
+    @property
+    def upper_tokens(self) -> Optional[int]:
+        """The 95% upper bound of the input tokens (None: no bound)."""
+        if self.bound_tokens is None:
+            return None
+        return int(math.ceil(self.input_tokens + self.bound_tokens))
+
+
+def sample_estimate(r: Mapping[str, int]) -> Optional[SampleEstimate]:
+    """The :class:`SampleEstimate` of one output's counters (``{metric: value}``, the
+    metrics of :data:`TOKEN_METRICS`); None when the counts are exact (no request was
+    left out of a sample)."""
+    left_out = int(r.get(REQUESTS_NOT_SAMPLED, 0))
+    if left_out <= 0:
+        return None
+    total_n = int(r.get(REQUESTS_COUNTED, 0))
+    n = max(total_n - left_out, 0)
+    if n == 0:
+        return SampleEstimate(total_n, 0, 0, None, 0.0)
+    s = float(r.get(INPUT_TOKENS, 0))
+    mean = s / n
+    estimate = int(round(mean * total_n))
+    if n < 2:
+        return SampleEstimate(total_n, n, estimate, None, total_n / n)
+    var = max(float(r.get(INPUT_TOKENS_SQUARES, 0)) - s * s / n, 0.0) / (n - 1)
+    fpc = max(1.0 - n / total_n, 0.0)
+    t = _T_975[n - 2] if n - 1 <= len(_T_975) else 1.96
+    bound = t * math.sqrt(var / n * fpc) * total_n
+    return SampleEstimate(total_n, n, estimate, bound, total_n / n)
+
+
+def extrapolated_counters(stats: Mapping[str, int]) -> dict[str, int]:
+    """``stats`` with each sampled output's token counters (``<metric>:<output>``)
+    scaled up to all its requests, and the sampling counters dropped: what a run
+    record keeps as its estimate. Exact counters are returned as they are."""
+    by_output: dict[str, dict[str, int]] = {}
+    for key, value in stats.items():
+        metric, sep, output = key.partition(":")
+        if sep and metric in TOKEN_METRICS:
+            by_output.setdefault(output, {})[metric] = int(value)
+    out = dict(stats)
+    for output, r in by_output.items():
+        est = sample_estimate(r)
+        if est is None:
+            continue
+        for metric in _SAMPLED_SUMS:
+            key = f"{metric}:{output}"
+            if key in out:
+                out[key] = (
+                    est.input_tokens if metric == INPUT_TOKENS else round(r[metric] * est.scale)
+                )
+        for metric in (REQUESTS_NOT_SAMPLED, INPUT_TOKENS_SQUARES):
+            out.pop(f"{metric}:{output}", None)
+    return out
 
 
 def _as_dict(request: Request) -> dict[str, Any]:
@@ -93,6 +230,12 @@ class TokenCounter:
     each request counted by its own endpoint (key read on the worker); a call that fails
     after the SDK's retries falls back to the estimate.
 
+    With ``sample_fraction`` (``--estimate sample``), ``record`` counts only the requests
+    :func:`in_sample` keeps (by custom_id); the others add 1 to
+    ``token_requests:<output>`` and ``token_requests_not_sampled:<output>`` and nothing
+    else, and the sampled ones also add their squared input tokens to
+    ``input_tokens_squares:<output>`` (see :func:`sample_estimate`).
+
     Raises (from ``count``):
         ValueError: the request is not JSON or not the provider's request shape.
         CredentialsError: ``exact_tokens`` without the provider's key on the worker.
@@ -105,8 +248,12 @@ class TokenCounter:
         exact_tokens: bool = False,
         base_url: Optional[str] = None,
         provider_config: Any = None,
+        sample_fraction: Optional[float] = None,
     ) -> None:
         self.provider = provider
+        self.sample_fraction = (
+            None if sample_fraction is None else check_sample_fraction(sample_fraction)
+        )
         self.model = model
         self.exact_tokens = bool(exact_tokens)
         self.base_url = base_url
@@ -158,13 +305,29 @@ class TokenCounter:
                 )
         return estimate
 
-    def record(self, output_name: str, request: Request) -> TokenCount:
+    def record(
+        self, output_name: str, request: Request, custom_id: Optional[str] = None
+    ) -> Optional[TokenCount]:
         """Count ``request`` for the Beam counters of ``output_name`` (added at the next
-        :meth:`flush`)."""
-        tc = self.count(request)
+        :meth:`flush`). With ``sample_fraction``, ``custom_id`` decides whether it is in
+        the sample; one left out is only counted as a request, and None is returned.
+
+        Raises:
+            ValueError: ``sample_fraction`` is set and ``custom_id`` is not given.
+        """
         inc = self._inc
+        if self.sample_fraction is not None:
+            if custom_id is None:
+                raise ValueError("a sampled TokenCounter needs each request's custom_id")
+            if not in_sample(custom_id, self.sample_fraction):
+                inc(REQUESTS_COUNTED, output_name, 1)
+                inc(REQUESTS_NOT_SAMPLED, output_name, 1)
+                return None
+        tc = self.count(request)
         inc(INPUT_TOKENS, output_name, tc.input_tokens)
         inc(REQUESTS_COUNTED, output_name, 1)
+        if self.sample_fraction is not None:
+            inc(INPUT_TOKENS_SQUARES, output_name, tc.input_tokens * tc.input_tokens)
         if tc.unknown:
             inc(REQUESTS_UNKNOWN, output_name, 1)
         if not tc.exact:
@@ -206,13 +369,17 @@ class TokenCounter:
         pending.clear()
 
 
-def token_counter_for(provider_config: Any) -> TokenCounter:
+def token_counter_for(
+    provider_config: Any, sample_fraction: Optional[float] = None
+) -> TokenCounter:
     """The :class:`TokenCounter` of a processor config (``provider``, ``model``,
-    ``exact_tokens``, ``base_url``)."""
+    ``exact_tokens``, ``base_url``); ``sample_fraction``: count only that share of the
+    requests (``--estimate sample``), None: every request."""
     return TokenCounter(
         provider_config.provider,
         getattr(provider_config, "model", None),
         exact_tokens=bool(getattr(provider_config, "exact_tokens", False)),
         base_url=getattr(provider_config, "base_url", None),
         provider_config=provider_config,
+        sample_fraction=sample_fraction,
     )

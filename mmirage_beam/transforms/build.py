@@ -305,8 +305,10 @@ class _BuildRequestsFn(beam.DoFn):
         provider_config: BatchProviderConfig,
         count_tokens: bool = True,
         count_selection: Optional[tuple[frozenset, bool]] = None,
+        sample_fraction: Optional[float] = None,
     ) -> None:
         self._outputs = tuple(outputs)
+        self._sample_fraction = sample_fraction
         self._datasets = tuple(datasets)
         self._count_tokens = count_tokens
         self._count_selection = count_selection
@@ -341,7 +343,11 @@ class _BuildRequestsFn(beam.DoFn):
         from mmirage_beam.costs.tokens import token_counter_for
 
         # per-output token counters; None when not counted (a merge's rebuild)
-        self._tokens = token_counter_for(self._config) if self._count_tokens else None
+        self._tokens = (
+            token_counter_for(self._config, self._sample_fraction) if self._count_tokens else None
+        )
+        # a sampled request stands for 1 / fraction requests in the progress report
+        self._progress_scale = 1.0 / self._sample_fraction if self._sample_fraction else 1.0
 
     def start_bundle(self) -> None:
         # Counted locally, added to the metrics once per bundle (cheaper per row).
@@ -459,7 +465,13 @@ class _BuildRequestsFn(beam.DoFn):
             self._count += 1
             self._nbytes += req.nbytes
             if self._tokens is not None and self._counted(req.custom_id):
-                self._progress_tokens += self._tokens.record(req.output_name, body).input_tokens
+                tc = self._tokens.record(req.output_name, body, req.custom_id)
+                if tc is not None:
+                    self._progress_tokens += (
+                        tc.input_tokens
+                        if self._progress_scale == 1.0
+                        else round(tc.input_tokens * self._progress_scale)
+                    )
                 if self._count - self._progress_mark >= _PROGRESS_EVERY:
                     self._flush_progress()
             yield req
@@ -495,6 +507,14 @@ class BuildRequests(beam.PTransform):
             requests the run sends (those in ``custom_ids`` when ``keep_listed``, else
             those not in it), so a resume's or a resubmission's estimate covers what it
             sends, not the requests already sent. None: every request.
+        sample_fraction: ``--estimate sample``: count the tokens of only this share of
+            the requests, chosen by custom_id
+            (:func:`mmirage_beam.costs.tokens.in_sample`), for an extrapolated estimate.
+            None: count every request (exact).
+
+    Raises:
+        ValueError: ``outputs`` is empty.
+        mmirage_beam.errors.ConfigError: ``sample_fraction`` is not in (0, 1].
     """
 
     def __init__(
@@ -505,12 +525,23 @@ class BuildRequests(beam.PTransform):
         provider_config: BatchProviderConfig,
         count_tokens: bool = True,
         count_selection: Optional[tuple[frozenset, bool]] = None,
+        sample_fraction: Optional[float] = None,
     ) -> None:
         super().__init__()
         if not outputs:
             raise ValueError("outputs must not be empty")
+        if sample_fraction is not None:
+            from mmirage_beam.costs.tokens import check_sample_fraction
+
+            sample_fraction = check_sample_fraction(sample_fraction, "sample_fraction")
         self._fn = _BuildRequestsFn(
-            outputs, datasets, adapter_cls, provider_config, count_tokens, count_selection
+            outputs,
+            datasets,
+            adapter_cls,
+            provider_config,
+            count_tokens,
+            count_selection,
+            sample_fraction,
         )
 
     def expand(self, rows: beam.PCollection) -> BuildRequestsResult:

@@ -82,9 +82,12 @@ class ReusedEntry(NamedTuple):
 
 
 class _SplitFn(beam.DoFn):
-    def __init__(self, provider_config: Any, count_tokens: bool) -> None:
+    def __init__(
+        self, provider_config: Any, count_tokens: bool, sample_fraction: Optional[float] = None
+    ) -> None:
         self._config = provider_config
         self._count_tokens = count_tokens
+        self._sample_fraction = sample_fraction
         self._reused = Metrics.counter(METRICS_NAMESPACE, REUSED_REQUESTS)
         self._stale = Metrics.counter(METRICS_NAMESPACE, STALE_REQUESTS)
 
@@ -98,6 +101,7 @@ class _SplitFn(beam.DoFn):
                 exact_tokens=base.exact_tokens,
                 base_url=base.base_url,
                 provider_config=self._config,
+                sample_fraction=self._sample_fraction,
             )
 
     def process(self, element: tuple[str, dict[str, list]]) -> Iterator[Any]:
@@ -118,7 +122,7 @@ class _SplitFn(beam.DoFn):
         for r in new:
             self._reused.inc()
             if self._tokens is not None:
-                self._tokens.record(r.output_name, r.line)
+                self._tokens.record(r.output_name, r.line, r.custom_id)
             yield pvalue.TaggedOutput(
                 REUSED_TAG,
                 (
@@ -156,6 +160,8 @@ class ReuseAnswers(beam.PTransform):
             are not reused (the requests are sent, counted in ``requests_reuse_stale``).
         count_tokens: count the reused requests' tokens under ``reused_<metric>:<output>``
             (the savings line).
+        sample_fraction: ``--estimate sample``: the share of requests counted (the same
+            requests as BuildRequests' sample), None: every request.
     """
 
     def __init__(
@@ -165,8 +171,10 @@ class ReuseAnswers(beam.PTransform):
         provider_config: Any,
         stale_batches: frozenset = frozenset(),
         count_tokens: bool = True,
+        sample_fraction: Optional[float] = None,
     ) -> None:
         super().__init__()
+        self._sample_fraction = sample_fraction
         self._files = list(answer_files)
         self._cls = adapter_cls
         self._config = provider_config
@@ -186,9 +194,9 @@ class ReuseAnswers(beam.PTransform):
             {"new": keyed, "old": earlier}
             | "JoinAnswers" >> beam.CoGroupByKey()
             | "SplitReused"
-            >> beam.ParDo(_SplitFn(self._config, self._count_tokens)).with_outputs(
-                REUSED_TAG, TOKENS_TAG, main="send"
-            )
+            >> beam.ParDo(
+                _SplitFn(self._config, self._count_tokens, self._sample_fraction)
+            ).with_outputs(REUSED_TAG, TOKENS_TAG, main="send")
         )
         return ReuseResult(split.send, split[REUSED_TAG], split[TOKENS_TAG])
 
