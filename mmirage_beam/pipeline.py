@@ -477,7 +477,7 @@ class MergeRows(beam.PTransform):
     Memory is bounded by one range partition (``rows_per_partition`` rows), not by the
     dataset: rows, results, rebuilt-request hashes and receipt entries are written, in
     the stage producing them, into per-range temporary files under
-    ``<output>.merge-tmp-<id>/`` (:class:`~mmirage_beam.transforms.merge.SpillByRange`);
+    ``<output>.merge-tmp-<id>/`` (:class:`~mmirage_beam.transforms.spill.SpillByRange`);
     only file names cross a stage boundary; each range is then joined by one DoFn call
     and the ranges' parts concatenated in order
     (:class:`~mmirage_beam.transforms.merge.JoinPartitions`)."""
@@ -515,23 +515,25 @@ class MergeRows(beam.PTransform):
     def expand(self, rows: beam.PCollection) -> beam.PCollection:
         import uuid
 
+        from mmirage_beam.transforms.fetch import FetchResults
         from mmirage_beam.transforms.merge import (
-            EXPECTED_KIND,
-            REBUILT_KIND,
-            RESULTS_KIND,
-            ROWS_KIND,
-            SKIPPED_KIND,
-            UNKNOWN_KIND,
-            FetchResults,
             JoinPartitions,
-            RangePartitioner,
-            SpillByRange,
             _check_old_chunk,
             _expected_entries,
             _old_chunk_entries,
             _RebuiltHashFn,
             _results_record,
             _rows_record,
+        )
+        from mmirage_beam.transforms.spill import (
+            EXPECTED_KIND,
+            REBUILT_KIND,
+            RESULTS_KIND,
+            ROWS_KIND,
+            SKIPPED_KIND,
+            UNKNOWN_KIND,
+            RangePartitioner,
+            SpillByRange,
             partition_bounds,
             partitions_for,
         )
@@ -612,8 +614,8 @@ class MergeRows(beam.PTransform):
             ).with_outputs("by_chunk", main="hashes")
             spilled.append(spill(hashed.hashes, REBUILT_KIND, lambda h: (h[1], h)))
             if self.answers_path:  # the answers a later run may reuse (mmirage_beam.reuse)
-                from mmirage_beam.transforms.merge import ANSWER_KEYS_KIND
                 from mmirage_beam.transforms.reuse import AnswerKeysOf
+                from mmirage_beam.transforms.spill import ANSWER_KEYS_KIND
 
                 keys = rebuilt.requests | "AnswerKeys" >> AnswerKeysOf(
                     adapter_cls, config.processor
@@ -820,7 +822,7 @@ def build_failures_pipeline(
     """
     from mmirage_beam.config.schema import json_schema_for
     from mmirage_beam.results import check_answer
-    from mmirage_beam.transforms.merge import FetchResults
+    from mmirage_beam.transforms.fetch import FetchResults
 
     json_outputs = {
         o.name: json_schema_for(o.output_schema) for o in outputs if o.output_type == "JSON"

@@ -19,388 +19,40 @@ Reach them from Beam YAML in either way Beam's loader accepts (docs/beam-yaml.md
 The rows' ``source_index`` (what merge joins on) is defined by ``index_field``: the named
 column holds it (a non-negative integer, unique), or, without ``index_field``, it is the
 row's rank in the content order of all rows (see :class:`AssignSourceIndex`).
+
+That boundary is :mod:`mmirage_beam.yaml_rows`, the arguments -> config step
+:mod:`mmirage_beam.yaml_config`; their public names are importable from here too.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as _dt
-import decimal
-import hashlib
-import json
 import logging
 import sys
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
-from mmirage_beam.config.loader import (
-    DatasetConfig,
-    PipelineConfig,
-    config_from_dict,
-    load_config,
-    resolve_config_paths,
-)
+from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.errors import ConfigError, InvalidRowsError, MmirageError
-from mmirage_beam.metrics import METRICS_NAMESPACE
-from mmirage_beam.records import RowError, SourceRow
+from mmirage_beam.records import RowError
+from mmirage_beam.yaml_config import build_config, config_or_raise, yaml_key
+from mmirage_beam.yaml_rows import YAML_ROWS_LABEL, AssignSourceIndex, plain_value, row_to_dict
+
+__all__ = [
+    "SubmitBatches",
+    "MergeBatches",
+    "ReceiptRow",
+    "MergedJsonRow",
+    # the boundary and the config, from yaml_rows.py and yaml_config.py
+    "AssignSourceIndex",
+    "YAML_ROWS_LABEL",
+    "plain_value",
+    "row_to_dict",
+    "build_config",
+]
+
 
 _LOG = logging.getLogger(__name__)
-#: buckets of the content-ordered index: rows are grouped by the first 4 hex digits of
-#: their content hash, so no worker holds more than about 1/65,536 of the rows.
-_INDEX_BUCKETS_HEX = 4
-#: ``dataset_path`` of row errors and the dataset label of rows read by Beam YAML.
-YAML_ROWS_LABEL = "<rows of the Beam YAML pipeline>"
-
-
-# --- the boundary: beam.Row -> plain JSON-compatible dict -------------------------------
-
-
-def plain_value(value: Any) -> Any:
-    """A Beam YAML field value as a plain JSON-compatible value.
-
-    ``beam.Row`` and schema NamedTuples become dicts, sequences lists, numpy scalars
-    Python numbers, dates and datetimes ISO 8601 strings, ``Decimal`` a float; ``bytes``
-    and everything else is kept.
-    """
-    if hasattr(value, "_asdict"):
-        return {k: plain_value(v) for k, v in value._asdict().items()}
-    if hasattr(value, "as_dict") and callable(value.as_dict):  # beam.Row
-        return {k: plain_value(v) for k, v in value.as_dict().items()}
-    if isinstance(value, dict):
-        return {k: plain_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain_value(v) for v in value]
-    if isinstance(value, (str, bytes, bool, int, float)) or value is None:
-        return value
-    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if hasattr(value, "item") and callable(value.item):  # numpy scalar
-        return value.item()
-    if hasattr(value, "tolist") and callable(value.tolist):  # numpy array
-        return value.tolist()
-    return value
-
-
-def row_to_dict(row: Any) -> dict[str, Any]:
-    """One Beam YAML element (``beam.Row``, a schema NamedTuple or a dict) as a dict.
-
-    Raises:
-        TypeError: the element is not a row (e.g. a bare string).
-    """
-    out = plain_value(row)
-    if not isinstance(out, dict):
-        raise TypeError(f"expected a schema'd row (beam.Row), got {type(row).__name__}")
-    return out
-
-
-def _canonical(row: dict[str, Any]) -> str:
-    return json.dumps(row, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=repr)
-
-
-def _content_key(row: dict[str, Any]) -> tuple[str, str]:
-    text = _canonical(row)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest(), text
-
-
-class _IndexFromFieldFn(beam.DoFn):
-    def __init__(self, index_field: str) -> None:
-        self._field = index_field
-        self._bad = Metrics.counter(METRICS_NAMESPACE, "row_errors")
-
-    def process(self, element: Any) -> Iterable[Any]:
-        row = row_to_dict(element)
-        value = row.get(self._field)
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # pandas reads an int column with gaps as floats
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            self._bad.inc()
-            yield beam.pvalue.TaggedOutput(
-                "errors",
-                RowError(
-                    None,
-                    YAML_ROWS_LABEL,
-                    None,
-                    f"index_field {self._field!r} must hold a non-negative integer, got "
-                    f"{value!r}" + ("" if self._field in row else " (no such column)"),
-                    f"{self._field}={value!r}",
-                ),
-            )
-            return
-        yield (value, row)
-
-
-def _unique_index(kv: tuple[int, Iterable[dict[str, Any]]], index_field: str) -> Iterable[Any]:
-    index, rows = kv
-    rows = list(rows)
-    if len(rows) == 1:
-        yield SourceRow(index, 0, rows[0])
-        return
-    Metrics.counter(METRICS_NAMESPACE, "row_errors").inc(len(rows))
-    for _ in rows:
-        yield beam.pvalue.TaggedOutput(
-            "errors",
-            RowError(
-                index,
-                YAML_ROWS_LABEL,
-                None,
-                f"index_field {index_field!r} value {index} is shared by {len(rows)} rows; "
-                "it must be unique (it is the source_index merge joins on)",
-                f"{index_field}={index}",
-            ),
-        )
-
-
-def _bucket_offsets(counts: list[tuple[str, int]]) -> dict[str, int]:
-    offsets, total = {}, 0
-    for bucket, n in sorted(counts):
-        offsets[bucket] = total
-        total += n
-    return offsets
-
-
-def _rank_bucket(kv: tuple[str, Iterable[Any]], offsets: dict[str, int]) -> Iterable[SourceRow]:
-    bucket, keyed = kv
-    for i, (_key, row) in enumerate(sorted(keyed, key=lambda e: e[0])):
-        yield SourceRow(offsets[bucket] + i, 0, row)
-
-
-class AssignSourceIndex(beam.PTransform):
-    """``PCollection[beam.Row]`` -> ``{"rows": PCollection[SourceRow], "errors":
-    PCollection[RowError]}``: every Beam YAML row as a plain dict with its
-    ``source_index`` (``dataset_index`` 0).
-
-    * ``index_field`` given: the source_index is that column's value, which must be a
-      non-negative integer (an integral float is accepted) unique over the rows; a row
-      without one, and every row sharing a value, is a row error (so nothing is
-      submitted unless ``skip_invalid_rows``). Give the 0-based line or row position of
-      the file to make ``mmirage merge --config`` (which counts positions) join these
-      runs too.
-    * no ``index_field``: the source_index is the row's rank when all rows are sorted by
-      (SHA-256 of their canonical JSON, that JSON). Beam readers give no order, so this
-      is the only index the same rows always get, on every runner and read. Its
-      consequences: merged files are in that order, not the file's; adding, removing or
-      editing one row shifts the index of others, which merge's source verification
-      then reports as ``source_changed`` (never a wrong join); identical rows are
-      interchangeable; ``mmirage merge --config`` cannot be used (use
-      :class:`MergeBatches`).
-
-    Computed in buckets of the hash (counts per bucket as a side input), so no worker
-    sorts more than its bucket.
-    """
-
-    def __init__(self, index_field: Optional[str] = None) -> None:
-        super().__init__()
-        if index_field is not None and (not isinstance(index_field, str) or not index_field):
-            raise ConfigError("index_field", "must be the name of a column")
-        self.index_field = index_field
-
-    def expand(self, pcoll: beam.PCollection) -> dict[str, beam.PCollection]:
-        if self.index_field is not None:
-            keyed = pcoll | "IndexFromField" >> beam.ParDo(
-                _IndexFromFieldFn(self.index_field)
-            ).with_outputs("errors", main="keyed")
-            unique = (
-                keyed.keyed
-                | "GroupByIndex" >> beam.GroupByKey()
-                | "UniqueIndex"
-                >> beam.FlatMap(_unique_index, self.index_field).with_outputs("errors", main="rows")
-            )
-            errors = (keyed.errors, unique.errors) | "IndexErrors" >> beam.Flatten()
-            return {"rows": unique.rows, "errors": errors}
-        digits = _INDEX_BUCKETS_HEX
-        keyed = (
-            pcoll
-            | "ToDicts" >> beam.Map(row_to_dict).with_output_types(Any)
-            | "ContentKey" >> beam.Map(lambda r: (_content_key(r), r))
-            | "ByBucket" >> beam.Map(lambda kr: (kr[0][0][:digits], kr))
-        )
-        offsets = beam.pvalue.AsSingleton(
-            keyed
-            | "Buckets" >> beam.Keys()
-            | "CountPerBucket" >> beam.combiners.Count.PerElement()
-            | "AllCounts" >> beam.combiners.ToList()
-            | "Offsets" >> beam.Map(_bucket_offsets)
-        )
-        rows = (
-            keyed
-            | "GroupByBucket" >> beam.GroupByKey()
-            | "RankInBucket" >> beam.FlatMap(_rank_bucket, offsets)
-        )
-        errors = pcoll.pipeline | "NoIndexErrors" >> beam.Create([])
-        return {"rows": rows, "errors": errors}
-
-
-# --- the config: from the Beam YAML arguments, validated as load_config validates -------
-
-#: Beam YAML argument -> the config key it stands for (for messages both ways).
-_KEY_MAP = (
-    ("processors[0]", "processor"),
-    ("loading_params.datasets[0].image_base_path", "image_base_path"),
-    ("loading_params.datasets[0].output_dir", "output_dir"),
-    ("loading_params.state_dir", "state_dir"),
-    ("processing_params.", ""),
-    ("execution_params.", ""),
-)
-
-
-def _yaml_key(key: str) -> str:
-    for config_key, arg in _KEY_MAP:
-        if key.startswith(config_key):
-            rest = key[len(config_key) :]
-            if arg and rest and not rest.startswith((".", "[")):
-                continue
-            return arg + rest
-    return key
-
-
-def _inputs_arg(inputs: Any) -> Any:
-    """``inputs`` as a mapping ``name: JMESPath`` or MMIRAGE's list of ``{name, key,
-    type, default}``."""
-    if isinstance(inputs, dict):
-        out = []
-        for name, spec in inputs.items():
-            if isinstance(spec, dict):
-                out.append({"name": name, **spec})
-            else:
-                out.append({"name": name, "key": spec})
-        return out
-    return inputs
-
-
-def build_config(
-    config: Optional[str] = None,
-    *,
-    processor: Optional[Mapping[str, Any]] = None,
-    inputs: Any = None,
-    outputs: Any = None,
-    output_schema: Any = None,
-    remove_columns: Optional[bool] = None,
-    state_dir: Optional[str] = None,
-    image_base_path: Optional[str] = None,
-    output_dir: Optional[str] = None,
-    skip_invalid_rows: Optional[bool] = None,
-    chunking_parallelism: Optional[int] = None,
-) -> PipelineConfig:
-    """The :class:`PipelineConfig` of a Beam YAML transform: from the mmirage YAML file
-    ``config`` (its ``loading_params.datasets`` are not read: the rows come from the
-    pipeline), or from the arguments, validated exactly as ``load_config`` validates a
-    file and with every path made absolute against the current directory.
-
-    Args:
-        config: path of an mmirage-beam YAML config; the other arguments must then be
-            unset, except ``image_base_path`` and ``output_dir``.
-        processor: the ``batch_api`` processor (``provider``, ``model``,
-            ``metadata_output_path``, ``max_chunk_bytes``, ``max_requests_per_chunk``,
-            ``base_url``, ...; ``type: batch_api`` implied).
-        inputs: ``{name: JMESPath}`` (or ``{name: {key, type, default}}``, or MMIRAGE's
-            list of ``{name, key, type, default}``).
-        outputs: MMIRAGE's list of ``{name, prompt, output_type, output_schema}``.
-        output_schema, remove_columns: as ``processing_params``.
-        state_dir: as ``loading_params.state_dir``.
-        image_base_path: what relative image paths in the rows resolve against
-            (default: the current directory).
-        output_dir: where placeholder rows are written (default: none written).
-        skip_invalid_rows, chunking_parallelism: as ``execution_params``.
-
-    Raises:
-        ConfigError: naming the Beam YAML argument (``processor.model``,
-            ``outputs[0].prompt``, ...) or, with ``config``, the key of the file.
-    """
-    for key, value in (
-        ("state_dir", state_dir),
-        ("image_base_path", image_base_path),
-        ("output_dir", output_dir),
-    ):
-        if value is not None and (not isinstance(value, str) or not value):
-            raise ConfigError(key, f"must be a path, got {value!r}")
-    if config is not None:
-        given = {
-            "processor": processor,
-            "inputs": inputs,
-            "outputs": outputs,
-            "output_schema": output_schema,
-            "remove_columns": remove_columns,
-            "state_dir": state_dir,
-            "skip_invalid_rows": skip_invalid_rows,
-            "chunking_parallelism": chunking_parallelism,
-        }
-        both = sorted(k for k, v in given.items() if v is not None)
-        if both:
-            raise ConfigError(
-                both[0], "cannot be given together with config: (set it in the config file)"
-            )
-        if not isinstance(config, str) or not config:
-            raise ConfigError("config", "must be the path of an mmirage-beam YAML config")
-        cfg = load_config(config)
-        first = cfg.datasets[0]
-        dataset = DatasetConfig(
-            path=YAML_ROWS_LABEL,
-            type="JSONL",
-            output_dir=first.output_dir if output_dir is None else output_dir,
-            image_base_path=first.image_base_path if image_base_path is None else image_base_path,
-        )
-        return _rows_label(resolve_config_paths(dataclasses.replace(cfg, datasets=(dataset,))))
-    required = (("processor", processor), ("inputs", inputs), ("outputs", outputs))
-    missing = [k for k, v in required if v is None]
-    if missing:
-        raise ConfigError(missing[0], "is required (or give config: path/to/mmirage.yaml)")
-    if not isinstance(processor, dict):
-        raise ConfigError("processor", "must be a mapping (provider, model, ...)")
-    if processor.get("type", "batch_api") != "batch_api":
-        raise ConfigError("processor.type", "must be batch_api (or left out)")
-    dataset: dict[str, Any] = {"path": YAML_ROWS_LABEL, "type": "JSONL"}
-    if output_dir is not None:
-        dataset["output_dir"] = output_dir
-    if image_base_path is not None:
-        dataset["image_base_path"] = image_base_path
-    loading: dict[str, Any] = {"datasets": [dataset]}
-    if state_dir is not None:
-        loading["state_dir"] = state_dir
-    processing: dict[str, Any] = {"inputs": _inputs_arg(inputs), "outputs": outputs}
-    if output_schema is not None:
-        processing["output_schema"] = output_schema
-    if remove_columns is not None:
-        processing["remove_columns"] = remove_columns
-    execution: dict[str, Any] = {"mode": "local"}
-    if skip_invalid_rows is not None:
-        execution["skip_invalid_rows"] = skip_invalid_rows
-    if chunking_parallelism is not None:
-        execution["chunking_parallelism"] = chunking_parallelism
-    raw = {
-        "processors": [{**processor, "type": "batch_api"}],
-        "loading_params": loading,
-        "processing_params": processing,
-        "execution_params": execution,
-    }
-    try:
-        cfg = config_from_dict(raw)
-    except ConfigError as exc:
-        raise ConfigError(_yaml_key(exc.key), exc.message) from None
-    if not processor.get("metadata_output_path") and state_dir is None:
-        raise ConfigError(
-            "processor.metadata_output_path",
-            "is required (or state_dir): it is where the receipts of the run are written",
-        )
-    return _rows_label(resolve_config_paths(cfg))
-
-
-def _rows_label(cfg: PipelineConfig) -> PipelineConfig:
-    """The one dataset is the pipeline's rows: its ``path`` (only ever used in
-    messages) is a label, not a file, so it is not resolved."""
-    return dataclasses.replace(
-        cfg, datasets=(dataclasses.replace(cfg.datasets[0], path=YAML_ROWS_LABEL),)
-    )
-
-
-def _config_or_raise(transform: str, **kwargs: Any) -> PipelineConfig:
-    try:
-        return build_config(**kwargs)
-    except ConfigError as exc:
-        raise ConfigError(f"{transform}.config.{exc.key}", exc.message) from None
 
 
 # --- submit -----------------------------------------------------------------------------
@@ -567,7 +219,7 @@ class SubmitBatches(beam.PTransform):
         from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
 
         name = type(self).__name__
-        self.config = _config_or_raise(
+        self.config = config_or_raise(
             name,
             config=config,
             processor=processor,
@@ -731,7 +383,7 @@ def _locations(config: PipelineConfig, **flags: Optional[str]) -> dict[str, str]
     from mmirage_beam.run.storage import config_locations
 
     return {
-        _yaml_key(k).replace("--", "").replace("-", "_"): v
+        yaml_key(k).replace("--", "").replace("-", "_"): v
         for k, v in config_locations(config, **flags).items()
         if not k.endswith(".path")
     }
@@ -822,7 +474,7 @@ class MergeBatches(beam.PTransform):
         if partitions is not None:
             partitions = require_int(f"{name}.config.partitions", partitions, 1)
         runs = [run_id] if isinstance(run_id, str) else list(run_id or [])
-        config_obj = _config_or_raise(
+        config_obj = config_or_raise(
             name,
             config=config,
             processor=processor,

@@ -17,20 +17,16 @@ worker:
 
 Value conversion (Parquet / Arrow rows, see :func:`to_json_value`): rows become plain
 JSON-compatible dicts; binary values always become standard base64 strings.
+
+Step 1 is :mod:`mmirage_beam.io.splits`, the decoding of a line or a record batch
+:mod:`mmirage_beam.io.decode`; this module counts and reads. ``to_json_value`` and
+``replace_lone_surrogates`` are importable from here too.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import datetime
-import decimal
-import json
 import logging
-import math
-import os
-import posixpath
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Optional
 
@@ -40,6 +36,15 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from mmirage_beam.errors import ConfigError
+from mmirage_beam.io.decode import (
+    _arrow_batches,
+    _decode_jsonl_line,
+    _rows_in_range,
+    _RowsNotJson,
+    replace_lone_surrogates,
+    to_json_value,
+)
+from mmirage_beam.io.splits import _JSONL, _PARQUET, _list_splits, _Split
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.records import RowError, SourceRow
 
@@ -60,19 +65,9 @@ __all__ = [
 _LOGGER = logging.getLogger(__name__)
 
 DEFAULT_DESIRED_SPLIT_BYTES = 64 * 1024 * 1024  # 64 MiB
-_ARROW_SLICE_ROWS = 256  # rows turned into Python objects at once (bounds memory)
 _PARQUET_BATCH_ROWS = 1024  # rows per record batch read from a Parquet row group
 _ERRORS_TAG = "errors"
 _UTF8_BOM = b"\xef\xbb\xbf"
-_ARROW_FILE_MAGIC = b"ARROW1"
-_JSONL, _PARQUET, _ARROW = "JSONL", "parquet", "loadable"
-_TYPES = {"jsonl": _JSONL, "parquet": _PARQUET, "loadable": _ARROW}
-# Files picked up when a dataset path is a directory (compressed variants allowed for JSONL).
-# ``.json`` is left out: directories often hold JSON metadata (``state.json``...); use a glob
-# such as ``dir/*.json`` for JSONL files named ``.json``.
-_JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonlines")
-_PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
-_COMPRESSION_SUFFIXES = ("", ".gz", ".bz2", ".deflate", ".zst", ".zstd", ".lzma", ".xz")
 
 
 class ReadDatasetsResult(NamedTuple):
@@ -223,267 +218,6 @@ class ReadDatasets(beam.PTransform):
             ).with_outputs(_ERRORS_TAG, main="rows")
         )
         return ReadDatasetsResult(rows=outputs.rows, errors=outputs[_ERRORS_TAG])
-
-
-def to_json_value(value: Any) -> Any:
-    """Turn a value decoded from Arrow / Parquet (or numpy) into plain JSON-compatible data.
-
-    * ``None``, ``bool``, ``int``, ``str`` are kept; finite floats are kept, NaN and
-      infinities become ``None``.
-    * numpy scalars become Python numbers, numpy arrays and tuples become lists.
-    * ``bytes`` always become a standard (RFC 4648, padded) base64 ``str``, even when they
-      happen to be valid UTF-8, so binary columns (e.g. HF ``Image`` bytes) stay unambiguous.
-    * ``datetime`` / ``date`` / ``time`` become ISO 8601 strings (timezone kept when
-      known); ``timedelta`` becomes seconds (``float``); ``Decimal`` becomes ``float``
-      (or ``None`` if not finite).
-    * dicts (structs, maps) keep their structure; non-string keys become strings.
-    * anything else becomes ``str(value)`` (e.g. ``uuid.UUID``).
-    """
-    t = type(value)
-    if value is None or t is str or t is int or t is bool:
-        return value
-    if t is float:
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {_json_key(k): to_json_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json_value(v) for v in value]
-    if t.__module__ == "numpy" and hasattr(value, "tolist"):
-        return to_json_value(value.tolist())
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, float):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, datetime.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        return float(value) if value.is_finite() else None
-    return str(value)
-
-
-def _json_key(key: Any) -> str:
-    if isinstance(key, str):
-        return key
-    plain = to_json_value(key)
-    return plain if isinstance(plain, str) else json.dumps(plain)
-
-
-# --------------------------------------------------------------------------------------
-# Splits (construction time: metadata only)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Split:
-    """One unit of parallel work; ``split_id`` order is source_index order.
-
-    Attributes:
-        split_id: global ordinal over all splits of all datasets.
-        dataset_index: position of the dataset in the config.
-        dataset_path: the dataset's configured ``path``.
-        kind: ``"JSONL"``, ``"parquet"`` or ``"loadable"``.
-        path: the file to read.
-        file_id: global ordinal of ``path`` (JSONL line numbers restart per file).
-        start: JSONL: first byte of the range; Parquet: row-group index.
-        end: JSONL: first byte after the range, ``None`` to read to the end of the file.
-        num_rows: Parquet: rows in the row group (from the footer).
-        compressed: JSONL: the file is compressed (read whole, decompressed).
-    """
-
-    split_id: int
-    dataset_index: int
-    dataset_path: str
-    kind: str
-    path: str
-    file_id: int
-    start: int = 0
-    end: int | None = None
-    num_rows: int | None = None
-    compressed: bool = False
-
-
-def _list_splits(datasets: Sequence[DatasetConfig], desired_split_bytes: int) -> tuple[_Split, ...]:
-    splits: list[_Split] = []
-    file_id = 0
-    for index, ds in enumerate(datasets):
-        key = f"loading_params.datasets[{index}]"
-        path, kind = getattr(ds, "path", None), getattr(ds, "type", None)
-        if not isinstance(path, str) or not path:
-            raise ConfigError(f"{key}.path", "is required")
-        if not isinstance(kind, str) or kind.lower() not in _TYPES:
-            raise ConfigError(
-                f"{key}.type", f"must be one of JSONL, loadable, parquet, got {kind!r}"
-            )
-        kind = _TYPES[kind.lower()]
-        first = len(splits)
-        if kind == _JSONL:
-            files = _expand_paths(path, index, _JSONL_SUFFIXES)
-            for file_path, size in files:
-                compressed = (
-                    CompressionTypes.detect_compression_type(file_path)
-                    != CompressionTypes.UNCOMPRESSED
-                )
-                if compressed:
-                    ranges: Iterable[tuple[int, int | None]] = [(0, None)]
-                else:
-                    ranges = [
-                        (start, min(start + desired_split_bytes, size))
-                        for start in range(0, size, desired_split_bytes)
-                    ]
-                for start, end in ranges:
-                    splits.append(
-                        _Split(
-                            len(splits),
-                            index,
-                            path,
-                            kind,
-                            file_path,
-                            file_id,
-                            start,
-                            end,
-                            compressed=compressed,
-                        )
-                    )
-                file_id += 1
-        elif kind == _PARQUET:
-            files = _expand_paths(path, index, _PARQUET_SUFFIXES)
-            for file_path, _ in files:
-                for group, num_rows in enumerate(_parquet_row_group_rows(file_path, index)):
-                    splits.append(
-                        _Split(
-                            len(splits),
-                            index,
-                            path,
-                            kind,
-                            file_path,
-                            file_id,
-                            group,
-                            num_rows=num_rows,
-                        )
-                    )
-                file_id += 1
-        else:
-            files = [(f, 0) for f in _hf_arrow_files(path, index)]
-            for file_path, _ in files:
-                splits.append(_Split(len(splits), index, path, kind, file_path, file_id))
-                file_id += 1
-        _LOGGER.info(
-            "ReadDatasets: dataset %d (%s %s): %d file(s), %d split(s)",
-            index,
-            kind,
-            path,
-            len(files),
-            len(splits) - first,
-        )
-    return tuple(splits)
-
-
-def _has_glob(path: str) -> bool:
-    return any(c in path for c in "*?[")
-
-
-def _match(pattern: str, key: str) -> list[tuple[str, int]]:
-    from apache_beam.io.filesystem import BeamIOError
-
-    try:
-        result = FileSystems.match([pattern])[0]
-    except (BeamIOError, ValueError, OSError) as exc:
-        raise ConfigError(key, f"cannot list {pattern!r}: {exc}") from None
-    return [(m.path, m.size_in_bytes) for m in result.metadata_list]
-
-
-def _expand_paths(path: str, index: int, suffixes: tuple[str, ...]) -> list[tuple[str, int]]:
-    """``(file path, size in bytes)`` of the files a dataset path names, in sorted order."""
-    key = f"loading_params.datasets[{index}].path"
-    if _has_glob(path):
-        files = _match(path, key)
-        if not files:
-            raise ConfigError(key, f"no file matches the pattern {path!r}")
-        return sorted(files)
-    is_local_dir = "://" not in path and os.path.isdir(path)
-    if not is_local_dir:
-        files = [(p, size) for p, size in _match(path, key) if p.rstrip("/") == path.rstrip("/")]
-        if files:
-            return files
-    try:
-        pattern = FileSystems.join(path, "*")
-    except ValueError as exc:
-        raise ConfigError(key, f"cannot access {path!r}: {exc}") from None
-    wanted = tuple(s + c for s in suffixes for c in _COMPRESSION_SUFFIXES)
-    listed = [
-        (p, size)
-        for p, size in _match(pattern, key)
-        if not posixpath.basename(p).startswith((".", "_")) and p.lower().endswith(wanted)
-    ]
-    if listed:
-        return sorted(listed)
-    if is_local_dir:
-        raise ConfigError(key, f"directory {path!r} holds no file ending in {', '.join(suffixes)}")
-    raise ConfigError(
-        key,
-        f"file not found: {path!r} (relative paths in a config are relative to the folder "
-        "you run mmirage in, as in MMIRAGE, not to the config file's folder)",
-    )
-
-
-def _parquet_row_group_rows(path: str, index: int) -> list[int]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            metadata = pq.read_metadata(f)
-    except (OSError, pa.ArrowException) as exc:
-        raise ConfigError(
-            f"loading_params.datasets[{index}].path",
-            f"cannot read the Parquet footer of {path!r}: {exc}",
-        ) from None
-    return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
-
-
-def _read_json_file(path: str) -> Any:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return json.loads(f.read().decode("utf-8"))
-
-
-def _hf_arrow_files(path: str, index: int) -> list[str]:
-    """Arrow files of a HF ``save_to_disk`` directory, in ``state.json`` order."""
-    key = f"loading_params.datasets[{index}].path"
-    try:
-        state_path = FileSystems.join(path, "state.json")
-        dict_path = FileSystems.join(path, "dataset_dict.json")
-        if not FileSystems.exists(state_path):
-            if FileSystems.exists(dict_path):
-                names = _read_json_file(dict_path).get("splits", [])
-                example = FileSystems.join(path, names[0]) if names else f"{path}/<split>"
-                raise ConfigError(
-                    key,
-                    f"{path!r} is a DatasetDict (splits: {', '.join(map(str, names))}); set "
-                    f"path to one split's directory, e.g. {example!r}",
-                )
-            if not FileSystems.exists(path):
-                raise ConfigError(key, f"dataset directory not found: {path!r}")
-            raise ConfigError(
-                key, f"{path!r} is not a HuggingFace save_to_disk directory (no state.json)"
-            )
-        state = _read_json_file(state_path)
-        names = [entry["filename"] for entry in state["_data_files"]]
-        files = [FileSystems.join(path, name) for name in names]
-    except ConfigError:
-        raise
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(key, f"cannot read {path!r}/state.json: {exc!r}") from None
-    for f in files:
-        if not FileSystems.exists(f):
-            raise ConfigError(key, f"Arrow file listed in state.json not found: {f!r}")
-    return files
 
 
 # --------------------------------------------------------------------------------------
@@ -719,157 +453,3 @@ def _jsonl_lines(f: BinaryIO, split: _Split) -> Iterator[bytes | None]:
         if line.endswith(b"\r"):
             line = line[:-1]
         yield line if line.strip() else None
-
-
-def _finite_float(text: str) -> float | None:
-    value = float(text)
-    return value if math.isfinite(value) else None
-
-
-def _non_finite(_: str) -> None:
-    return None
-
-
-_JSON_TYPE_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def replace_lone_surrogates(value: Any) -> Any:
-    """``value`` with every lone UTF-16 surrogate in its strings (keys included) replaced
-    by U+FFFD, so that it can be written as UTF-8 JSON; other values are returned as is.
-    """
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {replace_lone_surrogates(k): replace_lone_surrogates(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [replace_lone_surrogates(v) for v in value]
-    return value
-
-
-def _decode_jsonl_line(content: bytes) -> tuple[dict[str, Any] | None, str | None]:
-    """``(row, None)`` for a JSON object line, else ``(None, reason)`` (also for a line
-    holding an integer longer than Python reads, ``sys.get_int_max_str_digits()``)."""
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return None, (
-            f"line is not valid UTF-8: byte 0x{content[exc.start]:02x} at byte offset "
-            f"{exc.start} ({exc.reason})"
-        )
-    try:
-        value = json.loads(text, parse_float=_finite_float, parse_constant=_non_finite)
-    except json.JSONDecodeError as exc:
-        return None, f"line is not valid JSON: {exc.msg} at column {exc.colno}"
-    except RecursionError:
-        return None, "line is not valid JSON: nested too deeply"
-    except ValueError as exc:  # an integer longer than sys.get_int_max_str_digits()
-        return None, f"line cannot be read as JSON: {exc}"
-    if not isinstance(value, dict):
-        kind = "null" if value is None else _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
-        return None, f"line is a JSON {kind}, not a JSON object"
-    # An escaped lone surrogate ("\\ud800") is valid JSON but not valid UTF-8: it is
-    # kept, so the row is written back as it was (jsonl.json_line); an input holding one
-    # is an invalid row (ExtractInputs), never silently sent as U+FFFD.
-    return value, None
-
-
-def _arrow_batches(f: BinaryIO) -> Iterator[pa.RecordBatch]:
-    """Record batches of an Arrow IPC stream (HF ``save_to_disk``) or IPC file, one at a time."""
-    import pyarrow as pa
-
-    magic = f.read(len(_ARROW_FILE_MAGIC))
-    f.seek(0)
-    if magic == _ARROW_FILE_MAGIC:
-        reader = pa.ipc.open_file(f)
-        for i in range(reader.num_record_batches):
-            yield reader.get_batch(i)
-    else:
-        with pa.ipc.open_stream(f) as stream:
-            yield from stream
-
-
-class _RowsNotJson(ValueError):
-    """The rows of a schema cannot become JSON objects without losing values."""
-
-
-def _check_unique_names(t: pa.DataType | pa.Schema, where: str = "") -> None:
-    """A column (or struct field) name twice would keep only one value per row, silently
-    (``to_pylist`` builds a dict): refused, naming it.
-
-    Raises:
-        _RowsNotJson: naming the repeated column or field.
-    """
-    import pyarrow as pa
-    import pyarrow.types as pat
-
-    if isinstance(t, pa.Schema):
-        fields = list(t)
-    elif pat.is_struct(t):
-        fields = [t.field(i) for i in range(t.num_fields)]
-    elif pat.is_list(t) or pat.is_large_list(t) or pat.is_fixed_size_list(t):
-        return _check_unique_names(t.value_type, where)
-    elif pat.is_map(t):
-        return _check_unique_names(t.item_type, where)
-    else:
-        return None
-    seen: set[str] = set()
-    for f in fields:
-        name = f"{where}.{f.name}" if where else f.name
-        if f.name in seen:
-            kind = "field" if where else "column"
-            raise _RowsNotJson(
-                f"{kind} {name!r} appears more than once in the schema; a row becomes a JSON "
-                "object, which holds each name once"
-            )
-        seen.add(f.name)
-        _check_unique_names(f.type, name)
-    return None
-
-
-def _rows_in_range(
-    batches: Iterable[pa.RecordBatch], begin: int, stop: int, split: _Split
-) -> Iterator[dict[str, Any]]:
-    """Plain-JSON rows ``[begin, stop)`` (positions within the split) of ``batches``.
-
-    Raises:
-        _RowsNotJson: a column or struct field name appears twice in the schema.
-    """
-    position = 0
-    for batch in batches:
-        n = batch.num_rows
-        if position + n > begin and position < stop:
-            _check_unique_names(batch.schema)
-            convert = _needs_conversion(batch.schema)
-            for s in range(max(begin - position, 0), min(stop - position, n), _ARROW_SLICE_ROWS):
-                part = batch.slice(s, min(_ARROW_SLICE_ROWS, stop - position - s))
-                for row in part.to_pylist(maps_as_pydicts="lossy"):
-                    yield to_json_value(row) if convert else row
-        position += n
-        if position >= stop:
-            return
-    raise RuntimeError(
-        f"{split.path} changed while being read: expected at least {stop} rows in split "
-        f"{split.split_id}, found {position}"
-    )
-
-
-def _needs_conversion(schema: pa.Schema) -> bool:
-    """False when ``to_pylist`` already yields plain JSON for every column."""
-    return any(_type_needs_conversion(field.type) for field in schema)
-
-
-def _type_needs_conversion(t: pa.DataType) -> bool:
-    import pyarrow.types as pat
-
-    if pat.is_null(t) or pat.is_boolean(t) or pat.is_integer(t):
-        return False
-    if pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t):
-        return False
-    if pat.is_list(t) or pat.is_large_list(t) or pat.is_fixed_size_list(t):
-        return _type_needs_conversion(t.value_type)
-    if pat.is_struct(t):
-        return any(_type_needs_conversion(t.field(i).type) for i in range(t.num_fields))
-    if pat.is_dictionary(t):
-        return _type_needs_conversion(t.value_type)
-    return True

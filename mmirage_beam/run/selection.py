@@ -2,7 +2,7 @@
 
 Shared by ``mmirage merge`` and ``mmirage resubmit``. Runs are linked by the
 ``parent_run_id`` of resubmission receipts; per request, the newest successful result
-across linked runs wins (see :class:`mmirage_beam.transforms.merge.OutputResult`).
+across linked runs wins (see :class:`mmirage_beam.transforms.fetch.OutputResult`).
 """
 
 from __future__ import annotations

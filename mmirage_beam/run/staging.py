@@ -183,7 +183,7 @@ class StagingSpaceError(MmirageError):
 
 def dataset_bytes(datasets: Any) -> int:
     """Total size in bytes of the files the datasets read (their splits' files)."""
-    from mmirage_beam.io.readers import _list_splits
+    from mmirage_beam.io.splits import _list_splits
 
     files = {s.path for s in _list_splits(datasets, 1 << 40)}
     total = 0

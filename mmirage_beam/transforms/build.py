@@ -20,7 +20,7 @@ from mmirage_beam.config.loader import DatasetConfig, InputConfig, OutputConfig
 from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.ids import custom_id
-from mmirage_beam.io.readers import replace_lone_surrogates
+from mmirage_beam.io.decode import replace_lone_surrogates
 from mmirage_beam.jsonl import lone_surrogate_at
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.providers.config import BatchProviderConfig

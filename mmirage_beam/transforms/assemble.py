@@ -1,0 +1,265 @@
+"""Assemble one merged row: its outcomes across linked runs, checked, rendered.
+
+:class:`_AssembleFn` is what :mod:`mmirage_beam.transforms.merge`'s join runs for each
+source_index: the best outcome per output (``OutputResult.better_than``), each answer
+checked (``results.check_answer``), the row rendered (``output_schema``, ``rows.py``),
+usage counted, and the row's errors and reusable answers tagged beside it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, NamedTuple, Sequence
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.metrics import Metrics
+
+from mmirage_beam.config.loader import OutputConfig
+from mmirage_beam.config.schema import json_schema_for
+from mmirage_beam.jsonl import json_line
+from mmirage_beam.metrics import METRICS_NAMESPACE
+from mmirage_beam.results import check_answer
+from mmirage_beam.reuse import answer_record
+from mmirage_beam.transforms.fetch import NEVER_SUBMITTED, OutputResult, error_record
+from mmirage_beam.transforms.render import MISSING, SchemaRenderer
+from mmirage_beam.transforms.rows import assemble_output_row
+
+__all__ = ["ERRORS_TAG", "ANSWERS_TAG", "MergedRow"]
+
+
+ERRORS_TAG = "errors"
+ANSWERS_TAG = "answers"
+
+
+class MergedRow(NamedTuple):
+    source_index: int
+    line: bytes
+
+
+def _count_usage(output_name: str, input_tokens: Any, output_tokens: Any) -> None:
+    """Per-output usage counters ``used_input_tokens:<output>`` /
+    ``used_output_tokens:<output>``, which ``mmirage merge`` prices
+    (:func:`mmirage_beam.costs.report.usage_lines`)."""
+    Metrics.counter(METRICS_NAMESPACE, f"used_input_tokens:{output_name}").inc(
+        int(input_tokens or 0)
+    )
+    Metrics.counter(METRICS_NAMESPACE, f"used_output_tokens:{output_name}").inc(
+        int(output_tokens or 0)
+    )
+
+
+class _AssembleFn(beam.DoFn):
+    def __init__(self, outputs: Sequence[OutputConfig], schema: Any, remove_columns: bool):
+        self._outputs = tuple(outputs)
+        self._schema = schema
+        self._remove = remove_columns
+        self._rows = Metrics.counter(METRICS_NAMESPACE, "rows_written")
+        self._ok = Metrics.counter(METRICS_NAMESPACE, "outputs_succeeded")
+        self._failed_rows = Metrics.counter(METRICS_NAMESPACE, "rows_with_failures")
+        self._missing_rows = Metrics.counter(METRICS_NAMESPACE, "missing_source_rows")
+        self._changed_rows = Metrics.counter(METRICS_NAMESPACE, "source_changed_rows")
+        self._in = Metrics.counter(METRICS_NAMESPACE, "input_tokens")
+        self._out = Metrics.counter(METRICS_NAMESPACE, "output_tokens")
+
+    def setup(self) -> None:
+        self._renderer = SchemaRenderer(self._schema) if self._schema is not None else None
+        self._json_schemas = {
+            o.name: json_schema_for(o.output_schema)
+            for o in self._outputs
+            if o.output_type == "JSON"
+        }
+
+    def _failed(self, kind: str) -> None:
+        Metrics.counter(METRICS_NAMESPACE, f"failed_{kind}").inc()
+
+    def process(self, element: tuple[int, dict[str, list]]) -> Iterator[Any]:
+        source_index, grouped = element
+        results: list[OutputResult] = list(grouped["results"])
+        if grouped.get("skipped"):  # skipped at submission: never submitted on purpose
+            results = [r for r in results if (r.error or {}).get("type") != NEVER_SUBMITTED]
+        if results:
+            yield from self._assemble(source_index, results, grouped)
+        elif grouped.get("skipped"):
+            yield from self._skipped(source_index, grouped)
+        # else: a row this merge submitted nothing for
+
+    def _null_shape(self, values: dict[str, Any], source_index: int) -> dict[str, Any]:
+        """A row that cannot be rendered: the configured ``output_schema``'s keys (else
+        the outputs) with null values, and ``source_index``."""
+        if isinstance(self._schema, dict):
+            out: dict[str, Any] = {str(k): None for k in self._schema}
+        else:
+            out = {name: None for name in values}
+        out["source_index"] = source_index
+        return out
+
+    def _skipped(self, source_index: int, grouped: dict[str, list]) -> Iterator[Any]:
+        """A row left out at submission (--skip-invalid-rows): written, marked, no outputs.
+
+        A row that could not even be read (e.g. a line that is not JSON) is written with
+        its ``source_index``, null outputs and the reason.
+        """
+        values = {o.name: MISSING for o in self._outputs}
+        out = None
+        if grouped["rows"]:
+            extracted = grouped["rows"][0]
+            try:
+                out = assemble_output_row(
+                    extracted.row,
+                    extracted.values,
+                    values,
+                    self._renderer,
+                    self._remove,
+                    source_index,
+                )
+            except Exception:  # rendered from null inputs; the raw columns are enough
+                out = None
+        if out is None:
+            out = {o.name: None for o in self._outputs}
+            out["source_index"] = source_index
+        out["mmirage_skipped"] = grouped["skipped"][0]
+        Metrics.counter(METRICS_NAMESPACE, "rows_skipped_invalid").inc()
+        self._rows.inc()
+        yield MergedRow(source_index, json_line(out, default=_json_default))
+
+    def _assemble(
+        self, source_index: int, results: list[OutputResult], grouped: dict[str, list]
+    ) -> Iterator[Any]:
+        tokens_in = tokens_out = 0
+        cached: dict[str, int] = {}
+        reported = False
+        rows = grouped["rows"]
+        changed = grouped["changed"]
+        # Per output, across linked runs: the newest success, else the newest failure.
+        by_output: dict[str, OutputResult] = {}
+        for r in results:
+            if r.better_than(by_output.get(r.output_name)):
+                by_output[r.output_name] = r
+            if r.reused_from:  # paid by the earlier run: counted apart, not billed again
+                for name, n in (("input", r.input_tokens), ("output", r.output_tokens)):
+                    Metrics.counter(METRICS_NAMESPACE, f"reused_{name}_tokens:{r.output_name}").inc(
+                        int(n or 0)
+                    )
+                continue
+            if r.input_tokens is not None:  # every attempt's usage was billed
+                reported = True
+                tokens_in += int(r.input_tokens or 0)
+                tokens_out += int(r.output_tokens or 0)
+                _count_usage(r.output_name, r.input_tokens, r.output_tokens)  # costs/report.py
+            for key, n in (r.cache_tokens or {}).items():
+                cached[key] = cached.get(key, 0) + int(n)
+                Metrics.counter(METRICS_NAMESPACE, f"used_{key}:{r.output_name}").inc(int(n))
+        values: dict[str, Any] = {}
+        errors: dict[str, dict[str, Any]] = {}
+        for output in self._outputs:
+            r = by_output.get(output.name)
+            if r is None:
+                continue
+            if not rows or changed:
+                kind = "source_changed" if changed else "missing_source_row"
+                why = (
+                    f"the source row no longer matches what was submitted (chunk "
+                    f"{changed[0]}); the answer is not joined. Re-send it built from the "
+                    "current row: mmirage resubmit --config C --from OUT.errors.jsonl"
+                    if changed
+                    else "the source dataset has no row with this source_index any more"
+                )
+                errors[output.name] = error_record(kind, why)
+                errors[output.name]["retryable"] = bool(changed)  # a resubmission fixes it
+                values[output.name] = MISSING
+            elif r.error is not None:
+                errors[output.name] = r.error
+                values[output.name] = MISSING
+            else:
+                value, err = check_answer(
+                    output.output_type, r.text, self._json_schemas.get(output.name)
+                )
+                if err is None:
+                    values[output.name] = value
+                    self._ok.inc()
+                else:
+                    # The row is marked and keeps the raw text; templates see a missing
+                    # value, so "{{ answer.field }}" renders null instead of failing.
+                    values[output.name] = MISSING
+                    errors[output.name] = err
+        if not rows:
+            self._missing_rows.inc()
+        if changed:
+            self._changed_rows.inc()
+        out = None
+        if rows:  # a changed row too: its fields from the row, its answers null
+            extracted = rows[0]
+            try:
+                out = assemble_output_row(
+                    extracted.row,
+                    extracted.values,
+                    values,
+                    self._renderer,
+                    self._remove,
+                    source_index,
+                )
+            except Exception as exc:  # a template the values do not fit: mark, never crash
+                Metrics.counter(METRICS_NAMESPACE, "render_failures").inc()
+                errors["output_schema"] = {
+                    "type": "render_failed",
+                    "message": f"output_schema could not be rendered: {exc}",
+                    "status_code": None,
+                    "retryable": False,
+                }
+        if out is None:
+            out = self._null_shape(values, source_index)
+        if reported:
+            out["input_tokens"] = tokens_in
+            out["output_tokens"] = tokens_out
+            self._in.inc(tokens_in)
+            self._out.inc(tokens_out)
+            out.update(cached)  # cache_read_input_tokens / cache_creation_input_tokens
+        reused = {
+            name: r.reused_from for name, r in by_output.items() if r.reused_from and name in values
+        }
+        if reused:
+            out["mmirage_reused_from"] = reused  # beside mmirage_errors: per output
+            Metrics.counter(METRICS_NAMESPACE, "outputs_reused").inc(len(reused))
+        keys = grouped.get("keys") or {}
+        for name, r in by_output.items():  # answers a later run may reuse
+            key = keys.get(r.custom_id)
+            if key and name in values and name not in errors and values[name] is not MISSING:
+                yield pvalue.TaggedOutput(
+                    ANSWERS_TAG,
+                    answer_record(
+                        key,
+                        r.provider,
+                        r.provider_batch_id,
+                        r.reused_custom_id or r.custom_id,
+                        r.reused_from or r.run_id,
+                    ),
+                )
+        if errors:
+            out["mmirage_errors"] = errors
+            self._failed_rows.inc()
+            for name, err in errors.items():
+                self._failed(err["type"])
+                cid = by_output[name].custom_id if name in by_output else None
+                yield pvalue.TaggedOutput(
+                    ERRORS_TAG,
+                    {
+                        "custom_id": cid,
+                        "run_id": by_output[name].run_id if name in by_output else None,
+                        "source_index": source_index,
+                        "output_name": name,
+                        "error_type": err["type"],
+                        "message": err.get("message", ""),
+                        "status_code": err.get("status_code"),
+                        "retryable": bool(err.get("retryable")),
+                        # the provider's code and param, when it gave them
+                        **{k: err[k] for k in ("code", "param") if err.get(k) is not None},
+                    },
+                )
+        self._rows.inc()
+        yield MergedRow(source_index, json_line(out, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if value is MISSING:
+        return None
+    return str(value)
