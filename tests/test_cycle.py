@@ -145,7 +145,10 @@ def test_cancel_a_delayed_run_once_then_merge_marks_it_cancelled(
 ):
     fake = provider_env
     cfg = write_config(tmp_path, _setup(tmp_path, fake, flaky=()))
-    fake.script(processing_delay_secs=3)  # cancelling takes a third of it
+    # Cancelling takes a third of the delay, so a cancel sent later than two thirds in
+    # loses to completion: 12 s leaves the submission and the cancel 8 s (3 s did not,
+    # on a loaded machine).
+    fake.script(processing_delay_secs=12)
     wait = ["--wait", "--poll-interval", "0.2", "--timeout", "0.1"]
     assert submit_main(["--config", cfg, "--run-id", "slow", *wait]) == 1
     text = capsys.readouterr().out
