@@ -85,8 +85,8 @@ def estimate_lines(stats: Mapping[str, int], provider_config: Any) -> list[str]:
         r = {m: rows[name].get(m, 0) for m in t.TOKEN_METRICS}
         sample = t.sample_estimate(r)
         samples.append(sample)
-        if sample is not None:
-            r = _extrapolated(r, sample)
+        if sample is not None:  # still counts as sampled (token_requests_not_sampled)
+            r = t.scaled_counts(r, sample)
         for m in t.TOKEN_METRICS:
             total[m] += r[m]
         lines.append(_estimate_line(name, r, price, sample))
@@ -118,14 +118,6 @@ def estimate_lines(stats: Mapping[str, int], provider_config: Any) -> list[str]:
             "batches to finish; see docs/tokens-and-cost.md, 'Enqueued-token limit')"
         )
     return lines
-
-
-def _extrapolated(r: Mapping[str, int], sample: t.SampleEstimate) -> dict[str, int]:
-    """One output's counters scaled from its sample up to all its requests."""
-    scaled = t.extrapolated_counters({f"{m}:x": v for m, v in r.items()})
-    out = {m: scaled.get(f"{m}:x", 0) for m in t.TOKEN_METRICS}
-    out[t.REQUESTS_NOT_SAMPLED] = r[t.REQUESTS_NOT_SAMPLED]  # still says "sampled"
-    return out
 
 
 def _combined(samples: list[t.SampleEstimate], total: Mapping[str, int]) -> t.SampleEstimate:

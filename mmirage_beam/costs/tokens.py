@@ -22,7 +22,7 @@ import logging
 import math
 from typing import Any, Mapping, NamedTuple, Optional, Union
 
-from mmirage_beam.errors import CredentialsError
+from mmirage_beam.errors import ConfigError, CredentialsError
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.providers.config import BatchProviderConfigRegistry
@@ -37,6 +37,7 @@ __all__ = [
     "extrapolated_counters",
     "in_sample",
     "sample_estimate",
+    "scaled_counts",
     "token_counter_for",
     "token_counters",
 ]
@@ -98,8 +99,6 @@ def check_sample_fraction(fraction: Any, key: str = "--estimate-fraction") -> fl
     Raises:
         ConfigError: not a number, or not in (0, 1] (the message names ``key``).
     """
-    from mmirage_beam.errors import ConfigError
-
     try:
         value = float(fraction)
     except (TypeError, ValueError):
@@ -178,10 +177,24 @@ def sample_estimate(r: Mapping[str, int]) -> Optional[SampleEstimate]:
     return SampleEstimate(total_n, n, estimate, bound, total_n / n)
 
 
+def scaled_counts(r: Mapping[str, int], est: SampleEstimate) -> dict[str, int]:
+    """One output's counters (``{metric: value}``) with those summed over the sample
+    scaled up to all its requests: the input tokens are ``est.input_tokens``, the other
+    sums are multiplied by ``est.scale``; the rest are kept as they are."""
+    out = dict(r)
+    for metric in _SAMPLED_SUMS:
+        if metric in out:
+            out[metric] = (
+                est.input_tokens if metric == INPUT_TOKENS else round(r[metric] * est.scale)
+            )
+    return out
+
+
 def extrapolated_counters(stats: Mapping[str, int]) -> dict[str, int]:
     """``stats`` with each sampled output's token counters (``<metric>:<output>``)
-    scaled up to all its requests, and the sampling counters dropped: what a run
-    record keeps as its estimate. Exact counters are returned as they are."""
+    scaled up to all its requests (:func:`scaled_counts`), and the sampling counters
+    dropped: what a run record keeps as its estimate. Exact counters are returned as
+    they are."""
     by_output: dict[str, dict[str, int]] = {}
     for key, value in stats.items():
         metric, sep, output = key.partition(":")
@@ -192,12 +205,8 @@ def extrapolated_counters(stats: Mapping[str, int]) -> dict[str, int]:
         est = sample_estimate(r)
         if est is None:
             continue
-        for metric in _SAMPLED_SUMS:
-            key = f"{metric}:{output}"
-            if key in out:
-                out[key] = (
-                    est.input_tokens if metric == INPUT_TOKENS else round(r[metric] * est.scale)
-                )
+        for metric, value in scaled_counts(r, est).items():
+            out[f"{metric}:{output}"] = value
         for metric in (REQUESTS_NOT_SAMPLED, INPUT_TOKENS_SQUARES):
             out.pop(f"{metric}:{output}", None)
     return out

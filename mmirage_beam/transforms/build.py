@@ -467,11 +467,7 @@ class _BuildRequestsFn(beam.DoFn):
             if self._tokens is not None and self._counted(req.custom_id):
                 tc = self._tokens.record(req.output_name, body, req.custom_id)
                 if tc is not None:
-                    self._progress_tokens += (
-                        tc.input_tokens
-                        if self._progress_scale == 1.0
-                        else round(tc.input_tokens * self._progress_scale)
-                    )
+                    self._progress_tokens += round(tc.input_tokens * self._progress_scale)
                 if self._count - self._progress_mark >= _PROGRESS_EVERY:
                     self._flush_progress()
             yield req
