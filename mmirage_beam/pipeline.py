@@ -517,6 +517,7 @@ class MergeRows(beam.PTransform):
 
         from mmirage_beam.transforms.fetch import FetchResults
         from mmirage_beam.transforms.merge import (
+            ExpectedRequest,
             JoinPartitions,
             _check_old_chunk,
             _expected_entries,
@@ -526,6 +527,7 @@ class MergeRows(beam.PTransform):
             _rows_record,
         )
         from mmirage_beam.transforms.spill import (
+            CHANGED_KIND,
             EXPECTED_KIND,
             REBUILT_KIND,
             RESULTS_KIND,
@@ -605,14 +607,14 @@ class MergeRows(beam.PTransform):
             # Receipts written before per-request hashes: checked per chunk (a GroupByKey
             # of those chunks' requests only; receipts of this version send nothing).
             old = [_load_receipt(h.source) for h in verifiable if not h.has_request_hashes]
-            old_entries: dict[str, list[tuple]] = {}
+            old_entries: dict[str, list[ExpectedRequest]] = {}
             for receipt in old:
                 for cid, entry in _expected_entries(receipt):
                     old_entries.setdefault(cid, []).append(entry)
             hashed = rebuilt.requests | "RebuiltHashes" >> beam.ParDo(
                 _RebuiltHashFn(old_entries)
             ).with_outputs("by_chunk", main="hashes")
-            spilled.append(spill(hashed.hashes, REBUILT_KIND, lambda h: (h[1], h)))
+            spilled.append(spill(hashed.hashes, REBUILT_KIND, lambda h: (h.source_index, h)))
             if self.answers_path:  # the answers a later run may reuse (mmirage_beam.reuse)
                 from mmirage_beam.transforms.reuse import AnswerKeysOf
                 from mmirage_beam.transforms.spill import ANSWER_KEYS_KIND
@@ -628,7 +630,7 @@ class MergeRows(beam.PTransform):
                 >> beam.Create([h.source for h in verifiable], reshuffle=False)
                 | "ExpectedRequests" >> beam.FlatMap(_expected_from)
             )
-            spilled.append(spill(expected, EXPECTED_KIND, lambda e: (e[1][2], e)))
+            spilled.append(spill(expected, EXPECTED_KIND, lambda e: (e[1].source_index, e)))
             if old:
                 changed_chunks = (
                     (
@@ -641,7 +643,7 @@ class MergeRows(beam.PTransform):
                     | "GroupOldChunks" >> beam.GroupByKey()
                     | "CompareChunkHashes" >> beam.FlatMap(_check_old_chunk)
                 )
-                spilled.append(spill(changed_chunks, "changed"))
+                spilled.append(spill(changed_chunks, CHANGED_KIND, lambda c: (c.source_index, c)))
         else:
             unsubmitted_run = None  # told apart only by verification
         if invalid_rows_files:

@@ -1,16 +1,31 @@
 """Small immutable records that flow between the pipeline stages.
 
-Every record carries ``source_index``: the 0-based position of its row in the
+Every row record carries ``source_index``: the 0-based position of its row in the
 concatenation of the configured datasets (config order; JSONL counts non-blank lines,
 Parquet/Arrow count row positions). Keys and fields are plain ints and strings so Beam's
 coders stay deterministic.
+
+:class:`ProviderResult` and :class:`ResultError` are one provider result line after the
+adapter's normaliser (``normalise_result_line`` / ``normalise_result``), following
+Beam's ``PredictionResult``: NamedTuples with ``to_json`` / ``from_json`` for the neutral
+dict shape plugins may still return. Both are registered with Beam's ``RowCoder``, so a
+PCollection typed with them is encoded field by field, deterministically.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: Beam reads the field types of the NamedTuples
+# (RowCoder schemas), which must be real types, not strings.
+from typing import Any, Mapping, NamedTuple, Optional, Union
 
-from typing import Any, NamedTuple
+import apache_beam as beam
 
 __all__ = [
+    "ResultError",
+    "ProviderResult",
+    "provider_result",
+    "ExpectedRequest",
+    "RebuiltRequest",
+    "ChunkRequestLine",
+    "ChangedRow",
     "SourceRow",
     "RowError",
     "BatchRequest",
@@ -129,3 +144,224 @@ class ChunkRef(NamedTuple):
     request_hash: str
     has_oversized_request: bool
     flush_reason: str
+
+
+class ResultError(NamedTuple):
+    """Why one provider result is not a usable answer: the one error record every
+    adapter and the shared result rules build.
+
+    Attributes:
+        type: the outcome type: the provider's error type or code (``rate_limit_exceeded``,
+            ``invalid_request_error``, ...) or one of :mod:`mmirage_beam.results`'
+            (``malformed_response``, ``refusal``, ``truncated``, ``content_filter``,
+            ``empty``).
+        message: a human-readable explanation (``""`` when the provider gave none).
+        status_code: the HTTP status of the provider's answer (an int; 200 for an answer
+            that is not usable), or None when the line carries none.
+        raw_text: the provider's own text (a refusal, a cut answer), or None.
+        code: the provider's error ``code`` beside its type (OpenAI), or None.
+        param: the request parameter the provider's error names (OpenAI), or None.
+    """
+
+    type: str
+    message: str
+    status_code: Optional[int] = None
+    raw_text: Optional[str] = None
+    code: Optional[str] = None
+    param: Optional[str] = None
+
+    def to_json(self, retryable: Optional[bool] = None) -> dict[str, Any]:
+        """``{"type", "message", "status_code", "raw_text"?, "code"?, "param"?}``: the
+        optional keys only when set.
+
+        Args:
+            retryable: when given, a ``"retryable"`` key after ``status_code``: the error
+                of one merge outcome, as merged rows' ``mmirage_errors`` and
+                ``OUT.errors.jsonl`` hold it (``transforms/fetch.error_record``).
+        """
+        out: dict[str, Any] = {
+            "type": self.type,
+            "message": self.message,
+            "status_code": self.status_code,
+        }
+        if retryable is not None:
+            out["retryable"] = retryable
+        for key in ("raw_text", "code", "param"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> "ResultError":
+        """The record of a neutral error dict (:meth:`to_json`'s shape; a missing
+        ``type`` or ``message`` is None, left for the reader's default)."""
+        return cls(
+            value.get("type"),
+            value.get("message"),
+            value.get("status_code"),
+            value.get("raw_text"),
+            value.get("code"),
+            value.get("param"),
+        )
+
+
+#: the optional fields of :class:`ProviderResult`, in :meth:`ProviderResult.to_json` order
+_RESULT_FIELDS = (
+    "generated_text",
+    "error",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "line",
+    "offset",
+)
+
+
+class ProviderResult(NamedTuple):
+    """One line of a provider's result file, normalised by its adapter.
+
+    Attributes:
+        custom_id: the request's custom_id, or None only for a line so damaged that it
+            cannot be recovered (then ``line`` / ``offset`` say where it is).
+        generated_text: the answer's text, when the request succeeded.
+        error: why there is no usable answer, else None.
+        input_tokens / output_tokens: usage in tokens, when the provider reported it.
+        cache_read_input_tokens / cache_creation_input_tokens: Anthropic prompt caching,
+            tokens read from / written to the cache (not in ``input_tokens``), when
+            reported and non-zero.
+        line: the 1-based line number in the provider's file, for an unreadable line.
+        offset: the line's byte offset in the provider's file, for an unreadable line.
+    """
+
+    custom_id: Optional[str]
+    generated_text: Optional[str] = None
+    error: Optional[ResultError] = None
+    input_tokens: Optional[int] = None
+    output_tokens: Optional[int] = None
+    cache_read_input_tokens: Optional[int] = None
+    cache_creation_input_tokens: Optional[int] = None
+    line: Optional[int] = None
+    offset: Optional[int] = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The neutral dict: ``{"custom_id", "generated_text"?, "error"?: {...},
+        "input_tokens"?, "output_tokens"?, "cache_read_input_tokens"?,
+        "cache_creation_input_tokens"?, "line"?, "offset"?}``, the optional keys only
+        when set."""
+        out: dict[str, Any] = {"custom_id": self.custom_id}
+        for key in _RESULT_FIELDS:
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value.to_json() if key == "error" else value
+        return out
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> "ProviderResult":
+        """The record of a neutral result dict (:meth:`to_json`'s shape, as plugins'
+        normalisers and ``retrieve_results`` may return); other keys are ignored."""
+        error = value.get("error")
+        return cls(
+            value.get("custom_id"),
+            value.get("generated_text"),
+            ResultError.from_json(error) if isinstance(error, Mapping) else None,
+            *(value.get(key) for key in _RESULT_FIELDS[2:]),
+        )
+
+
+def provider_result(value: Union[ProviderResult, Mapping[str, Any]]) -> ProviderResult:
+    """An adapter's result as a :class:`ProviderResult`: a record as it is, a neutral
+    dict (a plugin's) through :meth:`ProviderResult.from_json`.
+
+    Raises:
+        TypeError: ``value`` is neither.
+    """
+    if isinstance(value, ProviderResult):
+        return value
+    if isinstance(value, Mapping):
+        return ProviderResult.from_json(value)
+    raise TypeError(f"a provider result is a ProviderResult or a dict, not {type(value).__name__}")
+
+
+# -- merge's source verification (mmirage_beam/transforms/merge.py) ---------------------
+# Spilled (pickled) into the range files, or (chunk lines) grouped by chunk key. Their
+# fields are plain str / int / bytes / None, so Beam's coders (the registered RowCoder
+# when a PCollection is typed with them, else its tuple encoding) are deterministic.
+
+
+class ExpectedRequest(NamedTuple):
+    """One request a receipt says was submitted (spilled as ``expected``).
+
+    Attributes:
+        chunk_key: ``<run_id>/<modality>/<chunk_id>`` of its receipt.
+        position: its 0-based position in the chunk's ``custom_id_to_source_index``.
+        source_index: the row it was built from.
+        chunk_hash: the receipt's ``request_hash`` (of the chunk's lines).
+        request_hash: the receipt's ``request_hashes[custom_id]``, None for a receipt
+            written before per-request hashes.
+    """
+
+    chunk_key: str
+    position: int
+    source_index: int
+    chunk_hash: str
+    request_hash: Optional[str]
+
+
+class RebuiltRequest(NamedTuple):
+    """A request rebuilt from the current source (spilled as ``rebuilt``).
+
+    Attributes:
+        custom_id: the request's custom_id.
+        source_index: the row it was built from.
+        output_name: the output it belongs to.
+        request_hash: ``run/receipts.request_line_hash`` of its line.
+    """
+
+    custom_id: str
+    source_index: int
+    output_name: str
+    request_hash: str
+
+
+class ChunkRequestLine(NamedTuple):
+    """One request of a chunk whose receipt has no per-request hashes: a GroupByKey
+    value keyed by the chunk key, from the receipt (``line`` None) or rebuilt.
+
+    Attributes:
+        position: as :class:`ExpectedRequest`.
+        source_index: the row.
+        chunk_hash: the receipt's ``request_hash``.
+        line: the rebuilt request line (bytes, as uploaded), None for a receipt entry.
+    """
+
+    position: int
+    source_index: int
+    chunk_hash: str
+    line: Optional[bytes]
+
+
+class ChangedRow(NamedTuple):
+    """A row whose source no longer builds what was submitted (spilled as ``changed``).
+
+    Attributes:
+        source_index: the row.
+        chunk_key: the chunk of the submitted request (as :class:`ExpectedRequest`).
+    """
+
+    source_index: int
+    chunk_key: str
+
+
+# Encoded field by field wherever a PCollection is typed with them (deterministic, so
+# they can be keys), instead of pickled.
+for _record in (
+    ResultError,
+    ProviderResult,
+    ExpectedRequest,
+    RebuiltRequest,
+    ChunkRequestLine,
+    ChangedRow,
+):
+    beam.coders.registry.register_coder(_record, beam.coders.RowCoder)

@@ -1,10 +1,16 @@
 """Provider results after normalisation: JSON parsing, schema validation, retryability.
 
-Adapters' ``retrieve_results`` yield neutral dicts::
+Adapters' normalisers and ``retrieve_results`` yield
+:class:`~mmirage_beam.records.ProviderResult` records (``custom_id``,
+``generated_text``, ``error``: a :class:`~mmirage_beam.records.ResultError`, usage in
+tokens, ``line`` / ``offset``); a plugin's may still yield the neutral dicts of
+:meth:`ProviderResult.to_json <mmirage_beam.records.ProviderResult.to_json>`::
 
     {"custom_id", "generated_text"?, "error"?: {"type", "message", "status_code",
      "raw_text"?}, "input_tokens"?, "output_tokens"?, "line"?, "offset"?}
 
+which :func:`~mmirage_beam.records.provider_result` turns into records where they
+enter shared code (here, for a normaliser's output, and in ``FetchResults``).
 ``custom_id`` is None only for a result line so damaged that its custom_id cannot be
 recovered (then ``line`` / ``offset`` say where it is in the provider's file).
 
@@ -19,9 +25,10 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 from mmirage_beam.jsonl import RawLine
+from mmirage_beam.records import ProviderResult, ResultError, provider_result
 
 _LOG = logging.getLogger(__name__)
 
@@ -78,16 +85,23 @@ RETRYABLE_ERROR_TYPES = frozenset(
 )
 
 
-def is_retryable(error: dict[str, Any]) -> bool:
+def is_retryable(error: Union[ResultError, Mapping[str, Any]]) -> bool:
     """Whether resubmitting the request could succeed.
+
+    Args:
+        error: a :class:`~mmirage_beam.records.ResultError`, or an error dict with
+            ``type`` and ``status_code``.
 
     True for expiry, cancellation, timeouts, rate limits (429), server errors (5xx) and
     OpenAI's ``token_limit_exceeded``; False for invalid requests and anything unknown.
     """
-    kind = str(error.get("type") or "").lower()
+    if isinstance(error, ResultError):
+        kind_value, status = error.type, error.status_code
+    else:
+        kind_value, status = error.get("type"), error.get("status_code")
+    kind = str(kind_value or "").lower()
     if kind in RETRYABLE_ERROR_TYPES:
         return True
-    status = error.get("status_code")
     try:
         code = int(status) if status is not None else None
     except (TypeError, ValueError):
@@ -224,23 +238,29 @@ def recover_custom_id(data: bytes, id_key: str = "custom_id") -> Optional[str]:
     return value if isinstance(value, str) and value else None
 
 
-def malformed_result(custom_id: Optional[str], message: str, line: RawLine) -> dict[str, Any]:
-    """The neutral result of a line that cannot be read: ``malformed_response``."""
-    return {
-        "custom_id": custom_id,
-        "error": {"type": MALFORMED_RESPONSE, "message": message, "status_code": None},
-        "line": line.number,
-        "offset": line.offset,
-    }
+def malformed_result(custom_id: Optional[str], message: str, line: RawLine) -> ProviderResult:
+    """The result of a line that cannot be read: ``malformed_response``, with the line's
+    number and byte offset."""
+    return ProviderResult(
+        custom_id,
+        error=ResultError(MALFORMED_RESPONSE, message),
+        line=line.number,
+        offset=line.offset,
+    )
+
+
+#: an adapter's line normaliser: parsed JSON line -> its result (a plugin's may be a dict)
+Normaliser = Callable[[Any], Union[ProviderResult, Mapping[str, Any]]]
 
 
 def results_from_lines(
     lines: Iterable[RawLine],
-    normalise: Callable[[Any], dict[str, Any]],
+    normalise: Normaliser,
     where: str,
     id_key: str = "custom_id",
-) -> Iterator[dict[str, Any]]:
-    """One neutral result per non-blank line of a provider result file, in file order.
+) -> Iterator[ProviderResult]:
+    """One :class:`~mmirage_beam.records.ProviderResult` per non-blank line of a provider
+    result file, in file order.
 
     Each line is decoded (UTF-8) and parsed (JSON) on its own, then given to
     ``normalise`` (the adapter's line normaliser, which raises :class:`MalformedResult`
@@ -251,7 +271,8 @@ def results_from_lines(
 
     Args:
         lines: the file's lines (:func:`mmirage_beam.jsonl.iter_raw_lines`).
-        normalise: parsed line -> neutral result dict.
+        normalise: parsed line -> ``ProviderResult`` (or a plugin's neutral dict,
+            converted with ``ProviderResult.from_json``).
         where: names the file in messages, e.g. ``"output file file-1 of batch_2"``.
         id_key: the provider's name of the request id in a line (``custom_id``; Gemini
             ``key``), to recover it from a damaged line.
@@ -264,11 +285,11 @@ def results_from_lines(
 
 def result_from_line(
     line: RawLine,
-    normalise: Callable[[Any], dict[str, Any]],
+    normalise: Normaliser,
     where: str,
     id_key: str = "custom_id",
-) -> dict[str, Any]:
-    """The neutral result of one line (see :func:`results_from_lines`)."""
+) -> ProviderResult:
+    """The result of one line (see :func:`results_from_lines`)."""
     at = f"line {line.number} (byte offset {line.offset}) of the {where}"
     try:
         text = line.data.decode("utf-8")
@@ -296,7 +317,7 @@ def result_from_line(
     cid = value.get(id_key) if isinstance(value, dict) else None
     cid = cid if isinstance(cid, str) and cid else None
     try:
-        result = normalise(value)
+        result = provider_result(normalise(value))
     except MalformedResult as exc:
         return malformed_result(exc.custom_id or cid, f"{at} has the wrong shape: {exc}", line)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
@@ -304,13 +325,15 @@ def result_from_line(
         # still one outcome for its request, never the end of the merge.
         _LOG.warning("%s: the result normaliser raised %r", at, exc)
         return malformed_result(cid, f"{at} has a shape the adapter cannot read: {exc!r}", line)
-    if not isinstance(result.get("custom_id"), str) or not result["custom_id"]:
+    if not isinstance(result.custom_id, str) or not result.custom_id:
         return malformed_result(None, f"{at} has the wrong shape: no custom_id", line)
-    error = result.get("error")
-    if error is not None and error.get("type") == MALFORMED_RESPONSE:
-        error["message"] = f"{at}: {error.get('message') or ''}".rstrip(": ")
-        result.setdefault("line", line.number)
-        result.setdefault("offset", line.offset)
+    error = result.error
+    if error is not None and error.type == MALFORMED_RESPONSE:
+        result = result._replace(
+            error=error._replace(message=f"{at}: {error.message or ''}".rstrip(": ")),
+            line=line.number if result.line is None else result.line,
+            offset=line.offset if result.offset is None else result.offset,
+        )
     return result
 
 
@@ -339,13 +362,8 @@ def check_answer(
         kind = "schema_mismatch"
     if why is None:
         return parsed, None
-    return None, {
-        "type": kind,
-        "message": why,
-        "status_code": None,
-        "retryable": False,
-        "raw_text": text,
-    }
+    # raw_text last and always present (None when there was no text at all)
+    return None, {**ResultError(kind, why).to_json(retryable=False), "raw_text": text}
 
 
 # Outcomes that a resubmission cannot fix: the request was never answered for a reason

@@ -60,7 +60,7 @@ def test_an_openai_error_keeps_its_code_and_param():
         },
         "error": None,
     }
-    err = normalise_result_line(json.loads(json.dumps(line)))["error"]
+    err = normalise_result_line(json.loads(json.dumps(line))).to_json()["error"]
     assert err["type"] == "invalid_request_error" and err["status_code"] == 400
     assert err["code"] == "invalid_value" and err["param"] == "temperature"
     limited = json.loads(json.dumps(line))
@@ -70,7 +70,7 @@ def test_an_openai_error_keeps_its_code_and_param():
         "param": None,
         "code": "rate_limit_exceeded",
     }
-    err = normalise_result_line(limited)["error"]
+    err = normalise_result_line(limited).to_json()["error"]
     assert err["type"] == "rate_limit_exceeded" and "code" not in err and "param" not in err
 
 
@@ -196,7 +196,7 @@ def test_anthropic_cache_tokens_are_kept_in_rows_and_priced():
         },
     }
     r = normalise_result(line)
-    assert r["cache_read_input_tokens"] == 900 and r["cache_creation_input_tokens"] == 40
+    assert r.cache_read_input_tokens == 900 and r.cache_creation_input_tokens == 40
 
     config = config_from_dict(base_config(Path("/tmp"), "anthropic"))
     cache = {"cache_read_input_tokens": 900, "cache_creation_input_tokens": 40}

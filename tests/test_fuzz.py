@@ -1246,7 +1246,7 @@ def _mutated(draw: st.DrawFn, lines: st.SearchStrategy[dict[str, Any]]) -> Any:
     return line
 
 
-def _parsers() -> dict[str, Callable[[Any], dict[str, Any]]]:
+def _parsers() -> dict[str, Callable[[Any], Any]]:
     from mmirage_beam.providers.anthropic.adapter import normalise_result
     from mmirage_beam.providers.openai.adapter import normalise_result_line
 
@@ -1264,9 +1264,12 @@ def _check_outcome(result: Any, line: Any) -> None:
     """A typed outcome: exactly one of a non-empty ``generated_text`` and an ``error``
     {type: non-empty str, message: str, status_code: int | None}, token counts ints >= 0,
     and the custom_id the line's own (or None)."""
+    from mmirage_beam.records import ProviderResult
     from mmirage_beam.results import MALFORMED_RESPONSE, is_retryable
 
-    assert isinstance(result, dict), result
+    assert isinstance(result, ProviderResult), result
+    assert ProviderResult.from_json(result.to_json()) == result, result
+    result = result.to_json()
     cid = result.get("custom_id")
     assert cid is None or (isinstance(cid, str) and cid), result
     if isinstance(line, dict) and isinstance(line.get("custom_id"), str) and cid is not None:
@@ -1340,8 +1343,8 @@ def test_fuzz_result_lines_always_a_typed_outcome(which, data, ensure_ascii, dam
         owner = line.get("custom_id") if isinstance(line, dict) else None
     else:
         return  # random bytes, or bytes spliced anywhere (into the id, too)
-    if result.get("custom_id") is not None:
-        assert result["custom_id"] == owner, (result, line)
+    if result.custom_id is not None:
+        assert result.custom_id == owner, (result, line)
 
 
 @fuzz_settings(FUZZ_EXAMPLES["result_files"])
@@ -1477,7 +1480,7 @@ def test_regression_result_lines_are_typed_outcomes(name):
     data = (line if isinstance(line, str) else json.dumps(line)).encode("utf-8")
     result = result_from_line(_raw(data), normalise, "results file")
     _check_outcome(result, None)
-    assert result["custom_id"] == "c1", result
+    assert result.custom_id == "c1", result
 
 
 def test_regression_a_normaliser_that_raises_is_one_malformed_outcome():
@@ -1490,5 +1493,5 @@ def test_regression_a_normaliser_that_raises_is_one_malformed_outcome():
 
     result = result_from_line(_raw(b'{"custom_id": "c1", "text": 5}'), normalise, "file f")
     _check_outcome(result, None)
-    assert result["custom_id"] == "c1" and result["error"]["type"] == MALFORMED_RESPONSE
-    assert "AttributeError" in result["error"]["message"] and result["line"] == 3
+    assert result.custom_id == "c1" and result.error.type == MALFORMED_RESPONSE
+    assert "AttributeError" in result.error.message and result.line == 3

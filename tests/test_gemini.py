@@ -140,7 +140,9 @@ def _response(text=None, finish="STOP", **extra):
     ],
 )
 def test_finish_reasons_are_typed_outcomes_with_tokens(finish, kind):
-    got = normalise_result_line({"key": "k", "response": _response("half an ans", finish)})
+    got = normalise_result_line(
+        {"key": "k", "response": _response("half an ans", finish)}
+    ).to_json()
     assert got["error"]["type"] == kind and finish in got["error"]["message"]
     assert got["error"]["raw_text"] == "half an ans"
     assert (got["input_tokens"], got["output_tokens"]) == (7, 3)
@@ -149,7 +151,7 @@ def test_finish_reasons_are_typed_outcomes_with_tokens(finish, kind):
 
 
 def test_result_lines_text_errors_and_wrong_shapes():
-    ok = normalise_result_line({"key": "k", "response": _response("four")})
+    ok = normalise_result_line({"key": "k", "response": _response("four")}).to_json()
     assert ok == {"custom_id": "k", "generated_text": "four", "input_tokens": 7, "output_tokens": 3}
     # snake_case (the SDK's own dumps) reads the same; thought parts are not the answer
     snake = {
@@ -161,18 +163,20 @@ def test_result_lines_text_errors_and_wrong_shapes():
         ],
         "usage_metadata": {"prompt_token_count": 1, "candidates_token_count": 1},
     }
-    assert normalise_result_line({"key": "k", "response": snake})["generated_text"] == "four"
-    empty = normalise_result_line({"key": "k", "response": _response("")})
+    assert normalise_result_line({"key": "k", "response": snake}).generated_text == "four"
+    empty = normalise_result_line({"key": "k", "response": _response("")}).to_json()
     assert empty["error"]["type"] == "empty"
     blocked = normalise_result_line(
         {"key": "k", "response": {"promptFeedback": {"blockReason": "SAFETY"}}}
-    )
+    ).to_json()
     assert blocked["error"]["type"] == "content_filter" and "SAFETY" in blocked["error"]["message"]
     err = normalise_result_line(
         {"key": "k", "error": {"code": 500, "message": "boom", "status": "INTERNAL"}}
-    )
+    ).to_json()
     assert err["error"] == {"type": "server_error", "message": "INTERNAL: boom", "status_code": 500}
-    rpc = normalise_result_line({"key": "k", "error": {"code": 8, "message": "slow down"}})
+    rpc = normalise_result_line(
+        {"key": "k", "error": {"code": 8, "message": "slow down"}}
+    ).to_json()
     assert rpc["error"]["type"] == "rate_limit_exceeded"
     for bad in ([], {"response": {}}, {"key": "k"}, {"key": "k", "response": {"candidates": 1}}):
         with pytest.raises(MalformedResult):
@@ -201,9 +205,9 @@ def test_a_create_stored_but_answered_500_is_adopted_not_sent_twice(fake_provide
     assert adapter.find_batch("r1", "c2") is None
     status = adapter.check_batch_status(raw["name"], config)
     assert status.status == "completed"
-    results = {r["custom_id"]: r for r in adapter.retrieve_results(raw["name"], config)}
+    results = {r.custom_id: r for r in adapter.retrieve_results(raw["name"], config)}
     assert sorted(results) == ["a-text-0", "a-text-1"]
-    assert all(r["generated_text"].startswith("FAKE:") for r in results.values())
+    assert all(r.generated_text.startswith("FAKE:") for r in results.values())
     adapter.teardown()
 
 
@@ -231,7 +235,7 @@ def test_images_are_inline_data_and_urls_are_refused(fake_provider):
     assert part["mime_type"] == "image/png" and part["data"] == image["data"]
     raw = adapter.submit_chunk_lines("c1", [adapter.serialize_request(line)], config)
     (result,) = adapter.retrieve_results(raw["name"], config)
-    assert result["input_tokens"] == 2 + 10  # the fake: words + 10 per image
+    assert result.input_tokens == 2 + 10  # the fake: words + 10 per image
     url = {**image, "data": None, "url": "https://example.com/a.png"}
     with pytest.raises(RequestBuildError, match="inline data only"):
         adapter.build_request("d-multimodal-1", {**payload, "images": [url]}, config)

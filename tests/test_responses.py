@@ -286,7 +286,8 @@ def _text(text):
     ids=["text", "refusal", "truncated", "content_filter", "empty", "malformed", "failed"],
 )
 def test_normalise_responses_body(body, expected):
-    assert normalise_responses_body(body) == expected
+    # the body's fields, without a custom_id (the caller adds it)
+    assert normalise_responses_body(body).to_json() == {"custom_id": None, **expected}
 
 
 def test_responses_bodies_are_dispatched_from_result_lines():
@@ -296,7 +297,7 @@ def test_responses_bodies_are_dispatched_from_result_lines():
         "response": {"status_code": 200, "request_id": "r", "body": _message(_text("ok"))},
         "error": None,
     }
-    assert normalise_result_line(line) == {
+    assert normalise_result_line(line).to_json() == {
         "custom_id": "answer-text-0",
         "generated_text": "ok",
         "input_tokens": 12,

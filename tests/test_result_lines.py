@@ -48,7 +48,7 @@ def _msg(text, stop="end_turn"):
 
 
 def test_openai_success_and_typed_outcomes():
-    ok = normalise_result_line(_chat("42"))
+    ok = normalise_result_line(_chat("42")).to_json()
     assert ok == {"custom_id": "c1", "generated_text": "42", "input_tokens": 11, "output_tokens": 7}
     cases = {
         "refusal": _chat(None, refusal="I can't help with that."),
@@ -57,12 +57,18 @@ def test_openai_success_and_typed_outcomes():
         "empty": _chat(""),
     }
     for kind, line in cases.items():
-        r = normalise_result_line(line)
+        r = normalise_result_line(line).to_json()
         assert r["error"]["type"] == kind, (kind, r)
         assert r["input_tokens"] == 11 and r["output_tokens"] == 7  # still billed
         assert "generated_text" not in r
-    assert normalise_result_line(cases["refusal"])["error"]["raw_text"] == "I can't help with that."
-    assert normalise_result_line(cases["truncated"])["error"]["raw_text"] == '{"numbers": [1, 2'
+    assert (
+        normalise_result_line(cases["refusal"]).to_json()["error"]["raw_text"]
+        == "I can't help with that."
+    )
+    assert (
+        normalise_result_line(cases["truncated"]).to_json()["error"]["raw_text"]
+        == '{"numbers": [1, 2'
+    )
 
 
 def test_openai_200_without_a_real_answer_is_malformed():
@@ -76,14 +82,14 @@ def test_openai_200_without_a_real_answer_is_malformed():
         {"custom_id": "c1", "response": {"status_code": 200, "body": None}},
         {"custom_id": "c1", "response": {"status_code": 200, "body": {"choices": []}}},
     ):
-        r = normalise_result_line(line)
+        r = normalise_result_line(line).to_json()
         assert r["error"]["type"] == "malformed_response", line
         assert is_retryable(r["error"])
-    assert "boom" in normalise_result_line(error_body)["error"]["message"]
+    assert "boom" in normalise_result_line(error_body).to_json()["error"]["message"]
 
 
 def test_anthropic_typed_outcomes():
-    assert normalise_result(_msg("hi")) == {
+    assert normalise_result(_msg("hi")).to_json() == {
         "custom_id": "c1",
         "generated_text": "hi",
         "input_tokens": 5,
@@ -94,10 +100,10 @@ def test_anthropic_typed_outcomes():
         "truncated": _msg('{"a": ', stop="max_tokens"),
         "empty": _msg(None),
     }.items():
-        r = normalise_result(line)
+        r = normalise_result(line).to_json()
         assert r["error"]["type"] == kind and r["input_tokens"] == 5
     no_message = {"custom_id": "c1", "result": {"type": "succeeded"}}
-    assert normalise_result(no_message)["error"]["type"] == "malformed_response"
+    assert normalise_result(no_message).to_json()["error"]["type"] == "malformed_response"
 
 
 def test_retryability_per_type():
@@ -133,7 +139,8 @@ def test_each_line_on_its_own():
             other,
         ]
     )
-    out = list(results_from_lines(iter_raw_lines([data]), normalise_result_line, "output file f"))
+    results = results_from_lines(iter_raw_lines([data]), normalise_result_line, "output file f")
+    out = [r.to_json() for r in results]
     assert [r["custom_id"] for r in out] == ["c1", "c2", "c3", None, "c4", None, "c9"]
     assert out[0]["generated_text"] == "fine" and out[-1]["generated_text"] == "also fine"
     for r in out[1:6]:

@@ -41,6 +41,7 @@ from typing import (
     Optional,
     Sequence,
     TypeVar,
+    Union,
 )
 
 from mmirage_beam.errors import CredentialsError
@@ -48,6 +49,7 @@ from mmirage_beam.jsonl import RawLine
 from mmirage_beam.providers import retrying
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.tokens import TokenCount
+from mmirage_beam.records import ProviderResult
 from mmirage_beam.registry import ProviderRegistry
 
 __all__ = [
@@ -708,10 +710,12 @@ class BatchSubmissionAdapter(abc.ABC):
     @abc.abstractmethod
     def retrieve_results(
         self, provider_batch_id: str, config: BatchProviderConfig
-    ) -> Iterable[Dict[str, Any]]:
-        """Download results, one dict per result line: ``custom_id`` and
-        ``generated_text`` or ``error``, plus ``input_tokens`` / ``output_tokens`` when
-        reported (:mod:`mmirage_beam.results`). Prefer a generator that streams the
+    ) -> Iterable[Union[ProviderResult, Dict[str, Any]]]:
+        """Download results, one :class:`~mmirage_beam.records.ProviderResult` per result
+        line: ``custom_id`` and ``generated_text`` or ``error``, plus ``input_tokens`` /
+        ``output_tokens`` when reported (:mod:`mmirage_beam.results`). A plugin may
+        yield the neutral dicts of ``ProviderResult.to_json`` instead: ``FetchResults``
+        converts them with ``ProviderResult.from_json``. Prefer a generator that streams the
         provider's file (:meth:`stream_lines_with_retries` +
         :func:`mmirage_beam.results.results_from_lines`): it is consumed once, by one
         DoFn call per batch, and need not fit in memory."""

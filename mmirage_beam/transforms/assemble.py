@@ -200,12 +200,9 @@ class _AssembleFn(beam.DoFn):
                 )
             except Exception as exc:  # a template the values do not fit: mark, never crash
                 Metrics.counter(METRICS_NAMESPACE, "render_failures").inc()
-                errors["output_schema"] = {
-                    "type": "render_failed",
-                    "message": f"output_schema could not be rendered: {exc}",
-                    "status_code": None,
-                    "retryable": False,
-                }
+                errors["output_schema"] = error_record(
+                    "render_failed", f"output_schema could not be rendered: {exc}"
+                )
         if out is None:
             out = self._null_shape(values, source_index)
         if reported:

@@ -8,7 +8,8 @@ the outcome of a request the run stopped before submitting. Every outcome's erro
 built by :func:`error_record`.
 
 Provider specifics stay in the adapters (``retrieve_results``); results arrive here as
-the neutral dicts described in :mod:`mmirage_beam.results`.
+:class:`~mmirage_beam.records.ProviderResult` records (a plugin's neutral dicts are
+converted here, the one boundary, with ``ProviderResult.from_json``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from apache_beam.metrics import Metrics
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.providers.base import ENDED_STATUSES, resolve_credentials
 from mmirage_beam.providers.config import BatchProviderConfig
+from mmirage_beam.records import ProviderResult, ResultError, provider_result
 from mmirage_beam.results import is_retryable
 from mmirage_beam.run.selection import BatchToFetch  # built by run selection
 
@@ -29,6 +31,7 @@ __all__ = [
     "UNKNOWN_TAG",
     "OutputResult",
     "error_record",
+    "outcome_error",
     "FetchResults",
     "FetchResultsResult",
     "NEVER_SUBMITTED",
@@ -88,16 +91,20 @@ class OutputResult(NamedTuple):
 
 
 def error_record(
-    kind: str, message: str, status_code: Any = None, raw_text: Optional[str] = None
+    kind: str, message: str, status_code: Optional[int] = None, raw_text: Optional[str] = None
 ) -> dict[str, Any]:
     """The error of one outcome: ``{"type", "message", "status_code", "retryable"}``
     (retryability from :func:`mmirage_beam.results.is_retryable`), plus ``raw_text``
     (the provider's own text: a refusal, a cut answer) when given."""
-    err: dict[str, Any] = {"type": kind, "message": message, "status_code": status_code}
-    err["retryable"] = is_retryable(err)
-    if raw_text is not None:
-        err["raw_text"] = raw_text  # the provider's own text (refusal, cut answer)
-    return err
+    return outcome_error(ResultError(kind, message, status_code, raw_text))
+
+
+def outcome_error(error: ResultError) -> dict[str, Any]:
+    """``error`` as the error of one outcome (merged rows' ``mmirage_errors``):
+    :meth:`ResultError.to_json <mmirage_beam.records.ResultError.to_json>` with
+    ``retryable`` (:func:`mmirage_beam.results.is_retryable`); the provider's ``code``
+    and ``param``, when set, stay beside its message."""
+    return error.to_json(retryable=is_retryable(error))
 
 
 class _FetchResultsFn(beam.DoFn):
@@ -127,14 +134,15 @@ class _FetchResultsFn(beam.DoFn):
         for new_cid, old_cid in batch.reuse_map().items():
             if new_cid in mapping:
                 reused_as.setdefault(old_cid, []).append(new_cid)
-        results: Iterable[dict[str, Any]] = ()
+        results: Iterable[Any] = ()
         if batch.status in ENDED_STATUSES:
             adapter, config = self._adapters[batch.provider]
             results = adapter.retrieve_results(batch.provider_batch_id, config)
             self._fetched.inc()
         seen: set[str] = set()
-        for r in results:  # streamed: one result line at a time
-            cid = r.get("custom_id")
+        for item in results:  # streamed: one result line at a time
+            r = provider_result(item)  # a plugin's adapter may yield neutral dicts
+            cid = r.custom_id
             if batch.reused_from:
                 for new_cid in reused_as.get(cid, ()):
                     if new_cid not in seen:
@@ -150,9 +158,9 @@ class _FetchResultsFn(beam.DoFn):
                 }
                 if cid is None:  # a damaged line whose custom_id cannot be recovered
                     self._malformed_unknown.inc()
-                    err = r.get("error") or {}
-                    unknown["error_type"] = err.get("type") or "malformed_response"
-                    unknown["message"] = err.get("message") or ""
+                    err = r.error or ResultError("", "")
+                    unknown["error_type"] = err.type or "malformed_response"
+                    unknown["message"] = err.message or ""
                 yield pvalue.TaggedOutput(UNKNOWN_TAG, unknown)
                 continue
             if cid in seen:
@@ -199,31 +207,29 @@ class _FetchResultsFn(beam.DoFn):
         batch: BatchToFetch,
         mapping: dict,
         cid: str,
-        r: dict[str, Any],
+        r: ProviderResult,
         reused_custom_id: Optional[str] = None,
     ) -> OutputResult:
         """The :class:`OutputResult` of result line ``r`` for this run's ``cid``."""
-        error = r.get("error")
-        if error is not None:
-            detail = {k: error[k] for k in ("code", "param") if error.get(k) is not None}
-            error = error_record(
-                error.get("type") or "unknown_error",
-                error.get("message") or "",
-                error.get("status_code"),
-                error.get("raw_text"),
+        error = None
+        if r.error is not None:
+            # the provider's code and param (when given) stay beside its message
+            error = outcome_error(
+                r.error._replace(
+                    type=r.error.type or "unknown_error", message=r.error.message or ""
+                )
             )
-            error.update(detail)  # the provider's code and param, beside its message
         return OutputResult(
             int(mapping[cid]),
             batch.output_name,
             cid,
-            r.get("generated_text") if error is None else None,
+            r.generated_text if error is None else None,
             error,
-            r.get("input_tokens"),
-            r.get("output_tokens"),
+            r.input_tokens,
+            r.output_tokens,
             batch.run_id,
             batch.run_rank,
-            {k: r[k] for k in CACHE_TOKEN_FIELDS if r.get(k)} or None,
+            {k: getattr(r, k) for k in CACHE_TOKEN_FIELDS if getattr(r, k)} or None,
             provider=batch.provider,
             provider_batch_id=batch.provider_batch_id,
             reused_from=batch.reused_from,

@@ -32,6 +32,7 @@ from mmirage_beam.jsonl import json_line
 from mmirage_beam.memory import release_free_memory
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.progress import add
+from mmirage_beam.records import ChangedRow, ChunkRequestLine, ExpectedRequest, RebuiltRequest
 from mmirage_beam.run.receipts import request_hash, request_line_hash
 from mmirage_beam.transforms.assemble import ANSWERS_TAG, ERRORS_TAG, MergedRow, _AssembleFn
 from mmirage_beam.transforms.fetch import (
@@ -87,28 +88,34 @@ __all__ = [
     "read_spilled",
     "SpillByRange",
     "JoinPartitions",
+    "ExpectedRequest",
+    "RebuiltRequest",
+    "ChunkRequestLine",
+    "ChangedRow",
 ]
 
 
 # -- source verification -----------------------------------------------------------------
+# The verification records (ExpectedRequest, RebuiltRequest, ChunkRequestLine, ChangedRow)
+# cross stages: spilled into the range files, or (chunk lines) grouped by chunk key.
 
 
-def _expected_entries(receipt: dict[str, Any]) -> Iterator[tuple[str, tuple]]:
+def _expected_entries(receipt: dict[str, Any]) -> Iterator[tuple[str, ExpectedRequest]]:
     key = f"{receipt['run_id']}/{receipt.get('modality', '')}/{receipt['chunk_id']}"
     hashes = receipt.get("request_hashes") or {}
     for pos, (cid, idx) in enumerate(receipt["custom_id_to_source_index"].items()):
-        yield cid, (key, pos, int(idx), receipt["request_hash"], hashes.get(cid))
+        yield cid, ExpectedRequest(key, pos, int(idx), receipt["request_hash"], hashes.get(cid))
 
 
-def _check_chunk(element: tuple[str, Iterable[tuple]]) -> Iterator[tuple[int, str]]:
+def _check_chunk(element: tuple[str, Iterable[ChunkRequestLine]]) -> Iterator[ChangedRow]:
     key, entries = element
-    ordered = sorted(entries, key=lambda e: e[0])
-    lines = [e[3] for e in ordered]
-    expected = ordered[0][2]
+    ordered = sorted(entries, key=lambda e: e.position)
+    lines = [e.line for e in ordered]
+    expected = ordered[0].chunk_hash
     if any(line is None for line in lines) or request_hash(lines) != expected:
         Metrics.counter(METRICS_NAMESPACE, "chunks_source_changed").inc()
-        for _pos, idx, _exp, _line in ordered:
-            yield idx, key
+        for e in ordered:
+            yield ChangedRow(e.source_index, key)
 
 
 def _results_record(r: OutputResult) -> tuple[int, OutputResult]:
@@ -120,35 +127,36 @@ def _rows_record(r: Any) -> tuple[int, Any]:
 
 
 class _RebuiltHashFn(beam.DoFn):
-    """Rebuilt request -> ``(custom_id, source_index, output_name, request_line_hash)``;
-    a request of a chunk whose receipt has no ``request_hashes`` also goes, with its
-    line, to ``by_chunk`` for the chunk-level check."""
+    """Rebuilt request -> :class:`RebuiltRequest`; a request of a chunk whose receipt has
+    no ``request_hashes`` also goes, with its line, to ``by_chunk`` as ``(chunk key,
+    ChunkRequestLine)`` for the chunk-level check."""
 
-    def __init__(self, old_entries: dict[str, list[tuple]]) -> None:
+    def __init__(self, old_entries: dict[str, list[ExpectedRequest]]) -> None:
         self._old = old_entries
 
     def process(self, r: Any) -> Iterator[Any]:
-        yield (r.custom_id, r.source_index, r.output_name, request_line_hash(r.line))
-        for key, pos, idx, chunk_hash, _own in self._old.get(r.custom_id, ()):
-            yield pvalue.TaggedOutput("by_chunk", (key, (pos, idx, chunk_hash, r.line)))
+        yield RebuiltRequest(r.custom_id, r.source_index, r.output_name, request_line_hash(r.line))
+        for e in self._old.get(r.custom_id, ()):
+            line = ChunkRequestLine(e.position, e.source_index, e.chunk_hash, r.line)
+            yield pvalue.TaggedOutput("by_chunk", (e.chunk_key, line))
 
 
-def _old_chunk_entries(receipt: dict[str, Any]) -> Iterator[tuple[str, tuple]]:
-    """A receipt without per-request hashes -> ``(chunk key, (pos, source_index, chunk
-    hash, None))`` per request: the chunk's expected requests, rebuilt or not."""
-    for _cid, (key, pos, idx, chunk_hash, own) in _expected_entries(receipt):
-        if own is None:
-            yield key, (pos, idx, chunk_hash, None)
+def _old_chunk_entries(receipt: dict[str, Any]) -> Iterator[tuple[str, ChunkRequestLine]]:
+    """A receipt without per-request hashes -> ``(chunk key, ChunkRequestLine)`` (line
+    None) per request: the chunk's expected requests, rebuilt or not."""
+    for _cid, e in _expected_entries(receipt):
+        if e.request_hash is None:
+            yield e.chunk_key, ChunkRequestLine(e.position, e.source_index, e.chunk_hash, None)
 
 
-def _check_old_chunk(element: tuple[str, Iterable[tuple]]) -> Iterator[tuple[int, str]]:
+def _check_old_chunk(element: tuple[str, Iterable[ChunkRequestLine]]) -> Iterator[ChangedRow]:
     """A chunk of a receipt without per-request hashes: its receipt's entries (line None)
     and its rebuilt requests (with their line) -> every row, when the chunk changed."""
     key, entries = element
-    by_pos: dict[int, tuple] = {}
+    by_pos: dict[int, ChunkRequestLine] = {}
     for e in entries:
-        if e[0] not in by_pos or e[3] is not None:
-            by_pos[e[0]] = e
+        if e.position not in by_pos or e.line is not None:
+            by_pos[e.position] = e
     yield from _check_chunk((key, list(by_pos.values())))
 
 
@@ -184,12 +192,12 @@ class _JoinPartitionFn(beam.DoFn):
 
     def _verify(self, files: dict[str, list[str]]) -> Iterator[Any]:
         """Per-request check: (source_index, key) changed, and never-submitted results."""
-        expected: dict[str, list[tuple]] = {}
+        expected: dict[str, list[ExpectedRequest]] = {}
         for path in files.get(EXPECTED_KIND, ()):
             for cid, entry in read_spilled(path):
                 expected.setdefault(cid, []).append(entry)
         for path in files.get(REBUILT_KIND, ()):
-            for cid, idx, output_name, now in read_spilled(path):
+            for cid, idx, output_name, now in read_spilled(path):  # RebuiltRequest
                 entries = expected.pop(cid, None)
                 if entries is None:
                     if self._unsubmitted_run is not None:
@@ -205,12 +213,11 @@ class _JoinPartitionFn(beam.DoFn):
         for entries in expected.values():  # a receipted request the source no longer builds
             yield from self._compare(entries, None)
 
-    def _compare(self, entries: list[tuple], now: Optional[str]) -> Iterator[Any]:
-        hashed = [e for e in entries if e[4] is not None]
-        if hashed and not any(e[4] == now for e in hashed):
+    def _compare(self, entries: list[ExpectedRequest], now: Optional[str]) -> Iterator[Any]:
+        hashed = [e for e in entries if e.request_hash is not None]
+        if hashed and not any(e.request_hash == now for e in hashed):
             Metrics.counter(METRICS_NAMESPACE, "requests_source_changed").inc()
-            key, _pos, idx, _chunk_hash, _own = hashed[-1]
-            yield CHANGED_KIND, (idx, key)
+            yield CHANGED_KIND, ChangedRow(hashed[-1].source_index, hashed[-1].chunk_key)
 
     def process(self, element: tuple[int, dict[str, list[str]]]) -> Iterator[tuple]:
         part, files = element
@@ -226,7 +233,7 @@ class _JoinPartitionFn(beam.DoFn):
             if kind == RESULTS_KIND:
                 slot(record.source_index)["results"].append(record)
             else:
-                slot(record[0])["changed"].append(record[1])
+                slot(record.source_index)["changed"].append(record.chunk_key)
         for path in files.get(RESULTS_KIND, ()):
             for r in read_spilled(path):
                 slot(r.source_index)["results"].append(r)

@@ -51,6 +51,7 @@ from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
+from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import (
     EMPTY,
     MALFORMED_RESPONSE,
@@ -373,7 +374,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         batch = self.check_batch_status(provider_batch_id, None)  # type: ignore[arg-type]
         if (batch.raw_response or {}).get("processing_status") != "ended":
             return None
-        return {r["custom_id"] for r in self.retrieve_results(provider_batch_id, None)}  # type: ignore[arg-type]
+        return {r.custom_id for r in self.retrieve_results(provider_batch_id, None)}  # type: ignore[arg-type]
 
     def parse_submission_result(self, raw_result: Dict[str, Any]) -> _Result:
         status = raw_result.get("processing_status")
@@ -426,7 +427,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
 
     def retrieve_results(
         self, provider_batch_id: str, config: BatchProviderConfig
-    ) -> Iterator[Dict[str, Any]]:
+    ) -> Iterator[ProviderResult]:
         """Stream the batch's results file; ``succeeded``, ``errored``, ``canceled``,
         ``expired``, one neutral dict per line (:mod:`mmirage_beam.results`).
 
@@ -459,13 +460,14 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
 _CUT_STOP_REASONS = ("max_tokens", "model_context_window_exceeded")
 
 
-def normalise_result(item: Any) -> Dict[str, Any]:
-    """One Anthropic result line (parsed JSON) -> the neutral result dict.
+def normalise_result(item: Any) -> ProviderResult:
+    """One Anthropic result line (parsed JSON) -> its :class:`ProviderResult`.
 
     Success needs ``result.type == "succeeded"`` with a ``message`` object; its
     ``stop_reason`` ``refusal`` -> ``refusal``, ``max_tokens`` (or
     ``model_context_window_exceeded``) -> ``truncated``, and no text -> ``empty``, with
-    the text kept as ``raw_text`` and usage reported.
+    the text kept as ``raw_text`` and usage reported (``cache_read_input_tokens`` /
+    ``cache_creation_input_tokens`` too, when non-zero).
 
     Raises:
         mmirage_beam.results.MalformedResult: the line is JSON of the wrong shape.
@@ -475,7 +477,6 @@ def normalise_result(item: Any) -> Dict[str, Any]:
     cid = item.get("custom_id")
     if not isinstance(cid, str) or not cid:
         raise MalformedResult("no custom_id")
-    result: Dict[str, Any] = {"custom_id": cid}
     res = item.get("result")
     if not isinstance(res, dict):
         raise MalformedResult("'result' is not an object", cid)
@@ -483,69 +484,57 @@ def normalise_result(item: Any) -> Dict[str, Any]:
     if kind == "succeeded":
         message = res.get("message")
         if not isinstance(message, dict) or not isinstance(message.get("content"), list):
-            result["error"] = {
-                "type": MALFORMED_RESPONSE,
-                "message": "succeeded without a message (no message.content list)",
-                "status_code": None,
-            }
-            return result
+            return ProviderResult(
+                cid,
+                error=ResultError(
+                    MALFORMED_RESPONSE, "succeeded without a message (no message.content list)"
+                ),
+            )
+        tokens: Dict[str, int] = {}
         usage = message.get("usage")
         if isinstance(usage, dict) and "input_tokens" in usage:
-            result["input_tokens"] = token_count(usage["input_tokens"]) or 0
-            result["output_tokens"] = token_count(usage.get("output_tokens")) or 0
+            tokens["input_tokens"] = token_count(usage["input_tokens"]) or 0
+            tokens["output_tokens"] = token_count(usage.get("output_tokens")) or 0
             # prompt caching: tokens read from / written to the cache, not in input_tokens
             # (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching)
             for key in ("cache_read_input_tokens", "cache_creation_input_tokens"):
                 if token_count(usage.get(key)):
-                    result[key] = token_count(usage[key])
+                    tokens[key] = token_count(usage[key])
         blocks = [b for b in message["content"] if isinstance(b, dict) and b.get("type") == "text"]
         if any(not isinstance(b.get("text"), (str, type(None))) for b in blocks):
-            result["error"] = {
-                "type": MALFORMED_RESPONSE,
-                "message": "succeeded with a text block whose text is not a string",
-                "status_code": None,
-            }
-            return result
+            error = ResultError(
+                MALFORMED_RESPONSE, "succeeded with a text block whose text is not a string"
+            )
+            return ProviderResult(cid, error=error, **tokens)
         text = "".join(b.get("text") or "" for b in blocks)
         stop = message.get("stop_reason")
         if stop == "refusal":
-            result["error"] = _answer_error(
-                REFUSAL, "the model refused (stop_reason: refusal)", text
+            error = ResultError(
+                REFUSAL, "the model refused (stop_reason: refusal)", None, text or None
             )
         elif stop in _CUT_STOP_REASONS:
-            result["error"] = _answer_error(
-                TRUNCATED, f"the answer was cut (stop_reason: {stop})", text
+            error = ResultError(
+                TRUNCATED, f"the answer was cut (stop_reason: {stop})", None, text or None
             )
         elif not text:
-            result["error"] = _answer_error(
-                EMPTY, f"the answer is empty (stop_reason: {stop})", text
-            )
+            error = ResultError(EMPTY, f"the answer is empty (stop_reason: {stop})")
         else:
-            result["generated_text"] = text
-    elif kind == "errored":
+            return ProviderResult(cid, generated_text=text, **tokens)
+        return ProviderResult(cid, error=error, **tokens)
+    if kind == "errored":
         outer = res.get("error") if isinstance(res.get("error"), dict) else {}
         err = outer.get("error") if isinstance(outer.get("error"), dict) else outer
-        result["error"] = {
-            "type": kind_text(err.get("type")) or "api_error",
-            "message": message_text(err.get("message")),
-            "status_code": None,
-        }
-    elif kind in ("canceled", "expired"):
+        error = ResultError(
+            kind_text(err.get("type")) or "api_error", message_text(err.get("message"))
+        )
+        return ProviderResult(cid, error=error)
+    if kind in ("canceled", "expired"):
         why = {
             "canceled": "the batch was canceled before this request ran",
             "expired": "the batch expired (24 h) before this request ran",
         }[kind]
-        result["error"] = {"type": kind, "message": why, "status_code": None}
-    else:
-        raise MalformedResult(f"unknown result type {kind!r}", cid)
-    return result
-
-
-def _answer_error(kind: str, message: str, raw_text: Optional[str]) -> Dict[str, Any]:
-    err: Dict[str, Any] = {"type": kind, "message": message, "status_code": None}
-    if raw_text:
-        err["raw_text"] = raw_text
-    return err
+        return ProviderResult(cid, error=ResultError(kind, why))
+    raise MalformedResult(f"unknown result type {kind!r}", cid)
 
 
 def _prompt_text(messages: Sequence[Dict[str, Any]]) -> str:

@@ -50,6 +50,7 @@ from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.gemini.config import MAX_INLINE_BYTES
 from mmirage_beam.providers.gemini.tokens import GeminiExactCounter, count_gemini_request
 from mmirage_beam.providers.tokens import TokenCount
+from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import (
     CONTENT_FILTER,
     EMPTY,
@@ -414,7 +415,7 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
     # -- results --------------------------------------------------------------------------
     def retrieve_results(
         self, provider_batch_id: str, config: BatchProviderConfig
-    ) -> Iterator[Dict[str, Any]]:
+    ) -> Iterator[ProviderResult]:
         """Stream the job's responses file (``dest.file_name``; absent for a job that
         ended without results), one neutral dict per line (:mod:`mmirage_beam.results`).
 
@@ -481,8 +482,8 @@ def _get(mapping: Mapping[str, Any], snake: str) -> Any:
     return mapping.get(head + "".join(w.title() for w in rest))
 
 
-def normalise_result_line(line: Any) -> Dict[str, Any]:
-    """One responses-file line (parsed JSON) -> the neutral result dict.
+def normalise_result_line(line: Any) -> ProviderResult:
+    """One responses-file line (parsed JSON) -> its :class:`ProviderResult`.
 
     ``{"key", "response"}``: the text of ``candidates[0].content.parts`` (thought parts
     left out), or a typed error: a prompt blocked by ``prompt_feedback.block_reason`` or a
@@ -499,7 +500,6 @@ def normalise_result_line(line: Any) -> Dict[str, Any]:
     cid = line.get("key")
     if not isinstance(cid, str) or not cid:
         raise MalformedResult("no key")
-    result: Dict[str, Any] = {"custom_id": cid}
     response, error = line.get("response"), line.get("error")
     if isinstance(error, dict):
         code = error.get("code")
@@ -507,26 +507,21 @@ def normalise_result_line(line: Any) -> Dict[str, Any]:
         status = error.get("status") or ""
         kind = _ERROR_TYPES.get(code or 0) or (status.lower() or "unknown_error")
         message = str(error.get("message") or "")
-        result["error"] = {
-            "type": kind,
-            "message": f"{status}: {message}" if status else message,
-            "status_code": code,
-        }
-        return result
+        message = f"{status}: {message}" if status else message
+        return ProviderResult(cid, error=ResultError(kind, message, code))
     if not isinstance(response, dict):
         raise MalformedResult("neither 'response' nor 'error'", cid)
+    tokens: Dict[str, int] = {}
     usage = _get(response, "usage_metadata")
     if isinstance(usage, dict) and _get(usage, "prompt_token_count") is not None:
-        result["input_tokens"] = int(_get(usage, "prompt_token_count") or 0)
-        result["output_tokens"] = int(_get(usage, "candidates_token_count") or 0)
+        tokens["input_tokens"] = int(_get(usage, "prompt_token_count") or 0)
+        tokens["output_tokens"] = int(_get(usage, "candidates_token_count") or 0)
     feedback = _get(response, "prompt_feedback")
     block = _get(feedback, "block_reason") if isinstance(feedback, dict) else None
     candidates = _get(response, "candidates")
     if block:
-        result["error"] = _answer_error(
-            CONTENT_FILTER, f"the prompt was blocked (block_reason {block})", None
-        )
-        return result
+        error = ResultError(CONTENT_FILTER, f"the prompt was blocked (block_reason {block})", 200)
+        return ProviderResult(cid, error=error, **tokens)
     if candidates is not None and not isinstance(candidates, list):
         raise MalformedResult("'candidates' is not a list", cid)
     candidate = candidates[0] if candidates else None
@@ -546,21 +541,12 @@ def normalise_result_line(line: Any) -> Dict[str, Any]:
     finish = str(_get(candidate, "finish_reason") or "")
     if finish in FINISH_OUTCOMES:
         kind, why = FINISH_OUTCOMES[finish]
-        result["error"] = _answer_error(kind, f"{why} (finish_reason {finish})", text)
+        error = ResultError(kind, f"{why} (finish_reason {finish})", 200, text or None)
     elif not text:
-        result["error"] = _answer_error(
-            EMPTY, f"the answer is empty (finish_reason {finish or 'none'})", None
-        )
+        error = ResultError(EMPTY, f"the answer is empty (finish_reason {finish or 'none'})", 200)
     else:
-        result["generated_text"] = text
-    return result
-
-
-def _answer_error(kind: str, message: str, raw_text: Optional[str]) -> Dict[str, Any]:
-    err: Dict[str, Any] = {"type": kind, "message": message, "status_code": 200}
-    if raw_text:
-        err["raw_text"] = raw_text
-    return err
+        return ProviderResult(cid, generated_text=text, **tokens)
+    return ProviderResult(cid, error=error, **tokens)
 
 
 def _prompt_text(messages: Sequence[Dict[str, Any]]) -> str:

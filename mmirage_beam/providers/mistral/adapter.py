@@ -36,6 +36,7 @@ from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.mistral.outcomes import normalise_result_line
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
+from mmirage_beam.records import ProviderResult
 from mmirage_beam.results import results_from_lines
 
 _LOG = logging.getLogger(__name__)
@@ -331,7 +332,7 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
     # -- results ----------------------------------------------------------------------
     def retrieve_results(
         self, provider_batch_id: str, config: BatchProviderConfig
-    ) -> Iterator[Dict[str, Any]]:
+    ) -> Iterator[ProviderResult]:
         """Stream the job's ``output_file``, then its ``error_file`` (either may be
         absent), one neutral dict per line (:mod:`mmirage_beam.results`), each line
         parsed on its own: a damaged line is a ``malformed_response`` for its custom_id

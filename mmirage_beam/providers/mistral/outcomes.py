@@ -1,4 +1,5 @@
-"""Mistral batch result lines -> the project's neutral result dicts and typed outcomes.
+"""Mistral batch result lines -> :class:`~mmirage_beam.records.ProviderResult` records
+with typed outcomes.
 
 A line of a job's ``output_file`` or ``error_file`` (PROVIDERS.md, Mistral batch guide)::
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import (
     EMPTY,
     MALFORMED_RESPONSE,
@@ -36,48 +38,38 @@ from mmirage_beam.results import (
 CUT_FINISH_REASONS = ("length", "model_length")
 
 
-def normalise_result_line(line: Any) -> Dict[str, Any]:
-    """One parsed Mistral output/error file line -> the neutral result dict.
+def normalise_result_line(line: Any) -> ProviderResult:
+    """One parsed Mistral output/error file line -> its :class:`ProviderResult`.
 
     Returns:
-        ``{"custom_id", "generated_text" | "error": {"type", "message", "status_code",
-        "raw_text"?}, "input_tokens"?, "output_tokens"?}``.
+        ``custom_id`` with ``generated_text`` or an ``error``
+        (:class:`~mmirage_beam.records.ResultError`: ``type``, ``message``,
+        ``status_code``, ``raw_text``), and ``input_tokens`` / ``output_tokens`` when
+        reported.
 
     Raises:
         mmirage_beam.results.MalformedResult: the line is JSON of the wrong shape.
     """
     cid, response, error = split_batch_line(line)
-    result: Dict[str, Any] = {"custom_id": cid}
     status = _status(response) if response is not None else None
     if status == 200:
         body = response.get("body")
         if isinstance(body, dict) and (body.get("object") == "error" or body.get("error")):
             message = _error_fields(body).get("message") or "an error object"
-            result["error"] = _malformed(f"HTTP 200 with an error body: {message}")
-            return result
+            return ProviderResult(cid, error=_malformed(f"HTTP 200 with an error body: {message}"))
         if not isinstance(body, dict) or not body:
-            result["error"] = _malformed("HTTP 200 with an empty body")
-            return result
-        return {**result, **_chat_outcome(body)}
+            return ProviderResult(cid, error=_malformed("HTTP 200 with an empty body"))
+        return _chat_outcome(body, cid)
     if response is not None:
         err = _error_fields(response.get("body"))
         kind = str(err.get("type") or "")
         if not kind.endswith("_error"):
             kind = str(err.get("code") or kind or f"http_{response.get('status_code')}")
-        result["error"] = {
-            "type": kind,
-            "message": str(err.get("message") or ""),
-            "status_code": status,
-        }
-        return result
+        return ProviderResult(cid, error=ResultError(kind, str(err.get("message") or ""), status))
     if error is not None:
         err = error if isinstance(error, dict) else {"message": str(error)}
-        result["error"] = {
-            "type": str(err.get("code") or err.get("type") or "unknown_error"),
-            "message": str(err.get("message") or ""),
-            "status_code": None,
-        }
-        return result
+        kind = str(err.get("code") or err.get("type") or "unknown_error")
+        return ProviderResult(cid, error=ResultError(kind, str(err.get("message") or "")))
     raise MalformedResult("neither 'response' nor 'error'", cid)
 
 
@@ -100,8 +92,8 @@ def _error_fields(body: Any) -> Dict[str, Any]:
     return body
 
 
-def _malformed(message: str) -> Dict[str, Any]:
-    return {"type": MALFORMED_RESPONSE, "message": message, "status_code": 200}
+def _malformed(message: str) -> ResultError:
+    return ResultError(MALFORMED_RESPONSE, message, 200)
 
 
 def _text_of(content: Any) -> Optional[str]:
@@ -115,42 +107,37 @@ def _text_of(content: Any) -> Optional[str]:
     raise MalformedResult("choices[0].message.content is neither a string nor a chunk list")
 
 
-def _chat_outcome(body: Dict[str, Any]) -> Dict[str, Any]:
+def _chat_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
     """A chat-completion body -> ``generated_text`` or a typed error, plus usage."""
-    out: Dict[str, Any] = {}
+    tokens: Dict[str, int] = {}
     usage = body.get("usage")
     if isinstance(usage, dict) and "prompt_tokens" in usage:
-        out["input_tokens"] = int(usage.get("prompt_tokens") or 0)
-        out["output_tokens"] = int(usage.get("completion_tokens") or 0)
+        tokens["input_tokens"] = int(usage.get("prompt_tokens") or 0)
+        tokens["output_tokens"] = int(usage.get("completion_tokens") or 0)
     choices = body.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices else None
     message = choice.get("message") if isinstance(choice, dict) else None
     if not isinstance(message, dict):
-        out["error"] = _malformed("HTTP 200 but the body has no choices[0].message")
-        return out
+        error = _malformed("HTTP 200 but the body has no choices[0].message")
+        return ProviderResult(cid, error=error, **tokens)
     try:
         text = _text_of(message.get("content"))
     except MalformedResult as exc:
-        out["error"] = _malformed(str(exc))
-        return out
+        return ProviderResult(cid, error=_malformed(str(exc)), **tokens)
     finish = choice.get("finish_reason")
     if finish in CUT_FINISH_REASONS:
-        out["error"] = _answer_error(
-            TRUNCATED, f"the answer was cut at the token limit (finish_reason: {finish})", text
+        error = ResultError(
+            TRUNCATED,
+            f"the answer was cut at the token limit (finish_reason: {finish})",
+            200,
+            text or None,
         )
     elif finish == "error":
-        out["error"] = _answer_error(
-            "server_error", "the generation failed (finish_reason: error)", text
+        error = ResultError(
+            "server_error", "the generation failed (finish_reason: error)", 200, text or None
         )
     elif not text:
-        out["error"] = _answer_error(EMPTY, f"the answer is empty (finish_reason: {finish})", text)
+        error = ResultError(EMPTY, f"the answer is empty (finish_reason: {finish})", 200)
     else:
-        out["generated_text"] = text
-    return out
-
-
-def _answer_error(kind: str, message: str, raw_text: Optional[str]) -> Dict[str, Any]:
-    err: Dict[str, Any] = {"type": kind, "message": message, "status_code": 200}
-    if raw_text:
-        err["raw_text"] = raw_text
-    return err
+        return ProviderResult(cid, generated_text=text, **tokens)
+    return ProviderResult(cid, error=error, **tokens)

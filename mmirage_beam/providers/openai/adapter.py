@@ -41,6 +41,7 @@ from mmirage_beam.providers.openai.responses import (
 )
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
+from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import (
     CONTENT_FILTER,
     EMPTY,
@@ -353,7 +354,7 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
 
     def retrieve_results(
         self, provider_batch_id: str, config: BatchProviderConfig
-    ) -> Iterator[Dict[str, Any]]:
+    ) -> Iterator[ProviderResult]:
         """Stream the output file, then the error file (either may be null or ``""``).
 
         Yields one neutral dict per line (:mod:`mmirage_beam.results`), the file read as
@@ -416,8 +417,8 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
         return None
 
 
-def normalise_result_line(line: Any) -> Dict[str, Any]:
-    """One OpenAI output/error file line (parsed JSON) -> the neutral result dict.
+def normalise_result_line(line: Any) -> ProviderResult:
+    """One OpenAI output/error file line (parsed JSON) -> its :class:`ProviderResult`.
 
     Success needs HTTP 200 *and* a body shaped like the endpoint's response: for chat
     completions ``choices[0].message`` (OpenAI API reference, "The chat completion
@@ -431,21 +432,18 @@ def normalise_result_line(line: Any) -> Dict[str, Any]:
         mmirage_beam.results.MalformedResult: the line is JSON of the wrong shape.
     """
     cid, response, error = split_batch_line(line)
-    result: Dict[str, Any] = {"custom_id": cid}
     if response is not None and _status(response) == 200:
         body = response.get("body")
         if isinstance(body, dict) and body.get("object") == "response":
             # /v1/responses: output[].content[] (a failed Response keeps its error.code)
-            return {**result, **normalise_responses_body(body)}
+            return normalise_responses_body(body)._replace(custom_id=cid)
         if isinstance(body, dict) and body.get("error"):
             err = body["error"] if isinstance(body["error"], dict) else {}
             message = err.get("message") or str(body["error"])
-            result["error"] = _malformed(f"HTTP 200 with an error body: {message}")
-            return result
+            return ProviderResult(cid, error=_malformed(f"HTTP 200 with an error body: {message}"))
         if not isinstance(body, dict) or not body:
-            result["error"] = _malformed("HTTP 200 with an empty body")
-            return result
-        return {**result, **_chat_outcome(body, cid)}
+            return ProviderResult(cid, error=_malformed("HTTP 200 with an empty body"))
+        return _chat_outcome(body, cid)
     if response is not None:
         body = response.get("body")
         err = (body.get("error") if isinstance(body, dict) else None) or {}
@@ -456,23 +454,27 @@ def normalise_result_line(line: Any) -> Dict[str, Any]:
         if not kind.endswith("_error"):
             kind = kind_text(err.get("code")) or kind
         status = _status(response)
-        result["error"] = {
-            "type": kind or f"http_{status if status is not None else 'unknown'}",
-            "message": message_text(err.get("message")),
-            "status_code": status,
-            **_code_and_param(err, kind),
-        }
-    elif error is not None:
+        return ProviderResult(
+            cid,
+            error=ResultError(
+                kind or f"http_{status if status is not None else 'unknown'}",
+                message_text(err.get("message")),
+                status,
+                **_code_and_param(err, kind),
+            ),
+        )
+    if error is not None:
         error = error if isinstance(error, dict) else {"message": str(error)}
-        result["error"] = {
-            "type": kind_text(error.get("code")) or "unknown_error",
-            "message": message_text(error.get("message")),
-            "status_code": None,
-            **_code_and_param(error, error.get("code")),
-        }
-    else:
-        raise MalformedResult("neither 'response' nor 'error'", cid)
-    return result
+        return ProviderResult(
+            cid,
+            error=ResultError(
+                kind_text(error.get("code")) or "unknown_error",
+                message_text(error.get("message")),
+                None,
+                **_code_and_param(error, error.get("code")),
+            ),
+        )
+    raise MalformedResult("neither 'response' nor 'error'", cid)
 
 
 def _code_and_param(err: Dict[str, Any], kind: Any) -> Dict[str, Any]:
@@ -497,55 +499,50 @@ def _status(response: Dict[str, Any]) -> Optional[int]:
         return None
 
 
-def _malformed(message: str) -> Dict[str, Any]:
-    return {"type": MALFORMED_RESPONSE, "message": message, "status_code": 200}
+def _malformed(message: str) -> ResultError:
+    return ResultError(MALFORMED_RESPONSE, message, 200)
 
 
-def _chat_outcome(body: Dict[str, Any], cid: str) -> Dict[str, Any]:
+def _chat_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
     """A chat-completion body -> ``generated_text`` or a typed error, plus usage."""
-    out: Dict[str, Any] = {}
+    tokens: Dict[str, int] = {}
     usage = body.get("usage")
     if isinstance(usage, dict) and "prompt_tokens" in usage:
-        out["input_tokens"] = token_count(usage.get("prompt_tokens")) or 0
-        out["output_tokens"] = token_count(usage.get("completion_tokens")) or 0
+        tokens["input_tokens"] = token_count(usage.get("prompt_tokens")) or 0
+        tokens["output_tokens"] = token_count(usage.get("completion_tokens")) or 0
     choices = body.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices else None
     message = choice.get("message") if isinstance(choice, dict) else None
     if not isinstance(message, dict):
-        out["error"] = _malformed("HTTP 200 but the body has no choices[0].message")
-        return out
+        error = _malformed("HTTP 200 but the body has no choices[0].message")
+        return ProviderResult(cid, error=error, **tokens)
     content = message.get("content")
     if content is not None and not isinstance(content, str):
-        out["error"] = _malformed("choices[0].message.content is not a string")
-        return out
+        error = _malformed("choices[0].message.content is not a string")
+        return ProviderResult(cid, error=error, **tokens)
     finish = choice.get("finish_reason")
     refusal = message.get("refusal")
     if refusal:
-        out["error"] = _answer_error(REFUSAL, f"the model refused: {refusal}", str(refusal))
+        error = ResultError(REFUSAL, f"the model refused: {refusal}", 200, str(refusal))
     elif finish == "length":
-        out["error"] = _answer_error(
-            TRUNCATED, "the answer was cut at max_tokens (finish_reason: length)", content
+        error = ResultError(
+            TRUNCATED,
+            "the answer was cut at max_tokens (finish_reason: length)",
+            200,
+            content or None,
         )
     elif finish == "content_filter":
-        out["error"] = _answer_error(
+        error = ResultError(
             CONTENT_FILTER,
             "the answer was removed by OpenAI's content filter (finish_reason: content_filter)",
-            content,
+            200,
+            content or None,
         )
     elif not content:
-        out["error"] = _answer_error(
-            EMPTY, f"the answer is empty (finish_reason: {finish})", content
-        )
+        error = ResultError(EMPTY, f"the answer is empty (finish_reason: {finish})", 200)
     else:
-        out["generated_text"] = content
-    return out
-
-
-def _answer_error(kind: str, message: str, raw_text: Optional[str]) -> Dict[str, Any]:
-    err: Dict[str, Any] = {"type": kind, "message": message, "status_code": 200}
-    if raw_text:
-        err["raw_text"] = raw_text
-    return err
+        return ProviderResult(cid, generated_text=content, **tokens)
+    return ProviderResult(cid, error=error, **tokens)
 
 
 def _chat_body(

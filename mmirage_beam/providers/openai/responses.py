@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Mapping, Optional
 
+from mmirage_beam.records import ProviderResult, ResultError
+
 _SCHEMA_NAME_RE = re.compile(r"[^a-zA-Z0-9_-]")
 
 #: error types of :func:`normalise_responses_body` (shared with merge, see
@@ -109,21 +111,22 @@ def _plain_text(content: Any) -> str:
     return "\n".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
 
 
-def normalise_responses_body(body: Dict[str, Any]) -> Dict[str, Any]:
-    """One ``Response`` body (a 200 result of ``/v1/responses``) -> the neutral fields.
+def normalise_responses_body(body: Dict[str, Any]) -> ProviderResult:
+    """One ``Response`` body (a 200 result of ``/v1/responses``) -> its result fields.
 
     Returns:
-        ``{"generated_text": str}`` for a usable answer, else ``{"error": {"type",
-        "message", "status_code": 200}}`` with ``type`` one of ``refusal`` (a
-        ``refusal`` content part; the message is the provider's refusal text),
+        a :class:`~mmirage_beam.records.ProviderResult` with ``custom_id`` None (the
+        caller adds it): ``generated_text`` for a usable answer, else an ``error``
+        (:class:`~mmirage_beam.records.ResultError`, ``status_code`` 200) of type one
+        of ``refusal`` (a ``refusal`` content part; the message is the provider's refusal text),
         ``truncated`` (``status: "incomplete"``, reason ``max_output_tokens``),
         ``content_filter`` (reason ``content_filter``), ``empty`` (no output text) or
         ``malformed_response`` (the body is not shaped like a Response; a Response
         with ``status: "failed"`` keeps its ``error.code``, e.g. ``server_error``,
         and is ``malformed_response`` only when it has none). Either way
-        ``input_tokens`` / ``output_tokens`` are added when ``usage`` reports them, and
+        ``input_tokens`` / ``output_tokens`` are set when ``usage`` reports them, and
         the text produced so far is kept in the error message of ``truncated`` and
-        ``content_filter``. No ``custom_id``: the caller adds it.
+        ``content_filter``.
     """
     if not isinstance(body, dict) or not isinstance(body.get("output"), list):
         shape = type(body).__name__ if not isinstance(body, dict) else "no output[] list"
@@ -169,8 +172,8 @@ def normalise_responses_body(body: Dict[str, Any]) -> Dict[str, Any]:
         )
     if not text.strip():
         return _error(EMPTY, "the response holds no output text", tokens)
-    return {"generated_text": text, **tokens}
+    return ProviderResult(None, generated_text=text, **tokens)
 
 
-def _error(kind: str, message: str, tokens: Optional[Dict[str, int]]) -> Dict[str, Any]:
-    return {"error": {"type": kind, "message": message, "status_code": 200}, **(tokens or {})}
+def _error(kind: str, message: str, tokens: Optional[Dict[str, int]]) -> ProviderResult:
+    return ProviderResult(None, error=ResultError(kind, message, 200), **(tokens or {}))
