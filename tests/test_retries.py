@@ -300,7 +300,7 @@ def test_anthropic_results_download_retried(tmp_path, provider_env, fast_retries
     raw = adapter.submit_chunk_lines("c0", _lines(adapter, config, range(4)), config)
     fake.script(leading_errors={"status": 529, "count": 2, "paths": ["messages_batches_results"]})
     results = list(adapter.retrieve_results(raw["id"], config))  # streamed
-    assert sorted(r["custom_id"] for r in results) == [f"answer-text-{i}" for i in range(4)]
+    assert sorted(r.custom_id for r in results) == [f"answer-text-{i}" for i in range(4)]
     assert fake.call_counts()["messages_batches_results"] == 3
     adapter.teardown()
 
