@@ -94,6 +94,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         config_locations,
         probe_location,
     )
+    from mmirage_beam.settings import SubmitSettings
 
     config = load_config(args.config)
     provider = config.processor.provider
@@ -167,14 +168,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.run.staging import staging_area
 
     pipeline = beam.Pipeline(options=options)
-    plan = build_submit_pipeline(
-        pipeline,
-        config,
-        new_run,
-        skip_invalid_rows=True,
-        only_custom_ids=frozenset(ids),
-        parent_run_id=parent,
+    settings = SubmitSettings(
+        new_run, skip_invalid_rows=True, only_custom_ids=frozenset(ids), parent_run_id=parent
     )
+    plan = build_submit_pipeline(pipeline, config, settings)
     outcome = RunOutcome()
     try:
         with staging_area(plan.receipts_base, new_run):

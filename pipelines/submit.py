@@ -297,6 +297,7 @@ def _submit(args, beam_args, config, options, base, run_id, run_plan, translate_
         staging_dir,
         staging_need_bytes,
     )
+    from mmirage_beam.settings import SubmitSettings
 
     dry_run = run_plan is None
     record = None if dry_run else run_plan.record
@@ -305,9 +306,7 @@ def _submit(args, beam_args, config, options, base, run_id, run_plan, translate_
     resume = ResumeState() if dry_run else run_plan.resume
     reuse_files, stale = _reuse_plan(args, config, base, run_id, adapter_cls, translate_only)
     pipeline = beam.Pipeline(options=options)
-    plan = build_submit_pipeline(
-        pipeline,
-        config,
+    settings = SubmitSettings(
         run_id,
         export_prompts=args.export_prompts,
         skip_invalid_rows=args.skip_invalid_rows,
@@ -317,6 +316,7 @@ def _submit(args, beam_args, config, options, base, run_id, run_plan, translate_
         stale_batches=stale,
         estimate_fraction=estimate_fraction(args),
     )
+    plan = build_submit_pipeline(pipeline, config, settings)
     what = "dry run (export only)" if dry_run else f"submission to {provider}"
     print(f"mmirage run {run_id}: {what}, config {args.config}", file=sys.stderr)
     resume_cmd = " ".join(
