@@ -9,7 +9,8 @@ submodule import does first) loads neither Beam nor a provider SDK:
   order: :class:`ReadDatasets`, :class:`ExtractInputs`, :class:`BuildRequests`,
   :class:`ChunkRequests`, :class:`SubmitChunks`, :class:`RenderPlaceholderRows`; the
   whole submit and merge stages: :class:`SubmitRows`, :class:`MergeRows`, and
-  :func:`build_submit_pipeline` for the whole submit graph.
+  :func:`build_submit_pipeline` for the whole submit graph; their settings, one frozen
+  object per pipeline: :class:`SubmitSettings`, :class:`MergeSettings`.
 - The config: :func:`load_config`, :func:`config_from_dict`, :class:`PipelineConfig`.
 - The plugin contracts: :class:`BatchSubmissionAdapter`, :class:`BatchAdapterRegistry`,
   :class:`BatchProviderConfig`, :class:`BatchProviderConfigRegistry`.
@@ -37,6 +38,8 @@ _HOMES = {
     "SubmitRows": "mmirage_beam.pipeline",
     "MergeRows": "mmirage_beam.pipeline",
     "build_submit_pipeline": "mmirage_beam.pipeline",
+    "SubmitSettings": "mmirage_beam.settings",
+    "MergeSettings": "mmirage_beam.settings",
     "load_config": "mmirage_beam.config.loader",
     "config_from_dict": "mmirage_beam.config.loader",
     "PipelineConfig": "mmirage_beam.config.loader",

@@ -13,10 +13,11 @@ before the first chunk is submitted.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -38,6 +39,13 @@ from mmirage_beam.reuse import sent_stats
 from mmirage_beam.run.layout import RunLayout, export_file_for, receipts_base
 from mmirage_beam.run.receipts import mark_submitted
 from mmirage_beam.run.staging import staging_dir
+from mmirage_beam.settings import (
+    ROWS_PER_PARTITION,
+    MergeSettings,
+    SubmitSettings,
+    errors_path_for,  # noqa: F401 (public here too)
+    settings_from,
+)
 from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
 from mmirage_beam.transforms.chunking import ChunkRequests
 from mmirage_beam.transforms.rows import RenderPlaceholderRows
@@ -114,6 +122,13 @@ class _SelectRequestsFn(beam.DoFn):
             self._skipped.inc()
 
 
+#: the keyword settings of :class:`SubmitRows` and their defaults (a settings object is
+#: given instead only with every keyword left at these)
+_SUBMIT_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in dataclasses.fields(SubmitSettings) if f.name != "run_id"
+}
+
+
 class SubmitRowsResult(NamedTuple):
     """Outputs of :class:`SubmitRows`.
 
@@ -137,16 +152,21 @@ class SubmitRows(beam.PTransform):
     ``output_dir``. Rows read some other way (e.g. a Beam YAML pipeline's rows turned
     into :class:`~mmirage_beam.records.SourceRow`) compose here directly.
 
-    Args: as :func:`build_submit_pipeline`, less the pipeline.
+    Args: as :func:`build_submit_pipeline`, less the pipeline: ``SubmitRows(config,
+    settings)`` with a :class:`~mmirage_beam.settings.SubmitSettings`, or
+    ``SubmitRows(config, run_id, export_prompts=..., ...)`` as before (the keywords build
+    the settings). ``.settings`` holds them, ``skip_invalid_rows`` decided.
 
     Raises:
-        mmirage_beam.errors.ConfigError: no adapter is registered for the provider.
+        mmirage_beam.errors.ConfigError: no adapter is registered for the provider, or a
+            setting is out of range (``estimate_fraction`` not in (0, 1]).
+        TypeError: a settings object and keyword settings were both given.
     """
 
     def __init__(
         self,
         config: PipelineConfig,
-        run_id: str,
+        run_id: Union[str, SubmitSettings],
         export_prompts: Optional[str] = None,
         skip_invalid_rows: Optional[bool] = None,
         attempt: int = 1,
@@ -159,28 +179,39 @@ class SubmitRows(beam.PTransform):
         estimate_fraction: Optional[float] = None,
     ) -> None:
         super().__init__()
-        if estimate_fraction is not None:
-            from mmirage_beam.costs.tokens import check_sample_fraction
-
-            estimate_fraction = check_sample_fraction(estimate_fraction)
-        self.estimate_fraction = estimate_fraction
-        self.reuse_files = tuple(reuse_files)
-        self.stale_batches = frozenset(stale_batches)
-        self.config = config
-        self.run_id = run_id
-        self.export_prompts = export_prompts
-        self.attempt = attempt
-        self.exclude_custom_ids = exclude_custom_ids
-        self.only_custom_ids = only_custom_ids
-        self.parent_run_id = parent_run_id
-        self.adapter_cls = BatchAdapterRegistry.get(config.processor.provider)
-        self.skip = (
-            config.execution.skip_invalid_rows if skip_invalid_rows is None else skip_invalid_rows
+        given = dict(
+            export_prompts=export_prompts,
+            skip_invalid_rows=skip_invalid_rows,
+            attempt=attempt,
+            exclude_custom_ids=exclude_custom_ids,
+            only_custom_ids=only_custom_ids,
+            parent_run_id=parent_run_id,
+            chunking_parallelism=chunking_parallelism,
+            reuse_files=reuse_files,
+            stale_batches=stale_batches,
+            estimate_fraction=estimate_fraction,
         )
-        self.dry_run = export_prompts is not None
+        settings = settings_from(SubmitSettings, run_id, given, _SUBMIT_DEFAULTS)
+        self.config = config
+        self.settings = settings.resolved(config.execution.skip_invalid_rows)
+        self.adapter_cls = BatchAdapterRegistry.get(config.processor.provider)
         self.base = receipts_base(config.processor.metadata_output_path, config.state_dir)
-        self._chunking_parallelism = chunking_parallelism
         self.plan: Optional[SubmitPlan] = None
+
+    @property
+    def run_id(self) -> str:
+        """The run id (``settings.run_id``)."""
+        return self.settings.run_id
+
+    @property
+    def dry_run(self) -> bool:
+        """Whether this is a dry run (``settings.export_prompts`` set)."""
+        return self.settings.dry_run
+
+    @property
+    def skip(self) -> bool:
+        """Whether invalid rows are skipped (the flag, else the config's)."""
+        return bool(self.settings.skip_invalid_rows)
 
     def expand(self, pcoll: Any) -> SubmitRowsResult:
         if isinstance(pcoll, dict):
@@ -188,13 +219,13 @@ class SubmitRows(beam.PTransform):
         else:
             rows, read_errors = pcoll, None
         p = rows.pipeline
-        config, run_id, dry_run, base = self.config, self.run_id, self.dry_run, self.base
+        config, settings, base = self.config, self.settings, self.base
+        run_id, dry_run = settings.run_id, settings.dry_run
         proc = config.processor
         adapter_cls = self.adapter_cls
-        only_custom_ids, exclude_custom_ids = self.only_custom_ids, self.exclude_custom_ids
         bad_rows_path = invalid_rows_path(base, run_id)
         shards = (
-            self._chunking_parallelism
+            settings.chunking_parallelism
             or config.execution.chunking_parallelism
             or default_chunking_parallelism(p.options)
         )
@@ -208,36 +239,33 @@ class SubmitRows(beam.PTransform):
             max_image_file_bytes=adapter_cls.max_image_file_bytes,
             image_file_limit=adapter_cls.image_file_limit,
         )
-        selection = None
-        if exclude_custom_ids or only_custom_ids is not None:
-            keep_listed = only_custom_ids is not None
-            ids = only_custom_ids if keep_listed else exclude_custom_ids
-            selection = (frozenset(ids), keep_listed)  # tokens of what is sent only
+        selection = settings.selection  # tokens of what is sent only
         built = extracted.rows | "BuildRequests" >> BuildRequests(
             config.outputs,
             config.datasets,
             adapter_cls,
             proc,
             count_selection=selection,
-            sample_fraction=self.estimate_fraction,
+            sample_fraction=settings.estimate_fraction,
         )
         requests = built.requests | "ProgressRequests" >> CountProgress("requests built")
         if selection is not None:
-            ids_view = beam.pvalue.AsSingleton(p | "SelectedIds" >> beam.Create([frozenset(ids)]))
+            ids, keep_listed = selection
+            ids_view = beam.pvalue.AsSingleton(p | "SelectedIds" >> beam.Create([ids]))
             requests = requests | "SelectRequests" >> beam.ParDo(
                 _SelectRequestsFn(keep_listed), ids_view
             )
         reused = None
         token_counts = built.tokens
-        if self.reuse_files:  # answered by an earlier run: not chunked (mmirage_beam.reuse)
+        if settings.reuse_files:  # answered by an earlier run: not chunked (mmirage_beam.reuse)
             from mmirage_beam.transforms.reuse import ReuseAnswers
 
             split = requests | "ReuseAnswers" >> ReuseAnswers(
-                self.reuse_files,
+                settings.reuse_files,
                 adapter_cls,
                 proc,
-                self.stale_batches,
-                sample_fraction=self.estimate_fraction,
+                settings.stale_batches,
+                sample_fraction=settings.estimate_fraction,
             )
             requests, reused = split.send, split.reused
             token_counts = (built.tokens, split.tokens) | "AllTokenCounts" >> beam.Flatten()
@@ -246,7 +274,7 @@ class SubmitRows(beam.PTransform):
             max_requests_per_chunk=proc.effective_max_requests_per_chunk,
             oversized_request_policy=proc.oversized_request_policy,
             chunk_overhead_bytes=adapter_cls.chunk_overhead_bytes,
-            attempt=self.attempt,
+            attempt=settings.attempt,
             run_part=(
                 f".shard{config.shard_id}of{config.num_shards}" if config.num_shards > 1 else ""
             ),
@@ -269,17 +297,11 @@ class SubmitRows(beam.PTransform):
         submitted = chunked.chunks | "SubmitChunks" >> SubmitChunks(
             adapter_cls,
             proc,
-            run_id,
+            settings,
             base,
             {o.name: o.output_type for o in config.outputs},
-            dry_run=dry_run,
             invalid_row_count=gate,
-            skip_invalid_rows=self.skip,
-            attempt=self.attempt,
-            parent_run_id=self.parent_run_id,
-            stop_marker=stop_marker,
             concurrency=config.execution.submit_concurrency,
-            export_parts=f"{staging}/export",
             token_estimate=None
             if dry_run
             else beam.pvalue.AsSingleton(
@@ -298,7 +320,7 @@ class SubmitRows(beam.PTransform):
                 proc.provider,
                 run_id,
                 base,
-                self.attempt,
+                settings.attempt,
                 {o.name: o.output_type for o in config.outputs},
                 getattr(proc, "model", None),
                 dry_run,
@@ -315,14 +337,14 @@ class SubmitRows(beam.PTransform):
                 (lambda n: n)
                 if dry_run
                 else functools.partial(
-                    mark_submitted, base=base, run_id=run_id, attempt=self.attempt
+                    mark_submitted, base=base, run_id=run_id, attempt=settings.attempt
                 )
             )
         )
         submitted.receipts | "ProgressChunks" >> CountProgress(
             "chunks exported" if dry_run else "batches submitted", flush_every=1
         )
-        export_file = export_file_for(self.export_prompts, run_id) if dry_run else None
+        export_file = export_file_for(settings.export_prompts, run_id) if dry_run else None
         if export_file:
             submitted.export | "WriteExport" >> ConcatenateFiles(export_file, f"{staging}/export")
 
@@ -334,7 +356,7 @@ class SubmitRows(beam.PTransform):
         )
         dirs = [ds.output_dir.rstrip("/") for ds in config.datasets]
         for i, ds in enumerate(config.datasets):
-            if not ds.output_dir or only_custom_ids is not None:
+            if not ds.output_dir or settings.only_custom_ids is not None:
                 continue
             out_dir = f"{ds.output_dir.rstrip('/')}/shard_{config.shard_id}"
             # A folder of its own: a resumed run's placeholder files replace all earlier
@@ -362,7 +384,7 @@ class SubmitRows(beam.PTransform):
 def build_submit_pipeline(
     p: beam.Pipeline,
     config: PipelineConfig,
-    run_id: str,
+    run_id: Union[str, SubmitSettings],
     export_prompts: Optional[str] = None,
     skip_invalid_rows: Optional[bool] = None,
     attempt: int = 1,
@@ -380,7 +402,9 @@ def build_submit_pipeline(
     Args:
         p: the pipeline to extend.
         config: the validated config.
-        run_id: the run's id (file names, receipts, OpenAI batch metadata).
+        run_id: the run's :class:`~mmirage_beam.settings.SubmitSettings` (then no other
+            keyword is given), or the run's id with the other settings as keywords
+            (file names, receipts, OpenAI batch metadata).
         export_prompts: dry run: write requests here instead of submitting.
         skip_invalid_rows: override ``execution_params.skip_invalid_rows``.
         attempt: the submission attempt of ``run_id`` (resumes count up; chunk ids of a
@@ -408,6 +432,7 @@ def build_submit_pipeline(
     Raises:
         mmirage_beam.errors.ConfigError: no adapter is registered for the provider, or
             ``estimate_fraction`` is not in (0, 1].
+        TypeError: a settings object and keyword settings were both given.
     """
     submit = SubmitRows(
         config,
@@ -434,14 +459,6 @@ def build_submit_pipeline(
     return submit.plan
 
 
-#: Default rows per merge range partition. A partition is what one worker holds while it
-#: joins (about 1.6 KB of rows, results and lines per row, measured by hand on the scale
-#: benchmark's 200,000 rows: peak 508 MiB with 3 partitions, 467 with 4, 428 with 8); the
-#: number of partitions is the ceiling of the receipts' source_index span over it, so a
-#: partition never grows with the dataset.
-ROWS_PER_PARTITION = 25_000
-
-
 @dataclass(frozen=True)
 class MergePlan:
     """What :func:`build_merge_pipeline` wired, for the launcher's summary."""
@@ -455,22 +472,14 @@ class MergePlan:
     temp_dir: Optional[str] = None
 
 
-def errors_path_for(output_path: str) -> str:
-    """``OUT.jsonl`` (or ``OUT.parquet``) -> ``OUT.errors.jsonl`` (any other name, such as
-    an hf folder: ``.errors.jsonl`` added)."""
-    stem = output_path.rstrip("/")
-    for suffix in (".jsonl", ".parquet"):
-        if stem.endswith(suffix):
-            stem = stem[: -len(suffix)]
-            break
-    return f"{stem}.errors.jsonl"
-
-
 class MergeRows(beam.PTransform):
     """``PCollection[SourceRow]`` (every row of the datasets) -> the merged file and its
     errors file: everything ``mmirage merge`` does after reading (fetch the batches'
     results, verify the re-read source against the receipts, join by source_index,
-    ordered write). Args: as :func:`build_merge_pipeline`, less the pipeline; the
+    ordered write). Args: as :func:`build_merge_pipeline`, less the pipeline:
+    ``MergeRows(config, batches, receipts, providers, settings)`` with a
+    :class:`~mmirage_beam.settings.MergeSettings`, or ``output_path`` and the other
+    settings as keywords, as before (they build the settings, on ``.settings``); the
     :class:`MergePlan` is on ``.plan`` once expanded. Returns a ``PCollection[str]``
     holding the merged file's path once both files are written.
 
@@ -488,7 +497,7 @@ class MergeRows(beam.PTransform):
         batches: list[Any],
         receipts: Sequence[Any],
         providers: dict[str, tuple[type, Any]],
-        output_path: str,
+        output_path: Union[str, MergeSettings],
         num_partitions: Optional[int] = None,
         rows_per_partition: int = ROWS_PER_PARTITION,
         verify_source: bool = True,
@@ -498,18 +507,20 @@ class MergeRows(beam.PTransform):
         answers_path: Optional[str] = None,
     ) -> None:
         super().__init__()
-        self.answers_path = answers_path
-        self.errors_path = errors_path
+        given = dict(
+            num_partitions=num_partitions,
+            rows_per_partition=rows_per_partition,
+            verify_source=verify_source,
+            invalid_rows_files=invalid_rows_files,
+            unsubmitted_run=unsubmitted_run,
+            errors_path=errors_path,
+            answers_path=answers_path,
+        )
+        self.settings = settings_from(MergeSettings, output_path, given, _MERGE_DEFAULTS)
         self.config = config
         self.batches = batches
         self.receipts = receipts
         self.providers = providers
-        self.output_path = output_path
-        self.num_partitions = num_partitions
-        self.rows_per_partition = rows_per_partition
-        self.verify_source = verify_source
-        self.invalid_rows_files = invalid_rows_files
-        self.unsubmitted_run = unsubmitted_run
         self.plan: Optional[MergePlan] = None
 
     def expand(self, rows: beam.PCollection) -> beam.PCollection:
@@ -542,20 +553,19 @@ class MergeRows(beam.PTransform):
 
         p = rows.pipeline
         config, batches, receipts = self.config, self.batches, self.receipts
-        providers, output_path = self.providers, self.output_path
-        num_partitions, rows_per_partition = self.num_partitions, self.rows_per_partition
-        verify_source, invalid_rows_files = self.verify_source, self.invalid_rows_files
-        unsubmitted_run = self.unsubmitted_run
+        providers, settings = self.providers, self.settings
+        output_path, num_partitions = settings.output_path, settings.num_partitions
+        unsubmitted_run = settings.unsubmitted_run
 
         held = [_held_receipt(r) for r in receipts]  # no per-request map is kept
         ranges = [h.index_range for h in held if h.index_range is not None]
         lo = min((r[0] for r in ranges), default=0)
         hi = max((r[1] for r in ranges), default=0)
         if num_partitions is None:
-            num_partitions = partitions_for(lo, hi, rows_per_partition)
+            num_partitions = partitions_for(lo, hi, settings.rows_per_partition)
         bounds = partition_bounds(lo, hi, num_partitions)
         partitioner = RangePartitioner(lo, hi, bounds)
-        errors_path = self.errors_path or errors_path_for(output_path)
+        errors_path = settings.errors_file
         # Next to the output (the launcher made it absolute or a URI), so every worker
         # sees it; removed once both files are written, and by the launcher on failure.
         temp_dir = f"{output_path}.merge-tmp-{uuid.uuid4().hex[:12]}"
@@ -582,7 +592,7 @@ class MergeRows(beam.PTransform):
                 UNKNOWN_KIND,
             ),
         ]
-        verifiable = [h for h in held if h.receipt.get("run_id")] if verify_source else []
+        verifiable = [h for h in held if h.receipt.get("run_id")] if settings.verify_source else []
         # the longest phase of a large merge: without it, only "results fetched" shows
         rows = rows | "ProgressRowsRead" >> CountProgress("rows read")
         own_adapter = (providers.get(config.processor.provider) or (None,))[0]
@@ -615,7 +625,7 @@ class MergeRows(beam.PTransform):
                 _RebuiltHashFn(old_entries)
             ).with_outputs("by_chunk", main="hashes")
             spilled.append(spill(hashed.hashes, REBUILT_KIND, lambda h: (h.source_index, h)))
-            if self.answers_path:  # the answers a later run may reuse (mmirage_beam.reuse)
+            if settings.answers_path:  # the answers a later run may reuse (mmirage_beam.reuse)
                 from mmirage_beam.transforms.reuse import AnswerKeysOf
                 from mmirage_beam.transforms.spill import ANSWER_KEYS_KIND
 
@@ -646,10 +656,10 @@ class MergeRows(beam.PTransform):
                 spilled.append(spill(changed_chunks, CHANGED_KIND, lambda c: (c.source_index, c)))
         else:
             unsubmitted_run = None  # told apart only by verification
-        if invalid_rows_files:
+        if settings.invalid_rows_files:
             skipped = (
                 p
-                | "InvalidRowsFiles" >> beam.Create(list(invalid_rows_files))
+                | "InvalidRowsFiles" >> beam.Create(list(settings.invalid_rows_files))
                 | "ReadInvalidRows" >> beam.io.ReadAllFromText()
                 | "ParseInvalidRows" >> beam.Map(json.loads)
                 | "WithIndex" >> beam.Filter(lambda e: e.get("source_index") is not None)
@@ -665,10 +675,16 @@ class MergeRows(beam.PTransform):
             config.output_schema,
             config.remove_columns,
             unsubmitted_run,
-            self.answers_path if verifiable else None,
+            settings.answers_path if verifiable else None,
         )
         self.plan = MergePlan(output_path, errors_path, len(bounds), len(verifiable), temp_dir)
         return out
+
+
+#: the keyword settings of :class:`MergeRows` and their defaults
+_MERGE_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in dataclasses.fields(MergeSettings) if f.name != "output_path"
+}
 
 
 class _HeldReceipt(NamedTuple):
@@ -723,7 +739,7 @@ def build_merge_pipeline(
     batches: list[Any],
     receipts: Sequence[Any],
     providers: dict[str, tuple[type, Any]],
-    output_path: str,
+    output_path: Union[str, MergeSettings],
     num_partitions: Optional[int] = None,
     rows_per_partition: int = ROWS_PER_PARTITION,
     verify_source: bool = True,
@@ -744,7 +760,9 @@ def build_merge_pipeline(
             workers, so no per-request map is held here) or receipt dicts; those with a
             ``run_id`` (written by mmirage-beam) are verified against the re-read source.
         providers: provider name -> (adapter class, provider config).
-        output_path: the merged JSONL file; errors go to ``OUT.errors.jsonl``.
+        output_path: the merged JSONL file (errors go to ``OUT.errors.jsonl``), with
+            the settings below as keywords; or a
+            :class:`~mmirage_beam.settings.MergeSettings` holding them all.
         num_partitions: ordered-write partitions (default: as many as it takes for
             none to hold more than ``rows_per_partition`` of the receipts'
             source_index range).

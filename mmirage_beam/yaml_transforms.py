@@ -35,6 +35,7 @@ import apache_beam as beam
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.errors import ConfigError, InvalidRowsError, MmirageError
 from mmirage_beam.records import RowError
+from mmirage_beam.settings import MergeSettings, SubmitSettings
 from mmirage_beam.yaml_config import build_config, config_or_raise, yaml_key
 from mmirage_beam.yaml_rows import YAML_ROWS_LABEL, AssignSourceIndex, plain_value, row_to_dict
 
@@ -274,13 +275,13 @@ class SubmitBatches(beam.PTransform):
             resume, fingerprint = run_plan.resume, run_plan.fingerprint
             started_at = run_plan.record["started_at"]
         _prepare_staging(base, run_id, self.keep_staged)
-        submit = SubmitRows(
-            config,
+        settings = SubmitSettings(
             run_id,
             export_prompts=self.export_prompts,
             attempt=resume.attempt,
             exclude_custom_ids=resume.submitted_ids,
         )
+        submit = SubmitRows(config, settings)
         indexed = pcoll | "AssignSourceIndex" >> self.index
         submitted = indexed | "SubmitRows" >> submit
         self.plan = submit.plan
@@ -535,19 +536,16 @@ class MergeBatches(beam.PTransform):
                 "again",
                 file=sys.stderr,
             )
-        merge = MergeRows(
-            config,
-            sel.batches,
-            list(merge_plan.receipts),
-            sel.providers,
+        settings = MergeSettings(
             self.output_path,
             num_partitions=self.partitions,
             verify_source=self.verify_source,
-            invalid_rows_files=list(merge_plan.invalid_rows_files),
+            invalid_rows_files=merge_plan.invalid_rows_files,
             unsubmitted_run=(
                 (merge_plan.resume_run, resume_text) if merge_plan.count_unsubmitted else None
             ),
         )
+        merge = MergeRows(config, sel.batches, list(merge_plan.receipts), sel.providers, settings)
         indexed = pcoll | "AssignSourceIndex" >> self.index
         # Rows that are not valid (no index) were never submitted: nothing to join them to.
         merged = indexed["rows"] | "MergeRows" >> merge

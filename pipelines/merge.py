@@ -104,6 +104,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.pipeline import build_merge_pipeline
     from mmirage_beam.run.storage import check_job_endpoint, check_locations, config_locations
+    from mmirage_beam.settings import MergeSettings
 
     if args.partitions is not None and args.partitions < 1:
         raise ConfigError("--partitions", "must be >= 1")
@@ -120,12 +121,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     check_job_endpoint(options)
     pipeline = beam.Pipeline(options=options)
     receipts = list(merge_plan.receipts)  # ReceiptEntry: the workers read the per-request maps
-    plan = build_merge_pipeline(
-        pipeline,
-        config,
-        sel.batches,
-        receipts,
-        sel.providers,
+    settings = MergeSettings(
         out,
         num_partitions=args.partitions,
         verify_source=not args.no_verify_source,
@@ -138,6 +134,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         errors_path=errors_path,
         answers_path=_answers_path(merge_plan.base, sel.linked),
     )
+    plan = build_merge_pipeline(pipeline, config, sel.batches, receipts, sel.providers, settings)
     _expect_progress(config, sel.batches, receipts)
     ran = _run_merge(pipeline, plan, options, out, final, args, config, argv)
     if ran is None:

@@ -27,7 +27,6 @@ from mmirage_beam.launch import (
     counters,
     guarded,
     own_flags,
-    read_jsonl,
     run_pipeline,
 )
 from mmirage_beam.paths import path_argument
@@ -76,18 +75,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     check_beam_args(beam_args, args.own_flags)
 
     import apache_beam as beam
-    from apache_beam.io.filesystems import FileSystems
 
     from mmirage_beam.config import load_config
-    from mmirage_beam.errors import ConfigError
-    from mmirage_beam.ids import check_run_id, new_run_id
-    from mmirage_beam.jsonl import read_text_lines
-    from mmirage_beam.pipeline import build_failures_pipeline, build_submit_pipeline
+    from mmirage_beam.pipeline import build_failures_pipeline
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
-    from mmirage_beam.results import resubmittable
+    from mmirage_beam.run import plans
     from mmirage_beam.run.layout import RunLayout, receipts_base
-    from mmirage_beam.run.receipts import consolidate_run
-    from mmirage_beam.run.selection import select_run
     from mmirage_beam.run.storage import (
         check_job_endpoint,
         check_locations,
@@ -97,84 +90,61 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     config = load_config(args.config)
     provider = config.processor.provider
-    adapter_cls = BatchAdapterRegistry.get(provider)
-    resolve_credentials(adapter_cls, provider)
-    try:
-        new_run = check_run_id(args.new_run_id) if args.new_run_id else new_run_id()
-    except ValueError as exc:
-        raise ConfigError("--new-run-id", str(exc)) from None
+    resolve_credentials(BatchAdapterRegistry.get(provider), provider)
+    new_run = plans.choose_run_id(args.new_run_id or None, None, "--new-run-id")
     options = beam_options(beam_args, args.verbose)
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     check_locations(config_locations(config), options)
     check_job_endpoint(options)
     probe_location(base, new_run, "processors[0].metadata_output_path")
-
-    if args.errors_file:
-        try:
-            errors = read_jsonl(args.errors_file)
-        except (OSError, ValueError) as exc:  # a folder, not JSON lines, not UTF-8
-            raise ConfigError(
-                "--from", f"{args.errors_file} is not an errors file: {exc}"
-            ) from None
-        if not errors and not FileSystems.exists(args.errors_file):
-            raise ConfigError("--from", f"{args.errors_file} does not exist")
-        if any(
-            not isinstance(e, dict) or "custom_id" not in e or "error_type" not in e for e in errors
-        ):
-            raise ConfigError(
-                "--from",
-                f"{args.errors_file} is not a merge errors file (OUT.errors.jsonl): its lines "
-                "need custom_id and error_type",
-            )
-        runs = {e.get("run_id") for e in errors if e.get("run_id")}
-        parent = args.run_id or (sorted(runs)[-1] if len(runs) == 1 else None)
-        if parent is None:
-            sel = select_run(config, [], None, "resubmit")
-            parent = sel.run
-        ids = {e["custom_id"] for e in errors if resubmittable(e, args.only)}
-        source = args.errors_file
-    else:
-        sel = select_run(config, [], args.run_id, "resubmit")
-        if sel.lookup_failed:
-            print("mmirage: error: some batches cannot be looked up.", file=sys.stderr)
-            return 1
-        if sel.pending:
-            print(
-                f"mmirage resubmit: {len(sel.pending)} batch(es) have not ended; their "
-                "requests are not resubmitted (they may still succeed)",
-                file=sys.stderr,
-            )
-        parent = sel.run
+    plan = plans.prepare_resubmit(
+        config, errors_file=args.errors_file, run_id=args.run_id, only=args.only
+    )
+    if plan.blocked == "lookup_failed":
+        print("mmirage: error: some batches cannot be looked up.", file=sys.stderr)
+        return 1
+    for message in plan.messages:
+        print(message.text, file=sys.stderr)
+    ids = plan.ids
+    if ids is None:  # fetch the parent's results: which requests are still failed
         # Written by the workers, so beside the receipts (a location both sides see).
         ids_path = RunLayout(base, new_run).resubmit_ids
         fetch = beam.Pipeline(options=options)
+        sel = plan.selection
         build_failures_pipeline(
             fetch, sel.batches, sel.providers, args.only, ids_path, config.outputs
         )
         run_pipeline(fetch)
-        ids = set(read_text_lines(ids_path))  # split on "\n" only
-        if FileSystems.exists(ids_path):
-            FileSystems.delete([ids_path])
-        source = f"the results of run {parent}"
+        ids = plans.read_failed_ids(ids_path)
     if not ids:
-        print(f"mmirage resubmit: nothing to resubmit ({args.only} failures in {source}: none)")
+        print(
+            f"mmirage resubmit: nothing to resubmit ({args.only} failures in {plan.source}: none)"
+        )
         return 0
     print(
         f"mmirage resubmit: re-sending {len(ids)} failed request(s) ({args.only}) of run "
-        f"{parent} as run {new_run}",
+        f"{plan.parent} as run {new_run}",
         file=sys.stderr,
     )
-    from mmirage_beam.run.staging import staging_area
+    return _resubmit(args, config, options, new_run, plan.parent, ids)
 
-    pipeline = beam.Pipeline(options=options)
-    plan = build_submit_pipeline(
-        pipeline,
-        config,
-        new_run,
-        skip_invalid_rows=True,
-        only_custom_ids=frozenset(ids),
-        parent_run_id=parent,
+
+def _resubmit(args, config, options, new_run: str, parent, ids: frozenset) -> int:  # noqa: ANN001
+    """Submit the requests ``ids`` of run ``parent`` as run ``new_run`` and print the
+    summary."""
+    import apache_beam as beam
+
+    from mmirage_beam.pipeline import build_submit_pipeline
+    from mmirage_beam.run.receipts import consolidate_run
+    from mmirage_beam.run.reports import resubmit_summary_lines
+    from mmirage_beam.run.staging import staging_area
+    from mmirage_beam.settings import SubmitSettings
+
+    settings = SubmitSettings(
+        new_run, skip_invalid_rows=True, only_custom_ids=frozenset(ids), parent_run_id=parent
     )
+    pipeline = beam.Pipeline(options=options)
+    plan = build_submit_pipeline(pipeline, config, settings)
     outcome = RunOutcome()
     try:
         with staging_area(plan.receipts_base, new_run):
@@ -191,20 +161,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return 130 if stopped else 1
     written = list(consolidate_run(plan.receipts_base, new_run))
     stats = counters(result)
-    print(f"resubmission run:    {new_run} (parent run {parent})")
-    print(
-        f"requests re-sent:    {stats.get('requests_submitted', 0)} of the {len(ids)} "
-        f"failed request(s) selected by --only {args.only}"
+    lines = resubmit_summary_lines(
+        plan, new_run, parent, stats, written, len(ids), args.only, args.config
     )
-    print(f"batches submitted:   {stats.get('batches_submitted', 0)}")
-    print("receipts:            " + (", ".join(written) if written else "none"))
-    missing = len(ids) - stats.get("requests_submitted", 0)
-    if missing:
-        print(
-            f"{missing} failed request(s) could not be rebuilt (their rows are invalid now, "
-            f"see {plan.invalid_rows_path}, or no longer exist)"
-        )
-    print(f"Then merge as usual: mmirage merge --config {args.config} --output-path OUT.jsonl")
+    print("\n".join(lines))
     return 0
 
 

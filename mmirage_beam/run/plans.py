@@ -6,6 +6,13 @@ while another process holds it), refuses a fresh run whose config and data an ea
 run already submitted, clears the markers of an earlier attempt, writes the run record
 and resolves a resumed run's interrupted chunks. It prints nothing: what the user should
 read comes back in :attr:`SubmitPlan.messages`, for the driver to print.
+
+The other steps the drivers decide before or after a job are here too, each returning
+data: :func:`submit_adapter` and :func:`choose_run_id` (is the submission possible, under
+which id), :func:`estimate_fraction` and :func:`with_limit` (what the flags ask),
+:func:`plan_reuse` (which earlier answers are reused), :func:`finish_submit` (receipts
+consolidated, run record finished), :func:`prepare_resubmit` (which failures a
+resubmission re-sends) and :func:`prepare_merge`.
 """
 
 from __future__ import annotations
@@ -14,8 +21,28 @@ import dataclasses
 import time
 from typing import Any, Callable, NamedTuple, Optional
 
+from apache_beam.io.filesystems import FileSystems
+
 from mmirage_beam.config.loader import PipelineConfig
-from mmirage_beam.io.fs import delete_files, write_durably
+from mmirage_beam.costs.tokens import (
+    check_sample_fraction,
+    extrapolated_counters,
+    token_counters,
+)
+from mmirage_beam.crashpoints import crash_point
+from mmirage_beam.errors import ConfigError, CredentialsError
+from mmirage_beam.ids import check_run_id, new_run_id
+from mmirage_beam.io.fs import delete_files, list_files, write_durably
+from mmirage_beam.jsonl import read_jsonl, read_text_lines
+from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
+from mmirage_beam.results import resubmittable
+from mmirage_beam.reuse import (
+    check_staleness,
+    earlier_answer_files,
+    reuse_wanted,
+    sent_stats,
+    staleness_lines,
+)
 from mmirage_beam.run.fingerprint import (
     matching_run,
     read_run_record,
@@ -24,6 +51,7 @@ from mmirage_beam.run.fingerprint import (
 )
 from mmirage_beam.run.layout import RunLayout, receipts_base
 from mmirage_beam.run.lease import Lease, RunLocked, acquire
+from mmirage_beam.run.receipts import MODALITIES, consolidate_run
 from mmirage_beam.run.resume import ResumeState, prepare_resume
 
 FINGERPRINT_WAIT_SECS = 30.0  # how long an identical fresh run waits for the first one
@@ -261,3 +289,254 @@ def prepare_merge(
     return MergePlan(
         selection, base, receipts, unfinished, resume_run, count_unsubmitted, invalid, blocked
     )
+
+
+#: ``--estimate sample`` without ``--estimate-fraction``: 1% of the requests
+DEFAULT_ESTIMATE_FRACTION = 0.01
+
+
+def estimate_fraction(mode: Optional[str], given: Any) -> Optional[float]:
+    """The share of requests whose tokens are counted: None for ``--estimate exact``
+    (``mode``; every request), else ``--estimate-fraction`` (``given``; default
+    :data:`DEFAULT_ESTIMATE_FRACTION`).
+
+    Raises:
+        ConfigError: ``--estimate-fraction`` is not a number in (0, 1], or is given
+            without ``--estimate sample``.
+    """
+    if (mode or "exact") == "exact":
+        if given is not None:
+            raise ConfigError(
+                "--estimate-fraction", "only applies with --estimate sample (exact counts all)"
+            )
+        return None
+    return check_sample_fraction(DEFAULT_ESTIMATE_FRACTION if given is None else given)
+
+
+def submit_adapter(config: PipelineConfig, dry_run: bool) -> type:
+    """The provider's adapter class for a submission of ``config``, once the run is
+    known to be possible: not ``mode: slurm``, the provider's SDK installed and its key
+    set (for a dry run only when it counts tokens exactly), before any data is read.
+
+    Raises:
+        ConfigError: ``execution_params.mode`` is slurm, or no adapter is registered.
+        CredentialsError: the key is missing.
+    """
+    if config.execution.mode == "slurm":
+        raise ConfigError(
+            "execution_params.mode",
+            "slurm is not supported in batch_api mode; use mode: local (Beam runners such "
+            "as --runner DataflowRunner or FlinkRunner scale the job instead)",
+        )
+    provider = config.processor.provider
+    adapter_cls = BatchAdapterRegistry.get(provider)
+    exact = config.processor.exact_tokens and (
+        adapter_cls().exact_token_counter(config.processor) is not None
+    )
+    if not dry_run or exact:
+        adapter_cls.check_dependencies()  # the provider's SDK (an optional extra)
+        resolve_credentials(adapter_cls, provider)  # fail before reading any data
+    return adapter_cls
+
+
+def choose_run_id(given: Optional[str], preset: Optional[str], flag: str = "--run-id") -> str:
+    """The run id: ``given`` (checked; the user named the run), else ``preset`` (a fresh
+    id chosen by the caller), else a fresh one.
+
+    Raises:
+        ConfigError: ``given`` is not a valid run id (the message names ``flag``).
+    """
+    try:
+        run_id = check_run_id(given) if given is not None else new_run_id()
+    except ValueError as exc:
+        raise ConfigError(flag, str(exc)) from None
+    return preset if given is None and preset else run_id
+
+
+def with_limit(
+    config: PipelineConfig, limit: Optional[int], base: str, run_id: str, resuming: bool
+) -> tuple[PipelineConfig, tuple[Message, ...]]:
+    """``config`` with ``row_limit`` from ``--limit`` (``limit``) or, ``resuming``, from
+    the run record, and the line that says so.
+
+    Raises:
+        ConfigError: ``limit`` is below 1.
+    """
+    if limit is not None and limit < 1:
+        raise ConfigError("--limit", f"must be >= 1, got {limit}")
+    if limit is None and resuming:
+        limit = (read_run_record(base, run_id) or {}).get("limit")
+    if limit is None:
+        return config, ()
+    text = (
+        f"mmirage run {run_id}: --limit {limit}: only the first {limit:,} row(s) by "
+        "source_index, as a run of their own (merge writes just those rows)"
+    )
+    return dataclasses.replace(config, row_limit=int(limit)), (Message("info", text),)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReusePlan:
+    """The earlier answers a run reuses (:mod:`mmirage_beam.reuse`).
+
+    Attributes:
+        files: the earlier answers files to read (empty: reuse off or nothing to reuse).
+        stale: earlier batch ids whose results expired (their answers are sent again).
+        messages: what was found, for the driver to print.
+    """
+
+    files: tuple[str, ...] = ()
+    stale: frozenset[str] = frozenset()
+    messages: tuple[Message, ...] = ()
+
+
+def plan_reuse(
+    config: PipelineConfig,
+    base: str,
+    run_id: str,
+    adapter_cls: type,
+    *,
+    no_reuse: bool,
+    dry_run: bool,
+    translate_only: bool,
+) -> ReusePlan:
+    """Which earlier answers run ``run_id`` reuses: none with ``no_reuse`` (or
+    ``reuse_answers: false``); else the answers files under ``base``, their batches'
+    staleness asked of the provider (not when the runner only translates the job, nor
+    in a dry run without the provider's key)."""
+    if not reuse_wanted(no_reuse, config):
+        return ReusePlan()
+    files = earlier_answer_files(base, run_id)
+    if not files:
+        return ReusePlan()
+    ask = not translate_only
+    if dry_run:  # a dry run asks only when the key is there
+        try:
+            resolve_credentials(adapter_cls, config.processor.provider)
+        except CredentialsError:
+            ask = False
+    st = check_staleness(files, adapter_cls, config.processor, ask)
+    messages = tuple(Message("info", line) for line in staleness_lines(run_id, st))
+    return ReusePlan(tuple(files) if st.answers else (), frozenset(st.stale), messages)
+
+
+def finish_submit(
+    base: str, run_id: str, record: Optional[dict[str, Any]], stats: dict[str, int], dry_run: bool
+) -> list[str]:
+    """The finish steps after a successful submit job: consolidate the receipts, then
+    record the run finished (``record``: the plan's run record, None for a dry run) and
+    remove the submitted marker. Returns the receipt files written.
+
+    A failure here leaves every batch receipted (in parts) and the submitted marker in
+    place, so ``--run-id`` completes the run without sending.
+    """
+    written = list(consolidate_run(base, run_id, dry_run))
+    crash_point("finishing")
+    if record is not None:
+        write_run_record(
+            base,
+            run_id,
+            record["fingerprint"],
+            started_at=record["started_at"],
+            finished=True,
+            rows_read=stats.get("rows_read", 0) + stats.get("row_errors", 0),
+            requests=stats.get("requests", 0),
+            chunks_submitted=stats.get("batches_submitted", 0)
+            + stats.get("batches_already_receipted", 0),
+            # what was sent (not reused); a sampled estimate scaled up to every request
+            estimate=token_counters(extrapolated_counters(sent_stats(stats))),
+            limit=record.get("limit"),
+        )
+        try:  # the record says it now; a stale marker is removed by the next attempt
+            delete_files([RunLayout(base, run_id).submitted_marker])
+        except Exception:
+            pass
+    return written
+
+
+def nothing_submitted(base: str, run_id: str) -> bool:
+    """Whether this attempt of ``run_id`` has not started a chunk yet: no intent and no
+    receipt part in its ``.parts`` folders (an earlier attempt's are consolidated)."""
+    layout = RunLayout(base, run_id)
+    return not any(list_files(layout.parts(m)) for m in MODALITIES)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResubmitPlan:
+    """What a resubmission re-sends, decided before its submit job.
+
+    Attributes:
+        parent: the run whose failures are re-sent.
+        ids: the failed custom_ids to re-send; None: to be fetched from the parent's
+            results (``selection`` holds its batches; :func:`read_failed_ids` reads the
+            job's answer).
+        source: where the failures come from, for the messages.
+        selection: the parent run's selection (``run.selection.RunSelection``) when the
+            ids are fetched; None otherwise.
+        messages: lines for the driver to print (stderr).
+        blocked: ``"lookup_failed"`` (a batch cannot be looked up: nothing is re-sent,
+            exit 1); None otherwise.
+    """
+
+    parent: Optional[str]
+    ids: Optional[frozenset[str]]
+    source: str
+    selection: Any = None
+    messages: tuple[Message, ...] = ()
+    blocked: Optional[str] = None
+
+
+def prepare_resubmit(
+    config: PipelineConfig, *, errors_file: Optional[str], run_id: Optional[str], only: str
+) -> ResubmitPlan:
+    """The failures a resubmission re-sends: those of a merge's errors file
+    (``errors_file``, ``--from``) resubmittable under ``only``, or (without it) those of
+    run ``run_id`` (default: the newest), whose results are then fetched.
+
+    Raises:
+        ConfigError: ``errors_file`` is missing or not a merge errors file; no run has
+            receipts.
+    """
+    from mmirage_beam.run.selection import select_run  # it imports this module's peers
+
+    if not errors_file:
+        sel = select_run(config, [], run_id, "resubmit")
+        if sel.lookup_failed:
+            return ResubmitPlan(sel.run, None, "", sel, blocked="lookup_failed")
+        messages = ()
+        if sel.pending:
+            text = (
+                f"mmirage resubmit: {len(sel.pending)} batch(es) have not ended; their "
+                "requests are not resubmitted (they may still succeed)"
+            )
+            messages = (Message("info", text),)
+        return ResubmitPlan(sel.run, None, f"the results of run {sel.run}", sel, messages)
+    try:
+        errors = read_jsonl(errors_file)
+    except (OSError, ValueError) as exc:  # a folder, not JSON lines, not UTF-8
+        raise ConfigError("--from", f"{errors_file} is not an errors file: {exc}") from None
+    if not errors and not FileSystems.exists(errors_file):
+        raise ConfigError("--from", f"{errors_file} does not exist")
+    if any(
+        not isinstance(e, dict) or "custom_id" not in e or "error_type" not in e for e in errors
+    ):
+        raise ConfigError(
+            "--from",
+            f"{errors_file} is not a merge errors file (OUT.errors.jsonl): its lines "
+            "need custom_id and error_type",
+        )
+    runs = {e.get("run_id") for e in errors if e.get("run_id")}
+    parent = run_id or (sorted(runs)[-1] if len(runs) == 1 else None)
+    if parent is None:
+        parent = select_run(config, [], None, "resubmit").run
+    ids = frozenset(e["custom_id"] for e in errors if resubmittable(e, only))
+    return ResubmitPlan(parent, ids, errors_file)
+
+
+def read_failed_ids(ids_path: str) -> frozenset[str]:
+    """The custom_ids the failures job wrote to ``ids_path`` (one a line), then the file
+    removed."""
+    ids = frozenset(read_text_lines(ids_path))  # split on "\n" only
+    if FileSystems.exists(ids_path):
+        FileSystems.delete([ids_path])
+    return ids

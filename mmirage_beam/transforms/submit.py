@@ -21,8 +21,9 @@ from mmirage_beam.io.fs import replace_file, write_durably
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import ChunkRef
-from mmirage_beam.run.layout import intent_path, part_path
+from mmirage_beam.run.layout import RunLayout, intent_path, part_path
 from mmirage_beam.run.receipts import make_receipt, read_receipt_part, receipt_line, receipt_path
+from mmirage_beam.settings import SubmitSettings
 
 __all__ = [
     "EXPORT_TAG",
@@ -40,30 +41,25 @@ class _SubmitChunkFn(beam.DoFn):
         self,
         adapter_cls: type,
         provider_config: BatchProviderConfig,
-        run_id: str,
+        settings: SubmitSettings,
         receipts_base: str,
         output_types: dict[str, str],
-        dry_run: bool,
-        skip_invalid_rows: bool,
-        attempt: int = 1,
-        parent_run_id: Optional[str] = None,
-        stop_marker: Optional[str] = None,
         concurrency: int = 4,
-        export_parts: Optional[str] = None,
     ) -> None:
         cap = getattr(adapter_cls, "max_concurrent_submissions", None)
         self._concurrency = max(1, min(concurrency, cap) if cap else concurrency)
-        self._export_parts = export_parts
-        self._stop_marker = stop_marker
-        self._attempt = attempt
-        self._parent = parent_run_id
+        layout = RunLayout(receipts_base, settings.run_id)
+        self._export_parts = f"{layout.staging}/export"
+        self._stop_marker = None if settings.dry_run else layout.stop_marker
+        self._attempt = settings.attempt
+        self._parent = settings.parent_run_id
         self._adapter_cls = adapter_cls
         self._config = provider_config
-        self._run_id = run_id
+        self._run_id = settings.run_id
         self._base = receipts_base
         self._output_types = dict(output_types)
-        self._dry_run = dry_run
-        self._skip_invalid = skip_invalid_rows
+        self._dry_run = settings.dry_run
+        self._skip_invalid = bool(settings.skip_invalid_rows)
         self._submitted = Metrics.counter(METRICS_NAMESPACE, "batches_submitted")
         self._reused = Metrics.counter(METRICS_NAMESPACE, "batches_already_receipted")
         self._blocked = Metrics.counter(METRICS_NAMESPACE, "chunks_not_submitted_invalid_rows")
@@ -273,9 +269,9 @@ class SubmitChunks(beam.PTransform):
     ``<receipt file>.parts/<chunk_id>.json`` before it is emitted on ``receipts``. A chunk
     whose receipt part already exists (a retried bundle) is not submitted again.
 
-    With ``dry_run=True`` nothing is contacted and no key is needed: receipts get
-    ``provider_batch_id = "dry-run-<modality>-<chunk_id>"`` and ``status = "dry_run"``, and
-    ``export`` carries, per chunk, the path of an export part under ``export_parts``:
+    In a dry run (``settings.export_prompts`` set) nothing is contacted and no key is
+    needed: receipts get ``provider_batch_id = "dry-run-<modality>-<chunk_id>"`` and
+    ``status = "dry_run"``, and ``export`` carries, per chunk, the path of an export part:
     the chunk's ``{"batch_id", "request"}`` JSONL lines (concatenate them, sorted, into
     the export file).
 
@@ -285,23 +281,25 @@ class SubmitChunks(beam.PTransform):
     Args:
         adapter_cls: the provider's BatchSubmissionAdapter subclass.
         provider_config: the processor's config (``provider``, ``base_url``, ...).
-        run_id: the run's id, part of every receipt file name.
+        settings: the run's :class:`~mmirage_beam.settings.SubmitSettings`: ``run_id``
+            (part of every receipt file name), ``export_prompts`` (a dry run),
+            ``skip_invalid_rows`` (None: False), ``attempt`` and ``parent_run_id``
+            (recorded in receipts). Its custom_id sets are not read (nor pickled).
         receipts_base: ``metadata_output_path`` without ``.jsonl``.
         output_types: output name -> ``"plain" | "JSON"`` for the receipts' snapshot.
         invalid_row_count: optional singleton side input (int); when it is > 0 and
             ``skip_invalid_rows`` is false, no chunk is submitted (the validation barrier).
-        attempt: the run's submission attempt (recorded in receipts).
-        parent_run_id: for a resubmission, the run whose failures it re-sends.
-        stop_marker: a path; once it exists (the launcher was asked to stop), no further
-            chunk is submitted and the DoFn raises ``RunStopped`` instead.
         concurrency: chunks submitted at once per bundle (>= 1; default 4), capped by
             the adapter's ``max_concurrent_submissions`` (Anthropic: 1).
-        export_parts: dry run: the folder for the export parts (default
-            ``<receipts_base>.staged.<run_id>/export``).
         token_estimate: optional singleton side input (``dict[str, int]``, the run's
             token counters, see :mod:`mmirage_beam.costs.tokens`): no chunk is submitted
             before it is computed, so the step that announces the estimate
             (:func:`mmirage_beam.progress.announce_estimate`) runs first.
+
+    A submission checks the run's stop marker (``<receipts_base>.stop.<run_id>``) before
+    each chunk: once it exists (the launcher was asked to stop), no further chunk is
+    submitted and the DoFn raises ``RunStopped`` instead. A dry run writes its export
+    parts under ``<receipts_base>.staged.<run_id>/export``.
 
     Just before a chunk goes to the provider, ``<receipt file>.parts/<chunk_id>.intent``
     is written; it is replaced by the receipt once the provider accepted the batch.
@@ -315,37 +313,21 @@ class SubmitChunks(beam.PTransform):
         self,
         adapter_cls: type,
         provider_config: BatchProviderConfig,
-        run_id: str,
+        settings: SubmitSettings,
         receipts_base: str,
         output_types: dict[str, str],
-        dry_run: bool = False,
         invalid_row_count: Optional[Any] = None,
-        skip_invalid_rows: bool = False,
-        attempt: int = 1,
-        parent_run_id: Optional[str] = None,
-        stop_marker: Optional[str] = None,
         concurrency: int = 4,
-        export_parts: Optional[str] = None,
         token_estimate: Optional[Any] = None,
     ) -> None:
         super().__init__()
-        if dry_run and export_parts is None:
-            from mmirage_beam.run.staging import staging_dir
-
-            export_parts = f"{staging_dir(receipts_base, run_id)}/export"
         self._fn = _SubmitChunkFn(
             adapter_cls,
             provider_config,
-            run_id,
+            settings.for_submit_step(),
             receipts_base,
             output_types,
-            dry_run,
-            skip_invalid_rows,
-            attempt,
-            parent_run_id,
-            stop_marker,
             concurrency,
-            export_parts,
         )
         self._invalid = invalid_row_count
         self._token_estimate = token_estimate

@@ -1,0 +1,249 @@
+"""What ``mmirage run`` and ``mmirage resubmit`` say once a job ended, as lines of text.
+
+Each function returns the lines (or one text) for the driver to print; none prints. The
+wording is the commands' interface (tests and users read it), so it is kept here once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import shlex
+from typing import Any, Mapping, Optional, Sequence
+
+from apache_beam.io.filesystems import FileSystems
+
+from mmirage_beam.costs.report import estimate_lines
+from mmirage_beam.jsonl import iter_jsonl_file
+from mmirage_beam.launch import describe_failure, human_bytes
+from mmirage_beam.reuse import savings_lines, sent_stats
+from mmirage_beam.run.receipts import consolidate_run, pending_intents, submission_complete
+
+__all__ = [
+    "InvalidRows",
+    "already_run_message",
+    "command_line",
+    "estimate_summary_lines",
+    "failure_report",
+    "resubmit_summary_lines",
+    "short_error",
+    "submit_summary_lines",
+]
+
+
+class InvalidRows:
+    """The invalid-rows file's count and its first rows by source_index, read streamed
+    (the file can hold every row of the dataset).
+
+    Attributes:
+        count: the number of invalid rows.
+        first: the first ``keep`` of them (dicts of the file), by source_index.
+    """
+
+    def __init__(self, count: int, first: list) -> None:
+        self.count = count
+        self.first = first
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    @classmethod
+    def read(cls, path: str, keep: int = 10) -> InvalidRows:
+        """The invalid rows of the file at ``path`` (none when it does not exist)."""
+        if not FileSystems.exists(path):
+            return cls(0, [])
+        count = 0
+        heap: list = []  # the ``keep`` smallest (key, n, row), as a max-heap on -key
+        for n, (_line, e) in enumerate(iter_jsonl_file(path)):
+            count += 1
+            key = (e.get("source_index") is None, e.get("source_index") or 0)
+            item = ((-key[0], -key[1]), -n, e)
+            if len(heap) < keep:
+                heapq.heappush(heap, item)
+            elif item > heap[0]:
+                heapq.heapreplace(heap, item)
+        first = [e for _k, _n, e in sorted(heap, reverse=True)]
+        return cls(count, first)
+
+
+def command_line(words: Sequence[str], beam_args: Sequence[str]) -> str:
+    """``words`` then the Beam arguments, shell-quoted: a command to copy."""
+    return " ".join([*words, *map(shlex.quote, beam_args)])
+
+
+def short_error(exc: BaseException) -> str:
+    """The last line of ``exc``'s message (its type's name when it has none)."""
+    text = str(exc).strip().splitlines()
+    return text[-1] if text else type(exc).__name__
+
+
+def already_run_message(config_path: str, beam_args: Sequence[str], earlier: dict) -> str:
+    """Exit 3: an earlier run (``earlier``, its run record) submitted the same config
+    and data; how to resume it or to submit again on purpose."""
+    run_id = earlier["run_id"]
+    cmd = command_line(["mmirage run", "--config", config_path], beam_args)
+    state = "finished" if earlier.get("finished") else "not finished"
+    return (
+        f"mmirage run: nothing sent: run {run_id} (started {earlier.get('started_at')}, "
+        f"{state}) already submitted this config with the same data (fingerprint "
+        f"{earlier['fingerprint'][:12]}).\n"
+        f"  resume or complete it:    {cmd} --run-id {run_id}\n"
+        f"  submit again on purpose:  {cmd} --new-run --no-reuse (pays again for every "
+        "request; --new-run alone reuses the answers a merge of it recorded)"
+    )
+
+
+def failure_report(
+    plan: Any, run_id: str, exc: BaseException, resume_cmd: str, stopped: bool = False
+) -> str:
+    """What was accepted when a submit job failed or stopped (``plan``: the wired
+    ``pipeline.SubmitPlan``), derived from what is recorded once the job has stopped,
+    and how to resume."""
+    lines = [
+        f"mmirage run {run_id}: stopped (Ctrl-C or SIGTERM)"
+        if stopped
+        else f"mmirage: error: the pipeline failed: {describe_failure(exc)}"
+    ]
+    try:
+        kept = [f"{p} ({n})" for p, n in consolidate_run(plan.receipts_base, run_id).items()]
+        in_flight = pending_intents(plan.receipts_base, run_id)
+    except Exception as storage_exc:  # the receipts location itself is failing
+        lines.append(
+            f"The receipts at {plan.receipts_base}.* cannot be read back ({storage_exc}); "
+            "every accepted batch's receipt part was written before it was reported, so "
+            "fix the storage, then resume with:"
+        )
+        lines.append(f"  {resume_cmd}")
+        return "\n".join(lines)
+    if not in_flight and submission_complete(plan.receipts_base, run_id):
+        lines.append(
+            f"Every batch of run {run_id} is submitted and receipted ({', '.join(kept)}); "
+            "only a finish step failed (placeholder rows, receipts consolidation or the "
+            "run record). Complete it (nothing is sent; the provider is not contacted):"
+        )
+        lines.append(f"  {resume_cmd}")
+        return "\n".join(lines)
+    lines.append(
+        "Receipts of the batches accepted before the failure: " + ", ".join(kept)
+        if kept
+        else "No batch had been accepted."
+    )
+    if in_flight:
+        lines.append(
+            f"{len(in_flight)} chunk(s) were being submitted when the run stopped and have "
+            "no receipt: the provider may have accepted them. The resume below looks each "
+            "one up before sending anything again (see docs/failure-modes.md)."
+        )
+    else:
+        lines.append("Every accepted batch has its receipt; nothing will be sent twice.")
+    lines.append(f"Resume the run with:\n  {resume_cmd}")
+    return "\n".join(lines)
+
+
+def submit_summary_lines(
+    plan: Any,
+    stats: Mapping[str, int],
+    receipts: Sequence[str],
+    invalid: InvalidRows,
+    skipped: bool,
+) -> list[str]:
+    """The summary of a finished submit job (``plan``: the wired
+    ``pipeline.SubmitPlan``; ``stats``: the job's counters; ``receipts``: the receipt
+    files written), then its invalid rows, if any."""
+    lines = [
+        f"run id:              {plan.run_id}",
+        f"rows read:           {stats.get('rows_read', 0) + stats.get('row_errors', 0):,}"
+        + (f" ({stats['row_errors']:,} unreadable)" if stats.get("row_errors") else ""),
+        f"invalid rows:        {invalid.count:,}",
+        f"requests:            {stats.get('requests', 0):,}",
+        f"chunks:              {stats.get('chunks', 0):,}",
+        f"request bytes:       {stats.get('request_bytes', 0):,} "
+        f"({human_bytes(stats.get('request_bytes', 0))})",
+    ]
+    if plan.dry_run:
+        lines.append(f"batches exported:    {stats.get('batches_submitted', 0):,}")
+        if invalid and not skipped:
+            lines.append("exported prompts:    none (invalid rows stopped the dry run)")
+        else:
+            lines.append(f"exported prompts:    {plan.export_file}")
+    else:
+        lines.append(f"batches submitted:   {stats.get('batches_submitted', 0):,}")
+        if stats.get("batches_already_receipted"):
+            lines.append(f"  already receipted: {stats['batches_already_receipted']:,}")
+        if stats.get("requests_not_selected"):
+            lines.append(
+                f"already submitted:   {stats['requests_not_selected']:,} request(s) "
+                "(earlier attempts of this run; not sent again)"
+            )
+        if not stats.get("batches_submitted") and stats.get("requests_not_selected"):
+            lines.append("nothing left to submit: every request of this run has a receipt")
+    lines.append("receipts:            " + (", ".join(receipts) if receipts else "none"))
+    if invalid:
+        lines += ["", f"{invalid.count} invalid row(s), all listed in {plan.invalid_rows_path}:"]
+        for e in invalid.first:
+            where = f" ({e['location']})" if e.get("location") else ""
+            name = f" [{e['input_name']}]" if e.get("input_name") else ""
+            lines.append(
+                f"  source_index {e['source_index']}{name} {e['dataset_path']}{where}: "
+                f"{e['reason']}"
+            )
+        if invalid.count > len(invalid.first):
+            lines.append(f"  ... and {invalid.count - len(invalid.first)} more")
+        if skipped:
+            lines.append("These rows were skipped (skip_invalid_rows); the rest was processed.")
+        else:
+            lines.append(
+                "Nothing was submitted. Fix these rows, or rerun with --skip-invalid-rows."
+            )
+    return lines
+
+
+def estimate_summary_lines(
+    stats: Mapping[str, int], provider_config: Any, dry_run: bool
+) -> list[str]:
+    """The tokens and estimated cost of what the job sent, a resume's "sent now" line
+    before them, then what reused answers saved."""
+    lines: list[str] = []
+    already = stats.get("requests_not_selected", 0)
+    estimate = estimate_lines(sent_stats(stats), provider_config)  # what is sent
+    if already:  # a resume: what it sends now, apart from what earlier attempts sent
+        now = max(stats.get("requests", 0) - already - stats.get("requests_reused", 0), 0)
+        lines.append(
+            f"sent now:            {now:,} request(s); already sent: {already:,} "
+            "(earlier attempts, not counted below)"
+        )
+        if not now:
+            estimate = ["tokens and estimated cost: nothing sent now ($0)"]
+    lines += estimate
+    lines += savings_lines(stats, provider_config, dry_run)
+    return lines
+
+
+def resubmit_summary_lines(
+    plan: Any,
+    new_run: str,
+    parent: Optional[str],
+    stats: Mapping[str, int],
+    receipts: Sequence[str],
+    selected: int,
+    only: str,
+    config_path: str,
+) -> list[str]:
+    """The summary of a finished resubmission (``plan``: the wired
+    ``pipeline.SubmitPlan``; ``selected``: the failed requests chosen by ``--only``)."""
+    lines = [
+        f"resubmission run:    {new_run} (parent run {parent})",
+        f"requests re-sent:    {stats.get('requests_submitted', 0)} of the {selected} "
+        f"failed request(s) selected by --only {only}",
+        f"batches submitted:   {stats.get('batches_submitted', 0)}",
+        "receipts:            " + (", ".join(receipts) if receipts else "none"),
+    ]
+    missing = selected - stats.get("requests_submitted", 0)
+    if missing:
+        lines.append(
+            f"{missing} failed request(s) could not be rebuilt (their rows are invalid now, "
+            f"see {plan.invalid_rows_path}, or no longer exist)"
+        )
+    lines.append(
+        f"Then merge as usual: mmirage merge --config {config_path} --output-path OUT.jsonl"
+    )
+    return lines
