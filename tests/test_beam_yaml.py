@@ -1,4 +1,5 @@
-"""Beam YAML pipelines (``python -m apache_beam.yaml.main``) over the mmirage transforms:
+"""Beam YAML pipelines (``python -m apache_beam.yaml.main``, and its ``run`` in this
+process where a cold process adds nothing to what is checked) over the mmirage transforms:
 rows read by Beam's own ReadFromJson / ReadFromParquet, submitted to the embedded fake
 provider through the real SDKs, merged back, and checked against ``mmirage check`` /
 ``mmirage merge`` on the very files the YAML pipeline left."""
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import apache_beam as beam
 import pytest
@@ -56,8 +58,9 @@ def _yaml_cmd(pipeline_file, env=None):
     return cmd, full_env
 
 
-def _run_yaml(pipeline_file, jinja=None, env=None, expect_ok=True):
-    """:func:`_yaml_cmd` in a subprocess, from the repository root."""
+def _run_yaml_subprocess(pipeline_file, jinja=None, env=None, expect_ok=True):
+    """:func:`_yaml_cmd` in a subprocess, from the repository root: the command exactly
+    as docs/beam-yaml.md gives it (a cold process: imports, argument parsing, exit)."""
     cmd, full_env = _yaml_cmd(pipeline_file, env)
     if jinja:
         cmd.append("--jinja_variables=" + json.dumps(jinja))
@@ -68,6 +71,68 @@ def _run_yaml(pipeline_file, jinja=None, env=None, expect_ok=True):
         assert proc.returncode == 0, proc.stderr[-4000:]
     assert "Downloading prism" not in proc.stderr  # offline, that is a failed download
     return proc
+
+
+class _Finished(NamedTuple):
+    returncode: int
+    stderr: str
+
+
+def _run_yaml(pipeline_file, jinja=None, env=None, expect_ok=True):
+    """The same job as :func:`_run_yaml_subprocess`, run by ``apache_beam.yaml.main.run``
+    in this process (a cold process costs ~16 s of imports per job, Beam YAML's ML
+    providers included): same flags, same environment (no API key but those of
+    ``env``), same folder. The process's exit is played at the end: the callbacks the
+    mmirage transforms registered with ``atexit`` (the run's lease, the staging folder)
+    run then, and the per-process lease cache is emptied, as a new process would have
+    it. A failure is exit 1 with its traceback as the stderr."""
+    import atexit
+    import contextlib
+    import io
+    import traceback
+
+    from apache_beam.yaml import main as yaml_main
+
+    from mmirage_beam import yaml_transforms
+
+    cmd, full_env = _yaml_cmd(pipeline_file, env)
+    argv = cmd[3:] + (["--jinja_variables=" + json.dumps(jinja)] if jinja else [])
+    exits = []
+    register = atexit.register
+
+    def _register(func, *args, **kwargs):
+        if getattr(func, "__module__", "").startswith("mmirage_beam"):
+            exits.append((func, args, kwargs))
+            return func
+        return register(func, *args, **kwargs)
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    captured = io.StringIO()
+    code = 0
+    os.environ.clear()
+    os.environ.update({k: v for k, v in full_env.items() if k != "PYTHONPATH"})
+    os.chdir(REPO)
+    atexit.register = _register
+    try:
+        with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
+            try:
+                yaml_main.run(argv)
+            except Exception:  # noqa: BLE001 - the process would print it and exit 1
+                traceback.print_exc()
+                code = 1
+            finally:
+                for func, args, kwargs in reversed(exits):
+                    func(*args, **kwargs)
+                yaml_transforms._HELD_PLANS.clear()
+    finally:
+        atexit.register = register
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    finished = _Finished(code, captured.getvalue())
+    if expect_ok:
+        assert finished.returncode == 0, finished.stderr[-4000:]
+    return finished
 
 
 def _keys(fake, provider):
@@ -81,7 +146,7 @@ def test_dry_run_of_the_bundled_yaml_pipeline_exports_valid_requests(tmp_path):
     both outputs, valid for the official SDK types; the source_index of each request
     pair names one row (content order)."""
     out = tmp_path / "out"
-    _run_yaml(
+    _run_yaml_subprocess(
         "configs/beam_yaml/gsm8k_submit.yaml",
         {"export_prompts": str(out / "prompts.jsonl"), "out": str(out), "run_id": "dry1"},
     )
@@ -576,7 +641,7 @@ def test_providers_entry_with_packages_installs_a_wheel_in_a_new_environment(tmp
     rows.write_text("".join(json.dumps(r) + "\n" for r in _gsm8k(50)), encoding="utf-8")
     clone = PypiExpansionService._path(sys.executable, [str(wheel)])
     try:
-        _run_yaml(
+        _run_yaml_subprocess(
             _pipeline_file(tmp_path, "pk.yaml", PACKAGES_PIPELINE, WHEEL=wheel, DATA=rows, OUT=out)
         )
     finally:  # the per-wheel clone; Beam's base environment stays cached
