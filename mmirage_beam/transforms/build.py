@@ -318,10 +318,11 @@ class _BuildRequestsFn(beam.DoFn):
         self._bytes = Metrics.counter(METRICS_NAMESPACE, "request_bytes")
 
     def setup(self) -> None:
-        from mmirage_beam.transforms.render import make_environment
+        from mmirage_beam.transforms.render import PromptTemplate, make_environment
 
         env = make_environment(reject_null=True)
-        self._templates = [(o, env.from_string(o.prompt)) for o in self._outputs]
+        # plain substitution is filled without Jinja, with Jinja's bytes and errors
+        self._templates = [(o, PromptTemplate(o.prompt, env)) for o in self._outputs]
         self._used = {o.name: template_variables(o.prompt) for o in self._outputs}
         self._parallel = {o.name: parallel_list_inputs(o.prompt) for o in self._outputs}
         # Only building and sizing happen here: no credentials, no client.
@@ -398,7 +399,7 @@ class _BuildRequestsFn(beam.DoFn):
                 )
                 return
             try:
-                prompt = _clean_text(template.render(**element.values))
+                prompt = _clean_text(template.render(element.values))
                 if not prompt.strip():
                     raise RequestBuildError(f"the prompt of {where} renders to whitespace only")
                 cid = custom_id(output.name, element.modality, element.source_index)

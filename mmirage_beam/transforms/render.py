@@ -8,12 +8,14 @@ string. Nested dicts and lists are rendered leaf by leaf. A bare lookup
 (``{{ name }}``, ``{{ name.field }}``, ``{{ name.field.sub }}``) is resolved without
 Jinja, with Jinja's results and errors (:class:`SchemaRenderer`; proved against Jinja on
 every shipped and test config by tests/test_render_lookup.py): about 15x cheaper per row.
+A prompt that is plain substitution (literal text and bare lookups) is filled the same way
+(:class:`PromptTemplate`; proved by tests/test_render_prompt.py).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import jinja2
 
@@ -23,6 +25,7 @@ __all__ = [
     "NullValueError",
     "holds_null",
     "make_environment",
+    "PromptTemplate",
     "SchemaRenderer",
 ]
 
@@ -109,6 +112,121 @@ def make_environment(reject_null: bool = False) -> jinja2.Environment:
         keep_trailing_newline=False,
         finalize=_reject_null if reject_null else None,
     )
+
+
+class PromptTemplate:
+    """A prompt template compiled once; :meth:`render` fills it for one row (a ``str``).
+
+    A template that is plain substitution, literal text and bare lookups (``{{ name }}``,
+    ``{{ name.field }}``, ``{{ name.field.sub }}``) with no filter, test, expression,
+    block, comment or whitespace-control marker, is split once here into Jinja's own
+    parse of it (the literal text as Jinja's lexer leaves it: newlines normalised, one
+    trailing newline dropped) and rendered by joining the literals with each lookup's
+    value as Jinja's compiled template converts it: the name from the row's variables,
+    else the environment's globals, else the environment's undefined; each ``.field``
+    by ``Environment.getattr``; then ``str(environment.finalize(value))``. So the text
+    and the errors (types and messages) are Jinja's own. Every other template is
+    rendered by Jinja.
+
+    Args:
+        source: the template text (``outputs[].prompt``).
+        env: the environment (:func:`make_environment`; prompts use
+            ``reject_null=True``); a new default one when None.
+        substitution_fast_path: render plain substitution without Jinja (default).
+            False always renders with Jinja: the reference the fast path is tested
+            against (tests/test_render_prompt.py).
+
+    Raises:
+        jinja2.TemplateSyntaxError: from the constructor, for a template Jinja cannot
+            parse. From :meth:`render`: ``jinja2.UndefinedError`` (a variable the row
+            does not have), :class:`NullValueError` (a ``None`` value with
+            ``reject_null``), and whatever converting a value to ``str`` raises.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        env: Optional[jinja2.Environment] = None,
+        substitution_fast_path: bool = True,
+    ) -> None:
+        self._env = env if env is not None else make_environment()
+        self._parts = _substitution_parts(self._env, source) if substitution_fast_path else None
+        # Jinja compiles what the fast path does not take (and raises its syntax errors).
+        self._template = self._env.from_string(source) if self._parts is None else None
+        self._globals = self._env.make_globals(None)  # what a template's context falls back on
+        self._finalize = self._env.finalize
+
+    @property
+    def substitution(self) -> bool:
+        """True when the template is rendered without Jinja (plain substitution)."""
+        return self._parts is not None
+
+    def render(self, variables: dict[str, Any]) -> str:
+        """The template filled with ``variables`` (one row's inputs, by name)."""
+        if self._parts is None:
+            return self._template.render(**variables)
+        env = self._env
+        globals_ = self._globals
+        finalize = self._finalize
+        out = []
+        for part in self._parts:
+            if part.__class__ is str:
+                out.append(part)
+                continue
+            name, fields = part
+            if name in variables:
+                value = variables[name]
+            elif name in globals_:
+                value = globals_[name]
+            else:
+                value = env.undefined(name=name)
+            for field in fields:
+                value = env.getattr(value, field)
+            out.append(str(finalize(value) if finalize is not None else value))
+        return "".join(out)
+
+
+def _substitution_parts(
+    env: jinja2.Environment, source: str
+) -> Optional[list[Union[str, tuple[str, tuple[str, ...]]]]]:
+    """``source`` as literal strings and ``(name, fields)`` lookups, from Jinja's own parse,
+    or None when it is anything more than plain substitution (or does not parse)."""
+    if (
+        env.line_statement_prefix
+        or env.line_comment_prefix
+        or env.trim_blocks
+        or env.lstrip_blocks
+        or env.autoescape
+        or any(m in source for m in ("{%", "{#", "{{-", "-}}", "{{+", "+}}"))
+    ):
+        return None
+    from jinja2 import nodes
+
+    try:
+        tree = env.parse(source)
+    except jinja2.TemplateSyntaxError:
+        return None
+    if not tree.body:
+        return []
+    if len(tree.body) != 1 or not isinstance(tree.body[0], nodes.Output):
+        return None
+    parts: list[Union[str, tuple[str, tuple[str, ...]]]] = []
+    for node in tree.body[0].nodes:
+        if type(node) is nodes.TemplateData:
+            parts.append(str(node.data))
+            continue
+        fields: list[str] = []
+        while type(node) is nodes.Getattr and node.ctx == "load":
+            fields.append(node.attr)
+            node = node.node
+        if type(node) is not nodes.Name or node.ctx != "load":
+            return None
+        fields.reverse()
+        dotted = ".".join([node.name, *fields])
+        if not _LOOKUP_EXPR.match(dotted) or any(w in _JINJA_WORDS for w in (node.name, *fields)):
+            return None
+        parts.append((node.name, tuple(fields)))
+    return parts
 
 
 class SchemaRenderer:
