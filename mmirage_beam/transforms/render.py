@@ -15,7 +15,7 @@ A prompt that is plain substitution (literal text and bare lookups) is filled th
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import jinja2
 
@@ -114,6 +114,28 @@ def make_environment(reject_null: bool = False) -> jinja2.Environment:
     )
 
 
+def jinja_lookup(
+    env: jinja2.Environment,
+    globals_: dict[str, Any],
+    variables: dict[str, Any],
+    name: str,
+    fields: Sequence[str],
+) -> Any:
+    """The value of ``{{ name.f.g }}`` as Jinja's compiled code resolves it: ``variables``
+    (the render's context), then the environment's ``globals_``, then its undefined
+    (StrictUndefined raises on use); each field through ``Environment.getattr``.
+    Shared by :class:`PromptTemplate` and :class:`SchemaRenderer`'s bare lookups."""
+    if name in variables:
+        value = variables[name]
+    elif name in globals_:
+        value = globals_[name]
+    else:
+        value = env.undefined(name=name)
+    for field in fields:
+        value = env.getattr(value, field)
+    return value
+
+
 class PromptTemplate:
     """A prompt template compiled once; :meth:`render` fills it for one row (a ``str``).
 
@@ -173,15 +195,7 @@ class PromptTemplate:
             if part.__class__ is str:
                 out.append(part)
                 continue
-            name, fields = part
-            if name in variables:
-                value = variables[name]
-            elif name in globals_:
-                value = globals_[name]
-            else:
-                value = env.undefined(name=name)
-            for field in fields:
-                value = env.getattr(value, field)
+            value = jinja_lookup(env, globals_, variables, *part)
             out.append(str(finalize(value) if finalize is not None else value))
         return "".join(out)
 
@@ -288,19 +302,10 @@ class SchemaRenderer:
         if name in _JINJA_WORDS or any(f in _JINJA_WORDS for f in fields):
             return None
         env = self._env
-        env_getattr = env.getattr
         globals_ = env.globals  # what a compiled expression's context falls back on
 
         def resolve(ctx: dict[str, Any]) -> Any:
-            if name in ctx:
-                value = ctx[name]
-            elif name in globals_:
-                value = globals_[name]
-            else:
-                value = env.undefined(name=name)
-            for field in fields:
-                value = env_getattr(value, field)
-            return _bare_value(value)
+            return _bare_value(jinja_lookup(env, globals_, ctx, name, fields))
 
         return resolve
 
