@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
 from typing import Any, Callable, Optional, Sequence
 
 from mmirage_beam.errors import ConfigError, MmirageError
@@ -75,17 +77,67 @@ def configure_logging(verbose: bool = False) -> None:
     )
 
 
+#: Set when a Ctrl-C (SIGINT) reached a driver started by :func:`guarded`. The
+#: KeyboardInterrupt it raises can be lost: C code that clears the errors it sees (an
+#: extension module's import, e.g. ``xml.etree``'s ``_elementtree``) swallows one that
+#: lands inside it, so the drivers also look at this flag (:func:`run_pipeline`).
+_INTERRUPTED = threading.Event()
+
+
+def interrupt_requested() -> bool:
+    """Whether a Ctrl-C reached the running driver (even if its KeyboardInterrupt was
+    swallowed on the way)."""
+    return _INTERRUPTED.is_set()
+
+
+def _on_sigint(_signum: int, _frame: object) -> None:
+    _INTERRUPTED.set()
+    raise KeyboardInterrupt
+
+
+def _forget_handled_interrupt() -> None:
+    """Clear CPython's "KeyboardInterrupt went unhandled" flag before a driver returns.
+
+    CPython sets it (``_Py_UnhandledKeyboardInterrupt``, since bpo-1054041) whenever a
+    KeyboardInterrupt leaves code run by ``exec()`` of a string, even if the program then
+    catches it, and ``python -m`` checks it at exit: the process then kills itself with
+    SIGINT (status -2 to a parent process, not the 130 we return). ``dataclasses`` and
+    ``namedtuple`` build their methods with ``exec``, so a Ctrl-C landing while a module
+    defining one is imported (Beam imports many lazily) set it. A driver that returns has
+    handled every interrupt, so the flag is cleared; interpreters without it are left
+    alone.
+    """
+    try:
+        import ctypes  # only here: a private CPython flag, absent elsewhere
+
+        ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 0
+    except (AttributeError, ValueError, OSError):
+        pass
+
+
 def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int]:
-    """Run a driver ``main`` turning mmirage errors into a message and an exit status."""
+    """Run a driver ``main`` turning mmirage errors into a message and an exit status.
+
+    Ctrl-C: 130 and one line saying how to continue (never a traceback). In the main
+    thread, while Python's default SIGINT handler is in place, the driver's own handler
+    records each Ctrl-C (:func:`interrupt_requested`) before raising KeyboardInterrupt.
+    """
 
     def wrapper(argv: Optional[Sequence[str]] = None) -> int:
+        previous = None
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            previous = signal.signal(signal.SIGINT, _on_sigint)
+        _INTERRUPTED.clear()
         try:
-            return main(argv)
+            code = main(argv)
         except MmirageError as exc:
             # A missing key (CredentialsError) also exits 2 but is not a config problem.
             kind = "config error" if isinstance(exc, ConfigError) else "error"
             print(f"mmirage: {kind}: {exc}", file=sys.stderr)
-            return exc.exit_code
+            code = exc.exit_code
         except KeyboardInterrupt:
             print(
                 "mmirage: interrupted (a pipeline it was running is cancelled; batches "
@@ -93,7 +145,13 @@ def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int
                 "again to continue",
                 file=sys.stderr,
             )
-            return 130
+            code = 130
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+            _INTERRUPTED.clear()
+        _forget_handled_interrupt()
+        return code
 
     return wrapper
 
@@ -384,10 +442,9 @@ def run_pipeline(
     Raises:
         KeyboardInterrupt: stopped at once; whatever the job raised otherwise.
     """
-    import signal
-    import threading
-
     outcome = outcome if outcome is not None else RunOutcome()
+    if _INTERRUPTED.is_set():  # a Ctrl-C before the job whose KeyboardInterrupt was lost
+        raise KeyboardInterrupt
     timer: list[threading.Timer] = []
 
     def idle() -> bool:
@@ -431,6 +488,7 @@ def run_pipeline(
                 timer.append(t)
                 return
         outcome.forced = True
+        _INTERRUPTED.set()
         _cancel(outcome)
         raise KeyboardInterrupt
 
@@ -445,6 +503,8 @@ def run_pipeline(
         try:
             outcome.result = pipeline.run()
             outcome.result.wait_until_finish()
+            if outcome.forced:  # stopped at once, but the KeyboardInterrupt was lost
+                raise KeyboardInterrupt
         except KeyboardInterrupt:
             outcome.forced = True
             _cancel(outcome)

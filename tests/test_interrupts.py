@@ -43,6 +43,34 @@ def test_ctrl_c_on_merge_and_on_check_watch_is_one_line_not_a_traceback(tmp_path
     assert "Traceback" not in err and "run the same command again" in err
     # no partial output: neither the merged file, its errors file nor the temp folder
     assert [p.name for p in tmp_path.glob("m.*")] == [], list(tmp_path.iterdir())
+    # A Ctrl-C whose KeyboardInterrupt is swallowed before the job (C code that clears
+    # the errors it sees, e.g. an extension module's import) still stops the merge.
+    swallow = (
+        "import os, signal, sys, time\n"
+        "import mmirage_beam.config as c\n"
+        "load = c.load_config\n"
+        "def swallowing(*a, **k):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        time.sleep(5)\n"
+        "    except BaseException:\n"
+        "        pass\n"
+        "    return load(*a, **k)\n"
+        "c.load_config = swallowing\n"
+        "from pipelines.merge import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", swallow, *merge[3:]],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr and "run the same command again" in proc.stderr
+    assert [p.name for p in tmp_path.glob("m.*")] == [], list(tmp_path.iterdir())
     fake.script(processing_delay_secs=600)  # batches of a new run stay in progress
     assert submit_main(["--config", path, "--run-id", "slow"]) == 0
     watch = [*py, "pipelines.check", "--config", path, "--run-id", "slow", "--watch"]
@@ -63,6 +91,33 @@ def test_ctrl_c_on_merge_and_on_check_watch_is_one_line_not_a_traceback(tmp_path
     # check starts nothing: it says the batches keep running, and shows the last table
     assert "stopped watching (Ctrl-C): 1 batch(es) not finished yet keep running" in out
     assert "in_progress" in out, out
+
+
+def test_ctrl_c_inside_exec_code_still_exits_130_under_python_m(tmp_path):
+    """CPython marks a KeyboardInterrupt raised in ``exec()``'d code as unhandled even when
+    it is caught, and ``python -m`` then ends the process by SIGINT (-2); dataclasses build
+    their methods with exec, so a Ctrl-C during a lazy import hit it. The drivers exit 130."""
+    (tmp_path / "exec_interrupted.py").write_text(
+        "import sys\n"
+        "from mmirage_beam.launch import guarded\n"
+        "def _main(argv):\n"
+        "    exec('import os, signal, time\\n'\n"
+        "         'os.kill(os.getpid(), signal.SIGINT)\\ntime.sleep(5)')\n"
+        "    return 0\n"
+        "sys.exit(guarded(_main)())\n",
+        encoding="utf-8",
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, "-m", "exec_interrupted"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 130, (proc.returncode, proc.stderr)
+    assert proc.stderr.count("\n") == 1 and "run the same command again" in proc.stderr
 
 
 def test_ctrl_c_while_rows_are_read_stops_within_seconds(tmp_path, provider_env):
