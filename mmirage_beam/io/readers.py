@@ -192,15 +192,20 @@ class ReadDatasets(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> ReadDatasetsResult:
         file_ids = tuple(s.file_id for s in self._splits)
-        offsets = (
+        counts = (
             pbegin
             | "CreateSplitsToCount" >> beam.Create(self._splits, reshuffle=False)
             | "ReshuffleSplitsToCount" >> beam.Reshuffle()
             | "CountRows" >> beam.ParDo(_CountSplitRowsFn())
-            | "CollectCounts" >> beam.combiners.ToList()
+        )
+        # Once, over every split's count (a side input: no global combine's GroupByKey).
+        offsets = (
+            pbegin
+            | "OffsetsOnce" >> beam.Impulse()
             | "ComputeOffsets"
             >> beam.Map(
-                _compute_offsets,
+                lambda _impulse, counts, **kwargs: _compute_offsets(counts, **kwargs),
+                beam.pvalue.AsList(counts),
                 file_ids=file_ids,
                 num_shards=self._num_shards,
                 shard_id=self._shard_id,
