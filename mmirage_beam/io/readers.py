@@ -192,12 +192,13 @@ class ReadDatasets(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> ReadDatasetsResult:
         file_ids = tuple(s.file_id for s in self._splits)
-        counts = (
+        # Both passes take the splits from one Reshuffle (spread over the workers).
+        splits = (
             pbegin
-            | "CreateSplitsToCount" >> beam.Create(self._splits, reshuffle=False)
-            | "ReshuffleSplitsToCount" >> beam.Reshuffle()
-            | "CountRows" >> beam.ParDo(_CountSplitRowsFn())
+            | "CreateSplits" >> beam.Create(self._splits, reshuffle=False)
+            | "ReshuffleSplits" >> beam.Reshuffle()
         )
+        counts = splits | "CountRows" >> beam.ParDo(_CountSplitRowsFn())
         # Once, over every split's count (a side input: no global combine's GroupByKey).
         offsets = (
             pbegin
@@ -212,16 +213,10 @@ class ReadDatasets(beam.PTransform):
                 max_rows=self._max_rows,
             )
         )
-        outputs = (
-            pbegin
-            | "CreateSplitsToRead" >> beam.Create(self._splits, reshuffle=False)
-            | "ReshuffleSplitsToRead" >> beam.Reshuffle()
-            | "ReadRows"
-            >> beam.ParDo(
-                _ReadSplitFn(self._num_shards, self._shard_id),
-                offsets=beam.pvalue.AsSingleton(offsets),
-            ).with_outputs(_ERRORS_TAG, main="rows")
-        )
+        outputs = splits | "ReadRows" >> beam.ParDo(
+            _ReadSplitFn(self._num_shards, self._shard_id),
+            offsets=beam.pvalue.AsSingleton(offsets),
+        ).with_outputs(_ERRORS_TAG, main="rows")
         return ReadDatasetsResult(rows=outputs.rows, errors=outputs[_ERRORS_TAG])
 
 
