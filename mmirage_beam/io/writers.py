@@ -45,7 +45,9 @@ class _RemoveTempDirFn(beam.DoFn):
         delete_folder(self._temp_dir)
 
 
-def _write_files(pcoll: beam.PCollection, directory: str, **kwargs: Any) -> Any:
+def _write_files(
+    pcoll: beam.PCollection, directory: str, **kwargs: Any
+) -> tuple[beam.PCollection, str]:
     """``fileio.WriteToFiles`` into ``directory`` through a temp folder inside it.
 
     The temp folder is left for the caller's final step to remove: each writer here has
