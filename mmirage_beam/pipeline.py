@@ -14,7 +14,6 @@ before the first chunk is submitted.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional, Sequence, Union
@@ -93,6 +92,22 @@ def default_chunking_parallelism(options: Any) -> int:
         candidates.append(opts.get("direct_num_workers"))
     values = [int(v) for v in candidates if isinstance(v, int) and v > 0]
     return max(values) if values else 1
+
+
+def _mark_submitted(_impulse: bytes, receipts: int, marker: Optional[dict]) -> int:
+    """Impulse, the attempt's receipt count -> the count, after writing the submitted
+    marker (``marker``: :func:`mark_submitted`'s keywords; None: a dry run, no marker)."""
+    if marker is not None:
+        mark_submitted(receipts, **marker)
+    return receipts
+
+
+def _announce_sent_estimate(
+    _impulse: bytes, stats: dict[str, int], provider_config: Any, path: str
+) -> dict[str, int]:
+    """Impulse, the summed token counters -> those of what is sent (less the reused
+    requests': :func:`sent_stats`), announced (:func:`announce_estimate`)."""
+    return announce_estimate(sent_stats(stats), provider_config, path)
 
 
 def _sum_counts(counts: Any) -> dict[str, int]:
@@ -285,8 +300,9 @@ class SubmitRows(beam.PTransform):
         if read_errors is not None:
             error_sources.insert(0, read_errors)
         errors = tuple(error_sources) | "AllRowErrors" >> beam.Flatten()
-        invalid_count = beam.pvalue.AsSingleton(
-            errors | "CountInvalidRows" >> beam.combiners.Count.Globally()
+        invalid_count = beam.pvalue.AsSingleton(  # no invalid row: no element, 0
+            errors | "CountInvalidRows" >> beam.combiners.Count.Globally().without_defaults(),
+            default_value=0,
         )
         (
             errors
@@ -305,11 +321,20 @@ class SubmitRows(beam.PTransform):
             token_estimate=None
             if dry_run
             else beam.pvalue.AsSingleton(
-                token_counts
-                | "SumTokens" >> beam.CombineGlobally(_sum_counts)
-                | "SentTokens" >> beam.Map(sent_stats)  # less the reused requests'
                 # once per job, before the first batch (the submit step's side input)
-                | "AnnounceEstimate" >> beam.Map(announce_estimate, proc, estimate_file(staging))
+                p
+                | "EstimateOnce" >> beam.Impulse()
+                | "AnnounceEstimate"
+                >> beam.Map(
+                    _announce_sent_estimate,
+                    beam.pvalue.AsSingleton(  # no count at all: the sum of none, {}
+                        token_counts
+                        | "SumTokens" >> beam.CombineGlobally(_sum_counts).without_defaults(),
+                        default_value={},
+                    ),
+                    proc,
+                    estimate_file(staging),
+                )
             ),
         )
         receipted = submitted.receipts
@@ -329,16 +354,19 @@ class SubmitRows(beam.PTransform):
             receipted = (submitted.receipts, reused_receipts) | "AllReceipts" >> beam.Flatten()
         # Every chunk has its receipt: the marker says only finish steps are left, and
         # the placeholder rows are published after it (they claim "submitted").
+        # Once, also when no chunk was built (the count's default 0).
+        receipt_count = beam.pvalue.AsSingleton(
+            receipted | "CountReceipts" >> beam.combiners.Count.Globally().without_defaults(),
+            default_value=0,
+        )
         all_receipted = beam.pvalue.AsSingleton(
-            receipted
-            | "CountReceipts" >> beam.combiners.Count.Globally()
+            p
+            | "ReceiptedOnce" >> beam.Impulse()
             | "MarkSubmitted"
             >> beam.Map(
-                (lambda n: n)
-                if dry_run
-                else functools.partial(
-                    mark_submitted, base=base, run_id=run_id, attempt=settings.attempt
-                )
+                _mark_submitted,
+                receipt_count,
+                None if dry_run else {"base": base, "run_id": run_id, "attempt": settings.attempt},
             )
         )
         submitted.receipts | "ProgressChunks" >> CountProgress(

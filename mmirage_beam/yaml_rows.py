@@ -191,17 +191,23 @@ class AssignSourceIndex(beam.PTransform):
             | "ContentKey" >> beam.Map(lambda r: (_content_key(r), r))
             | "ByBucket" >> beam.Map(lambda kr: (kr[0][0][:digits], kr))
         )
-        offsets = beam.pvalue.AsSingleton(
-            keyed
-            | "Buckets" >> beam.Keys()
-            | "CountPerBucket" >> beam.combiners.Count.PerElement()
-            | "AllCounts" >> beam.combiners.ToList()
-            | "Offsets" >> beam.Map(_bucket_offsets)
+        counts = (
+            keyed | "Buckets" >> beam.Keys() | "CountPerBucket" >> beam.combiners.Count.PerElement()
         )
-        rows = (
+        # Once, over every bucket's count (a side input: no global combine's GroupByKey).
+        offsets = beam.pvalue.AsSingleton(
+            pcoll.pipeline
+            | "OffsetsOnce" >> beam.Impulse()
+            | "Offsets"
+            >> beam.Map(
+                lambda _impulse, counts: _bucket_offsets(counts), beam.pvalue.AsList(counts)
+            )
+        )
+        ranked = (
             keyed
             | "GroupByBucket" >> beam.GroupByKey()
-            | "RankInBucket" >> beam.FlatMap(_rank_bucket, offsets)
+            # "errors" is never emitted here: an empty PCollection without a Create.
+            | "RankInBucket"
+            >> beam.FlatMap(_rank_bucket, offsets).with_outputs("errors", main="rows")
         )
-        errors = pcoll.pipeline | "NoIndexErrors" >> beam.Create([])
-        return {"rows": rows, "errors": errors}
+        return {"rows": ranked.rows, "errors": ranked.errors}

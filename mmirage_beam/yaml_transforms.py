@@ -285,19 +285,27 @@ class SubmitBatches(beam.PTransform):
         indexed = pcoll | "AssignSourceIndex" >> self.index
         submitted = indexed | "SubmitRows" >> submit
         self.plan = submit.plan
+        # Empty inputs give no element: the side inputs' defaults stand for them.
         receipt_count = beam.pvalue.AsSingleton(
-            submitted.receipts | "CountReceipts" >> beam.combiners.Count.Globally()
+            submitted.receipts
+            | "CountReceipts" >> beam.combiners.Count.Globally().without_defaults(),
+            default_value=0,
         )
         error_count = beam.pvalue.AsSingleton(
-            submitted.errors | "CountErrors" >> beam.combiners.Count.Globally()
+            submitted.errors | "CountErrors" >> beam.combiners.Count.Globally().without_defaults(),
+            default_value=0,
         )
         first_errors = beam.pvalue.AsSingleton(
             submitted.errors
-            | "FirstErrors" >> beam.combiners.Top.Of(_SHOWN_ERRORS, key=_error_order, reverse=True)
+            | "FirstErrors"
+            >> beam.combiners.Top.Of(
+                _SHOWN_ERRORS, key=_error_order, reverse=True
+            ).without_defaults(),
+            default_value=[],
         )
         _ = (
             p
-            | "FinishRunOnce" >> beam.Create([None])
+            | "FinishRunOnce" >> beam.Impulse()
             | "FinishRun"
             >> beam.ParDo(
                 _FinishRunFn(

@@ -6,7 +6,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from mmirage_beam.io.writers import WriteSingleFile, concatenate_files
+from mmirage_beam.io.writers import WriteJsonLinesShards, WriteSingleFile, concatenate_files
 
 RUNNERS = {
     "in_memory": [],
@@ -46,3 +46,22 @@ def test_concatenate_files_keeps_the_given_order_and_replaces_the_output(tmp_pat
     concatenate_files([str(b), str(a)], str(out), block_bytes=2)
     assert out.read_bytes() == b"3\n1\n2\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "out"]
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_json_lines_shards_leave_no_temp_folder(tmp_path, staged):
+    """The temp folder of Beam's WriteToFiles is removed by the writer's one final step
+    (RemoveTempDir, or Publish with the staging folder that holds it)."""
+    out = tmp_path / "out"
+    staging = tmp_path / "staging"
+    lines = [f'{{"i": {i}}}\n'.encode() for i in range(300)]
+    with beam.Pipeline() as p:
+        (
+            p
+            | beam.Create(lines, reshuffle=True)
+            | WriteJsonLinesShards(str(out), "rows", staging_dir=str(staging) if staged else None)
+        )
+    files = sorted(out.iterdir())
+    assert files and all(f.name.startswith("rows-") and f.suffix == ".jsonl" for f in files)
+    assert sorted(b for f in files for b in f.read_bytes().splitlines(True)) == sorted(lines)
+    assert not staging.exists()

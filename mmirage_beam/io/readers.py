@@ -192,31 +192,31 @@ class ReadDatasets(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> ReadDatasetsResult:
         file_ids = tuple(s.file_id for s in self._splits)
+        # Both passes take the splits from one Reshuffle (spread over the workers).
+        splits = (
+            pbegin
+            | "CreateSplits" >> beam.Create(self._splits, reshuffle=False)
+            | "ReshuffleSplits" >> beam.Reshuffle()
+        )
+        counts = splits | "CountRows" >> beam.ParDo(_CountSplitRowsFn())
+        # Once, over every split's count (a side input: no global combine's GroupByKey).
         offsets = (
             pbegin
-            | "CreateSplitsToCount" >> beam.Create(self._splits, reshuffle=False)
-            | "ReshuffleSplitsToCount" >> beam.Reshuffle()
-            | "CountRows" >> beam.ParDo(_CountSplitRowsFn())
-            | "CollectCounts" >> beam.combiners.ToList()
+            | "OffsetsOnce" >> beam.Impulse()
             | "ComputeOffsets"
             >> beam.Map(
-                _compute_offsets,
+                lambda _impulse, counts, **kwargs: _compute_offsets(counts, **kwargs),
+                beam.pvalue.AsList(counts),
                 file_ids=file_ids,
                 num_shards=self._num_shards,
                 shard_id=self._shard_id,
                 max_rows=self._max_rows,
             )
         )
-        outputs = (
-            pbegin
-            | "CreateSplitsToRead" >> beam.Create(self._splits, reshuffle=False)
-            | "ReshuffleSplitsToRead" >> beam.Reshuffle()
-            | "ReadRows"
-            >> beam.ParDo(
-                _ReadSplitFn(self._num_shards, self._shard_id),
-                offsets=beam.pvalue.AsSingleton(offsets),
-            ).with_outputs(_ERRORS_TAG, main="rows")
-        )
+        outputs = splits | "ReadRows" >> beam.ParDo(
+            _ReadSplitFn(self._num_shards, self._shard_id),
+            offsets=beam.pvalue.AsSingleton(offsets),
+        ).with_outputs(_ERRORS_TAG, main="rows")
         return ReadDatasetsResult(rows=outputs.rows, errors=outputs[_ERRORS_TAG])
 
 

@@ -31,15 +31,32 @@ class BytesSink(fileio.FileSink):
         self._fh.flush()
 
 
-def _remove_temp_dir(_written: Any, temp_dir: str) -> None:
-    """Beam's WriteToFiles moves its files out of the temp folder but leaves the folder."""
-    from mmirage_beam.io.fs import delete_folder
+class _RemoveTempDirFn(beam.DoFn):
+    """Beam's WriteToFiles moves its files out of the temp folder but leaves the folder:
+    deletes it once (the main input is an Impulse) after every file is written (the
+    side input, a list of ``FileResult``, only orders this step after the writes)."""
 
-    delete_folder(temp_dir)
+    def __init__(self, temp_dir: str) -> None:
+        self._temp_dir = temp_dir
+
+    def process(self, _impulse: bytes, _written: list[Any]) -> None:
+        from mmirage_beam.io.fs import delete_folder
+
+        delete_folder(self._temp_dir)
 
 
-def _write_files(pcoll: beam.PCollection, directory: str, **kwargs: Any) -> Any:
-    """``fileio.WriteToFiles`` into ``directory`` through a temp folder removed afterwards."""
+def _write_files(
+    pcoll: beam.PCollection, directory: str, **kwargs: Any
+) -> tuple[beam.PCollection, str]:
+    """``fileio.WriteToFiles`` into ``directory`` through a temp folder inside it.
+
+    The temp folder is left for the caller's final step to remove: each writer here has
+    one step that runs once after every file is written and deletes ``directory`` (or
+    its temp folder, :class:`_RemoveTempDirFn`).
+
+    Returns:
+        (PCollection[fileio.FileResult] of the final files, the temp folder's path).
+    """
     import uuid
 
     from apache_beam.options.value_provider import StaticValueProvider
@@ -51,12 +68,17 @@ def _write_files(pcoll: beam.PCollection, directory: str, **kwargs: Any) -> Any:
         sink=lambda _dest: BytesSink(),
         **kwargs,
     )
-    (
-        written
-        | "AllWritten" >> beam.combiners.ToList()
-        | "RemoveTempDir" >> beam.Map(_remove_temp_dir, temp_dir)
-    )
-    return written
+    return written, temp_dir
+
+
+def _once(pcoll: beam.PCollection) -> beam.PCollection:
+    """A single element (``b""``) for a final step that gets its input as side inputs.
+
+    ``Impulse | ParDo(fn, AsList(pcoll))`` runs ``fn`` exactly once, after ``pcoll`` is
+    complete, also when it is empty: what ``CombineGlobally`` (``ToList``) with its
+    default does, without the combine's GroupByKey and its default-injecting stage.
+    """
+    return pcoll.pipeline | "Once" >> beam.Impulse()
 
 
 def _dirname_basename(path: str) -> tuple[str, str]:
@@ -92,14 +114,24 @@ def concatenate_files(parts: Sequence[str], output_path: str, block_bytes: int =
 
 
 class _ConcatenatePartsFn(beam.DoFn):
-    """list of part file names -> the single output file (nothing when there are none)."""
+    """Impulse, side input: list of part file paths -> the single output file (nothing
+    when there are none); ``parts_dir`` is removed after.
 
-    def __init__(self, output_path: str, parts_dir: str) -> None:
+    With ``results_in_parts_dir``, the side input holds ``fileio.FileResult`` of files
+    written into ``parts_dir`` (whose ``file_name`` is relative to it) instead of paths.
+    """
+
+    def __init__(
+        self, output_path: str, parts_dir: str, results_in_parts_dir: bool = False
+    ) -> None:
         self._out = output_path
         self._parts_dir = parts_dir
+        self._results = results_in_parts_dir
 
-    def process(self, part_names: list[str]) -> Iterator[str]:
-        parts = sorted(set(part_names))
+    def process(self, _impulse: bytes, parts: list[Any]) -> Iterator[str]:
+        if self._results:
+            parts = [FileSystems.join(self._parts_dir, r.file_name) for r in parts]
+        parts = sorted(set(parts))
         if parts:
             concatenate_files(parts, self._out)
         from mmirage_beam.io.fs import delete_folder
@@ -134,15 +166,12 @@ class WriteSingleFile(beam.PTransform):
         import uuid
 
         parts_dir = FileSystems.join(self._dir, f".{self._name}.parts-{uuid.uuid4().hex[:12]}")
-        written = _write_files(
+        written, _temp_dir = _write_files(  # inside parts_dir: removed with it
             pcoll, parts_dir, file_naming=fileio.default_file_naming("part", ".jsonl")
         )
-        return (
-            written
-            # FileResult.file_name of a final file is its name inside ``parts_dir``.
-            | "PartNames" >> beam.Map(lambda r, d=parts_dir: FileSystems.join(d, r.file_name))
-            | "CollectParts" >> beam.combiners.ToList()
-            | "Concatenate" >> beam.ParDo(_ConcatenatePartsFn(self._path, parts_dir))
+        return _once(pcoll) | "Concatenate" >> beam.ParDo(
+            _ConcatenatePartsFn(self._path, parts_dir, results_in_parts_dir=True),
+            beam.pvalue.AsList(written),
         )
 
 
@@ -180,23 +209,26 @@ class WriteJsonLinesShards(beam.PTransform):
     def expand(self, pcoll: beam.PCollection) -> Any:
         naming = fileio.default_file_naming(self._prefix, ".jsonl")
         if self._staging is None:
-            return _write_files(pcoll, self._dir, file_naming=naming)
-        written = _write_files(pcoll, self._staging, file_naming=naming)
-        names = (
-            written
-            | "StagedNames" >> beam.Map(lambda r, d=self._staging: FileSystems.join(d, r.file_name))
-            | "CollectStaged" >> beam.combiners.ToList()
-        )
+            written, temp_dir = _write_files(pcoll, self._dir, file_naming=naming)
+            _ = _once(pcoll) | "RemoveTempDir" >> beam.ParDo(
+                _RemoveTempDirFn(temp_dir), beam.pvalue.AsList(written)
+            )
+            return written
+        # The temp folder is inside the staging folder, which Publish removes.
+        written, _temp_dir = _write_files(pcoll, self._staging, file_naming=naming)
         kwargs = {} if self._gate is None else {"gate": self._gate}
         if self._after is not None:
             kwargs["after"] = self._after
-        return names | "Publish" >> beam.ParDo(
-            _PublishFn(self._dir, self._staging, self._prefix if self._replace else ""), **kwargs
+        return _once(pcoll) | "Publish" >> beam.ParDo(
+            _PublishFn(self._dir, self._staging, self._prefix if self._replace else ""),
+            beam.pvalue.AsList(written),
+            **kwargs,
         )
 
 
 class _PublishFn(beam.DoFn):
-    """list of staged files -> moved into ``directory`` (gate 0) or deleted.
+    """Impulse, side input: list of ``fileio.FileResult`` staged in ``staging_dir`` ->
+    the files moved into ``directory`` (gate 0) or deleted; ``staging_dir`` is removed.
 
     Each file is moved with :func:`mmirage_beam.io.fs.move_file`, so the staging folder
     may be on another filesystem or storage scheme than ``directory``. With
@@ -211,11 +243,14 @@ class _PublishFn(beam.DoFn):
         self._staging = staging_dir
         self._replace_prefix = replace_prefix
 
-    def process(self, paths: list[str], gate: int = 0, after: Any = None) -> Iterator[str]:
+    def process(
+        self, _impulse: bytes, written: list[Any], gate: int = 0, after: Any = None
+    ) -> Iterator[str]:
         from mmirage_beam.crashpoints import crash_point
         from mmirage_beam.io.fs import delete_files, delete_folder, list_files, move_file
 
-        paths = sorted(set(paths))
+        # FileResult.file_name of a final file is its name inside the staging folder.
+        paths = sorted({FileSystems.join(self._staging, r.file_name) for r in written})
         if gate:
             delete_folder(self._staging)
             return
@@ -247,10 +282,8 @@ class ConcatenateFiles(beam.PTransform):
         self._parts_dir = parts_dir
 
     def expand(self, paths: beam.PCollection) -> Any:
-        return (
-            paths
-            | "CollectParts" >> beam.combiners.ToList()
-            | "Concatenate" >> beam.ParDo(_ConcatenatePartsFn(self._path, self._parts_dir))
+        return _once(paths) | "Concatenate" >> beam.ParDo(
+            _ConcatenatePartsFn(self._path, self._parts_dir), beam.pvalue.AsList(paths)
         )
 
 
