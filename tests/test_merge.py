@@ -161,32 +161,9 @@ def test_all_requests_failed_no_output_file(tmp_path, capsys, provider_env):
     assert all(m["answer"] is None and m["mmirage_errors"]["answer"]["type"] for m in merged)
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
-@pytest.mark.parametrize("mode", ["expire", "cancel"])
-def test_expired_and_cancelled_keep_partial_results(tmp_path, capsys, provider_env, provider, mode):
-    fake = provider_env
-    rows = _rows(10)
-    cfg = _setup(tmp_path, provider, fake, rows)
-    fake.script(**{f"{mode}_after_requests": 4})
-    _submit(cfg)
-    code, merged, errors = _merge(tmp_path, cfg)
-    assert code == 1
-    assert [m["source_index"] for m in merged] == list(range(10))
-    done = [m for m in merged if "mmirage_errors" not in m]
-    failed = [m for m in merged if "mmirage_errors" in m]
-    assert len(done) == 4 and len(failed) == 6
-    for m in done:
-        assert m["answer"] == fake_answer_text(
-            "Answer concisely:\n" + rows[m["source_index"]]["question"]
-        )
-    kinds = {e["error_type"] for e in errors}
-    expected = {
-        ("openai", "expire"): {"batch_expired"},
-        ("openai", "cancel"): {"batch_cancelled"},
-        ("anthropic", "expire"): {"expired"},
-        ("anthropic", "cancel"): {"canceled"},
-    }[(provider, mode)]
-    assert kinds == expected and all(e["retryable"] for e in errors)
+# An expired or cancelled batch keeps its partial results: in test_verdicts.py
+# (test_expired_or_cancelled_batch_is_a_failure_everywhere, which also checks check and
+# resubmit on the same run).
 
 
 def test_anthropic_errored_results(tmp_path, capsys, provider_env):
