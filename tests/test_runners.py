@@ -39,6 +39,7 @@ from tests.runners import (
     ServiceStartError,
     clean_env,
     run_cli,
+    run_cli_in_process,
     runner_flags,
     worker_env,
 )
@@ -179,40 +180,10 @@ def _services_for(runner: str, request) -> PortableServices | None:  # noqa: ANN
     return request.getfixturevalue("beam_services") if runner in PORTABLE_RUNNERS else None
 
 
-def _cli_in_process(args, cwd: Path, env: dict) -> subprocess.CompletedProcess:  # noqa: ANN001
-    """``mmirage ARGS`` as :func:`run_cli` runs it, but by ``pipelines.cli.main`` in this
-    process: in ``cwd``, with exactly ``env`` as the environment, stdout and stderr
-    captured (the folder, environment and streams are put back after). For the in-memory
-    DirectRunner, whose workers are this process anyway: a cold ``mmirage`` process
-    costs seconds of imports per command, and what only a process shows (exit status,
-    streams) the other runners' lifecycles check through real subprocesses."""
-    import contextlib
-    import io
-
-    from pipelines.cli import main as cli_main
-
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    out, err = io.StringIO(), io.StringIO()
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(cwd)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = cli_main(list(args))
-            except SystemExit as exc:  # argparse errors exit as the process would
-                code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
-    return subprocess.CompletedProcess(["mmirage", *args], code, out.getvalue(), err.getvalue())
-
-
 def _lifecycle(root: Path, runner: str, services: PortableServices | None) -> dict:
     """Dry run, submission, check and merge of the launcher folder on ``runner``, each
     ``mmirage`` command in a subprocess in ``root`` (on the in-memory DirectRunner: in
-    this process, :func:`_cli_in_process`), against a fresh fake. Returns what the runs
+    this process, ``run_cli_in_process``), against a fresh fake. Returns what the runs
     produced, and asserts what must hold on any runner."""
     flags = runner_flags(runner, services)
     timings = {}
@@ -223,7 +194,7 @@ def _lifecycle(root: Path, runner: str, services: PortableServices | None) -> di
 
         def mmirage(*args: str) -> subprocess.CompletedProcess:
             start = time.monotonic()
-            proc = (_cli_in_process if runner == "direct" else run_cli)(args, cwd=root, env=env)
+            proc = (run_cli_in_process if runner == "direct" else run_cli)(args, cwd=root, env=env)
             timings[args[0] + (" --export-prompts" if "--export-prompts" in args else "")] = round(
                 time.monotonic() - start, 1
             )
