@@ -89,6 +89,18 @@ def provider_env(monkeypatch, fake_provider):
     return fake_provider
 
 
+@pytest.fixture
+def fast_provider_retries(monkeypatch):
+    """Provider retries in this process without real waiting: the same attempts, a
+    backoff of at most 4 ms instead of 0.5 s doubling to 30 s (the backoff itself is
+    tested in test_retries.py). For files whose lookups fail on purpose (a 404 is
+    retried 6 times: about 8 s of sleep per lookup with the real backoff)."""
+    from mmirage_beam.providers.base import BatchSubmissionAdapter
+
+    monkeypatch.setattr(BatchSubmissionAdapter, "RETRY_INITIAL_DELAY_SECS", 0.001)
+    monkeypatch.setattr(BatchSubmissionAdapter, "RETRY_MAX_DELAY_SECS", 0.004)
+
+
 @pytest.fixture(autouse=True)
 def _no_real_keys(monkeypatch):
     for var in list(os.environ):

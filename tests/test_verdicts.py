@@ -19,6 +19,10 @@ from pipelines.resubmit import main as resubmit_main
 from pipelines.submit import main as submit_main
 from tests.conftest import GSM8K_JSONL, base_config, write_config
 
+#: Lookups fail here on purpose (404s, unknown batch ids): retried as often, without the
+#: real backoff's seconds of sleep (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("fast_provider_retries")
+
 PROMPT = "Answer concisely:\n"
 
 
