@@ -89,6 +89,18 @@ def provider_env(monkeypatch, fake_provider):
     return fake_provider
 
 
+@pytest.fixture
+def fast_provider_retries(monkeypatch):
+    """Provider retries in this process without real waiting: the same attempts, a
+    backoff of at most 4 ms instead of 0.5 s doubling to 30 s (the backoff itself is
+    tested in test_retries.py). For files whose lookups fail on purpose (a 404 is
+    retried 6 times: about 8 s of sleep per lookup with the real backoff)."""
+    from mmirage_beam.providers.base import BatchSubmissionAdapter
+
+    monkeypatch.setattr(BatchSubmissionAdapter, "RETRY_INITIAL_DELAY_SECS", 0.001)
+    monkeypatch.setattr(BatchSubmissionAdapter, "RETRY_MAX_DELAY_SECS", 0.004)
+
+
 @pytest.fixture(autouse=True)
 def _no_real_keys(monkeypatch):
     for var in list(os.environ):
@@ -102,24 +114,44 @@ def _no_real_keys(monkeypatch):
 # collection order. Alphabetical order left the longest files (the portable-runner and
 # crash tests) to start late, so the run ended with one worker busy and two idle. The
 # longest files go first (longest-processing-time-first scheduling); the order inside a
-# file is kept. Seconds are from `pytest --durations` on this 2-core machine kind
-# (2026-12-02), summed per file; files not listed keep their order after these.
+# file is kept. Seconds are per-file sums of `pytest --durations=0` of the whole suite
+# under `-n 3` on this 2-core machine kind (2026-12-03), less what the test-time work of
+# that day removed (estimated from each file run alone before and after); files not
+# listed (each under ~30 s) keep their order after these.
 SLOW_FILES_SECS = {
-    "test_runners.py": 290,
-    "test_crash_suite.py": 144,
-    "test_submit_e2e.py": 133,
-    "test_beam_yaml.py": 124,
-    "test_bench_scale.py": 111,
-    "test_idempotent.py": 98,
-    "test_anthropic_adoption.py": 94,
-    "test_resubmit.py": 88,
-    "test_golden_outputs.py": 86,
-    "test_scale_out.py": 82,
-    "test_cycle.py": 75,
-    "test_credentials.py": 62,
-    "test_costs_e2e.py": 53,
-    "test_resume.py": 41,
-    "test_lease.py": 35,
+    "test_crash_suite.py": 215,
+    "test_runners.py": 205,
+    "test_verdicts.py": 165,
+    "test_merge.py": 140,
+    "test_validation.py": 115,
+    "test_beam_yaml.py": 112,
+    "test_scale_out.py": 95,
+    "test_readers.py": 94,
+    "test_reuse.py": 85,
+    "test_cycle.py": 85,
+    "test_merge_golden.py": 75,
+    "test_check.py": 60,
+    "test_submit_e2e.py": 56,
+    "test_credentials.py": 56,
+    "test_anthropic_adoption.py": 55,
+    "test_lease.py": 55,
+    "test_retries.py": 55,
+    "test_bench_scale.py": 54,
+    "test_idempotent.py": 52,
+    "test_resubmit.py": 48,
+    "test_costs_e2e.py": 46,
+    "test_resume.py": 45,
+    "test_dry_run.py": 39,
+    "test_progress.py": 39,
+    "test_fuzz.py": 37,
+    "test_first_use.py": 37,
+    "test_check_advice.py": 34,
+    "test_chunking.py": 34,
+    "test_providers.py": 30,
+    "test_gemini.py": 28,
+    "test_staging.py": 28,
+    "test_interrupts.py": 27,
+    "test_finish_resume.py": 25,
 }
 
 

@@ -136,6 +136,40 @@ def run_cli(
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def run_cli_in_process(
+    args: Sequence[str], cwd: Path, env: Mapping[str, str]
+) -> subprocess.CompletedProcess:
+    """``mmirage ARGS`` as :func:`run_cli` runs it, but by ``pipelines.cli.main`` in this
+    process: in ``cwd``, with exactly ``env`` as the environment, stdout and stderr
+    captured (the folder, environment and streams are put back after). Returns a
+    completed process whose returncode is main's exit status (an argparse exit's code).
+
+    For commands on the in-memory DirectRunner where the process is not the point: a
+    cold ``mmirage`` process costs seconds of imports per command. What only a process
+    shows (a signal, a crash, flags read by a fresh interpreter) needs :func:`run_cli`."""
+    import contextlib
+    import io
+
+    from pipelines.cli import main as cli_main
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli_main(list(args))
+            except SystemExit as exc:  # argparse errors exit as the process would
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["mmirage", *args], code, out.getvalue(), err.getvalue())
+
+
 @dataclass
 class PortableServices:
     """Beam's job service and an external worker pool, in separate processes and folders.

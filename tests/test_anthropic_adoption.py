@@ -11,6 +11,7 @@ import sys
 
 from pipelines.submit import main as submit_main
 from tests.conftest import REPO, base_config, write_config
+from tests.runners import run_cli_in_process
 from tests.slow_proxy import SlowProxy
 
 
@@ -71,7 +72,8 @@ def _crash_then_resume(tmp_path, fake, step: str, chunk: int = 300):
     crashed = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, timeout=300)
     assert crashed.returncode == -9, crashed.stderr.decode()[-2000:]
     env.pop("MMIRAGE_CRASH_AT")
-    return subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    # the resume in this process (only the killed run needs a process of its own)
+    return run_cli_in_process(["run", *cmd[3:]], cwd=tmp_path, env=env)
 
 
 def test_a_crash_after_acceptance_is_adopted_and_confirmed_on_resume(tmp_path, provider_env):
@@ -115,9 +117,7 @@ def test_an_ambiguous_match_is_sent_again_never_guessed(tmp_path, provider_env):
     ]
     client.messages.batches.create(requests=other)
     env.pop("MMIRAGE_CRASH_AT")
-    resumed = subprocess.run(
-        cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
+    resumed = run_cli_in_process(["run", *cmd[3:]], cwd=tmp_path, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert "cannot tell which" in resumed.stderr
     sent = _sent(fake)

@@ -22,6 +22,10 @@ from pipelines.check import main as check_main
 from pipelines.submit import main as run_main
 from tests.conftest import GSM8K_JSONL, TEST_DATA, base_config, write_config
 
+#: Lookups fail here on purpose (404s, unknown batch ids): retried as often, without the
+#: real backoff's seconds of sleep (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("fast_provider_retries")
+
 N_ROWS = 40
 PER_CHUNK = 10
 ORIGINAL = TEST_DATA / "mmirage_original"

@@ -12,8 +12,10 @@ The ``publishing`` case keeps its receipts (and so the staged rows) on a tmpfs,
 (on the main disk where ``/dev/shm`` is not a filesystem of its own): killed, ``check``
 (exit 0, "finish step pending"), the resume, then ``merge`` (exit 0, every row).
 
-CLI subprocesses (only they can show a SIGKILL and exit codes): 4 in CI, about 40 s on
-an idle 2-core machine (80 s loaded). ``MMIRAGE_SLOW_TESTS=1`` also runs the
+The killed run is a CLI subprocess (only a process can be SIGKILLed); ``check``, the
+resume and ``merge`` after it run ``mmirage`` in the test process
+(``tests.runners.run_cli_in_process``: same folder, environment, exit status and
+output; a cold process costs seconds of imports each). ``MMIRAGE_SLOW_TESTS=1`` also runs the
 ``consolidated`` and ``finishing`` cases (a killed run, merge's "finish step pending",
 the resume; ``benchmarks/crash_suite.py`` runs them too).
 """
@@ -30,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GSM8K_JSONL, REPO, base_config, write_config
+from tests.runners import run_cli_in_process
 
 ROWS = 30
 SLOW = os.environ.get("MMIRAGE_SLOW_TESTS") == "1"
@@ -37,6 +40,7 @@ _slow = pytest.mark.skipif(not SLOW, reason="set MMIRAGE_SLOW_TESTS=1 (two CLI r
 
 
 def _cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``mmirage ARGS`` in a subprocess (for the run that is killed)."""
     return subprocess.run(
         [sys.executable, "-m", "pipelines.cli", *args],
         cwd=cwd,
@@ -122,20 +126,22 @@ def _killed_then_finished(tmp_path: Path, fake, step: str, meta: Path) -> None: 
     pending = "finish step pending: run r1"
     command = f"mmirage run --config {config} --run-id r1"
     if step == "publishing":
-        checked = _cli(["check", "--config", config], tmp_path, env)
+        checked = run_cli_in_process(["check", "--config", config], tmp_path, env)
         assert checked.returncode == 0, checked.stdout + checked.stderr[-2000:]
         assert pending in checked.stdout and command in checked.stdout, checked.stdout
         assert "UNFINISHED" not in checked.stdout
     else:  # merge writes every row and names the pending step (exit 0)
         out = tmp_path / "early.jsonl"
-        merged = _cli(["merge", "--config", config, "--output-path", str(out)], tmp_path, env)
+        merged = run_cli_in_process(
+            ["merge", "--config", config, "--output-path", str(out)], tmp_path, env
+        )
         assert merged.returncode == 0, merged.stdout + merged.stderr[-2000:]
         assert pending in merged.stdout and command in merged.stdout
         assert "UNFINISHED" not in merged.stdout
         assert len(out.read_text(encoding="utf-8").splitlines()) == ROWS
 
     calls = fake.call_counts()
-    resumed = _cli(["run", "--config", config, "--run-id", "r1"], tmp_path, env)
+    resumed = run_cli_in_process(["run", "--config", config, "--run-id", "r1"], tmp_path, env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert fake.call_counts() == calls  # no upload, no create, no lookup
     assert "nothing left to submit" in resumed.stdout
@@ -143,7 +149,9 @@ def _killed_then_finished(tmp_path: Path, fake, step: str, meta: Path) -> None: 
 
     if step == "publishing":
         out = tmp_path / "merged.jsonl"
-        merged = _cli(["merge", "--config", config, "--output-path", str(out)], tmp_path, env)
+        merged = run_cli_in_process(
+            ["merge", "--config", config, "--output-path", str(out)], tmp_path, env
+        )
         assert merged.returncode == 0, merged.stdout + merged.stderr[-2000:]
         assert "pending" not in merged.stdout and "UNFINISHED" not in merged.stdout
         rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]

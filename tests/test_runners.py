@@ -4,7 +4,8 @@ Each runner of the matrix (tests/runners.py: DirectRunner in memory; DirectRunne
 ``multi_processing`` mode with 2 workers; the PortableRunner against Beam's own job
 service with an EXTERNAL worker pool started in another folder; the PortableRunner with
 LOOPBACK workers) runs the whole lifecycle as a user would, with ``mmirage`` in a
-subprocess whose working directory holds a config with RELATIVE paths: a dry run
+subprocess (the in-memory DirectRunner's reference: in the test process, in the same
+folder and environment) whose working directory holds a config with RELATIVE paths: a dry run
 (``--export-prompts``), the submission to a fresh embedded fake provider, ``mmirage
 check`` and ``mmirage merge``. Every runner must leave every receipt where ``mmirage
 check`` finds it, and produce byte-identical merged, errors, invalid-rows and export
@@ -38,6 +39,7 @@ from tests.runners import (
     ServiceStartError,
     clean_env,
     run_cli,
+    run_cli_in_process,
     runner_flags,
     worker_env,
 )
@@ -180,8 +182,9 @@ def _services_for(runner: str, request) -> PortableServices | None:  # noqa: ANN
 
 def _lifecycle(root: Path, runner: str, services: PortableServices | None) -> dict:
     """Dry run, submission, check and merge of the launcher folder on ``runner``, each
-    ``mmirage`` command in a subprocess in ``root``, against a fresh fake. Returns what the
-    runs produced, and asserts what must hold on any runner."""
+    ``mmirage`` command in a subprocess in ``root`` (on the in-memory DirectRunner: in
+    this process, ``run_cli_in_process``), against a fresh fake. Returns what the runs
+    produced, and asserts what must hold on any runner."""
     flags = runner_flags(runner, services)
     timings = {}
     with FakeProviderServer() as fake:
@@ -191,7 +194,7 @@ def _lifecycle(root: Path, runner: str, services: PortableServices | None) -> di
 
         def mmirage(*args: str) -> subprocess.CompletedProcess:
             start = time.monotonic()
-            proc = run_cli(args, cwd=root, env=env)
+            proc = (run_cli_in_process if runner == "direct" else run_cli)(args, cwd=root, env=env)
             timings[args[0] + (" --export-prompts" if "--export-prompts" in args else "")] = round(
                 time.monotonic() - start, 1
             )
@@ -294,7 +297,8 @@ def _lifecycle(root: Path, runner: str, services: PortableServices | None) -> di
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The lifecycle on the in-memory DirectRunner: what every other runner must match."""
+    """The lifecycle on the in-memory DirectRunner (in this process): what every other
+    runner, each through ``mmirage`` subprocesses, must match."""
     return _lifecycle(_launcher_dir(tmp_path_factory.mktemp("direct") / "launch"), "direct", None)
 
 

@@ -19,6 +19,7 @@ from mmirage_beam.paths import resolve_path
 from pipelines.merge import main as merge_main
 from pipelines.submit import main as submit_main
 from tests.conftest import GSM8K_JSONL, REPO, base_config, write_config
+from tests.runners import run_cli_in_process
 
 
 def _relative_config(tmp_path: Path, **proc) -> dict:
@@ -263,8 +264,9 @@ def test_a_stop_lets_calls_in_flight_finish_and_the_resume_sends_nothing_twice(
     created = len(fake.batches(provider))
     assert 3 <= created == len(receipts) < STOP_ROWS // 4  # stopped early, none unrecorded
     assert not (tmp_path / "meta" / "batch_metadata.stop.stop1").exists()
-    # The printed resume command sends the rest, each request exactly once overall.
-    resume = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    # The printed resume command sends the rest, each request exactly once overall (run
+    # in this process: the stop needed a process of its own, the resume does not).
+    resume = run_cli_in_process(["run", *cmd[3:]], cwd=tmp_path, env=env)
     assert resume.returncode == 0, resume.stderr
     sent = _submitted(fake)
     assert sorted(sent) == sorted(f"answer-text-{i}" for i in range(STOP_ROWS))

@@ -163,38 +163,69 @@ def test_skipped_rows_get_no_placeholder(tmp_path, capsys):
     assert [r["source_index"] for r in _placeholders(tmp_path)] == list(MIXED_VALID)
 
 
-@pytest.mark.parametrize(
-    "line, location, input_name, reason",
-    [
-        ('{"question": "no closing brace"', "line 2", None, "line is not valid JSON"),
-        ('{"question": }', "line 2", None, "line is not valid JSON: Expecting value"),
-        ('"just a string"', "line 2", None, "line is a JSON string, not a JSON object"),
-        ("42", "line 2", None, "line is a JSON number, not a JSON object"),
-        ("null", "line 2", None, "line is a JSON null, not a JSON object"),
-        (b'{"question": "caf\xe9"}', "line 2", None, "line is not valid UTF-8: byte 0xe9"),
-        ({"other": 1}, None, "question", "input 'question' (key 'question') is missing or null"),
-        ({"question": None}, None, "question", "is missing or null"),
-        ({"question": "  \t\n "}, None, "answer", "output 'answer' renders to whitespace only"),
-    ],
-    ids=["truncated", "bad-value", "string", "number", "null-line", "latin1", "missing",
-         "null-value", "whitespace"],
-)  # fmt: skip
-def test_bad_row_is_named(tmp_path, capsys, line, location, input_name, reason):
-    data = _write_lines(tmp_path, [GOOD[0], line, GOOD[1]])
-    code = _run(tmp_path, _config(tmp_path, data), "r1")
-    out = capsys.readouterr().out
+#: One bad line of each kind: (test id, the line, its location, the input named, reason).
+BAD_LINES = [
+    ("truncated", '{"question": "no closing brace"', True, None, "line is not valid JSON"),
+    ("bad-value", '{"question": }', True, None, "line is not valid JSON: Expecting value"),
+    ("string", '"just a string"', True, None, "line is a JSON string, not a JSON object"),
+    ("number", "42", True, None, "line is a JSON number, not a JSON object"),
+    ("null-line", "null", True, None, "line is a JSON null, not a JSON object"),
+    ("latin1", b'{"question": "caf\xe9"}', True, None, "line is not valid UTF-8: byte 0xe9"),
+    ("missing", {"other": 1}, False, "question",
+     "input 'question' (key 'question') is missing or null"),
+    ("null-value", {"question": None}, False, "question", "is missing or null"),
+    ("whitespace", {"question": "  \t\n "}, False, "answer",
+     "output 'answer' renders to whitespace only"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bad_lines_run(tmp_path_factory):
+    """One dry run over a good row, every line of BAD_LINES (source_index 1..9, file
+    lines 2..10) and a good row: (folder, data file, exit code, stdout, invalid rows by
+    source_index). One run instead of one per kind of bad line (each a whole pipeline);
+    every bad line is still read, validated and named on its own."""
+    import contextlib
+    import io
+    import os
+
+    tmp = tmp_path_factory.mktemp("bad_lines")
+    data = _write_lines(tmp, [GOOD[0], *(b[1] for b in BAD_LINES), GOOD[1]])
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
+        for var in list(os.environ):  # as tests/conftest.py's _no_real_keys does
+            if var.endswith(("_API_KEY", "_API_KEY_FILE", "_BASE_URL")):
+                mp.delenv(var)
+        code = _run(tmp, _config(tmp, data), "r1")
+    invalid = _invalid(tmp, "r1")
+    return tmp, data, code, out.getvalue(), {e["source_index"]: e for e in invalid}, invalid
+
+
+def test_bad_lines_stop_the_run_each_named_once(bad_lines_run):
+    tmp, _data, code, _out, _by_index, invalid = bad_lines_run
     assert code == 1
-    invalid = _invalid(tmp_path, "r1")
-    assert len(invalid) == 1
-    err = invalid[0]
-    assert err["source_index"] == 1 and err["dataset_path"] == str(data)
+    # exactly one entry per bad line, none for the good rows around them
+    assert [e["source_index"] for e in invalid] == list(range(1, len(BAD_LINES) + 1))
+    assert not (tmp / "export.r1.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "n, location, input_name, reason",
+    [(n, loc, name, reason) for n, (_id, _line, loc, name, reason) in enumerate(BAD_LINES, 1)],
+    ids=[b[0] for b in BAD_LINES],
+)
+def test_bad_row_is_named(bad_lines_run, n, location, input_name, reason):
+    _tmp, data, _code, out, by_index, _invalid_rows = bad_lines_run
+    location = f"line {n + 1}" if location else None  # source_index n is line n + 1
+    err = by_index[n]
+    assert err["source_index"] == n and err["dataset_path"] == str(data)
     assert err["input_name"] == input_name and err["location"] == location
     assert reason in err["reason"]
     # The summary names the row, the file and (for a line that cannot be read) the line.
-    assert "source_index 1" in out and str(data) in out
+    (line,) = [ln for ln in out.splitlines() if ln.lstrip().startswith(f"source_index {n} ")]
+    assert str(data) in line
     if location:
-        assert f"({location})" in out
-    assert not (tmp_path / "export.r1.jsonl").exists()
+        assert f"({location})" in line
 
 
 def test_bad_line_in_a_directory_names_the_file(tmp_path, capsys):

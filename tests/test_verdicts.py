@@ -19,6 +19,10 @@ from pipelines.resubmit import main as resubmit_main
 from pipelines.submit import main as submit_main
 from tests.conftest import GSM8K_JSONL, base_config, write_config
 
+#: Lookups fail here on purpose (404s, unknown batch ids): retried as often, without the
+#: real backoff's seconds of sleep (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("fast_provider_retries")
+
 PROMPT = "Answer concisely:\n"
 
 
@@ -69,9 +73,12 @@ def test_expired_or_cancelled_batch_is_a_failure_everywhere(
     tmp_path, capsys, provider_env, provider, kind
 ):
     """check (exit 1, advice), merge and ``resubmit --only all`` count the same failures,
-    whichever the provider, and never from completed + failed == total."""
+    whichever the provider, and never from completed + failed == total; the merge keeps
+    the batch's partial results (was test_merge.py's
+    test_expired_and_cancelled_keep_partial_results, on a run of its own)."""
     fake = provider_env
-    cfg = _setup(tmp_path, provider, fake, _rows(10))
+    rows = _rows(10)
+    cfg = _setup(tmp_path, provider, fake, rows)
     fake.script(**{f"{kind}_after_requests": 6})
     assert submit_main(["--config", cfg, "--run-id", "r1"]) == 0
     capsys.readouterr()
@@ -83,6 +90,20 @@ def test_expired_or_cancelled_batch_is_a_failure_everywhere(
     code, merged, errors = _merge(tmp_path, cfg)
     assert code == 1 and len(merged) == 10
     assert len(errors) == 4 and all(e["retryable"] for e in errors)
+    # The batch's partial results are kept: every row written, in order, the answered
+    # ones joined, the rest marked with the provider's own word for it.
+    assert [m["source_index"] for m in merged] == list(range(10))
+    done = [m for m in merged if "mmirage_errors" not in m]
+    assert len(done) == 6
+    for m in done:
+        assert m["answer"] == fake_answer_text(PROMPT + rows[m["source_index"]]["question"])
+    expected = {
+        ("openai", "expire"): {"batch_expired"},
+        ("openai", "cancel"): {"batch_cancelled"},
+        ("anthropic", "expire"): {"expired"},
+        ("anthropic", "cancel"): {"canceled"},
+    }[(provider, kind)]
+    assert {e["error_type"] for e in errors} == expected
     failed_ids = {e["custom_id"] for e in errors}
     assert resubmit_main(["--config", cfg, "--only", "all", "--new-run-id", "r2"]) == 0
     err = capsys.readouterr().err
