@@ -33,7 +33,7 @@ from mmirage_beam.memory import release_free_memory
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.progress import add
 from mmirage_beam.records import ChangedRow, ChunkRequestLine, ExpectedRequest, RebuiltRequest
-from mmirage_beam.run.receipts import request_hash, request_line_hash
+from mmirage_beam.run.receipts import parsed_request_hash, request_hash
 from mmirage_beam.transforms.assemble import ANSWERS_TAG, ERRORS_TAG, MergedRow, _AssembleFn
 from mmirage_beam.transforms.fetch import (
     CACHE_TOKEN_FIELDS,
@@ -44,6 +44,7 @@ from mmirage_beam.transforms.fetch import (
     OutputResult,
     never_submitted_result,
 )
+from mmirage_beam.transforms.reuse import parsed_rebuilt_line
 from mmirage_beam.transforms.spill import (
     ANSWER_KEYS_KIND,
     CHANGED_KIND,
@@ -136,7 +137,8 @@ class _RebuiltHashFn(beam.DoFn):
         self._old = old_entries
 
     def process(self, r: Any) -> Iterator[Any]:
-        yield RebuiltRequest(r.custom_id, r.source_index, r.output_name, request_line_hash(r.line))
+        now = parsed_request_hash(parsed_rebuilt_line(r.line))  # = request_line_hash(r.line)
+        yield RebuiltRequest(r.custom_id, r.source_index, r.output_name, now)
         for e in self._old.get(r.custom_id, ()):
             line = ChunkRequestLine(e.position, e.source_index, e.chunk_hash, r.line)
             yield pvalue.TaggedOutput("by_chunk", (e.chunk_key, line))
