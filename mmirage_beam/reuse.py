@@ -89,7 +89,16 @@ def answer_key(adapter: Any, line: bytes, settings: Mapping[str, Any]) -> str:
     Raises:
         ValueError: ``line`` is not a JSON object.
     """
-    request = json.loads(line)
+    return request_answer_key(adapter, json.loads(line), settings)
+
+
+def request_answer_key(adapter: Any, request: Any, settings: Mapping[str, Any]) -> str:
+    """:func:`answer_key` of a request line already parsed (``json.loads`` of it; not
+    modified).
+
+    Raises:
+        ValueError: ``request`` is not a dict (the line was not a JSON object).
+    """
     if not isinstance(request, dict):
         raise ValueError("a request line must be a JSON object")
     shaped = {"settings": settings, "request": adapter.request_without_id(request)}

@@ -55,7 +55,13 @@ def request_line_hash(line: bytes) -> str:
     """The hash of one request line, as stored per custom_id in a receipt's
     ``request_hashes``: the first :data:`REQUEST_HASH_CHARS` hex digits of the SHA-256 of
     its canonical JSON (sorted keys, compact), so it does not depend on key order."""
-    text = json.dumps(json.loads(line), sort_keys=True, separators=(",", ":"))
+    return parsed_request_hash(json.loads(line))
+
+
+def parsed_request_hash(request: Any) -> str:
+    """:func:`request_line_hash` of a request line already parsed (``json.loads`` of
+    it, any JSON value)."""
+    text = json.dumps(request, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:REQUEST_HASH_CHARS]
 
 

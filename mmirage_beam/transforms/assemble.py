@@ -36,18 +36,6 @@ class MergedRow(NamedTuple):
     line: bytes
 
 
-def _count_usage(output_name: str, input_tokens: Any, output_tokens: Any) -> None:
-    """Per-output usage counters ``used_input_tokens:<output>`` /
-    ``used_output_tokens:<output>``, which ``mmirage merge`` prices
-    (:func:`mmirage_beam.costs.report.usage_lines`)."""
-    Metrics.counter(METRICS_NAMESPACE, f"used_input_tokens:{output_name}").inc(
-        int(input_tokens or 0)
-    )
-    Metrics.counter(METRICS_NAMESPACE, f"used_output_tokens:{output_name}").inc(
-        int(output_tokens or 0)
-    )
-
-
 class _AssembleFn(beam.DoFn):
     def __init__(self, outputs: Sequence[OutputConfig], schema: Any, remove_columns: bool):
         self._outputs = tuple(outputs)
@@ -60,6 +48,7 @@ class _AssembleFn(beam.DoFn):
         self._changed_rows = Metrics.counter(METRICS_NAMESPACE, "source_changed_rows")
         self._in = Metrics.counter(METRICS_NAMESPACE, "input_tokens")
         self._out = Metrics.counter(METRICS_NAMESPACE, "output_tokens")
+        self._usage: dict[str, tuple[Any, Any]] = {}
 
     def setup(self) -> None:
         self._renderer = SchemaRenderer(self._schema) if self._schema is not None else None
@@ -68,6 +57,19 @@ class _AssembleFn(beam.DoFn):
             for o in self._outputs
             if o.output_type == "JSON"
         }
+
+    def _count_usage(self, output_name: str, input_tokens: Any, output_tokens: Any) -> None:
+        """Per-output usage counters ``used_input_tokens:<output>`` /
+        ``used_output_tokens:<output>``, which ``mmirage merge`` prices
+        (:func:`mmirage_beam.costs.report.usage_lines`); made once per output name."""
+        pair = self._usage.get(output_name)
+        if pair is None:
+            pair = self._usage[output_name] = (
+                Metrics.counter(METRICS_NAMESPACE, f"used_input_tokens:{output_name}"),
+                Metrics.counter(METRICS_NAMESPACE, f"used_output_tokens:{output_name}"),
+            )
+        pair[0].inc(int(input_tokens or 0))
+        pair[1].inc(int(output_tokens or 0))
 
     def _failed(self, kind: str) -> None:
         Metrics.counter(METRICS_NAMESPACE, f"failed_{kind}").inc()
@@ -145,7 +147,7 @@ class _AssembleFn(beam.DoFn):
                 reported = True
                 tokens_in += int(r.input_tokens or 0)
                 tokens_out += int(r.output_tokens or 0)
-                _count_usage(r.output_name, r.input_tokens, r.output_tokens)  # costs/report.py
+                self._count_usage(r.output_name, r.input_tokens, r.output_tokens)
             for key, n in (r.cache_tokens or {}).items():
                 cached[key] = cached.get(key, 0) + int(n)
                 Metrics.counter(METRICS_NAMESPACE, f"used_{key}:{r.output_name}").inc(int(n))

@@ -33,7 +33,7 @@ from mmirage_beam.memory import release_free_memory
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.progress import add
 from mmirage_beam.records import ChangedRow, ChunkRequestLine, ExpectedRequest, RebuiltRequest
-from mmirage_beam.run.receipts import request_hash, request_line_hash
+from mmirage_beam.run.receipts import parsed_request_hash, request_hash
 from mmirage_beam.transforms.assemble import ANSWERS_TAG, ERRORS_TAG, MergedRow, _AssembleFn
 from mmirage_beam.transforms.fetch import (
     CACHE_TOKEN_FIELDS,
@@ -44,6 +44,7 @@ from mmirage_beam.transforms.fetch import (
     OutputResult,
     never_submitted_result,
 )
+from mmirage_beam.transforms.reuse import parsed_rebuilt_line
 from mmirage_beam.transforms.spill import (
     ANSWER_KEYS_KIND,
     CHANGED_KIND,
@@ -123,7 +124,8 @@ def _results_record(r: OutputResult) -> tuple[int, OutputResult]:
 
 
 def _rows_record(r: Any) -> tuple[int, Any]:
-    return r.source_index, r._replace(images=())
+    # a text row has no images: the row itself, without building a copy
+    return r.source_index, (r._replace(images=()) if r.images else r)
 
 
 class _RebuiltHashFn(beam.DoFn):
@@ -135,7 +137,8 @@ class _RebuiltHashFn(beam.DoFn):
         self._old = old_entries
 
     def process(self, r: Any) -> Iterator[Any]:
-        yield RebuiltRequest(r.custom_id, r.source_index, r.output_name, request_line_hash(r.line))
+        now = parsed_request_hash(parsed_rebuilt_line(r.line))  # = request_line_hash(r.line)
+        yield RebuiltRequest(r.custom_id, r.source_index, r.output_name, now)
         for e in self._old.get(r.custom_id, ()):
             line = ChunkRequestLine(e.position, e.source_index, e.chunk_hash, r.line)
             yield pvalue.TaggedOutput("by_chunk", (e.chunk_key, line))
@@ -167,6 +170,10 @@ class _CollectPartitionsFn(beam.DoFn):
             by_part.setdefault(f.partition, {}).setdefault(f.kind, []).append(f.path)
         for part in sorted(by_part):
             yield part, {k: sorted(v) for k, v in by_part[part].items()}
+
+
+#: rows merged between two updates of the "rows merged" progress counter
+_PROGRESS_EVERY = 1000
 
 
 class _JoinPartitionFn(beam.DoFn):
@@ -256,6 +263,7 @@ class _JoinPartitionFn(beam.DoFn):
         lines: list[tuple[int, bytes]] = []
         errors: list[tuple[int, bytes]] = []
         answers: list[bytes] = []
+        merged = 0
         for path in files.get(UNKNOWN_KIND, ()):
             errors.extend(read_spilled(path))
         for idx in sorted(grouped):
@@ -268,7 +276,12 @@ class _JoinPartitionFn(beam.DoFn):
                     errors.append((out.value["source_index"], json_line(out.value)))
                 else:
                     lines.append((out.source_index, out.line))
-                    add("rows merged")
+                    merged += 1
+                    if merged == _PROGRESS_EVERY:
+                        add("rows merged", merged)  # one lock per thousand rows, not per row
+                        merged = 0
+        if merged:
+            add("rows merged", merged)
         lines.sort()
         errors.sort()
         written = []

@@ -2,7 +2,7 @@
 
 Every stream a merge joins (results, rows, expected and rebuilt requests, ...) goes
 through :class:`SpillByRange`, fused with the stage producing it: each element is
-pickled into the file of its range (:class:`RangePartitioner` over
+pickled (by groups of records) into the file of its range (:class:`RangePartitioner` over
 :func:`partition_bounds`), and only a small :class:`SpillFile` per file moves on.
 :func:`read_spilled` reads one back for the join (:mod:`mmirage_beam.transforms.merge`).
 """
@@ -37,6 +37,8 @@ __all__ = [
     "RangePartitioner",
     "SpillFile",
     "read_spilled",
+    "read_spilled_groups",
+    "SPILL_GROUP_RECORDS",
     "SpillByRange",
 ]
 
@@ -103,23 +105,59 @@ def _write_records(path: str, records: list[bytes]) -> None:
         f.write(b"".join(records))
 
 
-def read_spilled(path: str) -> Iterator[Any]:
-    """The records of one spill file, in the order written (one file is at most about
-    :data:`SPILL_BUFFER_BYTES`, read whole)."""
+#: records pickled together, one pickle per group: the class of a group's records and
+#: their repeated strings are written once, and one pickler call covers many records
+SPILL_GROUP_RECORDS = 128
+
+_tuple_new = tuple.__new__
+
+
+def _pack(records: list[Any]) -> bytes:
+    """A group of records -> one pickle: ``(cls, [plain tuples])`` when every record is
+    an instance of the same NamedTuple class ``cls`` (rebuilt with ``tuple.__new__``,
+    without the class's Python ``__new__``), else ``(None, records)``."""
+    cls = type(records[0])
+    if (
+        cls is not tuple
+        and hasattr(cls, "_fields")
+        and issubclass(cls, tuple)
+        and all(type(r) is cls for r in records)
+    ):
+        return pickle.dumps((cls, [tuple(r) for r in records]), protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps((None, records), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def read_spilled_groups(path: str) -> Iterator[list[Any]]:
+    """The records of one spill file, in the order written, a list per pickled group
+    (one file is at most about :data:`SPILL_BUFFER_BYTES`, read whole)."""
     with FileSystems.open(path, compression_type="uncompressed") as f:
         data = f.read()
     stream = io.BytesIO(data)
-    while stream.tell() < len(data):
-        # A new unpickler per record: each record is its own pickle, whose memo indices
+    size = len(data)
+    load = pickle.load
+    while stream.tell() < size:
+        # One unpickler per group: each group is its own pickle, whose memo indices
         # start at 0 (one unpickler's memo would carry over and shift them).
-        yield pickle.load(stream)
+        cls, records = load(stream)
+        if cls is not None:
+            records = [_tuple_new(cls, r) for r in records]
+        yield records
+
+
+def read_spilled(path: str) -> Iterator[Any]:
+    """The records of one spill file, in the order written (one file is at most about
+    :data:`SPILL_BUFFER_BYTES`, read whole)."""
+    for group in read_spilled_groups(path):
+        yield from group
 
 
 class _SpillFn(beam.DoFn):
     """Records -> per-partition temporary files; emits a :class:`SpillFile` per file.
 
-    Buffers at most :data:`SPILL_BUFFER_BYTES` (pickled) per DoFn instance: past it, the
-    biggest partition's buffer is written out; the rest at the end of each bundle.
+    Records are pickled by groups of :data:`SPILL_GROUP_RECORDS` per partition; at most
+    :data:`SPILL_BUFFER_BYTES` of pickled groups are buffered per DoFn instance: past
+    it, the biggest partition's buffer is written out; the rest at the end of each
+    bundle.
     """
 
     def __init__(
@@ -131,11 +169,20 @@ class _SpillFn(beam.DoFn):
         self._key = key
 
     def start_bundle(self) -> None:
+        self._pending: dict[int, list[Any]] = {}
         self._buffers: dict[int, list[bytes]] = {}
         self._sizes: dict[int, int] = {}
         self._total = 0
 
+    def _pack_pending(self, part: int) -> None:
+        data = _pack(self._pending.pop(part))
+        self._buffers.setdefault(part, []).append(data)
+        self._sizes[part] = self._sizes.get(part, 0) + len(data)
+        self._total += len(data)
+
     def _flush(self, part: int) -> SpillFile:
+        if part in self._pending:
+            self._pack_pending(part)
         path = f"{self._dir}/{self._kind}-p{part}-{uuid.uuid4().hex}.pkl"
         _write_records(path, self._buffers.pop(part))
         self._total -= self._sizes.pop(part)
@@ -145,21 +192,24 @@ class _SpillFn(beam.DoFn):
     def process(self, element: Any) -> Iterator[SpillFile]:
         index, record = self._key(element) if self._key else (element[0], element)
         part = self._part(int(index))
-        data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
-        self._buffers.setdefault(part, []).append(data)
-        self._sizes[part] = self._sizes.get(part, 0) + len(data)
-        self._total += len(data)
-        if self._total > SPILL_BUFFER_BYTES:
-            yield self._flush(max(self._sizes, key=self._sizes.__getitem__))
+        pending = self._pending.get(part)
+        if pending is None:
+            pending = self._pending[part] = []
+        pending.append(record)
+        if len(pending) >= SPILL_GROUP_RECORDS:
+            self._pack_pending(part)
+            if self._total > SPILL_BUFFER_BYTES:
+                yield self._flush(max(self._sizes, key=self._sizes.__getitem__))
 
     def finish_bundle(self) -> Iterator[Any]:
-        for part in sorted(self._buffers):
+        for part in sorted(set(self._buffers) | set(self._pending)):
             yield WindowedValue(self._flush(part), 0, [GlobalWindow()])
 
 
 class SpillByRange(beam.PTransform):
-    """PCollection[T] -> PCollection[:class:`SpillFile`]: each element pickled into the
-    temporary file of its source_index's range, fused with the stage producing it.
+    """PCollection[T] -> PCollection[:class:`SpillFile`]: each element pickled (in
+    groups) into the temporary file of its source_index's range, fused with the stage
+    producing it.
 
     Args:
         kind: the kind of record (part of the file names, read back by kind).
