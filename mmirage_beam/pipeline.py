@@ -359,7 +359,7 @@ class SubmitRows(beam.PTransform):
             receipted | "CountReceipts" >> beam.combiners.Count.Globally().without_defaults(),
             default_value=0,
         )
-        all_receipted = beam.pvalue.AsSingleton(
+        marked = (
             p
             | "ReceiptedOnce" >> beam.Impulse()
             | "MarkSubmitted"
@@ -369,6 +369,10 @@ class SubmitRows(beam.PTransform):
                 None if dry_run else {"base": base, "run_id": run_id, "attempt": settings.attempt},
             )
         )
+        # One element, once the marker is written: a step that removes the marker (the
+        # Beam YAML finish) waits on it as a side input.
+        self.marked = marked
+        all_receipted = beam.pvalue.AsSingleton(marked)
         submitted.receipts | "ProgressChunks" >> CountProgress(
             "chunks exported" if dry_run else "batches submitted", flush_every=1
         )

@@ -124,7 +124,12 @@ class _FinishRunFn(beam.DoFn):
         self._skip, self._invalid_path = skip, invalid_rows_path
 
     def process(
-        self, _: Any, receipts: int, error_count: int, first_errors: list[RowError]
+        self,
+        _: Any,
+        receipts: int,
+        error_count: int,
+        first_errors: list[RowError],
+        marked: Any = None,
     ) -> Iterable[str]:
         from mmirage_beam.run.receipts import consolidate_run
 
@@ -320,6 +325,8 @@ class SubmitBatches(beam.PTransform):
                 receipt_count,
                 error_count,
                 first_errors,
+                # after MarkSubmitted wrote the marker this step removes
+                beam.pvalue.AsSingleton(submit.marked),
             )
         )
         action = "exporting to " + str(submit.plan.export_file) if dry_run else "submitting"
