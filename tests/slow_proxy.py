@@ -18,6 +18,12 @@ from urllib.parse import urlsplit
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
 
+def _matches(pattern: str, path: str) -> bool:
+    if pattern.endswith("*"):
+        return path.startswith(pattern[:-1])
+    return path == pattern
+
+
 class SlowProxy:
     """``with SlowProxy(fake.base_url) as proxy: proxy.delay("POST", "/v1/batches", 2.0)``."""
 
@@ -66,7 +72,8 @@ class SlowProxy:
         self._thread: Optional[threading.Thread] = None
 
     def delay(self, method: str, path: str, delay_secs: float, count: int = 1) -> None:
-        """Hold back the answer of the next ``count`` ``method path`` calls."""
+        """Hold back the answer of the next ``count`` ``method path`` calls (a ``path``
+        ending in ``*`` matches every path that starts with what precedes it)."""
         with self._lock:
             self._rules.append([method, path, delay_secs, count])
 
@@ -80,7 +87,7 @@ class SlowProxy:
     def _take(self, method: str, path: str) -> float:
         with self._lock:
             for rule in self._rules:
-                if rule[0] == method and rule[1] == path and rule[3] > 0:
+                if rule[0] == method and _matches(rule[1], path) and rule[3] > 0:
                     rule[3] -= 1
                     self.delayed += 1
                     return rule[2]

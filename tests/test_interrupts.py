@@ -12,6 +12,7 @@ import time
 from pipelines.check import main as check_main
 from pipelines.submit import main as submit_main
 from tests.conftest import GSM8K_JSONL, GSM8K_PARQUET, REPO, base_config, write_config
+from tests.slow_proxy import SlowProxy
 
 
 def test_a_file_that_is_not_receipts_is_one_clear_line(tmp_path, capsys):
@@ -22,24 +23,32 @@ def test_a_file_that_is_not_receipts_is_one_clear_line(tmp_path, capsys):
         assert err.count("\n") == 1 and "is not a receipt file" in err and str(wrong) in err
 
 
-def _interrupted(cmd, env, cwd, after_secs: float):
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stderr=subprocess.PIPE, text=True)
-    time.sleep(after_secs)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    return proc.returncode, err
-
-
 def test_ctrl_c_on_merge_and_on_check_watch_is_one_line_not_a_traceback(tmp_path, provider_env):
     fake = provider_env
-    cfg = base_config(tmp_path, base_url=fake.openai_base_url)
+    with SlowProxy(fake.openai_base_url.removesuffix("/v1")) as proxy:
+        _ctrl_c_on_merge_and_check(tmp_path, fake, proxy)
+
+
+def _ctrl_c_on_merge_and_check(tmp_path, fake, proxy) -> None:  # noqa: ANN001
+    cfg = base_config(tmp_path, base_url=proxy.base_url + "/v1")
     path = write_config(tmp_path, cfg)
     assert submit_main(["--config", path, "--run-id", "ctrlc"]) == 0
     env = dict(os.environ, PYTHONPATH=str(REPO))
     py = [sys.executable, "-m"]
     merge = [*py, "pipelines.merge", "--config", path, "--output-path", str(tmp_path / "m.jsonl")]
-    code, err = _interrupted(merge, env, tmp_path, 4.0)
-    assert code == 130, err
+    # The merge's first file download is held back, so the Ctrl-C comes while the job
+    # fetches results, on a fast machine as on a slow one (a fixed sleep let a quick
+    # merge finish first and exit 0).
+    proxy.delay("GET", "/v1/files/*", 120)
+    proc = subprocess.Popen(merge, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not proxy.delayed and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    proxy.release()
+    code = proc.returncode
+    assert code == 130 and proxy.delayed == 1, err
     assert "Traceback" not in err and "run the same command again" in err
     # no partial output: neither the merged file, its errors file nor the temp folder
     assert [p.name for p in tmp_path.glob("m.*")] == [], list(tmp_path.iterdir())
