@@ -32,19 +32,6 @@ def _env(fake=None, **extra: str) -> dict[str, str]:
     return env
 
 
-def _driver(module: str, args: list[str], env: dict[str, str], cwd) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
-
-
 def _config(tmp_path, fake=None, rows=None, **processor):
     cfg = base_config(
         tmp_path,
@@ -137,24 +124,6 @@ def test_a_terminal_gets_the_live_bar(tmp_path):
     assert "input tokens" in shown and "(est. $" in shown
     assert "progress after" not in shown  # the bar replaces the lines
     # (without a terminal, the same job prints lines and no bar: the test above)
-
-
-def test_the_estimate_is_told_once_by_the_launcher_in_multi_processing_mode(
-    tmp_path, fake_provider
-):
-    # multi_processing workers import what PYTHONPATH names (this tree) before the
-    # editable install
-    fake = fake_provider
-    cfg = _config(tmp_path, fake, rows=20, max_requests_per_chunk=5)
-    beam = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
-    run = _driver(
-        "pipelines.submit", ["--config", cfg, "--run-id", "mp", *beam], _env(fake), tmp_path
-    )
-    told = [x for x in run.stderr.splitlines() if "before submitting:" in x]
-    assert len(told) == 1, run.stderr[-3000:]
-    assert " INFO mmirage_beam.progress: before submitting: tokens and estimated cost:" in told[0]
-    assert "answer: 20 request(s), input tokens" in run.stderr
-    assert len(fake.batches("openai")) >= 4
 
 
 @pytest.mark.parametrize(

@@ -142,9 +142,10 @@ def test_images_submission(tmp_path, capsys, provider_env, provider):
     assert not (tmp_path / "meta" / "batch_metadata.text.img.jsonl").exists()
 
 
-def test_workers_in_separate_processes(tmp_path, capsys, provider_env):
+def test_workers_in_separate_processes(tmp_path, capfd, provider_env):
     """Two worker processes: the DoFns (adapter class, config) travel pickled and the key
-    is read from each worker's environment."""
+    is read from each worker's environment; the estimate is told once, by the launcher
+    (a worker hands it over; the workers' stderr is this process's, captured by capfd)."""
     fake = provider_env
     cfg = base_config(
         tmp_path, "anthropic", base_url=fake.anthropic_base_url, max_requests_per_chunk=60
@@ -161,7 +162,12 @@ def test_workers_in_separate_processes(tmp_path, capsys, provider_env):
             "--direct_running_mode=multi_processing",
         ]
     )
-    assert code == 0, capsys.readouterr()
+    out, err = capfd.readouterr()
+    assert code == 0, out + err
+    told = [x for x in err.splitlines() if "before submitting:" in x]
+    assert len(told) == 1, err[-3000:]
+    assert " INFO mmirage_beam.progress: before submitting: tokens and estimated cost:" in told[0]
+    assert "answer: 400 request(s), input tokens" in err
     receipts = _receipts(tmp_path, "text", "mp")
     # chunking_parallelism defaults to the 2 workers: two chunkers of ~200 requests
     # each make 4 chunks of at most 60 each (the greedy minimum for 400 is 7).
