@@ -101,9 +101,13 @@ def test_refresh_keeps_the_lease_and_notices_when_it_was_lost(tmp_path):
     assert read_lease(lease.path)["refreshed_at"] > first
     with pytest.raises(RunLocked):
         acquire(base, "r")
-    # Another holder's token in the file (the object-store race): refresh gives up.
-    with open(lease.path, "w") as f:
+    # Another holder's token in the file (the object-store race): refresh gives up. The
+    # file is replaced whole, as an object store writes it (an open-and-write here let
+    # the refresher read it empty, half written, on a loaded machine).
+    other = lease.path + ".other"
+    with open(other, "w") as f:
         json.dump({"token": "someone-else", "host": "h", "pid": 7, "refreshed_at": time.time()}, f)
+    os.replace(other, lease.path)
     time.sleep(0.3)
     assert lease.lost and lost and lost[0]["token"] == "someone-else"
     lease.release()
