@@ -102,7 +102,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.pipeline import build_merge_pipeline
-    from mmirage_beam.run import merge_plans, reports
+    from mmirage_beam.run import merge_plans
     from mmirage_beam.run.storage import check_job_endpoint, check_locations, config_locations
 
     if args.partitions is not None and args.partitions < 1:
@@ -118,8 +118,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     _say(start.messages)
     if start.blocked:
         return 1
-    for line in start.lines:  # a --limit run: which rows are merged
-        print(line)
+    _print(start.lines)  # a --limit run: which rows are merged
     config, sel = start.config, start.selection
     outputs = merge_plans.merge_outputs(args.output_path, args.output_format, config)
     options = beam_options(beam_args, args.verbose)
@@ -133,22 +132,17 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         config.processor, totals={"results fetched": start.results_expected or None}
     )
     ran = _run_merge(pipeline, plan, options, outputs, config, argv)
-    if ran is None:
-        return 1
-    if ran == "translated":
-        print(reports.MERGE_TRANSLATED)
-        return 0
-    stats, shown = ran
-    report = merge_plans.finish_merge(start, plan, outputs, stats, shown)
+    if isinstance(ran, int):  # the job failed (1) or the runner only translated it (0)
+        return ran
+    report = merge_plans.finish_merge(start, plan, outputs, *ran)
     _say(report.messages)
-    for line in report.lines:
-        print(line)
+    _print(report.lines)
     return report.exit_code
 
 
 def _run_merge(pipeline, plan, options, outputs, config, argv):  # noqa: ANN001, ANN202
-    """Run the merge job: ``(counters, the merged file as shown)``, ``"translated"`` when
-    the runner only translated it, or None when the job failed (what to run again is
+    """Run the merge job: ``(counters, the merged file as shown)``, or the exit status
+    when the runner only translated it (0) or the job failed (1; what to run again is
     printed). Temporary files are removed either way."""
     from mmirage_beam.run import merge_plans, reports
     from mmirage_beam.run.storage import translation_only
@@ -156,16 +150,16 @@ def _run_merge(pipeline, plan, options, outputs, config, argv):  # noqa: ANN001,
     try:
         result = run_pipeline(pipeline)
         if translation_only(options):
-            return "translated"
+            print(reports.MERGE_TRANSLATED)
+            return 0
         stats = counters(result)
         shown, lines = merge_plans.convert_output(outputs, config, stats)
-        for line in lines:
-            print(line)
+        _print(lines)
         return stats, shown
     except Exception as exc:  # the runner's job failed (a worker died, storage failed...)
         given = list(argv) if argv is not None else sys.argv[1:]
         print(reports.merge_failure_message(exc, given), file=sys.stderr)
-        return None
+        return 1
     finally:  # the job removes its temporary files once written; after a failure, here
         _say(merge_plans.remove_temp_dir(plan.temp_dir))
         outputs.discard()
@@ -175,6 +169,12 @@ def _say(messages) -> None:  # noqa: ANN001
     """Print a plan's messages (``run.plans.Message``) on stderr, in order."""
     for message in messages:
         print(message.text, file=sys.stderr)
+
+
+def _print(lines: Sequence[str]) -> None:
+    """Print a plan's or a report's lines on stdout, in order."""
+    for line in lines:
+        print(line)
 
 
 main = guarded(_main)
