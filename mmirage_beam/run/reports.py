@@ -1,4 +1,5 @@
-"""What ``mmirage run`` and ``mmirage resubmit`` say once a job ended, as lines of text.
+"""What ``mmirage run``, ``mmirage resubmit`` and ``mmirage merge`` say once a job ended,
+as lines of text.
 
 Each function returns the lines (or one text) for the driver to print; none prints. The
 wording is the commands' interface (tests and users read it), so it is kept here once.
@@ -12,18 +13,25 @@ from typing import Any, Mapping, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from mmirage_beam.costs.report import estimate_lines
+from mmirage_beam.costs.report import estimate_lines, usage_lines
 from mmirage_beam.jsonl import iter_jsonl_file
 from mmirage_beam.launch import describe_failure, human_bytes
-from mmirage_beam.reuse import savings_lines, sent_stats
+from mmirage_beam.reuse import merge_reuse_lines, savings_lines, sent_stats
 from mmirage_beam.run.receipts import consolidate_run, pending_intents, submission_complete
+from mmirage_beam.run.selection import finish_pending_lines
 
 __all__ = [
+    "MERGE_TRANSLATED",
+    "UNUSABLE_ANSWERS",
     "InvalidRows",
     "already_run_message",
     "command_line",
     "estimate_summary_lines",
     "failure_report",
+    "merge_failure_message",
+    "merge_outcome_lines",
+    "merge_totals_lines",
+    "merge_unfinished_lines",
     "resubmit_summary_lines",
     "short_error",
     "submit_summary_lines",
@@ -245,5 +253,138 @@ def resubmit_summary_lines(
         )
     lines.append(
         f"Then merge as usual: mmirage merge --config {config_path} --output-path OUT.jsonl"
+    )
+    return lines
+
+
+#: what ``mmirage merge`` says when the runner only translated its job (exit 0)
+MERGE_TRANSLATED = "mmirage merge: the runner only translated the job (--dry_run); nothing merged"
+
+#: outcomes of requests the provider answered (check counts them done) whose answer is
+#: not usable: merge's own verdicts (docs/commands.md, the outcome table)
+UNUSABLE_ANSWERS = frozenset(
+    {"refusal", "truncated", "content_filter", "empty", "invalid_json", "schema_mismatch"}
+)
+
+
+def merge_failure_message(exc: BaseException, given: Sequence[str]) -> str:
+    """A merge job failed (a worker died, storage failed...): why, and the command
+    (``given``: the merge's arguments) that merges again."""
+    again = " ".join(shlex.quote(a) for a in ["mmirage", "merge", *given])
+    return (
+        f"mmirage: error: the merge job failed: {describe_failure(exc)}\n"
+        "Merge again with the same command (it writes the merged files anew, each "
+        "whole or not at all; it sends nothing to the provider):\n"
+        f"  {again}"
+    )
+
+
+def merge_totals_lines(
+    plan: Any,
+    stats: Mapping[str, int],
+    errors: Sequence[Mapping[str, Any]],
+    pending: Sequence[Any],
+    allow_partial: bool,
+    shown: str,
+) -> list[str]:
+    """The totals of a finished merge job (``plan``: the wired ``pipeline.MergePlan``;
+    ``errors``: the errors file's records; ``pending``: the batches still running;
+    ``shown``: the merged file as named to the user)."""
+    by_type: dict[str, int] = {}
+    for e in errors:
+        if e.get("source_index") is None:  # unknown ids and unreadable lines: no output
+            continue
+        by_type[e["error_type"]] = by_type.get(e["error_type"], 0) + 1
+    unreadable = stats.get("unreadable_result_lines", 0)
+    lines = [
+        f"rows written:        {stats.get('rows_written', 0):,}",
+        f"outputs succeeded:   {stats.get('outputs_succeeded', 0):,}",
+        f"outputs failed:      {sum(by_type.values()):,}",
+    ]
+    for kind, n in sorted(by_type.items()):
+        lines.append(f"  {kind + ':':<18} {n:,}")
+    unusable = sum(n for kind, n in by_type.items() if kind in UNUSABLE_ANSWERS)
+    if unusable:
+        lines.append(
+            f"  of these, {unusable:,} unusable answer(s) ({', '.join(sorted(UNUSABLE_ANSWERS))}"
+            "): the provider returned them as successes, so mmirage check counts them done; "
+            f"the other {sum(by_type.values()) - unusable:,} failed at the provider or here"
+        )
+    lines += [
+        f"skipped at submit:   {stats.get('rows_skipped_invalid', 0):,} (invalid rows)",
+        f"missing source rows: {stats.get('missing_source_rows', 0):,}",
+        f"source changed rows: {stats.get('source_changed_rows', 0):,}",
+        f"unknown custom_ids:  {stats.get('unknown_custom_ids', 0) - unreadable:,}",
+        f"unreadable lines:    {unreadable:,} (result lines without a recoverable custom_id)",
+        f"input tokens:        {stats.get('input_tokens', 0):,}",
+        f"output tokens:       {stats.get('output_tokens', 0):,}",
+        f"merged file:         {shown} ({plan.num_partitions} partition(s))",
+    ]
+    if errors:
+        lines.append(f"errors file:         {plan.errors_path}")
+    if pending and allow_partial:
+        lines.append(
+            f"PARTIAL: {len(pending)} batch(es) still running; their rows carry "
+            "mmirage_errors of type 'pending'. Merge again once they have ended."
+        )
+    return lines
+
+
+def merge_outcome_lines(
+    cancelled: Optional[str],
+    stats: Mapping[str, int],
+    errors: Sequence[Mapping[str, Any]],
+    provider_config: Any,
+    unfinished: Any,
+    config_arg: str,
+    resume_command: str,
+) -> list[str]:
+    """What a merge says after its totals: the runs cancelled (``cancelled``, a line or
+    None), the usage, the reused answers, the runs whose finish steps are pending and
+    what is unfinished (``unfinished``: ``run.selection.Unfinished``)."""
+    lines = [cancelled] if cancelled else []
+    lines += [*usage_lines(stats, provider_config), *merge_reuse_lines(stats)]
+    if unfinished.finish_pending:
+        lines += finish_pending_lines(unfinished.finish_pending, config_arg)
+    never = [e for e in errors if e["error_type"] == "never_submitted"]
+    if unfinished or never:
+        rows = len({e["source_index"] for e in never})
+        lines += merge_unfinished_lines(unfinished, len(never), rows, resume_command)
+    return lines
+
+
+def merge_unfinished_lines(
+    unfinished: Any, never_requests: int, never_rows: Optional[int], resume_command: str
+) -> list[str]:
+    """The run stopped before every chunk was submitted: never say it is complete.
+    ``never_rows`` None: the requests were counted from the run record, not merged."""
+    who = f"run {', '.join(unfinished.runs)}" if unfinished.runs else "the merged run"
+    lines = [f"UNFINISHED: {who} stopped before all its chunks were submitted:"]
+    if never_requests and never_rows is None:
+        lines.append(
+            f"  never_submitted: {never_requests} request(s) were never submitted; "
+            "mmirage merge writes their rows marked never_submitted"
+        )
+    elif never_requests:
+        lines.append(
+            f"  {never_rows} row(s) ({never_requests} request(s)) were never submitted; "
+            "they are in the merged file marked never_submitted"
+        )
+    elif unfinished.intent_requests:
+        lines.append(
+            f"  {len(unfinished.intent_requests)} request(s) were being submitted when it "
+            "stopped and have no receipt"
+        )
+    if unfinished.intents:
+        lines.append(f"  {len(unfinished.intents)} interrupted chunk submission(s) (intents)")
+    for run, record in sorted(unfinished.states.items()):
+        lines.append(
+            f"  run {run} is recorded as {record.get('state')!r}, not finished"
+            + ("; mmirage merge counts the requests never submitted" if never_rows is None else "")
+        )
+    for run, n in sorted(unfinished.short_by.items()):
+        lines.append(f"  run {run} built {n} request(s) more than its receipts hold")
+    lines.append(
+        f"Resume it (only what has no receipt is sent), then merge again:\n  {resume_command}"
     )
     return lines
