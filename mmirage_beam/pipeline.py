@@ -262,6 +262,8 @@ class SubmitRows(beam.PTransform):
             proc,
             count_selection=selection,
             sample_fraction=settings.estimate_fraction,
+            # hashed while staged; not carried through the reuse join's shuffle
+            canonical=not settings.reuse_files,
         )
         requests = built.requests | "ProgressRequests" >> CountProgress("requests built")
         if selection is not None:
@@ -645,6 +647,7 @@ class MergeRows(beam.PTransform):
                 adapter_cls,
                 config.processor,
                 count_tokens=False,  # only the bytes are compared
+                canonical=False,  # hashed from the line in RebuiltHashes
             )
             # Receipts written before per-request hashes: checked per chunk (a GroupByKey
             # of those chunks' requests only; receipts of this version send nothing).
