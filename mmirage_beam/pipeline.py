@@ -23,7 +23,7 @@ from apache_beam.metrics import Metrics
 
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.io.readers import ReadDatasets
-from mmirage_beam.io.writers import ConcatenateFiles, WriteJsonLinesShards, WriteSingleFile
+from mmirage_beam.io.writers import WriteJsonLinesShards, WriteSingleFile
 from mmirage_beam.jsonl import json_line
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.progress import (
@@ -48,7 +48,7 @@ from mmirage_beam.settings import (
 from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
 from mmirage_beam.transforms.chunking import ChunkRequests
 from mmirage_beam.transforms.rows import RenderPlaceholderRows
-from mmirage_beam.transforms.submit import SubmitChunks
+from mmirage_beam.transforms.submit import SubmitChunks, WriteExport
 
 
 @dataclass(frozen=True)
@@ -380,7 +380,7 @@ class SubmitRows(beam.PTransform):
         )
         export_file = export_file_for(settings.export_prompts, run_id) if dry_run else None
         if export_file:
-            submitted.export | "WriteExport" >> ConcatenateFiles(export_file, f"{staging}/export")
+            submitted.export | "WriteExport" >> WriteExport(export_file)
 
         # Placeholder rows are written before the barrier into the staging folder (a
         # file per bundle, never held in memory), and moved into the datasets'

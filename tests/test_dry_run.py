@@ -348,3 +348,29 @@ def test_small_chunks_isolate_oversized(tmp_path, capsys):
         req = json.dumps(line["request"], ensure_ascii=False, separators=(",", ":"))
         sizes[line["batch_id"]] = sizes.get(line["batch_id"], 0) + len(req.encode()) + 1
     assert sizes == {f"text-{r['chunk_id']}": r["total_bytes"] for r in receipts}
+
+
+def test_the_export_is_written_from_the_staged_files_as_lines_were_wrapped(tmp_path):
+    """Issue 19: WriteExport wraps the staged bytes block by block; the result is what
+    wrapping each staged line on its own gave, whatever the block size."""
+    from mmirage_beam.transforms.submit import write_export
+
+    staged = {
+        "text-a-chunk-000001": b'{"x":"\\u00e9 \\n"}\n{"y":[1,2]}\n\n{"z":"\xe2\x80\x99"}\n',
+        "text-a-chunk-000002": b'{"last":"no newline"}',
+    }
+    parts = []
+    for batch_id, data in staged.items():
+        path = tmp_path / f"{batch_id}.jsonl"
+        path.write_bytes(data)
+        parts.append((batch_id, str(path)))
+    expected = b"".join(
+        b'{"batch_id":"' + bid.encode() + b'","request":' + line.rstrip(b"\n") + b"}\n"
+        for bid, data in staged.items()
+        for line in data.splitlines(True)
+    )
+    for block_bytes in (1, 3, 7, 1 << 20):
+        out = tmp_path / f"export-{block_bytes}.jsonl"
+        write_export(parts, str(out), block_bytes=block_bytes)
+        assert out.read_bytes() == expected
+        assert not list(tmp_path.glob("*.tmp-export"))

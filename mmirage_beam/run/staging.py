@@ -4,9 +4,9 @@ The chunker (:mod:`mmirage_beam.transforms.chunking`) streams every request line
 staged file under the run's staging folder, ``<receipts base>.staged.<run_id>/`` (through
 Beam's ``FileSystems``, so any filesystem works), and emits a small
 :class:`~mmirage_beam.records.ChunkRef` instead of the chunk's requests. After the
-validation barrier, SubmitChunks uploads the staged file as it is, or in a dry run copies
-it into the export. What is hashed (``request_hash``), exported and uploaded are the same
-bytes.
+validation barrier, SubmitChunks uploads the staged file as it is, or in a dry run
+``WriteExport`` writes the export from it. What is hashed (``request_hash``), exported
+and uploaded are the same bytes.
 
 Files of one staged chunk (or fragment):
 
