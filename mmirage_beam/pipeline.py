@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional, Sequence, Union
+from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -121,6 +121,22 @@ def _sum_counts(counts: Any) -> dict[str, int]:
 
 def _error_line(err: Any) -> bytes:
     return json_line(err.to_json())
+
+
+#: Placeholder rows travel to their writers in blocks of about this many bytes (1 MiB).
+_PLACEHOLDER_BLOCK_BYTES = 1 << 20
+
+
+class _DatasetLinesFn(beam.DoFn):
+    """``(dataset_index, bytes)`` -> the bytes of one dataset (no default argument, so
+    Beam fills no parameter per element)."""
+
+    def __init__(self, dataset_index: int) -> None:
+        self._dataset_index = dataset_index
+
+    def process(self, element: tuple[int, bytes]) -> Iterator[bytes]:
+        if element[0] == self._dataset_index:
+            yield element[1]
 
 
 class _SelectRequestsFn(beam.DoFn):
@@ -386,7 +402,10 @@ class SubmitRows(beam.PTransform):
         # file per bundle, never held in memory), and moved into the datasets'
         # output_dir only once the barrier lets the run proceed.
         placeholders = built.rows | "PlaceholderRows" >> RenderPlaceholderRows(
-            config.outputs, config.output_schema, config.remove_columns
+            config.outputs,
+            config.output_schema,
+            config.remove_columns,
+            block_bytes=_PLACEHOLDER_BLOCK_BYTES,  # the writers get a few blocks, not rows
         )
         dirs = [ds.output_dir.rstrip("/") for ds in config.datasets]
         for i, ds in enumerate(config.datasets):
@@ -398,7 +417,7 @@ class SubmitRows(beam.PTransform):
             own_dir = dirs.count(ds.output_dir.rstrip("/")) == 1
             (
                 placeholders
-                | f"Dataset{i}Lines" >> beam.FlatMap(lambda kv, i=i: (kv[1],) if kv[0] == i else ())
+                | f"Dataset{i}Lines" >> beam.ParDo(_DatasetLinesFn(i))
                 | f"WriteDataset{i}Rows"
                 >> WriteJsonLinesShards(
                     out_dir,

@@ -374,3 +374,41 @@ def test_the_export_is_written_from_the_staged_files_as_lines_were_wrapped(tmp_p
         write_export(parts, str(out), block_bytes=block_bytes)
         assert out.read_bytes() == expected
         assert not list(tmp_path.glob("*.tmp-export"))
+
+
+def test_placeholder_rows_in_blocks_are_the_same_lines_in_the_same_order():
+    """Issue 19: with block_bytes, a bundle's placeholder lines of each dataset travel
+    joined; joined back they are the lines one per element gave, in order."""
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from mmirage_beam.config.loader import OutputConfig
+    from mmirage_beam.transforms.build import ExtractedRow
+    from mmirage_beam.transforms.rows import RenderPlaceholderRows
+
+    outputs = [OutputConfig(name="answer", prompt="{{ q }}")]
+    rows = [ExtractedRow(i, i % 2, {"q": f"question {i}"}, {"q": f"q{i}"}, ()) for i in range(40)]
+
+    def joined(pairs):
+        by_dataset: dict = {}
+        for dataset, data in pairs:
+            by_dataset.setdefault(dataset, []).append(data)
+        return [(d, b"".join(parts)) for d, parts in sorted(by_dataset.items())]
+
+    with TestPipeline() as p:
+        rows_in = p | beam.Create(rows, reshuffle=False)
+        one = rows_in | "One" >> RenderPlaceholderRows(outputs, None, False)
+        blocks = rows_in | "Blocks" >> RenderPlaceholderRows(outputs, None, False, block_bytes=200)
+        lines = one | "AllLines" >> beam.combiners.ToList() | "JoinLines" >> beam.Map(joined)
+        blocked = blocks | "AllBlocks" >> beam.combiners.ToList() | "JoinBlocks" >> beam.Map(joined)
+        n_blocks = blocks | "CountBlocks" >> beam.combiners.Count.Globally()
+        assert_that(
+            (lines, blocked)
+            | beam.Flatten()
+            | beam.combiners.ToList()
+            | beam.Map(lambda two: two[0] == two[1] and len(two[0]) == 2),
+            equal_to([True]),
+            label="SameBytes",
+        )
+        assert_that(n_blocks | beam.Map(lambda n: 2 <= n < 40), equal_to([True]), label="Fewer")
