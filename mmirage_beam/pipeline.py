@@ -16,14 +16,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional, Sequence, Union
+from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.io.readers import ReadDatasets
-from mmirage_beam.io.writers import ConcatenateFiles, WriteJsonLinesShards, WriteSingleFile
+from mmirage_beam.io.writers import WriteJsonLinesShards, WriteSingleFile
 from mmirage_beam.jsonl import json_line
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.progress import (
@@ -48,7 +48,7 @@ from mmirage_beam.settings import (
 from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
 from mmirage_beam.transforms.chunking import ChunkRequests
 from mmirage_beam.transforms.rows import RenderPlaceholderRows
-from mmirage_beam.transforms.submit import SubmitChunks
+from mmirage_beam.transforms.submit import SubmitChunks, WriteExport
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,22 @@ def _sum_counts(counts: Any) -> dict[str, int]:
 
 def _error_line(err: Any) -> bytes:
     return json_line(err.to_json())
+
+
+#: Placeholder rows travel to their writers in blocks of about this many bytes (1 MiB).
+_PLACEHOLDER_BLOCK_BYTES = 1 << 20
+
+
+class _DatasetLinesFn(beam.DoFn):
+    """``(dataset_index, bytes)`` -> the bytes of one dataset (no default argument, so
+    Beam fills no parameter per element)."""
+
+    def __init__(self, dataset_index: int) -> None:
+        self._dataset_index = dataset_index
+
+    def process(self, element: tuple[int, bytes]) -> Iterator[bytes]:
+        if element[0] == self._dataset_index:
+            yield element[1]
 
 
 class _SelectRequestsFn(beam.DoFn):
@@ -262,6 +278,8 @@ class SubmitRows(beam.PTransform):
             proc,
             count_selection=selection,
             sample_fraction=settings.estimate_fraction,
+            # hashed while staged; not carried through the reuse join's shuffle
+            canonical=not settings.reuse_files,
         )
         requests = built.requests | "ProgressRequests" >> CountProgress("requests built")
         if selection is not None:
@@ -378,13 +396,16 @@ class SubmitRows(beam.PTransform):
         )
         export_file = export_file_for(settings.export_prompts, run_id) if dry_run else None
         if export_file:
-            submitted.export | "WriteExport" >> ConcatenateFiles(export_file, f"{staging}/export")
+            submitted.export | "WriteExport" >> WriteExport(export_file)
 
         # Placeholder rows are written before the barrier into the staging folder (a
         # file per bundle, never held in memory), and moved into the datasets'
         # output_dir only once the barrier lets the run proceed.
         placeholders = built.rows | "PlaceholderRows" >> RenderPlaceholderRows(
-            config.outputs, config.output_schema, config.remove_columns
+            config.outputs,
+            config.output_schema,
+            config.remove_columns,
+            block_bytes=_PLACEHOLDER_BLOCK_BYTES,  # the writers get a few blocks, not rows
         )
         dirs = [ds.output_dir.rstrip("/") for ds in config.datasets]
         for i, ds in enumerate(config.datasets):
@@ -396,7 +417,7 @@ class SubmitRows(beam.PTransform):
             own_dir = dirs.count(ds.output_dir.rstrip("/")) == 1
             (
                 placeholders
-                | f"Dataset{i}Lines" >> beam.FlatMap(lambda kv, i=i: (kv[1],) if kv[0] == i else ())
+                | f"Dataset{i}Lines" >> beam.ParDo(_DatasetLinesFn(i))
                 | f"WriteDataset{i}Rows"
                 >> WriteJsonLinesShards(
                     out_dir,
@@ -645,6 +666,7 @@ class MergeRows(beam.PTransform):
                 adapter_cls,
                 config.processor,
                 count_tokens=False,  # only the bytes are compared
+                canonical=False,  # hashed from the line in RebuiltHashes
             )
             # Receipts written before per-request hashes: checked per chunk (a GroupByKey
             # of those chunks' requests only; receipts of this version send nothing).

@@ -83,6 +83,10 @@ class BatchRequest(NamedTuple):
         nbytes: the request's size for chunking, in bytes: the adapter's
             ``estimate_request_bytes``, never less than ``len(line)`` (equal to it for the
             built-in adapters).
+        canonical: the request's canonical JSON (sorted keys, compact, ASCII escapes),
+            the bytes ``request_hash`` and ``request_hashes`` cover, when BuildRequests
+            encoded it from the request dict; None: derived from ``line`` when needed
+            (``run/staging.canonical``).
     """
 
     custom_id: str
@@ -91,6 +95,7 @@ class BatchRequest(NamedTuple):
     modality: str
     line: bytes
     nbytes: int
+    canonical: Optional[bytes] = None
 
 
 class Chunk(NamedTuple):

@@ -348,3 +348,67 @@ def test_small_chunks_isolate_oversized(tmp_path, capsys):
         req = json.dumps(line["request"], ensure_ascii=False, separators=(",", ":"))
         sizes[line["batch_id"]] = sizes.get(line["batch_id"], 0) + len(req.encode()) + 1
     assert sizes == {f"text-{r['chunk_id']}": r["total_bytes"] for r in receipts}
+
+
+def test_the_export_is_written_from_the_staged_files_as_lines_were_wrapped(tmp_path):
+    """Issue 19: WriteExport wraps the staged bytes block by block; the result is what
+    wrapping each staged line on its own gave, whatever the block size."""
+    from mmirage_beam.transforms.submit import write_export
+
+    staged = {
+        "text-a-chunk-000001": b'{"x":"\\u00e9 \\n"}\n{"y":[1,2]}\n\n{"z":"\xe2\x80\x99"}\n',
+        "text-a-chunk-000002": b'{"last":"no newline"}',
+    }
+    parts = []
+    for batch_id, data in staged.items():
+        path = tmp_path / f"{batch_id}.jsonl"
+        path.write_bytes(data)
+        parts.append((batch_id, str(path)))
+    expected = b"".join(
+        b'{"batch_id":"' + bid.encode() + b'","request":' + line.rstrip(b"\n") + b"}\n"
+        for bid, data in staged.items()
+        for line in data.splitlines(True)
+    )
+    for block_bytes in (1, 3, 7, 1 << 20):
+        out = tmp_path / f"export-{block_bytes}.jsonl"
+        write_export(parts, str(out), block_bytes=block_bytes)
+        assert out.read_bytes() == expected
+        assert not list(tmp_path.glob("*.tmp-export"))
+
+
+def test_placeholder_rows_in_blocks_are_the_same_lines_in_the_same_order():
+    """Issue 19: with block_bytes, a bundle's placeholder lines of each dataset travel
+    joined; joined back they are the lines one per element gave, in order."""
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from mmirage_beam.config.loader import OutputConfig
+    from mmirage_beam.transforms.build import ExtractedRow
+    from mmirage_beam.transforms.rows import RenderPlaceholderRows
+
+    outputs = [OutputConfig(name="answer", prompt="{{ q }}")]
+    rows = [ExtractedRow(i, i % 2, {"q": f"question {i}"}, {"q": f"q{i}"}, ()) for i in range(40)]
+
+    def joined(pairs):
+        by_dataset: dict = {}
+        for dataset, data in pairs:
+            by_dataset.setdefault(dataset, []).append(data)
+        return [(d, b"".join(parts)) for d, parts in sorted(by_dataset.items())]
+
+    with TestPipeline() as p:
+        rows_in = p | beam.Create(rows, reshuffle=False)
+        one = rows_in | "One" >> RenderPlaceholderRows(outputs, None, False)
+        blocks = rows_in | "Blocks" >> RenderPlaceholderRows(outputs, None, False, block_bytes=200)
+        lines = one | "AllLines" >> beam.combiners.ToList() | "JoinLines" >> beam.Map(joined)
+        blocked = blocks | "AllBlocks" >> beam.combiners.ToList() | "JoinBlocks" >> beam.Map(joined)
+        n_blocks = blocks | "CountBlocks" >> beam.combiners.Count.Globally()
+        assert_that(
+            (lines, blocked)
+            | beam.Flatten()
+            | beam.combiners.ToList()
+            | beam.Map(lambda two: two[0] == two[1] and len(two[0]) == 2),
+            equal_to([True]),
+            label="SameBytes",
+        )
+        assert_that(n_blocks | beam.Map(lambda n: 2 <= n < 40), equal_to([True]), label="Fewer")

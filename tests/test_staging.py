@@ -142,3 +142,28 @@ def test_a_real_run_logs_its_token_estimate_before_its_first_batch(tmp_path, pro
     assert told[0] < sent[0]
     assert "answer: 1,319 request(s), input tokens" in messages[told[0]]
     assert "(exact)" in messages[told[0]]
+
+
+def test_the_canonical_form_encoded_from_the_dict_is_the_lines(tmp_path):
+    """Issue 19: BuildRequests encodes the canonical JSON from the request dict; it must
+    be what parsing the line gives, or the line is parsed (int keys sort otherwise)."""
+    from mmirage_beam.run.staging import StagedChunkWriter, canonical, read_meta
+    from mmirage_beam.transforms.build import _str_keys_only
+
+    req = {"b": [1, 2.5, {"é": "ü’\n"}], "a": None, "c": True, "d": 1e16, "e": -0.0}
+    line = (json.dumps(req, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+    encode = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+    assert _str_keys_only(req)
+    assert encode(req).encode("ascii") == canonical(line)
+    assert not _str_keys_only({"logit_bias": {10: 1, 9: 2}})
+    assert not _str_keys_only({"a": [(1, 2)]})
+    written = []
+    for given in (None, encode(req).encode("ascii")):
+        writer = StagedChunkWriter(str(tmp_path / f"c{len(written)}.jsonl"))
+        writer.write('id-"1"', 3, line, len(line), given)
+        writer.write("id-2", 4, line, len(line) + 5, given)
+        written.append((writer.close(), read_meta(writer.path)))
+    assert written[0] == written[1]
+    assert written[0][0] == request_hash([line, line])
+    assert [m.line_hash for m in written[0][1]] == [request_line_hash(line)] * 2
+    assert written[0][1][0].custom_id == 'id-"1"'

@@ -4,9 +4,9 @@ The chunker (:mod:`mmirage_beam.transforms.chunking`) streams every request line
 staged file under the run's staging folder, ``<receipts base>.staged.<run_id>/`` (through
 Beam's ``FileSystems``, so any filesystem works), and emits a small
 :class:`~mmirage_beam.records.ChunkRef` instead of the chunk's requests. After the
-validation barrier, SubmitChunks uploads the staged file as it is, or in a dry run copies
-it into the export. What is hashed (``request_hash``), exported and uploaded are the same
-bytes.
+validation barrier, SubmitChunks uploads the staged file as it is, or in a dry run
+``WriteExport`` writes the export from it. What is hashed (``request_hash``), exported
+and uploaded are the same bytes.
 
 Files of one staged chunk (or fragment):
 
@@ -87,9 +87,19 @@ class StagedChunkWriter:
         self.request_count = 0
         self.total_bytes = 0
 
-    def write(self, custom_id: str, source_index: int, line: bytes, nbytes: int) -> None:
-        """Append one request line (``nbytes``: its chunking size, >= ``len(line)``)."""
-        canon = canonical(line)
+    def write(
+        self,
+        custom_id: str,
+        source_index: int,
+        line: bytes,
+        nbytes: int,
+        canonical_line: Optional[bytes] = None,
+    ) -> None:
+        """Append one request line (``nbytes``: its chunking size, >= ``len(line)``).
+
+        ``canonical_line``: the line's :func:`canonical` form when the caller encoded it
+        already (``BatchRequest.canonical``); None: derived here by parsing ``line``."""
+        canon = canonical(line) if canonical_line is None else canonical_line
         if self.request_count:
             self._hash.update(b",")
         self._hash.update(canon)
@@ -129,22 +139,40 @@ class StagedChunkWriter:
 
 
 def _meta_line(custom_id: str, source_index: int, nbytes: int, line_hash: str) -> bytes:
-    """``[custom_id, source_index, nbytes, line_hash]`` as one JSON line."""
-    return f'[{json.dumps(custom_id)},{int(source_index)},{int(nbytes)},"{line_hash}"]\n'.encode()
+    """``[custom_id, source_index, nbytes, line_hash]`` as one JSON line (the id quoted
+    as ``json.dumps`` quotes a str)."""
+    return f'[{_json_str(custom_id)},{int(source_index)},{int(nbytes)},"{line_hash}"]\n'.encode()
+
+
+#: ``json.dumps`` of a ``str`` (ASCII escapes), without building an encoder per call.
+_json_str = json.encoder.encode_basestring_ascii
+
+#: Metadata lines parsed by one ``json.loads`` call (about 60 bytes a line).
+_META_LINES_PER_PARSE = 4096
 
 
 def iter_meta(path: str, start: int = 0, end: Optional[int] = None) -> Iterator[RequestMeta]:
     """The metadata of requests ``start`` (inclusive) to ``end`` (exclusive) of a staged
-    file, in order, one at a time (a chunk of 50,000 requests held as a list is about
-    45 MB)."""
+    file, in order, streamed (a chunk of 50,000 requests held as a list is about 45 MB):
+    :data:`_META_LINES_PER_PARSE` lines are parsed at a time, as one JSON array."""
+
+    def parsed(lines: list[bytes]) -> Iterator[RequestMeta]:
+        for cid, idx, nbytes, h in json.loads(b"[" + b",".join(lines) + b"]"):
+            yield RequestMeta(cid, int(idx), int(nbytes), h)
+
     with FileSystems.open(meta_path(path), compression_type="uncompressed") as f:
+        batch: list[bytes] = []
         for i, raw in enumerate(f):
             if i < start:
                 continue
             if end is not None and i >= end:
                 break
-            cid, idx, nbytes, h = json.loads(raw)
-            yield RequestMeta(cid, int(idx), int(nbytes), h)
+            batch.append(raw)
+            if len(batch) >= _META_LINES_PER_PARSE:
+                yield from parsed(batch)
+                batch = []
+        if batch:
+            yield from parsed(batch)
 
 
 def read_meta(path: str, start: int = 0, end: Optional[int] = None) -> list[RequestMeta]:

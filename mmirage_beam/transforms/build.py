@@ -306,8 +306,10 @@ class _BuildRequestsFn(beam.DoFn):
         count_tokens: bool = True,
         count_selection: Optional[tuple[frozenset, bool]] = None,
         sample_fraction: Optional[float] = None,
+        canonical: bool = True,
     ) -> None:
         self._outputs = tuple(outputs)
+        self._canonical = canonical
         self._sample_fraction = sample_fraction
         self._datasets = tuple(datasets)
         self._count_tokens = count_tokens
@@ -341,6 +343,17 @@ class _BuildRequestsFn(beam.DoFn):
             type(self._adapter).estimate_request_bytes
             is not BatchSubmissionAdapter.estimate_request_bytes
         )
+        # The canonical JSON the request hashes cover, encoded from the request dict
+        # (no parse of the line), when the line is the base class's encoding of that
+        # same dict: an adapter serialising its own way is canonicalised from its line.
+        self._encode_canonical = None
+        if (
+            self._canonical
+            and type(self._adapter).serialize_request is BatchSubmissionAdapter.serialize_request
+        ):
+            import json
+
+            self._encode_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
         from mmirage_beam.costs.tokens import token_counter_for
 
         # per-output token counters; None when not counted (a merge's rebuild)
@@ -406,6 +419,9 @@ class _BuildRequestsFn(beam.DoFn):
                 payload = build_payload(prompt, element.images, output, self._schemas[output.name])
                 request = self._adapter.build_request(cid, payload, self._config)
                 line = self._adapter.serialize_request(request)
+                canon = None
+                if self._encode_canonical is not None and _str_keys_only(request):
+                    canon = self._encode_canonical(request).encode("ascii")
                 # Never below the real size, so a chunk's upload stays within its cap
                 # even for an adapter whose estimate is low.
                 nbytes = len(line)
@@ -458,7 +474,9 @@ class _BuildRequestsFn(beam.DoFn):
                 )
                 return
             built.append(
-                BatchRequest(cid, element.source_index, output.name, element.modality, line, nbytes)
+                BatchRequest(
+                    cid, element.source_index, output.name, element.modality, line, nbytes, canon
+                )
             )
             bodies.append(request)
         # A row yields its requests only when every output of it is valid.
@@ -508,6 +526,10 @@ class BuildRequests(beam.PTransform):
             the requests, chosen by custom_id
             (:func:`mmirage_beam.costs.tokens.in_sample`), for an extrapolated estimate.
             None: count every request (exact).
+        canonical: also encode each request's canonical JSON from its dict
+            (``BatchRequest.canonical``, the bytes its hashes cover), so staging hashes
+            it without parsing the line. Off where nothing stages the requests, or where
+            they are shuffled (the extra bytes would cross the shuffle).
 
     Raises:
         ValueError: ``outputs`` is empty.
@@ -523,6 +545,7 @@ class BuildRequests(beam.PTransform):
         count_tokens: bool = True,
         count_selection: Optional[tuple[frozenset, bool]] = None,
         sample_fraction: Optional[float] = None,
+        canonical: bool = True,
     ) -> None:
         super().__init__()
         if not outputs:
@@ -539,6 +562,7 @@ class BuildRequests(beam.PTransform):
             count_tokens,
             count_selection,
             sample_fraction,
+            canonical,
         )
 
     def expand(self, rows: beam.PCollection) -> BuildRequestsResult:
@@ -557,6 +581,32 @@ class BuildRequestsResult(NamedTuple):
     #: ``PCollection[dict[str, int]]``: token counts per bundle, keyed like the Beam
     #: counters of :mod:`mmirage_beam.costs.tokens` (``"input_tokens:<output>"``...).
     tokens: Any = None
+
+
+_JSON_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def _str_keys_only(value: Any) -> bool:
+    """Whether ``value`` is plain JSON (dicts, lists, str, int, float, bool, None, no
+    subclasses) whose every dict key is a ``str``.
+
+    Only then is the dict's sorted encoding the line's canonical form: a line's keys are
+    strings once parsed back, sorted as strings, while ``{10: x, 9: y}`` sorts as ints;
+    anything else (a tuple, a subclass) is canonicalised from the line instead."""
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or (
+                type(item) not in _JSON_SCALARS and not _str_keys_only(item)
+            ):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            if type(item) not in _JSON_SCALARS and not _str_keys_only(item):
+                return False
+        return True
+    return kind in _JSON_SCALARS
 
 
 def template_variables(source: str) -> frozenset[str]:

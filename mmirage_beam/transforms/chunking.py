@@ -131,11 +131,6 @@ def _encode_key(output_name: str, modality: str, shard: int) -> str:
     return json.dumps([output_name, modality, shard], separators=(",", ":"))
 
 
-def _keyed_name(request: BatchRequest, shards_per_key: int) -> str:
-    shard = _shard_of(request.custom_id, shards_per_key)
-    return _encode_key(request.output_name, request.modality, shard)
-
-
 def _decode_key(key: str) -> tuple[str, str, int]:
     output_name, modality, shard = json.loads(key)
     return output_name, modality, shard
@@ -215,6 +210,9 @@ class _StageChunksFn(beam.DoFn):
         self._oversized_requests = Metrics.counter(METRICS_NAMESPACE, "oversized_requests")
         self._rejected_requests = Metrics.counter(METRICS_NAMESPACE, "rejected_oversized_requests")
 
+    def setup(self) -> None:
+        self._keys: dict[tuple[str, str, int], str] = {}
+
     def start_bundle(self) -> None:
         self._open: dict[str, StagedChunkWriter] = {}
 
@@ -235,7 +233,14 @@ class _StageChunksFn(beam.DoFn):
         return writer
 
     def process(self, request: BatchRequest) -> Iterator[Any]:
-        key = _keyed_name(request, self._shards_per_key)
+        stream = (
+            request.output_name,
+            request.modality,
+            _shard_of(request.custom_id, self._shards_per_key),
+        )
+        key = self._keys.get(stream)
+        if key is None:  # encoded once per stream, not per request
+            key = self._keys[stream] = _encode_key(*stream)
         if would_overflow(0, request.nbytes, self._max_chunk_bytes, self._chunk_overhead_bytes):
             self._oversized_requests.inc()
             if self._oversized_request_policy == "reject":
@@ -261,7 +266,11 @@ class _StageChunksFn(beam.DoFn):
             if closed is not None:
                 yield closed
             self._writer(key).write(
-                request.custom_id, request.source_index, request.line, request.nbytes
+                request.custom_id,
+                request.source_index,
+                request.line,
+                request.nbytes,
+                request.canonical,
             )
             yield self._close(key, FLUSH_OVERSIZED_REQUEST)
             return
@@ -271,7 +280,9 @@ class _StageChunksFn(beam.DoFn):
         ):
             yield self._close(key, FLUSH_FULL_CHUNK)
         writer = self._writer(key)
-        writer.write(request.custom_id, request.source_index, request.line, request.nbytes)
+        writer.write(
+            request.custom_id, request.source_index, request.line, request.nbytes, request.canonical
+        )
         if (
             self._max_requests_per_chunk is not None
             and writer.request_count >= self._max_requests_per_chunk
@@ -600,21 +611,23 @@ class ChunkRequests(beam.PTransform):
     def expand(self, requests: PCollection) -> ChunkRequestsResult:
         """``PCollection[BatchRequest]`` -> ``ChunkRequestsResult(chunks, rejected)``."""
         shards_per_key = self._shards_per_key
-        staged = (
-            requests
-            | "RewindowIntoGlobal" >> beam.WindowInto(beam_window.GlobalWindows())
-            | "StageChunks"
-            >> beam.ParDo(
-                _StageChunksFn(
-                    self._max_chunk_bytes,
-                    self._max_requests_per_chunk,
-                    self._oversized_request_policy,
-                    self._chunk_overhead_bytes,
-                    shards_per_key,
-                    self._staging_dir,
-                )
-            ).with_outputs(_REJECTED_TAG, main=_CHUNKS_TAG)
-        )
+        if not requests.windowing.is_default():
+            # Already in the global window with the default trigger (a batch read), the
+            # re-windowing changes nothing and costs a step per request (about 6% of a
+            # dry run on the DirectRunner).
+            requests = requests | "RewindowIntoGlobal" >> beam.WindowInto(
+                beam_window.GlobalWindows()
+            )
+        staged = requests | "StageChunks" >> beam.ParDo(
+            _StageChunksFn(
+                self._max_chunk_bytes,
+                self._max_requests_per_chunk,
+                self._oversized_request_policy,
+                self._chunk_overhead_bytes,
+                shards_per_key,
+                self._staging_dir,
+            )
+        ).with_outputs(_REJECTED_TAG, main=_CHUNKS_TAG)
         chunks = (
             staged[_CHUNKS_TAG]
             # A str key: the stateful step's key coder is deterministic.

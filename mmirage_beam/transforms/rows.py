@@ -77,41 +77,96 @@ def assemble_output_row(
 
 
 class _PlaceholderRowFn(beam.DoFn):
-    def __init__(self, outputs: Sequence[OutputConfig], schema: Any, remove_columns: bool) -> None:
+    """``ExtractedRow`` -> ``(dataset_index, bytes)``: one line per element, or with
+    ``block_bytes`` a dataset's lines of the bundle joined, in arrival order, into
+    elements of about ``block_bytes`` (the rest when the bundle ends: the rows are in the
+    global window). No parameter beyond the element, so Beam calls it without filling
+    arguments per element."""
+
+    def __init__(
+        self,
+        outputs: Sequence[OutputConfig],
+        schema: Any,
+        remove_columns: bool,
+        block_bytes: int = 0,
+    ) -> None:
         self._names = [o.name for o in outputs]
         self._schema = schema
         self._remove = remove_columns
+        self._block_bytes = block_bytes
 
     def setup(self) -> None:
         self._renderer = SchemaRenderer(self._schema) if self._schema is not None else None
 
-    def process(self, element: Any, invalid_row_count: int = 0) -> Iterator[Any]:
+    def start_bundle(self) -> None:
+        self._blocks: dict[int, list[bytes]] = {}
+        self._block_sizes: dict[int, int] = {}
+
+    def _line(self, element: Any) -> bytes:
+        outputs = {
+            n: placeholder(custom_id(n, element.modality, element.source_index))
+            for n in self._names
+        }
+        row = assemble_output_row(
+            element.row,
+            element.values,
+            outputs,
+            self._renderer,
+            self._remove,
+            element.source_index,
+        )
+        # a lone surrogate of a source column written back as the source held it
+        return json_line(row, default=str)
+
+    def process(self, element: Any) -> Iterator[Any]:
+        line = self._line(element)
+        if not self._block_bytes:
+            yield element.dataset_index, line
+            return
+        dataset = element.dataset_index
+        block = self._blocks.setdefault(dataset, [])
+        block.append(line)
+        size = self._block_sizes.get(dataset, 0) + len(line)
+        if size >= self._block_bytes:
+            yield dataset, b"".join(block)
+            block.clear()
+            size = 0
+        self._block_sizes[dataset] = size
+
+    def finish_bundle(self) -> Iterator[Any]:
+        from apache_beam.transforms.window import GlobalWindows
+
+        for dataset in sorted(self._blocks):
+            if self._blocks[dataset]:
+                yield GlobalWindows.windowed_value((dataset, b"".join(self._blocks[dataset])))
+        self._blocks, self._block_sizes = {}, {}
+
+
+class _GatedPlaceholderRowFn(_PlaceholderRowFn):
+    """:class:`_PlaceholderRowFn` behind the invalid-row count (a side input)."""
+
+    def process(self, element: Any, invalid_row_count: int) -> Iterator[Any]:
         # When the run is refused (invalid rows), no placeholder may point nowhere.
         if not invalid_row_count:
-            outputs = {
-                n: placeholder(custom_id(n, element.modality, element.source_index))
-                for n in self._names
-            }
-            row = assemble_output_row(
-                element.row,
-                element.values,
-                outputs,
-                self._renderer,
-                self._remove,
-                element.source_index,
-            )
-            # a lone surrogate of a source column written back as the source held it
-            yield element.dataset_index, json_line(row, default=str)
+            yield from super().process(element)
 
 
 class RenderPlaceholderRows(beam.PTransform):
-    """PCollection[ExtractedRow] -> PCollection[(dataset_index, bytes JSONL line)].
+    """PCollection[ExtractedRow] -> PCollection[(dataset_index, bytes)]: one JSONL line
+    per element, or with ``block_bytes`` several.
 
     Args:
         outputs: the batch outputs (each becomes a placeholder value).
         output_schema: the top-level ``output_schema`` (None: inputs and outputs).
         remove_columns: drop the source columns.
         invalid_row_count: optional singleton side input; rows are written only when 0.
+        block_bytes: 0: one line per element. Else a bundle's lines of each dataset are
+            joined, in arrival order, into elements of about this many bytes (the last
+            one when the bundle ends), so the steps writing them handle a few elements
+            instead of one per row; for rows in the global window (every reader's).
+
+    Raises:
+        ValueError: ``block_bytes`` is negative.
     """
 
     def __init__(
@@ -120,9 +175,13 @@ class RenderPlaceholderRows(beam.PTransform):
         output_schema: Any,
         remove_columns: bool,
         invalid_row_count: Optional[Any] = None,
+        block_bytes: int = 0,
     ) -> None:
         super().__init__()
-        self._fn = _PlaceholderRowFn(outputs, output_schema, remove_columns)
+        if block_bytes < 0:
+            raise ValueError(f"block_bytes must be at least 0, got {block_bytes}")
+        gated = _PlaceholderRowFn if invalid_row_count is None else _GatedPlaceholderRowFn
+        self._fn = gated(outputs, output_schema, remove_columns, block_bytes)
         self._invalid = invalid_row_count
 
     def expand(self, rows: beam.PCollection) -> beam.PCollection:

@@ -1,7 +1,8 @@
 """SubmitChunks: one provider batch per chunk, a durable receipt per accepted batch.
 
-    Chunk --SubmitChunks--> receipt dict (see :mod:`mmirage_beam.run.receipts`)
-                       \\--> export lines (dry run only)
+    ChunkRef --SubmitChunks--> receipt dict (see :mod:`mmirage_beam.run.receipts`)
+                          \\--> (batch_id, staged path) --WriteExport--> export file
+                                (dry run only)
 
 The adapter's client is built in the DoFn's ``setup()`` with credentials read from the
 worker's environment; nothing secret is kept on the DoFn, so pickling it is safe.
@@ -10,7 +11,7 @@ worker's environment; nothing secret is kept on the DoFn, so pickling it is safe
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator, NamedTuple, Optional
+from typing import Any, Iterable, Iterator, NamedTuple, Optional
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -29,6 +30,8 @@ __all__ = [
     "EXPORT_TAG",
     "SubmitChunks",
     "SubmitChunksResult",
+    "WriteExport",
+    "write_export",
 ]
 
 
@@ -49,7 +52,6 @@ class _SubmitChunkFn(beam.DoFn):
         cap = getattr(adapter_cls, "max_concurrent_submissions", None)
         self._concurrency = max(1, min(concurrency, cap) if cap else concurrency)
         layout = RunLayout(receipts_base, settings.run_id)
-        self._export_parts = f"{layout.staging}/export"
         self._stop_marker = None if settings.dry_run else layout.stop_marker
         self._attempt = settings.attempt
         self._parent = settings.parent_run_id
@@ -146,21 +148,26 @@ class _SubmitChunkFn(beam.DoFn):
         if failed:
             raise failed[0].exception()
 
-    def _emit(self, receipt: dict[str, Any], export_part: Optional[str], reused: bool) -> Any:
+    def _emit(
+        self, receipt: dict[str, Any], export: Optional[tuple[str, str]], reused: bool
+    ) -> Any:
         if reused:
             self._reused.inc()
             yield receipt
             return
-        if export_part is not None:
-            yield pvalue.TaggedOutput(EXPORT_TAG, export_part)
+        if export is not None:
+            yield pvalue.TaggedOutput(EXPORT_TAG, export)
         self._submitted.inc()
         self._submitted_requests.inc(receipt["submitted_request_count"])
         self._submitted_bytes.inc(receipt["total_bytes"])
         yield receipt
 
-    def _submit_one(self, chunk: ChunkRef) -> tuple[dict[str, Any], Optional[str], bool]:
-        """Submit (or export) one staged chunk: ``(receipt, export part or None, whether
-        the receipt existed already)``. Runs on a pool thread."""
+    def _submit_one(
+        self, chunk: ChunkRef
+    ) -> tuple[dict[str, Any], Optional[tuple[str, str]], bool]:
+        """Submit (or, in a dry run, receipt) one staged chunk: ``(receipt, (batch_id,
+        staged path) in a dry run else None, whether the receipt existed already)``. Runs
+        on a pool thread."""
         from mmirage_beam.run.staging import iter_meta
 
         rfile = receipt_path(self._base, chunk.modality, self._run_id, self._dry_run)
@@ -178,11 +185,12 @@ class _SubmitChunkFn(beam.DoFn):
             metas=iter_meta(chunk.path),
         )
         intent = None
-        export_part = None
+        export = None
         if self._dry_run:
             receipt["provider_batch_id"] = f"dry-run-{chunk.modality}-{chunk.chunk_id}"
             receipt["status"] = "dry_run"
-            export_part = self._write_export_part(chunk)
+            # exported from the staged file itself, by WriteExport (no copy here)
+            export = (f"{chunk.modality}-{chunk.chunk_id}", chunk.path)
         else:
             existing = read_receipt_part(part)
             if existing is not None:
@@ -227,25 +235,7 @@ class _SubmitChunkFn(beam.DoFn):
             from apache_beam.io.filesystems import FileSystems
 
             FileSystems.delete([intent])
-        return receipt, export_part, False
-
-    def _write_export_part(self, chunk: ChunkRef) -> str:
-        """Copy the staged chunk into its export part, each line wrapped as
-        ``{"batch_id": "<modality>-<chunk_id>", "request": <line>}``, streamed."""
-        from apache_beam.io.filesystems import FileSystems
-
-        from mmirage_beam.run.staging import iter_lines
-
-        assert self._export_parts is not None
-        path = FileSystems.join(self._export_parts, f"{chunk.modality}-{chunk.chunk_id}.jsonl")
-        prefix = b'{"batch_id":"' + f"{chunk.modality}-{chunk.chunk_id}".encode() + b'"'
-        prefix += b',"request":'
-        tmp = f"{path}.tmp-write"
-        with FileSystems.create(tmp) as out:
-            for line in iter_lines(chunk.path):
-                out.write(prefix + line.rstrip(b"\n") + b"}\n")
-        replace_file(tmp, path)
-        return path
+        return receipt, export, False
 
     def _raise_if_stop_requested(self, chunk: ChunkRef) -> None:
         if self._stop_marker is None:
@@ -271,9 +261,9 @@ class SubmitChunks(beam.PTransform):
 
     In a dry run (``settings.export_prompts`` set) nothing is contacted and no key is
     needed: receipts get ``provider_batch_id = "dry-run-<modality>-<chunk_id>"`` and
-    ``status = "dry_run"``, and ``export`` carries, per chunk, the path of an export part:
-    the chunk's ``{"batch_id", "request"}`` JSONL lines (concatenate them, sorted, into
-    the export file).
+    ``status = "dry_run"``, and ``export`` carries, per chunk, ``(batch_id, staged
+    path)`` (``batch_id`` is ``<modality>-<chunk_id>``): :class:`WriteExport` writes the
+    export file from the staged files themselves.
 
     Up to ``concurrency`` chunks of a bundle are uploaded and created at the same time
     (the provider's limits on batch creation are far above that: PROVIDERS.md).
@@ -298,8 +288,7 @@ class SubmitChunks(beam.PTransform):
 
     A submission checks the run's stop marker (``<receipts_base>.stop.<run_id>``) before
     each chunk: once it exists (the launcher was asked to stop), no further chunk is
-    submitted and the DoFn raises ``RunStopped`` instead. A dry run writes its export
-    parts under ``<receipts_base>.staged.<run_id>/export``.
+    submitted and the DoFn raises ``RunStopped`` instead.
 
     Just before a chunk goes to the provider, ``<receipt file>.parts/<chunk_id>.intent``
     is written; it is replaced by the receipt once the provider accepted the batch.
@@ -347,3 +336,93 @@ class SubmitChunks(beam.PTransform):
 class SubmitChunksResult(NamedTuple):
     receipts: beam.PCollection
     export: beam.PCollection
+
+
+def _export_prefix(batch_id: str) -> bytes:
+    """The bytes before a request in an export line: ``{"batch_id":"<id>","request":``."""
+    return b'{"batch_id":"' + batch_id.encode() + b'","request":'
+
+
+def write_export(
+    parts: Iterable[tuple[str, str]], output_path: str, block_bytes: int = 1 << 20
+) -> None:
+    """Write the dry run's export from staged chunk files, in the order given, atomically.
+
+    Each ``(batch_id, staged path)`` contributes one line per staged request line,
+    ``{"batch_id":"<batch_id>","request":<line without "\\n">}`` + ``"\\n"``: the staged
+    bytes streamed ``block_bytes`` (1 MiB) at a time, each block's lines wrapped by one
+    ``bytes.replace`` (no per-line work), into ``<output_path>.tmp-export``, then renamed
+    over ``output_path``. Works on every Beam filesystem.
+
+    Raises:
+        apache_beam.io.filesystem.BeamIOError / OSError: a staged file cannot be read or
+        the export written.
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    from mmirage_beam.run.staging import open_staged
+
+    tmp = f"{output_path}.tmp-export"
+    with FileSystems.create(tmp) as out:
+        for batch_id, path in parts:
+            prefix = _export_prefix(batch_id)
+            between = b"}\n" + prefix
+            rest = b""
+            with open_staged(path) as f:
+                while True:
+                    block = f.read(block_bytes)
+                    if not block:
+                        break
+                    block = rest + block if rest else block
+                    cut = block.rfind(b"\n") + 1
+                    rest = block[cut:]
+                    if cut:
+                        out.write(prefix + block[: cut - 1].replace(b"\n", between) + b"}\n")
+            if rest:  # a last line without "\n" (the stager always ends one)
+                out.write(prefix + rest + b"}\n")
+    replace_file(tmp, output_path)
+
+
+class _WriteExportFn(beam.DoFn):
+    """Impulse, side input: every ``(batch_id, staged path)`` -> the export file (nothing
+    when there is no chunk), chunks in the order of ``<batch_id>.jsonl``."""
+
+    def __init__(self, output_path: str) -> None:
+        self._out = output_path
+
+    def process(self, _impulse: bytes, parts: list[tuple[str, str]]) -> Iterator[str]:
+        by_id = dict(parts)  # a chunk receipted twice (a retried bundle) is exported once
+        if not by_id:
+            return
+        write_export(sorted(by_id.items(), key=lambda kv: f"{kv[0]}.jsonl"), self._out)
+        yield self._out
+
+
+class WriteExport(beam.PTransform):
+    """``PCollection[tuple[str, str]]`` (``SubmitChunksResult.export``: batch_id, staged
+    path) -> ``PCollection[str]`` holding ``output_path`` once written.
+
+    One step, once every chunk is receipted (its input is a side input of an Impulse),
+    writes the dry run's export with :func:`write_export` straight from the staged chunk
+    files, in the order of ``<modality>-<chunk_id>.jsonl``: no export part per chunk and
+    no second copy. Writes nothing when there is no chunk.
+
+    Args:
+        output_path: the export file (``run/layout.export_file_for``), a Beam path.
+
+    Raises:
+        ValueError: ``output_path`` is empty.
+    """
+
+    def __init__(self, output_path: str) -> None:
+        super().__init__()
+        if not output_path:
+            raise ValueError("output_path must not be empty")
+        self._path = output_path
+
+    def expand(self, exports: beam.PCollection) -> beam.PCollection:
+        return (
+            exports.pipeline
+            | "Once" >> beam.Impulse()
+            | "Write" >> beam.ParDo(_WriteExportFn(self._path), beam.pvalue.AsList(exports))
+        )
