@@ -46,6 +46,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 import apache_beam as beam
 
+from mmirage_beam.costs.prices import batch_price
+from mmirage_beam.costs.report import estimate_lines
 from mmirage_beam.progress_bar import LiveBar
 from mmirage_beam.progress_text import (
     INPUT_TOKENS,
@@ -210,8 +212,6 @@ def expect_run(
     """:func:`expect` for a run or merge of ``provider_config`` (a processor config):
     its batch price (none when the adapter's price table has no row for the model) and,
     with ``staging`` (the run's staging folder), the estimate file."""
-    from mmirage_beam.costs.prices import batch_price
-
     try:
         price = batch_price(
             provider_config.provider, getattr(provider_config, "model", None), provider_config
@@ -284,8 +284,6 @@ def announce_estimate(
     written to ``path`` (see :func:`estimate_file`) for the launcher to log, and the
     worker logs nothing; without a listening launcher (a Beam YAML pipeline run by
     Beam's own launcher), the worker logs it, once per job."""
-    from mmirage_beam.costs.report import estimate_lines
-
     lines = estimate_lines(stats, provider_config) if stats else []
     if not lines:
         return stats
