@@ -9,12 +9,9 @@ exactly what the four commands typed by hand would. The drivers are handed in
 (:class:`Drivers`, by ``pipelines.cycle``): this package never imports ``pipelines``.
 
 The cycle's state is a small JSON file beside the run record, ``<base>.cycle.<run_id>.json``
-(written with :func:`mmirage_beam.io.fs.write_durably` at every step)::
-
-    {"run_id": str, "phase": "submitting" | "waiting" | "merging" | "merged" |
-     "retrying" | "done", "output_path": str, "retries": int, "retries_used": int,
-     "runs": [run ids: the run, then its resubmissions], "retry_run": str | null,
-     "resent": [requests re-sent by each retry], "updated_at": ISO 8601 UTC str}
+(written with :func:`mmirage_beam.io.fs.write_durably` at every step;
+:mod:`mmirage_beam.cycle_state` has its fields), and its flags are in
+:mod:`mmirage_beam.cycle_flags`; both re-exported here.
 
 Ctrl-C (or a lost terminal) leaves the batches running at the provider;
 ``mmirage run --config C --wait --run-id ID`` reads the state and goes on from the step
@@ -28,25 +25,60 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as _dt
 import shlex
 import sys
 import time
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
-from mmirage_beam.config.loader import DEFAULT_RETRIES, PipelineConfig
-from mmirage_beam.errors import ConfigError
-from mmirage_beam.run.layout import RunLayout
+from apache_beam.io.filesystems import FileSystems
 
-SUBMITTING = "submitting"
-WAITING = "waiting"
-MERGING = "merging"
-MERGED = "merged"
-RETRYING = "retrying"
-DONE = "done"
-PHASES = (SUBMITTING, WAITING, MERGING, MERGED, RETRYING, DONE)
-#: seconds between status polls while waiting (``--poll-interval``).
-DEFAULT_POLL_INTERVAL_SECS = 60.0
+from mmirage_beam.check import lookup, watch
+from mmirage_beam.check.discovery import NoReceiptsError, collect_receipts
+from mmirage_beam.config.loader import PipelineConfig, load_config
+from mmirage_beam.costs.prices import batch_price
+from mmirage_beam.costs.report import usage_lines
+from mmirage_beam.costs.tokens import INPUT_TOKENS
+from mmirage_beam.cycle_flags import DEFAULT_POLL_INTERVAL_SECS, add_cycle_arguments, cycle_wanted
+from mmirage_beam.cycle_state import (
+    DONE,
+    MERGED,
+    MERGING,
+    PHASES,
+    RETRYING,
+    SUBMITTING,
+    WAITING,
+    CycleState,
+    cycle_state_path,
+)
+from mmirage_beam.errors import ConfigError
+from mmirage_beam.ids import check_run_id, new_run_id
+from mmirage_beam.paths import resolve_path
+from mmirage_beam.progress_text import waiting_tokens_text
+from mmirage_beam.run.fingerprint import read_run_record
+from mmirage_beam.run.layout import parts_dir, receipts_base
+from mmirage_beam.run.lease import acquire
+from mmirage_beam.run.ledger import read_cancel_record, read_merge_record
+from mmirage_beam.run.receipts import MODALITIES, pending_intents, receipt_path
+from mmirage_beam.run.selection import linked_runs
+from mmirage_beam.settings import errors_path_for
+
+__all__ = [
+    "SUBMITTING",
+    "WAITING",
+    "MERGING",
+    "MERGED",
+    "RETRYING",
+    "DONE",
+    "PHASES",
+    "DEFAULT_POLL_INTERVAL_SECS",
+    "DriverMain",
+    "Drivers",
+    "add_cycle_arguments",
+    "cycle_wanted",
+    "cycle_state_path",
+    "CycleState",
+    "run_cycle",
+]
 
 #: a driver's ``main``: its command-line arguments -> its exit status
 DriverMain = Callable[[Sequence[str]], int]
@@ -65,136 +97,6 @@ class Drivers(NamedTuple):
     submit: Callable[[Optional[str]], int]
     merge: DriverMain
     resubmit: DriverMain
-
-
-def add_cycle_arguments(ap: argparse.ArgumentParser) -> None:
-    """The ``--wait`` flags of ``mmirage run`` (defaults None: "not given")."""
-    g = ap.add_argument_group("the whole cycle (--wait)")
-    g.add_argument(
-        "--wait",
-        action="store_true",
-        help="after submitting, follow the batches, merge into --output-path, re-send the "
-        "retryable failures (at most --retries times) and merge again; one summary at the "
-        "end; exit 0 only when every row succeeded. Resume an interrupted cycle with "
-        "--wait --run-id ID (same as execution_params.merge / retry)",
-    )
-    g.add_argument(
-        "--output-path",
-        metavar="OUT",
-        default=None,
-        help="merged JSONL file of --wait (default: execution_params.merge_output_path, "
-        "else merged.<run_id>.jsonl beside the receipts)",
-    )
-    g.add_argument(
-        "--retries",
-        type=int,
-        default=None,
-        metavar="N",
-        help="re-send the retryable failures (expired, cancelled, rate-limited, server "
-        "errors, malformed result lines) at most N times (default: execution_params.retry; "
-        f"retry: true is {DEFAULT_RETRIES}; 0 without it)",
-    )
-    g.add_argument(
-        "--poll-interval",
-        type=float,
-        default=None,
-        metavar="SECS",
-        help=f"seconds between status polls (default {DEFAULT_POLL_INTERVAL_SECS:g})",
-    )
-    g.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        metavar="SECS",
-        help="stop waiting after SECS seconds in all (the batches keep running; exit 1 "
-        "with the command that continues)",
-    )
-
-
-def cycle_wanted(args: argparse.Namespace, config: PipelineConfig) -> bool:
-    """Whether ``mmirage run`` does the whole cycle: ``--wait``, or
-    ``execution_params.merge`` / ``retry`` in the config (not for a dry run).
-
-    Raises:
-        ConfigError: a ``--wait`` flag without ``--wait`` (and without the config keys),
-            ``--wait`` with ``--export-prompts``, or a negative/zero number.
-    """
-    given = [
-        flag
-        for flag, value in (
-            ("--output-path", args.output_path),
-            ("--retries", args.retries),
-            ("--poll-interval", args.poll_interval),
-            ("--timeout", args.timeout),
-        )
-        if value is not None
-    ]
-    if args.export_prompts is not None:
-        if args.wait or given:
-            flag = "--wait" if args.wait else given[0]
-            raise ConfigError(flag, "a dry run (--export-prompts) submits nothing to wait for")
-        return False
-    wanted = bool(args.wait or config.execution.cycle)
-    if given and not wanted:
-        raise ConfigError(
-            given[0], "needs --wait (or execution_params.merge / retry in the config)"
-        )
-    if args.retries is not None and args.retries < 0:
-        raise ConfigError("--retries", f"must be >= 0, got {args.retries}")
-    if args.poll_interval is not None and not args.poll_interval > 0:
-        raise ConfigError("--poll-interval", f"must be > 0 seconds, got {args.poll_interval}")
-    if args.timeout is not None and args.timeout < 0:
-        raise ConfigError("--timeout", f"must be >= 0 seconds, got {args.timeout}")
-    return wanted
-
-
-def cycle_state_path(base: str, run_id: str) -> str:
-    """``<base>.cycle.<run_id>.json``, beside the run record."""
-    return RunLayout(base, run_id).cycle_state
-
-
-@dataclasses.dataclass
-class CycleState:
-    """Where a cycle stands (see the module docstring for the file's fields)."""
-
-    run_id: str
-    output_path: str
-    retries: int
-    phase: str = SUBMITTING
-    retries_used: int = 0
-    runs: list[str] = dataclasses.field(default_factory=list)
-    retry_run: Optional[str] = None
-    resent: list[int] = dataclasses.field(default_factory=list)
-    updated_at: Optional[str] = None
-
-    def save(self, base: str) -> None:
-        """Write the state durably (atomic replace)."""
-        from mmirage_beam.run.ledger import write_json_record
-
-        self.updated_at = _dt.datetime.now(_dt.timezone.utc).isoformat()
-        write_json_record(cycle_state_path(base, self.run_id), dataclasses.asdict(self))
-
-    @classmethod
-    def load(cls, base: str, run_id: str) -> Optional[CycleState]:
-        """The saved state of ``run_id``'s cycle, or None (never started with --wait).
-
-        Raises:
-            ConfigError: the file exists but is not a cycle state (naming its path).
-        """
-        from mmirage_beam.run.ledger import read_json_record
-
-        path = cycle_state_path(base, run_id)
-        raw = read_json_record(path)
-        if raw is None:
-            return None
-        names = {f.name for f in dataclasses.fields(cls)}
-        try:
-            state = cls(**{k: v for k, v in raw.items() if k in names})
-        except TypeError as exc:
-            raise ConfigError("--run-id", f"{path} is not a cycle state: {exc}") from None
-        if state.phase not in PHASES:
-            raise ConfigError("--run-id", f"{path}: unknown phase {state.phase!r}")
-        return state
 
 
 @dataclasses.dataclass
@@ -245,12 +147,6 @@ def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], drivers: Drive
         ConfigError: (exit 2) a bad ``--run-id``.
         mmirage_beam.run.lease.RunLocked: (exit 2) another process drives this cycle.
     """
-    from mmirage_beam.config import load_config
-    from mmirage_beam.ids import check_run_id, new_run_id
-    from mmirage_beam.run.fingerprint import read_run_record
-    from mmirage_beam.run.layout import receipts_base
-    from mmirage_beam.run.lease import acquire
-
     config = load_config(args.config)
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     poll = args.poll_interval or DEFAULT_POLL_INTERVAL_SECS
@@ -298,8 +194,6 @@ def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], drivers: Drive
 
 
 def _output_path(ctx: _Context, run_id: str) -> str:
-    from mmirage_beam.paths import resolve_path
-
     given = ctx.args.output_path or ctx.config.execution.merge_output_path
     if given:
         return resolve_path(given)
@@ -315,8 +209,6 @@ def _retries(ctx: _Context) -> int:
 
 def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
     """The state machine: one step per phase, the state saved after each."""
-    from mmirage_beam.pipeline import errors_path_for
-
     if fresh:
         ctx.say(
             f"run {state.run_id}: submit, wait, merge into {state.output_path}, "
@@ -368,8 +260,6 @@ def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
                 and state.retries_used < state.retries
                 and not _cancelled(ctx, state)
             ):
-                from mmirage_beam.ids import new_run_id
-
                 state.retry_run = new_run_id()
                 state.phase = RETRYING
                 continue
@@ -391,8 +281,6 @@ def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
 
 
 def _remove(ctx: _Context, state: CycleState) -> None:
-    from apache_beam.io.filesystems import FileSystems
-
     path = cycle_state_path(ctx.base, state.run_id)
     try:
         if FileSystems.exists(path):
@@ -402,16 +290,11 @@ def _remove(ctx: _Context, state: CycleState) -> None:
 
 
 def _exists(path: str) -> bool:
-    from apache_beam.io.filesystems import FileSystems
-
     return FileSystems.exists(path)
 
 
 def _chain_batches(ctx: _Context, state: CycleState) -> list[Any]:
     """The distinct batches of the run and every run linked to it."""
-    from mmirage_beam.check.discovery import NoReceiptsError, collect_receipts
-    from mmirage_beam.run.selection import linked_runs
-
     try:
         every = collect_receipts(ctx.config)
     except NoReceiptsError:
@@ -422,8 +305,6 @@ def _chain_batches(ctx: _Context, state: CycleState) -> list[Any]:
 
 def _wait(ctx: _Context, state: CycleState) -> bool:
     """Follow the chain's batches until each has ended; True if ``--timeout`` stopped it."""
-    from mmirage_beam.check import lookup, watch
-
     batches = _chain_batches(ctx, state)
     if not batches:
         return False
@@ -453,11 +334,6 @@ def _wait(ctx: _Context, state: CycleState) -> bool:
 def _tokens_note(ctx: _Context, state: CycleState) -> Any:
     """``(finished, total) -> text``: the chain's estimated input tokens and cost so far
     (its runs' recorded estimates times the share of requests finished)."""
-    from mmirage_beam.costs.prices import batch_price
-    from mmirage_beam.costs.tokens import INPUT_TOKENS
-    from mmirage_beam.progress import waiting_tokens_text
-    from mmirage_beam.run.fingerprint import read_run_record
-
     estimated = 0
     for run_id in state.runs:
         counts = (read_run_record(ctx.base, run_id) or {}).get("estimate") or {}
@@ -471,8 +347,6 @@ def _tokens_note(ctx: _Context, state: CycleState) -> Any:
 
 
 def _merge_record(ctx: _Context, state: CycleState) -> Optional[dict[str, Any]]:
-    from mmirage_beam.run.ledger import read_merge_record
-
     record = read_merge_record(ctx.base, state.run_id)
     if record is None or record.get("output_path") != state.output_path:
         return None
@@ -494,18 +368,12 @@ def _merge(ctx: _Context, state: CycleState) -> tuple[int, Optional[dict[str, An
 
 
 def _cancelled(ctx: _Context, state: CycleState) -> bool:
-    from mmirage_beam.run.ledger import read_cancel_record
-
     return any(read_cancel_record(ctx.base, r) is not None for r in state.runs)
 
 
 def _resubmit(ctx: _Context, state: CycleState) -> int:
     """Re-send the merge's retryable failures as run ``state.retry_run``, linked to the
     cycle's run; not again if that run already has receipts (a resumed cycle)."""
-    from mmirage_beam.pipeline import errors_path_for
-    from mmirage_beam.run.layout import parts_dir
-    from mmirage_beam.run.receipts import MODALITIES, pending_intents, receipt_path
-
     new = state.retry_run
     assert new is not None
     started = any(
@@ -545,8 +413,6 @@ def _resubmit(ctx: _Context, state: CycleState) -> int:
 
 def _requests_of(ctx: _Context, run_id: str) -> int:
     """Requests the receipts of ``run_id`` hold."""
-    from mmirage_beam.check.discovery import NoReceiptsError, collect_receipts
-
     try:
         return sum(e.request_count for e in collect_receipts(ctx.config, (), run_id).batches)
     except NoReceiptsError:
@@ -555,9 +421,6 @@ def _requests_of(ctx: _Context, run_id: str) -> int:
 
 def _finish(ctx: _Context, state: CycleState, record: dict[str, Any]) -> int:
     """The one summary at the end, and the exit status."""
-    from mmirage_beam.costs.report import usage_lines
-    from mmirage_beam.pipeline import errors_path_for
-
     stats = record.get("stats") or {}
     by_type = record.get("failed_by_type") or {}
     rows = int(stats.get("rows_written", 0))

@@ -9,6 +9,7 @@ import threading
 from typing import Any, Callable, Optional, Sequence
 
 from mmirage_beam.errors import ConfigError, MmirageError
+from mmirage_beam.jsonl import read_jsonl as _read_jsonl
 from mmirage_beam.metrics import METRICS_NAMESPACE
 
 _LOG = logging.getLogger("mmirage_beam")
@@ -203,9 +204,7 @@ def read_jsonl(path: str, limit: Optional[int] = None) -> list[dict[str, Any]]:
 
     Split on ``\n`` only (:mod:`mmirage_beam.jsonl`), never ``str.splitlines()``.
     """
-    from mmirage_beam.jsonl import read_jsonl as _read
-
-    return _read(path, limit)
+    return _read_jsonl(path, limit)
 
 
 def human_bytes(n: int) -> str:
@@ -286,8 +285,6 @@ def check_beam_args(beam_args: Sequence[str], own_flags: Sequence[str]) -> None:
     """
     import difflib
 
-    from mmirage_beam.errors import ConfigError
-
     parser = _beam_option_parser()
     try:
         known_args, unknown = parser.parse_known_args(list(beam_args))
@@ -339,8 +336,6 @@ def _check_runner_name(runner: str) -> None:
     import difflib
 
     from apache_beam.options.pipeline_options import StandardOptions
-
-    from mmirage_beam.errors import ConfigError
 
     if not runner or "." in runner:
         return
@@ -456,7 +451,7 @@ def run_pipeline(
     def on_signal(signum: int, _frame: object) -> None:
         if stop_marker is not None and not outcome.stop_requested and idle():
             outcome.stop_requested = True
-            from mmirage_beam.io.fs import write_durably
+            from mmirage_beam.io.fs import write_durably  # loads Beam: only on a signal
 
             try:  # a chunk that would start before the cancel lands creates nothing
                 write_durably(stop_marker, b"stop requested\n")
@@ -469,7 +464,7 @@ def run_pipeline(
             )
         elif stop_marker is not None and not outcome.stop_requested:
             outcome.stop_requested = True
-            from mmirage_beam.io.fs import write_durably
+            from mmirage_beam.io.fs import write_durably  # loads Beam: only on a signal
 
             try:
                 write_durably(stop_marker, b"stop requested\n")
@@ -496,7 +491,7 @@ def run_pipeline(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             handlers[sig] = signal.signal(sig, on_signal)
-    from mmirage_beam import progress
+    from mmirage_beam import progress  # loads Beam; launch.py itself does not
 
     progress.begin(getattr(pipeline, "options", None))  # the live bar or the lines
     try:

@@ -21,7 +21,9 @@ from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from mmirage_beam.check.discovery import ReceiptEntry
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.io.readers import ReadDatasets
 from mmirage_beam.io.writers import WriteJsonLinesShards, WriteSingleFile
 from mmirage_beam.jsonl import json_line
@@ -33,10 +35,15 @@ from mmirage_beam.progress import (
     reported_usage,
 )
 from mmirage_beam.providers.base import BatchAdapterRegistry
-from mmirage_beam.results import NOT_RESUBMITTABLE, resubmittable  # noqa: F401 (public here too)
+from mmirage_beam.results import NOT_RESUBMITTABLE, check_answer, resubmittable  # noqa: F401 (public here too)
 from mmirage_beam.reuse import sent_stats
 from mmirage_beam.run.layout import RunLayout, export_file_for, receipts_base
-from mmirage_beam.run.receipts import mark_submitted
+from mmirage_beam.run.receipts import (
+    ReceiptLocation,
+    mark_submitted,
+    read_receipt_at,
+    source_index_range,
+)
 from mmirage_beam.run.staging import staging_dir
 from mmirage_beam.settings import (
     ROWS_PER_PARTITION,
@@ -47,7 +54,33 @@ from mmirage_beam.settings import (
 )
 from mmirage_beam.transforms.build import BuildRequests, ExtractInputs
 from mmirage_beam.transforms.chunking import ChunkRequests
+from mmirage_beam.transforms.fetch import FetchResults
+from mmirage_beam.transforms.merge import (
+    ExpectedRequest,
+    JoinPartitions,
+    _check_old_chunk,
+    _expected_entries,
+    _old_chunk_entries,
+    _RebuiltHashFn,
+    _results_record,
+    _rows_record,
+)
+from mmirage_beam.transforms.reuse import AnswerKeysOf, ReuseAnswers, WriteReusedReceipts
 from mmirage_beam.transforms.rows import RenderPlaceholderRows
+from mmirage_beam.transforms.spill import (
+    ANSWER_KEYS_KIND,
+    CHANGED_KIND,
+    EXPECTED_KIND,
+    REBUILT_KIND,
+    RESULTS_KIND,
+    ROWS_KIND,
+    SKIPPED_KIND,
+    UNKNOWN_KIND,
+    RangePartitioner,
+    SpillByRange,
+    partition_bounds,
+    partitions_for,
+)
 from mmirage_beam.transforms.submit import SubmitChunks, WriteExport
 
 
@@ -291,8 +324,6 @@ class SubmitRows(beam.PTransform):
         reused = None
         token_counts = built.tokens
         if settings.reuse_files:  # answered by an earlier run: not chunked (mmirage_beam.reuse)
-            from mmirage_beam.transforms.reuse import ReuseAnswers
-
             split = requests | "ReuseAnswers" >> ReuseAnswers(
                 settings.reuse_files,
                 adapter_cls,
@@ -357,8 +388,6 @@ class SubmitRows(beam.PTransform):
         )
         receipted = submitted.receipts
         if reused is not None:
-            from mmirage_beam.transforms.reuse import WriteReusedReceipts
-
             reused_receipts = reused | "WriteReusedReceipts" >> WriteReusedReceipts(
                 proc.provider,
                 run_id,
@@ -579,31 +608,6 @@ class MergeRows(beam.PTransform):
     def expand(self, rows: beam.PCollection) -> beam.PCollection:
         import uuid
 
-        from mmirage_beam.transforms.fetch import FetchResults
-        from mmirage_beam.transforms.merge import (
-            ExpectedRequest,
-            JoinPartitions,
-            _check_old_chunk,
-            _expected_entries,
-            _old_chunk_entries,
-            _RebuiltHashFn,
-            _results_record,
-            _rows_record,
-        )
-        from mmirage_beam.transforms.spill import (
-            CHANGED_KIND,
-            EXPECTED_KIND,
-            REBUILT_KIND,
-            RESULTS_KIND,
-            ROWS_KIND,
-            SKIPPED_KIND,
-            UNKNOWN_KIND,
-            RangePartitioner,
-            SpillByRange,
-            partition_bounds,
-            partitions_for,
-        )
-
         p = rows.pipeline
         config, batches, receipts = self.config, self.batches, self.receipts
         providers, settings = self.providers, self.settings
@@ -680,9 +684,6 @@ class MergeRows(beam.PTransform):
             ).with_outputs("by_chunk", main="hashes")
             spilled.append(spill(hashed.hashes, REBUILT_KIND, lambda h: (h.source_index, h)))
             if settings.answers_path:  # the answers a later run may reuse (mmirage_beam.reuse)
-                from mmirage_beam.transforms.reuse import AnswerKeysOf
-                from mmirage_beam.transforms.spill import ANSWER_KEYS_KIND
-
                 keys = rebuilt.requests | "AnswerKeys" >> AnswerKeysOf(
                     adapter_cls, config.processor
                 )
@@ -755,8 +756,6 @@ class _HeldReceipt(NamedTuple):
 def _held_receipt(r: Any) -> _HeldReceipt:
     """A receipt dict or a :class:`~mmirage_beam.check.discovery.ReceiptEntry` ->
     :class:`_HeldReceipt`."""
-    from mmirage_beam.check.discovery import ReceiptEntry
-
     if isinstance(r, ReceiptEntry) and r.location is not None:
         return _HeldReceipt(r.receipt, r.source_index_range, bool(r.has_request_hashes), r.location)
     full = r.full_receipt() if isinstance(r, ReceiptEntry) else r
@@ -766,7 +765,6 @@ def _held_receipt(r: Any) -> _HeldReceipt:
             "pass the ReceiptEntry objects of collect.select_run (their .receipt leaves "
             "the per-request maps out) or whole receipt dicts"
         )
-    from mmirage_beam.run.receipts import source_index_range
 
     index_range = source_index_range(full["custom_id_to_source_index"])
     return _HeldReceipt(full, index_range, bool(full.get("request_hashes")), full)
@@ -774,16 +772,12 @@ def _held_receipt(r: Any) -> _HeldReceipt:
 
 def _load_receipt(source: Any) -> dict[str, Any]:
     """The whole receipt from a :attr:`_HeldReceipt.source`."""
-    from mmirage_beam.run.receipts import ReceiptLocation, read_receipt_at
-
     return read_receipt_at(source) if isinstance(source, ReceiptLocation) else source
 
 
 def _expected_from(source: Any) -> Any:
     """The expected-request entries of the receipt at ``source`` (see
     :func:`mmirage_beam.transforms.merge._expected_entries`)."""
-    from mmirage_beam.transforms.merge import _expected_entries
-
     return _expected_entries(_load_receipt(source))
 
 
@@ -894,10 +888,6 @@ def build_failures_pipeline(
     does not match its schema counts as failed, exactly as merge counts it
     (:func:`mmirage_beam.results.check_answer`), so ``--only all`` re-sends it.
     """
-    from mmirage_beam.config.schema import json_schema_for
-    from mmirage_beam.results import check_answer
-    from mmirage_beam.transforms.fetch import FetchResults
-
     json_outputs = {
         o.name: json_schema_for(o.output_schema) for o in outputs if o.output_type == "JSON"
     }

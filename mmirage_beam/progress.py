@@ -30,6 +30,9 @@ reports them through the ``mmirage_beam.progress`` logger while a job runs:
 
 Counting is a pass-through step (:class:`CountProgress`) fused into the stage before it;
 it adds to the shared counters once per 256 elements (one lock per 256 elements).
+
+The words of a line live in :mod:`mmirage_beam.progress_text` (re-exported here), the
+live bar in :mod:`mmirage_beam.progress_bar`.
 """
 
 from __future__ import annotations
@@ -43,23 +46,59 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 import apache_beam as beam
 
+from mmirage_beam.costs.prices import batch_price
+from mmirage_beam.costs.report import estimate_lines
+from mmirage_beam.progress_bar import LiveBar
+from mmirage_beam.progress_text import (
+    INPUT_TOKENS,
+    ORDER,
+    OUTPUT_TOKENS,
+    PollRate,
+    compact,
+    counter_text,
+    duration_text,
+    progress_line,
+    tokens_text,
+    waiting_tokens_text,
+)
+
+__all__ = [
+    "INTERVAL_SECS",
+    "INTERVAL_ENV",
+    "MODE_ENV",
+    "interval_secs",
+    "add",
+    "set_total",
+    "snapshot",
+    "runs_in_process",
+    "expect",
+    "expect_run",
+    "begin",
+    "finish",
+    "estimate_file",
+    "announce_estimate",
+    "reported_usage",
+    "CountProgress",
+    # the words, from progress_text.py
+    "INPUT_TOKENS",
+    "OUTPUT_TOKENS",
+    "ORDER",
+    "duration_text",
+    "counter_text",
+    "tokens_text",
+    "waiting_tokens_text",
+    "PollRate",
+    "progress_line",
+]
+
+#: the old private name of :func:`~mmirage_beam.progress_text.compact` (tests import it)
+_compact = compact
+
 #: seconds between progress lines unless ``MMIRAGE_PROGRESS_INTERVAL_SECS`` says otherwise
 INTERVAL_SECS = 10.0
 INTERVAL_ENV = "MMIRAGE_PROGRESS_INTERVAL_SECS"
 #: ``lines`` (never the live bar), ``off`` (neither), else the bar on a terminal
 MODE_ENV = "MMIRAGE_PROGRESS"
-#: the counters that are token counts (shown with the cost, not as progress rows)
-INPUT_TOKENS, OUTPUT_TOKENS = "input tokens", "output tokens"
-_TOKEN_NAMES = (INPUT_TOKENS, OUTPUT_TOKENS)
-#: the order counters are shown in (others follow, in the order they were first counted)
-ORDER = (
-    "rows read",
-    "requests built",
-    "chunks exported",
-    "batches submitted",
-    "results fetched",
-    "rows merged",
-)
 _BAR_TICK_SECS = 0.5  # the launcher's reporter draws the live bar this often
 _ESTIMATE_LOOK_SECS = 1.0  # and looks for a worker's estimate file this often
 _LISTENING = ".listening"  # beside the estimate file: the launcher will log it
@@ -173,8 +212,6 @@ def expect_run(
     """:func:`expect` for a run or merge of ``provider_config`` (a processor config):
     its batch price (none when the adapter's price table has no row for the model) and,
     with ``staging`` (the run's staging folder), the estimate file."""
-    from mmirage_beam.costs.prices import batch_price
-
     try:
         price = batch_price(
             provider_config.provider, getattr(provider_config, "model", None), provider_config
@@ -199,7 +236,7 @@ def begin(options: Any = None, stream: Any = None) -> None:
     with _LOCK:
         _JOB.update(launcher=True, told=False, quiet=mode == "off")
         if live:
-            _JOB["bar"] = _LiveBar(stream)
+            _JOB["bar"] = LiveBar(stream)
         _ensure_thread()
         wanted = _JOB.get("estimate_file")
     if wanted:  # a worker process that computes the estimate hands it over, not logs it
@@ -247,8 +284,6 @@ def announce_estimate(
     written to ``path`` (see :func:`estimate_file`) for the launcher to log, and the
     worker logs nothing; without a listening launcher (a Beam YAML pipeline run by
     Beam's own launcher), the worker logs it, once per job."""
-    from mmirage_beam.costs.report import estimate_lines
-
     lines = estimate_lines(stats, provider_config) if stats else []
     if not lines:
         return stats
@@ -303,145 +338,6 @@ def _announce_from_file(force: bool = False) -> None:  # holding _LOCK, in the l
 
 
 # --------------------------------------------------------------------------------------
-# Formatting
-
-
-def duration_text(secs: float) -> str:
-    """``"45 s"``, ``"2 min 11 s"``, ``"3 h 05 min"``."""
-    s = max(0, int(round(secs)))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
-
-
-def _compact(n: float) -> str:
-    """``"950"``, ``"12.3k"``, ``"3.1M"``, ``"2.0B"``."""
-    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= size:
-            return f"{n / size:.1f}{suffix}"
-    return f"{int(n)}"
-
-
-def _usd(x: float) -> str:
-    return f"${x:.2f}" if x >= 0.1 else f"${x:.4f}"
-
-
-def _unit(name: str) -> str:
-    """``rows read`` -> ``rows``: the counted thing, for the rate."""
-    return name.split(" ", 1)[0]
-
-
-def counter_text(
-    name: str, done: int, total: Optional[int], rate: Optional[float], with_name: bool = True
-) -> str:
-    """``"rows read 132,000 of 1,000,000 (13%), 6,600 rows/s, ETA 2 min 11 s"``; the
-    total, rate and ETA only when known (``total`` None and ``name`` among the totals:
-    ``of ?``)."""
-    text = f"{name} {done:,}" if with_name else f"{done:,}"
-    if total is None:
-        return text
-    pct = 100 * done / total if total else 100.0
-    text += f" of {total:,} ({pct:.0f}%)"
-    if rate and done < total:
-        text += f", {rate:,.0f} {_unit(name)}/s, ETA {duration_text((total - done) / rate)}"
-    return text
-
-
-def tokens_text(counts: Mapping[str, int], price: Any = None) -> str:
-    """``"input tokens 3.1M (est. $1.24)"`` (estimated while submitting) or ``"tokens
-    1.2M in + 300.0k out, cost $0.41"`` (reported by the provider, merge); empty
-    without token counts."""
-    i, o = counts.get(INPUT_TOKENS), counts.get(OUTPUT_TOKENS)
-    if i is None and o is None:
-        return ""
-    if o is None:  # the estimate of what is sent: input tokens only are known
-        text = f"input tokens {_compact(i)}"
-        return text + (f" (est. {_usd(price.cost_usd(i))})" if price is not None else "")
-    text = f"tokens {_compact(i or 0)} in + {_compact(o)} out"
-    return text + (f", cost {_usd(price.cost_usd(i or 0, o))}" if price is not None else "")
-
-
-def waiting_tokens_text(finished: int, total: int, input_tokens: int, price: Any = None) -> str:
-    """While batches run: ``"input tokens ~115.7k of 463.0k (est. $0.0232 of $0.0926)"``,
-    the run's estimated input tokens (``input_tokens``, from its record) times the
-    share of its ``total`` requests ``finished``; empty without an estimate."""
-    if not input_tokens or not total:
-        return ""
-    share = min(max(finished, 0) / total, 1.0)
-    text = f"input tokens ~{_compact(input_tokens * share)} of {_compact(input_tokens)}"
-    if price is not None:
-        so_far, whole = price.cost_usd(input_tokens * share), price.cost_usd(input_tokens)
-        text += f" (est. {_usd(so_far)} of {_usd(whole)})"
-    return text
-
-
-class PollRate:
-    """Requests finished per second between the first poll and now, and the ETA of
-    the rest (for ``check --watch`` and ``run --wait``)."""
-
-    def __init__(self) -> None:
-        self._first: Optional[tuple[int, float]] = None
-
-    def text(self, finished: int, total: int, elapsed_secs: float) -> str:
-        """``"12.5 requests/s, ETA 3 min 2 s"``; empty until requests finished between
-        two polls, and once every request finished."""
-        if self._first is None:
-            self._first = (finished, elapsed_secs)
-            return ""
-        f0, t0 = self._first
-        if finished <= f0 or elapsed_secs <= t0 or finished >= total:
-            return ""  # nothing moved yet, or nothing is left
-        rate = (finished - f0) / (elapsed_secs - t0)
-        return f"{rate:,.1f} requests/s, ETA {duration_text((total - finished) / rate)}"
-
-
-def _rate(name: str, done: int, first: Mapping[str, float], now: float) -> Optional[float]:
-    since = first.get(name)
-    if since is None or not done:
-        return None
-    return done / max(now - since, 1e-3)
-
-
-def progress_line(
-    counts: dict[str, int],
-    elapsed_secs: float,
-    totals: Optional[Mapping[str, Optional[int]]] = None,
-    first_seen: Optional[Mapping[str, float]] = None,
-    now: Optional[float] = None,
-    price: Any = None,
-) -> str:
-    """``"progress after 20 s: rows read 132,000 of 1,000,000 (13%), 6,600 rows/s, ETA
-    2 min 11 s; requests built 264,000; input tokens 3.1M (est. $1.24)"``.
-
-    Args:
-        counts: counter name -> count.
-        elapsed_secs: seconds since the job started.
-        totals: counter name -> its total (None: ``of ?``); counters not in it show
-            their count only.
-        first_seen: counter name -> ``time.monotonic()`` of its first count (for rates).
-        now: ``time.monotonic()`` now (default: now).
-        price: a :class:`~mmirage_beam.costs.prices.BatchPrice` for the cost, or None.
-    """
-    totals, first_seen = totals or {}, first_seen or {}
-    now = time.monotonic() if now is None else now
-    parts = []
-    for name, n in counts.items():
-        if name in _TOKEN_NAMES:
-            continue
-        if name in totals and totals[name] is None:
-            parts.append(f"{name} {n:,} of ?")
-        else:
-            rate = _rate(name, n, first_seen, now) if name in totals else None
-            parts.append(counter_text(name, n, totals.get(name), rate))
-    tokens = tokens_text(counts, price)
-    if tokens:
-        parts.append(tokens)
-    return f"progress after {duration_text(elapsed_secs)}: " + "; ".join(parts)
-
-
-# --------------------------------------------------------------------------------------
 # The reporter
 
 
@@ -477,99 +373,6 @@ def _report_forever() -> None:
             "%s",
             progress_line(counts, now - _STATE["started"], totals, first, now, price),
         )
-
-
-class _LiveBar:
-    """The launcher's live display on a terminal: a ``rich`` bar per counter with a
-    total (a count per counter without one) and a row of tokens and cost."""
-
-    def __init__(self, stream: Any) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn
-        from rich.text import Text
-
-        class _BarIfTotal(BarColumn):  # a count without a total gets no (pulsing) bar
-            def render(self, task: Any) -> Any:
-                return super().render(task) if task.total is not None else Text("")
-
-        self._progress = Progress(
-            TextColumn("[bold]{task.description:<17}[/bold]"),
-            _BarIfTotal(),
-            TextColumn("{task.fields[stats]}"),
-            console=Console(file=stream),
-            transient=False,
-            redirect_stderr=True,
-            redirect_stdout=False,
-        )
-        self._tasks: dict[str, Any] = {}
-        self._started = self._stopped = False
-        self._lock = threading.Lock()  # the reporter draws, the launcher stops
-
-    def _task(self, name: str, total: Optional[int]) -> Any:
-        task = self._tasks.get(name)
-        if task is None:
-            task = self._tasks[name] = self._progress.add_task(name, total=total, stats="")
-            # rows in ORDER whatever came first, the tokens row last: the rows that
-            # belong below the new one are drawn again after it
-            rank = {n: i for i, n in enumerate(ORDER)}
-            mine = rank.get(name, len(rank))
-            for other in list(self._tasks):
-                if other != name and (other.startswith("tokens") or rank.get(other, 99) > mine):
-                    self._progress.remove_task(self._tasks.pop(other))
-        return task
-
-    def update(
-        self,
-        counts: Mapping[str, int],
-        totals: Mapping[str, Optional[int]],
-        first: Mapping[str, float],
-        price: Any,
-        now: float,
-    ) -> None:
-        """Draw this moment's counts."""
-        with self._lock:
-            if self._stopped:
-                return
-            if not self._started:
-                self._progress.start()
-                self._started = True
-            self._draw(counts, totals, first, price, now)
-
-    def _draw(
-        self,
-        counts: Mapping[str, int],
-        totals: Mapping[str, Optional[int]],
-        first: Mapping[str, float],
-        price: Any,
-        now: float,
-    ) -> None:
-        for name, n in counts.items():
-            if name in _TOKEN_NAMES:
-                continue
-            total = totals.get(name)
-            rate = _rate(name, n, first, now) if total is not None else None
-            stats = counter_text(name, n, total, rate, with_name=False)
-            if name in totals and total is None:
-                stats += " of ?"
-            self._progress.update(self._task(name, total), completed=n, total=total, stats=stats)
-        tokens = tokens_text(counts, price)
-        if tokens:
-            what = "tokens (est.)" if OUTPUT_TOKENS not in counts else "tokens"
-            self._progress.update(self._task(what, None), stats=tokens.removeprefix("tokens "))
-
-    def stop(
-        self,
-        counts: Mapping[str, int],
-        totals: Mapping[str, Optional[int]],
-        first: Mapping[str, float],
-        price: Any = None,
-    ) -> None:
-        """Draw the final counts and stop (the bar stays on screen)."""
-        with self._lock:
-            if self._started and not self._stopped:
-                self._draw(counts, totals, first, price, time.monotonic())
-                self._progress.stop()
-            self._stopped = True
 
 
 # --------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import logging
 import os
 from typing import Any, ClassVar
 
-from mmirage_beam.errors import ConfigError
+from mmirage_beam.errors import ConfigError, PluginError
 
 _LOG = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "mmirage_beam.providers"
@@ -50,8 +50,6 @@ def _import_plugin(name: str) -> None:
         PluginError: it cannot be imported (naming the variable and the module).
     """
     import sys
-
-    from mmirage_beam.errors import PluginError
 
     cwd = os.getcwd()
     if _exists_in(cwd, name):

@@ -39,6 +39,8 @@ import hashlib
 import json
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from mmirage_beam.jsonl import iter_jsonl_file
+
 #: provider config fields left out of the answer key: they change how requests are
 #: chunked, priced, counted or waited for, never an answer.
 NOT_IN_KEY = (
@@ -156,8 +158,6 @@ class Staleness:
 def earlier_batches(files: Sequence[str], provider: str) -> tuple[dict[str, str], int]:
     """``({provider_batch_id: run_id}, answer lines)`` of ``provider`` in ``files``: read
     one line at a time (memory: one entry per batch, not per answer)."""
-    from mmirage_beam.jsonl import iter_jsonl_file
-
     batches: dict[str, str] = {}
     count = 0
     for path in files:

@@ -33,8 +33,26 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Optional, Seque
 import apache_beam as beam
 
 from mmirage_beam.config.loader import PipelineConfig
-from mmirage_beam.errors import ConfigError, InvalidRowsError, MmirageError
+from mmirage_beam.errors import ConfigError, InvalidRowsError, MmirageError, require_int
+from mmirage_beam.ids import check_run_id, new_run_id
+from mmirage_beam.io.fs import delete_files, delete_folder
+from mmirage_beam.jsonl import iter_jsonl_file
+from mmirage_beam.paths import resolve_path
+from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
 from mmirage_beam.records import RowError
+from mmirage_beam.run.fingerprint import write_run_record
+from mmirage_beam.run.layout import receipts_base
+from mmirage_beam.run.plans import prepare_merge, prepare_submit
+from mmirage_beam.run.receipts import consolidate_run, submitted_marker_path
+from mmirage_beam.run.resume import ResumeState
+from mmirage_beam.run.selection import select_run
+from mmirage_beam.run.staging import staging_dir
+from mmirage_beam.run.storage import (
+    check_locations,
+    check_output_file,
+    config_locations,
+    probe_location,
+)
 from mmirage_beam.settings import MergeSettings, SubmitSettings
 from mmirage_beam.yaml_config import build_config, config_or_raise, yaml_key
 from mmirage_beam.yaml_rows import YAML_ROWS_LABEL, AssignSourceIndex, plain_value, row_to_dict
@@ -131,12 +149,8 @@ class _FinishRunFn(beam.DoFn):
         first_errors: list[RowError],
         marked: Any = None,
     ) -> Iterable[str]:
-        from mmirage_beam.run.receipts import consolidate_run
-
         written = consolidate_run(self._base, self._run_id, self._dry_run)
         if self._fingerprint is not None:
-            from mmirage_beam.run.fingerprint import write_run_record
-
             write_run_record(
                 self._base,
                 self._run_id,
@@ -145,8 +159,6 @@ class _FinishRunFn(beam.DoFn):
                 finished=True,
                 chunks_submitted=receipts,
             )
-            from mmirage_beam.io.fs import delete_files
-            from mmirage_beam.run.receipts import submitted_marker_path
 
             delete_files([submitted_marker_path(self._base, self._run_id)])  # recorded now
         for path, n in sorted(written.items()):
@@ -220,9 +232,6 @@ class SubmitBatches(beam.PTransform):
         keep_staged: bool = False,
     ) -> None:
         super().__init__()
-        from mmirage_beam.ids import check_run_id, new_run_id
-        from mmirage_beam.paths import resolve_path
-        from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
 
         name = type(self).__name__
         self.config = config_or_raise(
@@ -262,10 +271,8 @@ class SubmitBatches(beam.PTransform):
         self.plan: Any = None
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        # pipeline.py loads Jinja2 and every transform: only when a YAML graph uses this
         from mmirage_beam.pipeline import SubmitRows, invalid_rows_path
-        from mmirage_beam.run.layout import receipts_base
-        from mmirage_beam.run.resume import ResumeState
-        from mmirage_beam.run.storage import check_locations, probe_location
 
         config, run_id, dry_run = self.config, self.run_id, self.dry_run
         p = pcoll.pipeline
@@ -354,9 +361,6 @@ def _submit_plan(config: PipelineConfig, run_id: str, adapter_cls: type, resumed
     """
     import atexit
 
-    from mmirage_beam.run.layout import receipts_base
-    from mmirage_beam.run.plans import prepare_submit
-
     key = (receipts_base(config.processor.metadata_output_path, config.state_dir), run_id)
     if key not in _HELD_PLANS:
         plan = prepare_submit(
@@ -375,9 +379,6 @@ def _prepare_staging(base: str, run_id: str, keep: bool) -> None:
     by steps that nothing downstream of SubmitRows can wait for."""
     import atexit
 
-    from mmirage_beam.io.fs import delete_folder
-    from mmirage_beam.run.staging import staging_dir
-
     folder = staging_dir(base, run_id)
     delete_folder(folder)
     if not keep:
@@ -385,8 +386,6 @@ def _prepare_staging(base: str, run_id: str, keep: bool) -> None:
 
 
 def _remove_staging(folder: str) -> None:
-    from mmirage_beam.io.fs import delete_folder
-
     try:
         delete_folder(folder)
     except Exception as exc:  # noqa: BLE001 - the job's outcome matters more
@@ -396,8 +395,6 @@ def _remove_staging(folder: str) -> None:
 def _locations(config: PipelineConfig, **flags: Optional[str]) -> dict[str, str]:
     """What the workers write, by Beam YAML argument, for ``storage.check_locations``
     (the rows are the pipeline's: no dataset path is read)."""
-    from mmirage_beam.run.storage import config_locations
-
     return {
         yaml_key(k).replace("--", "").replace("-", "_"): v
         for k, v in config_locations(config, **flags).items()
@@ -419,8 +416,6 @@ class MergedJsonRow(NamedTuple):
 def _merged_rows(path: str) -> Iterator[MergedJsonRow]:
     """The merged file ``path`` (what :class:`~mmirage_beam.pipeline.MergeRows` wrote,
     in source_index order) read back line by line as rows."""
-    from mmirage_beam.jsonl import iter_jsonl_file
-
     for line, value in iter_jsonl_file(path):
         yield MergedJsonRow(int(value["source_index"]), line.data.decode("utf-8"))
 
@@ -478,9 +473,6 @@ class MergeBatches(beam.PTransform):
     ) -> None:
         super().__init__()
 
-        from mmirage_beam.errors import require_int
-        from mmirage_beam.paths import resolve_path
-
         name = type(self).__name__
         if not isinstance(output_path, str) or not output_path:
             raise ConfigError(f"{name}.config.output_path", "is required: the merged JSONL file")
@@ -514,10 +506,8 @@ class MergeBatches(beam.PTransform):
         self.plan: Any = None
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        # pipeline.py loads Jinja2 and every transform: only when a YAML graph uses this
         from mmirage_beam.pipeline import MergeRows, errors_path_for
-        from mmirage_beam.run.plans import prepare_merge
-        from mmirage_beam.run.selection import select_run
-        from mmirage_beam.run.storage import check_locations, check_output_file
 
         name, config = type(self).__name__, self.config
         check_output_file(

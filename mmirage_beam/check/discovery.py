@@ -26,6 +26,7 @@ from mmirage_beam.run.receipts import (
     MODALITIES,
     PER_REQUEST_FIELDS,
     ReceiptLocation,
+    adoption_rejected,
     find_receipt_files,
     iter_located_receipts,
     read_receipt_at,
@@ -286,7 +287,6 @@ def _entries(
     path: str, name_run_id: Optional[str], name_modality: Optional[str], skipped: List[str]
 ) -> List[ReceiptEntry]:
     out = []
-    from mmirage_beam.run.receipts import adoption_rejected
 
     try:
         # one receipt at a time: only its summary is kept (see ReceiptEntry.receipt)

@@ -22,6 +22,7 @@ from typing import (
 )
 
 from mmirage_beam.check.discovery import ReceiptEntry, ReceiptSet
+from mmirage_beam.costs.report import batch_usage_line
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.providers.base import (
     ENDED_STATUSES,
@@ -30,6 +31,7 @@ from mmirage_beam.providers.base import (
     BatchSubmissionAdapter,
     resolve_credentials,
 )
+from mmirage_beam.providers.config import BatchProviderConfigRegistry
 
 if TYPE_CHECKING:
     from mmirage_beam.config.loader import PipelineConfig
@@ -289,8 +291,6 @@ def _with_usage(progress: BatchProgress, raw: Any) -> BatchProgress:
     (OpenAI batch ``usage``; Anthropic batch objects carry none)."""
     import dataclasses
 
-    from mmirage_beam.costs.report import batch_usage_line
-
     used = batch_usage_line((raw or {}).get("usage") if isinstance(raw, dict) else None)
     if used is None:
         return progress
@@ -329,7 +329,6 @@ def exit_code(statuses: Iterable[BatchStatus]) -> int:
 def _provider_config(provider: str, config: Optional[PipelineConfig]) -> BatchProviderConfig:
     if config is not None and config.processor.provider == provider:
         return config.processor
-    from mmirage_beam.providers.config import BatchProviderConfigRegistry
 
     cls = BatchProviderConfigRegistry.get(provider)
     try:

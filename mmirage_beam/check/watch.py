@@ -17,6 +17,7 @@ from typing import (
 from mmirage_beam.check.discovery import ReceiptEntry
 from mmirage_beam.check.lookup import LOOKUP_FAILED, BatchStatus, BatchStatusChecker
 from mmirage_beam.check.report import GroupSummary, summarize
+from mmirage_beam.progress import PollRate
 
 __all__ = [
     "watch_statuses",
@@ -142,8 +143,6 @@ class PlainWatchDisplay:
     def __init__(
         self, stream: Optional[TextIO] = None, tokens: Optional[TokensNote] = None
     ) -> None:
-        from mmirage_beam.progress import PollRate
-
         self._stream = stream
         self._tokens = tokens
         self._rate = PollRate()
@@ -171,8 +170,6 @@ class RichWatchDisplay:
     """
 
     def __init__(self, console: Any = None, tokens: Optional[TokensNote] = None) -> None:
-        from mmirage_beam.progress import PollRate
-
         self._tokens = tokens
         self._rate = PollRate()
         from rich.console import Console

@@ -29,6 +29,8 @@ from typing import Any, Callable, Optional
 
 from mmirage_beam.costs.tokens import TokenCounter
 from mmirage_beam.providers.base import ENDED_STATUSES
+from mmirage_beam.run.receipts import read_receipts, receipt_path
+from mmirage_beam.run.staging import iter_lines
 
 __all__ = [
     "RECEIPT_TOKENS_KEY",
@@ -98,8 +100,6 @@ class TokenBudget:
         if hasattr(chunk, "requests"):
             lines: Any = (r.line for r in chunk.requests)
         else:
-            from mmirage_beam.run.staging import iter_lines
-
             lines = iter_lines(chunk.path)
         return sum(self._counter.count(line).input_tokens for line in lines)
 
@@ -107,8 +107,6 @@ class TokenBudget:
         """Input tokens of this run's receipted batches that have not finished, asking
         the provider (``adapter.check_batch_status``) about each one not yet seen
         finished; a lookup that fails counts the batch as enqueued."""
-        from mmirage_beam.run.receipts import read_receipts, receipt_path
-
         total = 0
         for modality in _MODALITIES:
             for receipt in read_receipts(receipt_path(self._base, modality, self._run_id)):

@@ -26,6 +26,9 @@ from typing import Any, Iterator, Optional, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from mmirage_beam.errors import ConfigError
+from mmirage_beam.io.fs import delete_files, list_files
+
 __all__ = [
     "OUTPUT_FORMATS",
     "DEFAULT_BATCH_ROWS",
@@ -247,9 +250,6 @@ def check_hf_folder(folder: str) -> None:
     Raises:
         ConfigError: on ``--output-path``, naming the first foreign file.
     """
-    from mmirage_beam.errors import ConfigError
-    from mmirage_beam.io.fs import list_files
-
     for path in list_files(folder, "**"):
         name = path.rstrip("/").rsplit("/", 1)[-1]
         if name not in _HF_FILES and not _HF_SHARD_RE.search(name):
@@ -320,8 +320,6 @@ def _write_parquet(
 
 def _write_hf(src: str, folder: str, schema: Any, as_json: frozenset[str], batch_rows: int) -> int:
     import pyarrow as pa
-
-    from mmirage_beam.io.fs import delete_files, list_files
 
     features = hf_features(schema)
     if features is not None:  # as datasets writes it: read back as the same features

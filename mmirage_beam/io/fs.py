@@ -22,6 +22,9 @@ from typing import Optional, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from mmirage_beam.crashpoints import crash_point
+from mmirage_beam.paths import is_uri
+
 __all__ = [
     "COPY_BLOCK_BYTES",
     "write_durably",
@@ -49,8 +52,6 @@ def write_durably(path: str, data: bytes) -> None:
     Raises:
         apache_beam.io.filesystem.BeamIOError / OSError: the file cannot be written.
     """
-    from mmirage_beam.crashpoints import crash_point
-
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         f.write(data)
@@ -68,8 +69,6 @@ def replace_file(src: str, dst: str) -> None:
         apache_beam.io.filesystem.BeamIOError: the rename failed (``dst`` is a folder,
             ``src`` is missing, ...).
     """
-    from mmirage_beam.paths import is_uri
-
     try:
         FileSystems.rename([src], [dst])
     except Exception:
@@ -82,8 +81,6 @@ def replace_file(src: str, dst: str) -> None:
 
 
 def _scheme(path: str) -> str:
-    from mmirage_beam.paths import is_uri
-
     return path.split("://", 1)[0].lower() if is_uri(path) else ""
 
 
@@ -134,8 +131,6 @@ def move_file(src: str, dst: str, block_bytes: int = COPY_BLOCK_BYTES) -> None:
         apache_beam.io.filesystem.BeamIOError / OSError: ``src`` cannot be read or
             ``dst`` written; ``src`` is then left in place.
     """
-    from mmirage_beam.crashpoints import crash_point
-
     _make_parent(dst)
     if same_filesystem(src, dst):
         replace_file(src, dst)

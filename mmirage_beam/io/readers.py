@@ -46,6 +46,7 @@ from mmirage_beam.io.decode import (
 )
 from mmirage_beam.io.splits import _JSONL, _PARQUET, _list_splits, _Split
 from mmirage_beam.metrics import METRICS_NAMESPACE
+from mmirage_beam.progress import set_total
 from mmirage_beam.records import RowError, SourceRow
 
 if TYPE_CHECKING:
@@ -332,8 +333,6 @@ class _ReadSplitFn(beam.DoFn):
         self._read_count = 0
 
     def process(self, split: _Split, offsets: _Offsets) -> Iterator[Any]:
-        from mmirage_beam.progress import set_total
-
         set_total("rows read", offsets.shard_end - offsets.shard_start)  # for "of N"
         first = offsets.rows_before[split.split_id]
         count = offsets.row_counts[split.split_id]

@@ -8,6 +8,9 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 
+from mmirage_beam.crashpoints import crash_point
+from mmirage_beam.io.fs import delete_files, delete_folder, list_files, move_file, replace_file
+
 __all__ = [
     "BytesSink",
     "concatenate_files",
@@ -40,8 +43,6 @@ class _RemoveTempDirFn(beam.DoFn):
         self._temp_dir = temp_dir
 
     def process(self, _impulse: bytes, _written: list[Any]) -> None:
-        from mmirage_beam.io.fs import delete_folder
-
         delete_folder(self._temp_dir)
 
 
@@ -108,7 +109,6 @@ def concatenate_files(parts: Sequence[str], output_path: str, block_bytes: int =
                     if not block:
                         break
                     out.write(block)
-    from mmirage_beam.io.fs import replace_file
 
     replace_file(tmp, output_path)
 
@@ -134,7 +134,6 @@ class _ConcatenatePartsFn(beam.DoFn):
         parts = sorted(set(parts))
         if parts:
             concatenate_files(parts, self._out)
-        from mmirage_beam.io.fs import delete_folder
 
         delete_folder(self._parts_dir)
         if parts:
@@ -246,9 +245,6 @@ class _PublishFn(beam.DoFn):
     def process(
         self, _impulse: bytes, written: list[Any], gate: int = 0, after: Any = None
     ) -> Iterator[str]:
-        from mmirage_beam.crashpoints import crash_point
-        from mmirage_beam.io.fs import delete_files, delete_folder, list_files, move_file
-
         # FileResult.file_name of a final file is its name inside the staging folder.
         paths = sorted({FileSystems.join(self._staging, r.file_name) for r in written})
         if gate:

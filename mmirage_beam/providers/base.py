@@ -12,6 +12,11 @@ prices (:meth:`~BatchSubmissionAdapter.price_table`, :meth:`~BatchSubmissionAdap
 default none: "price unknown") and limits (:meth:`~BatchSubmissionAdapter.limits`, default
 the config class's ``PROVIDER_*`` attributes).
 
+What an adapter returns about a batch lives in :mod:`~mmirage_beam.providers.batch_status`,
+the credentials it needs are read by :mod:`~mmirage_beam.providers.credentials`, staged
+chunk files are opened by :mod:`~mmirage_beam.providers.chunk_files`; their public names
+are re-exported here.
+
 Adapters are instantiated on workers (in a DoFn's ``setup()``), with credentials read
 from the worker's environment; the class itself travels pickled with the DoFn, so a
 provider registered only in the launcher still works on remote workers.
@@ -20,14 +25,9 @@ provider registered only in the launcher still works on remote workers.
 from __future__ import annotations
 
 import abc
-import contextlib
 import json
 import logging
-import os
-import re
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import (
     Any,
     Callable,
@@ -37,17 +37,27 @@ from typing import (
     Iterable,
     Iterator,
     Mapping,
-    NamedTuple,
     Optional,
     Sequence,
     TypeVar,
     Union,
 )
 
-from mmirage_beam.errors import CredentialsError
 from mmirage_beam.jsonl import RawLine
 from mmirage_beam.providers import retrying
+from mmirage_beam.providers.batch_status import (
+    ENDED_STATUSES,
+    NORMALISED_STATUSES,
+    BatchProgress,
+    BatchSubmissionResult,
+    ProviderLimits,
+    normalize_status,
+    optional_int,
+    parse_timestamp,
+)
+from mmirage_beam.providers.chunk_files import iter_chunk_lines, open_chunk_file, staged_upload
 from mmirage_beam.providers.config import BatchProviderConfig
+from mmirage_beam.providers.credentials import credential_env_var, resolve_credentials
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.records import ProviderResult
 from mmirage_beam.registry import ProviderRegistry
@@ -71,189 +81,6 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-
-NORMALISED_STATUSES = ("completed", "failed", "in_progress", "unknown")
-#: the normalised statuses of a batch that has ended at its provider: its results (or
-#: its error) can be fetched and it will not change any more.
-ENDED_STATUSES = ("completed", "failed")
-
-# Provider status words -> normalised status. Adapters may extend this via
-# ``STATUS_MAP``; ``_normalize_status`` falls back to "unknown".
-_COMMON_STATUS_MAP = {
-    "completed": "completed",
-    "succeeded": "completed",
-    "success": "completed",
-    "ended": "completed",
-    "done": "completed",
-    "failed": "failed",
-    "error": "failed",
-    "errored": "failed",
-    "expired": "failed",
-    "cancelled": "failed",
-    "canceled": "failed",
-    "validating": "in_progress",
-    "in_progress": "in_progress",
-    "queued": "in_progress",
-    "running": "in_progress",
-    "finalizing": "in_progress",
-    "cancelling": "in_progress",
-    "canceling": "in_progress",
-    "pending": "in_progress",
-}
-
-
-@dataclass(frozen=True)
-class BatchSubmissionResult:
-    """A provider batch as seen at submission or status check.
-
-    Attributes:
-        provider_batch_id: the provider's id (``batch_...``, ``msgbatch_...``).
-        status: normalised: ``completed | failed | in_progress | unknown``.
-        raw_response: the provider's own object, as a JSON-compatible dict.
-    """
-
-    provider_batch_id: str
-    status: str
-    raw_response: Dict[str, Any]
-
-    def __post_init__(self) -> None:
-        if self.status not in NORMALISED_STATUSES:
-            raise ValueError(f"status must be one of {NORMALISED_STATUSES}, got {self.status!r}")
-
-
-@dataclass(frozen=True)
-class BatchProgress:
-    """A provider batch's progress, in provider-neutral terms, for reports.
-
-    Attributes:
-        provider_status: the provider's own status word (``in_progress``, ``ended``...).
-        completed: requests that succeeded so far (None: the provider does not say).
-        failed: requests that failed so far (errored, expired, cancelled...).
-        total: requests in the batch, including those still processing.
-        created_at: when the provider created the batch, Unix seconds.
-        detail: a short human-readable note (provider error codes, outcome counts).
-        error_code: the provider's code for a batch-level failure (e.g.
-            ``token_limit_exceeded``), None when the batch did not fail as a whole.
-    """
-
-    provider_status: str
-    completed: Optional[int] = None
-    failed: Optional[int] = None
-    total: Optional[int] = None
-    created_at: Optional[float] = None
-    detail: str = ""
-    error_code: Optional[str] = None
-
-
-class ProviderLimits(NamedTuple):
-    """A provider's limits on one batch, and where they are documented.
-
-    Attributes:
-        max_requests_per_batch: requests per batch (None: no documented limit).
-        max_batch_bytes: bytes per batch upload or body (None: no documented limit).
-        source: the documents (name or URL) the numbers come from.
-    """
-
-    max_requests_per_batch: Optional[int]
-    max_batch_bytes: Optional[int]
-    source: str
-
-
-def parse_timestamp(value: Any) -> Optional[float]:
-    """Unix seconds from a Unix timestamp (int/float) or an RFC 3339 / ISO 8601 string.
-
-    Returns None for None, an empty string or anything that is not a timestamp.
-
-    >>> parse_timestamp("1970-01-01T00:01:00Z")
-    60.0
-    """
-    import datetime as _dt
-
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str) and value.strip():
-        text = value.strip()
-        if text.endswith(("Z", "z")):
-            text = text[:-1] + "+00:00"
-        try:
-            when = _dt.datetime.fromisoformat(text)
-        except ValueError:
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=_dt.timezone.utc)
-        return when.timestamp()
-    return None
-
-
-def _optional_int(value: Any) -> Optional[int]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return int(value)
-
-
-def credential_env_var(provider: str, key: str) -> str:
-    """``<PROVIDER>_<KEY>`` upper-cased, non-alphanumerics turned into ``_``.
-
-    >>> credential_env_var("azure-openai", "api_key")
-    'AZURE_OPENAI_API_KEY'
-    """
-    return re.sub(r"[^A-Za-z0-9]", "_", f"{provider}_{key}").upper()
-
-
-def resolve_credentials(
-    adapter_cls: type[BatchSubmissionAdapter],
-    provider: str,
-    environ: Optional[Mapping[str, str]] = None,
-) -> Dict[str, str]:
-    """Read every ``required_credentials`` entry of ``adapter_cls`` from the environment.
-
-    Each key ``k`` comes from ``<PROVIDER>_<K>``, else from the adapter's
-    ``CREDENTIAL_FALLBACKS[k]`` variables (e.g. ``GOOGLE_API_KEY``), else from the file
-    named by ``<PROVIDER>_<K>_FILE`` (mounted secrets); surrounding whitespace is stripped.
-
-    Raises:
-        CredentialsError: naming the variable(s) to set; never includes a value.
-        ConfigError: the adapter's ``check_dependencies()`` found its SDK missing.
-    """
-    check_dependencies = getattr(adapter_cls, "check_dependencies", None)
-    if callable(check_dependencies):
-        check_dependencies()  # an optional SDK that is missing names its extra
-    env = os.environ if environ is None else environ
-    found: Dict[str, str] = {}
-    missing = []
-    fallbacks = getattr(adapter_cls, "CREDENTIAL_FALLBACKS", {}) or {}
-    for key in adapter_cls.required_credentials:
-        var = credential_env_var(provider, key)
-        value = env.get(var)
-        for other in () if value else fallbacks.get(key, ()):
-            value = env.get(other)  # e.g. the SDK's own variable (GOOGLE_API_KEY)
-            if value:
-                break
-        if not value and env.get(f"{var}_FILE"):
-            path = env[f"{var}_FILE"]
-            try:
-                value = Path(path).read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise CredentialsError(
-                    f"{var}_FILE points to {path!r}, which cannot be read ({exc.strerror})"
-                ) from None
-            except UnicodeDecodeError:
-                raise CredentialsError(
-                    f"{var}_FILE points to {path!r}, which is not UTF-8 text"
-                ) from None
-        if value:
-            found[key] = value.strip()
-        else:
-            missing.append(var)
-    if missing:
-        raise CredentialsError(
-            f"provider {provider!r} needs {' and '.join(missing)} in the environment "
-            f"(or {missing[0]}_FILE naming a file that holds it); keys are never read from "
-            "the config. ('mmirage run --export-prompts P' is a dry run that needs no key.)"
-        )
-    return found
 
 
 class BatchSubmissionAdapter(abc.ABC):
@@ -415,52 +242,14 @@ class BatchSubmissionAdapter(abc.ABC):
                 failed with a retryable error.
             Exception: any non-retryable error, at once.
         """
-        from mmirage_beam.jsonl import iter_raw_lines
-
-        policy = self.retry_policy()
-        sleep = type(self).RETRY_SLEEP or time.sleep
-        done = lines_done = 0  # bytes and lines already yielded
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                start, first = done, lines_done
-                with open_stream() as blocks:
-                    for line in iter_raw_lines(_skip_bytes(blocks, start)):
-                        line = line._replace(number=line.number + first, offset=line.offset + start)
-                        yield line
-                        done, lines_done = line.offset + line.length, line.number
-                return
-            except Exception as exc:
-                if not (retry_filter or self.is_retryable)(exc):
-                    raise
-                if done > start:  # this attempt made progress: a fresh budget of retries
-                    attempt = 1
-                summary = retrying.describe_error(exc)
-                if attempt >= policy.max_attempts:
-                    raise retrying.ProviderRetriesExhausted(
-                        f"{what} failed after {attempt} attempts; last error: {summary}",
-                        call=what,
-                        attempts=attempt,
-                        status_code=retrying.status_code_of(exc),
-                        last_error=summary,
-                    ) from exc
-                asked = retrying.retry_after_secs(exc)
-                delay = (
-                    min(asked, policy.max_retry_after_secs)
-                    if asked is not None
-                    else policy.backoff_secs(attempt)
-                )
-                _LOG.warning(
-                    "%s failed (attempt %d of %d: %s) after %d byte(s); retrying in %.3f s",
-                    what,
-                    attempt,
-                    policy.max_attempts,
-                    summary,
-                    done,
-                    delay,
-                )
-                sleep(delay)
+        return retrying.stream_lines_with_retries(
+            open_stream,
+            what=what,
+            retry_filter=retry_filter or self.is_retryable,
+            policy=self.retry_policy(),
+            sleep=type(self).RETRY_SLEEP or time.sleep,
+            logger=_LOG,
+        )
 
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None
@@ -656,37 +445,9 @@ class BatchSubmissionAdapter(abc.ABC):
         """
         return self.submit_chunk_lines(chunk_id, list(iter_chunk_lines(path)), config)
 
-    @staticmethod
-    @contextlib.contextmanager
-    def _staged_upload(
-        path: str, in_memory: Callable[[bytes], Any] = bytes
-    ) -> Iterator[Callable[[], Any]]:
-        """A callable giving the staged chunk file ``path`` afresh for each upload attempt,
-        for the adapters that upload a file: a local file is opened anew (the previous
-        attempt's closed), an object-store path (``scheme://``) is read into memory and
-        passed through ``in_memory``. Every file it opened is closed on exit."""
-        if "://" in path:
-
-            def content() -> Any:
-                with open_chunk_file(path) as f:
-                    return in_memory(f.read())
-
-            yield content
-            return
-        opened: list[Any] = []
-
-        def stream() -> Any:
-            for f in opened:
-                f.close()
-            opened.clear()
-            opened.append(open(path, "rb"))  # noqa: SIM115 - closed below
-            return opened[0]
-
-        try:
-            yield stream
-        finally:
-            for f in opened:
-                f.close()
+    #: a callable giving the staged chunk file afresh for each upload attempt, for the
+    #: adapters that upload a file (:func:`~mmirage_beam.providers.chunk_files.staged_upload`).
+    _staged_upload = staticmethod(staged_upload)
 
     def _submits_its_own_way(self, owner: type) -> bool:
         """Whether a subclass of ``owner`` overrides ``submit_chunk_lines`` or
@@ -737,10 +498,7 @@ class BatchSubmissionAdapter(abc.ABC):
 
     def _normalize_status(self, status: Optional[str]) -> str:
         """Map a provider status word to ``completed | failed | in_progress | unknown``."""
-        if not status:
-            return "unknown"
-        word = str(status).lower()
-        return self.STATUS_MAP.get(word) or _COMMON_STATUS_MAP.get(word, "unknown")
+        return normalize_status(status, self.STATUS_MAP)
 
     def describe_batch(self, result: BatchSubmissionResult) -> BatchProgress:
         """Progress of a batch from its :meth:`check_batch_status` result, for reports.
@@ -754,27 +512,11 @@ class BatchSubmissionAdapter(abc.ABC):
         counts = counts if isinstance(counts, dict) else {}
         return BatchProgress(
             provider_status=str(raw.get("status") or result.status),
-            completed=_optional_int(counts.get("completed")),
-            failed=_optional_int(counts.get("failed")),
-            total=_optional_int(counts.get("total")),
+            completed=optional_int(counts.get("completed")),
+            failed=optional_int(counts.get("failed")),
+            total=optional_int(counts.get("total")),
             created_at=parse_timestamp(raw.get("created_at")),
         )
-
-
-def open_chunk_file(path: str) -> Any:
-    """A binary file object of the chunk file ``path`` (local or ``scheme://``), its
-    bytes as stored (never decompressed, whatever its name)."""
-    # Beam's file systems, imported on use: the providers (the registries, ``mmirage
-    # --help``) stay importable without loading Beam.
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems.open(path, compression_type="uncompressed")
-
-
-def iter_chunk_lines(path: str) -> Iterator[bytes]:
-    """The lines of the chunk file ``path``, each with its ``\n``, one at a time."""
-    with open_chunk_file(path) as f:
-        yield from f
 
 
 _DUCK_TYPED_RETRY_FILTER = retrying.make_retry_filter((), (Exception,))
@@ -784,16 +526,6 @@ def _short_reason(exc: BaseException) -> str:
     """The last line of ``exc``'s message, with its type, for one-line reports."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[-1]}" if text else type(exc).__name__
-
-
-def _skip_bytes(blocks: Iterable[bytes], n: int) -> Iterator[bytes]:
-    """``blocks`` without their first ``n`` bytes."""
-    for block in blocks:
-        if n >= len(block):
-            n -= len(block)
-            continue
-        yield block[n:] if n else block
-        n = 0
 
 
 class BatchAdapterRegistry(ProviderRegistry):

@@ -39,9 +39,21 @@ import random
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Tuple, Type, TypeVar
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Iterable,
+    Iterator,
+    Mapping,
+    Optional,
+    Tuple,
+    Type,
+    TypeVar,
+)
 
 from mmirage_beam.errors import MmirageError
+from mmirage_beam.jsonl import RawLine, iter_raw_lines
 
 _LOG = logging.getLogger(__name__)
 
@@ -315,3 +327,79 @@ def call_with_retries(
                 delay,
             )
             sleep(delay)
+
+
+def stream_lines_with_retries(
+    open_stream: Callable[[], ContextManager[Iterable[bytes]]],
+    *,
+    what: str,
+    retry_filter: Callable[[BaseException], bool],
+    policy: Optional[RetryPolicy] = None,
+    sleep: Callable[[float], None] = time.sleep,
+    logger: logging.Logger = _LOG,
+) -> Iterator[RawLine]:
+    """The lines of a downloaded file (split on ``b"\\n"`` only), streamed, retried.
+
+    ``open_stream()`` opens the download and yields its byte blocks. Opening and reading
+    are retried like :func:`call_with_retries`; a retry after lines were already yielded
+    re-opens the download and skips the bytes of those lines, so no line is yielded
+    twice; an attempt that read something starts a fresh budget of attempts. Memory: one
+    line plus one block, never the file.
+
+    Raises:
+        ProviderRetriesExhausted: the last attempt failed with a retryable error.
+        Exception: any error ``retry_filter`` rejects, at once.
+    """
+    policy = policy or RetryPolicy()
+    done = lines_done = 0  # bytes and lines already yielded
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            start, first = done, lines_done
+            with open_stream() as blocks:
+                for line in iter_raw_lines(_skip_bytes(blocks, start)):
+                    line = line._replace(number=line.number + first, offset=line.offset + start)
+                    yield line
+                    done, lines_done = line.offset + line.length, line.number
+            return
+        except Exception as exc:
+            if not retry_filter(exc):
+                raise
+            if done > start:  # this attempt made progress: a fresh budget of retries
+                attempt = 1
+            summary = describe_error(exc)
+            if attempt >= policy.max_attempts:
+                raise ProviderRetriesExhausted(
+                    f"{what} failed after {attempt} attempts; last error: {summary}",
+                    call=what,
+                    attempts=attempt,
+                    status_code=status_code_of(exc),
+                    last_error=summary,
+                ) from exc
+            asked = retry_after_secs(exc)
+            delay = (
+                min(asked, policy.max_retry_after_secs)
+                if asked is not None
+                else policy.backoff_secs(attempt)
+            )
+            logger.warning(
+                "%s failed (attempt %d of %d: %s) after %d byte(s); retrying in %.3f s",
+                what,
+                attempt,
+                policy.max_attempts,
+                summary,
+                done,
+                delay,
+            )
+            sleep(delay)
+
+
+def _skip_bytes(blocks: Iterable[bytes], n: int) -> Iterator[bytes]:
+    """``blocks`` without their first ``n`` bytes."""
+    for block in blocks:
+        if n >= len(block):
+            n -= len(block)
+            continue
+        yield block[n:] if n else block
+        n = 0

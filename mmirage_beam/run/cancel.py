@@ -16,7 +16,12 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from mmirage_beam.check.discovery import collect_receipts
+from mmirage_beam.check.lookup import TERMINAL_STATUSES, BatchStatusChecker
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.run.layout import receipts_base
+from mmirage_beam.run.ledger import cancel_record_path, read_cancel_record, write_json_record
+from mmirage_beam.run.selection import linked_runs
 
 
 @dataclass
@@ -55,12 +60,6 @@ def plan_cancel(
         mmirage_beam.check.discovery.NoReceiptsError: no receipt (exit 2).
         mmirage_beam.errors.CredentialsError: a provider key is missing (exit 2).
     """
-    from mmirage_beam.check.discovery import collect_receipts
-    from mmirage_beam.check.lookup import TERMINAL_STATUSES, BatchStatusChecker
-    from mmirage_beam.run.layout import receipts_base
-    from mmirage_beam.run.ledger import read_cancel_record
-    from mmirage_beam.run.selection import linked_runs
-
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     if run_id is not None:
         collect_receipts(config, (), run_id)  # NoReceiptsError names the run
@@ -96,8 +95,6 @@ def cancel_batches(base: str, plan: CancelPlan, checker: Any) -> list[dict[str, 
         One dict per batch: ``provider, provider_batch_id, run_id, status_before,
         status_after, error`` (``error`` None when the provider accepted the cancel).
     """
-    from mmirage_beam.run.ledger import cancel_record_path, write_json_record
-
     now = _dt.datetime.now(_dt.timezone.utc).isoformat()
     done: list[dict[str, Any]] = []
     for st in plan.to_cancel:
@@ -130,8 +127,6 @@ def cancel_batches(base: str, plan: CancelPlan, checker: Any) -> list[dict[str, 
 def cancelled_note(base: str, runs: Sequence[str]) -> Optional[str]:
     """One line naming the runs cancelled with ``mmirage cancel`` (None: none), for
     ``check`` and ``merge``."""
-    from mmirage_beam.run.ledger import read_cancel_record
-
     found = [(r, rec) for r in runs if (rec := read_cancel_record(base, r)) is not None]
     if not found:
         return None

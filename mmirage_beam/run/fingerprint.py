@@ -37,7 +37,10 @@ import json
 from typing import Any, Optional
 
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.io.fs import write_durably
 from mmirage_beam.run.layout import RunLayout
+from mmirage_beam.run.lease import lease_path, read_lease
+from mmirage_beam.run.receipts import MODALITIES, pending_intents, read_receipts, receipt_path
 
 #: bytes hashed at each end of every data file.
 SAMPLE_BYTES = 64 * 1024
@@ -161,8 +164,6 @@ def write_run_record(
 ) -> dict[str, Any]:
     """Write (durably, replacing any earlier one) and return the run record
     (``estimate``: token counters ``<metric>:<output>`` -> int, kept when given)."""
-    from mmirage_beam.io.fs import write_durably
-
     record = {
         "run_id": run_id,
         "fingerprint": fingerprint,
@@ -228,9 +229,6 @@ def run_is_alive(base: str, run_id: str) -> bool:
     """Whether a run has not failed, judged locally from its files (no provider call):
     it holds a lease (running now), or has an intent (a batch possibly accepted), or
     has receipts of which at least one batch is not ``failed``."""
-    from mmirage_beam.run.lease import lease_path, read_lease
-    from mmirage_beam.run.receipts import MODALITIES, pending_intents, read_receipts, receipt_path
-
     if read_lease(lease_path(base, run_id)) is not None:
         return True
     if pending_intents(base, run_id):

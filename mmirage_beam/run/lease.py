@@ -192,7 +192,7 @@ class Lease:
                 self._on_lost(current)
             return False
         self.info["refreshed_at"] = time.time()
-        from mmirage_beam.io.fs import write_durably
+        from mmirage_beam.io.fs import write_durably  # loads Beam: the lease module does not
 
         write_durably(self.path, _encode(self.info))
         return True

@@ -26,6 +26,7 @@ import json
 import time
 from typing import Any, Iterable, Mapping, Optional
 
+from mmirage_beam.io.fs import write_durably
 from mmirage_beam.results import resubmittable
 from mmirage_beam.run.layout import RunLayout
 
@@ -64,8 +65,6 @@ def write_json_record(path: str, record: Mapping[str, Any]) -> None:
     Raises:
         OSError / apache_beam.io.filesystem.BeamIOError: the location is not writable.
     """
-    from mmirage_beam.io.fs import write_durably
-
     write_durably(path, (json.dumps(dict(record), sort_keys=True) + "\n").encode("utf-8"))
 
 

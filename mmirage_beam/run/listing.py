@@ -25,7 +25,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from mmirage_beam.check.discovery import NoReceiptsError, collect_receipts
+from mmirage_beam.check.lookup import TERMINAL_STATUSES, BatchStatusChecker
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.costs.prices import batch_price
+from mmirage_beam.costs.report import USED_INPUT_TOKENS, USED_OUTPUT_TOKENS, per_output
+from mmirage_beam.costs.tokens import (
+    INPUT_TOKENS,
+    MAX_OUTPUT_TOKENS,
+    REQUESTS_WITHOUT_OUTPUT_LIMIT,
+    TOKEN_METRICS,
+)
+from mmirage_beam.run.fingerprint import run_records
+from mmirage_beam.run.layout import receipts_base
+from mmirage_beam.run.lease import REFRESH_SECS, is_stale, lease_path, read_lease
+from mmirage_beam.run.ledger import read_cancel_record, read_merge_record
+from mmirage_beam.run.selection import find_unfinished, linked_runs
 
 
 @dataclass
@@ -69,24 +84,20 @@ def _iso(ts: Optional[float]) -> Optional[str]:
 def estimate_usd(estimate: dict[str, int], price: Any) -> tuple[Optional[float], bool]:
     """``(USD, input only?)`` from a run record's token counters, at ``price``
     (:class:`mmirage_beam.costs.prices.BatchPrice`; None: unknown)."""
-    from mmirage_beam.costs import tokens as t
-
     if price is None or not estimate:
         return None, False
-    total = {m: 0 for m in t.TOKEN_METRICS}
+    total = {m: 0 for m in TOKEN_METRICS}
     for key, value in estimate.items():
         metric = key.partition(":")[0]
         if metric in total:
             total[metric] += int(value)
-    if total[t.REQUESTS_WITHOUT_OUTPUT_LIMIT]:
-        return price.cost_usd(total[t.INPUT_TOKENS]), True
-    return price.cost_usd(total[t.INPUT_TOKENS], total[t.MAX_OUTPUT_TOKENS]), False
+    if total[REQUESTS_WITHOUT_OUTPUT_LIMIT]:
+        return price.cost_usd(total[INPUT_TOKENS]), True
+    return price.cost_usd(total[INPUT_TOKENS], total[MAX_OUTPUT_TOKENS]), False
 
 
 def actual_usd(stats: dict[str, int], price: Any) -> Optional[float]:
     """USD of the usage a merge counted (``used_input_tokens:<output>`` ...)."""
-    from mmirage_beam.costs.report import USED_INPUT_TOKENS, USED_OUTPUT_TOKENS, per_output
-
     if price is None:
         return None
     rows = per_output(stats, (USED_INPUT_TOKENS, USED_OUTPUT_TOKENS))
@@ -106,15 +117,6 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
     Raises:
         mmirage_beam.errors.CredentialsError: a provider key is missing (exit 2).
     """
-    from mmirage_beam.check.discovery import NoReceiptsError, collect_receipts
-    from mmirage_beam.check.lookup import TERMINAL_STATUSES, BatchStatusChecker
-    from mmirage_beam.costs.prices import batch_price
-    from mmirage_beam.run.fingerprint import run_records
-    from mmirage_beam.run.layout import receipts_base
-    from mmirage_beam.run.lease import REFRESH_SECS, is_stale, lease_path, read_lease
-    from mmirage_beam.run.ledger import read_cancel_record, read_merge_record
-    from mmirage_beam.run.selection import find_unfinished, linked_runs
-
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     proc = config.processor
     price = batch_price(proc.provider, getattr(proc, "model", None), proc)

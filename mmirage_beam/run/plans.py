@@ -53,6 +53,7 @@ from mmirage_beam.run.layout import RunLayout, receipts_base
 from mmirage_beam.run.lease import Lease, RunLocked, acquire
 from mmirage_beam.run.receipts import MODALITIES, consolidate_run
 from mmirage_beam.run.resume import ResumeState, prepare_resume
+from mmirage_beam.run.selection import find_unfinished, select_run
 
 FINGERPRINT_WAIT_SECS = 30.0  # how long an identical fresh run waits for the first one
 
@@ -263,8 +264,6 @@ def prepare_merge(
         apache_beam.io.filesystem.BeamIOError: the receipts place cannot be read.
     """
     from apache_beam.io.filesystems import FileSystems
-
-    from mmirage_beam.run.selection import find_unfinished
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     blocked = None
@@ -497,8 +496,6 @@ def prepare_resubmit(
         ConfigError: ``errors_file`` is missing or not a merge errors file; no run has
             receipts.
     """
-    from mmirage_beam.run.selection import select_run  # it imports this module's peers
-
     if not errors_file:
         sel = select_run(config, [], run_id, "resubmit")
         if sel.lookup_failed:

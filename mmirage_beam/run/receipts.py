@@ -23,7 +23,9 @@ import json
 import uuid
 from typing import Any, Iterable, Iterator, NamedTuple, Optional
 
-from mmirage_beam.io.fs import replace_file, write_durably
+from mmirage_beam.crashpoints import crash_point
+from mmirage_beam.io.fs import delete_folder, list_files, replace_file, write_durably
+from mmirage_beam.jsonl import iter_jsonl_file
 from mmirage_beam.run.layout import RunLayout, parts_dir
 
 
@@ -191,9 +193,6 @@ def consolidate(receipt_file: str) -> int:
     """
     from apache_beam.io.filesystems import FileSystems
 
-    from mmirage_beam.crashpoints import crash_point
-    from mmirage_beam.io.fs import delete_folder, list_files
-
     pdir = parts_dir(receipt_file)
     matches = list_files(pdir, "*.json")
     exists = FileSystems.exists(receipt_file)
@@ -233,8 +232,6 @@ def consolidate(receipt_file: str) -> int:
 def _receipt_lines(path: str) -> Iterator[tuple[Any, dict[str, Any]]]:
     """``(RawLine, receipt)`` of every non-blank line of a receipt file, one at a time
     (split on ``\\n`` only: a provider message in a receipt may hold U+2028)."""
-    from mmirage_beam.jsonl import iter_jsonl_file
-
     yield from iter_jsonl_file(path)
 
 
@@ -264,8 +261,6 @@ def consolidate_run(base: str, run_id: str, dry_run: bool = False) -> dict[str, 
 def pending_intents(base: str, run_id: str) -> list[str]:
     """Intent files of ``run_id`` still present: chunks whose provider call started but
     whose receipt was never written (the provider may or may not have accepted them)."""
-    from mmirage_beam.io.fs import list_files
-
     found = []
     for modality in MODALITIES:
         found.extend(list_files(parts_dir(receipt_path(base, modality, run_id)), "*.intent"))
@@ -278,12 +273,9 @@ def read_receipts(path: str) -> list[dict[str, Any]]:
 
     out: dict[str, dict[str, Any]] = {}
     if FileSystems.exists(path):
-        from mmirage_beam.jsonl import iter_jsonl_file
-
         # split on "\n" only: a provider message in a receipt may hold U+2028
         for _line, r in iter_jsonl_file(path):
             out[r.get("chunk_id") or f"#{len(out)}"] = r
-    from mmirage_beam.io.fs import list_files
 
     for part in list_files(parts_dir(path), "*.json"):
         r = read_receipt_part(part)
@@ -344,8 +336,6 @@ def iter_located_receipts(path: str) -> Iterator[tuple[ReceiptLocation, Any]]:
     where each is stored. Streamed: one receipt in memory at a time, plus a location per
     receipt (each is parsed twice, once to find it and once to yield it)."""
     from apache_beam.io.filesystems import FileSystems
-
-    from mmirage_beam.io.fs import list_files
 
     where: dict[str, ReceiptLocation] = {}
     if FileSystems.exists(path):

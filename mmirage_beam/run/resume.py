@@ -39,12 +39,14 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from mmirage_beam.config.batch_provider import BatchProviderConfig
-from mmirage_beam.io.fs import write_durably
+from mmirage_beam.crashpoints import crash_point
+from mmirage_beam.io.fs import list_files, write_durably
 from mmirage_beam.providers.base import BatchSubmissionAdapter, resolve_credentials
 from mmirage_beam.run.layout import part_path, parts_dir
 from mmirage_beam.run.receipts import (
     MODALITIES,
     adoption_rejected,
+    find_receipt_files,
     read_receipts,
     receipt_line,
     receipt_path,
@@ -87,8 +89,6 @@ def _can_find_batches(adapter_cls: type[BatchSubmissionAdapter]) -> bool:
 
 def _intents(receipt_file: str) -> list[tuple[str, dict[str, Any]]]:
     from apache_beam.io.filesystems import FileSystems
-
-    from mmirage_beam.io.fs import list_files
 
     out = []
     for path in list_files(parts_dir(receipt_file), "*.intent"):
@@ -199,7 +199,6 @@ def _adopt(adapter, rfile, path, intent, raw, run_id, state, adoption=None) -> N
     if adoption:
         receipt["adoption"] = adoption
     write_durably(part_path(rfile, chunk_id), receipt_line(receipt))
-    from mmirage_beam.crashpoints import crash_point
 
     crash_point("adopted")
     FileSystems.delete([path])
@@ -215,8 +214,6 @@ def _adopt(adapter, rfile, path, intent, raw, run_id, state, adoption=None) -> N
 def _claim_receipted(base: str, adapter_cls: type) -> Counter:
     """Batch id -> how many receipts of ``base`` (every run) name it; each is claimed in
     the adapter's module so that no later create adopts it either."""
-    from mmirage_beam.run.receipts import find_receipt_files
-
     claimed: Counter = Counter()
     files, _ = find_receipt_files(base)
     for f in files:

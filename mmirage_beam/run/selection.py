@@ -12,9 +12,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional, Sequence
 
+from mmirage_beam.check.discovery import collect_receipts
+from mmirage_beam.check.lookup import LOOKUP_FAILED, TERMINAL_STATUSES, BatchStatusChecker
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.run.fingerprint import read_run_state
 from mmirage_beam.run.layout import RunLayout
-from mmirage_beam.run.receipts import read_receipt_at
+from mmirage_beam.run.receipts import pending_intents, read_receipt_at, submission_complete
 
 
 class BatchToFetch(NamedTuple):
@@ -127,9 +130,6 @@ def select_run(
         mmirage_beam.check.discovery.NoReceiptsError: no receipt found (exit 2).
         mmirage_beam.errors.CredentialsError: a provider key is missing (exit 2).
     """
-    from mmirage_beam.check.discovery import collect_receipts
-    from mmirage_beam.check.lookup import BatchStatusChecker
-
     asked = [run_id] if isinstance(run_id, str) else list(run_id or [])
     for r in asked:  # each asked run must exist (NoReceiptsError names the patterns)
         collect_receipts(config, metadata_paths, r)
@@ -203,8 +203,6 @@ def batches_to_fetch(
     entries: list[Any], statuses: list[Any], rank: dict[str, int]
 ) -> tuple[list, list, list]:
     """Receipts + their statuses -> (BatchToFetch per receipt, not ended, lookup failed)."""
-    from mmirage_beam.check.lookup import LOOKUP_FAILED, TERMINAL_STATUSES
-
     by_key = {st.receipt.key: st for st in statuses}
     batches, pending = [], []
     for e in entries:
@@ -296,9 +294,6 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
         entries: their receipts (:class:`~mmirage_beam.check.discovery.ReceiptEntry`).
     """
     from apache_beam.io.filesystems import FileSystems
-
-    from mmirage_beam.run.fingerprint import read_run_state
-    from mmirage_beam.run.receipts import pending_intents, submission_complete
 
     intents: list[str] = []
     intent_requests: set[str] = set()

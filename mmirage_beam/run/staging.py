@@ -29,6 +29,9 @@ from typing import Any, Iterator, NamedTuple, Optional
 from apache_beam.io.filesystems import FileSystems
 
 from mmirage_beam.errors import MmirageError
+from mmirage_beam.io.fs import delete_files, delete_folder
+from mmirage_beam.io.splits import _list_splits
+from mmirage_beam.paths import is_uri
 from mmirage_beam.run.layout import RunLayout
 from mmirage_beam.run.receipts import REQUEST_HASH_CHARS
 
@@ -198,8 +201,6 @@ def open_staged(path: str) -> Any:
 
 def delete_staged(path: str) -> None:
     """Delete a staged file and its metadata (missing ones are fine)."""
-    from mmirage_beam.io.fs import delete_files
-
     delete_files([path, meta_path(path)])
 
 
@@ -211,8 +212,6 @@ class StagingSpaceError(MmirageError):
 
 def dataset_bytes(datasets: Any) -> int:
     """Total size in bytes of the files the datasets read (their splits' files)."""
-    from mmirage_beam.io.splits import _list_splits
-
     files = {s.path for s in _list_splits(datasets, 1 << 40)}
     total = 0
     for match in FileSystems.match(sorted(files)):
@@ -238,8 +237,6 @@ def check_free_space(folder: str, need: int) -> None:
     """
     import os
     import shutil
-
-    from mmirage_beam.paths import is_uri
 
     if is_uri(folder):
         return  # object stores: no fixed capacity to check
@@ -271,8 +268,6 @@ def staging_area(
     Raises:
         StagingSpaceError: see :func:`check_free_space`.
     """
-    from mmirage_beam.io.fs import delete_folder
-
     folder = staging_dir(base, run_id)
     delete_folder(folder)
     if need_bytes:

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.paths import is_uri
-from mmirage_beam.run.layout import RunLayout
+from mmirage_beam.run.layout import RunLayout, receipts_base
 
 _IN_PROCESS_RUNNERS = {"", "directrunner", "direct", "switchingdirectrunner", "fnapirunner"}
 _LOCAL_RUNNERS = _IN_PROCESS_RUNNERS | {"bundlebaseddirectrunner", "prismrunner", "prism"}
@@ -129,7 +129,7 @@ def probe_location(base: str, run_id: str, key: str) -> None:
     """
     from apache_beam.io.filesystems import FileSystems
 
-    from mmirage_beam.io.fs import write_durably
+    from mmirage_beam.io.fs import write_durably  # loads Beam, as the line above
 
     probe = RunLayout(base, run_id).probe
     payload = f"mmirage probe {run_id}\n".encode()
@@ -149,8 +149,6 @@ def probe_location(base: str, run_id: str, key: str) -> None:
 def config_locations(config: Any, **flags: Optional[str]) -> dict[str, str]:
     """Config key (or flag) -> every path of ``config`` the workers read or write, plus the
     given command-line paths (``flags``: flag name without dashes -> path)."""
-    from mmirage_beam.run.layout import receipts_base
-
     locations = {
         "processors[0].metadata_output_path": receipts_base(
             config.processor.metadata_output_path, config.state_dir
@@ -187,8 +185,6 @@ def check_output_file(key: str, path: str, config: Any, other: Sequence[str] = (
         ConfigError: naming ``key`` and what would be overwritten.
     """
     import os
-
-    from mmirage_beam.run.layout import receipts_base
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     for p in (path, *other):

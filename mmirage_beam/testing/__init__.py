@@ -25,7 +25,7 @@ __all__ = ["FakeProviderServer", "fake_answer_json", "fake_answer_text"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from mmirage_beam.testing import fake_provider
+        from mmirage_beam.testing import fake_provider  # werkzeug: on first use only
 
         return getattr(fake_provider, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

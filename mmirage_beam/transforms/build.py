@@ -9,6 +9,7 @@ resolves images and builds the provider-neutral payload described in
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
@@ -18,11 +19,15 @@ from apache_beam.metrics import Metrics
 
 from mmirage_beam.config.loader import DatasetConfig, InputConfig, OutputConfig
 from mmirage_beam.config.schema import json_schema_for
+from mmirage_beam.costs.tokens import check_sample_fraction, token_counter_for
 from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.ids import custom_id
+from mmirage_beam.images import load_image
 from mmirage_beam.io.decode import replace_lone_surrogates
 from mmirage_beam.jsonl import lone_surrogate_at
 from mmirage_beam.metrics import METRICS_NAMESPACE
+from mmirage_beam.progress import INPUT_TOKENS, add
+from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import BatchRequest, RowError, SourceRow
 
@@ -115,8 +120,6 @@ class _ExtractInputsFn(beam.DoFn):
         self._extracted = 0
 
     def process(self, element: SourceRow) -> Iterator[Any]:
-        from mmirage_beam.images import load_image
-
         ds = self._datasets[element.dataset_index]
         values: dict[str, Any] = {}
         images: list[dict[str, Any]] = []
@@ -337,7 +340,6 @@ class _BuildRequestsFn(beam.DoFn):
             o.name: json_schema_for(o.output_schema) if o.output_type == "JSON" else None
             for o in self._outputs
         }
-        from mmirage_beam.providers.base import BatchSubmissionAdapter
 
         self._own_estimate = (
             type(self._adapter).estimate_request_bytes
@@ -351,10 +353,7 @@ class _BuildRequestsFn(beam.DoFn):
             self._canonical
             and type(self._adapter).serialize_request is BatchSubmissionAdapter.serialize_request
         ):
-            import json
-
             self._encode_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
-        from mmirage_beam.costs.tokens import token_counter_for
 
         # per-output token counters; None when not counted (a merge's rebuild)
         self._tokens = (
@@ -370,8 +369,6 @@ class _BuildRequestsFn(beam.DoFn):
 
     def _flush_progress(self) -> None:
         """The input tokens counted since the last call, to the progress report."""
-        from mmirage_beam.progress import INPUT_TOKENS, add
-
         if self._progress_tokens:
             add(INPUT_TOKENS, self._progress_tokens)
         self._progress_tokens, self._progress_mark = 0, self._count
@@ -551,8 +548,6 @@ class BuildRequests(beam.PTransform):
         if not outputs:
             raise ValueError("outputs must not be empty")
         if sample_fraction is not None:
-            from mmirage_beam.costs.tokens import check_sample_fraction
-
             sample_fraction = check_sample_fraction(sample_fraction, "sample_fraction")
         self._fn = _BuildRequestsFn(
             outputs,

@@ -21,6 +21,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from mmirage_beam.costs.tokens import TokenCounter, token_counter_for
+from mmirage_beam.io.fs import write_durably
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.reuse import (
     REUSED_PREFIX,
@@ -29,7 +30,10 @@ from mmirage_beam.reuse import (
     answer_key,
     key_settings,
     request_answer_key,
+    reused_receipt,
 )
+from mmirage_beam.run.layout import part_path
+from mmirage_beam.run.receipts import receipt_line, receipt_path, request_line_hash
 
 REUSED_TAG = "reused"
 TOKENS_TAG = "tokens"
@@ -106,8 +110,6 @@ class _SplitFn(beam.DoFn):
             )
 
     def process(self, element: tuple[str, dict[str, list]]) -> Iterator[Any]:
-        from mmirage_beam.run.receipts import request_line_hash
-
         _key, grouped = element
         new = list(grouped["new"])
         if not new:
@@ -230,11 +232,6 @@ class _WriteReusedFn(beam.DoFn):
     def process(
         self, element: tuple[tuple, Any], invalid_row_count: int = 0
     ) -> Iterator[dict[str, Any]]:
-        from mmirage_beam.io.fs import write_durably
-        from mmirage_beam.reuse import reused_receipt
-        from mmirage_beam.run.layout import part_path
-        from mmirage_beam.run.receipts import receipt_line, receipt_path
-
         if invalid_row_count:  # the run is refused: nothing is receipted
             return
         (output_name, modality, run, batch), entries = element

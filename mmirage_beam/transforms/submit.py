@@ -17,13 +17,17 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
+from mmirage_beam.costs.budget import token_budget_for
 from mmirage_beam.crashpoints import crash_point
+from mmirage_beam.errors import RunStopped
 from mmirage_beam.io.fs import replace_file, write_durably
 from mmirage_beam.metrics import METRICS_NAMESPACE
+from mmirage_beam.providers.base import resolve_credentials
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import ChunkRef
 from mmirage_beam.run.layout import RunLayout, intent_path, part_path
 from mmirage_beam.run.receipts import make_receipt, read_receipt_part, receipt_line, receipt_path
+from mmirage_beam.run.staging import iter_meta
 from mmirage_beam.settings import SubmitSettings
 
 __all__ = [
@@ -69,14 +73,11 @@ class _SubmitChunkFn(beam.DoFn):
         self._submitted_bytes = Metrics.counter(METRICS_NAMESPACE, "bytes_submitted")
 
     def setup(self) -> None:
-        from mmirage_beam.costs.budget import token_budget_for
-
         self._budget = None
         if self._dry_run:
             self._adapter = self._adapter_cls()
             return
         self._budget = token_budget_for(self._config, self._base, self._run_id)
-        from mmirage_beam.providers.base import resolve_credentials
 
         creds = resolve_credentials(self._adapter_cls, self._config.provider)
         self._adapter = self._adapter_cls(creds)
@@ -168,8 +169,6 @@ class _SubmitChunkFn(beam.DoFn):
         """Submit (or, in a dry run, receipt) one staged chunk: ``(receipt, (batch_id,
         staged path) in a dry run else None, whether the receipt existed already)``. Runs
         on a pool thread."""
-        from mmirage_beam.run.staging import iter_meta
-
         rfile = receipt_path(self._base, chunk.modality, self._run_id, self._dry_run)
         part = part_path(rfile, chunk.chunk_id)
         receipt = make_receipt(
@@ -241,8 +240,6 @@ class _SubmitChunkFn(beam.DoFn):
         if self._stop_marker is None:
             return
         from apache_beam.io.filesystems import FileSystems
-
-        from mmirage_beam.errors import RunStopped
 
         if FileSystems.exists(self._stop_marker):
             raise RunStopped(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+from mmirage_beam.providers.base import resolve_credentials
 from mmirage_beam.providers.tokens import Tally as _Tally
 from mmirage_beam.providers.tokens import TokenCount, image_size_from_base64
 from mmirage_beam.providers.tokens import first_int as _first_int
@@ -124,8 +125,6 @@ class AnthropicExactCounter:
     def __call__(self, request: dict[str, Any]) -> int:
         if self._client is None:
             import anthropic  # optional SDK, needed only when exact counts are asked for
-
-            from mmirage_beam.providers.base import resolve_credentials
 
             key = resolve_credentials(self.adapter_cls, "anthropic")["api_key"]
             self._client = anthropic.Anthropic(api_key=key, base_url=self.base_url)

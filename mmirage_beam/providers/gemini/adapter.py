@@ -28,6 +28,9 @@ and before every *retried* create the adapter lists the jobs
 of creating a second; a resumed run does the same for every chunk whose submission was
 interrupted (:mod:`mmirage_beam.run.resume`). The file is uploaded once per chunk and reused
 by every create attempt.
+
+Request parts are built by :mod:`~mmirage_beam.providers.gemini.requests`, result lines
+read by :mod:`~mmirage_beam.providers.gemini.outcomes`.
 """
 
 from __future__ import annotations
@@ -48,16 +51,26 @@ from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.gemini.config import MAX_INLINE_BYTES
+from mmirage_beam.providers.gemini.outcomes import FINISH_OUTCOMES, normalise_result_line
+from mmirage_beam.providers.gemini.requests import prompt_text, response_schema
 from mmirage_beam.providers.gemini.tokens import GeminiExactCounter, count_gemini_request
 from mmirage_beam.providers.tokens import TokenCount
-from mmirage_beam.records import ProviderResult, ResultError
+from mmirage_beam.records import ProviderResult
 from mmirage_beam.results import (
-    CONTENT_FILTER,
-    EMPTY,
-    TRUNCATED,
-    MalformedResult,
     results_from_lines,
 )
+
+__all__ = [
+    "SDK_EXTRA",
+    "ACCEPTED_IMAGE_TYPES",
+    "VISION_LIMITS_SOURCE",
+    "FINISH_OUTCOMES",
+    "display_name",
+    "import_sdk",
+    "GeminiBatchAdapter",
+    "normalise_result_line",
+    "response_schema",
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -69,45 +82,6 @@ SDK_EXTRA = "gemini"
 # WEBP, HEIC, HEIF"; inline data only (an http(s) URL is not fetched by the API).
 ACCEPTED_IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp", "image/heic", "image/heif")
 VISION_LIMITS_SOURCE = "Gemini image understanding guide"
-
-#: ``finish_reason`` -> (outcome type, why), for answers that are not usable
-#: (google-genai 2.34 ``types.FinishReason``; Gemini API reference, "FinishReason").
-FINISH_OUTCOMES: Mapping[str, tuple[str, str]] = {
-    "MAX_TOKENS": (TRUNCATED, "the answer was cut at max_output_tokens"),
-    "SAFETY": (CONTENT_FILTER, "the answer was blocked by Gemini's safety filters"),
-    "PROHIBITED_CONTENT": (CONTENT_FILTER, "the answer was blocked as prohibited content"),
-    "BLOCKLIST": (CONTENT_FILTER, "the answer holds a term of a blocklist"),
-    "SPII": (CONTENT_FILTER, "the answer holds sensitive personal information"),
-    "IMAGE_SAFETY": (CONTENT_FILTER, "the answer was blocked by Gemini's image safety filters"),
-    "RECITATION": (
-        CONTENT_FILTER,
-        "the answer was stopped for reciting training data (finish_reason RECITATION)",
-    ),
-}
-#: google.rpc status code (HTTP) of an error line -> the project's error type.
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    408: "timeout",
-    429: "rate_limit_exceeded",
-    499: "cancelled",
-    500: "server_error",
-    503: "service_unavailable",
-    504: "timeout",
-}
-_RPC_CODES = {  # google.rpc.Code (numeric, as some error lines carry) -> HTTP
-    1: 499,
-    3: 400,
-    4: 504,
-    5: 404,
-    7: 403,
-    8: 429,
-    13: 500,
-    14: 503,
-    16: 401,
-}
 
 
 def display_name(run_id: Optional[str], chunk_id: str) -> str:
@@ -228,7 +202,7 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
             mmirage_beam.errors.RequestBuildError: an image given by URL, of a type
                 Gemini refuses, or a request whose inline images pass 20 MB.
         """
-        parts: list[Dict[str, Any]] = [{"text": _prompt_text(payload["messages"])}]
+        parts: list[Dict[str, Any]] = [{"text": prompt_text(payload["messages"])}]
         images = payload.get("images") or []
         total = 0
         for img in images:
@@ -471,135 +445,3 @@ def _job_dict(job: Any) -> Dict[str, Any]:
 
 def _created(raw: Mapping[str, Any]) -> Optional[float]:
     return _parse_timestamp(raw.get("create_time"))
-
-
-def _get(mapping: Mapping[str, Any], snake: str) -> Any:
-    """``mapping[snake]`` or its lowerCamelCase form (REST answers use camelCase; the
-    SDK's own dumps snake_case)."""
-    if snake in mapping:
-        return mapping[snake]
-    head, *rest = snake.split("_")
-    return mapping.get(head + "".join(w.title() for w in rest))
-
-
-def normalise_result_line(line: Any) -> ProviderResult:
-    """One responses-file line (parsed JSON) -> its :class:`ProviderResult`.
-
-    ``{"key", "response"}``: the text of ``candidates[0].content.parts`` (thought parts
-    left out), or a typed error: a prompt blocked by ``prompt_feedback.block_reason`` or a
-    ``finish_reason`` of :data:`FINISH_OUTCOMES` (the provider's text, if any, kept as
-    ``raw_text``), no candidate or no text -> ``empty``. ``{"key", "error": {code,
-    message, status}}`` -> the error, typed by its HTTP code. Usage from
-    ``usage_metadata``.
-
-    Raises:
-        mmirage_beam.results.MalformedResult: the line is JSON of the wrong shape.
-    """
-    if not isinstance(line, dict):
-        raise MalformedResult(f"a JSON {type(line).__name__}, not an object")
-    cid = line.get("key")
-    if not isinstance(cid, str) or not cid:
-        raise MalformedResult("no key")
-    response, error = line.get("response"), line.get("error")
-    if isinstance(error, dict):
-        code = error.get("code")
-        code = _RPC_CODES.get(code, code) if isinstance(code, int) else None
-        status = error.get("status") or ""
-        kind = _ERROR_TYPES.get(code or 0) or (status.lower() or "unknown_error")
-        message = str(error.get("message") or "")
-        message = f"{status}: {message}" if status else message
-        return ProviderResult(cid, error=ResultError(kind, message, code))
-    if not isinstance(response, dict):
-        raise MalformedResult("neither 'response' nor 'error'", cid)
-    tokens: Dict[str, int] = {}
-    usage = _get(response, "usage_metadata")
-    if isinstance(usage, dict) and _get(usage, "prompt_token_count") is not None:
-        tokens["input_tokens"] = int(_get(usage, "prompt_token_count") or 0)
-        tokens["output_tokens"] = int(_get(usage, "candidates_token_count") or 0)
-    feedback = _get(response, "prompt_feedback")
-    block = _get(feedback, "block_reason") if isinstance(feedback, dict) else None
-    candidates = _get(response, "candidates")
-    if block:
-        error = ResultError(CONTENT_FILTER, f"the prompt was blocked (block_reason {block})", 200)
-        return ProviderResult(cid, error=error, **tokens)
-    if candidates is not None and not isinstance(candidates, list):
-        raise MalformedResult("'candidates' is not a list", cid)
-    candidate = candidates[0] if candidates else None
-    if candidate is not None and not isinstance(candidate, dict):
-        raise MalformedResult("candidates[0] is not an object", cid)
-    candidate = candidate or {}
-    content = candidate.get("content") or {}
-    parts = content.get("parts") if isinstance(content, dict) else None
-    if parts is not None and not isinstance(parts, list):
-        raise MalformedResult("candidates[0].content.parts is not a list", cid)
-    texts = [
-        p["text"]
-        for p in parts or ()
-        if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
-    ]
-    text = "".join(texts)
-    finish = str(_get(candidate, "finish_reason") or "")
-    if finish in FINISH_OUTCOMES:
-        kind, why = FINISH_OUTCOMES[finish]
-        error = ResultError(kind, f"{why} (finish_reason {finish})", 200, text or None)
-    elif not text:
-        error = ResultError(EMPTY, f"the answer is empty (finish_reason {finish or 'none'})", 200)
-    else:
-        return ProviderResult(cid, generated_text=text, **tokens)
-    return ProviderResult(cid, error=error, **tokens)
-
-
-def _prompt_text(messages: Sequence[Dict[str, Any]]) -> str:
-    content = messages[0]["content"]
-    if isinstance(content, str):
-        return content
-    return "\n".join(p["text"] for p in content if p.get("type") == "text")
-
-
-#: JSON-schema keyword -> Gemini ``response_schema`` field (an OpenAPI 3.0 subset,
-#: google-genai 2.34 ``types.Schema``; snake_case like the rest of the request).
-_SCHEMA_KEYS = {
-    "description": "description",
-    "enum": "enum",
-    "format": "format",
-    "minimum": "minimum",
-    "maximum": "maximum",
-    "minItems": "min_items",
-    "maxItems": "max_items",
-    "minLength": "min_length",
-    "maxLength": "max_length",
-    "pattern": "pattern",
-    "nullable": "nullable",
-    "title": "title",
-}
-
-
-def response_schema(schema: Mapping[str, Any]) -> Dict[str, Any]:
-    """A JSON schema (:mod:`mmirage_beam.config.schema`) as Gemini's
-    ``response_schema``: the same ``type`` / ``properties`` / ``items`` / ``required``
-    tree with the keywords of :data:`_SCHEMA_KEYS`, ``property_ordering`` set to the
-    properties' order (so keys come back in that order) and ``additionalProperties``
-    dropped (Gemini's schema has no such keyword: unlisted keys are never generated)."""
-    out: Dict[str, Any] = {}
-    kind = schema.get("type")
-    if isinstance(kind, list):  # ["string", "null"] -> nullable string
-        kinds = [k for k in kind if k != "null"]
-        if len(kinds) < len(kind):
-            out["nullable"] = True
-        kind = kinds[0] if kinds else "string"
-    if kind:
-        out["type"] = str(kind).upper()
-    for key, name in _SCHEMA_KEYS.items():
-        if key in schema:
-            out[name] = schema[key]
-    props = schema.get("properties")
-    if isinstance(props, Mapping):
-        out["properties"] = {k: response_schema(v) for k, v in props.items()}
-        out["property_ordering"] = list(props)
-    if isinstance(schema.get("items"), Mapping):
-        out["items"] = response_schema(schema["items"])
-    if isinstance(schema.get("required"), list):
-        out["required"] = list(schema["required"])
-    if isinstance(schema.get("anyOf"), list):
-        out["any_of"] = [response_schema(s) for s in schema["anyOf"]]
-    return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+from mmirage_beam.providers.base import resolve_credentials
 from mmirage_beam.providers.tokens import Tally as _Tally
 from mmirage_beam.providers.tokens import (
     TokenCount,
@@ -113,8 +114,6 @@ class GeminiExactCounter:
 
     def __call__(self, request: dict[str, Any]) -> int:
         if self._client is None:
-            from mmirage_beam.providers.base import resolve_credentials
-
             self.adapter_cls.check_dependencies()  # a ConfigError naming the extra
             # optional SDK (the [gemini] extra), imported only when exact counts are asked
             from google import genai

@@ -34,6 +34,8 @@ from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.mistral.outcomes import normalise_result_line
+from mmirage_beam.providers.mistral.requests import chat_body
+from mmirage_beam.providers.mistral.tokens import count_mistral_request
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.records import ProviderResult
@@ -142,8 +144,6 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
         ``json_schema`` for a JSON output, and the config's optional ``max_tokens``,
         ``temperature`` and ``top_p``. The model is the job's (``jobs.create(model=)``),
         not repeated in every body."""
-        from mmirage_beam.providers.mistral.requests import chat_body
-
         return {"custom_id": custom_id, "body": chat_body(payload, config)}
 
     def count_request_tokens(
@@ -151,8 +151,6 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
     ) -> Optional[TokenCount]:
         """A labelled estimate (:mod:`mmirage_beam.providers.mistral.tokens`: no offline
         tokenizer for current Mistral models)."""
-        from mmirage_beam.providers.mistral.tokens import count_mistral_request
-
         return count_mistral_request(request, model)
 
     # -- submission -------------------------------------------------------------------

@@ -39,6 +39,7 @@ from mmirage_beam.providers.openai.responses import (
     normalise_responses_body,
     schema_name,
 )
+from mmirage_beam.providers.openai.tokens import count_openai_request
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.records import ProviderResult, ResultError
@@ -120,8 +121,6 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
     ) -> Optional[TokenCount]:
         """tiktoken's count, exact for plain chat text
         (:func:`mmirage_beam.providers.openai.tokens.count_openai_request`)."""
-        from mmirage_beam.providers.openai.tokens import count_openai_request
-
         return count_openai_request(request, model)
 
     def is_retryable(self, exc: BaseException) -> bool:

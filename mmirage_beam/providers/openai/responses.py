@@ -25,6 +25,7 @@ import re
 from typing import Any, Dict, Mapping, Optional
 
 from mmirage_beam.records import ProviderResult, ResultError
+from mmirage_beam.results import kind_text, token_count
 
 _SCHEMA_NAME_RE = re.compile(r"[^a-zA-Z0-9_-]")
 
@@ -131,7 +132,6 @@ def normalise_responses_body(body: Dict[str, Any]) -> ProviderResult:
     if not isinstance(body, dict) or not isinstance(body.get("output"), list):
         shape = type(body).__name__ if not isinstance(body, dict) else "no output[] list"
         return _error(MALFORMED, f"the body is not a Response ({shape})", None)
-    from mmirage_beam.results import kind_text, token_count
 
     usage = body.get("usage")
     tokens: Dict[str, int] = {}

@@ -39,7 +39,8 @@ Lifecycle with delay ``D``: ``PENDING`` for ``D/3``, ``RUNNING`` until ``D``, th
 "expires with no results"). Markers (see the package docstring) map onto Gemini's own
 outcomes: ``refusal`` -> ``finishReason: SAFETY`` with no content, ``content_filter`` ->
 ``PROHIBITED_CONTENT``, ``length`` -> ``MAX_TOKENS`` with the cut text, ``empty`` -> no
-parts; failures are ``{"key", "error": {code, message, status}}`` lines.
+parts; failures are ``{"key", "error": {code, message, status}}`` lines (built, with the
+request and response checks, by :mod:`~mmirage_beam.testing.fake_provider.gemini_bodies`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,16 @@ from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
 from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
+from mmirage_beam.testing.fake_provider.gemini_bodies import (
+    FAILURES,
+    broken_line,
+    check_response,
+    error_line,
+    get_field,
+    json_schema_of,
+    prompt_of,
+    request_model,
+)
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
@@ -101,91 +112,6 @@ def _gemini_error(status: int, message: str) -> ApiError:
     return ApiError(status, _STATUS.get(status, "UNKNOWN"), message)
 
 
-def _request_model() -> Any:
-    """The pydantic model of one batch line's ``request`` (built once, on first use)."""
-    global _REQUEST_MODEL
-    if _REQUEST_MODEL is None:
-        import pydantic
-        from google.genai import types
-
-        class GenerateContentRequest(pydantic.BaseModel):
-            model_config = pydantic.ConfigDict(
-                extra="forbid", populate_by_name=True, alias_generator=_camel
-            )
-            model: Optional[str] = None
-            contents: list[types.Content]
-            system_instruction: Optional[types.Content] = None
-            generation_config: Optional[types.GenerationConfig] = None
-            safety_settings: Optional[list[types.SafetySetting]] = None
-            tools: Optional[list[types.Tool]] = None
-            cached_content: Optional[str] = None
-
-        _REQUEST_MODEL = GenerateContentRequest
-    return _REQUEST_MODEL
-
-
-_REQUEST_MODEL: Any = None
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(w.title() for w in rest)
-
-
-def _get(mapping: Any, snake: str) -> Any:
-    if not isinstance(mapping, Mapping):
-        return None
-    return mapping[snake] if snake in mapping else mapping.get(_camel(snake))
-
-
-_SCHEMA_BACK = {
-    "min_items": "minItems",
-    "max_items": "maxItems",
-    "min_length": "minLength",
-    "max_length": "maxLength",
-    "any_of": "anyOf",
-}
-
-
-def json_schema_of(schema: Any) -> Any:
-    """A Gemini ``response_schema`` as the JSON schema the fake's answers are made
-    from (types lower-cased, OpenAPI field names back to JSON-schema keywords)."""
-    if isinstance(schema, list):
-        return [json_schema_of(s) for s in schema]
-    if not isinstance(schema, Mapping):
-        return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key in ("property_ordering", "propertyOrdering"):
-            continue
-        name = _SCHEMA_BACK.get(key, key)
-        if name == "type" and isinstance(value, str):
-            out[name] = value.lower()
-        elif name == "properties" and isinstance(value, Mapping):
-            out[name] = {k: json_schema_of(v) for k, v in value.items()}
-        else:
-            out[name] = json_schema_of(value) if isinstance(value, (Mapping, list)) else value
-    return out
-
-
-def _error_line(key: str, code: int, status: str, message: str) -> dict[str, Any]:
-    return {"key": key, "error": {"code": code, "message": message, "status": status}}
-
-
-# Markers that make a request fail: (HTTP code, google.rpc status, message).
-_FAILURES: dict[str, tuple[int, str, str]] = {
-    "server_error": (500, "INTERNAL", "Internal error encountered (FAKE_ERROR:server_error)"),
-    "invalid_request": (
-        400,
-        "INVALID_ARGUMENT",
-        "Scripted invalid request (FAKE_ERROR:invalid_request)",
-    ),
-    "rate_limit": (429, "RESOURCE_EXHAUSTED", "Resource exhausted (FAKE_ERROR:rate_limit)"),
-    "timeout": (504, "DEADLINE_EXCEEDED", "Deadline exceeded (FAKE_ERROR:timeout)"),
-    "u2028": (400, "INVALID_ARGUMENT", scripting.U2028_MESSAGE),
-}
-
-
 class GeminiApi:
     """The Gemini endpoints over a shared :class:`Store` (handlers named ``gemini_*``).
 
@@ -209,7 +135,7 @@ class GeminiApi:
             meta = payload.get("file") if isinstance(payload.get("file"), Mapping) else {}
             declared = request.headers.get("X-Goog-Upload-Header-Content-Length")
             try:
-                size = int(declared if declared is not None else _get(meta, "size_bytes"))
+                size = int(declared if declared is not None else get_field(meta, "size_bytes"))
             except (TypeError, ValueError):
                 raise _gemini_error(400, "The upload's size is required.") from None
             if size > MAX_FILE_BYTES:
@@ -221,9 +147,9 @@ class GeminiApi:
                 self.store.gemini_uploads[uid] = {
                     "size": size,
                     "mime_type": request.headers.get("X-Goog-Upload-Header-Content-Type")
-                    or _get(meta, "mime_type")
+                    or get_field(meta, "mime_type")
                     or "application/octet-stream",
-                    "display_name": _get(meta, "display_name"),
+                    "display_name": get_field(meta, "display_name"),
                     "data": bytearray(),
                 }
             url = f"{request.host_url.rstrip('/')}/upload/v1beta/files?upload_id={uid}"
@@ -328,13 +254,13 @@ class GeminiApi:
         ``{"generateContentRequest"}``): ``{"totalTokens": N}``, the prompt's words plus
         10 per image, as a batch reports it."""
         payload = json_payload(request)
-        body = _get(payload, "generate_content_request") or payload
-        contents = _get(body, "contents")
+        body = get_field(payload, "generate_content_request") or payload
+        contents = get_field(body, "contents")
         try:
-            _request_model().model_validate({"contents": contents})
+            request_model().model_validate({"contents": contents})
         except Exception as exc:  # pydantic.ValidationError
             raise _gemini_error(400, f"Invalid contents: {exc}") from None
-        prompt, images = _prompt_of(contents)
+        prompt, images = prompt_of(contents)
         return json_response(
             {"totalTokens": count_words(prompt) + limits.TOKENS_PER_IMAGE * images}
         )
@@ -347,12 +273,12 @@ class GeminiApi:
         batch_body = payload.get("batch")
         if not isinstance(batch_body, Mapping):
             raise _gemini_error(400, "batch: required.")
-        input_config = _get(batch_body, "input_config")
+        input_config = get_field(batch_body, "input_config")
         if not isinstance(input_config, Mapping):
             raise _gemini_error(400, "batch.input_config: required.")
-        if _get(input_config, "requests") is not None:
+        if get_field(input_config, "requests") is not None:
             raise _gemini_error(400, "Inline requests are not emulated by this fake.")
-        file_name = _get(input_config, "file_name")
+        file_name = get_field(input_config, "file_name")
         if not isinstance(file_name, str) or not file_name.startswith("files/"):
             raise _gemini_error(400, "batch.input_config.file_name must be 'files/<id>'.")
         with self.store.lock:
@@ -364,7 +290,7 @@ class GeminiApi:
             batch = self.store.new_batch(GEMINI, "", now)
             batch.model = model
             batch.input_file_id = file_name
-            batch.metadata = {"displayName": str(_get(batch_body, "display_name") or "")}
+            batch.metadata = {"displayName": str(get_field(batch_body, "display_name") or "")}
             batch.items = self._process_file(batch, stored["content"])
             if failure is not None:
                 raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
@@ -397,27 +323,29 @@ class GeminiApi:
 
     def _process_request(self, key: str, body: Any, model: str) -> Item:
         try:
-            _request_model().model_validate(body)
+            request_model().model_validate(body)
         except Exception as exc:  # pydantic.ValidationError: the request is refused
             message = " ".join(str(exc).split())
-            line = _error_line(key, 400, "INVALID_ARGUMENT", f"Invalid request: {message}")
+            line = error_line(key, 400, "INVALID_ARGUMENT", f"Invalid request: {message}")
             return Item(key, line, False)
-        prompt, images = _prompt_of(_get(body, "contents"))
-        generation = _get(body, "generation_config") or {}
-        schema = _get(generation, "response_schema") or _get(generation, "response_json_schema")
-        json_mode = _get(generation, "response_mime_type") == "application/json"
+        prompt, images = prompt_of(get_field(body, "contents"))
+        generation = get_field(body, "generation_config") or {}
+        schema = get_field(generation, "response_schema") or get_field(
+            generation, "response_json_schema"
+        )
+        json_mode = get_field(generation, "response_mime_type") == "application/json"
         mode = "json_schema" if json_mode and schema else ("json_object" if json_mode else "text")
         marker = self.store.resolve_transient(error_marker(prompt), key)
-        if marker in _FAILURES:
-            code, status, message = _FAILURES[marker]
-            line: dict[str, Any] | bytes = _error_line(key, code, status, message)
+        if marker in FAILURES:
+            code, status, message = FAILURES[marker]
+            line: dict[str, Any] | bytes = error_line(key, code, status, message)
             if marker == "u2028":
                 line = json.dumps(line, ensure_ascii=False).encode("utf-8")
             return Item(key, line, False)
         try:
             answer = make_answer(prompt, images, mode, json_schema_of(schema), marker)
         except ValueError as exc:
-            line = _error_line(key, 400, "INVALID_ARGUMENT", f"Invalid schema: {exc}")
+            line = error_line(key, 400, "INVALID_ARGUMENT", f"Invalid schema: {exc}")
             return Item(key, line, False)
         finish = {
             "refusal": "SAFETY",
@@ -444,10 +372,10 @@ class GeminiApi:
             "modelVersion": model.split("/", 1)[-1],
             "responseId": new_id(""),
         }
-        _check_response(response)
+        check_response(response)
         line = {"key": key, "response": response}
         if marker in scripting.LINE_MARKERS:
-            line = _broken_line(marker, key, line, answer.text)
+            line = broken_line(marker, key, line, answer.text)
         return Item(key, line, True, answer.input_tokens, output_tokens)
 
     def _batch(self, batch_id: str) -> Batch:
@@ -590,39 +518,3 @@ _TERMINAL = (
     "BATCH_STATE_EXPIRED",
 )
 _EMPTY_REQUEST = {"contents": [{"role": "user", "parts": [{"text": ""}]}]}
-
-
-def _prompt_of(contents: Any) -> tuple[str, int]:
-    """(the user parts' text joined by ``\\n``, the number of inline images)."""
-    texts: list[str] = []
-    images = 0
-    for content in contents or ():
-        if not isinstance(content, Mapping) or content.get("role", "user") != "user":
-            continue
-        for part in content.get("parts") or ():
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            elif isinstance(part, Mapping) and _get(part, "inline_data") is not None:
-                images += 1
-    return "\n".join(texts), images
-
-
-def _check_response(response: Mapping[str, Any]) -> None:
-    """Raises if ``response`` is not a ``GenerateContentResponse`` the SDK reads."""
-    from google.genai import types
-
-    types.GenerateContentResponse.model_validate(dict(response))
-
-
-def _broken_line(marker: str, key: str, line: Mapping[str, Any], text: str) -> bytes:
-    """:func:`scripting.broken_line` with Gemini's ``key`` for the id."""
-    if marker == "malformed_line":
-        return f'{{"key": {json.dumps(key)}, "response": <<garbage'.encode()
-    return scripting.broken_line(
-        marker,
-        key,
-        line,
-        body_key="response",
-        answer_text=text,
-        wrong_shape={"key": key, "unexpected": True},
-    )

@@ -44,6 +44,9 @@ Script keys honoured: ``processing_delay_secs``, ``expire_after_requests``,
 ``cancel_after_requests``, ``leading_errors`` (endpoint names :data:`ENDPOINT_NAMES`),
 ``fail_batch_creates``, ``empty_error_file_id`` (``error_file: ""``),
 ``shuffle_results``, ``unknown_custom_id``.
+
+Result lines, error bodies and the SDK checks are built by
+:mod:`~mmirage_beam.testing.fake_provider.mistral_bodies`.
 """
 
 from __future__ import annotations
@@ -51,9 +54,7 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import json
-import math
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +63,18 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
-from mmirage_beam.testing.fake_provider.answers import count_parts, make_answer, text_parts
+from mmirage_beam.testing.fake_provider.answers import make_answer
+from mmirage_beam.testing.fake_provider.mistral_bodies import (
+    FAILURES,
+    api_error,
+    completion_body,
+    error_body,
+    error_line,
+    http_line,
+    prompt_of,
+    scripted_error,
+    validate_with_sdk,
+)
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl
 from mmirage_beam.testing.fake_provider.wire import ApiError, json_response, new_id
@@ -119,22 +131,6 @@ class _File:
         }
 
 
-def _error(status: int, message: str, kind: str | None = None, **extra: Any) -> ApiError:
-    kind = kind or ("invalid_request_error" if status < 500 else "server_error")
-    return ApiError(status, kind, message, **extra)
-
-
-def error_body(err: ApiError) -> dict[str, Any]:
-    """Mistral's error object for ``err``."""
-    return {
-        "object": "error",
-        "message": err.message,
-        "type": err.error_type,
-        "param": err.param,
-        "code": err.code,
-    }
-
-
 class MistralApi:
     """Mistral's Files and batch jobs endpoints over the shared :class:`Store`.
 
@@ -172,7 +168,7 @@ class MistralApi:
         try:
             endpoint, args = self._url_map.bind("fake").match(path, method=request.method)
         except HTTPException as exc:
-            err = _error(exc.code or 404, f"{request.method} {path}: {exc.name}")
+            err = api_error(exc.code or 404, f"{request.method} {path}: {exc.name}")
             return json_response(error_body(err), err.status)
         name = f"mistral_{endpoint}"
         with self.store.lock:
@@ -180,10 +176,10 @@ class MistralApi:
         try:
             scheme, _, token = request.headers.get("Authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
-                raise _error(401, "Unauthorized", "authentication_error")
+                raise api_error(401, "Unauthorized", "authentication_error")
             leading = self.store.take_leading_error(name)
             if leading is not None:
-                raise _scripted(*leading, f"leading error on {name}", args)
+                raise scripted_error(*leading, f"leading error on {name}", args)
             return getattr(self, f"_{endpoint}")(request, **args)
         except ApiError as err:
             return json_response(error_body(err), err.status, err.headers)
@@ -193,12 +189,12 @@ class MistralApi:
         upload = request.files.get("file")
         purpose = request.form.get("purpose") or "fine-tune"
         if upload is None:
-            raise _error(400, "Missing file: the multipart field 'file' is required.")
+            raise api_error(400, "Missing file: the multipart field 'file' is required.")
         if purpose not in FILE_PURPOSES:
-            raise _error(422, f"Invalid purpose {purpose!r}; expected one of {FILE_PURPOSES}.")
+            raise api_error(422, f"Invalid purpose {purpose!r}; expected one of {FILE_PURPOSES}.")
         content = upload.read(MAX_BATCH_FILE_BYTES + 1)
         if purpose == "batch" and len(content) > MAX_BATCH_FILE_BYTES:
-            raise _error(400, "File is too large: batch files are at most 512 MB.")
+            raise api_error(400, "File is too large: batch files are at most 512 MB.")
         with self.store.lock:
             stored = _File(
                 str(uuid.uuid4()),
@@ -214,7 +210,7 @@ class MistralApi:
     def _get_file(self, file_id: str) -> _File:
         stored = self.files.get(file_id)
         if stored is None:
-            raise _error(404, f"File {file_id} not found.", code="1000")
+            raise api_error(404, f"File {file_id} not found.", code="1000")
         return stored
 
     def _files_list(self, request: Request) -> Response:
@@ -246,34 +242,34 @@ class MistralApi:
     def _get_job(self, job_id: str) -> Batch:
         batch = self.store.batches.get(job_id)
         if batch is None or batch.provider != MISTRAL or batch.deleted:
-            raise _error(404, f"Batch job {job_id} not found.", code="1000")
+            raise api_error(404, f"Batch job {job_id} not found.", code="1000")
         return batch
 
     def _jobs_create(self, request: Request) -> Response:
         try:
             payload = json.loads(request.get_data(cache=False) or b"null")
         except (ValueError, UnicodeDecodeError) as exc:
-            raise _error(400, f"Invalid JSON body: {exc}") from None
-        _validate_with_sdk("CreateBatchJobRequest", payload)
+            raise api_error(400, f"Invalid JSON body: {exc}") from None
+        validate_with_sdk("CreateBatchJobRequest", payload)
         endpoint = payload.get("endpoint")
         if endpoint not in ENDPOINTS:
-            raise _error(400, f"The fake answers only {ENDPOINTS}, not {endpoint!r}.")
+            raise api_error(400, f"The fake answers only {ENDPOINTS}, not {endpoint!r}.")
         if payload.get("requests"):
-            raise _error(400, "The fake takes input_files only, not inline requests.")
+            raise api_error(400, "The fake takes input_files only, not inline requests.")
         file_ids = payload.get("input_files") or []
         model = payload.get("model")
         if not file_ids or not isinstance(model, str) or not model:
-            raise _error(400, "input_files and model are required.")
+            raise api_error(400, "input_files and model are required.")
         with self.store.lock:
             files = [self._get_file(fid) for fid in file_ids]
             for stored in files:
                 if stored.purpose != "batch":
-                    raise _error(
+                    raise api_error(
                         400, f"File {stored.id} has purpose {stored.purpose!r}, not 'batch'."
                     )
             failure = self.store.take_create_failure()
             if failure is not None and not failure.created:
-                raise _scripted(failure.status, failure.retry_after_ms, "create")
+                raise scripted_error(failure.status, failure.retry_after_ms, "create")
             now = self.store.clock()
             batch = self.store.new_batch(MISTRAL, "", now)
             del self.store.batches[batch.id]
@@ -285,7 +281,7 @@ class MistralApi:
             batch.completion_window = f"{int(payload.get('timeout_hours') or 24)}h"
             self._fill(batch, b"\n".join(f.content for f in files), now)
             if failure is not None:
-                raise _scripted(failure.status, failure.retry_after_ms, "create")
+                raise scripted_error(failure.status, failure.retry_after_ms, "create")
             return json_response(self.view(batch, batch.created - 1e-6))
 
     def _fill(self, batch: Batch, content: bytes, now: float) -> None:
@@ -327,22 +323,22 @@ class MistralApi:
         batch.prompt_tokens = sum(it.input_tokens for it in batch.items)
 
     def _process(self, batch: Batch, cid: str, body: dict[str, Any], now: float) -> Item:
-        reason = _validate_with_sdk(
+        reason = validate_with_sdk(
             "ChatCompletionRequest", {"model": batch.model, **body}, raise_=False
         )
         if reason is not None:
-            return Item(cid, _http_line(cid, 400, f"Invalid request body: {reason}"), ok=False)
-        prompt, images, mode, schema = _prompt_of(body)
+            return Item(cid, http_line(cid, 400, f"Invalid request body: {reason}"), ok=False)
+        prompt, images, mode, schema = prompt_of(body)
         tokens = len(prompt.split()) + limits.TOKENS_PER_IMAGE * images
         marker = self.store.resolve_transient(error_marker(prompt), cid)
         if marker in ("refusal", "content_filter"):
             marker = None  # Mistral has neither a refusal field nor a content filter
         if marker == "timeout":
-            line = _error_line(cid, "request_timeout", "The request timed out.")
+            line = error_line(cid, "request_timeout", "The request timed out.")
             return Item(cid, line, ok=False, input_tokens=tokens)
-        if marker in _FAILURES:
-            status, kind, message = _FAILURES[marker]
-            line: Any = _http_line(cid, status, message, kind)
+        if marker in FAILURES:
+            status, kind, message = FAILURES[marker]
+            line: Any = http_line(cid, status, message, kind)
             if marker == "u2028":
                 line = scripting.broken_line(
                     marker, cid, line, body_key="response", answer_text="", wrong_shape={}
@@ -350,11 +346,11 @@ class MistralApi:
             return Item(cid, line, ok=False, input_tokens=tokens)
         answer = make_answer(prompt, images, mode, schema, marker)
         if marker == "error_body_200":
-            response_body: dict[str, Any] = error_body(_error(500, "Scripted error body."))
+            response_body: dict[str, Any] = error_body(api_error(500, "Scripted error body."))
         elif marker == "empty_body_200":
             response_body = {}
         else:
-            response_body = _completion(batch.model or "", answer, now)
+            response_body = completion_body(batch.model or "", answer, now)
         line = {
             "id": new_id("batch-req-"),
             "custom_id": cid,
@@ -470,7 +466,7 @@ class MistralApi:
             if cancelled
             else "The job's timeout_hours passed before the request ran."
         )
-        err_lines += [_error_line(it.custom_id, code, message) for it in rest]
+        err_lines += [error_line(it.custom_id, code, message) for it in rest]
         if batch.unknown_custom_id:
             ok_lines.append(
                 {
@@ -478,7 +474,7 @@ class MistralApi:
                     "custom_id": UNKNOWN_CUSTOM_ID,
                     "response": {
                         "status_code": 200,
-                        "body": _completion(
+                        "body": completion_body(
                             batch.model or "", make_answer("", 0, "text", None), self.store.clock()
                         ),
                     },
@@ -543,99 +539,6 @@ def _phase(batch: Batch, now: float) -> tuple[str, float | None, float | None]:
     return "SUCCESS", start, end
 
 
-def _prompt_of(body: Mapping[str, Any]) -> tuple[str, int, str, Any]:
-    """(prompt text, image count, answer mode, schema) of a chat-completion body."""
-    texts: list[str] = []
-    images = 0
-    for msg in body.get("messages") or []:
-        if isinstance(msg, Mapping) and msg.get("role") == "user":
-            texts += text_parts(msg.get("content"), ("text",))
-            images += count_parts(msg.get("content"), ("image_url",))
-    fmt = body.get("response_format")
-    mode, schema = "text", None
-    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
-        mode, schema = "json_schema", (fmt.get("json_schema") or {}).get("schema")
-    elif isinstance(fmt, Mapping) and fmt.get("type") == "json_object":
-        mode = "json_object"
-    return "\n".join(texts), images, mode, schema
-
-
-def _completion(model: str, answer: Any, now: float) -> dict[str, Any]:
-    """A ``ChatCompletionResponse`` body for ``answer``."""
-    finish = {"length": "length"}.get(answer.finish, "stop")
-    return {
-        "id": uuid.uuid4().hex,
-        "object": "chat.completion",
-        "model": model,
-        "created": int(now),
-        "usage": {
-            "prompt_tokens": answer.input_tokens,
-            "completion_tokens": answer.output_tokens,
-            "total_tokens": answer.input_tokens + answer.output_tokens,
-        },
-        "choices": [
-            {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": answer.text,
-                    "tool_calls": None,
-                    "prefix": False,
-                },
-                "finish_reason": finish,
-            }
-        ],
-    }
-
-
-def _http_line(cid: str, status: int, message: str, kind: str | None = None) -> dict[str, Any]:
-    return {
-        "id": new_id("batch-req-"),
-        "custom_id": cid,
-        "response": {"status_code": status, "body": error_body(_error(status, message, kind))},
-        "error": None,
-    }
-
-
-def _error_line(cid: str, code: str, message: str) -> dict[str, Any]:
-    return {
-        "id": new_id("batch-req-"),
-        "custom_id": cid,
-        "response": None,
-        "error": {"message": message, "code": code},
-    }
-
-
-#: marker -> (HTTP status, error type, message) of a failed request's line.
-_FAILURES: dict[str, tuple[int, str, str]] = {
-    "server_error": (500, "server_error", "Internal server error (FAKE_ERROR:server_error)."),
-    "invalid_request": (
-        400,
-        "invalid_request_error",
-        "Scripted invalid request (FAKE_ERROR:invalid_request).",
-    ),
-    "rate_limit": (429, "rate_limit_error", "Rate limit exceeded (FAKE_ERROR:rate_limit)."),
-    "u2028": (400, "invalid_request_error", scripting.U2028_MESSAGE),
-}
-
-
-def _scripted(
-    status: int, retry_after_ms: int, what: str, args: Mapping[str, str] | None = None
-) -> ApiError:
-    """A scripted HTTP error (404s name the object of the URL), with retry headers."""
-    if status == 404:
-        what_id = (args or {}).get("job_id") or (args or {}).get("file_id") or ""
-        return _error(404, f"Object {what_id} not found.", code="1000")
-    headers = {
-        "retry-after-ms": str(retry_after_ms),
-        "retry-after": str(math.ceil(retry_after_ms / 1000)),
-    }
-    kind = "rate_limit_error" if status == 429 else None
-    return _error(
-        status, f"Scripted {status} from the fake provider ({what}).", kind, headers=headers
-    )
-
-
 def _int_arg(request: Request, name: str, default: int) -> int:
     raw = request.args.get(name)
     try:
@@ -643,7 +546,7 @@ def _int_arg(request: Request, name: str, default: int) -> int:
     except ValueError:
         value = -1
     if value < 0:
-        raise _error(422, f"Query parameter {name!r} must be an integer >= 0, got {raw!r}.")
+        raise api_error(422, f"Query parameter {name!r} must be an integer >= 0, got {raw!r}.")
     return value
 
 
@@ -653,34 +556,7 @@ def _parse_time(raw: str | None) -> float | None:
     try:
         when = _dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
-        raise _error(422, f"created_after must be an ISO 8601 date-time, got {raw!r}.") from None
+        raise api_error(422, f"created_after must be an ISO 8601 date-time, got {raw!r}.") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=_dt.timezone.utc)
     return when.timestamp()
-
-
-def _validate_with_sdk(model_name: str, payload: Any, raise_: bool = True) -> str | None:
-    """Validate ``payload`` with the mistralai SDK's pydantic model ``model_name``
-    (the service's own request types). Without the SDK nothing is checked.
-
-    Returns the reason it is refused (``raise_=False``), else None.
-
-    Raises:
-        ApiError: 422 with the validation errors, when ``raise_``.
-    """
-    try:
-        from mistralai.client import models
-    except ImportError:  # pragma: no cover - the SDK is a test dependency
-        return None
-    import pydantic
-
-    try:
-        getattr(models, model_name).model_validate(payload)
-    except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        reason = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
-        if raise_:
-            raise _error(422, f"Validation error: {reason}") from None
-        return reason
-    return None

@@ -1,0 +1,164 @@
+"""What the fake Mistral batch API writes: its flat error object, a result file's
+lines (a chat completion, an HTTP error, a request that never ran), the scripted
+failures, and request checks with the mistralai SDK's own pydantic types.
+:mod:`~mmirage_beam.testing.fake_provider.mistral` serves them.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from mmirage_beam.testing.fake_provider import scripting
+from mmirage_beam.testing.fake_provider.answers import count_parts, text_parts
+from mmirage_beam.testing.fake_provider.wire import ApiError, new_id
+
+__all__ = [
+    "api_error",
+    "error_body",
+    "prompt_of",
+    "completion_body",
+    "http_line",
+    "error_line",
+    "FAILURES",
+    "scripted_error",
+    "validate_with_sdk",
+]
+
+
+def api_error(status: int, message: str, kind: str | None = None, **extra: Any) -> ApiError:
+    kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+    return ApiError(status, kind, message, **extra)
+
+
+def error_body(err: ApiError) -> dict[str, Any]:
+    """Mistral's error object for ``err``."""
+    return {
+        "object": "error",
+        "message": err.message,
+        "type": err.error_type,
+        "param": err.param,
+        "code": err.code,
+    }
+
+
+def prompt_of(body: Mapping[str, Any]) -> tuple[str, int, str, Any]:
+    """(prompt text, image count, answer mode, schema) of a chat-completion body."""
+    texts: list[str] = []
+    images = 0
+    for msg in body.get("messages") or []:
+        if isinstance(msg, Mapping) and msg.get("role") == "user":
+            texts += text_parts(msg.get("content"), ("text",))
+            images += count_parts(msg.get("content"), ("image_url",))
+    fmt = body.get("response_format")
+    mode, schema = "text", None
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        mode, schema = "json_schema", (fmt.get("json_schema") or {}).get("schema")
+    elif isinstance(fmt, Mapping) and fmt.get("type") == "json_object":
+        mode = "json_object"
+    return "\n".join(texts), images, mode, schema
+
+
+def completion_body(model: str, answer: Any, now: float) -> dict[str, Any]:
+    """A ``ChatCompletionResponse`` body for ``answer``."""
+    finish = {"length": "length"}.get(answer.finish, "stop")
+    return {
+        "id": uuid.uuid4().hex,
+        "object": "chat.completion",
+        "model": model,
+        "created": int(now),
+        "usage": {
+            "prompt_tokens": answer.input_tokens,
+            "completion_tokens": answer.output_tokens,
+            "total_tokens": answer.input_tokens + answer.output_tokens,
+        },
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": answer.text,
+                    "tool_calls": None,
+                    "prefix": False,
+                },
+                "finish_reason": finish,
+            }
+        ],
+    }
+
+
+def http_line(cid: str, status: int, message: str, kind: str | None = None) -> dict[str, Any]:
+    return {
+        "id": new_id("batch-req-"),
+        "custom_id": cid,
+        "response": {"status_code": status, "body": error_body(api_error(status, message, kind))},
+        "error": None,
+    }
+
+
+def error_line(cid: str, code: str, message: str) -> dict[str, Any]:
+    return {
+        "id": new_id("batch-req-"),
+        "custom_id": cid,
+        "response": None,
+        "error": {"message": message, "code": code},
+    }
+
+
+#: marker -> (HTTP status, error type, message) of a failed request's line.
+FAILURES: dict[str, tuple[int, str, str]] = {
+    "server_error": (500, "server_error", "Internal server error (FAKE_ERROR:server_error)."),
+    "invalid_request": (
+        400,
+        "invalid_request_error",
+        "Scripted invalid request (FAKE_ERROR:invalid_request).",
+    ),
+    "rate_limit": (429, "rate_limit_error", "Rate limit exceeded (FAKE_ERROR:rate_limit)."),
+    "u2028": (400, "invalid_request_error", scripting.U2028_MESSAGE),
+}
+
+
+def scripted_error(
+    status: int, retry_after_ms: int, what: str, args: Mapping[str, str] | None = None
+) -> ApiError:
+    """A scripted HTTP error (404s name the object of the URL), with retry headers."""
+    if status == 404:
+        what_id = (args or {}).get("job_id") or (args or {}).get("file_id") or ""
+        return api_error(404, f"Object {what_id} not found.", code="1000")
+    headers = {
+        "retry-after-ms": str(retry_after_ms),
+        "retry-after": str(math.ceil(retry_after_ms / 1000)),
+    }
+    kind = "rate_limit_error" if status == 429 else None
+    return api_error(
+        status, f"Scripted {status} from the fake provider ({what}).", kind, headers=headers
+    )
+
+
+def validate_with_sdk(model_name: str, payload: Any, raise_: bool = True) -> str | None:
+    """Validate ``payload`` with the mistralai SDK's pydantic model ``model_name``
+    (the service's own request types). Without the SDK nothing is checked.
+
+    Returns the reason it is refused (``raise_=False``), else None.
+
+    Raises:
+        ApiError: 422 with the validation errors, when ``raise_``.
+    """
+    try:
+        from mistralai.client import models
+    except ImportError:  # pragma: no cover - the SDK is a test dependency
+        return None
+    import pydantic
+
+    try:
+        getattr(models, model_name).model_validate(payload)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        reason = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+        if raise_:
+            raise api_error(422, f"Validation error: {reason}") from None
+        return reason
+    return None
