@@ -1,6 +1,9 @@
-"""ExtractInputs and BuildRequests: from source rows to provider-ready requests.
+"""BuildRequests: from extracted rows to provider-ready requests.
 
     SourceRow --ExtractInputs--> ExtractedRow --BuildRequests--> BatchRequest (+ RowError)
+
+(ExtractInputs and ExtractedRow live in :mod:`mmirage_beam.transforms.extract`, the
+template checks in :mod:`mmirage_beam.transforms.render`; both are re-exported here.)
 
 Provider specifics stay in the adapter (``build_request``); this module renders prompts,
 resolves images and builds the provider-neutral payload described in
@@ -17,19 +20,28 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from mmirage_beam.config.loader import DatasetConfig, InputConfig, OutputConfig
+from mmirage_beam.config.loader import DatasetConfig, OutputConfig
 from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.costs.tokens import check_sample_fraction, token_counter_for
 from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.ids import custom_id
-from mmirage_beam.images import load_image
 from mmirage_beam.io.decode import replace_lone_surrogates
-from mmirage_beam.jsonl import lone_surrogate_at
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.progress import INPUT_TOKENS, add
 from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.config import BatchProviderConfig
-from mmirage_beam.records import BatchRequest, RowError, SourceRow
+from mmirage_beam.records import BatchRequest, RowError
+from mmirage_beam.transforms.extract import (
+    ERRORS_TAG,
+    ExtractedRow,
+    ExtractInputs,
+    ExtractInputsResult,
+)
+from mmirage_beam.transforms.render import (
+    misaligned_lists,
+    parallel_list_inputs,
+    template_variables,
+)
 
 __all__ = [
     "ERRORS_TAG",
@@ -47,34 +59,9 @@ __all__ = [
 
 
 _LOG = logging.getLogger(__name__)
-ERRORS_TAG = "errors"
 BUILT_ROWS_TAG = "rows"
 TOKENS_TAG = "tokens"
 _PROGRESS_EVERY = 256  # requests whose tokens are added to the progress report at once
-
-
-class ExtractedRow(NamedTuple):
-    """A source row with its inputs extracted.
-
-    Attributes:
-        source_index: the row's source_index.
-        dataset_index: the row's dataset (config order).
-        row: the original row dict.
-        values: input name -> extracted value (JSON types; image inputs keep the path/URL).
-        images: the row's images in input order, each the payload image dict of
-            :func:`mmirage_beam.images.load_image` plus ``"input"``, the name of the
-            image input it came from; empty for a text-only row.
-    """
-
-    source_index: int
-    dataset_index: int
-    row: dict[str, Any]
-    values: dict[str, Any]
-    images: tuple[dict[str, Any], ...]
-
-    @property
-    def modality(self) -> str:
-        return "multimodal" if self.images else "text"
 
 
 def _clean_text(value: str) -> str:
@@ -86,177 +73,6 @@ def _clean_text(value: str) -> str:
         return value
     except UnicodeEncodeError:
         return replace_lone_surrogates(value)  # one U+FFFD per surrogate
-
-
-class _ExtractInputsFn(beam.DoFn):
-    def __init__(
-        self,
-        inputs: Sequence[InputConfig],
-        datasets: Sequence[DatasetConfig],
-        load_images: bool = True,
-        lenient: bool = False,
-        max_image_file_bytes: Optional[int] = None,
-        image_file_limit: str = "",
-    ) -> None:
-        self._inputs = tuple(inputs)
-        self._datasets = tuple(datasets)
-        self._load_images = load_images
-        self._lenient = lenient
-        self._max_image_file_bytes = max_image_file_bytes
-        self._image_file_limit = image_file_limit
-        self._rows = Metrics.counter(METRICS_NAMESPACE, "rows_extracted")
-
-    def setup(self) -> None:
-        import jmespath
-
-        self._compiled = [(i, jmespath.compile(i.key)) for i in self._inputs]
-
-    def start_bundle(self) -> None:
-        self._extracted = 0  # added to the metric once per bundle
-
-    def finish_bundle(self) -> None:
-        if self._extracted:
-            self._rows.inc(self._extracted)
-        self._extracted = 0
-
-    def process(self, element: SourceRow) -> Iterator[Any]:
-        ds = self._datasets[element.dataset_index]
-        values: dict[str, Any] = {}
-        images: list[dict[str, Any]] = []
-        for spec, expr in self._compiled:
-            value = expr.search(element.row)
-            if value is None and self._lenient and not spec.has_default:
-                values[spec.name] = None
-                continue
-            if value is None:
-                if not spec.has_default:
-                    yield pvalue.TaggedOutput(
-                        ERRORS_TAG,
-                        RowError(
-                            element.source_index,
-                            ds.path,
-                            spec.name,
-                            f"input {spec.name!r} (key {spec.key!r}) is missing or null",
-                        ),
-                    )
-                    return
-                value = spec.default
-            if not self._lenient:
-                where = lone_surrogate_at(value)
-                if where is not None:
-                    yield pvalue.TaggedOutput(
-                        ERRORS_TAG,
-                        RowError(
-                            element.source_index,
-                            ds.path,
-                            spec.name,
-                            f"input {spec.name!r} (key {spec.key!r}) holds a lone UTF-16 "
-                            f"surrogate ({where}), a character with no UTF-8 encoding: the "
-                            "provider would receive U+FFFD in its place. Fix the source "
-                            "row, or skip it with execution_params.skip_invalid_rows",
-                        ),
-                    )
-                    return
-            if spec.type == "image" and value is not None:
-                refs = value if isinstance(value, list) else [value]
-                if not self._load_images:
-                    images.extend({"source": v, "input": spec.name} for v in refs)
-                    values[spec.name] = value
-                    continue
-                try:
-                    images.extend(
-                        {
-                            **load_image(
-                                v,
-                                ds.image_base_path,
-                                ds.allow_images_outside_base,
-                                self._max_image_file_bytes,
-                                self._image_file_limit,
-                            ),
-                            "input": spec.name,
-                        }
-                        for v in refs
-                    )
-                except RequestBuildError as exc:
-                    if self._lenient:  # merge re-reads rows: a bad image is no reason to
-                        images.extend({"source": v, "input": spec.name} for v in refs)
-                        values[spec.name] = value
-                        continue
-                    yield pvalue.TaggedOutput(
-                        ERRORS_TAG, RowError(element.source_index, ds.path, spec.name, str(exc))
-                    )
-                    return
-            values[spec.name] = value
-        self._extracted += 1
-        yield ExtractedRow(
-            element.source_index, element.dataset_index, element.row, values, tuple(images)
-        )
-
-
-class ExtractInputs(beam.PTransform):
-    """PCollection[SourceRow] -> ``ExtractInputsResult(rows, errors)``.
-
-    ``rows`` is PCollection[ExtractedRow]: every ``processing_params.inputs`` JMESPath
-    (compiled once per worker) applied to the row; image inputs resolved against the
-    dataset's ``image_base_path`` and read (http(s) URLs are kept as URLs). ``errors`` is
-    PCollection[RowError]: a missing or null input without ``default``, an input holding
-    a lone UTF-16 surrogate (JSON ``"\\ud800"``: no UTF-8 encoding, a provider would get
-    U+FFFD), or an image that
-    may not or cannot be read (an absolute path, a path out of ``image_base_path``
-    through ``..`` or a symlink, unless the dataset's ``allow_images_outside_base``; a
-    URL of another scheme; a file over ``max_image_file_bytes``, refused before it is
-    read; an unreadable or unrecognisable file), naming the input, the path and the
-    source_index (:func:`mmirage_beam.images.load_image`).
-
-    With ``load_images=False`` image files are not read: each image is ``{"source": value}``
-    (enough for the modality and for rendering, as merge needs). With ``lenient=True`` a
-    missing or null input is ``None`` and a lone surrogate is kept, instead of an error
-    (merge re-reads rows that were skipped as invalid at submission, to write them marked,
-    as the source held them).
-
-    ``max_image_file_bytes`` (bytes) and ``image_file_limit`` (its wording in messages):
-    the provider's per-image limit (``BatchSubmissionAdapter.max_image_file_bytes`` and
-    ``image_file_limit``); None: :data:`mmirage_beam.images.DEFAULT_MAX_IMAGE_FILE_BYTES`.
-    """
-
-    def __init__(
-        self,
-        inputs: Sequence[InputConfig],
-        datasets: Sequence[DatasetConfig],
-        load_images: bool = True,
-        lenient: bool = False,
-        max_image_file_bytes: Optional[int] = None,
-        image_file_limit: str = "",
-    ) -> None:
-        super().__init__()
-        if not inputs:
-            raise ValueError("inputs must not be empty")
-        if max_image_file_bytes is not None and max_image_file_bytes < 1:
-            raise ValueError("max_image_file_bytes must be at least 1")
-        self._inputs = tuple(inputs)
-        self._datasets = tuple(datasets)
-        self._load_images = load_images
-        self._lenient = lenient
-        self._max_image_file_bytes = max_image_file_bytes
-        self._image_file_limit = image_file_limit
-
-    def expand(self, rows: beam.PCollection) -> ExtractInputsResult:
-        out = rows | "Extract" >> beam.ParDo(
-            _ExtractInputsFn(
-                self._inputs,
-                self._datasets,
-                self._load_images,
-                self._lenient,
-                self._max_image_file_bytes,
-                self._image_file_limit,
-            )
-        ).with_outputs(ERRORS_TAG, main="rows")
-        return ExtractInputsResult(out.rows, out[ERRORS_TAG])
-
-
-class ExtractInputsResult(NamedTuple):
-    rows: beam.PCollection
-    errors: beam.PCollection
 
 
 def build_payload(
@@ -398,7 +214,7 @@ class _BuildRequestsFn(beam.DoFn):
         bodies: list[dict[str, Any]] = []  # the request dicts, counted without a re-parse
         for output, template in self._templates:
             where = f"output {output.name!r}"
-            misaligned = _misaligned_lists(self._parallel[output.name], element.values)
+            misaligned = misaligned_lists(self._parallel[output.name], element.values)
             if misaligned is not None:
                 names, reason = misaligned
                 yield pvalue.TaggedOutput(
@@ -602,85 +418,3 @@ def _str_keys_only(value: Any) -> bool:
                 return False
         return True
     return kind in _JSON_SCALARS
-
-
-def template_variables(source: str) -> frozenset[str]:
-    """The top-level variables a Jinja2 template reads (e.g. ``{"question"}``)."""
-    import jinja2
-    from jinja2 import meta
-
-    return frozenset(meta.find_undeclared_variables(jinja2.Environment().parse(source)))
-
-
-def parallel_list_inputs(source: str) -> tuple[frozenset[str], ...]:
-    """Groups of variables a template walks in step, as parallel lists.
-
-    A group is every variable that one ``{% for %}`` loop iterates over or indexes with
-    the loop's position: ``{% for q in questions %}{{ answers[loop.index0] }}`` gives
-    ``{questions, answers}``; ``{% for i in range(n) %}{{ a[i] }} {{ b[i] }}`` gives
-    ``{a, b}``. Only groups of two or more are returned. A row whose lists of one group
-    have different lengths is invalid (a JMESPath projection such as ``items[*].x``
-    drops nulls, so the lists no longer line up).
-    """
-    import jinja2
-    from jinja2 import nodes
-
-    def is_position(node: Any, counters: set[str]) -> bool:
-        for n in [node, *node.find_all((nodes.Name, nodes.Getattr))]:
-            if isinstance(n, nodes.Name) and n.name in counters:
-                return True
-            if (
-                isinstance(n, nodes.Getattr)
-                and isinstance(n.node, nodes.Name)
-                and n.node.name == "loop"
-                and n.attr in ("index0", "index", "revindex0", "revindex")
-            ):
-                return True
-        return False
-
-    groups: list[frozenset[str]] = []
-    for loop in jinja2.Environment().parse(source).find_all(nodes.For):
-        group: set[str] = set()
-        counters: set[str] = set()
-        it = loop.iter
-        while isinstance(it, nodes.Filter) and it.node is not None:
-            it = it.node
-        if isinstance(it, nodes.Name):
-            group.add(it.name)
-        elif (
-            isinstance(it, nodes.Call)
-            and isinstance(it.node, nodes.Name)
-            and it.node.name == "range"
-            and isinstance(loop.target, nodes.Name)
-        ):
-            counters.add(loop.target.name)
-        for body_node in loop.body:
-            for item in [body_node, *body_node.find_all(nodes.Getitem)]:
-                if (
-                    isinstance(item, nodes.Getitem)
-                    and isinstance(item.node, nodes.Name)
-                    and is_position(item.arg, counters)
-                ):
-                    group.add(item.node.name)
-        if len(group) >= 2:
-            groups.append(frozenset(group))
-    return tuple(groups)
-
-
-def _misaligned_lists(
-    groups: Sequence[frozenset[str]], values: dict[str, Any]
-) -> Optional[tuple[str, str]]:
-    """``(input names, reason)`` for the first group of :func:`parallel_list_inputs`
-    whose list values differ in length, else None."""
-    for group in groups:
-        lists = {n: values[n] for n in sorted(group) if isinstance(values.get(n), list)}
-        if len({len(v) for v in lists.values()}) > 1:
-            sizes = ", ".join(f"{n!r} has {len(v)}" for n, v in lists.items())
-            return (
-                ", ".join(lists),
-                f"walks inputs {', '.join(map(repr, lists))} in step as parallel lists, but "
-                f"they have different lengths ({sizes} items); a JMESPath projection like "
-                "items[*].field drops nulls: use map(&field, items) to keep them "
-                "(see docs/config.md, 'Parallel lists')",
-            )
-    return None

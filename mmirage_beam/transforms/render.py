@@ -27,6 +27,9 @@ __all__ = [
     "make_environment",
     "PromptTemplate",
     "SchemaRenderer",
+    "template_variables",
+    "parallel_list_inputs",
+    "misaligned_lists",
 ]
 
 
@@ -322,3 +325,86 @@ def _bare_value(value: Any) -> Any:
     if isinstance(value, MissingValue):
         return None
     return value
+
+
+# -- what a prompt template reads (checked per row by BuildRequests) ---------------
+
+
+def template_variables(source: str) -> frozenset[str]:
+    """The top-level variables a Jinja2 template reads (e.g. ``{"question"}``)."""
+    from jinja2 import meta  # jinja2.meta is a submodule jinja2 does not import itself
+
+    return frozenset(meta.find_undeclared_variables(jinja2.Environment().parse(source)))
+
+
+def parallel_list_inputs(source: str) -> tuple[frozenset[str], ...]:
+    """Groups of variables a template walks in step, as parallel lists.
+
+    A group is every variable that one ``{% for %}`` loop iterates over or indexes with
+    the loop's position: ``{% for q in questions %}{{ answers[loop.index0] }}`` gives
+    ``{questions, answers}``; ``{% for i in range(n) %}{{ a[i] }} {{ b[i] }}`` gives
+    ``{a, b}``. Only groups of two or more are returned. A row whose lists of one group
+    have different lengths is invalid (a JMESPath projection such as ``items[*].x``
+    drops nulls, so the lists no longer line up).
+    """
+    from jinja2 import nodes
+
+    def is_position(node: Any, counters: set[str]) -> bool:
+        for n in [node, *node.find_all((nodes.Name, nodes.Getattr))]:
+            if isinstance(n, nodes.Name) and n.name in counters:
+                return True
+            if (
+                isinstance(n, nodes.Getattr)
+                and isinstance(n.node, nodes.Name)
+                and n.node.name == "loop"
+                and n.attr in ("index0", "index", "revindex0", "revindex")
+            ):
+                return True
+        return False
+
+    groups: list[frozenset[str]] = []
+    for loop in jinja2.Environment().parse(source).find_all(nodes.For):
+        group: set[str] = set()
+        counters: set[str] = set()
+        it = loop.iter
+        while isinstance(it, nodes.Filter) and it.node is not None:
+            it = it.node
+        if isinstance(it, nodes.Name):
+            group.add(it.name)
+        elif (
+            isinstance(it, nodes.Call)
+            and isinstance(it.node, nodes.Name)
+            and it.node.name == "range"
+            and isinstance(loop.target, nodes.Name)
+        ):
+            counters.add(loop.target.name)
+        for body_node in loop.body:
+            for item in [body_node, *body_node.find_all(nodes.Getitem)]:
+                if (
+                    isinstance(item, nodes.Getitem)
+                    and isinstance(item.node, nodes.Name)
+                    and is_position(item.arg, counters)
+                ):
+                    group.add(item.node.name)
+        if len(group) >= 2:
+            groups.append(frozenset(group))
+    return tuple(groups)
+
+
+def misaligned_lists(
+    groups: Sequence[frozenset[str]], values: dict[str, Any]
+) -> Optional[tuple[str, str]]:
+    """``(input names, reason)`` for the first group of :func:`parallel_list_inputs`
+    whose list values differ in length, else None."""
+    for group in groups:
+        lists = {n: values[n] for n in sorted(group) if isinstance(values.get(n), list)}
+        if len({len(v) for v in lists.values()}) > 1:
+            sizes = ", ".join(f"{n!r} has {len(v)}" for n, v in lists.items())
+            return (
+                ", ".join(lists),
+                f"walks inputs {', '.join(map(repr, lists))} in step as parallel lists, but "
+                f"they have different lengths ({sizes} items); a JMESPath projection like "
+                "items[*].field drops nulls: use map(&field, items) to keep them "
+                "(see docs/config.md, 'Parallel lists')",
+            )
+    return None

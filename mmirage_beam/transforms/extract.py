@@ -1,0 +1,220 @@
+"""ExtractInputs: a source row's ``processing_params.inputs``, by JMESPath, images read.
+
+    SourceRow --ExtractInputs--> ExtractedRow (+ RowError)
+
+BuildRequests (:mod:`mmirage_beam.transforms.build`) renders the prompts from these rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, NamedTuple, Optional, Sequence
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.metrics import Metrics
+
+from mmirage_beam.config.loader import DatasetConfig, InputConfig
+from mmirage_beam.errors import RequestBuildError
+from mmirage_beam.images import load_image
+from mmirage_beam.jsonl import lone_surrogate_at
+from mmirage_beam.metrics import METRICS_NAMESPACE
+from mmirage_beam.records import RowError, SourceRow
+
+__all__ = ["ERRORS_TAG", "ExtractedRow", "ExtractInputs", "ExtractInputsResult"]
+
+ERRORS_TAG = "errors"
+
+
+class ExtractedRow(NamedTuple):
+    """A source row with its inputs extracted.
+
+    Attributes:
+        source_index: the row's source_index.
+        dataset_index: the row's dataset (config order).
+        row: the original row dict.
+        values: input name -> extracted value (JSON types; image inputs keep the path/URL).
+        images: the row's images in input order, each the payload image dict of
+            :func:`mmirage_beam.images.load_image` plus ``"input"``, the name of the
+            image input it came from; empty for a text-only row.
+    """
+
+    source_index: int
+    dataset_index: int
+    row: dict[str, Any]
+    values: dict[str, Any]
+    images: tuple[dict[str, Any], ...]
+
+    @property
+    def modality(self) -> str:
+        return "multimodal" if self.images else "text"
+
+
+class _ExtractInputsFn(beam.DoFn):
+    def __init__(
+        self,
+        inputs: Sequence[InputConfig],
+        datasets: Sequence[DatasetConfig],
+        load_images: bool = True,
+        lenient: bool = False,
+        max_image_file_bytes: Optional[int] = None,
+        image_file_limit: str = "",
+    ) -> None:
+        self._inputs = tuple(inputs)
+        self._datasets = tuple(datasets)
+        self._load_images = load_images
+        self._lenient = lenient
+        self._max_image_file_bytes = max_image_file_bytes
+        self._image_file_limit = image_file_limit
+        self._rows = Metrics.counter(METRICS_NAMESPACE, "rows_extracted")
+
+    def setup(self) -> None:
+        import jmespath
+
+        self._compiled = [(i, jmespath.compile(i.key)) for i in self._inputs]
+
+    def start_bundle(self) -> None:
+        self._extracted = 0  # added to the metric once per bundle
+
+    def finish_bundle(self) -> None:
+        if self._extracted:
+            self._rows.inc(self._extracted)
+        self._extracted = 0
+
+    def process(self, element: SourceRow) -> Iterator[Any]:
+        ds = self._datasets[element.dataset_index]
+        values: dict[str, Any] = {}
+        images: list[dict[str, Any]] = []
+        for spec, expr in self._compiled:
+            value = expr.search(element.row)
+            if value is None and self._lenient and not spec.has_default:
+                values[spec.name] = None
+                continue
+            if value is None:
+                if not spec.has_default:
+                    yield pvalue.TaggedOutput(
+                        ERRORS_TAG,
+                        RowError(
+                            element.source_index,
+                            ds.path,
+                            spec.name,
+                            f"input {spec.name!r} (key {spec.key!r}) is missing or null",
+                        ),
+                    )
+                    return
+                value = spec.default
+            if not self._lenient:
+                where = lone_surrogate_at(value)
+                if where is not None:
+                    yield pvalue.TaggedOutput(
+                        ERRORS_TAG,
+                        RowError(
+                            element.source_index,
+                            ds.path,
+                            spec.name,
+                            f"input {spec.name!r} (key {spec.key!r}) holds a lone UTF-16 "
+                            f"surrogate ({where}), a character with no UTF-8 encoding: the "
+                            "provider would receive U+FFFD in its place. Fix the source "
+                            "row, or skip it with execution_params.skip_invalid_rows",
+                        ),
+                    )
+                    return
+            if spec.type == "image" and value is not None:
+                refs = value if isinstance(value, list) else [value]
+                if not self._load_images:
+                    images.extend({"source": v, "input": spec.name} for v in refs)
+                    values[spec.name] = value
+                    continue
+                try:
+                    images.extend(
+                        {
+                            **load_image(
+                                v,
+                                ds.image_base_path,
+                                ds.allow_images_outside_base,
+                                self._max_image_file_bytes,
+                                self._image_file_limit,
+                            ),
+                            "input": spec.name,
+                        }
+                        for v in refs
+                    )
+                except RequestBuildError as exc:
+                    if self._lenient:  # merge re-reads rows: a bad image is no reason to
+                        images.extend({"source": v, "input": spec.name} for v in refs)
+                        values[spec.name] = value
+                        continue
+                    yield pvalue.TaggedOutput(
+                        ERRORS_TAG, RowError(element.source_index, ds.path, spec.name, str(exc))
+                    )
+                    return
+            values[spec.name] = value
+        self._extracted += 1
+        yield ExtractedRow(
+            element.source_index, element.dataset_index, element.row, values, tuple(images)
+        )
+
+
+class ExtractInputs(beam.PTransform):
+    """PCollection[SourceRow] -> ``ExtractInputsResult(rows, errors)``.
+
+    ``rows`` is PCollection[ExtractedRow]: every ``processing_params.inputs`` JMESPath
+    (compiled once per worker) applied to the row; image inputs resolved against the
+    dataset's ``image_base_path`` and read (http(s) URLs are kept as URLs). ``errors`` is
+    PCollection[RowError]: a missing or null input without ``default``, an input holding
+    a lone UTF-16 surrogate (JSON ``"\\ud800"``: no UTF-8 encoding, a provider would get
+    U+FFFD), or an image that
+    may not or cannot be read (an absolute path, a path out of ``image_base_path``
+    through ``..`` or a symlink, unless the dataset's ``allow_images_outside_base``; a
+    URL of another scheme; a file over ``max_image_file_bytes``, refused before it is
+    read; an unreadable or unrecognisable file), naming the input, the path and the
+    source_index (:func:`mmirage_beam.images.load_image`).
+
+    With ``load_images=False`` image files are not read: each image is ``{"source": value}``
+    (enough for the modality and for rendering, as merge needs). With ``lenient=True`` a
+    missing or null input is ``None`` and a lone surrogate is kept, instead of an error
+    (merge re-reads rows that were skipped as invalid at submission, to write them marked,
+    as the source held them).
+
+    ``max_image_file_bytes`` (bytes) and ``image_file_limit`` (its wording in messages):
+    the provider's per-image limit (``BatchSubmissionAdapter.max_image_file_bytes`` and
+    ``image_file_limit``); None: :data:`mmirage_beam.images.DEFAULT_MAX_IMAGE_FILE_BYTES`.
+    """
+
+    def __init__(
+        self,
+        inputs: Sequence[InputConfig],
+        datasets: Sequence[DatasetConfig],
+        load_images: bool = True,
+        lenient: bool = False,
+        max_image_file_bytes: Optional[int] = None,
+        image_file_limit: str = "",
+    ) -> None:
+        super().__init__()
+        if not inputs:
+            raise ValueError("inputs must not be empty")
+        if max_image_file_bytes is not None and max_image_file_bytes < 1:
+            raise ValueError("max_image_file_bytes must be at least 1")
+        self._inputs = tuple(inputs)
+        self._datasets = tuple(datasets)
+        self._load_images = load_images
+        self._lenient = lenient
+        self._max_image_file_bytes = max_image_file_bytes
+        self._image_file_limit = image_file_limit
+
+    def expand(self, rows: beam.PCollection) -> ExtractInputsResult:
+        out = rows | "Extract" >> beam.ParDo(
+            _ExtractInputsFn(
+                self._inputs,
+                self._datasets,
+                self._load_images,
+                self._lenient,
+                self._max_image_file_bytes,
+                self._image_file_limit,
+            )
+        ).with_outputs(ERRORS_TAG, main="rows")
+        return ExtractInputsResult(out.rows, out[ERRORS_TAG])
+
+
+class ExtractInputsResult(NamedTuple):
+    rows: beam.PCollection
+    errors: beam.PCollection
