@@ -357,31 +357,40 @@ class _JoinPartitionFn(beam.DoFn):
         part, files = element
         grouped: dict[int, dict[str, list]] = {}
 
+        # A row's slot holds only the lists it has ("results" always): most rows have
+        # one result and one row, and no changed chunk or skip reason.
         def slot(idx: int) -> dict[str, list]:
             g = grouped.get(idx)
             if g is None:
-                g = grouped[idx] = {"results": [], "rows": [], "changed": [], "skipped": []}
+                g = grouped[idx] = {"results": []}
             return g
+
+        def put(g: dict[str, list], kind: str, value: Any) -> None:
+            values = g.get(kind)
+            if values is None:
+                g[kind] = [value]
+            else:
+                values.append(value)
 
         for kind, record in self._verify(files):
             if kind == RESULTS_KIND:
                 slot(record.source_index)["results"].append(record)
             else:
-                slot(record.source_index)["changed"].append(record.chunk_key)
+                put(slot(record.source_index), "changed", record.chunk_key)
         for path in files.get(RESULTS_KIND, ()):
             for r in read_spilled(path):
                 slot(r.source_index)["results"].append(r)
         for path in files.get(CHANGED_KIND, ()):
             for idx, key in read_spilled(path):
-                slot(idx)["changed"].append(key)
+                put(slot(idx), "changed", key)
         for path in files.get(SKIPPED_KIND, ()):
             for idx, reason in read_spilled(path):
-                slot(idx)["skipped"].append(reason)
+                put(slot(idx), "skipped", reason)
         for path in files.get(ROWS_KIND, ()):
             for row in read_spilled(path):
                 g = grouped.get(row.source_index)
                 if g is not None:  # rows without any result are not written
-                    g["rows"].append(row)
+                    put(g, "rows", row)
         for path in files.get(ANSWER_KEYS_KIND, ()):
             for cid, idx, key in read_spilled(path):
                 g = grouped.get(idx)
@@ -395,7 +404,8 @@ class _JoinPartitionFn(beam.DoFn):
             errors.extend(read_spilled(path))
         for idx in sorted(grouped):
             g = grouped.pop(idx)
-            g["changed"].sort()
+            if "changed" in g:
+                g["changed"].sort()
             for out in self._assemble.process((idx, g)):
                 if isinstance(out, pvalue.TaggedOutput) and out.tag == ANSWERS_TAG:
                     answers.append(json_line(out.value))
