@@ -17,6 +17,7 @@ source and joins the spilled ranges. Their public names are importable from here
 
 from __future__ import annotations
 
+import gc
 import json
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -354,7 +355,25 @@ class _JoinPartitionFn(beam.DoFn):
             yield CHANGED_KIND, ChangedRow(hashed[-1].source_index, hashed[-1].chunk_key)
 
     def process(self, element: tuple[int, dict[str, list[str]]]) -> Iterator[tuple]:
-        part, files = element
+        # The collector is paused while a partition is joined: its records (tuples,
+        # dicts and lists of decoded JSON) hold no reference cycles and all live until
+        # the partition is written, yet each would be traversed by the collections its
+        # own allocation triggers. Cyclic garbage of the call, if any, is collected
+        # once the collector runs again (peak RSS unchanged at 200,000 rows). The pause
+        # is process-wide (a worker's other threads go without it meanwhile); a call
+        # that found the collector on turns it back on, so it is never left off.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            written = self._join(*element)
+        finally:
+            if paused:
+                gc.enable()
+        crash_point("merge_joined")
+        yield written
+
+    def _join(self, part: int, files: dict[str, list[str]]) -> tuple[int, str, str, str]:
+        """One partition joined -> ``(part, merged path, errors path, answers path)``."""
         grouped: dict[int, dict[str, list]] = {}
 
         # A row's slot holds only the lists it has ("results" always): most rows have
@@ -434,8 +453,7 @@ class _JoinPartitionFn(beam.DoFn):
             written.append(path)
         del lines, errors, answers  # (grouped is empty: each row popped as it was joined)
         release_free_memory()  # the partition's rows, results and lines
-        crash_point("merge_joined")
-        yield part, written[0], written[1], written[2]
+        return part, written[0], written[1], written[2]
 
 
 class _ConcatenatePartsFn(beam.DoFn):
