@@ -45,19 +45,17 @@ from mmirage_beam.transforms.fetch import FetchResults
 from mmirage_beam.transforms.merge import (
     ExpectedRequest,
     JoinPartitions,
+    KeepRequests,
+    RebuiltChecks,
     _check_old_chunk,
     _expected_entries,
     _old_chunk_entries,
-    _RebuiltHashFn,
     _results_record,
     _rows_record,
 )
-from mmirage_beam.transforms.reuse import AnswerKeysOf
 from mmirage_beam.transforms.spill import (
-    ANSWER_KEYS_KIND,
     CHANGED_KIND,
     EXPECTED_KIND,
-    REBUILT_KIND,
     RESULTS_KIND,
     ROWS_KIND,
     SKIPPED_KIND,
@@ -204,7 +202,7 @@ class MergeRows(beam.PTransform):
             rebuilt = extracted.rows | "RebuildRequests" >> BuildRequests(
                 config.outputs,
                 config.datasets,
-                adapter_cls,
+                KeepRequests(adapter_cls),  # lines that keep their dict: no parse to check
                 config.processor,
                 count_tokens=False,  # only the bytes are compared
                 canonical=False,  # hashed from the line in RebuiltHashes
@@ -216,15 +214,17 @@ class MergeRows(beam.PTransform):
             for receipt in old:
                 for cid, entry in _expected_entries(receipt):
                     old_entries.setdefault(cid, []).append(entry)
-            hashed = rebuilt.requests | "RebuiltHashes" >> beam.ParDo(
-                _RebuiltHashFn(old_entries)
-            ).with_outputs("by_chunk", main="hashes")
-            spilled.append(spill(hashed.hashes, REBUILT_KIND, lambda h: (h.source_index, h)))
-            if settings.answers_path:  # the answers a later run may reuse (mmirage_beam.reuse)
-                keys = rebuilt.requests | "AnswerKeys" >> AnswerKeysOf(
-                    adapter_cls, config.processor
-                )
-                spilled.append(spill(keys, ANSWER_KEYS_KIND, lambda k: (k[1], k)))
+            # each request's hash and (with answers, for later runs to reuse, see
+            # mmirage_beam.reuse) its answer key, spilled from one DoFn
+            hashed = rebuilt.requests | "RebuiltChecks" >> RebuiltChecks(
+                old_entries,
+                temp_dir,
+                partitioner,
+                adapter_cls,
+                config.processor,
+                answer_keys=bool(settings.answers_path),
+            )
+            spilled.append(hashed.files)
             expected = (
                 p
                 # locations (or small test receipts): each worker reads its receipt

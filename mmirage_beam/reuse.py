@@ -37,9 +37,11 @@ import dataclasses
 import datetime as _dt
 import hashlib
 import json
+import re
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from mmirage_beam.jsonl import iter_jsonl_file
+from mmirage_beam.run.receipts import REQUEST_HASH_CHARS, parsed_request_hash
 
 #: provider config fields left out of the answer key: they change how requests are
 #: chunked, priced, counted or waited for, never an answer.
@@ -108,6 +110,102 @@ def request_answer_key(adapter: Any, request: Any, settings: Mapping[str, Any]) 
         shaped, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
     )
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+#: the canonical JSON of answer keys (sorted keys, compact, UTF-8 as is), as one encoder
+_CANONICAL_ENCODER = json.JSONEncoder(
+    sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
+)
+
+
+def _make_canonical() -> Any:
+    """``_CANONICAL_ENCODER.encode``, through one C encoder made once when there is one:
+    ``JSONEncoder.encode`` makes a new one per call (Python work per value). The same
+    text either way (``check_circular`` off: request values come from a JSON line)."""
+    from json.encoder import c_make_encoder, encode_basestring
+
+    if c_make_encoder is None:
+        return _CANONICAL_ENCODER.encode
+    enc = c_make_encoder(None, str, encode_basestring, None, ":", ",", True, False, True)
+    return lambda o: "".join(enc(o, 0))
+
+
+_CANONICAL = _make_canonical()
+
+
+_ABSENT = object()
+#: what ``json.dumps`` with ``ensure_ascii=True`` escapes that ``ensure_ascii=False``
+#: leaves as is (only ever inside strings): DEL and every non-ASCII character
+_NOT_ASCII = re.compile("[^\\x00-\\x7e]")
+
+
+def _ascii_escape(m: re.Match) -> str:
+    c = ord(m.group())
+    if c < 0x10000:
+        return f"\\u{c:04x}"
+    c -= 0x10000  # a UTF-16 surrogate pair, as json writes it
+    return f"\\u{0xD800 | (c >> 10):04x}\\u{0xDC00 | (c & 0x3FF):04x}"
+
+
+_KEY_TEXTS: dict[str, str] = {}
+
+
+def _key_text(key: str) -> str:
+    """The JSON text of a top-level request key (a handful per provider, kept)."""
+    text = _KEY_TEXTS.get(key)
+    if text is None:
+        text = _CANONICAL(key)
+        if len(_KEY_TEXTS) < 256:  # bounded, whatever the requests hold
+            _KEY_TEXTS[key] = text
+    return text
+
+
+def canonical_settings(settings: Mapping[str, Any]) -> str:
+    """The canonical JSON text of :func:`key_settings` for :func:`hash_and_answer_key`
+    (computed once per worker)."""
+    return _CANONICAL_ENCODER.encode(settings)
+
+
+def hash_and_answer_key(
+    adapter: Any, request: Any, settings_text: Optional[str]
+) -> tuple[str, Optional[str]]:
+    """``(request hash, answer key)`` of a built request dict, each the same as from its
+    serialised line (``run.receipts.request_line_hash`` and :func:`answer_key`), with
+    the request's canonical JSON made once for both: each top-level value is encoded
+    once and the two texts spliced from the parts (the answer key leaves the custom_id
+    out, the hash escapes non-ASCII characters as ``json.dumps`` does by default).
+
+    Args:
+        adapter: the provider's adapter (its ``request_without_id``).
+        request: the request as built (or ``json.loads`` of its line): JSON values only,
+            as its line was serialised from it; not modified.
+        settings_text: :func:`canonical_settings`; None: no answer key (None returned).
+
+    Raises:
+        ValueError: ``request`` is not a dict.
+    """
+    if not isinstance(request, dict):
+        raise ValueError("a request line must be a JSON object")
+    if not all(type(k) is str for k in request):  # json sorts other keys its own way:
+        request = json.loads(json.dumps(request))  # as from the line (its keys strings)
+        settings = None if settings_text is None else json.loads(settings_text)
+        key = None if settings is None else request_answer_key(adapter, request, settings)
+        return parsed_request_hash(request), key
+    dump = _CANONICAL
+    parts = {k: dump(v) for k, v in request.items()}
+    text = "{" + ",".join(f"{_key_text(k)}:{parts[k]}" for k in sorted(parts)) + "}"
+    if not text.isascii() or "\x7f" in text:
+        text = _NOT_ASCII.sub(_ascii_escape, text)
+    now = hashlib.sha256(text.encode("utf-8")).hexdigest()[:REQUEST_HASH_CHARS]
+    if settings_text is None:
+        return now, None
+    without = adapter.request_without_id(request)
+    body = ",".join(
+        f"{_key_text(k)}:{parts[k] if request.get(k, _ABSENT) is v else dump(v)}"
+        for k, v in sorted(without.items())
+    )
+    shaped = '{"request":{' + body + '},"settings":' + settings_text + "}"
+    return now, hashlib.sha256(shaped.encode("utf-8")).hexdigest()
 
 
 def answer_record(

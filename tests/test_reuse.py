@@ -228,3 +228,55 @@ def test_answer_key_holds_what_changes_the_answer():
     assert key("openai", "a-text-0", text, model="m1", temperature=0.5) != openai
     assert key("openai", "a-text-0", text, model="m1", base_url="http://x/v1") != openai
     assert key("anthropic", "a-text-0", text, model="m1") != openai  # the provider
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini", "mistral"])
+def test_merge_checks_from_the_request_dict_equal_the_lines(provider):
+    """What a merge computes from each rebuilt request's dict, without parsing its line
+    (hash_and_answer_key, on the lines KeepRequests makes), equals the request hash and
+    the answer key of the line itself: non-ASCII text (hashed escaped, keyed as is), DEL,
+    a character outside the BMP, images, a JSON schema, and another provider's id field."""
+    from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
+    from mmirage_beam.providers.base import BatchAdapterRegistry
+    from mmirage_beam.reuse import answer_key, canonical_settings, hash_and_answer_key, key_settings
+    from mmirage_beam.run.receipts import request_line_hash
+    from mmirage_beam.transforms.merge import KeepRequests
+
+    config = BatchProviderConfigRegistry.get(provider)(
+        provider=provider, model="m1", temperature=0.25
+    )
+    adapter_cls = BatchAdapterRegistry.get(provider)
+    plain, keeping = adapter_cls(), KeepRequests(adapter_cls)()
+    settings = key_settings(config)
+    schema = {"type": "object", "properties": {"é": {"type": "string"}}, "required": ["é"]}
+    for n, content in enumerate(["2+2?", 'Ça coûte 3 € \x7f 😀 \\ " \n\t', "x" * 5000]):
+        image = {
+            "source": "a.png",
+            "url": "data:image/png;base64,aGVsbG8=",
+            "data": "aGVsbG8=",
+            "media_type": "image/png",
+        }
+        payload = {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": (
+                        [{"type": "text", "text": content}]
+                        + [{"type": "image_url", "image_url": {"url": image["url"]}}]
+                        if n == 1
+                        else content
+                    ),
+                }
+            ],
+            "images": [image] if n == 1 else [],
+            "output_name": "a",
+            "output_type": "JSON" if n == 1 else "plain",
+            "json_schema": schema if n == 1 else None,
+        }
+        request = plain.build_request(f"a-text-{n}", payload, config)
+        line = plain.serialize_request(request)
+        kept = keeping.serialize_request(keeping.build_request(f"a-text-{n}", payload, config))
+        assert kept == line and kept.request == request  # the same bytes, and its dict
+        expected = (request_line_hash(line), answer_key(plain, line, settings))
+        assert hash_and_answer_key(plain, kept.request, canonical_settings(settings)) == expected
+        assert hash_and_answer_key(plain, json.loads(line), None) == (expected[0], None)

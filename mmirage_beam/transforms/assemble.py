@@ -37,6 +37,12 @@ class MergedRow(NamedTuple):
 
 
 class _AssembleFn(beam.DoFn):
+    """``(source_index, grouped)`` -> the row's :class:`MergedRow`, its error records
+    (``errors``) and answers (``answers``). ``grouped``: ``"results"`` (the row's
+    ``OutputResult``), and only when it has them ``"rows"`` (its ``ExtractedRow``),
+    ``"changed"`` (chunk keys, sorted), ``"skipped"`` (reasons), ``"keys"`` (custom_id
+    -> answer key)."""
+
     def __init__(self, outputs: Sequence[OutputConfig], schema: Any, remove_columns: bool):
         self._outputs = tuple(outputs)
         self._schema = schema
@@ -103,7 +109,7 @@ class _AssembleFn(beam.DoFn):
         """
         values = {o.name: MISSING for o in self._outputs}
         out = None
-        if grouped["rows"]:
+        if grouped.get("rows"):
             extracted = grouped["rows"][0]
             try:
                 out = assemble_output_row(
@@ -130,8 +136,8 @@ class _AssembleFn(beam.DoFn):
         tokens_in = tokens_out = 0
         cached: dict[str, int] = {}
         reported = False
-        rows = grouped["rows"]
-        changed = grouped["changed"]
+        rows = grouped.get("rows") or ()
+        changed = grouped.get("changed") or ()
         # Per output, across linked runs: the newest success, else the newest failure.
         by_output: dict[str, OutputResult] = {}
         for r in results:

@@ -29,7 +29,6 @@ from mmirage_beam.reuse import (
     STALE_REQUESTS,
     answer_key,
     key_settings,
-    request_answer_key,
     reused_receipt,
 )
 from mmirage_beam.run.layout import part_path
@@ -284,50 +283,3 @@ class WriteReusedReceipts(beam.PTransform):
         if self._gate is None:
             return grouped | "WriteReused" >> beam.ParDo(self._fn)
         return grouped | "WriteReused" >> beam.ParDo(self._fn, self._gate)
-
-
-#: ``(line, json.loads(line))`` of the last line :func:`parsed_rebuilt_line` parsed,
-#: replaced whole (one assignment: bundles on other threads never see half of it)
-_LAST_PARSED: list[tuple[Any, Any]] = [(None, None)]
-
-
-def parsed_rebuilt_line(line: bytes) -> Any:
-    """``json.loads(line)`` of a merge's rebuilt request line, parsed once for both its
-    checks: its hash (``merge._RebuiltHashFn``) and its answer key (``_KeysOfFn``) read
-    the same :class:`~mmirage_beam.records.BatchRequest` one after the other in one
-    fused stage, so the line last parsed is kept (matched by identity: a bytes object
-    held here is never another line; elsewhere it is parsed again). The result is
-    shared: callers must not modify it.
-
-    Raises:
-        ValueError: ``line`` is not JSON.
-    """
-    last_line, last_parsed = _LAST_PARSED[0]
-    if last_line is line:
-        return last_parsed
-    parsed = json.loads(line)
-    _LAST_PARSED[0] = (line, parsed)
-    return parsed
-
-
-class _KeysOfFn(_AnswerKeyFn):
-    def process(self, r: Any) -> Iterator[tuple[str, int, str]]:
-        request = parsed_rebuilt_line(r.line)
-        yield (
-            r.custom_id,
-            r.source_index,
-            request_answer_key(self._adapter, request, self._settings),
-        )
-
-
-class AnswerKeysOf(beam.PTransform):
-    """``PCollection[BatchRequest]`` (a merge's rebuilt requests) ->
-    ``PCollection[(custom_id, source_index, answer key)]``: what the merge writes into
-    its answers file for every output it merged without error."""
-
-    def __init__(self, adapter_cls: type, provider_config: Any) -> None:
-        super().__init__()
-        self._fn = _KeysOfFn(adapter_cls, provider_config)
-
-    def expand(self, requests: beam.PCollection) -> beam.PCollection:
-        return requests | "Keys" >> beam.ParDo(self._fn)

@@ -13,7 +13,7 @@ import bisect
 import io
 import pickle
 import uuid
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -39,6 +39,7 @@ __all__ = [
     "read_spilled",
     "read_spilled_groups",
     "SPILL_GROUP_RECORDS",
+    "SpillWriter",
     "SpillByRange",
 ]
 
@@ -151,24 +152,25 @@ def read_spilled(path: str) -> Iterator[Any]:
         yield from group
 
 
-class _SpillFn(beam.DoFn):
-    """Records -> per-partition temporary files; emits a :class:`SpillFile` per file.
+class SpillWriter:
+    """Records of one kind -> per-partition temporary files, for a DoFn that spills.
 
     Records are pickled by groups of :data:`SPILL_GROUP_RECORDS` per partition; at most
-    :data:`SPILL_BUFFER_BYTES` of pickled groups are buffered per DoFn instance: past
-    it, the biggest partition's buffer is written out; the rest at the end of each
-    bundle.
+    :data:`SPILL_BUFFER_BYTES` of pickled groups are buffered: past it, :meth:`add`
+    writes the biggest partition's buffer out and returns its :class:`SpillFile`;
+    :meth:`close` writes the rest (call it at the end of each bundle). Made in a DoFn's
+    ``start_bundle`` (it holds buffers, it is never pickled).
+
+    Args:
+        kind: the kind of record (part of the file names, read back by kind).
+        temp_dir: the merge's temporary folder (absolute path or URI).
+        partitioner: the ranges.
     """
 
-    def __init__(
-        self, kind: str, temp_dir: str, partitioner: RangePartitioner, key: Any = None
-    ) -> None:
+    def __init__(self, kind: str, temp_dir: str, partitioner: RangePartitioner) -> None:
         self._kind = kind
         self._dir = temp_dir
         self._part = partitioner
-        self._key = key
-
-    def start_bundle(self) -> None:
         self._pending: dict[int, list[Any]] = {}
         self._buffers: dict[int, list[bytes]] = {}
         self._sizes: dict[int, int] = {}
@@ -189,9 +191,11 @@ class _SpillFn(beam.DoFn):
         release_free_memory()  # the buffer's records, scattered between live rows
         return SpillFile(part, self._kind, path)
 
-    def process(self, element: Any) -> Iterator[SpillFile]:
-        index, record = self._key(element) if self._key else (element[0], element)
-        part = self._part(int(index))
+    def add(self, source_index: int, record: Any) -> Optional[SpillFile]:
+        """Buffer ``record`` for the partition of ``source_index``; the
+        :class:`SpillFile` of a buffer written out to stay within
+        :data:`SPILL_BUFFER_BYTES`, else None."""
+        part = self._part(source_index)
         pending = self._pending.get(part)
         if pending is None:
             pending = self._pending[part] = []
@@ -199,11 +203,39 @@ class _SpillFn(beam.DoFn):
         if len(pending) >= SPILL_GROUP_RECORDS:
             self._pack_pending(part)
             if self._total > SPILL_BUFFER_BYTES:
-                yield self._flush(max(self._sizes, key=self._sizes.__getitem__))
+                return self._flush(max(self._sizes, key=self._sizes.__getitem__))
+        return None
+
+    def close(self) -> list[SpillFile]:
+        """Write every buffered record out: one :class:`SpillFile` per partition, in
+        partition order."""
+        return [self._flush(part) for part in sorted(set(self._buffers) | set(self._pending))]
+
+
+class _SpillFn(beam.DoFn):
+    """Records -> per-partition temporary files (:class:`SpillWriter`); emits a
+    :class:`SpillFile` per file."""
+
+    def __init__(
+        self, kind: str, temp_dir: str, partitioner: RangePartitioner, key: Any = None
+    ) -> None:
+        self._kind = kind
+        self._dir = temp_dir
+        self._part = partitioner
+        self._key = key
+
+    def start_bundle(self) -> None:
+        self._writer = SpillWriter(self._kind, self._dir, self._part)
+
+    def process(self, element: Any) -> Iterator[SpillFile]:
+        index, record = self._key(element) if self._key else (element[0], element)
+        written = self._writer.add(int(index), record)
+        if written is not None:
+            yield written
 
     def finish_bundle(self) -> Iterator[Any]:
-        for part in sorted(set(self._buffers) | set(self._pending)):
-            yield WindowedValue(self._flush(part), 0, [GlobalWindow()])
+        for written in self._writer.close():
+            yield WindowedValue(written, 0, [GlobalWindow()])
 
 
 class SpillByRange(beam.PTransform):
