@@ -36,7 +36,7 @@ _HOMES = {
     "SubmitChunks": "mmirage_beam.transforms.submit",
     "RenderPlaceholderRows": "mmirage_beam.transforms.rows",
     "SubmitRows": "mmirage_beam.transforms.submit_rows",
-    "MergeRows": "mmirage_beam.pipeline",
+    "MergeRows": "mmirage_beam.transforms.merge_rows",
     "build_submit_pipeline": "mmirage_beam.transforms.submit_rows",
     "SubmitSettings": "mmirage_beam.settings",
     "MergeSettings": "mmirage_beam.settings",
