@@ -41,7 +41,7 @@ import re
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from mmirage_beam.jsonl import iter_jsonl_file
-from mmirage_beam.run.receipts import REQUEST_HASH_CHARS, parsed_request_hash
+from mmirage_beam.request_hashes import REQUEST_HASH_CHARS, parsed_request_hash
 
 #: provider config fields left out of the answer key: they change how requests are
 #: chunked, priced, counted or waited for, never an answer.

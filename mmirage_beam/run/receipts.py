@@ -18,7 +18,6 @@ accept either form, so a run that died midway still has every receipt.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import uuid
 from typing import Any, Iterable, Iterator, NamedTuple, Optional
@@ -26,45 +25,18 @@ from typing import Any, Iterable, Iterator, NamedTuple, Optional
 from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.io.fs import delete_folder, list_files, replace_file, write_durably
 from mmirage_beam.jsonl import iter_jsonl_file
+from mmirage_beam.request_hashes import (  # noqa: F401 (public here too)
+    REQUEST_HASH_CHARS,
+    parsed_request_hash,
+    request_hash,
+    request_line_hash,
+)
 from mmirage_beam.run.layout import RunLayout, parts_dir
 
 
 def receipt_path(base: str, modality: str, run_id: str, dry_run: bool = False) -> str:
     """``<base>.<modality>.<run_id>.jsonl`` (``<base>.dry-run.<modality>...`` for dry runs)."""
     return RunLayout(base, run_id).receipt(modality, dry_run)
-
-
-def request_hash(lines: Iterable[bytes]) -> str:
-    """SHA-256 (hex) of a chunk's requests, computed as MMIRAGE does.
-
-    MMIRAGE hashes ``json.dumps(requests, sort_keys=True, separators=(",", ":"))`` (ASCII
-    escapes on), so receipts of either tool can be checked against re-built requests.
-    Verified against the first receipt of the original tool in
-    ``tests/data/mmirage_original`` (its later chunks do not reproduce from the exported
-    requests, so only receipts with a ``run_id``, i.e. ours, are verified this way).
-    """
-    requests = [json.loads(line) for line in lines]
-    text = json.dumps(requests, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-#: hex digits kept of each request's SHA-256 in ``request_hashes`` (64 bits: enough to
-#: tell a changed request from an unchanged one, and 16 bytes per request in a receipt).
-REQUEST_HASH_CHARS = 16
-
-
-def request_line_hash(line: bytes) -> str:
-    """The hash of one request line, as stored per custom_id in a receipt's
-    ``request_hashes``: the first :data:`REQUEST_HASH_CHARS` hex digits of the SHA-256 of
-    its canonical JSON (sorted keys, compact), so it does not depend on key order."""
-    return parsed_request_hash(json.loads(line))
-
-
-def parsed_request_hash(request: Any) -> str:
-    """:func:`request_line_hash` of a request line already parsed (``json.loads`` of
-    it, any JSON value)."""
-    text = json.dumps(request, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:REQUEST_HASH_CHARS]
 
 
 def make_receipt(
