@@ -11,7 +11,13 @@ import hashlib
 import json
 from typing import Any, Iterable
 
-__all__ = ["REQUEST_HASH_CHARS", "parsed_request_hash", "request_hash", "request_line_hash"]
+__all__ = [
+    "REQUEST_HASH_CHARS",
+    "parsed_request_hash",
+    "request_hash",
+    "request_line_hash",
+    "str_keys_only",
+]
 
 
 def request_hash(lines: Iterable[bytes]) -> str:
@@ -45,3 +51,29 @@ def parsed_request_hash(request: Any) -> str:
     it, any JSON value)."""
     text = json.dumps(request, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:REQUEST_HASH_CHARS]
+
+
+_JSON_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def str_keys_only(value: Any) -> bool:
+    """Whether ``value`` is plain JSON (dicts, lists, str, int, float, bool, None, no
+    subclasses) whose every dict key is a ``str``.
+
+    Only then is the dict's sorted encoding the line's canonical form: a line's keys are
+    strings once parsed back, sorted as strings, while ``{10: x, 9: y}`` sorts as ints;
+    anything else (a tuple, a subclass) is canonicalised from the line instead."""
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or (
+                type(item) not in _JSON_SCALARS and not str_keys_only(item)
+            ):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            if type(item) not in _JSON_SCALARS and not str_keys_only(item):
+                return False
+        return True
+    return kind in _JSON_SCALARS

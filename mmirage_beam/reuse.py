@@ -41,7 +41,7 @@ import re
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from mmirage_beam.jsonl import iter_jsonl_file
-from mmirage_beam.request_hashes import REQUEST_HASH_CHARS, parsed_request_hash
+from mmirage_beam.request_hashes import REQUEST_HASH_CHARS, parsed_request_hash, str_keys_only
 
 #: provider config fields left out of the answer key: they change how requests are
 #: chunked, priced, counted or waited for, never an answer.
@@ -186,7 +186,7 @@ def hash_and_answer_key(
     """
     if not isinstance(request, dict):
         raise ValueError("a request line must be a JSON object")
-    if not all(type(k) is str for k in request):  # json sorts other keys its own way:
+    if not str_keys_only(request):  # json sorts non-str keys (at any depth) its own way:
         request = json.loads(json.dumps(request))  # as from the line (its keys strings)
         settings = None if settings_text is None else json.loads(settings_text)
         key = None if settings is None else request_answer_key(adapter, request, settings)

@@ -280,3 +280,10 @@ def test_merge_checks_from_the_request_dict_equal_the_lines(provider):
         expected = (request_line_hash(line), answer_key(plain, line, settings))
         assert hash_and_answer_key(plain, kept.request, canonical_settings(settings)) == expected
         assert hash_and_answer_key(plain, json.loads(line), None) == (expected[0], None)
+    # A key that is not a str, at any depth (``logit_bias: {10: 1, 9: 2}`` from YAML):
+    # the line's keys are strings, sorted as strings, so the dict is read as the line is.
+    request = plain.build_request("a-text-9", payload, config)
+    request["extra"] = {"nested": {10: 1, 9: 2}}
+    line = plain.serialize_request(request)
+    expected = (request_line_hash(line), answer_key(plain, line, settings))
+    assert hash_and_answer_key(plain, request, canonical_settings(settings)) == expected

@@ -147,8 +147,8 @@ def test_a_real_run_logs_its_token_estimate_before_its_first_batch(tmp_path, pro
 def test_the_canonical_form_encoded_from_the_dict_is_the_lines(tmp_path):
     """Issue 19: BuildRequests encodes the canonical JSON from the request dict; it must
     be what parsing the line gives, or the line is parsed (int keys sort otherwise)."""
+    from mmirage_beam.request_hashes import str_keys_only as _str_keys_only
     from mmirage_beam.run.staging import StagedChunkWriter, canonical, read_meta
-    from mmirage_beam.transforms.build import _str_keys_only
 
     req = {"b": [1, 2.5, {"é": "ü’\n"}], "a": None, "c": True, "d": 1e16, "e": -0.0}
     line = (json.dumps(req, ensure_ascii=False, separators=(",", ":")) + "\n").encode()

@@ -31,6 +31,7 @@ from mmirage_beam.progress import INPUT_TOKENS, add
 from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import BatchRequest, RowError
+from mmirage_beam.request_hashes import str_keys_only
 from mmirage_beam.transforms.extract import (
     ERRORS_TAG,
     ExtractedRow,
@@ -233,7 +234,7 @@ class _BuildRequestsFn(beam.DoFn):
                 request = self._adapter.build_request(cid, payload, self._config)
                 line = self._adapter.serialize_request(request)
                 canon = None
-                if self._encode_canonical is not None and _str_keys_only(request):
+                if self._encode_canonical is not None and str_keys_only(request):
                     canon = self._encode_canonical(request).encode("ascii")
                 # Never below the real size, so a chunk's upload stays within its cap
                 # even for an adapter whose estimate is low.
@@ -392,29 +393,3 @@ class BuildRequestsResult(NamedTuple):
     #: ``PCollection[dict[str, int]]``: token counts per bundle, keyed like the Beam
     #: counters of :mod:`mmirage_beam.costs.tokens` (``"input_tokens:<output>"``...).
     tokens: Any = None
-
-
-_JSON_SCALARS = frozenset((str, int, float, bool, type(None)))
-
-
-def _str_keys_only(value: Any) -> bool:
-    """Whether ``value`` is plain JSON (dicts, lists, str, int, float, bool, None, no
-    subclasses) whose every dict key is a ``str``.
-
-    Only then is the dict's sorted encoding the line's canonical form: a line's keys are
-    strings once parsed back, sorted as strings, while ``{10: x, 9: y}`` sorts as ints;
-    anything else (a tuple, a subclass) is canonicalised from the line instead."""
-    kind = type(value)
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str or (
-                type(item) not in _JSON_SCALARS and not _str_keys_only(item)
-            ):
-                return False
-        return True
-    if kind is list:
-        for item in value:
-            if type(item) not in _JSON_SCALARS and not _str_keys_only(item):
-                return False
-        return True
-    return kind in _JSON_SCALARS
