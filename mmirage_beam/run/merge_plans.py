@@ -19,12 +19,12 @@ from typing import Any, Mapping, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from mmirage_beam.check.discovery import NoReceiptsError
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.io.fs import delete_folder
 from mmirage_beam.jsonl import read_jsonl
 from mmirage_beam.reuse import answers_path
 from mmirage_beam.run.cancel import cancelled_note
+from mmirage_beam.run.discovery import NoReceiptsError
 from mmirage_beam.run.fingerprint import read_run_record, read_run_state
 from mmirage_beam.run.layout import RunLayout, receipts_base
 from mmirage_beam.run.ledger import merge_record_path, write_merge_record
