@@ -32,8 +32,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from mmirage_beam.check import lookup, watch
-from mmirage_beam.check.discovery import NoReceiptsError, collect_receipts
+from mmirage_beam.check import watch
 from mmirage_beam.config.loader import PipelineConfig, load_config
 from mmirage_beam.costs.prices import batch_price
 from mmirage_beam.costs.report import usage_lines
@@ -54,6 +53,8 @@ from mmirage_beam.errors import ConfigError
 from mmirage_beam.ids import check_run_id, new_run_id
 from mmirage_beam.paths import resolve_path
 from mmirage_beam.progress_text import waiting_tokens_text
+from mmirage_beam.run import lookup
+from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
 from mmirage_beam.run.fingerprint import read_run_record
 from mmirage_beam.run.layout import parts_dir, receipts_base
 from mmirage_beam.run.lease import acquire

@@ -1,8 +1,8 @@
 """Provider status of submitted batches: the public names of :mod:`mmirage_beam.check`,
 importable from here as before (``from mmirage_beam import status``).
 
-The logic lives in one module per role: :mod:`mmirage_beam.check.discovery` (receipts),
-:mod:`~mmirage_beam.check.lookup` (lookups), :mod:`~mmirage_beam.check.report`,
+The logic lives in one module per role: :mod:`mmirage_beam.run.discovery` (receipts),
+:mod:`~mmirage_beam.run.lookup` (lookups), :mod:`~mmirage_beam.check.report`,
 :mod:`~mmirage_beam.check.advice` and :mod:`~mmirage_beam.check.watch`.
 """
 

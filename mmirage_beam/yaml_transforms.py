@@ -40,20 +40,19 @@ from mmirage_beam.jsonl import iter_jsonl_file
 from mmirage_beam.paths import resolve_path
 from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
 from mmirage_beam.records import RowError
+from mmirage_beam.run import merge_plans
 from mmirage_beam.run.fingerprint import write_run_record
 from mmirage_beam.run.layout import receipts_base
-from mmirage_beam.run.plans import prepare_merge, prepare_submit
+from mmirage_beam.run.plans import prepare_submit
 from mmirage_beam.run.receipts import consolidate_run, submitted_marker_path
 from mmirage_beam.run.resume import ResumeState
-from mmirage_beam.run.selection import select_run
 from mmirage_beam.run.staging import staging_dir
 from mmirage_beam.run.storage import (
     check_locations,
-    check_output_file,
     config_locations,
     probe_location,
 )
-from mmirage_beam.settings import MergeSettings, SubmitSettings
+from mmirage_beam.settings import SubmitSettings
 from mmirage_beam.yaml_config import build_config, config_or_raise, yaml_key
 from mmirage_beam.yaml_rows import YAML_ROWS_LABEL, AssignSourceIndex, plain_value, row_to_dict
 
@@ -413,24 +412,46 @@ class MergedJsonRow(NamedTuple):
     json: str
 
 
-def _merged_rows(path: str) -> Iterator[MergedJsonRow]:
-    """The merged file ``path`` (what :class:`~mmirage_beam.pipeline.MergeRows` wrote,
-    in source_index order) read back line by line as rows."""
-    for line, value in iter_jsonl_file(path):
-        yield MergedJsonRow(int(value["source_index"]), line.data.decode("utf-8"))
+class _FinishMergeFn(beam.DoFn):
+    """The merged file's path (once :class:`~mmirage_beam.pipeline.MergeRows` wrote it,
+    in source_index order) -> its rows read back line by line, then the merge recorded
+    as ``mmirage merge`` records it after its job (``run.merge_plans.record_written_merge``:
+    the merge record beside the receipts, which ``mmirage runs`` and ``mmirage run
+    --wait`` read)."""
+
+    def __init__(self, base: str, runs: Sequence[str], outputs: Any) -> None:
+        self._base, self._runs = base, list(runs)
+        self._out, self._errors_path = outputs.final, outputs.errors_path
+
+    def process(self, path: str) -> Iterator[MergedJsonRow]:
+        for line, value in iter_jsonl_file(path):
+            yield MergedJsonRow(int(value["source_index"]), line.data.decode("utf-8"))
+        for message in merge_plans.record_written_merge(
+            self._base, self._runs, self._out, self._errors_path
+        ):
+            _LOG.warning("%s", message.text)
 
 
 class MergeBatches(beam.PTransform):
     """Beam YAML: ``PCollection[beam.Row]`` (every row the run was submitted from, read
     the same way) -> ``PCollection[MergedJsonRow]``: ``mmirage merge`` on the rows of
-    the pipeline, writing ``output_path`` and ``OUT.errors.jsonl``.
+    the pipeline, writing the files ``mmirage merge`` writes: ``output_path``,
+    ``OUT.errors.jsonl``, the answers file later runs reuse and the merge record.
 
-    When the pipeline is built, the run's receipts are found (the newest run, or
-    ``run_id``; resubmissions linked to it are included) and every batch is looked up at
-    its provider, as ``mmirage merge`` does; then
-    :class:`~mmirage_beam.pipeline.MergeRows` fetches the results, verifies the rows
-    against the receipts and joins them by source_index (:class:`AssignSourceIndex`
-    with the same ``index_field`` as the submit).
+    When the pipeline is built, the merge is planned by ``mmirage merge``'s own step,
+    ``run.merge_plans.start_merge``: the run's receipts are found (the newest run, or
+    ``run_id``; resubmissions linked to it are included; a run that sent nothing is
+    merged with every row marked skipped), every batch is looked up at its provider, and
+    what is cancelled or unfinished is said on stderr (``merge_notes``); the job's
+    settings are ``merge_settings``'. Then :class:`~mmirage_beam.pipeline.MergeRows`
+    fetches the results, verifies the rows against the receipts and joins them by
+    source_index (:class:`AssignSourceIndex` with the same ``index_field`` as the
+    submit); its last step reads the merged file back as rows and writes the merge
+    record (``record_written_merge``). What ``mmirage merge`` does after its job and a
+    step inside the job cannot: the record's ``stats`` are the counts the written files
+    show (rows written, rows with failures, unknown custom_ids), not the job's Beam
+    counters, which no step of a job can read; the totals and usage lines are not
+    printed (they are those counters: Beam metrics of the job, namespace ``mmirage``).
 
     Args:
         config, processor, inputs, outputs, output_schema, remove_columns, state_dir,
@@ -448,10 +469,11 @@ class MergeBatches(beam.PTransform):
         ConfigError: a bad argument, naming it.
         NoReceiptsError, CredentialsError: (when applied: the constructor only stores
             and validates its arguments; ``expand`` selects the run and looks its
-            batches up, ``run.plans.prepare_merge``) no receipts found; a provider key
-            is missing.
+            batches up, ``run.merge_plans.start_merge``) no receipts found; a provider
+            key is missing.
         MmirageError: (when applied) batches are still running (without
-            ``allow_partial``) or cannot be looked up; nothing is merged.
+            ``allow_partial``) or cannot be looked up; nothing is merged (where
+            ``mmirage merge`` exits 1; the message is its lines).
     """
 
     def __init__(
@@ -507,54 +529,42 @@ class MergeBatches(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
         # pipeline.py loads Jinja2 and every transform: only when a YAML graph uses this
-        from mmirage_beam.pipeline import MergeRows, errors_path_for
+        from mmirage_beam.pipeline import MergeRows
 
         name, config = type(self).__name__, self.config
-        check_output_file(
-            f"{name}.config.output_path",
-            self.output_path,
+        outputs = merge_plans.merge_outputs(
+            self.output_path, "jsonl", config, flag=f"{name}.config.output_path"
+        )
+        check_locations(_locations(config, output_path=outputs.out), pcoll.pipeline.options)
+        # the run selected, its batches looked up, the merge planned: as `mmirage merge`
+        start = merge_plans.start_merge(
             config,
-            [errors_path_for(self.output_path)],
-        )
-        check_locations(_locations(config, output_path=self.output_path), pcoll.pipeline.options)
-        sel = select_run(config, [], self.runs, "merge")
-        merge_plan = prepare_merge(
-            config, sel, allow_partial=self.allow_partial, verify_source=self.verify_source
-        )
-        if merge_plan.blocked == "lookup_failed":
-            raise MmirageError(
-                "some batches cannot be looked up; nothing merged: "
-                + ", ".join(f"{s.receipt.provider_batch_id} ({s.error})" for s in sel.lookup_failed)
-            )
-        if merge_plan.blocked == "pending":
-            raise MmirageError(
-                f"{len(sel.pending)} batch(es) have not ended yet; nothing merged (set "
-                "allow_partial: true to merge what is available): "
-                + ", ".join(f"{b.provider_batch_id} ({b.provider_status})" for b in sel.pending)
-            )
-        self.selection = sel
-        resume_text = f"run the SubmitBatches step again with run_id: {merge_plan.resume_run}"
-        if merge_plan.unfinished:
-            print(
-                f"mmirage merge: UNFINISHED: run(s) {', '.join(merge_plan.unfinished.runs)} "
-                f"stopped before all their chunks were submitted; {resume_text}, then merge "
-                "again",
-                file=sys.stderr,
-            )
-        settings = MergeSettings(
-            self.output_path,
-            num_partitions=self.partitions,
+            "",
+            metadata_paths=[],
+            run_ids=self.runs or [],
+            allow_partial=self.allow_partial,
             verify_source=self.verify_source,
-            invalid_rows_files=merge_plan.invalid_rows_files,
-            unsubmitted_run=(
-                (merge_plan.resume_run, resume_text) if merge_plan.count_unsubmitted else None
-            ),
+            resume=lambda run: f"run the SubmitBatches step again with run_id: {run}",
         )
-        merge = MergeRows(config, sel.batches, list(merge_plan.receipts), sel.providers, settings)
+        if start.blocked:  # `mmirage merge` exits 1; a transform cannot exit
+            hint = "MergeBatches: allow_partial: true merges what is available"
+            texts = [m.text for m in start.messages]
+            raise MmirageError("\n".join(texts + [hint] if start.blocked == "pending" else texts))
+        for message in start.messages:
+            print(message.text, file=sys.stderr)
+        for line in (*start.lines, *merge_plans.merge_notes(start)):
+            print(line, file=sys.stderr)
+        self.selection, config = start.selection, start.config
+        settings = merge_plans.merge_settings(start, outputs, self.partitions)
+        receipts = list(start.plan.receipts)
+        merge = MergeRows(
+            config, start.selection.batches, receipts, start.selection.providers, settings
+        )
         indexed = pcoll | "AssignSourceIndex" >> self.index
         # Rows that are not valid (no index) were never submitted: nothing to join them to.
         merged = indexed["rows"] | "MergeRows" >> merge
         self.plan = merge.plan
         # MergeRows emits the merged file's path once it is written; its rows are read
-        # back from it, streamed, in source_index order.
-        return merged | "MergedRows" >> beam.FlatMap(_merged_rows).with_output_types(MergedJsonRow)
+        # back from it, streamed, in source_index order, then the merge is recorded.
+        finish = _FinishMergeFn(start.plan.base, start.selection.linked, outputs)
+        return merged | "MergedRows" >> beam.ParDo(finish).with_output_types(MergedJsonRow)

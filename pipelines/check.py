@@ -79,10 +79,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     configure_logging(args.verbose)
 
-    from mmirage_beam.check import advice, discovery, lookup, report, watch
+    from mmirage_beam.check import advice, report, watch
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.ids import check_run_id
+    from mmirage_beam.run import discovery, lookup
 
     if args.run_id is not None:
         try:

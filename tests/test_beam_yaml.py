@@ -317,6 +317,46 @@ def test_yaml_submit_then_check_and_merge_by_yaml_and_cli(tmp_path, provider_env
     assert cli_out.read_bytes() == (out / "yaml_merged.jsonl").read_bytes()
 
 
+def test_yaml_merge_leaves_the_answers_file_and_merge_record_of_mmirage_merge(
+    tmp_path, provider_env, monkeypatch
+):
+    """MergeBatches plans and finishes its merge with `mmirage merge`'s own steps
+    (run.merge_plans): beside the merged and errors files it leaves the answers file
+    later runs reuse and the merge record `mmirage runs` and `run --wait` read, as
+    `mmirage merge` does; its record holds the counts its files show (a step of a job
+    cannot read the job's counters). A YAML merge used to leave neither file."""
+    fake = provider_env
+    rows = [{"idx": i, **r} for i, r in enumerate(_gsm8k(20))]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out, meta = tmp_path / "out", tmp_path / "out" / "meta"
+    env = _keys(fake, "openai")
+    _run_yaml(_pipeline_file(tmp_path, "submit.yaml", SUBMIT_INLINE, DATA=data, OUT=out), env=env)
+    _run_yaml(_pipeline_file(tmp_path, "merge.yaml", MERGE_INLINE, DATA=data, OUT=out), env=env)
+    record = json.loads((meta / "batch_metadata.merge.r1.json").read_text(encoding="utf-8"))
+    answers = (meta / "batch_metadata.answers.r1.jsonl").read_bytes()
+    assert len(_read_jsonl(meta / "batch_metadata.answers.r1.jsonl")) == 20
+    assert record["runs"] == ["r1"] and record["output_path"] == str(out / "yaml_merged.jsonl")
+    assert record["stats"] == {"rows_written": 20, "rows_with_failures": 0, "unknown_custom_ids": 0}
+
+    # `mmirage merge` of the same run: the same answers, a record that says the same
+    cfg = base_config(tmp_path, "openai", base_url=fake.openai_base_url, max_requests_per_chunk=15)
+    cfg["processors"][0]["metadata_output_path"] = str(meta / "batch_metadata.jsonl")
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    cli_out = tmp_path / "cli_merged.jsonl"
+    args = ["--config", write_config(tmp_path, cfg), "--output-path", str(cli_out)]
+    assert merge_main([*args, "--run-id", "r1"]) == 0
+    cli = json.loads((meta / "batch_metadata.merge.r1.json").read_text(encoding="utf-8"))
+    assert (meta / "batch_metadata.answers.r1.jsonl").read_bytes() == answers
+    assert cli["output_path"] == str(cli_out)
+    for key in ("run_id", "runs", "failed_by_type", "retryable"):
+        assert record[key] == cli[key], key
+    for key, count in record["stats"].items():
+        assert cli["stats"].get(key, 0) == count, key
+
+
 def test_two_yaml_submit_jobs_on_one_run_id_the_second_is_refused(tmp_path, provider_env):
     """SubmitBatches takes the run's lease as `mmirage run` does (run.plans.prepare_submit):
     while a first YAML job on run r1 is held inside a batch create, a second one is

@@ -565,11 +565,11 @@ def test_token_budget_waits_for_unfinished_batches_and_stops_on_request(tmp_path
     """Against the fake through the real adapter: a batch still running holds its tokens;
     the wait calls the stop check (which raises) instead of sleeping forever; a chunk
     above the limit alone goes once nothing is enqueued."""
-    from mmirage_beam.costs.budget import TokenBudget
     from mmirage_beam.errors import RunStopped
     from mmirage_beam.io.fs import write_durably
     from mmirage_beam.providers.openai import OpenAIBatchConfig
     from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
+    from mmirage_beam.run.budget import TokenBudget
     from mmirage_beam.run.layout import part_path
     from mmirage_beam.run.receipts import receipt_path
 

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from mmirage_beam.check.discovery import NoReceiptsError
 from mmirage_beam.config import load_config
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.run import merge_plans, reports
+from mmirage_beam.run.discovery import NoReceiptsError
 from mmirage_beam.run.fingerprint import write_run_record
 from mmirage_beam.run.layout import RunLayout, receipts_base
 from mmirage_beam.run.plans import Message

@@ -87,7 +87,7 @@ def test_check_and_merge_skip_a_withdrawn_adoption(tmp_path):
     (its requests were sent again under a later chunk)."""
     import json
 
-    from mmirage_beam.check.discovery import collect_receipts
+    from mmirage_beam.run.discovery import collect_receipts
 
     ok = {
         "provider": "anthropic",

@@ -9,8 +9,8 @@ from typing import (
     Optional,
 )
 
-from mmirage_beam.check.lookup import LOOKUP_FAILED
 from mmirage_beam.check.report import StatusReport
+from mmirage_beam.run.lookup import LOOKUP_FAILED
 
 __all__ = [
     "advice_lines",

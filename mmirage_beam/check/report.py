@@ -15,8 +15,8 @@ from typing import (
     Tuple,
 )
 
-from mmirage_beam.check.discovery import ReceiptSet
-from mmirage_beam.check.lookup import LOOKUP_FAILED, STATUS_ORDER, BatchStatus, exit_code
+from mmirage_beam.run.discovery import ReceiptSet
+from mmirage_beam.run.lookup import LOOKUP_FAILED, STATUS_ORDER, BatchStatus, exit_code
 
 __all__ = [
     "GroupSummary",

@@ -14,10 +14,10 @@ from typing import (
     Tuple,
 )
 
-from mmirage_beam.check.discovery import ReceiptEntry
-from mmirage_beam.check.lookup import LOOKUP_FAILED, BatchStatus, BatchStatusChecker
 from mmirage_beam.check.report import GroupSummary, summarize
 from mmirage_beam.progress import PollRate
+from mmirage_beam.run.discovery import ReceiptEntry
+from mmirage_beam.run.lookup import LOOKUP_FAILED, BatchStatus, BatchStatusChecker
 
 __all__ = [
     "watch_statuses",

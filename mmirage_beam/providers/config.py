@@ -53,7 +53,7 @@ class BatchProviderConfig:
             the provider's ``prices.json`` (:mod:`mmirage_beam.costs.prices`).
         max_enqueued_tokens: optional limit on this run's input tokens in unfinished
             batches of the model; SubmitChunks waits before creating a batch that would
-            exceed it (:mod:`mmirage_beam.costs.budget`).
+            exceed it (:mod:`mmirage_beam.run.budget`).
         exact_tokens: count each request's input tokens with the provider's own
             counting endpoint where one exists (Anthropic ``messages.count_tokens``;
             also the ``--exact-tokens`` flag of ``mmirage run``).

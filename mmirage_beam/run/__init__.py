@@ -1,2 +1,3 @@
-"""A run's life: the files of a run, its lease and fingerprint, receipts, resume, staging,
-run selection, and the ledger, listing and cancel records (docs/architecture.md)."""
+"""A run's life: the files of a run, its lease and fingerprint, receipts and their
+discovery, batch-status lookups, the enqueued-token budget, resume, staging, run
+selection, and the ledger, listing and cancel records (docs/architecture.md)."""

@@ -16,11 +16,11 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from mmirage_beam.check.discovery import collect_receipts
-from mmirage_beam.check.lookup import TERMINAL_STATUSES, BatchStatusChecker
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.run.discovery import collect_receipts
 from mmirage_beam.run.layout import receipts_base
 from mmirage_beam.run.ledger import cancel_record_path, read_cancel_record, write_json_record
+from mmirage_beam.run.lookup import TERMINAL_STATUSES, BatchStatusChecker
 from mmirage_beam.run.selection import linked_runs
 
 
@@ -30,7 +30,7 @@ class CancelPlan:
 
     Attributes:
         runs: the run and its linked runs, oldest first.
-        to_cancel: statuses (:class:`~mmirage_beam.check.lookup.BatchStatus`) of the
+        to_cancel: statuses (:class:`~mmirage_beam.run.lookup.BatchStatus`) of the
             batches not ended and not cancelled before.
         already: those not ended that an earlier ``cancel`` already asked for.
         ended: how many batches have ended.
@@ -57,7 +57,7 @@ def plan_cancel(
         ``(plan, opened checker)``; the caller closes the checker (``checker.close()``).
 
     Raises:
-        mmirage_beam.check.discovery.NoReceiptsError: no receipt (exit 2).
+        mmirage_beam.run.discovery.NoReceiptsError: no receipt (exit 2).
         mmirage_beam.errors.CredentialsError: a provider key is missing (exit 2).
     """
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)

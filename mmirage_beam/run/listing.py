@@ -6,7 +6,7 @@ beside the receipts and one status lookup per batch:
 
 - the run records (``<base>.run.<run_id>.json``, :mod:`mmirage_beam.run.fingerprint`): when the
   run started, whether its submission finished, and its token estimate;
-- the receipts (:mod:`mmirage_beam.check.discovery`): batches and requests;
+- the receipts (:mod:`mmirage_beam.run.discovery`): batches and requests;
 - the merge records and cancel records (:mod:`mmirage_beam.run.ledger`): failures and the
   cost of the tokens the provider reported, summed over the linked runs;
 - the cycle state (:mod:`mmirage_beam.cycle`), when the run was started with ``--wait``.
@@ -25,8 +25,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from mmirage_beam.check.discovery import NoReceiptsError, collect_receipts
-from mmirage_beam.check.lookup import TERMINAL_STATUSES, BatchStatusChecker
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.costs.prices import batch_price
 from mmirage_beam.costs.report import USED_INPUT_TOKENS, USED_OUTPUT_TOKENS, per_output
@@ -36,10 +34,12 @@ from mmirage_beam.costs.tokens import (
     REQUESTS_WITHOUT_OUTPUT_LIMIT,
     TOKEN_METRICS,
 )
+from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
 from mmirage_beam.run.fingerprint import run_records
 from mmirage_beam.run.layout import receipts_base
 from mmirage_beam.run.lease import REFRESH_SECS, is_stale, lease_path, read_lease
 from mmirage_beam.run.ledger import read_cancel_record, read_merge_record
+from mmirage_beam.run.lookup import TERMINAL_STATUSES, BatchStatusChecker
 from mmirage_beam.run.selection import find_unfinished, linked_runs
 
 

@@ -5,31 +5,38 @@ merge (``run.plans.prepare_merge``'s :class:`~mmirage_beam.run.plans.MergePlan`,
 config of a ``--limit`` run, what the progress lines expect), :func:`merge_outputs`
 where the job writes and :func:`merge_settings` the job's settings; after the job,
 :func:`convert_output` (Parquet, HF), :func:`remove_temp_dir` and :func:`finish_merge`
-(errors file read, merge record written, the report and the exit status). None
-prints: what the user should read comes back as
-:class:`~mmirage_beam.run.plans.Message` values (stderr) or lines (stdout); the wording
-is :mod:`mmirage_beam.run.reports`' ``merge_*`` functions.
+(errors file read, merge record written, the report and the exit status). The Beam
+YAML ``MergeBatches`` takes the same steps before its job; a front end that cannot act
+after its job says :func:`merge_notes` when the graph is built and records the merge
+from a last step inside the job (:func:`record_written_merge`). None prints: what the
+user should read comes back as :class:`~mmirage_beam.run.plans.Message` values (stderr)
+or lines (stdout); the wording is :mod:`mmirage_beam.run.reports`' ``merge_*``
+functions.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from mmirage_beam.check.discovery import NoReceiptsError
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.io.fs import delete_folder
-from mmirage_beam.jsonl import read_jsonl
+from mmirage_beam.jsonl import iter_file_blocks, iter_raw_lines, read_jsonl
 from mmirage_beam.reuse import answers_path
 from mmirage_beam.run.cancel import cancelled_note
+from mmirage_beam.run.discovery import NoReceiptsError
 from mmirage_beam.run.fingerprint import read_run_record, read_run_state
 from mmirage_beam.run.layout import RunLayout, receipts_base
 from mmirage_beam.run.ledger import merge_record_path, write_merge_record
 from mmirage_beam.run.plans import MergePlan, Message, prepare_merge
-from mmirage_beam.run.reports import merge_outcome_lines, merge_totals_lines
+from mmirage_beam.run.reports import (
+    merge_outcome_lines,
+    merge_totals_lines,
+    merge_unfinished_lines,
+)
 from mmirage_beam.run.selection import RunSelection, select_run
 from mmirage_beam.run.storage import check_output_file
 from mmirage_beam.settings import MergeSettings, errors_path_for
@@ -43,13 +50,16 @@ __all__ = [
     "finish_merge",
     "merge_exit_code",
     "merge_limit",
+    "merge_notes",
     "merge_outputs",
     "merge_settings",
     "nothing_sent_run",
     "record_merge",
+    "record_written_merge",
     "remove_temp_dir",
     "results_to_fetch",
     "start_merge",
+    "written_counts",
 ]
 
 
@@ -102,6 +112,7 @@ def start_merge(
     run_ids: Sequence[str],
     allow_partial: bool,
     verify_source: bool,
+    resume: Optional[Callable[[str], str]] = None,
 ) -> MergeStart:
     """Select the run to merge (``run.selection.select_run``: its batches looked up at
     their providers; a run that sent nothing when no receipt names it) and plan its merge.
@@ -112,6 +123,8 @@ def start_merge(
         run_ids: ``--run-id`` (the runs to merge), or empty (the newest).
         allow_partial: merge what is available while batches still run.
         verify_source: rebuild the requests to check the source.
+        resume: how to resume a run, given its id (default: the ``mmirage run --config
+            C --run-id R`` command); the Beam YAML merge names its own submit step.
 
     Raises:
         NoReceiptsError: no receipt names the run (and it is not a run that sent nothing).
@@ -135,7 +148,10 @@ def start_merge(
         verify_source=verify_source,
         receipts_picked=bool(metadata_paths),
     )
-    resume_command = f"mmirage run --config {config_arg} --run-id {plan.resume_run}"
+    if resume is None:
+        resume_command = f"mmirage run --config {config_arg} --run-id {plan.resume_run}"
+    else:
+        resume_command = resume(plan.resume_run)
     if plan.blocked == "lookup_failed":
         text = "mmirage: error: some batches cannot be looked up; nothing merged."
         messages.append(Message("warning", text))
@@ -251,18 +267,21 @@ class MergeOutputs:
             FileSystems.delete([self.out])
 
 
-def merge_outputs(output_path: str, output_format: str, config: PipelineConfig) -> MergeOutputs:
+def merge_outputs(
+    output_path: str, output_format: str, config: PipelineConfig, flag: str = "--output-path"
+) -> MergeOutputs:
     """Where a merge to ``output_path`` in ``output_format`` writes, each file checked
     writable and not one of the inputs.
 
     Raises:
-        ConfigError: (naming ``--output-path``) the output would destroy a folder, a
-            dataset or a receipt, or an HF folder is not one to replace.
+        ConfigError: (naming ``flag``, the option that gave ``output_path``) the output
+            would destroy a folder, a dataset or a receipt, or an HF folder is not one to
+            replace.
     """
     final = out = output_path
     errors_path = errors_path_for(out)
     if output_format == "jsonl":
-        check_output_file("--output-path", out, config, [errors_path])
+        check_output_file(flag, out, config, [errors_path])
         return MergeOutputs(final, out, errors_path, output_format)
     # pyarrow loads only for Parquet and HF merges
     from mmirage_beam.io.formats import check_hf_folder
@@ -270,9 +289,9 @@ def merge_outputs(output_path: str, output_format: str, config: PipelineConfig) 
     out = f"{final.rstrip('/')}.merge-jsonl-{uuid.uuid4().hex[:12]}.jsonl"
     if output_format == "hf":
         check_hf_folder(final)
-        check_output_file("--output-path", out, config, [errors_path])
+        check_output_file(flag, out, config, [errors_path])
     else:
-        check_output_file("--output-path", final, config, [errors_path])
+        check_output_file(flag, final, config, [errors_path])
     return MergeOutputs(final, out, errors_path, output_format)
 
 
@@ -346,6 +365,48 @@ def record_merge(
         text = f"mmirage merge: warning: could not write {merge_record_path(base, runs[0])}: {exc}"
         return (Message("warning", text),)
     return ()
+
+
+def written_counts(out: str, errors: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The counts a written merge's own files show, for a merge record written where the
+    job's counters cannot be read (a step of the job itself): ``rows_written`` (the
+    lines of the merged JSONL ``out``, streamed), ``rows_with_failures`` (the rows its
+    errors file names) and ``unknown_custom_ids`` (its lines that name no row)."""
+    rows = 0
+    if FileSystems.exists(out):
+        with FileSystems.open(out, compression_type="uncompressed") as f:
+            rows = sum(1 for line in iter_raw_lines(iter_file_blocks(f)) if line.data.strip())
+    named = {e.get("source_index") for e in errors}
+    return {
+        "rows_written": rows,
+        "rows_with_failures": len(named - {None}),
+        "unknown_custom_ids": sum(1 for e in errors if e.get("source_index") is None),
+    }
+
+
+def record_written_merge(
+    base: str, runs: Sequence[str], out: str, errors_path: str
+) -> tuple[Message, ...]:
+    """The finish step a merge takes from inside its own job (the Beam YAML
+    ``MergeBatches``, once the merged file is written): the errors file read and the
+    merge record written (:func:`record_merge`), with :func:`written_counts` as its
+    ``stats``; the warning when it cannot be written."""
+    errors = read_jsonl(errors_path)
+    return record_merge(base, runs, out, written_counts(out, errors), errors)
+
+
+def merge_notes(start: MergeStart) -> tuple[str, ...]:
+    """What a merge can say before its job, for a front end that cannot print after it
+    (the Beam YAML ``MergeBatches``): the runs ``mmirage cancel`` cancelled
+    (:func:`cancelled_line`) and, for an unfinished run, what is missing and how to resume
+    it (``run.reports.merge_unfinished_lines``; the requests never submitted are counted
+    only by the job)."""
+    sel, unfinished = start.selection, start.plan.unfinished
+    note = cancelled_line(start.config, sel.linked)
+    lines = [note] if note else []
+    if unfinished:
+        lines += merge_unfinished_lines(unfinished, 0, None, start.resume_command)
+    return tuple(lines)
 
 
 def cancelled_line(config: PipelineConfig, runs: Sequence[str]) -> Optional[str]:

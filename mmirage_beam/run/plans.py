@@ -12,7 +12,9 @@ data: :func:`submit_adapter` and :func:`choose_run_id` (is the submission possib
 which id), :func:`estimate_fraction` and :func:`with_limit` (what the flags ask),
 :func:`plan_reuse` (which earlier answers are reused), :func:`finish_submit` (receipts
 consolidated, run record finished), :func:`prepare_resubmit` (which failures a
-resubmission re-sends) and :func:`prepare_merge`.
+resubmission re-sends) and :func:`prepare_merge`. :mod:`mmirage_beam.run.submit_plans`
+puts the submit steps in the order ``mmirage run`` takes them, and
+:mod:`mmirage_beam.run.merge_plans` the merge steps.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ FINGERPRINT_WAIT_SECS = 30.0  # how long an identical fresh run waits for the fi
 
 
 class Message(NamedTuple):
-    """One line for the user: ``level`` is ``"info"`` or ``"warning"``."""
+    """One line for the user: ``level`` is ``"info"``, ``"warning"`` or ``"error"``."""
 
     level: str
     text: str

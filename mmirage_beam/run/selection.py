@@ -12,11 +12,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional, Sequence
 
-from mmirage_beam.check.discovery import collect_receipts
-from mmirage_beam.check.lookup import LOOKUP_FAILED, TERMINAL_STATUSES, BatchStatusChecker
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.run.discovery import collect_receipts
 from mmirage_beam.run.fingerprint import read_run_state
 from mmirage_beam.run.layout import RunLayout
+from mmirage_beam.run.lookup import LOOKUP_FAILED, TERMINAL_STATUSES, BatchStatusChecker
 from mmirage_beam.run.receipts import pending_intents, read_receipt_at, submission_complete
 
 
@@ -98,7 +98,7 @@ class RunSelection:
     Attributes:
         run: the run asked for (or the newest).
         linked: it and its linked runs, oldest first.
-        entries: their receipts (:class:`mmirage_beam.check.discovery.ReceiptEntry`).
+        entries: their receipts (:class:`mmirage_beam.run.discovery.ReceiptEntry`).
         batches: one :class:`BatchToFetch` per receipt.
         pending: those whose batch has not ended.
         lookup_failed: statuses of batches the provider could not resolve.
@@ -127,7 +127,7 @@ def select_run(
     Messages for the user go to stderr, prefixed ``mmirage <verb>``.
 
     Raises:
-        mmirage_beam.check.discovery.NoReceiptsError: no receipt found (exit 2).
+        mmirage_beam.run.discovery.NoReceiptsError: no receipt found (exit 2).
         mmirage_beam.errors.CredentialsError: a provider key is missing (exit 2).
     """
     asked = [run_id] if isinstance(run_id, str) else list(run_id or [])
@@ -291,7 +291,7 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
     Args:
         base: the receipts base (``receipts.receipts_base``).
         runs: the runs of the merge (linked runs included).
-        entries: their receipts (:class:`~mmirage_beam.check.discovery.ReceiptEntry`).
+        entries: their receipts (:class:`~mmirage_beam.run.discovery.ReceiptEntry`).
     """
     from apache_beam.io.filesystems import FileSystems
 

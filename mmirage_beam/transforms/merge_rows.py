@@ -17,7 +17,6 @@ from typing import Any, NamedTuple, Optional, Sequence, Union
 
 import apache_beam as beam
 
-from mmirage_beam.check.discovery import ReceiptEntry
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.io.readers import ReadDatasets
@@ -28,6 +27,7 @@ from mmirage_beam.progress import (
     reported_usage,
 )
 from mmirage_beam.results import check_answer, resubmittable
+from mmirage_beam.run.discovery import ReceiptEntry
 from mmirage_beam.run.receipts import (
     ReceiptLocation,
     read_receipt_at,
@@ -287,7 +287,7 @@ class _HeldReceipt(NamedTuple):
 
 
 def _held_receipt(r: Any) -> _HeldReceipt:
-    """A receipt dict or a :class:`~mmirage_beam.check.discovery.ReceiptEntry` ->
+    """A receipt dict or a :class:`~mmirage_beam.run.discovery.ReceiptEntry` ->
     :class:`_HeldReceipt`."""
     if isinstance(r, ReceiptEntry) and r.location is not None:
         return _HeldReceipt(r.receipt, r.source_index_range, bool(r.has_request_hashes), r.location)
@@ -336,7 +336,7 @@ def build_merge_pipeline(
         config: the validated config (datasets, inputs, outputs, output_schema).
         batches: the :class:`~mmirage_beam.run.selection.BatchToFetch` of the merge.
         receipts: their receipts: the
-            :class:`~mmirage_beam.check.discovery.ReceiptEntry` of
+            :class:`~mmirage_beam.run.discovery.ReceiptEntry` of
             :func:`mmirage_beam.run.selection.select_run` (read back one at a time by the
             workers, so no per-request map is held here) or receipt dicts; those with a
             ``run_id`` (written by mmirage-beam) are verified against the re-read source.

@@ -17,7 +17,6 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from mmirage_beam.costs.budget import token_budget_for
 from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.errors import RunStopped
 from mmirage_beam.io.fs import replace_file, write_durably
@@ -25,6 +24,7 @@ from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.providers.base import resolve_credentials
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import ChunkRef
+from mmirage_beam.run.budget import token_budget_for
 from mmirage_beam.run.layout import RunLayout, intent_path, part_path
 from mmirage_beam.run.receipts import make_receipt, read_receipt_part, receipt_line, receipt_path
 from mmirage_beam.run.staging import iter_meta
@@ -201,7 +201,7 @@ class _SubmitChunkFn(beam.DoFn):
                 # A retried bundle: this chunk was already accepted; never submit twice.
                 return existing, None, True
             self._raise_if_stop_requested(chunk)
-            if self._budget is not None:  # max_enqueued_tokens: wait for room (costs/budget.py)
+            if self._budget is not None:  # max_enqueued_tokens: wait for room (run/budget.py)
                 receipt["input_tokens_estimate"] = self._budget.wait_for_token_budget(
                     chunk, self._adapter, lambda: self._raise_if_stop_requested(chunk)
                 )
