@@ -186,9 +186,41 @@ def _memoize_beam_option_views() -> None:
     PipelineOptions.view_as = view_as
 
 
+def _remember_module_globals_for_objsize() -> None:
+    """List the loaded modules' globals once per module count, not at every
+    ``objsize.get_deep_size``.
+
+    Beam's SDK worker state cache weighs each value it caches (side inputs, here the
+    submit's barrier and merge's plans) with ``objsize.get_deep_size``, which first
+    collects ``vars(m)`` of every loaded module so that module globals are not counted;
+    the test process has ~6,000 modules loaded (pytest, four provider SDKs), so each call
+    walked them all: 767 calls and about 10% of a cProfile of
+    ``tests/test_verdicts.py``. The list is made again whenever the number of loaded
+    modules changes. Only the cache's weights depend on it (its limit, 100 MB, is never
+    reached by a test's data). ``MMIRAGE_TEST_NO_SPEC_CACHE=1`` turns this off too.
+    """
+    if os.environ.get("MMIRAGE_TEST_NO_SPEC_CACHE") == "1":
+        return
+    import sys
+
+    from objsize import traverse
+
+    original = traverse._iter_modules_globals
+    remembered: list[Any] = [-1, []]
+
+    def iter_modules_globals():  # noqa: ANN202
+        if remembered[0] != len(sys.modules):
+            remembered[1] = list(original())
+            remembered[0] = len(sys.modules)
+        return iter(remembered[1])
+
+    traverse._iter_modules_globals = iter_modules_globals
+
+
 def pytest_configure(config):  # noqa: ARG001
     _memoize_beam_dofn_specs()
     _memoize_beam_option_views()
+    _remember_module_globals_for_objsize()
 
 
 @pytest.fixture(autouse=True)
