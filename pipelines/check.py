@@ -84,6 +84,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.errors import ConfigError
     from mmirage_beam.ids import check_run_id
     from mmirage_beam.run import discovery, lookup
+    from mmirage_beam.run.cancel import cancelled_note
+    from mmirage_beam.run.layout import receipts_base
+    from mmirage_beam.run.selection import run_state_lines
 
     if args.run_id is not None:
         try:
@@ -99,36 +102,20 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     config = load_config(args.config) if args.config is not None else None
     receipts = discovery.collect_receipts(config, args.metadata_path or (), run_id=args.run_id)
     tty = sys.stdout.isatty()
-    timed_out = interrupted = False
     # 2. look every batch up once, or until all are terminal (--watch)
     with lookup.BatchStatusChecker(receipts.providers, config) as checker:
-        if args.watch:
-            display = watch.RichWatchDisplay() if tty else watch.PlainWatchDisplay()
-            seen: list = []  # the last poll's statuses, for the table after a Ctrl-C
-
-            def on_poll(statuses, poll, elapsed) -> None:  # noqa: ANN001
-                seen[:] = [list(statuses)]
-                display.update(statuses, poll, elapsed)
-
-            try:
-                with display:
-                    statuses, timed_out = watch.watch_statuses(
-                        checker,
-                        receipts.batches,
-                        interval_secs=args.interval,
-                        timeout_secs=args.timeout,
-                        on_poll=on_poll,
-                    )
-            except KeyboardInterrupt:  # check starts nothing: only the watching stops
-                if not seen:
-                    raise
-                statuses, interrupted = seen[0], True
-        else:
-            statuses = checker.check(receipts.batches)
+        statuses, timed_out, interrupted = watch.statuses_of(
+            checker,
+            receipts.batches,
+            watch=args.watch,
+            interval_secs=args.interval,
+            timeout_secs=args.timeout,
+            tty=tty,
+        )
     # 3. the report, per batch, per provider and per run
     summary = report.build_report(receipts, statuses)
+    waiting = len(lookup.not_terminal(statuses))
     if interrupted:
-        waiting = len(lookup.not_terminal(statuses))
         print(
             f"stopped watching (Ctrl-C): {waiting} batch(es) not finished yet keep running "
             "at the provider; the table is the last poll's",
@@ -137,7 +124,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         report.print_report(summary, rich_output=tty)
         return 130
     if timed_out:
-        waiting = len(lookup.not_terminal(statuses))
         print(
             f"stopped watching after {args.timeout:g}s (--timeout): {waiting} batch(es) "
             "not finished yet",
@@ -147,60 +133,19 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     # 4. what the failures mean and the command that fixes them
     for line in advice.advice_lines(summary, args.config):
         print(line)
-    # 5. runs that stopped before submitting everything, or before their finish steps
-    if not args.metadata_path:
-        lines = _run_state_lines(config, receipts, args.config)
-        for line in lines:
-            print(line)
-    else:
-        lines = []
-    if config is not None:  # runs cancelled with 'mmirage cancel' (mmirage_beam/run/cancel.py)
-        from mmirage_beam.run.cancel import cancelled_note
-        from mmirage_beam.run.layout import receipts_base
-
+    # 5. runs still submitting, stopped midway or before their finish steps; cancelled
+    lines: list[str] = []
+    if config is not None:
         base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+        if not args.metadata_path:
+            lines = run_state_lines(base, receipts, args.config)
         note = cancelled_note(base, receipts.run_ids)
-        if note:
-            print(note)
+        for line in [*lines, *([note] if note else [])]:
+            print(line)
     # a run that stopped midway is never "ok", as in merge
     if any(line.startswith("UNFINISHED") for line in lines):
         return 1
     return summary.exit_code
-
-
-def _is_live(base: str, run_id: str) -> bool:
-    """Whether a launcher holds ``run_id``'s lease (refreshed recently, pid alive)."""
-    import time
-
-    from mmirage_beam.run.lease import STALE_AFTER_SECS, _mtime, is_stale, lease_path, read_lease
-
-    path = lease_path(base, run_id)
-    lease = read_lease(path)
-    return lease is not None and not is_stale(lease, time.time(), STALE_AFTER_SECS, _mtime(path))
-
-
-def _run_state_lines(config, receipts, config_arg: str) -> list[str]:  # noqa: ANN001
-    """ "finish step pending" / "UNFINISHED" lines for the runs of ``receipts`` (from the
-    run records, intents and markers beside the receipts; no provider call)."""
-    from mmirage_beam.run.layout import receipts_base
-    from mmirage_beam.run.selection import find_unfinished, finish_pending_lines
-
-    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
-    runs = [r for r in receipts.run_ids if r and r != "?"]
-    live = [r for r in runs if _is_live(base, r)]  # still submitting: not stopped midway
-    runs = [r for r in runs if r not in live]
-    unfinished = find_unfinished(base, runs, [e for e in receipts.receipts if e.run_id in runs])
-    lines = [
-        f"run {r} is still submitting (its lease is held); check again when it ends" for r in live
-    ]
-    lines += finish_pending_lines(unfinished.finish_pending, config_arg)
-    for run in unfinished.runs:
-        lines.append(
-            f"UNFINISHED: run {run} stopped before all its chunks were submitted; resume it "
-            f"(only what has no receipt is sent):\n  mmirage run --config {config_arg} "
-            f"--run-id {run}"
-        )
-    return lines
 
 
 main = guarded(_main)

@@ -20,6 +20,7 @@ from mmirage_beam.run.discovery import ReceiptEntry
 from mmirage_beam.run.lookup import LOOKUP_FAILED, BatchStatus, BatchStatusChecker
 
 __all__ = [
+    "statuses_of",
     "watch_statuses",
     "poll_summary",
     "format_poll_line",
@@ -94,6 +95,45 @@ def watch_statuses(
             statuses[i] = s
             failing[i] = failing[i] + 1 if s.status == LOOKUP_FAILED else 0
         poll += 1
+
+
+def statuses_of(
+    checker: BatchStatusChecker,
+    batches: Sequence[ReceiptEntry],
+    *,
+    watch: bool,
+    interval_secs: float,
+    timeout_secs: Optional[float],
+    tty: bool,
+) -> tuple[list[BatchStatus], bool, bool]:
+    """``mmirage check``'s lookups: every batch once, or with ``watch`` until all are
+    terminal (:func:`watch_statuses`, shown live: a rich table on a terminal, a line a
+    poll otherwise). Returns ``(statuses, timed_out, interrupted)``; a Ctrl-C while
+    watching returns the last poll's statuses with ``interrupted`` (check starts nothing,
+    so only the watching stops), or is raised if no poll finished yet."""
+    if not watch:
+        return list(checker.check(batches)), False, False
+    display = RichWatchDisplay() if tty else PlainWatchDisplay()
+    seen: list = []  # the last poll's statuses, for the table after a Ctrl-C
+
+    def on_poll(statuses: Sequence[BatchStatus], poll: int, elapsed: float) -> None:
+        seen[:] = [list(statuses)]
+        display.update(statuses, poll, elapsed)
+
+    try:
+        with display:
+            statuses, timed_out = watch_statuses(
+                checker,
+                batches,
+                interval_secs=interval_secs,
+                timeout_secs=timeout_secs,
+                on_poll=on_poll,
+            )
+    except KeyboardInterrupt:
+        if not seen:
+            raise
+        return seen[0], False, True
+    return list(statuses), timed_out, False
 
 
 def poll_summary(statuses: Sequence[BatchStatus]) -> GroupSummary:

@@ -135,6 +135,15 @@ def is_stale(
     return False
 
 
+def is_held(base: str, run_id: str) -> bool:
+    """Whether a live launcher holds ``run_id``'s lease under receipts base ``base``:
+    the lease file exists, was refreshed within :data:`STALE_AFTER_SECS` and, on this
+    host, its pid is alive (:func:`is_stale`)."""
+    path = lease_path(base, run_id)
+    lease = read_lease(path)
+    return lease is not None and not is_stale(lease, time.time(), STALE_AFTER_SECS, _mtime(path))
+
+
 def describe_holder(lease: dict[str, Any], now: Optional[float] = None) -> str:
     """``pid 123 on host h, started 2026-...Z, refreshed 4 s ago``."""
     now = time.time() if now is None else now

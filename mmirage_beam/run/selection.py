@@ -16,6 +16,7 @@ from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.run.discovery import collect_receipts
 from mmirage_beam.run.fingerprint import read_run_state
 from mmirage_beam.run.layout import RunLayout
+from mmirage_beam.run.lease import is_held
 from mmirage_beam.run.lookup import LOOKUP_FAILED, TERMINAL_STATUSES, BatchStatusChecker
 from mmirage_beam.run.receipts import pending_intents, read_receipt_at, submission_complete
 
@@ -349,5 +350,28 @@ def finish_pending_lines(runs: Sequence[str], config_arg: str) -> list[str]:
             "its placeholder rows, receipt consolidation or run record were not completed. "
             "Complete it (nothing is sent; the provider is not contacted):\n"
             f"  mmirage run --config {config_arg} --run-id {run}"
+        )
+    return lines
+
+
+def run_state_lines(base: str, receipts: Any, config_arg: str) -> list[str]:
+    """What ``mmirage check`` says of the runs of ``receipts`` (``CollectedReceipts``)
+    beside their batches: a run still submitting (its lease held), "finish step
+    pending" and "UNFINISHED" (stopped before all its chunks were submitted), each with
+    the command to run; from the run records, intents, markers and leases under
+    ``base``, no provider call."""
+    runs = [r for r in receipts.run_ids if r and r != "?"]
+    live = [r for r in runs if is_held(base, r)]  # still submitting: not stopped midway
+    runs = [r for r in runs if r not in live]
+    unfinished = find_unfinished(base, runs, [e for e in receipts.receipts if e.run_id in runs])
+    lines = [
+        f"run {r} is still submitting (its lease is held); check again when it ends" for r in live
+    ]
+    lines += finish_pending_lines(unfinished.finish_pending, config_arg)
+    for run in unfinished.runs:
+        lines.append(
+            f"UNFINISHED: run {run} stopped before all its chunks were submitted; resume it "
+            f"(only what has no receipt is sent):\n  mmirage run --config {config_arg} "
+            f"--run-id {run}"
         )
     return lines
