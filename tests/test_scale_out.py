@@ -197,6 +197,30 @@ def test_a_whole_run_and_merge_on_beams_in_memory_filesystem(tmp_path, capsys, p
     assert not [k for k in left if ".parts" in k or "tmp" in k], left  # no leftovers
 
 
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ([], 1),
+        (["--sdk_worker_parallelism", "2"], 2),  # portable runners: SDK workers per node
+        (["--sdk_worker_parallelism=0"], 1),  # 0: the runner chooses, so no count given
+        (["--num_workers=100", "--sdk_worker_parallelism=2"], 100),
+        (["--max_num_workers=50", "--num_workers=10"], 50),
+        (["--parallelism=8"], 8),
+        (["--direct_num_workers=3"], 1),  # in-memory DirectRunner: one worker
+        (["--direct_running_mode=multi_processing", "--direct_num_workers=3"], 3),
+    ],
+)
+def test_default_chunking_parallelism_follows_the_worker_count_the_options_give(
+    flags, expected
+):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from mmirage_beam.pipeline import default_chunking_parallelism
+
+    assert default_chunking_parallelism(PipelineOptions(flags)) == expected
+    assert default_chunking_parallelism(None) == 1
+
+
 def test_chunking_parallelism_spreads_requests_over_independent_chunkers(tmp_path, capsys):
     cfg = base_config(tmp_path, max_requests_per_chunk=100, max_chunk_bytes=40_000)
     cfg["execution_params"]["chunking_parallelism"] = 3
