@@ -307,6 +307,8 @@ class Bench:
                 f"{len(run.worker_cpu)}"
             )
         self.runs.append(run)
+        partial = self.report(self.started, self.load_start, complete=False)
+        (self.work / "bench_workers.md").write_text(partial, encoding="utf-8")
         if not self.args.keep:
             bs._rm(folder)
         self.log(
@@ -392,7 +394,9 @@ class Bench:
         finally:
             fake.stop()
 
-    def report(self, started: str, load_start: str) -> str:
+    def report(self, started: str, load_start: str, complete: bool = True) -> str:
+        """The Markdown report of the runs so far (``complete``: the last call, which
+        records differing outputs as failures)."""
         a, n = self.args, self.args.rows
         job = (
             "Beam's stock local_job_service_main"
@@ -403,7 +407,8 @@ class Bench:
             )
         )
         lines = [
-            "## mmirage-beam worker scaling (portable runner, external worker pool)",
+            "## mmirage-beam worker scaling (portable runner, external worker pool)"
+            + ("" if complete else " (in progress)"),
             "",
             f"- date: {started} (UTC); `python benchmarks/bench_workers.py {a._command}`",
             f"- machine: {os.cpu_count()} CPUs (nproc, shared), {bs._total_ram_gib():.1f} GiB "
@@ -457,7 +462,7 @@ class Bench:
                 chunks = sorted({r.output[2] for r in by[1] + by[2]})
                 what += f"; chunks {'/'.join(map(str, chunks))}"
                 same = len({r.output[:2] for r in by[1] + by[2]}) == 1
-            if not same:
+            if not same and complete:
                 self.failed.append(f"{case}: outputs differ between runs")
             w1, w2 = med(1, "wall"), med(2, "wall")
             lines.append(
@@ -502,6 +507,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
     load_start = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     bench = Bench(args, work)
+    bench.started, bench.load_start = started, load_start
     previous = signal.signal(signal.SIGTERM, bs._on_sigterm)
     try:
         rows = work / "rows.jsonl"
