@@ -197,6 +197,28 @@ def test_a_whole_run_and_merge_on_beams_in_memory_filesystem(tmp_path, capsys, p
     assert not [k for k in left if ".parts" in k or "tmp" in k], left  # no leftovers
 
 
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ([], 1),
+        (["--sdk_worker_parallelism", "2"], 2),  # portable runners: SDK workers per node
+        (["--sdk_worker_parallelism=0"], 1),  # 0: the runner chooses, so no count given
+        (["--num_workers=100", "--sdk_worker_parallelism=2"], 100),
+        (["--max_num_workers=50", "--num_workers=10"], 50),
+        (["--parallelism=8"], 8),
+        (["--direct_num_workers=3"], 1),  # in-memory DirectRunner: one worker
+        (["--direct_running_mode=multi_processing", "--direct_num_workers=3"], 3),
+    ],
+)
+def test_default_chunking_parallelism_follows_the_worker_count_the_options_give(flags, expected):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from mmirage_beam.pipeline import default_chunking_parallelism
+
+    assert default_chunking_parallelism(PipelineOptions(flags)) == expected
+    assert default_chunking_parallelism(None) == 1
+
+
 def test_chunking_parallelism_spreads_requests_over_independent_chunkers(tmp_path, capsys):
     cfg = base_config(tmp_path, max_requests_per_chunk=100, max_chunk_bytes=40_000)
     cfg["execution_params"]["chunking_parallelism"] = 3
@@ -225,6 +247,28 @@ def test_chunking_parallelism_spreads_requests_over_independent_chunkers(tmp_pat
     bad["execution_params"]["chunking_parallelism"] = 0
     assert submit_main(["--config", write_config(tmp_path, bad, "bad.yaml")]) == 2
     assert "execution_params.chunking_parallelism" in capsys.readouterr().err
+
+
+def test_the_stateful_chunk_step_is_not_fused_with_reading_and_rendering(tmp_path):
+    """Beam's FnApiRunner (the DirectRunner, multi_processing, the Python job service) runs
+    a stage that holds a stateful step on one worker: reading, rendering and staging must
+    not share the stateful chunk step's stage, or a 2-worker job uses one."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    from mmirage_beam.pipeline import build_submit_pipeline
+
+    config = load_config(write_config(tmp_path, base_config(tmp_path)))
+    p = beam.Pipeline(options=PipelineOptions(["--sdk_worker_parallelism=2"]))
+    build_submit_pipeline(p, config, "fuse", export_prompts=str(tmp_path / "p.jsonl"))
+    _, stages = fn_runner.FnApiRunner().create_stages(p.to_runner_api())
+    stateful = [s for s in stages if s.is_stateful()]
+    assert any("ChunkPerKey" in t.unique_name for s in stateful for t in s.transforms)
+    for stage in stateful:
+        names = " ".join(t.unique_name for t in stage.transforms)
+        for heavy in ("ReadRows", "BuildRequests", "StageChunks", "PlaceholderRows"):
+            assert heavy not in names, f"{heavy} is fused with a stateful step: {names}"
 
 
 STOP_ROWS = 160

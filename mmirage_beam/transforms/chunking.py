@@ -435,6 +435,11 @@ class ChunkRequests(beam.PTransform):
         ).with_outputs(_REJECTED_TAG, main=_CHUNKS_TAG)
         chunks = (
             staged[_CHUNKS_TAG]
+            # A fusion break before the stateful step (only chunk references cross it):
+            # Beam's FnApiRunner (DirectRunner, multi_processing, the Python job service)
+            # would fuse the step into the stage that reads, renders and stages, and runs
+            # a stage holding a stateful step on one worker, whatever the worker count.
+            | "SpreadRefs" >> beam.Reshuffle()
             # A str key: the stateful step's key coder is deterministic.
             | "TypedKeys" >> beam.Map(lambda kv: kv).with_output_types(Tuple[str, Any])
             | "ChunkPerKey"

@@ -86,9 +86,10 @@ def stop_marker_path(base: str, run_id: str) -> str:
 
 def default_chunking_parallelism(options: Any) -> int:
     """Chunkers per ``(output, modality)`` when ``chunking_parallelism`` is not set: the
-    job's worker count as the runner options give it (``--num_workers`` /
-    ``--max_num_workers`` on Dataflow, ``--parallelism`` on Flink, ``--direct_num_workers``
-    in multi_processing mode), else 1.
+    job's worker count as the runner options give it, the largest of ``--num_workers`` /
+    ``--max_num_workers`` (Dataflow), ``--parallelism`` (Flink), ``--sdk_worker_parallelism``
+    (SDK worker processes per worker node on portable runners: Flink, Spark, Beam's job
+    service) and ``--direct_num_workers`` in multi_processing mode; else 1.
 
     More chunkers spread the buffering over more workers; each may end with one partly
     filled chunk, so a run has at most ``chunking_parallelism - 1`` more batches per
@@ -97,11 +98,25 @@ def default_chunking_parallelism(options: Any) -> int:
     if options is None:
         return 1
     opts = options.get_all_options(drop_default=False, retain_unknown_options=False)
-    candidates = [opts.get("max_num_workers"), opts.get("num_workers"), opts.get("parallelism")]
+    candidates = [
+        opts.get("max_num_workers"),
+        opts.get("num_workers"),
+        opts.get("parallelism"),
+        opts.get("sdk_worker_parallelism"),  # parsed as a str: Beam declares no type
+    ]
     if opts.get("direct_running_mode") == "multi_processing":
         candidates.append(opts.get("direct_num_workers"))
-    values = [int(v) for v in candidates if isinstance(v, int) and v > 0]
+    values = [n for n in map(_positive_int, candidates) if n]
     return max(values) if values else 1
+
+
+def _positive_int(value: Any) -> int:
+    """``value`` as a positive int (an int, or a str of digits), else 0."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and value > 0 else 0
 
 
 def _mark_submitted(_impulse: bytes, receipts: int, marker: Optional[dict]) -> int:
