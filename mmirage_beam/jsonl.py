@@ -187,6 +187,46 @@ def lone_surrogate_at(value: Any, path: str = "") -> Optional[str]:
     return None
 
 
+def json_encoder(
+    *,
+    ensure_ascii: bool = True,
+    sort_keys: bool = False,
+    separators: tuple[str, str] = (", ", ": "),
+    default: Optional[Callable[[Any], Any]] = None,
+) -> Callable[[Any], str]:
+    """``obj -> json.dumps(obj, ensure_ascii=..., sort_keys=..., separators=...,
+    default=...)``, the same text, through one C encoder made here once (when the
+    interpreter has one): ``json.dumps`` with any argument builds a ``JSONEncoder`` and
+    a C encoder per call, Python work that costs more than encoding a 1 KB request. One
+    difference: no circular-reference check (a circular value recurses until
+    ``RecursionError`` instead of ``ValueError``); what this encodes (requests, rows,
+    records built from JSON) holds none. Safe to share between threads (the encoder
+    keeps no state between calls)."""
+    from json.encoder import c_make_encoder, encode_basestring, encode_basestring_ascii
+
+    if default is None:
+        default = json.JSONEncoder().default  # TypeError: "... is not JSON serializable"
+    if c_make_encoder is None:
+        py = json.JSONEncoder(
+            ensure_ascii=ensure_ascii, sort_keys=sort_keys, separators=separators, default=default
+        )
+        return py.encode
+    item_sep, key_sep = separators
+    strings = encode_basestring_ascii if ensure_ascii else encode_basestring
+    enc = c_make_encoder(None, default, strings, None, key_sep, item_sep, sort_keys, False, True)
+    join = "".join
+
+    def encode(obj: Any) -> str:
+        if isinstance(obj, str):  # as JSONEncoder.encode: a bare string
+            return strings(obj)
+        return join(enc(obj, 0))
+
+    return encode
+
+
+_LINE_ENCODERS: dict[Any, Callable[[Any], str]] = {}
+
+
 def json_line(obj: Any, default: Optional[Callable[[Any], Any]] = None) -> bytes:
     """``obj`` as one UTF-8 JSON line (``json.dumps(..., ensure_ascii=False)`` plus
     ``\\n``), a lone surrogate in any of its strings written as the ``\\udXXX`` escape a
@@ -196,7 +236,12 @@ def json_line(obj: Any, default: Optional[Callable[[Any], Any]] = None) -> bytes
     Raises:
         TypeError, ValueError: as ``json.dumps`` (a value it cannot encode).
     """
-    text = json.dumps(obj, ensure_ascii=False, default=default) + "\n"
+    encode = _LINE_ENCODERS.get(default)
+    if encode is None:
+        encode = json_encoder(ensure_ascii=False, default=default)
+        if len(_LINE_ENCODERS) < 64:  # a few module-level defaults, kept
+            _LINE_ENCODERS[default] = encode
+    text = encode(obj) + "\n"
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:

@@ -89,6 +89,10 @@ def _non_finite(_: str) -> None:
     return None
 
 
+#: ``json.loads(text, parse_float=_finite_float, parse_constant=_non_finite)``'s decoder,
+#: made once: ``json.loads`` with any argument builds a ``JSONDecoder`` per call
+_ROW_DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_non_finite)
+
 _JSON_TYPE_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -117,7 +121,10 @@ def _decode_jsonl_line(content: bytes) -> tuple[dict[str, Any] | None, str | Non
             f"{exc.start} ({exc.reason})"
         )
     try:
-        value = json.loads(text, parse_float=_finite_float, parse_constant=_non_finite)
+        if text.startswith("\ufeff"):  # json.loads' own error for a byte order mark
+            value = json.loads(text, parse_float=_finite_float, parse_constant=_non_finite)
+        else:
+            value = _ROW_DECODER.decode(text)
     except json.JSONDecodeError as exc:
         return None, f"line is not valid JSON: {exc.msg} at column {exc.colno}"
     except RecursionError:

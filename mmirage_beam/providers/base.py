@@ -43,7 +43,7 @@ from typing import (
     Union,
 )
 
-from mmirage_beam.jsonl import RawLine
+from mmirage_beam.jsonl import RawLine, json_encoder
 from mmirage_beam.providers import retrying
 from mmirage_beam.providers.batch_status import (
     ENDED_STATUSES,
@@ -81,6 +81,10 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+
+#: ``json.dumps(request, ensure_ascii=False, separators=(",", ":"))``, one encoder made once
+_REQUEST_LINE = json_encoder(ensure_ascii=False, separators=(",", ":"))
 
 
 class BatchSubmissionAdapter(abc.ABC):
@@ -411,8 +415,7 @@ class BatchSubmissionAdapter(abc.ABC):
 
     def serialize_request(self, request: Dict[str, Any]) -> bytes:
         """The exact bytes of ``request`` as one JSONL line: compact UTF-8 JSON + ``\\n``."""
-        text = json.dumps(request, ensure_ascii=False, separators=(",", ":"))
-        return text.encode("utf-8") + b"\n"
+        return _REQUEST_LINE(request).encode("utf-8") + b"\n"
 
     def estimate_request_bytes(self, request: Dict[str, Any]) -> int:
         """Serialised UTF-8 size of ``request``, in bytes, used for chunking."""

@@ -359,7 +359,8 @@ def stream_lines_with_retries(
             start, first = done, lines_done
             with open_stream() as blocks:
                 for line in iter_raw_lines(_skip_bytes(blocks, start)):
-                    line = line._replace(number=line.number + first, offset=line.offset + start)
+                    if start or first:  # a retry: numbered and placed in the whole file
+                        line = line._replace(number=line.number + first, offset=line.offset + start)
                     yield line
                     done, lines_done = line.offset + line.length, line.number
             return

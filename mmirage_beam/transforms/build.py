@@ -12,7 +12,6 @@ resolves images and builds the provider-neutral payload described in
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
@@ -26,6 +25,7 @@ from mmirage_beam.costs.tokens import check_sample_fraction, token_counter_for
 from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.ids import custom_id
 from mmirage_beam.io.decode import replace_lone_surrogates
+from mmirage_beam.jsonl import json_encoder
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.progress import INPUT_TOKENS, add
 from mmirage_beam.providers.base import BatchSubmissionAdapter
@@ -170,7 +170,7 @@ class _BuildRequestsFn(beam.DoFn):
             self._canonical
             and type(self._adapter).serialize_request is BatchSubmissionAdapter.serialize_request
         ):
-            self._encode_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+            self._encode_canonical = json_encoder(sort_keys=True, separators=(",", ":"))
 
         # per-output token counters; None when not counted (a merge's rebuild)
         self._tokens = (
