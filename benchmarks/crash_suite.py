@@ -361,8 +361,12 @@ class Portable:
                 marker.write_text("disarmed\n")
 
     def killed(self, step: str) -> Optional[tuple[int, int]]:
-        """(pid, parent pid) of the process the step killed, or None."""
-        text = Path(f"{self.once}.{step}").read_text().split()
+        """(pid, parent pid) of the process the step killed, or None (no process
+        reached the armed step: its marker was never written)."""
+        marker = Path(f"{self.once}.{step}")
+        if not marker.exists():
+            return None
+        text = marker.read_text().split()
         return (int(text[0]), int(text[1])) if len(text) == 2 else None
 
     def stop(self) -> None:
