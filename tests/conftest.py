@@ -146,6 +146,7 @@ def _memoize_beam_dofn_specs() -> None:
             hit = cache[key] = (frozenset(states), frozenset(timers))
         return set(hit[0]), set(hit[1])
 
+    get_dofn_specs.__wrapped__ = original  # type: ignore[attr-defined]  (test_test_caches)
     userstate.get_dofn_specs = get_dofn_specs
 
 
@@ -183,11 +184,12 @@ def _memoize_beam_option_views() -> None:
             view = mine[cls] = original(self, cls)
         return view
 
+    view_as.__wrapped__ = original  # type: ignore[attr-defined]
     PipelineOptions.view_as = view_as
 
 
 def _remember_module_globals_for_objsize() -> None:
-    """List the loaded modules' globals once per module count, not at every
+    """List the loaded modules' globals once per set of loaded modules, not at every
     ``objsize.get_deep_size``.
 
     Beam's SDK worker state cache weighs each value it caches (side inputs, here the
@@ -195,9 +197,10 @@ def _remember_module_globals_for_objsize() -> None:
     collects ``vars(m)`` of every loaded module so that module globals are not counted;
     the test process has ~6,000 modules loaded (pytest, four provider SDKs), so each call
     walked them all: 767 calls and about 10% of a cProfile of
-    ``tests/test_verdicts.py``. The list is made again whenever the number of loaded
-    modules changes. Only the cache's weights depend on it (its limit, 100 MB, is never
-    reached by a test's data). ``MMIRAGE_TEST_NO_SPEC_CACHE=1`` turns this off too.
+    ``tests/test_verdicts.py``. The list is made again whenever ``sys.modules`` holds
+    other module objects than last time (compared by identity, so the answer is
+    objsize's own; ``tests/test_test_caches.py``). ``MMIRAGE_TEST_NO_SPEC_CACHE=1``
+    turns this off too.
     """
     if os.environ.get("MMIRAGE_TEST_NO_SPEC_CACHE") == "1":
         return
@@ -206,14 +209,22 @@ def _remember_module_globals_for_objsize() -> None:
     from objsize import traverse
 
     original = traverse._iter_modules_globals
-    remembered: list[Any] = [-1, []]
+    remembered: list[Any] = [(), []]  # the modules listed, their globals
 
     def iter_modules_globals():  # noqa: ANN202
-        if remembered[0] != len(sys.modules):
-            remembered[1] = list(original())
-            remembered[0] = len(sys.modules)
+        modules = tuple(sys.modules.values())
+        if modules != remembered[0]:  # a module loaded, removed or replaced (identity)
+            remembered[1] = [g for m in modules for g in _globals_of(m)]
+            remembered[0] = modules
         return iter(remembered[1])
 
+    def _globals_of(module: Any) -> list[Any]:
+        try:
+            return [vars(module)]
+        except TypeError:  # as objsize: an entry without a __dict__
+            return []
+
+    iter_modules_globals.__wrapped__ = original  # type: ignore[attr-defined]
     traverse._iter_modules_globals = iter_modules_globals
 
 
