@@ -333,8 +333,12 @@ class Portable:
 
         env = worker_env(
             {
+                # every provider's key: the workers submit, and a worker without the
+                # key refuses the run before sending (all rows unsent, counted as lost)
                 "OPENAI_API_KEY": "sk-crash-suite",
                 "ANTHROPIC_API_KEY": "sk-ant-crash-suite",
+                "GEMINI_API_KEY": "gemini-crash-suite",
+                "MISTRAL_API_KEY": "mistral-crash-suite",
                 "MMIRAGE_CRASH_AT": "batch_created:2,merge_joined:1",
                 "MMIRAGE_CRASH_ONCE": str(self.once),
             }
