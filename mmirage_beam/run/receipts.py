@@ -52,6 +52,7 @@ def make_receipt(
     attempt: int = 1,
     parent_run_id: Optional[str] = None,
     metas: Optional[Iterable[Any]] = None,
+    maps: Optional[tuple[dict[str, int], dict[str, str]]] = None,
 ) -> dict[str, Any]:
     """The receipt line for ``chunk`` once submitted as ``provider_batch_id``.
 
@@ -65,6 +66,9 @@ def make_receipt(
     :func:`request_line_hash`, so merge marks only the rows whose own request changed;
     receipts without it are checked per chunk with ``request_hash``) and, for a
     resubmission run, ``parent_run_id`` (the run whose failed requests it re-sends).
+
+    ``maps``: instead of ``metas``, the ref's two maps already built
+    (:func:`mmirage_beam.run.staging.receipt_maps`), used as they are.
     """
     when = submitted_at or _dt.datetime.now(_dt.timezone.utc)
     snapshot: dict[str, Any] = {
@@ -74,7 +78,11 @@ def make_receipt(
     }
     if model:
         snapshot["model"] = model
-    if metas is not None:  # one pass: metas may be a stream (staging.iter_meta)
+    if maps is not None:
+        index, hashes = maps
+        digest = chunk.request_hash
+        count = len(index)
+    elif metas is not None:  # one pass: metas may be a stream (staging.iter_meta)
         index, hashes = {}, {}
         for m in metas:
             index[m.custom_id] = m.source_index
@@ -176,19 +184,18 @@ def consolidate(receipt_file: str) -> int:
         for line, r in _receipt_lines(receipt_file):
             where[r["chunk_id"]] = (None, (line.offset, line.length))
     for path in matches:
-        r = read_receipt_part(path)
-        if r is not None:
-            where[r["chunk_id"]] = (path, None)
+        # a part is named after its chunk (part_path): no parse to find out which
+        where[_part_chunk_id(path)] = (path, None)
     if where:  # no receipt yet (only intents): no empty receipt file
         tmp = f"{receipt_file}.tmp-{uuid.uuid4().hex}"
         with FileSystems.create(tmp) as out:
             for chunk_id in sorted(where):
                 part, span = where[chunk_id]
                 if part is not None:
-                    r = read_receipt_part(part)
-                else:
-                    assert span is not None
-                    r = json.loads(_read_span(receipt_file, *span).decode("utf-8"))
+                    out.write(_part_line(part))
+                    continue
+                assert span is not None
+                r = json.loads(_read_span(receipt_file, *span).decode("utf-8"))
                 out.write(receipt_line(r))
         crash_point("tmp_written")
         replace_file(tmp, receipt_file)
@@ -199,6 +206,26 @@ def consolidate(receipt_file: str) -> int:
     if not list_files(pdir, "**"):
         delete_folder(pdir)
     return len(where)
+
+
+def _part_chunk_id(path: str) -> str:
+    """The chunk id of a part file ``<parts dir>/<chunk_id>.json`` (:func:`part_path`)."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return name[: -len(".json")] if name.endswith(".json") else name
+
+
+def _part_line(path: str) -> bytes:
+    """The receipt line of a part file, as it was written (``receipt_line`` of the
+    receipt: copied, not parsed and encoded again); a part that is not one JSON object
+    line is parsed and encoded again (a malformed one raises ``json.JSONDecodeError``,
+    as before)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        data = f.read()
+    if data.startswith(b"{") and data.endswith(b"}\n") and data.count(b"\n") == 1:
+        return data
+    return receipt_line(json.loads(data.decode("utf-8")))
 
 
 def _receipt_lines(path: str) -> Iterator[tuple[Any, dict[str, Any]]]:

@@ -127,7 +127,9 @@ class _BuildRequestsFn(beam.DoFn):
         count_selection: Optional[tuple[frozenset, bool]] = None,
         sample_fraction: Optional[float] = None,
         canonical: bool = True,
+        progress: str = "",
     ) -> None:
+        self._progress = progress
         self._outputs = tuple(outputs)
         self._canonical = canonical
         self._sample_fraction = sample_fraction
@@ -185,7 +187,10 @@ class _BuildRequestsFn(beam.DoFn):
         self._progress_tokens = self._progress_mark = 0
 
     def _flush_progress(self) -> None:
-        """The input tokens counted since the last call, to the progress report."""
+        """The requests built and input tokens counted since the last call, to the
+        progress report."""
+        if self._progress and self._count > self._progress_mark:
+            add(self._progress, self._count - self._progress_mark)
         if self._progress_tokens:
             add(INPUT_TOKENS, self._progress_tokens)
         self._progress_tokens, self._progress_mark = 0, self._count
@@ -301,8 +306,8 @@ class _BuildRequestsFn(beam.DoFn):
                 tc = self._tokens.record(req.output_name, body, req.custom_id)
                 if tc is not None:
                     self._progress_tokens += round(tc.input_tokens * self._progress_scale)
-                if self._count - self._progress_mark >= _PROGRESS_EVERY:
-                    self._flush_progress()
+            if self._count - self._progress_mark >= _PROGRESS_EVERY:
+                self._flush_progress()
             yield req
         yield pvalue.TaggedOutput(BUILT_ROWS_TAG, element)
 
@@ -344,6 +349,8 @@ class BuildRequests(beam.PTransform):
             (``BatchRequest.canonical``, the bytes its hashes cover), so staging hashes
             it without parsing the line. Off where nothing stages the requests, or where
             they are shuffled (the extra bytes would cross the shuffle).
+        progress: a progress-report name (:mod:`mmirage_beam.progress`) counting the
+            requests built (``mmirage run``'s "requests built"); empty: not counted.
 
     Raises:
         ValueError: ``outputs`` is empty.
@@ -360,6 +367,7 @@ class BuildRequests(beam.PTransform):
         count_selection: Optional[tuple[frozenset, bool]] = None,
         sample_fraction: Optional[float] = None,
         canonical: bool = True,
+        progress: str = "",
     ) -> None:
         super().__init__()
         if not outputs:
@@ -375,6 +383,7 @@ class BuildRequests(beam.PTransform):
             count_selection,
             sample_fraction,
             canonical,
+            progress,
         )
 
     def expand(self, rows: beam.PCollection) -> BuildRequestsResult:

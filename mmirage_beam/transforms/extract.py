@@ -7,7 +7,7 @@ BuildRequests (:mod:`mmirage_beam.transforms.build`) renders the prompts from th
 
 from __future__ import annotations
 
-from typing import Any, Iterator, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -18,11 +18,13 @@ from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.images import load_image
 from mmirage_beam.jsonl import lone_surrogate_at
 from mmirage_beam.metrics import METRICS_NAMESPACE
+from mmirage_beam.progress import add
 from mmirage_beam.records import RowError, SourceRow
 
-__all__ = ["ERRORS_TAG", "ExtractedRow", "ExtractInputs", "ExtractInputsResult"]
+__all__ = ["ERRORS_TAG", "ExtractedRow", "ExtractInputs", "ExtractInputsResult", "compile_key"]
 
 ERRORS_TAG = "errors"
+_PROGRESS_EVERY = 256  # rows added to the progress report at once
 
 
 class ExtractedRow(NamedTuple):
@@ -49,6 +51,51 @@ class ExtractedRow(NamedTuple):
         return "multimodal" if self.images else "text"
 
 
+def compile_key(key: str) -> Callable[[Any], Any]:
+    """``value -> jmespath.search(key, value)``, the same result, compiled once.
+
+    A key that is a field or a chain of fields (``question``, ``meta.source``,
+    ``"a b".c``: most inputs) is looked up with ``dict.get`` as JMESPath's own field
+    visitor does (anything without ``.get`` gives None), without building a JMESPath
+    interpreter per call; any other expression is JMESPath's ``search``.
+
+    Raises:
+        jmespath.exceptions.ParseError: ``key`` is not a JMESPath expression.
+    """
+    import jmespath
+
+    expr = jmespath.compile(key)
+    ast = expr.parsed
+    if ast["type"] == "field":
+        names = [ast["value"]]
+    elif ast["type"] == "subexpression" and all(c["type"] == "field" for c in ast["children"]):
+        names = [c["value"] for c in ast["children"]]
+    else:
+        return expr.search
+    if len(names) == 1:
+        name = names[0]
+
+        def field(value: Any) -> Any:
+            try:
+                return value.get(name)
+            except AttributeError:
+                return None
+
+        return field
+
+    def fields(value: Any) -> Any:
+        for name in names:
+            try:
+                value = value.get(name)
+            except AttributeError:
+                return None
+            if value is None:
+                return None
+        return value
+
+    return fields
+
+
 class _ExtractInputsFn(beam.DoFn):
     def __init__(
         self,
@@ -58,7 +105,9 @@ class _ExtractInputsFn(beam.DoFn):
         lenient: bool = False,
         max_image_file_bytes: Optional[int] = None,
         image_file_limit: str = "",
+        progress: str = "",
     ) -> None:
+        self._progress = progress
         self._inputs = tuple(inputs)
         self._datasets = tuple(datasets)
         self._load_images = load_images
@@ -68,24 +117,31 @@ class _ExtractInputsFn(beam.DoFn):
         self._rows = Metrics.counter(METRICS_NAMESPACE, "rows_extracted")
 
     def setup(self) -> None:
-        import jmespath
-
-        self._compiled = [(i, jmespath.compile(i.key)) for i in self._inputs]
+        self._compiled = [(i, compile_key(i.key)) for i in self._inputs]
 
     def start_bundle(self) -> None:
         self._extracted = 0  # added to the metric once per bundle
+        self._seen = 0  # rows seen, added to the progress report every _PROGRESS_EVERY
 
     def finish_bundle(self) -> None:
         if self._extracted:
             self._rows.inc(self._extracted)
         self._extracted = 0
+        if self._progress and self._seen:
+            add(self._progress, self._seen)
+        self._seen = 0
 
     def process(self, element: SourceRow) -> Iterator[Any]:
+        if self._progress:
+            self._seen += 1
+            if self._seen >= _PROGRESS_EVERY:
+                add(self._progress, self._seen)
+                self._seen = 0
         ds = self._datasets[element.dataset_index]
         values: dict[str, Any] = {}
         images: list[dict[str, Any]] = []
-        for spec, expr in self._compiled:
-            value = expr.search(element.row)
+        for spec, lookup in self._compiled:
+            value = lookup(element.row)
             if value is None and self._lenient and not spec.has_default:
                 values[spec.name] = None
                 continue
@@ -178,6 +234,10 @@ class ExtractInputs(beam.PTransform):
     ``max_image_file_bytes`` (bytes) and ``image_file_limit`` (its wording in messages):
     the provider's per-image limit (``BatchSubmissionAdapter.max_image_file_bytes`` and
     ``image_file_limit``); None: :data:`mmirage_beam.images.DEFAULT_MAX_IMAGE_FILE_BYTES`.
+
+    ``progress``: a progress-report name (:mod:`mmirage_beam.progress`) that counts every
+    row this step sees, valid or not (``mmirage run``'s "rows read", counted here rather
+    than by a step of its own); empty: not counted.
     """
 
     def __init__(
@@ -188,8 +248,10 @@ class ExtractInputs(beam.PTransform):
         lenient: bool = False,
         max_image_file_bytes: Optional[int] = None,
         image_file_limit: str = "",
+        progress: str = "",
     ) -> None:
         super().__init__()
+        self._progress = progress
         if not inputs:
             raise ValueError("inputs must not be empty")
         if max_image_file_bytes is not None and max_image_file_bytes < 1:
@@ -210,6 +272,7 @@ class ExtractInputs(beam.PTransform):
                 self._lenient,
                 self._max_image_file_bytes,
                 self._image_file_limit,
+                self._progress,
             )
         ).with_outputs(ERRORS_TAG, main="rows")
         return ExtractInputsResult(out.rows, out[ERRORS_TAG])

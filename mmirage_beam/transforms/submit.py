@@ -27,7 +27,7 @@ from mmirage_beam.records import ChunkRef
 from mmirage_beam.run.budget import token_budget_for
 from mmirage_beam.run.layout import RunLayout, intent_path, part_path
 from mmirage_beam.run.receipts import make_receipt, read_receipt_part, receipt_line, receipt_path
-from mmirage_beam.run.staging import iter_meta
+from mmirage_beam.run.staging import receipt_maps
 from mmirage_beam.settings import SubmitSettings
 
 __all__ = [
@@ -181,7 +181,7 @@ class _SubmitChunkFn(beam.DoFn):
             model=getattr(self._config, "model", None),
             attempt=self._attempt,
             parent_run_id=self._parent,
-            metas=iter_meta(chunk.path),
+            maps=receipt_maps(chunk.path),
         )
         intent = None
         export = None

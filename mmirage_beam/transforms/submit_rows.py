@@ -288,12 +288,13 @@ class SubmitRows(beam.PTransform):
         stop_marker = None if dry_run else stop_marker_path(base, run_id)
         staging = staging_dir(base, run_id)
 
-        rows = rows | "ProgressRowsRead" >> CountProgress("rows read")
+        # progress counted by the steps themselves: no pass-through step per row
         extracted = rows | "ExtractInputs" >> ExtractInputs(
             config.inputs,
             config.datasets,
             max_image_file_bytes=adapter_cls.max_image_file_bytes,
             image_file_limit=adapter_cls.image_file_limit,
+            progress="rows read",
         )
         selection = settings.selection  # tokens of what is sent only
         built = extracted.rows | "BuildRequests" >> BuildRequests(
@@ -305,8 +306,9 @@ class SubmitRows(beam.PTransform):
             sample_fraction=settings.estimate_fraction,
             # hashed while staged; not carried through the reuse join's shuffle
             canonical=not settings.reuse_files,
+            progress="requests built",
         )
-        requests = built.requests | "ProgressRequests" >> CountProgress("requests built")
+        requests = built.requests
         if selection is not None:
             ids, keep_listed = selection
             ids_view = beam.pvalue.AsSingleton(p | "SelectedIds" >> beam.Create([ids]))

@@ -1,0 +1,89 @@
+"""The dry run's fast paths give exactly what the general code gives: field lookups
+against JMESPath, receipt maps against the metadata stream, consolidated parts against
+parse-and-encode."""
+
+from __future__ import annotations
+
+import json
+
+import jmespath
+import pytest
+
+from mmirage_beam.run.layout import part_path
+from mmirage_beam.run.receipts import consolidate, receipt_line
+from mmirage_beam.run.staging import StagedChunkWriter, iter_meta, receipt_maps
+from mmirage_beam.transforms.extract import compile_key
+
+ROWS = [
+    {"id": 1, "question": "q", "meta": {"source": "s", "n": None, "l": [1, 2]}},
+    {"id": None, "meta": "not a dict"},
+    {"meta": None},
+    {"a b": {"c": "spaced"}, "meta": {"source": {"deep": 0}}},
+    {},
+    {"meta": {"source": ""}},
+]
+KEYS = [
+    "id",
+    "question",
+    "meta.source",
+    "meta.source.deep",
+    "meta.n",
+    "meta.l",
+    '"a b".c',
+    "missing.x",
+    # not fields only: JMESPath itself
+    "meta.l[0]",
+    "meta.source || id",
+    "`7`",
+]
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_compile_key_is_jmespath(key: str) -> None:
+    lookup = compile_key(key)
+    for row in ROWS + [["a", "list"], "a string", 3, None]:
+        assert lookup(row) == jmespath.search(key, row), (key, row)
+    if "[" in key or "|" in key or "`" in key:
+        assert lookup == jmespath.compile(key).search
+
+
+def test_compile_key_refuses_what_jmespath_refuses() -> None:
+    with pytest.raises(jmespath.exceptions.ParseError):
+        compile_key("foo-bar")
+
+
+def test_receipt_maps_equal_the_metadata_stream(tmp_path) -> None:
+    writer = StagedChunkWriter(str(tmp_path / "staged.jsonl"))
+    # enough requests for several blocks of metadata lines, ids needing no escape
+    n = 40_000
+    for i in range(n):
+        line = json.dumps({"custom_id": f"out-text-{i}", "body": {"x": "é" * (i % 3)}})
+        writer.write(f"out-text-{i}", i * 3, (line + "\n").encode(), len(line) + 1)
+    writer.close()
+    index, hashes = receipt_maps(writer.path)
+    metas = list(iter_meta(writer.path))
+    assert list(index.items()) == [(m.custom_id, m.source_index) for m in metas]
+    assert list(hashes.items()) == [(m.custom_id, m.line_hash) for m in metas]
+    assert len(index) == n
+
+
+def test_consolidate_copies_parts_byte_for_byte(tmp_path) -> None:
+    rfile = str(tmp_path / "meta.text.r1.jsonl")
+    receipts = [
+        {"chunk_id": f"out-chunk-{i:06d}", "status": "dry_run", "note": "ünï\u2028code"}
+        for i in (3, 1, 2)
+    ]
+    (tmp_path / "meta.text.r1.jsonl.parts").mkdir()
+    for r in receipts:
+        with open(part_path(rfile, r["chunk_id"]), "wb") as f:
+            f.write(receipt_line(r))
+    # an earlier attempt's line, written by another encoder: encoded again, as before
+    with open(rfile, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"chunk_id": "out-chunk-000000", "note": "é"}) + "\n")
+    assert consolidate(rfile) == 4
+    with open(rfile, "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    want = [receipt_line({"chunk_id": "out-chunk-000000", "note": "é"})] + [
+        receipt_line(r) for r in sorted(receipts, key=lambda r: r["chunk_id"])
+    ]
+    assert lines == want
