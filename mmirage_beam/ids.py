@@ -40,6 +40,19 @@ def custom_id(output_name: str, modality: str, source_index: int) -> str:
     cid = name + tail
     if len(cid) <= MAX_CUSTOM_ID_CHARS:
         return cid
+    return _cut_custom_id(output_name, name, tail)
+
+
+def custom_id_prefix(output_name: str, modality: str) -> str:
+    """``<output_name>-<modality>-`` as :func:`custom_id` writes it (unsafe characters
+    replaced): ``custom_id_prefix(o, m) + str(i)`` is ``custom_id(o, m, i)`` whenever it
+    has at most :data:`MAX_CUSTOM_ID_CHARS` characters (a longer one is cut by
+    :func:`custom_id`). For callers that build many ids of one output."""
+    return f"{_UNSAFE.sub('_', output_name)}-{modality}-"
+
+
+def _cut_custom_id(output_name: str, name: str, tail: str) -> str:
+    """The id of a too-long ``name + tail``: the name cut, a hash of the full id added."""
     digest = hashlib.sha256(f"{output_name}{tail}".encode()).hexdigest()[:8]
     keep = MAX_CUSTOM_ID_CHARS - len(tail) - len(digest) - 1
     if keep < 1:

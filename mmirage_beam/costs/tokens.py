@@ -329,8 +329,9 @@ class TokenCounter:
             if custom_id is None:
                 raise ValueError("a sampled TokenCounter needs each request's custom_id")
             if not in_sample(custom_id, self.sample_fraction):
-                inc(REQUESTS_COUNTED, output_name, 1)
-                inc(REQUESTS_NOT_SAMPLED, output_name, 1)
+                # tallied per output, folded into the pending counts when they are read
+                skipped = self.__dict__.setdefault("_skipped", {})
+                skipped[output_name] = skipped.get(output_name, 0) + 1
                 return None
         tc = self.count(request)
         inc(INPUT_TOKENS, output_name, tc.input_tokens)
@@ -355,15 +356,28 @@ class TokenCounter:
         key = (name, output_name)
         pending[key] = pending.get(key, 0) + value
 
+    def _fold_skipped(self) -> None:
+        """Add the requests left out of the sample since the last call to the pending
+        counts (each is a request counted and one not sampled)."""
+        skipped = self.__dict__.get("_skipped")
+        if not skipped:
+            return
+        for output_name, n in skipped.items():
+            self._inc(REQUESTS_COUNTED, output_name, n)
+            self._inc(REQUESTS_NOT_SAMPLED, output_name, n)
+        skipped.clear()
+
     def pending_stats(self) -> dict[str, int]:
         """What :meth:`record` counted since the last flush, keyed like the Beam
         counters (``"<metric>:<output>"``)."""
+        self._fold_skipped()
         pending = self.__dict__.get("_pending") or {}
         return {f"{name}:{output}": value for (name, output), value in pending.items()}
 
     def flush(self) -> None:
         """Add what :meth:`record` counted since the last flush to the Beam counters;
         call it from the DoFn's ``finish_bundle``."""
+        self._fold_skipped()
         pending = self.__dict__.get("_pending")
         if not pending:
             return

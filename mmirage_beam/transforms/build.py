@@ -23,7 +23,7 @@ from mmirage_beam.config.loader import DatasetConfig, OutputConfig
 from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.costs.tokens import check_sample_fraction, token_counter_for
 from mmirage_beam.errors import RequestBuildError
-from mmirage_beam.ids import custom_id
+from mmirage_beam.ids import MAX_CUSTOM_ID_CHARS, custom_id, custom_id_prefix
 from mmirage_beam.io.decode import replace_lone_surrogates
 from mmirage_beam.jsonl import json_encoder
 from mmirage_beam.metrics import METRICS_NAMESPACE
@@ -39,6 +39,8 @@ from mmirage_beam.transforms.extract import (
     ExtractInputsResult,
 )
 from mmirage_beam.transforms.render import (
+    NullValueError,
+    holds_null,
     misaligned_lists,
     parallel_list_inputs,
     template_variables,
@@ -149,6 +151,8 @@ class _BuildRequestsFn(beam.DoFn):
         self._templates = [(o, PromptTemplate(o.prompt, env)) for o in self._outputs]
         self._used = {o.name: template_variables(o.prompt) for o in self._outputs}
         self._parallel = {o.name: parallel_list_inputs(o.prompt) for o in self._outputs}
+        # (output name, modality) -> the custom_id before the source_index
+        self._cid_prefix: dict[tuple[str, str], str] = {}
         # Only building and sizing happen here: no credentials, no client.
         self._adapter = self._adapter_cls()
         self._hard_limit = type(self._config).PROVIDER_MAX_BATCH_BYTES
@@ -211,33 +215,35 @@ class _BuildRequestsFn(beam.DoFn):
             yield pvalue.TaggedOutput(TOKENS_TAG, GlobalWindows.windowed_value(stats))
 
     def process(self, element: ExtractedRow) -> Iterator[Any]:
-        import jinja2
-
-        from mmirage_beam.transforms.render import NullValueError, holds_null
-
-        ds_path = self._datasets[element.dataset_index].path
+        values, source_index = element.values, element.source_index
+        modality = "multimodal" if element.images else "text"
         built: list[BatchRequest] = []
         bodies: list[dict[str, Any]] = []  # the request dicts, counted without a re-parse
+        adapter, config = self._adapter, self._config
         for output, template in self._templates:
-            where = f"output {output.name!r}"
-            misaligned = misaligned_lists(self._parallel[output.name], element.values)
-            if misaligned is not None:
-                names, reason = misaligned
-                yield pvalue.TaggedOutput(
-                    ERRORS_TAG,
-                    RowError(
-                        element.source_index, ds_path, names, f"the prompt of {where} {reason}"
-                    ),
-                )
-                return
+            name = output.name
+            parallel = self._parallel[name]
+            if parallel:
+                misaligned = misaligned_lists(parallel, values)
+                if misaligned is not None:
+                    names, reason = misaligned
+                    yield self._row_error(element, names, f"the prompt of output {name!r} {reason}")
+                    return
             try:
-                prompt = _clean_text(template.render(element.values))
-                if not prompt.strip():
-                    raise RequestBuildError(f"the prompt of {where} renders to whitespace only")
-                cid = custom_id(output.name, element.modality, element.source_index)
-                payload = build_payload(prompt, element.images, output, self._schemas[output.name])
-                request = self._adapter.build_request(cid, payload, self._config)
-                line = self._adapter.serialize_request(request)
+                prompt = _clean_text(template.render(values))
+                if not prompt or prompt.isspace():  # what `not prompt.strip()` says
+                    raise RequestBuildError(
+                        f"the prompt of output {name!r} renders to whitespace only"
+                    )
+                cid = self._cid_prefix.get((name, modality))
+                if cid is None:
+                    cid = self._cid_prefix[name, modality] = custom_id_prefix(name, modality)
+                cid = cid + str(source_index)
+                if len(cid) > MAX_CUSTOM_ID_CHARS:  # cut the long name as custom_id does
+                    cid = custom_id(name, modality, source_index)
+                payload = build_payload(prompt, element.images, output, self._schemas[name])
+                request = adapter.build_request(cid, payload, config)
+                line = adapter.serialize_request(request)
                 canon = None
                 if self._encode_canonical is not None and str_keys_only(request):
                     canon = self._encode_canonical(request).encode("ascii")
@@ -245,71 +251,72 @@ class _BuildRequestsFn(beam.DoFn):
                 # even for an adapter whose estimate is low.
                 nbytes = len(line)
                 if self._own_estimate:
-                    nbytes = max(self._adapter.estimate_request_bytes(request), nbytes)
+                    nbytes = max(adapter.estimate_request_bytes(request), nbytes)
                 if self._hard_limit is not None and nbytes + self._overhead > self._hard_limit:
                     raise RequestBuildError(
-                        f"the request of {where} is {nbytes} bytes, above the provider's "
-                        f"hard limit of {self._hard_limit} bytes per batch; it can never be "
-                        "submitted"
+                        f"the request of output {name!r} is {nbytes} bytes, above the "
+                        f"provider's hard limit of {self._hard_limit} bytes per batch; it "
+                        "can never be submitted"
                     )
-            except NullValueError as exc:
-                nulls = [
-                    n
-                    for n in sorted(self._used[output.name])
-                    if n in element.values and holds_null(element.values[n])
-                ]
-                name = ", ".join(nulls) if nulls else output.name
-                yield pvalue.TaggedOutput(
-                    ERRORS_TAG,
-                    RowError(
-                        element.source_index,
-                        ds_path,
-                        name,
-                        f"the prompt of {where} would render {exc} as the text 'None'"
-                        + (f" (input {name!r} holds null)" if nulls else "")
-                        + "; give the input a non-null default, or guard it in the "
-                        "template ({% if x %}...{% endif %}, {{ x or '' }})",
-                    ),
-                )
+            except Exception as exc:  # noqa: BLE001 - sorted into a RowError, or raised
+                yield self._build_error(element, output, exc)
                 return
-            except jinja2.UndefinedError as exc:
-                yield pvalue.TaggedOutput(
-                    ERRORS_TAG,
-                    RowError(
-                        element.source_index,
-                        ds_path,
-                        output.name,
-                        f"the prompt of {where} uses an undefined variable: {exc.message}",
-                    ),
-                )
-                return
-            except (RequestBuildError, jinja2.TemplateError) as exc:
-                # An image limit names the image input (and the output in its message).
-                name = getattr(exc, "input_name", None)
-                reason = f"{where}: {exc}" if name else str(exc)
-                yield pvalue.TaggedOutput(
-                    ERRORS_TAG,
-                    RowError(element.source_index, ds_path, name or output.name, reason),
-                )
-                return
-            built.append(
-                BatchRequest(
-                    cid, element.source_index, output.name, element.modality, line, nbytes, canon
-                )
-            )
+            built.append(BatchRequest(cid, source_index, name, modality, line, nbytes, canon))
             bodies.append(request)
         # A row yields its requests only when every output of it is valid.
+        tokens = self._tokens
         for req, body in zip(built, bodies):
             self._count += 1
             self._nbytes += req.nbytes
-            if self._tokens is not None and self._counted(req.custom_id):
-                tc = self._tokens.record(req.output_name, body, req.custom_id)
+            if tokens is not None and self._counted(req.custom_id):
+                tc = tokens.record(req.output_name, body, req.custom_id)
                 if tc is not None:
                     self._progress_tokens += round(tc.input_tokens * self._progress_scale)
             if self._count - self._progress_mark >= _PROGRESS_EVERY:
                 self._flush_progress()
             yield req
         yield pvalue.TaggedOutput(BUILT_ROWS_TAG, element)
+
+    def _row_error(self, element: ExtractedRow, name: str, reason: str) -> Any:
+        """The RowError of ``element`` on the errors output."""
+        ds_path = self._datasets[element.dataset_index].path
+        return pvalue.TaggedOutput(
+            ERRORS_TAG, RowError(element.source_index, ds_path, name, reason)
+        )
+
+    def _build_error(self, element: ExtractedRow, output: OutputConfig, exc: Exception) -> Any:
+        """The RowError for ``exc``, raised while building ``output``'s request of
+        ``element``; an exception that is no fault of the row is raised again."""
+        import jinja2
+
+        where = f"output {output.name!r}"
+        if isinstance(exc, NullValueError):
+            nulls = [
+                n
+                for n in sorted(self._used[output.name])
+                if n in element.values and holds_null(element.values[n])
+            ]
+            name = ", ".join(nulls) if nulls else output.name
+            return self._row_error(
+                element,
+                name,
+                f"the prompt of {where} would render {exc} as the text 'None'"
+                + (f" (input {name!r} holds null)" if nulls else "")
+                + "; give the input a non-null default, or guard it in the "
+                "template ({% if x %}...{% endif %}, {{ x or '' }})",
+            )
+        if isinstance(exc, jinja2.UndefinedError):
+            return self._row_error(
+                element,
+                output.name,
+                f"the prompt of {where} uses an undefined variable: {exc.message}",
+            )
+        if isinstance(exc, (RequestBuildError, jinja2.TemplateError)):
+            # An image limit names the image input (and the output in its message).
+            name = getattr(exc, "input_name", None)
+            reason = f"{where}: {exc}" if name else str(exc)
+            return self._row_error(element, name or output.name, reason)
+        raise exc
 
 
 class BuildRequests(beam.PTransform):
