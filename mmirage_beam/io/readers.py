@@ -451,4 +451,5 @@ def _jsonl_lines(f: BinaryIO, split: _Split) -> Iterator[bytes | None]:
             line = line[:-1]
         if line.endswith(b"\r"):
             line = line[:-1]
-        yield line if line.strip() else None
+        # what `line.strip()` being empty says, without copying the line
+        yield None if not line or line.isspace() else line

@@ -126,6 +126,13 @@ class BatchSubmissionAdapter(abc.ABC):
     #: ``image_file_limit`` says which limit it is, with its source, in that message.
     max_image_file_bytes: ClassVar[Optional[int]] = None
     image_file_limit: ClassVar[str] = ""
+    #: True when ``build_request`` of a text payload (no image) puts the custom_id and
+    #: the prompt into the request as whole string values, unchanged, and takes all the
+    #: rest from the config, so one output's text requests differ only there: their
+    #: lines are then spliced from one encoded template
+    #: (:mod:`mmirage_beam.transforms.request_template`, checked by probe requests)
+    #: instead of encoding each request. False: every request is encoded.
+    verbatim_prompt: ClassVar[bool] = False
 
     #: the run being submitted; set by the submit step before ``submit_chunk``.
     run_id: Optional[str] = None

@@ -178,6 +178,22 @@ class _BuildRequestsFn(beam.DoFn):
         ):
             self._encode_canonical = json_encoder(sort_keys=True, separators=(",", ":"))
 
+        # Each output's text requests spliced from one encoded template, when the
+        # adapter's requests are templates (request_template.py); else encoded per row.
+        self._request_templates: dict[str, Any] = {}
+        if self._encode_canonical is not None and getattr(self._adapter, "verbatim_prompt", False):
+            from mmirage_beam.transforms.request_template import RequestTemplate
+
+            for o in self._outputs:
+
+                def build(cid: str, prompt: str, o: OutputConfig = o) -> dict[str, Any]:
+                    payload = build_payload(prompt, (), o, self._schemas[o.name])
+                    return self._adapter.build_request(cid, payload, self._config)
+
+                self._request_templates[o.name] = RequestTemplate.probe(
+                    build, self._adapter.serialize_request, self._encode_canonical
+                )
+
         # per-output token counters; None when not counted (a merge's rebuild)
         self._tokens = (
             token_counter_for(self._config, self._sample_fraction) if self._count_tokens else None
@@ -243,10 +259,14 @@ class _BuildRequestsFn(beam.DoFn):
                     cid = custom_id(name, modality, source_index)
                 payload = build_payload(prompt, element.images, output, self._schemas[name])
                 request = adapter.build_request(cid, payload, config)
-                line = adapter.serialize_request(request)
-                canon = None
-                if self._encode_canonical is not None and str_keys_only(request):
-                    canon = self._encode_canonical(request).encode("ascii")
+                spliced = None if element.images else self._request_templates.get(name)
+                if spliced is not None:  # the same bytes as encoding the request
+                    line, canon = spliced.encode(cid, prompt)
+                else:
+                    line = adapter.serialize_request(request)
+                    canon = None
+                    if self._encode_canonical is not None and str_keys_only(request):
+                        canon = self._encode_canonical(request).encode("ascii")
                 # Never below the real size, so a chunk's upload stays within its cap
                 # even for an adapter whose estimate is low.
                 nbytes = len(line)

@@ -61,6 +61,9 @@ class MissingValue:
 
 MISSING = MissingValue()
 
+#: a variable the row's context does not hold (looked up as Jinja does then)
+_ABSENT = object()
+
 _BARE_EXPR = re.compile(r"^\s*\{\{\s*(.+?)\s*\}\}\s*$", re.S)
 # A bare expression that is a plain lookup: ``name``, ``name.field``, ``name.field.sub``
 # (ASCII identifiers). Resolved without Jinja (:meth:`SchemaRenderer._lookup`).
@@ -198,7 +201,14 @@ class PromptTemplate:
             if part.__class__ is str:
                 out.append(part)
                 continue
-            value = jinja_lookup(env, globals_, variables, *part)
+            name, fields = part
+            if not fields:
+                # a str variable renders as itself (finalize and str() keep a str as is)
+                value = variables.get(name, _ABSENT)
+                if value.__class__ is str:
+                    out.append(value)
+                    continue
+            value = jinja_lookup(env, globals_, variables, name, fields)
             out.append(str(finalize(value) if finalize is not None else value))
         return "".join(out)
 
@@ -310,7 +320,16 @@ class SchemaRenderer:
         def resolve(ctx: dict[str, Any]) -> Any:
             return _bare_value(jinja_lookup(env, globals_, ctx, name, fields))
 
-        return resolve
+        if fields:
+            return resolve
+
+        def resolve_name(ctx: dict[str, Any]) -> Any:
+            value = ctx.get(name, _ABSENT)
+            if value.__class__ is str:  # neither undefined nor missing: kept as it is
+                return value
+            return resolve(ctx)
+
+        return resolve_name
 
     def render(self, variables: dict[str, Any]) -> Any:
         """Render the schema with ``variables`` (inputs and outputs of one row)."""

@@ -117,6 +117,9 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
     it when exactly one matches (see the module docstring for the window that remains).
     """
 
+    #: text requests hold the custom_id and prompt verbatim (build_request)
+    verbatim_prompt: ClassVar[bool] = True
+
     #: how far before our clock's "first attempt" a batch's ``created_at`` may be, s.
     ADOPT_SKEW_SECS: ClassVar[float] = 5.0
     #: page size of the batch listing (the API's maximum is 1000; 100 keeps pages small).

@@ -115,6 +115,9 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
     attempt may have made (:meth:`find_batch`).
     """
 
+    #: text requests hold the custom_id and prompt verbatim (build_request)
+    verbatim_prompt: ClassVar[bool] = True
+
     required_credentials: ClassVar[Sequence[str]] = ("api_key",)
     #: ``GOOGLE_API_KEY`` is the SDK's own fallback (google-genai reads both).
     CREDENTIAL_FALLBACKS: ClassVar[Mapping[str, Sequence[str]]] = {"api_key": ("GOOGLE_API_KEY",)}

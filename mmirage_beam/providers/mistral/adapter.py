@@ -92,6 +92,9 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
     ``timeout_seconds``; the SDK retries nothing by itself (no ``retry_config``).
     """
 
+    #: text requests hold the custom_id and prompt verbatim (build_request)
+    verbatim_prompt: ClassVar[bool] = True
+
     required_credentials: ClassVar[Sequence[str]] = ("api_key",)
     chunk_overhead_bytes: ClassVar[int] = 0  # the upload is exactly the JSONL lines
     STATUS_MAP: ClassVar[Mapping[str, str]] = STATUS_MAP

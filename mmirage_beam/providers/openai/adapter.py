@@ -82,6 +82,9 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
     an earlier attempt may have made (:meth:`find_batch`).
     """
 
+    #: text requests hold the custom_id and prompt verbatim (build_request)
+    verbatim_prompt: ClassVar[bool] = True
+
     required_credentials: ClassVar[Sequence[str]] = ("api_key",)
     chunk_overhead_bytes: ClassVar[int] = 0  # the upload is exactly the JSONL lines
     # OpenAI states no per-image size, only the 50 MB per request: a bigger file can
