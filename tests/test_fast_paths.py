@@ -104,3 +104,19 @@ def test_a_dry_run_receipts_one_chunk_at_a_time() -> None:
         settings = SubmitSettings("r1", export_prompts=export)
         fn = _SubmitChunkFn(adapter_cls, cfg.processor, settings, "/tmp/meta", {}, 4)
         assert fn._concurrency == want
+
+
+def test_fewer_young_collections_while_the_job_runs() -> None:
+    import gc
+
+    from mmirage_beam.launch import RUN_GC_THRESHOLD, fewer_young_collections
+
+    before = gc.get_threshold()
+    with fewer_young_collections():
+        inside = gc.get_threshold()
+        assert inside[0] == max(before[0], RUN_GC_THRESHOLD)
+        assert inside[1:] == before[1:]
+    assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError), fewer_young_collections(50_000):
+        raise RuntimeError("the job failed")
+    assert gc.get_threshold() == before

@@ -182,7 +182,6 @@ class MergeRows(beam.PTransform):
         ]
         verifiable = [h for h in held if h.receipt.get("run_id")] if settings.verify_source else []
         # the longest phase of a large merge: without it, only "results fetched" shows
-        rows = rows | "ProgressRowsRead" >> CountProgress("rows read")
         own_adapter = (providers.get(config.processor.provider) or (None,))[0]
         extracted = rows | "ExtractInputs" >> ExtractInputs(
             config.inputs,
@@ -191,6 +190,7 @@ class MergeRows(beam.PTransform):
             lenient=True,
             max_image_file_bytes=getattr(own_adapter, "max_image_file_bytes", None),
             image_file_limit=getattr(own_adapter, "image_file_limit", ""),
+            progress="rows read",  # counted by the step: no pass-through step per row
         )
         spilled.append(spill(extracted.rows, ROWS_KIND, _rows_record))
         if verifiable:
