@@ -120,3 +120,21 @@ def test_fewer_young_collections_while_the_job_runs() -> None:
     with pytest.raises(RuntimeError), fewer_young_collections(50_000):
         raise RuntimeError("the job failed")
     assert gc.get_threshold() == before
+
+
+def test_the_job_line_says_what_the_run_does() -> None:
+    """A Dataflow ``--dry_run`` (the job translated only) is no export; both send nothing."""
+    from mmirage_beam.config.loader import load_config
+    from mmirage_beam.run.submit_flags import SubmitFlags
+    from mmirage_beam.run.submit_plans import SubmitStart, job_line
+    from tests.conftest import REPO
+
+    cfg = load_config(REPO / "configs" / "gsm8k_openai.yaml")
+
+    def line(translate_only: bool, export: str | None) -> str:
+        start = SubmitStart(cfg, "r1", "/tmp/meta", object, translate_only=translate_only)
+        return job_line(start, SubmitFlags("c.yaml", export_prompts=export)).text
+
+    assert "dry run (export only)" in line(False, "out.jsonl")
+    assert "translated only" in line(True, None) and "export" not in line(True, None)
+    assert "submission to openai" in line(False, None)

@@ -191,11 +191,12 @@ def _sends_nothing(start: SubmitStart, flags: SubmitFlags) -> bool:
 
 def job_line(start: SubmitStart, flags: SubmitFlags) -> Message:
     """The line said as the job starts: the run, what it does, the config."""
-    what = (
-        "dry run (export only)"
-        if _sends_nothing(start, flags)
-        else f"submission to {start.config.processor.provider}"
-    )
+    if flags.dry_run:
+        what = "dry run (export only)"
+    elif start.translate_only:
+        what = "job translated only (the runner's --dry_run: nothing runs, nothing is sent)"
+    else:
+        what = f"submission to {start.config.processor.provider}"
     return Message("info", f"mmirage run {start.run_id}: {what}, config {flags.config}")
 
 
