@@ -237,7 +237,7 @@ def test_a_failed_lookup_blocks_the_merge(config, monkeypatch):
     )
     assert start.blocked == "lookup_failed"
     assert start.messages == (
-        Message("warning", "mmirage: error: some batches cannot be looked up; nothing merged."),
+        Message("error", "mmirage: error: some batches cannot be looked up; nothing merged."),
     )
 
 

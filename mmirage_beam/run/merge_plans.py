@@ -154,7 +154,7 @@ def start_merge(
         resume_command = resume(plan.resume_run)
     if plan.blocked == "lookup_failed":
         text = "mmirage: error: some batches cannot be looked up; nothing merged."
-        messages.append(Message("warning", text))
+        messages.append(Message("error", text))
     if plan.blocked == "pending":
         messages.append(
             Message(
