@@ -151,3 +151,20 @@ def test_adapters_not_saying_so_get_no_template() -> None:
     fn = _BuildRequestsFn(cfg.outputs, cfg.datasets, Quiet, cfg.processor, False)
     fn.setup()
     assert fn._request_templates == {}
+
+
+def test_json_string_bytes_is_the_json_modules_escaping() -> None:
+    import random
+    from json.encoder import encode_basestring, encode_basestring_ascii
+
+    from mmirage_beam.transforms.request_template import json_string_bytes
+
+    every = [chr(c) for c in range(0x800)] + ["\u2028", "\u2029", "\ufeff", "🙂", "漢"]
+    rng = random.Random(7)
+    samples = every + [
+        "".join(rng.choice(every) for _ in range(rng.randrange(0, 40))) for _ in range(3000)
+    ]
+    samples += ['a"b\\c\nd\re\tf', "plain ascii", "", 'é\n"x"', "\x7f", "\x08\x0c"]
+    for s in samples:
+        want = (encode_basestring(s).encode("utf-8"), encode_basestring_ascii(s).encode("ascii"))
+        assert json_string_bytes(s) == want, repr(s)

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 
 from mmirage_beam.request_hashes import str_keys_only
 
-__all__ = ["RequestTemplate"]
+__all__ = ["RequestTemplate", "json_string_bytes"]
 
 #: the probes' prompts and custom_ids: JSON escapes of every kind, and non-ASCII text
 _PROBES = (
@@ -89,18 +89,55 @@ class RequestTemplate:
     def encode(self, custom_id: str, prompt: str) -> tuple[bytes, bytes]:
         """``(line, canonical)`` of the request for ``custom_id`` and ``prompt`` (a
         valid UTF-8 ``str``)."""
-        line = _fill(self._line, encode_basestring(custom_id), encode_basestring(prompt))
-        canon = _fill(
-            self._canon, encode_basestring_ascii(custom_id), encode_basestring_ascii(prompt)
+        cid_line, cid_canon = json_string_bytes(custom_id)
+        prompt_line, prompt_canon = json_string_bytes(prompt)
+        return (
+            _fill(self._line, cid_line, prompt_line),
+            _fill(self._canon, cid_canon, prompt_canon),
         )
-        return line.encode("utf-8"), canon.encode("ascii")
+
+
+#: what JSON escapes in a string, besides ``"``, ``\``, ``\n``, ``\r``, ``\t``: the other
+#: control characters (``json.encoder.ESCAPE``), and DEL in ASCII output (``ESCAPE_ASCII``)
+_RARE_ESCAPES = bytes(c for c in range(0x20) if c not in b"\n\r\t") + b"\x7f"
+
+
+def json_string_bytes(text: str) -> tuple[bytes, bytes]:
+    """``text`` as a JSON string, UTF-8: ``(json.encoder.encode_basestring(text),
+    json.encoder.encode_basestring_ascii(text))``, encoded, the same bytes.
+
+    A string whose only characters to escape are ``"``, ``\\``, newline, carriage
+    return and tab (most prompts) is escaped by five ``bytes.replace`` on its UTF-8
+    form, which is one pass of memchr each: CPython's own escaping writes the output a
+    character at a time (about 4 ns a character for the UTF-8 form, 2.4 for the ASCII
+    one, measured on 573-character GSM8K prompts). An ASCII string gets one escaping
+    for both forms; anything else is left to the ``json`` module.
+    """
+    raw = text.encode("utf-8")
+    if len(raw.translate(None, _RARE_ESCAPES)) != len(raw):  # a rare escape (or DEL)
+        return (
+            encode_basestring(text).encode("utf-8"),
+            encode_basestring_ascii(text).encode("ascii"),
+        )
+    escaped = (
+        b'"'
+        + raw.replace(b"\\", b"\\\\")
+        .replace(b'"', b'\\"')
+        .replace(b"\n", b"\\n")
+        .replace(b"\r", b"\\r")
+        .replace(b"\t", b"\\t")
+        + b'"'
+    )
+    if text.isascii():
+        return escaped, escaped
+    return escaped, encode_basestring_ascii(text).encode("ascii")
 
 
 class _NotATemplate(Exception):
     """A sentinel is not only ever a whole string value of the encoded request."""
 
 
-def _pieces(text: str, cid_json: str, prompt_json: str) -> tuple[list[str], list[int], list[int]]:
+def _pieces(text: str, cid_json: str, prompt_json: str) -> tuple[list[bytes], list[int], list[int]]:
     """``text`` split around every whole-string occurrence of the two sentinels:
     ``(pieces, custom_id slots, prompt slots)``; the slots are indices into pieces.
 
@@ -122,14 +159,14 @@ def _pieces(text: str, cid_json: str, prompt_json: str) -> tuple[list[str], list
     bare = (cid_json[1:-1], prompt_json[1:-1])
     if not prompt_slots or any(m in p for p in pieces for m in bare):
         raise _NotATemplate(text)
-    return pieces, cid_slots, prompt_slots
+    return [p.encode("utf-8") for p in pieces], cid_slots, prompt_slots
 
 
-def _fill(template: tuple[list[str], list[int], list[int]], cid: str, prompt: str) -> str:
+def _fill(template: tuple[list[bytes], list[int], list[int]], cid: bytes, prompt: bytes) -> bytes:
     pieces, cid_slots, prompt_slots = template
     out = pieces.copy()
     for i in cid_slots:
         out[i] = cid
     for i in prompt_slots:
         out[i] = prompt
-    return "".join(out)
+    return b"".join(out)
