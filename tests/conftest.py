@@ -228,10 +228,29 @@ def _remember_module_globals_for_objsize() -> None:
     traverse._iter_modules_globals = iter_modules_globals
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """Let the commands the tests start get Ctrl-C as a foreground process does.
+
+    A suite started in the background by a non-interactive shell (``.ci/run &``)
+    inherits SIGINT ignored (POSIX, for asynchronous commands), and every command it
+    starts would too: the tests of Ctrl-C (tests/test_interrupts.py) then see it
+    ignored before a job is running. A Python handler in this process is reset to the
+    default in a child at exec, so the children start as from a terminal."""
+    import signal
+    import threading
+
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    ):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_configure(config):  # noqa: ARG001
     _memoize_beam_dofn_specs()
     _memoize_beam_option_views()
     _remember_module_globals_for_objsize()
+    _ctrl_c_as_in_a_terminal()
 
 
 @pytest.fixture(autouse=True)
