@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import secrets
+from typing import Callable
 
 MAX_CUSTOM_ID_CHARS = 64  # Anthropic: ^[a-zA-Z0-9_-]{1,64}$ (Message Batches API)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -43,12 +45,21 @@ def custom_id(output_name: str, modality: str, source_index: int) -> str:
     return _cut_custom_id(output_name, name, tail)
 
 
-def custom_id_prefix(output_name: str, modality: str) -> str:
-    """``<output_name>-<modality>-`` as :func:`custom_id` writes it (unsafe characters
-    replaced): ``custom_id_prefix(o, m) + str(i)`` is ``custom_id(o, m, i)`` whenever it
-    has at most :data:`MAX_CUSTOM_ID_CHARS` characters (a longer one is cut by
-    :func:`custom_id`). For callers that build many ids of one output."""
-    return f"{_UNSAFE.sub('_', output_name)}-{modality}-"
+@functools.lru_cache(maxsize=256)
+def custom_id_maker(output_name: str, modality: str) -> Callable[[int], str]:
+    """``source_index -> custom_id(output_name, modality, source_index)``, the same ids,
+    for callers that build one per row: the name's unsafe characters are replaced once
+    (cached per output and modality), and only an id over
+    :data:`MAX_CUSTOM_ID_CHARS` goes through :func:`custom_id` to be cut."""
+    prefix = f"{_UNSAFE.sub('_', output_name)}-{modality}-"
+
+    def make(source_index: int) -> str:
+        cid = prefix + str(source_index)
+        if len(cid) > MAX_CUSTOM_ID_CHARS:
+            return custom_id(output_name, modality, source_index)
+        return cid
+
+    return make
 
 
 def _cut_custom_id(output_name: str, name: str, tail: str) -> str:

@@ -11,7 +11,13 @@ import pytest
 
 from mmirage_beam.run.layout import part_path
 from mmirage_beam.run.receipts import consolidate, receipt_line
-from mmirage_beam.run.staging import StagedChunkWriter, iter_meta, receipt_maps
+from mmirage_beam.run.staging import (
+    RequestMeta,
+    StagedChunkWriter,
+    iter_meta,
+    meta_path,
+    receipt_maps,
+)
 from mmirage_beam.transforms.extract import compile_key
 
 ROWS = [
@@ -61,10 +67,16 @@ def test_receipt_maps_equal_the_metadata_stream(tmp_path) -> None:
         writer.write(f"out-text-{i}", i * 3, (line + "\n").encode(), len(line) + 1)
     writer.close()
     index, hashes = receipt_maps(writer.path)
-    metas = list(iter_meta(writer.path))
-    assert list(index.items()) == [(m.custom_id, m.source_index) for m in metas]
-    assert list(hashes.items()) == [(m.custom_id, m.line_hash) for m in metas]
+    # the metadata file read the plain way, a line at a time
+    with open(meta_path(writer.path), "rb") as f:
+        rows = [json.loads(line) for line in f]
+    assert list(index.items()) == [(r[0], r[1]) for r in rows]
+    assert list(hashes.items()) == [(r[0], r[3]) for r in rows]
     assert len(index) == n
+    # ranges inside a block, across blocks (about 17,000 lines each), open-ended, empty
+    for start, end in ((0, 10), (5, 17_500), (16_000, 39_000), (39_990, None), (7, 7), (0, None)):
+        want = [RequestMeta(r[0], r[1], r[2], r[3]) for r in rows[start:end]]
+        assert list(iter_meta(writer.path, start, end)) == want, (start, end)
 
 
 def test_consolidate_copies_parts_byte_for_byte(tmp_path) -> None:
@@ -138,3 +150,21 @@ def test_the_job_line_says_what_the_run_does() -> None:
     assert "dry run (export only)" in line(False, "out.jsonl")
     assert "translated only" in line(True, None) and "export" not in line(True, None)
     assert "submission to openai" in line(False, None)
+
+
+@pytest.mark.parametrize(
+    "name", ["review", "a b/c", "ü", "x" * 40, "y" * 60, "z" * 70, "long name " * 9]
+)
+def test_custom_id_maker_makes_custom_ids(name: str) -> None:
+    from mmirage_beam.ids import custom_id, custom_id_maker
+
+    for modality in ("text", "multimodal"):
+        make = custom_id_maker(name, modality)
+        for index in (0, 7, 12_345, 10**12, 10**40):
+            try:
+                want = custom_id(name, modality, index)
+            except ValueError:
+                with pytest.raises(ValueError):
+                    make(index)
+                continue
+            assert make(index) == want

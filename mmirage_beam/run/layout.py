@@ -45,6 +45,12 @@ def part_path(receipt_file: str, chunk_id: str) -> str:
     return f"{parts_dir(receipt_file)}/{chunk_id}.json"
 
 
+def part_chunk_id(path: str) -> str:
+    """The chunk id a part file is named after: :func:`part_path` read backwards."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return name[: -len(".json")] if name.endswith(".json") else name
+
+
 def export_file_for(export_prompts: str, run_id: str) -> str:
     """DESIGN.md: ``P.jsonl`` -> ``P.<run_id>.jsonl``; any other ``P`` is a directory."""
     if export_prompts.endswith(".jsonl"):

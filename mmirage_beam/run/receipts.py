@@ -31,7 +31,7 @@ from mmirage_beam.request_hashes import (  # noqa: F401 (public here too)
     request_hash,
     request_line_hash,
 )
-from mmirage_beam.run.layout import RunLayout, parts_dir
+from mmirage_beam.run.layout import RunLayout, part_chunk_id, parts_dir
 
 
 def receipt_path(base: str, modality: str, run_id: str, dry_run: bool = False) -> str:
@@ -185,7 +185,7 @@ def consolidate(receipt_file: str) -> int:
             where[r["chunk_id"]] = (None, (line.offset, line.length))
     for path in matches:
         # a part is named after its chunk (part_path): no parse to find out which
-        where[_part_chunk_id(path)] = (path, None)
+        where[part_chunk_id(path)] = (path, None)
     if where:  # no receipt yet (only intents): no empty receipt file
         tmp = f"{receipt_file}.tmp-{uuid.uuid4().hex}"
         with FileSystems.create(tmp) as out:
@@ -206,12 +206,6 @@ def consolidate(receipt_file: str) -> int:
     if not list_files(pdir, "**"):
         delete_folder(pdir)
     return len(where)
-
-
-def _part_chunk_id(path: str) -> str:
-    """The chunk id of a part file ``<parts dir>/<chunk_id>.json`` (:func:`part_path`)."""
-    name = path.replace("\\", "/").rsplit("/", 1)[-1]
-    return name[: -len(".json")] if name.endswith(".json") else name
 
 
 def _part_line(path: str) -> bytes:

@@ -150,59 +150,55 @@ def _meta_line(custom_id: str, source_index: int, nbytes: int, line_hash: str) -
 #: ``json.dumps`` of a ``str`` (ASCII escapes), without building an encoder per call.
 _json_str = json.encoder.encode_basestring_ascii
 
-#: Metadata lines parsed by one ``json.loads`` call (about 60 bytes a line).
-_META_LINES_PER_PARSE = 4096
+#: Bytes of metadata lines read, and parsed by one ``json.loads``, at a time (1 MiB, about
+#: 17,000 requests' lines of about 60 bytes).
+_META_BLOCK_BYTES = 1 << 20
+
+
+def _meta_blocks(path: str, start: int = 0, end: Optional[int] = None) -> Iterator[list[Any]]:
+    """The metadata of requests ``start`` (inclusive) to ``end`` (exclusive) of a staged
+    file, in order, as parsed rows ``[custom_id, source_index, nbytes, line_hash]``: about
+    :data:`_META_BLOCK_BYTES` of lines read and parsed as one JSON array at a time."""
+    with FileSystems.open(meta_path(path), compression_type="uncompressed") as f:
+        seen = 0
+        while end is None or seen < end:
+            lines = f.readlines(_META_BLOCK_BYTES)
+            if not lines:
+                break
+            first, seen = seen, seen + len(lines)
+            lo = max(start - first, 0)
+            hi = len(lines) if end is None else min(end - first, len(lines))
+            if lo < hi:
+                if lo or hi < len(lines):
+                    lines = lines[lo:hi]
+                yield json.loads(b"[" + b",".join(lines) + b"]")
 
 
 def iter_meta(path: str, start: int = 0, end: Optional[int] = None) -> Iterator[RequestMeta]:
     """The metadata of requests ``start`` (inclusive) to ``end`` (exclusive) of a staged
     file, in order, streamed (a chunk of 50,000 requests held as a list is about 45 MB):
-    :data:`_META_LINES_PER_PARSE` lines are parsed at a time, as one JSON array."""
-
-    def parsed(lines: list[bytes]) -> Iterator[RequestMeta]:
-        for cid, idx, nbytes, h in json.loads(b"[" + b",".join(lines) + b"]"):
+    parsed a block at a time (:func:`_meta_blocks`)."""
+    for rows in _meta_blocks(path, start, end):
+        for cid, idx, nbytes, h in rows:
             yield RequestMeta(cid, int(idx), int(nbytes), h)
-
-    with FileSystems.open(meta_path(path), compression_type="uncompressed") as f:
-        batch: list[bytes] = []
-        for i, raw in enumerate(f):
-            if i < start:
-                continue
-            if end is not None and i >= end:
-                break
-            batch.append(raw)
-            if len(batch) >= _META_LINES_PER_PARSE:
-                yield from parsed(batch)
-                batch = []
-        if batch:
-            yield from parsed(batch)
-
-
-#: Bytes of metadata lines read (and parsed as one JSON array) at a time (1 MiB).
-_META_BLOCK_BYTES = 1 << 20
 
 
 def receipt_maps(path: str) -> tuple[dict[str, int], dict[str, str]]:
     """A whole staged chunk's receipt maps, from its metadata file in chunk order:
     ``custom_id -> source_index`` and ``custom_id -> request line hash`` (the receipt's
     ``custom_id_to_source_index`` and ``request_hashes``). The same as reading
-    :func:`iter_meta`, in bulk: about :data:`_META_BLOCK_BYTES` of lines are parsed by
-    one ``json.loads`` and put into the maps by ``zip``, with no object per request.
+    :func:`iter_meta`, in bulk: each parsed block (:func:`_meta_blocks`) goes into the
+    maps by ``zip``, with no object per request.
 
     Raises:
         apache_beam.io.filesystem.BeamIOError / OSError: the file cannot be read.
     """
     index: dict[str, int] = {}
     hashes: dict[str, str] = {}
-    with FileSystems.open(meta_path(path), compression_type="uncompressed") as f:
-        while True:
-            lines = f.readlines(_META_BLOCK_BYTES)
-            if not lines:
-                break
-            rows = json.loads(b"[" + b",".join(lines) + b"]")
-            ids = [r[0] for r in rows]
-            index.update(zip(ids, [r[1] for r in rows]))
-            hashes.update(zip(ids, [r[3] for r in rows]))
+    for rows in _meta_blocks(path):
+        ids = [r[0] for r in rows]
+        index.update(zip(ids, [r[1] for r in rows]))
+        hashes.update(zip(ids, [r[3] for r in rows]))
     return index, hashes
 
 

@@ -23,7 +23,7 @@ from mmirage_beam.config.loader import DatasetConfig, OutputConfig
 from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.costs.tokens import check_sample_fraction, token_counter_for
 from mmirage_beam.errors import RequestBuildError
-from mmirage_beam.ids import MAX_CUSTOM_ID_CHARS, custom_id, custom_id_prefix
+from mmirage_beam.ids import custom_id_maker
 from mmirage_beam.io.decode import replace_lone_surrogates
 from mmirage_beam.jsonl import json_encoder
 from mmirage_beam.metrics import METRICS_NAMESPACE
@@ -151,8 +151,6 @@ class _BuildRequestsFn(beam.DoFn):
         self._templates = [(o, PromptTemplate(o.prompt, env)) for o in self._outputs]
         self._used = {o.name: template_variables(o.prompt) for o in self._outputs}
         self._parallel = {o.name: parallel_list_inputs(o.prompt) for o in self._outputs}
-        # (output name, modality) -> the custom_id before the source_index
-        self._cid_prefix: dict[tuple[str, str], str] = {}
         # Only building and sizing happen here: no credentials, no client.
         self._adapter = self._adapter_cls()
         self._hard_limit = type(self._config).PROVIDER_MAX_BATCH_BYTES
@@ -251,12 +249,7 @@ class _BuildRequestsFn(beam.DoFn):
                     raise RequestBuildError(
                         f"the prompt of output {name!r} renders to whitespace only"
                     )
-                cid = self._cid_prefix.get((name, modality))
-                if cid is None:
-                    cid = self._cid_prefix[name, modality] = custom_id_prefix(name, modality)
-                cid = cid + str(source_index)
-                if len(cid) > MAX_CUSTOM_ID_CHARS:  # cut the long name as custom_id does
-                    cid = custom_id(name, modality, source_index)
+                cid = custom_id_maker(name, modality)(source_index)
                 payload = build_payload(prompt, element.images, output, self._schemas[name])
                 request = adapter.build_request(cid, payload, config)
                 spliced = None if element.images else self._request_templates.get(name)

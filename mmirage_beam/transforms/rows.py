@@ -12,7 +12,7 @@ from typing import Any, Iterator, Optional, Sequence
 import apache_beam as beam
 
 from mmirage_beam.config.loader import OutputConfig
-from mmirage_beam.ids import MAX_CUSTOM_ID_CHARS, custom_id, custom_id_prefix
+from mmirage_beam.ids import custom_id_maker
 from mmirage_beam.jsonl import json_line
 from mmirage_beam.transforms.render import SchemaRenderer
 
@@ -97,7 +97,6 @@ class _PlaceholderRowFn(beam.DoFn):
 
     def setup(self) -> None:
         self._renderer = SchemaRenderer(self._schema) if self._schema is not None else None
-        self._prefixes: dict[str, list[tuple[str, str]]] = {}
 
     def start_bundle(self) -> None:
         self._blocks: dict[int, list[bytes]] = {}
@@ -105,17 +104,7 @@ class _PlaceholderRowFn(beam.DoFn):
 
     def _line(self, element: Any) -> bytes:
         modality, index = element.modality, element.source_index
-        prefixes = self._prefixes.get(modality)
-        if prefixes is None:  # per modality: each output's placeholder up to the index
-            prefixes = self._prefixes[modality] = [
-                (n, PLACEHOLDER_PREFIX + custom_id_prefix(n, modality)) for n in self._names
-            ]
-        outputs = {}
-        for n, prefix in prefixes:
-            value = prefix + str(index)
-            if len(value) - len(PLACEHOLDER_PREFIX) > MAX_CUSTOM_ID_CHARS:
-                value = PLACEHOLDER_PREFIX + custom_id(n, modality, index)  # a cut id
-            outputs[n] = Placeholder(value)
+        outputs = {n: placeholder(custom_id_maker(n, modality)(index)) for n in self._names}
         row = assemble_output_row(
             element.row,
             element.values,

@@ -54,12 +54,12 @@ class _SubmitChunkFn(beam.DoFn):
         concurrency: int = 4,
     ) -> None:
         cap = getattr(adapter_cls, "max_concurrent_submissions", None)
-        self._concurrency = max(1, min(concurrency, cap) if cap else concurrency)
-        if settings.dry_run:
-            # Nothing waits on a provider: a chunk's receipt is CPU work the GIL runs one
-            # at a time anyway, and one chunk at a time holds one receipt's maps, not
-            # four (the 200,000-row dry run's peak RSS: 387 -> 320 MiB).
-            self._concurrency = 1
+        # A dry run waits on no provider: a chunk's receipt is CPU work the GIL runs one
+        # at a time anyway, and one chunk at a time holds one receipt's maps, not four
+        # (the 200,000-row dry run's peak RSS: 387 -> 320 MiB).
+        self._concurrency = (
+            1 if settings.dry_run else max(1, min(concurrency, cap) if cap else concurrency)
+        )
         layout = RunLayout(receipts_base, settings.run_id)
         self._stop_marker = None if settings.dry_run else layout.stop_marker
         self._attempt = settings.attempt
