@@ -915,6 +915,24 @@ class Bench:
             f"peak RSS {m.peak_rss / MiB:8.1f} MiB"
         )
 
+    def measure_dry_run(
+        self, n: int, cfg: Path, case_dir: Path, run_id: str, sample: bool, case: str
+    ) -> Measured:
+        """``mmirage run --config cfg --export-prompts <case_dir>/prompts.jsonl`` (with
+        ``sample``: ``--estimate sample`` at :func:`sample_fraction` of ``n``), measured
+        in ``case_dir`` and recorded as ``case``."""
+        extra = (
+            ["--estimate", "sample", "--estimate-fraction", f"{sample_fraction(n):g}"]
+            if sample
+            else []
+        )
+        export = str(case_dir / "prompts.jsonl")
+        command = _mmirage("run", "--config", str(cfg), "--export-prompts", export)
+        command += ["--run-id", run_id, *extra, *self.beam_args]
+        m = measure(command, case_dir, env=self.env, label=case)
+        self.record(n, case, m)
+        return m
+
     def loop_spec(self, n: int, rows: Path, case_dir: Path, run_id: str) -> Path:
         meta = case_dir / "meta"
         spec = {
@@ -1002,28 +1020,7 @@ class Bench:
                 continue
             case_dir = size_dir / f"two-dry{'-sample' if sample else ''}-{tag}"
             cfg = write_yaml(case_dir / "gsm8k_openai.yaml", shipped_config(case_dir, rows))
-            extra = (
-                ["--estimate", "sample", "--estimate-fraction", f"{sample_fraction(n):g}"]
-                if sample
-                else []
-            )
-            m = measure(
-                _mmirage(
-                    "run",
-                    "--config",
-                    str(cfg),
-                    "--export-prompts",
-                    str(case_dir / "prompts.jsonl"),
-                    "--run-id",
-                    run_id,
-                    *extra,
-                    *self.beam_args,
-                ),
-                case_dir,
-                env=self.env,
-                label=case,
-            )
-            self.record(n, case, m)
+            m = self.measure_dry_run(n, cfg, case_dir, run_id, sample, case)
             export = case_dir / f"prompts.{run_id}.jsonl"
             digests[sample] = sha256_file(export)
             if not sample:
@@ -1090,22 +1087,7 @@ class Bench:
         case_dir = size_dir / f"dry-{tag}"
         run_id = f"dry{tag}"
         cfg = write_yaml(case_dir / "dry.yaml", text_config(case_dir, rows, a.max_chunk_bytes))
-        m = measure(
-            _mmirage(
-                "run",
-                "--config",
-                str(cfg),
-                "--export-prompts",
-                str(case_dir / "prompts.jsonl"),
-                "--run-id",
-                run_id,
-                *self.beam_args,
-            ),
-            case_dir,
-            env=self.env,
-            label="dry run",
-        )
-        self.record(n, "dry run", m)
+        m = self.measure_dry_run(n, cfg, case_dir, run_id, False, "dry run")
         digests["dry"] = self.outputs_digest(case_dir, run_id)
         exact_export = case_dir / f"prompts.{run_id}.jsonl"
         self.check_exact_estimate(n, m.stdout, tag)
@@ -1117,26 +1099,7 @@ class Bench:
             cfg = write_yaml(
                 sample_dir / "dry.yaml", text_config(sample_dir, rows, a.max_chunk_bytes)
             )
-            m = measure(
-                _mmirage(
-                    "run",
-                    "--config",
-                    str(cfg),
-                    "--export-prompts",
-                    str(sample_dir / "prompts.jsonl"),
-                    "--run-id",
-                    run_id,
-                    "--estimate",
-                    "sample",
-                    "--estimate-fraction",
-                    f"{sample_fraction(n):g}",
-                    *self.beam_args,
-                ),
-                sample_dir,
-                env=self.env,
-                label="dry run (sample)",
-            )
-            self.record(n, "dry run (sample)", m)
+            m = self.measure_dry_run(n, cfg, sample_dir, run_id, True, "dry run (sample)")
             same = sha256_file(sample_dir / f"prompts.{run_id}.jsonl") == sha256_file(exact_export)
             self.check_sampled_estimate(n, m.stdout, tag, same)
             if not a.keep:
