@@ -8,6 +8,7 @@ wording is the commands' interface (tests and users read it), so it is kept here
 from __future__ import annotations
 
 import heapq
+import re
 import shlex
 from typing import Any, Mapping, Optional, Sequence
 
@@ -79,9 +80,21 @@ def command_line(words: Sequence[str], beam_args: Sequence[str]) -> str:
 
 
 def short_error(exc: BaseException) -> str:
-    """The last line of ``exc``'s message (its type's name when it has none)."""
-    text = str(exc).strip().splitlines()
-    return text[-1] if text else type(exc).__name__
+    """One line of ``exc``'s message: the last line that says something (its type's name
+    when none does). A portable runner's job failure (``Pipeline ... failed in state
+    FAILED: <the engine's error>``) gives its first line, which names the engine's
+    error; the lines after it are the engine's trace, whose last line can be a lone
+    ``>`` (Flink's)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines()]
+    lines = [ln for ln in lines if any(c.isalnum() for c in ln)]
+    if not lines:
+        return type(exc).__name__
+    if _JOB_FAILED.match(lines[0]):
+        return lines[0] if len(lines[0]) <= 500 else lines[0][:497] + "..."
+    return lines[-1]
+
+
+_JOB_FAILED = re.compile(r"^Pipeline \S+ failed in state (FAILED|CANCELLED|UNKNOWN)")
 
 
 def already_run_message(config_path: str, beam_args: Sequence[str], earlier: dict) -> str:

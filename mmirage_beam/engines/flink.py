@@ -1,0 +1,361 @@
+"""A real Flink session cluster on this machine, for rehearsing a Flink run.
+
+:func:`start_flink` starts, each as its own process (and process group) in its own
+folder under the cluster folder ``D``:
+
+- a JobManager (Flink's ``bin/jobmanager.sh start-foreground``: a
+  ``StandaloneSessionClusterEntrypoint`` JVM), in ``D/jobmanager/``;
+- N TaskManagers (``bin/taskmanager.sh start-foreground``: ``TaskManagerRunner`` JVMs),
+  in ``D/taskmanager-<i>/``, each with ``slots`` task slots;
+- Beam's Flink job server (``FlinkJobServerDriver``), in ``D/job-server/``, which
+  translates the portable pipeline and submits it to the JobManager's REST endpoint.
+
+The SDK workers run on the TaskManagers: the printed flags use Beam's ``PROCESS``
+environment with ``D/sdk-boot.sh`` (:mod:`mmirage_beam.engines.sdk_boot`, run by this
+Python), so each TaskManager starts its own workers, in its own folder and with its own
+environment. (Beam's ``EXTERNAL`` environment names one address for the whole job; on
+one machine every TaskManager would reach the same worker pool on that loopback port.
+On separate hosts each TaskManager's ``localhost:50000`` pool is its own, which is what
+PROCESS gives here.) Killing a TaskManager's process group kills its workers with it.
+
+Everything listens on 127.0.0.1 only, on free ports. The state (ports, PIDs, flags) is
+written to ``D/cluster.json``; :func:`stop_cluster` stops every process by PID (SIGTERM,
+then SIGKILL). Logs stay in ``D/logs/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from mmirage_beam.engines import provision, versions
+from mmirage_beam.engines.processes import (
+    Daemon,
+    EngineError,
+    accepts,
+    free_port,
+    get_json,
+    start_daemon,
+    stop_daemon,
+    wait_until,
+)
+
+STATE_FILE = "cluster.json"
+
+#: Flink settings of the rehearsal cluster (config.yaml keys). Memory is sized for a
+#: laptop: the heavy work runs in the Python SDK workers, outside the JVMs. The network
+#: memory must hold the buffers of every shuffle of a Beam batch job in one slot
+#: (Flink's default left 91 of the 512 buffers a submit job asked for). Heartbeats are
+#: short so a killed TaskManager is noticed in seconds, not the default 50 s.
+_FLINK_SETTINGS = {
+    "jobmanager.rpc.address": "localhost",
+    "jobmanager.bind-host": "localhost",
+    "jobmanager.memory.process.size": "1024m",
+    "taskmanager.bind-host": "localhost",
+    "taskmanager.host": "localhost",
+    "taskmanager.memory.process.size": "1600m",
+    "taskmanager.memory.network.min": "256m",
+    "taskmanager.memory.network.max": "256m",
+    "rest.address": "localhost",
+    "rest.bind-address": "localhost",
+    "heartbeat.interval": "2000",
+    "heartbeat.timeout": "12000",
+    "jobmanager.execution.failover-strategy": "region",
+    "slot.request.timeout": "60000",
+}
+
+
+@dataclass
+class ClusterState:
+    """What ``D/cluster.json`` holds: the engine, its versions, ports, daemons and the
+    runner flags that submit to it."""
+
+    engine: str
+    dir: str
+    versions: dict
+    ports: dict
+    daemons: list[Daemon] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+
+    def daemon(self, name: str) -> Daemon:
+        """The daemon called ``name`` (``jobmanager``, ``taskmanager-1``, ``job-server``).
+
+        Raises:
+            KeyError: no such daemon.
+        """
+        for d in self.daemons:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    def flags_line(self) -> str:
+        """The runner flags as one shell line (what ``cluster up`` prints last)."""
+        return " ".join(shlex.quote(f) for f in self.flags)
+
+    def save(self) -> None:
+        """Write the state to ``<dir>/cluster.json`` (atomically)."""
+        path = Path(self.dir) / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, cluster_dir: Path) -> ClusterState:
+        """The state of the cluster in ``cluster_dir``.
+
+        Raises:
+            EngineError: no readable ``cluster.json`` there.
+        """
+        path = Path(cluster_dir) / STATE_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"no cluster in {cluster_dir} ({path}: {exc})") from exc
+        data["daemons"] = [Daemon(**d) for d in data.get("daemons", [])]
+        return cls(**data)
+
+
+def _java_env(base: Mapping[str, str]) -> dict[str, str]:
+    env = dict(base)
+    if not env.get("JAVA_HOME") and not shutil.which("java", path=env.get("PATH")):
+        raise EngineError("Flink needs Java 11 or 17: no JAVA_HOME and no java on PATH")
+    return env
+
+
+def _write_conf(home: Path, conf: Path, settings: Mapping[str, str]) -> None:
+    """``conf/config.yaml`` (Flink's defaults' JVM options and the settings) and the log4j
+    files of Flink's own default conf."""
+    import yaml
+
+    conf.mkdir(parents=True, exist_ok=True)
+    defaults = yaml.safe_load((home / "conf" / "config.yaml").read_text(encoding="utf-8"))
+    java_opts = defaults.get("env", {}).get("java", {}).get("opts", {}).get("all", "")
+    body = {"env.java.opts.all": java_opts, **settings}
+    (conf / "config.yaml").write_text(yaml.safe_dump(body, sort_keys=False), encoding="utf-8")
+    for name in ("log4j-console.properties", "log4j.properties", "log4j-cli.properties"):
+        shutil.copy(home / "conf" / name, conf / name)
+
+
+def _boot_script(cluster_dir: Path) -> Path:
+    """``D/sdk-boot.sh``: the PROCESS environment's command, this Python running
+    :mod:`mmirage_beam.engines.sdk_boot` with whatever the TaskManager passes."""
+    path = cluster_dir / "sdk-boot.sh"
+    path.write_text(
+        "#!/bin/sh\n"
+        "# Started by a TaskManager for each SDK worker (Beam's PROCESS environment).\n"
+        f'exec {shlex.quote(sys.executable)} -m mmirage_beam.engines.sdk_boot "$@"\n',
+        encoding="utf-8",
+    )
+    path.chmod(0o755)
+    return path
+
+
+def runner_flags(job_port: int, boot: Path, parallelism: int) -> list[str]:
+    """The Beam options that run a pipeline on the cluster: the portable runner to the
+    job server, PROCESS workers started by the TaskManagers, one task per slot."""
+    return [
+        "--runner",
+        "PortableRunner",
+        "--job_endpoint",
+        f"localhost:{job_port}",
+        "--environment_type",
+        "PROCESS",
+        "--environment_config",
+        json.dumps({"command": str(boot)}, separators=(",", ":")),
+        "--parallelism",
+        str(parallelism),
+    ]
+
+
+def _registered_taskmanagers(rest_port: int, want: int) -> Optional[int]:
+    overview = get_json(f"http://127.0.0.1:{rest_port}/overview")
+    if isinstance(overview, dict) and overview.get("taskmanagers", 0) >= want:
+        return int(overview["taskmanagers"])
+    return None
+
+
+def start_flink(
+    cluster_dir: Path,
+    taskmanagers: int = 2,
+    slots: int = 1,
+    env: Optional[Mapping[str, str]] = None,
+    taskmanager_env: Sequence[Mapping[str, str]] = (),
+    timeout: float = 180.0,
+    say=lambda _line: None,  # noqa: ANN001
+) -> ClusterState:
+    """Start a JobManager, ``taskmanagers`` TaskManagers and Beam's Flink job server in
+    ``cluster_dir`` and wait until all TaskManagers are registered and the job server
+    accepts connections (fetching Flink and the job server first if they are not cached).
+
+    Args:
+        cluster_dir: the cluster's folder (created; must not hold a running cluster).
+        taskmanagers: TaskManager JVMs to start (>= 1).
+        slots: task slots per TaskManager; the printed ``--parallelism`` is
+            ``taskmanagers * slots``.
+        env: the environment of every process (default: this process's); the SDK
+            workers inherit their TaskManager's, so provider keys go here.
+        taskmanager_env: per TaskManager, variables added to ``env`` for it alone.
+        timeout: seconds for the whole start; past it everything started is stopped.
+        say: called with a line for each step (progress for the CLI).
+
+    Returns:
+        The saved :class:`ClusterState`; its ``flags`` submit to the cluster.
+
+    Raises:
+        EngineError: a piece could not be fetched or started (everything started is
+            stopped, the logs are kept and their tails are in the message), or a cluster
+            is already running in ``cluster_dir``.
+    """
+    if taskmanagers < 1 or slots < 1:
+        raise EngineError("--taskmanagers and --slots must be at least 1")
+    cluster_dir = Path(cluster_dir).resolve()
+    _refuse_running(cluster_dir)
+    home = provision.flink_home(say=say)
+    classpath = provision.flink_job_server_classpath(say=say)
+    base_env = _java_env(os.environ if env is None else env)
+    conf, logs = cluster_dir / "conf", cluster_dir / "logs"
+    ports = {"rest": free_port(), "rpc": free_port(), "job": free_port()}
+    settings = {
+        **_FLINK_SETTINGS,
+        "jobmanager.rpc.port": str(ports["rpc"]),
+        "rest.port": str(ports["rest"]),
+        "taskmanager.numberOfTaskSlots": str(slots),
+        "parallelism.default": str(taskmanagers * slots),
+    }
+    _write_conf(home, conf, settings)
+    boot = _boot_script(cluster_dir)
+    flink_env = {**base_env, "FLINK_CONF_DIR": str(conf), "FLINK_LOG_DIR": str(logs)}
+    state = ClusterState(
+        engine="flink",
+        dir=str(cluster_dir),
+        versions={
+            "flink": versions.FLINK_VERSION,
+            "beam_job_server": versions.BEAM_JOB_SERVER_VERSION,
+            "beam_sdk": versions.beam_sdk_version(),
+        },
+        ports=ports,
+        flags=runner_flags(ports["job"], boot, taskmanagers * slots),
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        say(f"starting the JobManager (REST on localhost:{ports['rest']})")
+        jm = start_daemon(
+            "jobmanager",
+            [str(home / "bin" / "jobmanager.sh"), "start-foreground"],
+            cluster_dir / "jobmanager",
+            logs / "jobmanager.log",
+            flink_env,
+        )
+        state.daemons.append(jm)
+        state.save()
+        for i in range(1, taskmanagers + 1):
+            extra = taskmanager_env[i - 1] if i <= len(taskmanager_env) else {}
+            state.daemons.append(start_taskmanager(state, i, {**flink_env, **extra}))
+            state.save()
+        say(f"waiting for {taskmanagers} TaskManager(s) to register")
+        wait_until(
+            f"{taskmanagers} TaskManagers to register with the JobManager",
+            lambda: _registered_taskmanagers(ports["rest"], taskmanagers),
+            deadline,
+            state.daemons,
+        )
+        say(f"starting Beam's Flink job server (localhost:{ports['job']})")
+        js = start_daemon(
+            "job-server",
+            [
+                "java",
+                "-cp",
+                str(classpath / "lib" / "*"),
+                "org.apache.beam.runners.flink.FlinkJobServerDriver",
+                f"--flink-master=localhost:{ports['rest']}",
+                f"--flink-conf-dir={conf}",
+                "--job-host=localhost",
+                f"--job-port={ports['job']}",
+                "--artifact-port=0",
+                "--expansion-port=0",
+            ],
+            cluster_dir / "job-server",
+            logs / "job-server.log",
+            base_env,
+        )
+        state.daemons.append(js)
+        state.save()
+        wait_until(
+            "the job server to accept connections",
+            lambda: True if accepts(ports["job"]) else None,
+            deadline,
+            state.daemons,
+        )
+    except BaseException:
+        stop_cluster(cluster_dir, state=state)
+        raise
+    state.save()
+    return state
+
+
+def start_taskmanager(state: ClusterState, index: int, env: Mapping[str, str]) -> Daemon:
+    """Start TaskManager ``index`` of the cluster (also to replace one that died), in
+    ``<dir>/taskmanager-<index>/``, logging to ``<dir>/logs/taskmanager-<index>.log``.
+    Does not wait for it to register."""
+    from mmirage_beam.engines.provision import flink_home
+
+    cluster_dir = Path(state.dir)
+    home = flink_home()
+    env = {
+        **env,
+        "FLINK_CONF_DIR": str(cluster_dir / "conf"),
+        "FLINK_LOG_DIR": str(cluster_dir / "logs"),
+    }
+    return start_daemon(
+        f"taskmanager-{index}",
+        [str(home / "bin" / "taskmanager.sh"), "start-foreground"],
+        cluster_dir / f"taskmanager-{index}",
+        cluster_dir / "logs" / f"taskmanager-{index}.log",
+        env,
+    )
+
+
+def _refuse_running(cluster_dir: Path) -> None:
+    if not (cluster_dir / STATE_FILE).exists():
+        return
+    try:
+        old = ClusterState.load(cluster_dir)
+    except EngineError:
+        return
+    running = [d.name for d in old.daemons if d.alive()]
+    if running:
+        raise EngineError(
+            f"a cluster is already running in {cluster_dir} ({', '.join(running)}); "
+            f"stop it first: mmirage cluster down --dir {shlex.quote(str(cluster_dir))}"
+        )
+
+
+def stop_cluster(cluster_dir: Path, state: Optional[ClusterState] = None) -> list[str]:
+    """Stop every process of the cluster in ``cluster_dir`` by PID: the job server first,
+    then the TaskManagers (with their SDK workers), then the JobManager. Logs are kept;
+    the state file is marked stopped.
+
+    Returns:
+        The names of the processes that were still running and were stopped.
+
+    Raises:
+        EngineError: there is no cluster state in ``cluster_dir``, or a process survived
+            SIGKILL.
+    """
+    state = state or ClusterState.load(cluster_dir)
+    stopped, survivors = [], []
+    for d in reversed(state.daemons):
+        if d.alive():
+            stopped.append(d.name)
+        if not stop_daemon(d):
+            survivors.append(f"{d.name} (pid {d.pid})")
+    if survivors:
+        raise EngineError(f"could not stop {', '.join(survivors)}")
+    return stopped

@@ -1,0 +1,222 @@
+"""Fetch a local engine's pieces into a cache, with the registries' ordinary clients.
+
+- Flink (:func:`flink_home`): ``pip download`` of ``apache-flink-libraries`` (the jars)
+  and ``apache-flink`` (the ``bin/`` scripts and the default ``conf/``), unpacked into
+  ``<cache>/flink-<version>/``, never installed (see ``versions.py``).
+- Beam's Flink job server (:func:`flink_job_server_classpath`): ``mvn
+  dependency:copy-dependencies`` of ``beam-runners-flink-1.19`` into
+  ``<cache>/beam-flink-<flink>-job-server-<beam>/lib/``.
+- Prism (:func:`prism_binary`): ``go install`` into ``<cache>/prism-<beam>/``.
+
+The cache is ``$MMIRAGE_ENGINE_CACHE``, else ``~/.cache/mmirage-beam/engines``. Each
+piece is built in a temporary folder beside its final one and renamed into place, so a
+piece in the cache is whole; a second call returns at once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from mmirage_beam.engines import versions
+from mmirage_beam.engines.processes import EngineError
+
+CACHE_ENV_VAR = "MMIRAGE_ENGINE_CACHE"
+Say = Callable[[str], None]
+
+
+def _quiet(_line: str) -> None:
+    pass
+
+
+def cache_dir() -> Path:
+    """Where fetched engines are kept (``$MMIRAGE_ENGINE_CACHE`` or
+    ``~/.cache/mmirage-beam/engines``)."""
+    env = os.environ.get(CACHE_ENV_VAR)
+    return Path(env) if env else Path.home() / ".cache" / "mmirage-beam" / "engines"
+
+
+def _run(what: str, argv: Sequence[str], cwd: Path, timeout: float, env: Optional[dict] = None):
+    try:
+        proc = subprocess.run(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except FileNotFoundError as exc:
+        raise EngineError(f"{what}: {argv[0]} is not installed ({exc})") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise EngineError(
+            f"{what}: {' '.join(argv[:3])} ... timed out after {timeout:.0f}s"
+        ) from exc
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
+        raise EngineError(f"{what}: {' '.join(argv[:4])} ... failed ({proc.returncode}):\n{tail}")
+    return proc
+
+
+def _build(final: Path, build: Callable[[Path], None]) -> Path:
+    """``build(tmp)`` in a fresh folder beside ``final``, then renamed to ``final``."""
+    if final.is_dir():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        build(tmp)
+        try:
+            tmp.rename(final)
+        except OSError:
+            if not final.is_dir():  # not a concurrent fetch that got there first
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def flink_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
+    """A Flink distribution folder (``bin/``, ``lib/``, ``conf/``) of
+    :data:`versions.FLINK_VERSION`, fetched from PyPI on first use.
+
+    Raises:
+        EngineError: pip could not download it, or the archives lack the expected files.
+    """
+    version = versions.FLINK_VERSION
+    final = (cache or cache_dir()) / f"flink-{version}"
+
+    def build(tmp: Path) -> None:
+        say(f"fetching Flink {version} from PyPI (apache-flink-libraries, apache-flink; ~235 MB)")
+        dl = tmp / "download"
+        _run(
+            "fetch Flink",
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                "-d",
+                str(dl),
+                f"apache-flink-libraries=={version}",
+                f"apache-flink=={version}",
+            ],
+            tmp,
+            timeout=1200,
+        )
+        libs = next(dl.glob("apache-flink-libraries-*.tar.gz"), None)
+        wheel = next(dl.glob("apache_flink-*.whl"), None)
+        if libs is None or wheel is None:
+            raise EngineError(f"fetch Flink: pip downloaded {sorted(os.listdir(dl))}")
+        home = tmp
+        prefix = f"apache-flink-libraries-{version}/deps/"
+        with tarfile.open(libs) as tar:
+            for member in tar.getmembers():
+                if member.name.startswith(prefix) and member.isfile():
+                    member.name = member.name[len(prefix) :]
+                    tar.extract(member, home, filter="data")
+        with zipfile.ZipFile(wheel) as zf:
+            for name in zf.namelist():
+                for part in ("bin", "conf"):
+                    if name.startswith(f"pyflink/{part}/") and not name.endswith("/"):
+                        target = home / part / name[len(f"pyflink/{part}/") :]
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        target.write_bytes(zf.read(name))
+        for script in (home / "bin").glob("*.sh"):
+            script.chmod(0o755)
+        (home / "bin" / "flink").chmod(0o755)
+        if not list((home / "lib").glob("flink-dist-*.jar")):
+            raise EngineError(f"fetch Flink: no lib/flink-dist-*.jar in {libs.name}")
+        shutil.rmtree(dl)
+
+    return _build(final, build)
+
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>mmirage-beam</groupId>
+  <artifactId>flink-job-server-classpath</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.beam</groupId>
+      <artifactId>beam-runners-flink-{flink}</artifactId>
+      <version>{beam}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.slf4j</groupId>
+      <artifactId>slf4j-jdk14</artifactId>
+      <version>{slf4j}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+
+def flink_job_server_classpath(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
+    """The folder of jars that runs Beam's Flink job server
+    (``org.apache.beam.runners.flink.FlinkJobServerDriver``), resolved by Maven.
+
+    Raises:
+        EngineError: Maven is missing or could not resolve the dependency tree.
+    """
+    flink, beam = versions.FLINK_RUNNER_FLINK, versions.BEAM_JOB_SERVER_VERSION
+    final = (cache or cache_dir()) / f"beam-flink-{flink}-job-server-{beam}"
+
+    def build(tmp: Path) -> None:
+        say(f"fetching Beam's Flink {flink} job server {beam} from Maven Central (~150 MB)")
+        (tmp / "pom.xml").write_text(
+            _POM.format(flink=flink, beam=beam, slf4j=versions.SLF4J_VERSION), encoding="utf-8"
+        )
+        _run(
+            "fetch the Flink job server",
+            [
+                "mvn",
+                "-q",
+                "-B",
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={tmp / 'lib'}",
+            ],
+            tmp,
+            timeout=1200,
+        )
+        if not list((tmp / "lib").glob(f"beam-runners-flink-{flink}-*.jar")):
+            raise EngineError("fetch the Flink job server: Maven copied no runner jar")
+
+    return _build(final, build)
+
+
+def prism_binary(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
+    """Beam's Prism runner binary at the installed SDK's version, built by ``go install``.
+
+    Raises:
+        EngineError: Go is missing or the build failed.
+    """
+    beam = versions.beam_sdk_version()
+    final = (cache or cache_dir()) / f"prism-{beam}"
+
+    def build(tmp: Path) -> None:
+        say(f"building Beam's Prism runner {beam} with go install (a few minutes the first time)")
+        env = {**os.environ, "GOBIN": str(tmp), "GOFLAGS": "-mod=mod"}
+        _run(
+            "build Prism",
+            ["go", "install", f"{versions.PRISM_MODULE}@v{beam}"],
+            tmp,
+            timeout=1800,
+            env=env,
+        )
+        if not (tmp / "prism").is_file():
+            raise EngineError("build Prism: go install left no prism binary")
+
+    return _build(final, build) / "prism"
