@@ -1,5 +1,5 @@
 """The ``mmirage`` command (``python -m pipelines.cli``): ``run``, ``check``, ``merge``,
-``resubmit``, ``cancel``, ``runs``, ``demo`` and ``fake-provider``.
+``resubmit``, ``cancel``, ``runs``, ``demo``, ``fake-provider`` and ``cluster``.
 
 Each subcommand delegates to its driver (``pipelines.submit`` for ``run``), so
 ``mmirage run ...`` and ``python -m pipelines.submit ...`` are the same program.
@@ -21,6 +21,7 @@ commands:
   runs           list the runs under a config's state: state, batches, failures, cost
   demo           the whole lifecycle on the bundled GSM8K sample against the fake provider
   fake-provider  serve every built-in provider's batch API locally (the embedded fake)
+  cluster        start/stop a local Flink cluster or Prism (up prints the runner flags)
 
 Run 'mmirage <command> --help' for a command's options; 'mmirage --version' for the
 installed version."""
@@ -80,6 +81,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from mmirage_beam.testing.fake_provider import main as fake_main
 
         return fake_main(rest)
+    if command == "cluster":
+        from pipelines.cluster import main as cluster_main
+
+        return cluster_main(rest)
     print(f"mmirage: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

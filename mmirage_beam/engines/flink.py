@@ -25,17 +25,19 @@ then SIGKILL). Logs stay in ``D/logs/``.
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
 import shutil
-import sys
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from mmirage_beam.engines import provision, versions
+from mmirage_beam.engines.cluster import (
+    ClusterState,
+    boot_script,
+    check_cluster_dir,
+    stop_cluster,
+)
 from mmirage_beam.engines.processes import (
     Daemon,
     EngineError,
@@ -43,11 +45,8 @@ from mmirage_beam.engines.processes import (
     free_port,
     get_json,
     start_daemon,
-    stop_daemon,
     wait_until,
 )
-
-STATE_FILE = "cluster.json"
 
 #: Flink settings of the rehearsal cluster (config.yaml keys). Memory is sized for a
 #: laptop: the heavy work runs in the Python SDK workers, outside the JVMs. The network
@@ -72,56 +71,6 @@ _FLINK_SETTINGS = {
 }
 
 
-@dataclass
-class ClusterState:
-    """What ``D/cluster.json`` holds: the engine, its versions, ports, daemons and the
-    runner flags that submit to it."""
-
-    engine: str
-    dir: str
-    versions: dict
-    ports: dict
-    daemons: list[Daemon] = field(default_factory=list)
-    flags: list[str] = field(default_factory=list)
-
-    def daemon(self, name: str) -> Daemon:
-        """The daemon called ``name`` (``jobmanager``, ``taskmanager-1``, ``job-server``).
-
-        Raises:
-            KeyError: no such daemon.
-        """
-        for d in self.daemons:
-            if d.name == name:
-                return d
-        raise KeyError(name)
-
-    def flags_line(self) -> str:
-        """The runner flags as one shell line (what ``cluster up`` prints last)."""
-        return " ".join(shlex.quote(f) for f in self.flags)
-
-    def save(self) -> None:
-        """Write the state to ``<dir>/cluster.json`` (atomically)."""
-        path = Path(self.dir) / STATE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
-
-    @classmethod
-    def load(cls, cluster_dir: Path) -> ClusterState:
-        """The state of the cluster in ``cluster_dir``.
-
-        Raises:
-            EngineError: no readable ``cluster.json`` there.
-        """
-        path = Path(cluster_dir) / STATE_FILE
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise EngineError(f"no cluster in {cluster_dir} ({path}: {exc})") from exc
-        data["daemons"] = [Daemon(**d) for d in data.get("daemons", [])]
-        return cls(**data)
-
-
 def _java_env(base: Mapping[str, str]) -> dict[str, str]:
     env = dict(base)
     if not env.get("JAVA_HOME") and not shutil.which("java", path=env.get("PATH")):
@@ -143,20 +92,6 @@ def _write_conf(home: Path, conf: Path, settings: Mapping[str, str]) -> None:
         shutil.copy(home / "conf" / name, conf / name)
 
 
-def _boot_script(cluster_dir: Path) -> Path:
-    """``D/sdk-boot.sh``: the PROCESS environment's command, this Python running
-    :mod:`mmirage_beam.engines.sdk_boot` with whatever the TaskManager passes."""
-    path = cluster_dir / "sdk-boot.sh"
-    path.write_text(
-        "#!/bin/sh\n"
-        "# Started by a TaskManager for each SDK worker (Beam's PROCESS environment).\n"
-        f'exec {shlex.quote(sys.executable)} -m mmirage_beam.engines.sdk_boot "$@"\n',
-        encoding="utf-8",
-    )
-    path.chmod(0o755)
-    return path
-
-
 def runner_flags(job_port: int, boot: Path, parallelism: int) -> list[str]:
     """The Beam options that run a pipeline on the cluster: the portable runner to the
     job server, PROCESS workers started by the TaskManagers, one task per slot."""
@@ -167,8 +102,8 @@ def runner_flags(job_port: int, boot: Path, parallelism: int) -> list[str]:
         f"localhost:{job_port}",
         "--environment_type",
         "PROCESS",
-        "--environment_config",
-        json.dumps({"command": str(boot)}, separators=(",", ":")),
+        "--environment_option",
+        f"process_command={boot}",
         "--parallelism",
         str(parallelism),
     ]
@@ -215,8 +150,7 @@ def start_flink(
     """
     if taskmanagers < 1 or slots < 1:
         raise EngineError("--taskmanagers and --slots must be at least 1")
-    cluster_dir = Path(cluster_dir).resolve()
-    _refuse_running(cluster_dir)
+    cluster_dir = check_cluster_dir(cluster_dir)
     home = provision.flink_home(say=say)
     classpath = provision.flink_job_server_classpath(say=say)
     base_env = _java_env(os.environ if env is None else env)
@@ -230,7 +164,7 @@ def start_flink(
         "parallelism.default": str(taskmanagers * slots),
     }
     _write_conf(home, conf, settings)
-    boot = _boot_script(cluster_dir)
+    boot = boot_script(cluster_dir)
     flink_env = {**base_env, "FLINK_CONF_DIR": str(conf), "FLINK_LOG_DIR": str(logs)}
     state = ClusterState(
         engine="flink",
@@ -320,42 +254,3 @@ def start_taskmanager(state: ClusterState, index: int, env: Mapping[str, str]) -
         cluster_dir / "logs" / f"taskmanager-{index}.log",
         env,
     )
-
-
-def _refuse_running(cluster_dir: Path) -> None:
-    if not (cluster_dir / STATE_FILE).exists():
-        return
-    try:
-        old = ClusterState.load(cluster_dir)
-    except EngineError:
-        return
-    running = [d.name for d in old.daemons if d.alive()]
-    if running:
-        raise EngineError(
-            f"a cluster is already running in {cluster_dir} ({', '.join(running)}); "
-            f"stop it first: mmirage cluster down --dir {shlex.quote(str(cluster_dir))}"
-        )
-
-
-def stop_cluster(cluster_dir: Path, state: Optional[ClusterState] = None) -> list[str]:
-    """Stop every process of the cluster in ``cluster_dir`` by PID: the job server first,
-    then the TaskManagers (with their SDK workers), then the JobManager. Logs are kept;
-    the state file is marked stopped.
-
-    Returns:
-        The names of the processes that were still running and were stopped.
-
-    Raises:
-        EngineError: there is no cluster state in ``cluster_dir``, or a process survived
-            SIGKILL.
-    """
-    state = state or ClusterState.load(cluster_dir)
-    stopped, survivors = [], []
-    for d in reversed(state.daemons):
-        if d.alive():
-            stopped.append(d.name)
-        if not stop_daemon(d):
-            survivors.append(f"{d.name} (pid {d.pid})")
-    if survivors:
-        raise EngineError(f"could not stop {', '.join(survivors)}")
-    return stopped

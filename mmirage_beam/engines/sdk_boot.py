@@ -40,6 +40,10 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--control_endpoint", default="")
     p.add_argument("--semi_persistent_directory", default="")
     args, _ = p.parse_known_args(list(argv))
+    # Prism quotes the id for a shell that is never run (--id='job-001[job]_...'):
+    # the quotes are not part of the id it registered.
+    if len(args.id) >= 2 and args.id[0] == args.id[-1] == "'":
+        args.id = args.id[1:-1]
     return args
 
 

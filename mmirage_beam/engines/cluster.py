@@ -1,0 +1,145 @@
+"""A local engine's folder and state, shared by every engine started here.
+
+``D/cluster.json`` (:class:`ClusterState`) records the engine, its versions, ports, the
+PID, folder and log of each process (:class:`~mmirage_beam.engines.processes.Daemon`)
+and the runner flags that submit to it; :func:`stop_cluster` stops by those PIDs.
+``D/sdk-boot.sh`` (:func:`boot_script`) is the command of Beam's PROCESS environment.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from mmirage_beam.engines.processes import Daemon, EngineError, stop_daemon
+
+STATE_FILE = "cluster.json"
+
+
+@dataclass
+class ClusterState:
+    """What ``D/cluster.json`` holds: the engine, its versions, ports, daemons and the
+    runner flags that submit to it."""
+
+    engine: str
+    dir: str
+    versions: dict
+    ports: dict
+    daemons: list[Daemon] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+
+    def daemon(self, name: str) -> Daemon:
+        """The daemon called ``name`` (``jobmanager``, ``taskmanager-1``, ``job-server``).
+
+        Raises:
+            KeyError: no such daemon.
+        """
+        for d in self.daemons:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    def flags_line(self) -> str:
+        """The runner flags as one line (what ``cluster up`` prints last), meant to be
+        expanded unquoted (``mmirage run ... $FLAGS``): no flag holds whitespace or a
+        quote (:func:`start_flink` refuses a folder whose path would)."""
+        return " ".join(self.flags)
+
+    def save(self) -> None:
+        """Write the state to ``<dir>/cluster.json`` (atomically)."""
+        path = Path(self.dir) / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, cluster_dir: Path) -> ClusterState:
+        """The state of the cluster in ``cluster_dir``.
+
+        Raises:
+            EngineError: no readable ``cluster.json`` there.
+        """
+        path = Path(cluster_dir) / STATE_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"no cluster in {cluster_dir} ({path}: {exc})") from exc
+        data["daemons"] = [Daemon(**d) for d in data.get("daemons", [])]
+        return cls(**data)
+
+
+def boot_script(cluster_dir: Path) -> Path:
+    """``D/sdk-boot.sh``: the PROCESS environment's command, this Python running
+    :mod:`mmirage_beam.engines.sdk_boot` with whatever the TaskManager passes."""
+    path = cluster_dir / "sdk-boot.sh"
+    path.write_text(
+        "#!/bin/sh\n"
+        "# Started by a TaskManager for each SDK worker (Beam's PROCESS environment).\n"
+        f'exec {shlex.quote(sys.executable)} -m mmirage_beam.engines.sdk_boot "$@"\n',
+        encoding="utf-8",
+    )
+    path.chmod(0o755)
+    return path
+
+
+def check_cluster_dir(cluster_dir: Path) -> Path:
+    """``cluster_dir`` made absolute and created, checked: no cluster may run there, and
+    its path may hold no whitespace, quote or shell character (the printed flags name it
+    and are expanded unquoted).
+
+    Raises:
+        EngineError: either check failed.
+    """
+    cluster_dir = Path(cluster_dir).resolve()
+    if any(c.isspace() or c in "'\"\\$`*?[" for c in str(cluster_dir)):
+        raise EngineError(
+            f"the cluster folder {str(cluster_dir)!r} holds a space, quote or shell "
+            "character; the printed flags name it and are meant for $FLAGS: pick another"
+        )
+    if (cluster_dir / STATE_FILE).exists():
+        try:
+            old = ClusterState.load(cluster_dir)
+        except EngineError:
+            old = None
+        _refuse_running(cluster_dir, old)
+    cluster_dir.mkdir(parents=True, exist_ok=True)
+    return cluster_dir
+
+
+def _refuse_running(cluster_dir: Path, old: Optional[ClusterState]) -> None:
+    if old is None:
+        return
+    running = [d.name for d in old.daemons if d.alive()]
+    if running:
+        raise EngineError(
+            f"a cluster is already running in {cluster_dir} ({', '.join(running)}); "
+            f"stop it first: mmirage cluster down --dir {shlex.quote(str(cluster_dir))}"
+        )
+
+
+def stop_cluster(cluster_dir: Path, state: Optional[ClusterState] = None) -> list[str]:
+    """Stop every process of the cluster in ``cluster_dir`` by PID: the job server first,
+    then the TaskManagers (with their SDK workers), then the JobManager. Logs are kept;
+    the state file is marked stopped.
+
+    Returns:
+        The names of the processes that were still running and were stopped.
+
+    Raises:
+        EngineError: there is no cluster state in ``cluster_dir``, or a process survived
+            SIGKILL.
+    """
+    state = state or ClusterState.load(cluster_dir)
+    stopped, survivors = [], []
+    for d in reversed(state.daemons):
+        if d.alive():
+            stopped.append(d.name)
+        if not stop_daemon(d):
+            survivors.append(f"{d.name} (pid {d.pid})")
+    if survivors:
+        raise EngineError(f"could not stop {', '.join(survivors)}")
+    return stopped
