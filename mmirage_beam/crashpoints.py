@@ -26,7 +26,12 @@ workers of a portable runner inherit one environment from their worker pool, so 
 it a worker restarted for a retried bundle, or the workers of the resumed run, would die
 at the same step again.
 
-Used by ``tests/crash`` and ``benchmarks/crash_suite.py``.
+With ``MMIRAGE_CRASH_KILL=group``, the SIGKILL goes to this process's whole process
+group instead: on a Flink cluster started by ``mmirage cluster up`` each TaskManager
+leads its own group, so an SDK worker at the step takes down its TaskManager JVM and
+every sibling worker with it, as a TaskManager host that dies would.
+
+Used by ``tests/crash``, ``tests/test_engines.py`` and ``benchmarks/crash_suite.py``.
 """
 
 from __future__ import annotations
@@ -64,4 +69,6 @@ def crash_point(step: str) -> None:
             return  # another process already died here
         os.write(fd, f"{os.getpid()} {os.getppid()}\n".encode())  # who died, its parent
         os.close(fd)
+    if os.environ.get("MMIRAGE_CRASH_KILL") == "group":
+        os.killpg(os.getpgid(0), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)

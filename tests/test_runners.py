@@ -18,7 +18,6 @@ anything is submitted.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -30,113 +29,30 @@ import yaml
 
 from mmirage_beam.testing import FakeProviderServer
 from tests.conftest import GSM8K_JSONL
+from tests.lifecycle import (
+    CONFIG,
+    LAUNCHER_KEY,
+    N_ROWS,
+    PLUGIN_SITE,
+    TRACER_LAUNCHER_KEY,
+    TRACER_WORKER_KEY,
+    WORKER_KEY,
+    launcher_dir,
+    lifecycle,
+    read_jsonl,
+    sha,
+)
 from tests.runners import (
     PORTABLE_RUNNERS,
-    REPO,
     REQUIRE_ENV_VAR,
     RUNNERS,
     PortableServices,
     ServiceStartError,
     clean_env,
     run_cli,
-    run_cli_in_process,
     runner_flags,
     worker_env,
 )
-
-PLUGIN_SITE = REPO / "tests" / "plugins" / "site"  # the entry-point plugin "installed"
-RUN_ID = "scale1"
-N_ROWS = 120
-#: rows whose question carries a fake-provider failure marker, and one invalid row.
-MARKERS = {3: "FAKE_ERROR:server_error", 57: "FAKE_ERROR:invalid_request"}
-INVALID_ROW = 20
-LAUNCHER_KEY = "sk-launcher-only-key"  # the launcher's; workers must not use it
-WORKER_KEY = "sk-worker-pool-key"
-TRACER_WORKER_KEY = "sk-tracer-worker-key-from-file"
-TRACER_LAUNCHER_KEY = "sk-tracer-launcher-key"
-
-CONFIG = {
-    "processors": [
-        {
-            "type": "batch_api",
-            "provider": "openai",
-            "base_url": "${MMIRAGE_OPENAI_BASE_URL}",
-            "max_requests_per_chunk": 25,
-            "metadata_output_path": "meta/batch_metadata.jsonl",
-        }
-    ],
-    "loading_params": {
-        "datasets": [{"path": "data/rows.jsonl", "type": "JSONL", "output_dir": "shards"}],
-        "num_shards": 1,
-        "shard_id": 0,
-    },
-    "processing_params": {
-        "inputs": [{"name": "question", "key": "question"}],
-        "outputs": [
-            {
-                "name": "answer",
-                "type": "batch_api",
-                "output_type": "plain",
-                "prompt": "Answer concisely:\n{{ question }}",
-            },
-            {
-                "name": "facts",
-                "type": "batch_api",
-                "output_type": "JSON",
-                "prompt": "List the numbers in: {{ question }}",
-                "output_schema": ["numbers", "unit"],
-            },
-        ],
-        "remove_columns": True,
-        "output_schema": {
-            "question": "{{ question }}",
-            "answer": "{{ answer }}",
-            "numbers": "{{ facts.numbers }}",
-        },
-    },
-    # Fixed, so every runner cuts the same chunks (the default follows the worker count).
-    "execution_params": {"mode": "local", "chunking_parallelism": 2},
-}
-
-
-def _sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()[:12]
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x]
-
-
-def _launcher_dir(root: Path, provider: str = "openai", absolute: bool = False) -> Path:
-    """A launcher folder: config.yaml with relative paths (``absolute``: made absolute),
-    and data/rows.jsonl (the first N_ROWS GSM8K test rows, two with failure markers, one
-    without its question)."""
-    root.mkdir(parents=True)
-    (root / "data").mkdir()
-    rows = [json.loads(x) for x in GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:N_ROWS]]
-    for i, marker in MARKERS.items():
-        rows[i]["question"] += f" {marker}"
-    rows[INVALID_ROW]["question"] = None
-    (root / "data" / "rows.jsonl").write_text(
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
-    )
-    cfg = json.loads(json.dumps(CONFIG))
-    proc = cfg["processors"][0]
-    proc["provider"] = provider
-    if provider == "mistral":
-        del proc["base_url"]  # the MMIRAGE example's config has no base_url
-    elif provider != "openai":
-        proc["base_url"] = proc["base_url"].replace("OPENAI", provider.upper())
-    if absolute:
-        proc["metadata_output_path"] = str(root / proc["metadata_output_path"])
-        for ds in cfg["loading_params"]["datasets"]:
-            ds["path"], ds["output_dir"] = str(root / ds["path"]), str(root / ds["output_dir"])
-    (root / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-    return root
-
-
-def _files_under(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
 def _start_or_skip(services: PortableServices) -> PortableServices:
@@ -180,126 +96,13 @@ def _services_for(runner: str, request) -> PortableServices | None:  # noqa: ANN
     return request.getfixturevalue("beam_services") if runner in PORTABLE_RUNNERS else None
 
 
-def _lifecycle(root: Path, runner: str, services: PortableServices | None) -> dict:
-    """Dry run, submission, check and merge of the launcher folder on ``runner``, each
-    ``mmirage`` command in a subprocess in ``root`` (on the in-memory DirectRunner: in
-    this process, ``run_cli_in_process``), against a fresh fake. Returns what the runs
-    produced, and asserts what must hold on any runner."""
-    flags = runner_flags(runner, services)
-    timings = {}
-    with FakeProviderServer() as fake:
-        env = clean_env(
-            {"OPENAI_API_KEY": LAUNCHER_KEY, "MMIRAGE_OPENAI_BASE_URL": fake.openai_base_url}
-        )
-
-        def mmirage(*args: str) -> subprocess.CompletedProcess:
-            start = time.monotonic()
-            proc = (run_cli_in_process if runner == "direct" else run_cli)(args, cwd=root, env=env)
-            timings[args[0] + (" --export-prompts" if "--export-prompts" in args else "")] = round(
-                time.monotonic() - start, 1
-            )
-            return proc
-
-        dry = mmirage(
-            "run",
-            "--config",
-            "config.yaml",
-            "--export-prompts",
-            "out/export.jsonl",
-            "--run-id",
-            RUN_ID + "-dry",
-            "--skip-invalid-rows",
-            *flags,
-        )
-        assert dry.returncode == 0, dry.stderr[-4000:]
-        assert fake.call_counts() == {} or not any(fake.call_counts().values())
-
-        run = mmirage(
-            "run", "--config", "config.yaml", "--run-id", RUN_ID, "--skip-invalid-rows", *flags
-        )
-        assert run.returncode == 0, run.stderr[-4000:]
-        receipt_file = root / "meta" / f"batch_metadata.text.{RUN_ID}.jsonl"
-        assert receipt_file.exists(), (
-            f"no receipts in the launcher's folder; files: {_files_under(root)}\n{run.stdout}"
-        )
-        receipts = _read_jsonl(receipt_file)
-        assert f"receipts:            meta/batch_metadata.text.{RUN_ID}.jsonl" in run.stdout or (
-            str(receipt_file) in run.stdout
-        ), run.stdout
-
-        check = mmirage("check", "--config", "config.yaml", "--run-id", RUN_ID)
-        assert check.returncode == 0, check.stdout + check.stderr[-3000:]
-        batches = fake.batches("openai")
-        assert len(batches) == len(receipts) >= 2 * 2 * 2  # 2 outputs x 2 shards x >= 2
-        for b in batches:  # check sees every batch the provider holds
-            assert b["id"] in check.stdout, check.stdout
-
-        merge = mmirage(
-            "merge",
-            "--config",
-            "config.yaml",
-            "--run-id",
-            RUN_ID,
-            "--output-path",
-            "out/merged.jsonl",
-            *flags,
-        )
-        assert merge.returncode == 1, merge.stdout + merge.stderr[-4000:]  # 4 failed outputs
-        held = fake.submitted_requests("openai")
-        creates = fake.create_counts()
-
-    # Every request the dry run exports was submitted exactly once, in the batch its
-    # receipt names.
-    export_lines = (root / "out" / f"export.{RUN_ID}-dry.jsonl").read_bytes().splitlines()
-    exported = {
-        json.loads(x)["request"]["custom_id"]: json.loads(x)["request"] for x in export_lines
-    }
-    assert len(exported) == 2 * (N_ROWS - 1)
-    assert {h["custom_id"]: h["request"] for h in held} == exported
-    assert set(creates.values()) == {1}
-    by_batch: dict[str, set] = {}
-    for h in held:
-        by_batch.setdefault(h["batch_id"], set()).add(h["custom_id"])
-    for r in receipts:
-        assert set(r["custom_id_to_source_index"]) == by_batch[r["provider_batch_id"]]
-    merged = (root / "out" / "merged.jsonl").read_bytes()
-    rows = [json.loads(x) for x in merged.splitlines()]
-    assert [r["source_index"] for r in rows] == list(range(N_ROWS))
-    errors = (root / "out" / "merged.errors.jsonl").read_bytes()
-    assert sorted(e["custom_id"] for e in map(json.loads, errors.splitlines())) == sorted(
-        f"{o}-text-{i}" for o in ("answer", "facts") for i in MARKERS
-    )
-    # Nothing was written where the services run, and no receipt part was left behind.
-    if services is not None:
-        assert _files_under(services.pool.cwd) == [] and _files_under(services.job.cwd) == []
-    assert not list((root / "meta").glob("*.parts"))
-    normalised = sorted(
-        json.dumps(
-            {k: v for k, v in r.items() if k != "provider_batch_id" and not k.endswith("_at_utc")},
-            sort_keys=True,
-        )
-        for r in receipts
-    )
-    here = str(root).encode()  # files name their dataset by its absolute path
-    return {
-        "export": b"\n".join(
-            sorted(export_lines, key=lambda x: json.loads(x)["request"]["custom_id"])
-        ).replace(here, b"<launcher>"),
-        "merged": merged.replace(here, b"<launcher>"),
-        "errors": errors.replace(here, b"<launcher>"),
-        "invalid_rows": (root / "meta" / f"batch_metadata.invalid_rows.{RUN_ID}.jsonl")
-        .read_bytes()
-        .replace(here, b"<launcher>"),
-        "receipts": [r.replace(str(root), "<launcher>") for r in normalised],
-        "timings": timings,
-    }
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The lifecycle on the in-memory DirectRunner (in this process): what every other
     runner, each through ``mmirage`` subprocesses, must match."""
-    return _lifecycle(_launcher_dir(tmp_path_factory.mktemp("direct") / "launch"), "direct", None)
+    return lifecycle(
+        launcher_dir(tmp_path_factory.mktemp("direct") / "launch"), [], in_process=True
+    )
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
@@ -307,14 +110,19 @@ def test_every_runner_gives_the_same_files(runner, reference, tmp_path, request)
     if runner == "direct":
         got = reference
     else:
-        got = _lifecycle(_launcher_dir(tmp_path / "launch"), runner, _services_for(runner, request))
+        services = _services_for(runner, request)
+        got = lifecycle(
+            launcher_dir(tmp_path / "launch"),
+            runner_flags(runner, services),
+            quiet_dirs=[services.pool.cwd, services.job.cwd] if services else [],
+        )
     print(f"{runner}: {got['timings']}")
     for what in ("export", "merged", "errors", "invalid_rows", "receipts"):
         assert got[what] == reference[what], f"{runner}: {what} differs from the DirectRunner's"
 
 
 def _traces(path: Path) -> list[dict]:
-    return _read_jsonl(path) if path.exists() else []
+    return read_jsonl(path) if path.exists() else []
 
 
 def test_dofns_run_in_worker_processes_in_another_folder(beam_services, tmp_path):
@@ -323,7 +131,7 @@ def test_dofns_run_in_worker_processes_in_another_folder(beam_services, tmp_path
     and submitting happen in the pool's SDK worker processes, in the pool's folder, with
     the key the pool was given (TRACER_API_KEY_FILE), not the launcher's."""
     services = beam_services
-    root = _launcher_dir(tmp_path / "launch", provider="tracer")
+    root = launcher_dir(tmp_path / "launch", provider="tracer")
     flags = runner_flags("portable_external", services)
     trace_file = services.trace_file
     trace_file.unlink(missing_ok=True)
@@ -350,7 +158,7 @@ def test_dofns_run_in_worker_processes_in_another_folder(beam_services, tmp_path
         assert merge.returncode == 1, merge.stdout + merge.stderr[-4000:]
         n_batches = len(fake.batches("openai"))
         assert n_batches >= 8
-    assert len(_read_jsonl(root / "out" / "merged.jsonl")) == N_ROWS
+    assert len(read_jsonl(root / "out" / "merged.jsonl")) == N_ROWS
     traces = _traces(trace_file)
     pool_cwd = str(services.pool.cwd)
     on_workers = [t for t in traces if t["cwd"] == pool_cwd]
@@ -379,17 +187,17 @@ def test_dofns_run_in_worker_processes_in_another_folder(beam_services, tmp_path
     # The workers' clients used the pool's key (from its *_API_KEY_FILE); the launcher's
     # (check before merging) used its own.
     assert {t["key_sha256"] for t in on_workers if t["stage"] != "build_request"} == {
-        _sha(TRACER_WORKER_KEY)
+        sha(TRACER_WORKER_KEY)
     }
     assert {t["key_sha256"] for t in in_launcher if t["stage"] == "setup"} == {
-        _sha(TRACER_LAUNCHER_KEY)
+        sha(TRACER_LAUNCHER_KEY)
     }
 
 
 def test_worker_without_the_key_stops_the_run_before_submitting(tmp_path):
     """The launcher has OPENAI_API_KEY, the worker pool does not: the run fails on the
     workers before any chunk is submitted, naming the variable."""
-    root = _launcher_dir(tmp_path / "launch")
+    root = launcher_dir(tmp_path / "launch")
     services = _start_or_skip(PortableServices(tmp_path / "services", worker_env()))
     with services, FakeProviderServer() as fake:
         env = clean_env(
@@ -416,7 +224,7 @@ def test_plugin_registered_only_in_the_launcher_runs_on_workers(beam_services, t
     the same requests on the pool's workers as in memory."""
     exports = {}
     for runner in ("direct", "portable_external"):
-        root = _launcher_dir(tmp_path / runner, provider="mistral")
+        root = launcher_dir(tmp_path / runner, provider="mistral")
         env = clean_env({"MMIRAGE_PLUGINS": "examples.plugins.mistral_example"})
         proc = run_cli(
             [
@@ -481,7 +289,7 @@ def test_sigterm_on_the_portable_runner_stops_the_job_in_the_job_service(beam_se
         created = len(fake.batches("openai"))
         time.sleep(5)  # a job left running in the job service would go on creating
         assert len(fake.batches("openai")) == created < 60
-        receipts = _read_jsonl(root / "meta" / "batch_metadata.text.term1.jsonl")
+        receipts = read_jsonl(root / "meta" / "batch_metadata.text.term1.jsonl")
         assert len(receipts) == created
         assert "Every accepted batch has its receipt" in err
         resume = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
