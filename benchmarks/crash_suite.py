@@ -53,6 +53,21 @@ Experiments (``--experiments``; all by default):
   a partition is joined (``merge_joined``); merging again must write the file a
   DirectRunner merge writes, byte for byte.
 
+- ``flink_kill_tm_submit``: a Flink cluster started as ``mmirage cluster up`` starts it
+  (JobManager, 2 TaskManager JVMs, Beam's job server; SDK workers started by each
+  TaskManager): the first SDK worker to reach its 2nd ``batch_created`` kills its whole
+  process group, its TaskManager and that TaskManager's workers
+  (``MMIRAGE_CRASH_KILL=group``); a TaskManager is started in its place, as a supervisor
+  would, and the printed resume finishes the run;
+- ``flink_kill_tm_random``: ``kill -9`` of a random TaskManager's process group once a
+  random 1 to 6 receipts exist; replaced; resumed;
+- ``flink_kill_tm_merge``: a submitted run's merge loses a TaskManager and its workers
+  once a partition is joined (``merge_joined``); replaced; merging again must write the
+  file a DirectRunner merge writes, byte for byte;
+- ``flink_kill_jm``: ``kill -9`` of the JobManager once 2 receipts exist; a JobManager is
+  started again on the same ports (the TaskManagers register with it again) and the
+  resume finishes the run.
+
 Prints a table: experiment, provider, trials, duplicated requests, trials in which any
 duplicate happened, lost rows, unsent rows. ``tests/crash`` runs a small slice in CI.
 """
@@ -88,6 +103,12 @@ STEPS = (
 #: Finish steps: killed there, every batch exists; the resume must not call the provider.
 FINISH_STEPS = ("publishing", "consolidated", "finishing")
 PORTABLE_EXPERIMENTS = ("portable_kill_submit", "portable_kill_merge")
+FLINK_EXPERIMENTS = (
+    "flink_kill_tm_submit",
+    "flink_kill_tm_random",
+    "flink_kill_tm_merge",
+    "flink_kill_jm",
+)
 EXPERIMENTS = (
     "kill_random",
     "kill_random_parallel",
@@ -101,6 +122,7 @@ EXPERIMENTS = (
     "concurrent",
     "cross_fs",
     *PORTABLE_EXPERIMENTS,
+    *FLINK_EXPERIMENTS,
 )
 
 
@@ -379,6 +401,101 @@ class Portable:
             self.services = None
 
 
+class Flink:
+    """A Flink cluster for the Flink experiments (``mmirage_beam.engines.flink``), started
+    on first use; like :class:`Portable`, its TaskManagers' workers inherit
+    ``MMIRAGE_CRASH_AT=batch_created:2,merge_joined:1``, ``MMIRAGE_CRASH_ONCE`` and
+    ``MMIRAGE_CRASH_KILL=group``, and a step fires only while it is armed."""
+
+    STEPS = Portable.STEPS
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.once = root / "flink-crashed"
+        self.state: Any = None
+        self.error = ""
+        self.env: dict[str, str] = {}
+
+    def start(self) -> bool:
+        if self.state is not None or self.error:
+            return self.state is not None
+        sys.path.insert(0, str(REPO))
+        from mmirage_beam.engines.flink import start_flink
+        from mmirage_beam.engines.processes import EngineError
+        from tests.runners import worker_env
+
+        self.env = worker_env(
+            {
+                "OPENAI_API_KEY": "sk-crash-suite",
+                "ANTHROPIC_API_KEY": "sk-ant-crash-suite",
+                "GEMINI_API_KEY": "gemini-crash-suite",
+                "MISTRAL_API_KEY": "mistral-crash-suite",
+                "MMIRAGE_CRASH_AT": "batch_created:2,merge_joined:1",
+                "MMIRAGE_CRASH_ONCE": str(self.once),
+                "MMIRAGE_CRASH_KILL": "group",
+            }
+        )
+        self.arm()
+        try:
+            self.state = start_flink(self.root / "flink", taskmanagers=2, env=self.env)
+        except EngineError as exc:
+            self.state, self.error = None, str(exc).splitlines()[0]
+        return self.state is not None
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return tuple(self.state.flags)
+
+    arm = Portable.arm
+    killed = Portable.killed
+
+    def dead(self) -> list[str]:
+        return [d.name for d in self.state.daemons if not d.alive()]
+
+    def kill(self, name: str) -> None:
+        from mmirage_beam.engines.processes import kill_daemon
+
+        kill_daemon(self.state.daemon(name))
+
+    def heal(self) -> list[str]:
+        """Start a process in place of each dead one (same name, folder and ports), as a
+        supervisor would, and wait until both TaskManagers are registered. Returns the
+        names of the processes replaced."""
+        from mmirage_beam.engines.flink import (
+            registered_taskmanagers,
+            start_jobmanager,
+            start_taskmanager,
+        )
+        from mmirage_beam.engines.processes import wait_until
+
+        replaced = []
+        for i, d in enumerate(self.state.daemons):
+            if d.alive():
+                continue
+            if d.name == "jobmanager":
+                new = start_jobmanager(self.state, self.env)
+            elif d.name.startswith("taskmanager-"):
+                new = start_taskmanager(self.state, int(d.name.rsplit("-", 1)[1]), self.env)
+            else:
+                raise RuntimeError(f"{d.name} died")
+            self.state.daemons[i] = new
+            replaced.append(d.name)
+        self.state.save()
+        wait_until(
+            "2 TaskManagers registered",
+            lambda: True if registered_taskmanagers(self.state) == 2 else None,
+            time.monotonic() + 180,
+        )
+        return replaced
+
+    def stop(self) -> None:
+        if self.state is not None:
+            from mmirage_beam.engines.cluster import stop_cluster
+
+            stop_cluster(Path(self.state.dir), state=self.state)
+            self.state = None
+
+
 WORKER_DIED = "a worker process of the runner died"
 
 
@@ -407,8 +524,23 @@ def _finish(proc, timeout: float = 300) -> tuple[int, str]:  # noqa: ANN001
     return proc.returncode, (err or b"").decode("utf-8", "replace")
 
 
+def _flink_failed(flink: Flink, experiment: str, code: int, err: str, want: str) -> list[str]:
+    """Notes unless the injured command failed with one error line naming ``want`` (the
+    resume command or the merge), no traceback."""
+    notes = []
+    if code == 0:
+        notes.append(f"{experiment}: the injured command succeeded (dead: {flink.dead()})")
+    elif "Traceback" in err or want not in err or "mmirage: error:" not in err:
+        notes.append(f"{experiment}: exit {code}, message {err.strip().splitlines()[-3:]}")
+    return notes
+
+
 def run_trial(
-    experiment: str, trial: Trial, rng: random.Random, portable: Optional[Portable] = None
+    experiment: str,
+    trial: Trial,
+    rng: random.Random,
+    portable: Optional[Portable] = None,
+    flink: Optional[Flink] = None,
 ) -> list[str]:
     """Injure one run as ``experiment`` says; returns notes (unexpected exit codes)."""
     notes: list[str] = []
@@ -467,6 +599,9 @@ def run_trial(
         trial.merge(config, reference)
         if not out.exists() or out.read_bytes() != reference.read_bytes():
             notes.append(f"{experiment}: the merge rerun differs from a DirectRunner merge")
+    elif experiment.startswith("flink_"):
+        assert flink is not None
+        notes += _flink_trial(experiment, trial, rng, flink, config)
     elif experiment in ("sigint", "sigterm"):
         proc = trial.popen(config)
         trial.wait_for(lambda: len(trial.parts()) >= 2, proc)
@@ -549,6 +684,64 @@ def run_trial(
     return notes
 
 
+def _flink_trial(
+    experiment: str, trial: Trial, rng: random.Random, flink: Flink, config: str
+) -> list[str]:
+    notes: list[str] = []
+    trial.flags = flink.flags
+    want = f"--run-id {trial.run_id}"
+    if experiment == "flink_kill_tm_submit":
+        flink.arm("batch_created")
+        code, err = _finish(trial.popen(config), timeout=600)
+        if flink.killed("batch_created") is None:
+            notes.append(f"{experiment}: no worker reached batch_created")
+        notes += _flink_failed(flink, experiment, code, err, want)
+    elif experiment in ("flink_kill_tm_random", "flink_kill_jm"):
+        flink.arm()
+        proc = trial.popen(config)
+        n = rng.randint(1, 6) if experiment == "flink_kill_tm_random" else 2
+        trial.wait_for(lambda: len(trial.parts()) >= n, proc, timeout=300)
+        victim = (
+            f"taskmanager-{rng.randint(1, 2)}" if experiment != "flink_kill_jm" else "jobmanager"
+        )
+        if proc.poll() is None:
+            flink.kill(victim)
+            code, err = _finish(proc, timeout=600)
+            notes += _flink_failed(flink, experiment, code, err, want)
+        else:
+            notes.append(f"{experiment}: the run ended before {n} receipts")
+            _finish(proc)
+    elif experiment == "flink_kill_tm_merge":
+        flink.arm()
+        code, err = _finish(trial.popen(config), timeout=600)
+        if code != 0:
+            notes.append(f"{experiment}: the submission exited {code}")
+        flink.arm("merge_joined")
+        out = trial.dir / "merged.jsonl"
+        code, err = trial.merge(config, out)
+        if flink.killed("merge_joined") is None:
+            notes.append(f"{experiment}: no worker reached merge_joined")
+        notes += _flink_failed(flink, experiment, code, err, "mmirage merge")
+        flink.arm()
+        flink.heal()
+        code, err = trial.merge(config, out)
+        if code != 0:
+            notes.append(f"{experiment}: merging again exited {code}: {err[-300:]}")
+        flags, trial.flags = trial.flags, ()
+        reference = trial.dir / "merged-direct.jsonl"
+        trial.merge(config, reference)
+        trial.flags = flags
+        if not out.exists() or out.read_bytes() != reference.read_bytes():
+            notes.append(f"{experiment}: the merge rerun differs from a DirectRunner merge")
+    else:
+        raise ValueError(f"unknown experiment {experiment!r}")
+    flink.arm()
+    replaced = flink.heal()
+    if experiment != "flink_kill_tm_merge" and not replaced:
+        notes.append(f"{experiment}: no process of the cluster died")
+    return notes
+
+
 def run_suite(
     experiments: tuple[str, ...] = EXPERIMENTS,
     providers: tuple[str, ...] = ("openai", "anthropic", "gemini", "mistral"),
@@ -565,6 +758,7 @@ def run_suite(
     out: list[Outcome] = []
     root = Path(tempfile.mkdtemp(prefix="mmirage-crash-"))
     portable = Portable(root)
+    flink = Flink(root)
     try:
         with FakeProviderServer() as fake:
             for experiment in experiments:
@@ -580,11 +774,14 @@ def run_suite(
                     if experiment in PORTABLE_EXPERIMENTS and not portable.start():
                         o.skipped = f"portable services did not start: {portable.error}"
                         continue
+                    if experiment in FLINK_EXPERIMENTS and not flink.start():
+                        o.skipped = f"the Flink cluster did not start: {flink.error}"
+                        continue
                     for _ in range(trials):
                         trial = Trial(fake, provider, rows, chunk, root, meta_root)
                         started = time.monotonic()
                         try:
-                            o.notes += run_trial(experiment, trial, rng, portable)
+                            o.notes += run_trial(experiment, trial, rng, portable, flink)
                             dup, lost, unsent = trial.count()
                         finally:
                             trial.cleanup()
@@ -600,6 +797,7 @@ def run_suite(
                         )
     finally:
         portable.stop()
+        flink.stop()
         shutil.rmtree(root, ignore_errors=True)
     return out
 

@@ -180,13 +180,6 @@ def _many_chunks_dir(root: Path, provider: str, rows: int = 120) -> Path:
     return root
 
 
-def _registered(flink, want: int) -> bool | None:  # noqa: ANN001
-    from mmirage_beam.engines.processes import get_json
-
-    got = get_json(f"http://127.0.0.1:{flink.ports['rest']}/overview")
-    return True if isinstance(got, dict) and got.get("taskmanagers") == want else None
-
-
 #: (provider, step) of the TaskManager-kill test. CI runs the first; the rest run with
 #: MMIRAGE_ENGINE_CAMPAIGN=1 (benchmarks/crash_suite.py runs more, with trials).
 KILLS = [("openai", "batch_created")]
@@ -208,7 +201,11 @@ def test_a_taskmanager_killed_mid_submission_loses_and_repeats_nothing(
     group``). The job fails with one line and the resume command; a TaskManager is
     started in the dead one's place, as a supervisor would; the resume finishes the
     run. Every request is created exactly once, none is lost or unsent."""
-    from mmirage_beam.engines.flink import start_flink, start_taskmanager
+    from mmirage_beam.engines.flink import (
+        registered_taskmanagers,
+        start_flink,
+        start_taskmanager,
+    )
 
     crash = tmp_path / "crash"
     env = {
@@ -243,7 +240,7 @@ def test_a_taskmanager_killed_mid_submission_loses_and_repeats_nothing(
             flink.save()
             wait_until(
                 "the replacement TaskManager",
-                lambda: _registered(flink, 2),
+                lambda: True if registered_taskmanagers(flink) == 2 else None,
                 time.monotonic() + 120,
             )
             if first.returncode != 0:

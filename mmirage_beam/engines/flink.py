@@ -109,13 +109,6 @@ def runner_flags(job_port: int, boot: Path, parallelism: int) -> list[str]:
     ]
 
 
-def _registered_taskmanagers(rest_port: int, want: int) -> Optional[int]:
-    overview = get_json(f"http://127.0.0.1:{rest_port}/overview")
-    if isinstance(overview, dict) and overview.get("taskmanagers", 0) >= want:
-        return int(overview["taskmanagers"])
-    return None
-
-
 def start_flink(
     cluster_dir: Path,
     taskmanagers: int = 2,
@@ -180,14 +173,7 @@ def start_flink(
     deadline = time.monotonic() + timeout
     try:
         say(f"starting the JobManager (REST on localhost:{ports['rest']})")
-        jm = start_daemon(
-            "jobmanager",
-            [str(home / "bin" / "jobmanager.sh"), "start-foreground"],
-            cluster_dir / "jobmanager",
-            logs / "jobmanager.log",
-            flink_env,
-        )
-        state.daemons.append(jm)
+        state.daemons.append(start_jobmanager(state, flink_env))
         state.save()
         for i in range(1, taskmanagers + 1):
             extra = taskmanager_env[i - 1] if i <= len(taskmanager_env) else {}
@@ -196,7 +182,7 @@ def start_flink(
         say(f"waiting for {taskmanagers} TaskManager(s) to register")
         wait_until(
             f"{taskmanagers} TaskManagers to register with the JobManager",
-            lambda: _registered_taskmanagers(ports["rest"], taskmanagers),
+            lambda: True if registered_taskmanagers(state) >= taskmanagers else None,
             deadline,
             state.daemons,
         )
@@ -234,23 +220,38 @@ def start_flink(
     return state
 
 
-def start_taskmanager(state: ClusterState, index: int, env: Mapping[str, str]) -> Daemon:
-    """Start TaskManager ``index`` of the cluster (also to replace one that died), in
-    ``<dir>/taskmanager-<index>/``, logging to ``<dir>/logs/taskmanager-<index>.log``.
-    Does not wait for it to register."""
-    from mmirage_beam.engines.provision import flink_home
-
+def _flink_daemon(state: ClusterState, name: str, script: str, env: Mapping[str, str]) -> Daemon:
     cluster_dir = Path(state.dir)
-    home = flink_home()
     env = {
         **env,
         "FLINK_CONF_DIR": str(cluster_dir / "conf"),
         "FLINK_LOG_DIR": str(cluster_dir / "logs"),
     }
     return start_daemon(
-        f"taskmanager-{index}",
-        [str(home / "bin" / "taskmanager.sh"), "start-foreground"],
-        cluster_dir / f"taskmanager-{index}",
-        cluster_dir / "logs" / f"taskmanager-{index}.log",
+        name,
+        [str(provision.flink_home() / "bin" / script), "start-foreground"],
+        cluster_dir / name,
+        cluster_dir / "logs" / f"{name}.log",
         env,
     )
+
+
+def start_jobmanager(state: ClusterState, env: Mapping[str, str]) -> Daemon:
+    """Start the cluster's JobManager (also to replace one that died: same ports, so the
+    TaskManagers and the job server find it again), in ``<dir>/jobmanager/``, logging to
+    ``<dir>/logs/jobmanager.log``. Does not wait for it."""
+    return _flink_daemon(state, "jobmanager", "jobmanager.sh", env)
+
+
+def start_taskmanager(state: ClusterState, index: int, env: Mapping[str, str]) -> Daemon:
+    """Start TaskManager ``index`` of the cluster (also to replace one that died), in
+    ``<dir>/taskmanager-<index>/``, logging to ``<dir>/logs/taskmanager-<index>.log``.
+    Does not wait for it to register."""
+    return _flink_daemon(state, f"taskmanager-{index}", "taskmanager.sh", env)
+
+
+def registered_taskmanagers(state: ClusterState) -> int:
+    """How many TaskManagers the JobManager's REST API lists now (0 when it does not
+    answer)."""
+    overview = get_json(f"http://127.0.0.1:{state.ports['rest']}/overview")
+    return int(overview.get("taskmanagers", 0)) if isinstance(overview, dict) else 0
