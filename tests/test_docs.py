@@ -108,6 +108,12 @@ def test_every_mmirage_command_line_parses(where, argv):
     from pipelines import cancel, check, merge, resubmit, runs, submit
     from pipelines.demo import parser as demo_parser
 
+    from mmirage_beam.engines.flink import runner_flags
+    from pipelines.cluster import _parser as cluster_parser
+
+    # $FLAGS: what `mmirage cluster up` prints last, which must parse as Beam's flags.
+    flags = runner_flags(8099, Path("/tmp/flink/sdk-boot.sh"), 2)
+    argv = [w for word in argv for w in (flags if word == "$FLAGS" else [word])]
     command, rest = argv[0], argv[1:]
     own = {
         "run": submit.parse_args,
@@ -123,6 +129,8 @@ def test_every_mmirage_command_line_parses(where, argv):
         demo_parser().parse_args(rest)
     elif command == "fake-provider":
         fake_parser().parse_args(rest)
+    elif command == "cluster":
+        cluster_parser().parse_args(rest)
     else:
         pytest.fail(f"{where}: unknown command {command!r}")
 
