@@ -78,6 +78,13 @@ def _java_env(base: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def _java(env: Mapping[str, str]) -> str:
+    """``$JAVA_HOME/bin/java`` when JAVA_HOME is set (as Flink's scripts choose), else
+    ``java`` from PATH."""
+    home = env.get("JAVA_HOME")
+    return str(Path(home) / "bin" / "java") if home else "java"
+
+
 def _write_conf(home: Path, conf: Path, settings: Mapping[str, str]) -> None:
     """``conf/config.yaml`` (Flink's defaults' JVM options and the settings) and the log4j
     files of Flink's own default conf."""
@@ -190,7 +197,7 @@ def start_flink(
         js = start_daemon(
             "job-server",
             [
-                "java",
+                _java(base_env),
                 "-cp",
                 str(classpath / "lib" / "*"),
                 "org.apache.beam.runners.flink.FlinkJobServerDriver",
