@@ -103,13 +103,12 @@ def test_the_pages_hold_the_commands_a_reader_types():
 
 @pytest.mark.parametrize("where,argv", COMMANDS, ids=[w for w, _ in COMMANDS])
 def test_every_mmirage_command_line_parses(where, argv):
+    from mmirage_beam.engines.flink import runner_flags
     from mmirage_beam.launch import check_beam_args
     from mmirage_beam.testing.fake_provider.command import _parser as fake_parser
     from pipelines import cancel, check, merge, resubmit, runs, submit
-    from pipelines.demo import parser as demo_parser
-
-    from mmirage_beam.engines.flink import runner_flags
     from pipelines.cluster import _parser as cluster_parser
+    from pipelines.demo import parser as demo_parser
 
     # $FLAGS: what `mmirage cluster up` prints last, which must parse as Beam's flags.
     flags = runner_flags(8099, Path("/tmp/flink/sdk-boot.sh"), 2)
