@@ -17,6 +17,8 @@ def _beam_requirement() -> str:
 
 
 _GCP = _beam_requirement().replace("apache-beam", "apache-beam[gcp]", 1)
+# s3:// through Beam's own S3 filesystem (boto3), at requirements.txt's Beam version.
+_AWS = _beam_requirement().replace("apache-beam", "apache-beam[aws]", 1)
 # Beam YAML (python -m apache_beam.yaml.main): Beam's own extra (pandas, jsonschema, ...).
 _YAML = _beam_requirement().replace("apache-beam", "apache-beam[yaml]", 1)
 # google-genai for provider: gemini, tested with 2.34.0 (batches, files, count_tokens as
@@ -62,11 +64,17 @@ setup(
             _GCP,
             _YAML,
             _MISTRAL,
+            # Shared storage on real servers: s3:// on a moto S3 server
+            # (tests/storage_servers.py, tests/test_s3_storage.py, tests/test_engines.py).
+            _AWS,
+            "moto[server]==5.2.6",
         ],
         # provider: gemini (the Gemini API's batch mode through the official SDK).
         "gemini": [_GEMINI],
         # DataflowRunner and gs://: Beam's own extra, at requirements.txt's Beam version.
         "gcp": [_GCP],
+        # s3:// (and S3-compatible servers: --s3_endpoint_url): Beam's own extra.
+        "aws": [_AWS],
         # Beam YAML pipelines over mmirage_beam.yaml_transforms.
         "yaml": [_YAML],
         # Opt-in: third-party batch clients driven against the fake provider

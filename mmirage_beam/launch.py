@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import signal
 import sys
 import threading
@@ -37,6 +38,28 @@ class _DropJobMessages(logging.Filter):
         )
 
 
+class _DropBeamS3Errors(logging.Filter):
+    """Beam's S3 writer logs every failed upload start as an ERROR with its whole
+    traceback (``s3io.py``, on the root logger), then raises; the drivers report that
+    failure once, in one line (``-v`` shows Beam's log too)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.pathname.replace("\\", "/").endswith("apache_beam/io/aws/s3io.py")
+
+
+class _NoTracebackFormatter(logging.Formatter):
+    """A log line without the traceback a library put into its message or attached
+    (e.g. Beam's storage retries: "Retry with exponential backoff: ... Traceback for
+    above exception"): cut where it starts; ``-v`` keeps it."""
+
+    _START = re.compile(r"Traceback (\(most recent call last\)|for above exception)")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        found = self._START.search(text)
+        return text if not found else text[: found.start()].rstrip() + " (traceback: -v)"
+
+
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is at the time (test runners swap it)."""
 
@@ -62,10 +85,12 @@ def configure_logging(verbose: bool = False) -> None:
         if type(old) in (logging.StreamHandler, _StderrHandler):
             root.removeHandler(old)
     handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    line = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    handler.setFormatter(logging.Formatter(line) if verbose else _NoTracebackFormatter(line))
     handler.addFilter(_DropImportNoise())
     if not verbose:
         handler.addFilter(_DropJobMessages())
+        handler.addFilter(_DropBeamS3Errors())
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.getLogger("mmirage_beam").setLevel(logging.DEBUG if verbose else logging.INFO)
@@ -140,6 +165,13 @@ def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int
             kind = "config error" if isinstance(exc, ConfigError) else "error"
             print(f"mmirage: {kind}: {exc}", file=sys.stderr)
             code = exc.exit_code
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
+            # Beam's filesystems (and boto3 under s3://) give up after their own retries:
+            # one line naming the storage error, as for every other failure.
+            print(f"mmirage: error: storage: {describe_failure(exc)}", file=sys.stderr)
+            code = 1
         except KeyboardInterrupt:
             print(
                 "mmirage: interrupted (a pipeline it was running is cancelled; batches "
@@ -168,6 +200,17 @@ WORKER_LOST_MESSAGES = (
     "worker lost",
     "Socket closed",
 )
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a storage failure raised through Beam's filesystems (Beam's
+    ``BeamIOError``, its S3 client's ``S3ClientError``, a boto3/botocore error) rather
+    than a bug: those reach the drivers when a location cannot be listed, read or
+    written after the filesystem's own retries."""
+    return any(
+        (cls.__module__ or "").startswith(("apache_beam.io.", "botocore.", "boto3."))
+        for cls in type(exc).__mro__
+    )
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -286,6 +329,7 @@ def check_beam_args(beam_args: Sequence[str], own_flags: Sequence[str]) -> None:
     """
     import difflib
 
+    _refuse_secret_flags(beam_args)
     parser = _beam_option_parser()
     try:
         known_args, unknown = parser.parse_known_args(list(beam_args))
@@ -553,7 +597,11 @@ def beam_options(beam_args: Sequence[str], verbose: bool = False) -> Any:
     """``PipelineOptions`` of the driver's Beam flags, with SDK workers' own logging at
     WARNING unless ``verbose`` or the user chose a level (in multi_processing and portable
     runs, every worker otherwise prints dozens of INFO lines about its own start-up).
-    mmirage's own progress lines stay (``sdk_harness_log_level_overrides``)."""
+    mmirage's own progress lines stay (``sdk_harness_log_level_overrides``).
+
+    The options are also handed to Beam's ``FileSystems`` (:func:`use_filesystem_options`):
+    call this before the driver touches its storage, so the launcher's own reads and
+    writes use the same ``--s3_endpoint_url`` (or other filesystem options) as the job."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     args = list(beam_args)
@@ -563,7 +611,133 @@ def beam_options(beam_args: Sequence[str], verbose: bool = False) -> Any:
         for a in args
     ):
         args += [
-            "--default_sdk_harness_log_level=WARNING",
+            # WARN, not WARNING: Python reads either, and Java runners (the Flink job
+            # server of Beam 2.62, whose enum has WARN only) parse this option too.
+            "--default_sdk_harness_log_level=WARN",
             '--sdk_harness_log_level_overrides={"mmirage_beam": "INFO"}',
         ]
-    return PipelineOptions(args)
+    options = PipelineOptions(args)
+    use_filesystem_options(options)
+    return options
+
+
+#: Beam's option classes that configure its filesystems: the ``--s3_*`` flags of
+#: ``s3://``, Azure Blob Storage's and HDFS's. The commands that run no pipeline
+#: (``check``, ``runs``, ``cancel``) take these flags, and only these, of Beam's options.
+FILESYSTEM_OPTION_CLASSES = ("S3Options", "AzureOptions", "HadoopFileSystemOptions")
+
+#: Beam's options that carry a storage secret. They are refused: pipeline options are
+#: stored in the job (Dataflow's console, a job service), so a key there is as good as
+#: published. The storage clients read their credentials from the environment instead.
+SECRET_STORAGE_FLAGS = {
+    "--s3_access_key_id": "AWS_ACCESS_KEY_ID",
+    "--s3_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "--s3_session_token": "AWS_SESSION_TOKEN",
+    "--azure_connection_string": "AZURE_STORAGE_CONNECTION_STRING",
+}
+
+FILESYSTEM_FLAGS_HELP = (
+    "Beam's filesystem options are accepted as 'mmirage run' takes them, e.g. "
+    "--s3_endpoint_url URL --s3_region_name REGION for an S3-compatible server (boto3's "
+    "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL and AWS_DEFAULT_REGION work too), "
+    "--blob_service_endpoint, --hdfs_host/--hdfs_port/--hdfs_user. Storage credentials "
+    "come from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, a profile...)."
+)
+
+
+def use_filesystem_options(options: Any) -> None:
+    """Hand ``options`` to Beam's ``FileSystems``, so every file the launcher itself reads
+    or writes (receipts, leases, run records, probes, merged files on ``s3://``...) goes
+    through the same filesystem settings (``--s3_endpoint_url``...) as the workers'.
+
+    Beam sets them only when a ``Pipeline`` is built; the launcher touches its storage
+    before (and the commands that run no pipeline never build one). Without options,
+    Beam's S3 filesystem cannot even make a client. Its two fixes
+    (:func:`mmirage_beam.io.beam_s3.fix_beam_s3`) are applied here too."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from mmirage_beam.io.beam_s3 import fix_beam_s3
+
+    fix_beam_s3()
+    FileSystems.set_options(options)
+
+
+def _refuse_secret_flags(args: Sequence[str]) -> None:
+    """Refuse a Beam option that carries a storage secret (:data:`SECRET_STORAGE_FLAGS`).
+
+    Raises:
+        ConfigError: naming the flag and the environment variable to use instead.
+    """
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in SECRET_STORAGE_FLAGS:
+            raise ConfigError(
+                flag,
+                "a storage secret is never taken as a flag (pipeline options are stored "
+                "in the job, where anyone who sees the job reads them); set "
+                f"{SECRET_STORAGE_FLAGS[flag]} in the environment of the launcher and of "
+                "the workers instead (nothing was run)",
+            )
+
+
+def parse_filesystem_args(parser: Any, argv: Optional[Sequence[str]]) -> tuple[Any, list[str]]:
+    """``parser.parse_known_args(argv)`` for a command that runs no pipeline, allowing of
+    Beam's options only its filesystem ones (:data:`FILESYSTEM_OPTION_CLASSES`).
+
+    Beam loads only when such a flag is given, so ``--help`` and plain command lines stay
+    as fast as before. Hand the returned flags to :func:`filesystem_pipeline_options`.
+
+    Returns:
+        ``(args, filesystem_flags)``.
+
+    Raises:
+        SystemExit: (status 2, argparse's error) for any other argument, naming it and
+            the flags that are accepted.
+        ConfigError: a flag carrying a storage secret (:data:`SECRET_STORAGE_FLAGS`).
+    """
+    args, rest = parser.parse_known_args(argv)
+    if not rest:
+        return args, []
+    _refuse_secret_flags(rest)
+    from apache_beam.options import pipeline_options
+
+    fs_parser = _parser_of([getattr(pipeline_options, n) for n in FILESYSTEM_OPTION_CLASSES])
+    try:
+        _, unknown = fs_parser.parse_known_args(list(rest))
+    except ValueError as exc:  # "argument --s3_region_name: expected one argument"
+        parser.error(str(exc))
+    if unknown:
+        known = sorted(
+            s for a in fs_parser._actions for s in a.option_strings if s not in SECRET_STORAGE_FLAGS
+        )
+        parser.error(
+            f"unrecognized arguments: {' '.join(unknown)} ({parser.prog} runs no pipeline: "
+            f"of Beam's options it takes only the filesystem ones: {', '.join(known)})"
+        )
+    return args, list(rest)
+
+
+def _parser_of(option_classes: Sequence[type]) -> Any:
+    """A parser that raises ``ValueError`` (instead of exiting) with the flags of Beam's
+    ``option_classes``."""
+    import argparse
+
+    class _Raising(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise ValueError(message)
+
+    parser = _Raising(allow_abbrev=False, add_help=False)
+    for cls in option_classes:
+        cls._add_argparse_args(parser)
+    return parser
+
+
+def filesystem_pipeline_options(flags: Sequence[str]) -> Any:
+    """``PipelineOptions`` of a command's Beam filesystem flags (:func:`parse_filesystem_args`;
+    none: Beam's defaults, and boto3's environment such as ``AWS_ENDPOINT_URL_S3``),
+    handed to Beam's ``FileSystems`` (:func:`use_filesystem_options`)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    options = PipelineOptions(list(flags))
+    use_filesystem_options(options)
+    return options

@@ -1,7 +1,7 @@
 """``mmirage cancel`` / ``python -m pipelines.cancel``: cancel a run's unfinished batches.
 
 Usage:
-    python -m pipelines.cancel --config C.yaml [--run-id ID] [--yes]
+    python -m pipelines.cancel --config C.yaml [--run-id ID] [--yes] [Beam filesystem options]
 
 Cancels, at the provider, every batch of the run (default: the newest) and of its linked
 runs (resubmissions) that has not ended, and records it (:mod:`mmirage_beam.run.cancel`).
@@ -18,7 +18,13 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch import configure_logging, guarded
+from mmirage_beam.launch import (
+    FILESYSTEM_FLAGS_HELP,
+    configure_logging,
+    filesystem_pipeline_options,
+    guarded,
+    parse_filesystem_args,
+)
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -33,17 +39,20 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         description="Cancel every unfinished batch of a run (and of its resubmissions) at "
         "the provider. Requests already processed keep their results; merge marks the "
         "rest cancelled.",
+        epilog=FILESYSTEM_FLAGS_HELP,
     )
     ap.add_argument("--config", required=True, help="the config the run was submitted with")
     ap.add_argument("--run-id", help="the run to cancel (default: the newest)")
     ap.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return ap.parse_args(argv)
+    args, args.filesystem_flags = parse_filesystem_args(ap, argv)
+    return args
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     configure_logging(args.verbose)
+    filesystem_pipeline_options(args.filesystem_flags)  # before any receipt is read
 
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError

@@ -3,6 +3,7 @@
 Usage:
     python -m pipelines.check --config C.yaml [--metadata-path R ...] [--run-id ID]
         [--watch [--interval SECS] [--timeout SECS]]
+        [Beam filesystem options, e.g. --s3_endpoint_url URL]
 
 Reads the receipts (every run of the config's ``metadata_output_path``, newest first, or
 the given files / ``.parts`` folders), looks every distinct provider batch up and prints
@@ -21,7 +22,13 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch import configure_logging, guarded
+from mmirage_beam.launch import (
+    FILESYSTEM_FLAGS_HELP,
+    configure_logging,
+    filesystem_pipeline_options,
+    guarded,
+    parse_filesystem_args,
+)
 from mmirage_beam.paths import path_argument
 
 
@@ -35,6 +42,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         allow_abbrev=False,  # a prefix of a flag must never pass for the flag
         prog="mmirage check",
         description="Report the provider status of submitted batches from their receipts.",
+        epilog=FILESYSTEM_FLAGS_HELP,
     )
     ap.add_argument(
         "--config",
@@ -69,7 +77,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         help="stop watching after SECS seconds (default: no limit)",
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    args = ap.parse_args(argv)
+    args, args.filesystem_flags = parse_filesystem_args(ap, argv)
     if args.config is None and not args.metadata_path:
         ap.error("one of --config or --metadata-path is required")
     return args
@@ -78,6 +86,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     configure_logging(args.verbose)
+    filesystem_pipeline_options(args.filesystem_flags)  # before any receipt is read
 
     from mmirage_beam.check import advice, report, watch
     from mmirage_beam.config import load_config

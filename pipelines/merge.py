@@ -107,6 +107,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     if args.partitions is not None and args.partitions < 1:
         raise ConfigError("--partitions", "must be >= 1")
+    # Beam's FileSystems get the options (--s3_endpoint_url...) before anything is read.
+    options = beam_options(beam_args, args.verbose)
     start = merge_plans.start_merge(
         load_config(args.config),
         args.config,
@@ -121,7 +123,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     _print(start.lines)  # a --limit run: which rows are merged
     config, sel = start.config, start.selection
     outputs = merge_plans.merge_outputs(args.output_path, args.output_format, config)
-    options = beam_options(beam_args, args.verbose)
     check_locations(config_locations(config, output_path=outputs.out), options)
     check_job_endpoint(options)
     pipeline = beam.Pipeline(options=options)

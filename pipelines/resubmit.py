@@ -88,11 +88,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         probe_location,
     )
 
+    # Beam's FileSystems get the options (--s3_endpoint_url...) before anything is read.
+    options = beam_options(beam_args, args.verbose)
     config = load_config(args.config)
     provider = config.processor.provider
     resolve_credentials(BatchAdapterRegistry.get(provider), provider)
     new_run = plans.choose_run_id(args.new_run_id or None, None, "--new-run-id")
-    options = beam_options(beam_args, args.verbose)
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     check_locations(config_locations(config), options)
     check_job_endpoint(options)

@@ -1,7 +1,7 @@
 """``mmirage runs`` / ``python -m pipelines.runs``: the runs under a config's state.
 
 Usage:
-    python -m pipelines.runs --config C.yaml [--no-lookup]
+    python -m pipelines.runs --config C.yaml [--no-lookup] [Beam filesystem options]
 
 One line per run and its linked resubmissions (:mod:`mmirage_beam.run.listing`): run id,
 created, links, state (submitting / unfinished / in progress / ended / merged), batches,
@@ -17,7 +17,13 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch import configure_logging, guarded
+from mmirage_beam.launch import (
+    FILESYSTEM_FLAGS_HELP,
+    configure_logging,
+    filesystem_pipeline_options,
+    guarded,
+    parse_filesystem_args,
+)
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -31,6 +37,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         prog="mmirage runs",
         description="List the runs under the config's state with their state, batches, "
         "requests, failures and cost (summed over each run's resubmissions).",
+        epilog=FILESYSTEM_FLAGS_HELP,
     )
     ap.add_argument("--config", required=True, help="MMIRAGE-compatible YAML config")
     ap.add_argument(
@@ -40,12 +47,14 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         "show 'submitted')",
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return ap.parse_args(argv)
+    args, args.filesystem_flags = parse_filesystem_args(ap, argv)
+    return args
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     configure_logging(args.verbose)
+    filesystem_pipeline_options(args.filesystem_flags)  # before any receipt is read
 
     from mmirage_beam.config import load_config
     from mmirage_beam.run.listing import format_table, list_runs

@@ -62,6 +62,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     args, beam_args = parse_args(argv)
     configure_logging(args.verbose)
     check_beam_args(beam_args, args.own_flags)
+    # Beam's FileSystems get the options (--s3_endpoint_url...) before anything is read.
+    beam_options(beam_args, args.verbose)
 
     from mmirage_beam.config import load_config
     from mmirage_beam.cycle import cycle_wanted

@@ -11,6 +11,10 @@ Every file the project publishes goes through :func:`write_durably` (new bytes),
 storage scheme: a RAM disk, an NFS mount, a bucket). ``FileSystems.rename`` alone fails
 across filesystems (``OSError(18, 'Invalid cross-device link')``, rename(2)'s ``EXDEV``)
 and across schemes (Beam's ``FileSystems.rename`` requires one scheme).
+
+Importing this module also applies :func:`mmirage_beam.io.beam_s3.fix_beam_s3` (Beam's
+``s3://`` filesystem: empty files, one client per setting), so every process that writes
+through it, the launcher's and the workers', has it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from mmirage_beam.crashpoints import crash_point
+from mmirage_beam.io.beam_s3 import fix_beam_s3
 from mmirage_beam.paths import is_uri
 
 __all__ = [
@@ -41,6 +46,8 @@ __all__ = [
 #: Bytes copied at a time by :func:`move_file` across filesystems (1 MiB).
 COPY_BLOCK_BYTES = 1 << 20
 
+fix_beam_s3()
+
 
 def write_durably(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically: a temporary sibling, then a rename over it.
@@ -48,6 +55,8 @@ def write_durably(path: str, data: bytes) -> None:
     A reader (or a crash at any moment) sees the old content or the new, never none:
     the old file is not deleted first (a local rename replaces its target atomically;
     object stores copy over it). Works on every Beam filesystem (local, gs://, s3://...).
+    When the rename fails (an object store refusing the copy), the temporary file is
+    deleted (best effort) before the error is raised, so it does not outlive the write.
 
     Raises:
         apache_beam.io.filesystem.BeamIOError / OSError: the file cannot be written.
@@ -56,7 +65,14 @@ def write_durably(path: str, data: bytes) -> None:
     with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         f.write(data)
     crash_point("tmp_written")
-    replace_file(tmp, path)
+    try:
+        replace_file(tmp, path)
+    except Exception:
+        try:
+            delete_files([tmp])
+        except Exception:  # noqa: BLE001 - the storage is failing: the rename's error counts
+            pass
+        raise
 
 
 def replace_file(src: str, dst: str) -> None:
