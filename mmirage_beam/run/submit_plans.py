@@ -201,8 +201,12 @@ def job_line(start: SubmitStart, flags: SubmitFlags) -> Message:
 
 
 def resume_command(start: SubmitStart, flags: SubmitFlags) -> str:
-    """The command that resumes (or completes) the run."""
+    """The command that resumes (or completes) the run, with the flags that decide what
+    it sends (``--skip-invalid-rows``, ``--no-reuse``): without them a resume of a run that
+    skipped its invalid rows would refuse to send the rest."""
     words = ["mmirage run", "--config", flags.config, "--run-id", start.run_id]
+    words += ["--skip-invalid-rows"] if flags.skip_invalid_rows else []
+    words += ["--no-reuse"] if flags.no_reuse else []
     return reports.command_line(words, list(flags.beam_args))
 
 
