@@ -72,9 +72,13 @@ def engine_root(tmp_path_factory):
 
 def _worker_env(root: Path) -> dict:
     """The TaskManagers' (so their SDK workers') environment: the workers' own keys, the
-    tracer plugin on PYTHONPATH, the trace file."""
+    S3 credentials of the moto server (any credentials do for moto; the endpoint comes in
+    the pipeline options), the tracer plugin on PYTHONPATH, the trace file."""
+    from tests.storage_servers import S3Server
+
     return worker_env(
         {
+            **S3Server(root).env,
             "OPENAI_API_KEY": WORKER_KEY,
             "ANTHROPIC_API_KEY": WORKER_KEY,
             "TRACER_API_KEY_FILE": str(root / "secrets" / "tracer_key"),
@@ -160,6 +164,63 @@ def test_both_taskmanagers_built_and_submitted(flink, engine_root, tmp_path):
     }
     tm_pids = {flink.daemon(f"taskmanager-{i}").pid for i in (1, 2)}
     assert {t["ppid"] for t in on_tms} <= tm_pids | {t["pid"] for t in on_tms}
+
+
+def test_flink_with_receipts_and_outputs_on_s3(flink, tmp_path):
+    """The receipts, staged chunks, placeholder rows and merged files on ``s3://`` (a
+    moto server, through Beam's S3 filesystem: ``--s3_endpoint_url`` in the pipeline
+    options reaches the TaskManagers' workers through the provision service, the
+    credentials come from their environment): the submission and the merge on Flink give
+    the same merged, errors, invalid-rows and placeholder files as the same config on the
+    local disk on the DirectRunner; ``check`` and ``runs`` read the receipts there."""
+    from tests import test_s3_storage as s3t
+    from tests.storage_servers import S3Server, skip_unless_moto
+
+    skip_unless_moto()
+    rows = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[: s3t.N_ROWS]
+    data = [json.loads(x) for x in rows]
+    for i, marker in s3t.MARKERS.items():
+        data[i]["question"] += f" {marker}"
+    data[s3t.INVALID_ROW]["question"] = None
+    rows_file = tmp_path / "rows.jsonl"
+    rows_file.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in data))
+    got: dict = {}
+    with S3Server(tmp_path / "moto") as s3:
+        for where, store in (("local", str(tmp_path / "store")), ("s3", s3.uri("flink"))):
+            root = s3t._launcher(tmp_path / where, rows_file, store)
+            read = (
+                (lambda rel, store=store: Path(store, rel).read_bytes())
+                if where == "local"
+                else (lambda rel: s3.read(f"flink/{rel}"))
+            )
+            flags = [*flink.flags, *s3.flags] if where == "s3" else []
+            with FakeProviderServer() as fake:
+                base = {"MMIRAGE_OPENAI_BASE_URL": fake.openai_base_url}
+                env = clean_env({"OPENAI_API_KEY": LAUNCHER_KEY, **base, **s3.env})
+                cfg = ["--config", "config.yaml", "--run-id", "s3f"]
+                run = run_cli(["run", *cfg, "--skip-invalid-rows", *flags], root, env)
+                assert run.returncode == 0, run.stderr[-4000:]
+                check = run_cli(["check", *cfg, *s3.flags], root, env)
+                assert check.returncode == 0, check.stderr[-3000:]
+                assert all(b["id"] in check.stdout for b in fake.batches("openai"))
+                merged = f"{store}/out/merged.jsonl"
+                merge = run_cli(["merge", *cfg, "--output-path", merged, *flags], root, env)
+                assert merge.returncode == 1, merge.stderr[-4000:]  # rows 3 and 11 failed
+                runs = run_cli(["runs", "--config", "config.yaml", *s3.flags], root, env)
+                assert runs.returncode == 0 and "s3f" in runs.stdout, runs.stderr[-3000:]
+                assert set(fake.create_counts().values()) == {1}
+            got[where] = {
+                name: read(rel)
+                for name, rel in (
+                    ("merged", "out/merged.jsonl"),
+                    ("errors", "out/merged.errors.jsonl"),
+                    ("invalid_rows", "meta/batch_metadata.invalid_rows.s3f.jsonl"),
+                    ("placeholders", "shards/shard_0/placeholders.s3f-00000-of-00001.jsonl"),
+                )
+            }
+        assert not [k for k in s3.keys("flink/") if ".parts/" in k or ".staged." in k]
+    for name, local in got["local"].items():
+        assert got["s3"][name] == local, f"{name} on s3:// (Flink) differs from the local disk"
 
 
 def _many_chunks_dir(root: Path, provider: str, rows: int = 120) -> Path:
