@@ -20,22 +20,29 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-ENGINES = ("flink", "prism")
+ENGINES = ("flink", "prism", "spark")
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mmirage cluster",
-        description="Start, inspect or stop a local Flink cluster or Prism job service.",
+        description="Start, inspect or stop a local Flink or Spark cluster, or Prism.",
     )
     sub = p.add_subparsers(dest="action", required=True, metavar="{up,down,status,fetch}")
     up = sub.add_parser("up", help="start an engine; prints the runner flags last")
     up.add_argument("--engine", choices=ENGINES, default="flink")
     up.add_argument("--dir", required=True, help="the cluster's folder (state, logs)")
     up.add_argument(
-        "--taskmanagers", type=int, default=2, help="Flink TaskManager JVMs (default 2)"
+        "--taskmanagers",
+        "--workers",
+        dest="taskmanagers",
+        type=int,
+        default=2,
+        help="Flink TaskManager JVMs, or Spark workers (default 2)",
     )
-    up.add_argument("--slots", type=int, default=1, help="task slots per TaskManager")
+    up.add_argument(
+        "--slots", type=int, default=1, help="task slots per TaskManager (Spark: cores per worker)"
+    )
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness")
     down = sub.add_parser("down", help="stop the engine started in --dir, by PID")
     down.add_argument("--dir", required=True)
@@ -80,6 +87,20 @@ def _up(args: argparse.Namespace) -> int:
             f"slot(s), Beam Flink job server {state.versions['beam_job_server']} on "
             f"localhost:{state.ports['job']}"
         )
+    elif args.engine == "spark":
+        from mmirage_beam.engines.spark import start_spark
+
+        state = start_spark(
+            Path(args.dir),
+            workers=args.taskmanagers,
+            cores=args.slots,
+            timeout=args.timeout,
+            say=_say,
+        )
+        what = (
+            f"Spark {state.versions.get('spark')}: master, {args.taskmanagers} worker(s) x "
+            f"{args.slots} core(s), Beam Spark job server on localhost:{state.ports['job']}"
+        )
     else:
         from mmirage_beam.engines.prism import start_prism
 
@@ -116,6 +137,9 @@ def _fetch(args: argparse.Namespace) -> int:
     if args.engine == "flink":
         print(provision.flink_home(say=_say))
         print(provision.flink_job_server_classpath(say=_say))
+    elif args.engine == "spark":
+        print(provision.spark_home(say=_say))
+        print(provision.spark_job_server_classpath(say=_say))
     else:
         print(provision.prism_binary(say=_say))
     return 0

@@ -7,6 +7,11 @@
   dependency:copy-dependencies`` of ``beam-runners-flink-1.19`` into
   ``<cache>/beam-flink-<flink>-job-server-<beam>/lib/``.
 - Prism (:func:`prism_binary`): ``go install`` into ``<cache>/prism-<beam>/``.
+- Spark (:func:`spark_home`): ``pip download`` of the ``pyspark`` sdist, its
+  ``deps/jars/`` unpacked into ``<cache>/spark-<version>/jars/``, never installed.
+- Beam's Spark job server (:func:`spark_job_server_classpath`): ``mvn
+  dependency:copy-dependencies`` of ``beam-runners-spark-3`` into
+  ``<cache>/beam-spark-3-job-server-<beam>/lib/``.
 
 The cache is ``$MMIRAGE_ENGINE_CACHE``, else ``~/.cache/mmirage-beam/engines``. Each
 piece is built in a temporary folder beside its final one and renamed into place, so a
@@ -220,3 +225,112 @@ def prism_binary(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
             raise EngineError("build Prism: go install left no prism binary")
 
     return _build(final, build) / "prism"
+
+
+def spark_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
+    """A Spark folder (``jars/``: Spark's own jars, Scala
+    :data:`versions.SPARK_SCALA_VERSION`) of :data:`versions.SPARK_VERSION`, fetched from
+    PyPI's ``pyspark`` sdist on first use (its ``deps/jars/``; PySpark is not installed).
+
+    Raises:
+        EngineError: pip could not download it, or the archive lacks Spark's core jar.
+    """
+    version = versions.SPARK_VERSION
+    final = (cache or cache_dir()) / f"spark-{version}"
+
+    def build(tmp: Path) -> None:
+        say(f"fetching Spark {version} from PyPI (the pyspark sdist, its jars; ~320 MB)")
+        dl = tmp / "download"
+        _run(
+            "fetch Spark",
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                "-d",
+                str(dl),
+                f"pyspark=={version}",
+            ],
+            tmp,
+            timeout=1200,
+        )
+        sdist = next(dl.glob(f"pyspark-{version}.tar.gz"), None)
+        if sdist is None:
+            raise EngineError(f"fetch Spark: pip downloaded {sorted(os.listdir(dl))}")
+        prefix = f"pyspark-{version}/deps/jars/"
+        with tarfile.open(sdist) as tar:
+            for member in tar.getmembers():
+                if member.name.startswith(prefix) and member.isfile():
+                    member.name = "jars/" + member.name[len(prefix) :]
+                    tar.extract(member, tmp, filter="data")
+        core = f"spark-core_{versions.SPARK_SCALA_VERSION}-{version}.jar"
+        if not (tmp / "jars" / core).is_file():
+            raise EngineError(f"fetch Spark: no jars/{core} in {sdist.name}")
+        shutil.rmtree(dl)
+
+    return _build(final, build)
+
+
+_SPARK_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>mmirage-beam</groupId>
+  <artifactId>spark-job-server-classpath</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.beam</groupId>
+      <artifactId>beam-runners-spark-3</artifactId>
+      <version>{beam}</version>
+      <exclusions>
+        <!-- Spark's own (newer) ones are on the classpath: slf4j 2 with its log4j2
+             binding, and the metrics library Spark's metrics system is built on. -->
+        <exclusion>
+          <groupId>org.slf4j</groupId>
+          <artifactId>slf4j-api</artifactId>
+        </exclusion>
+        <exclusion>
+          <groupId>io.dropwizard.metrics</groupId>
+          <artifactId>metrics-core</artifactId>
+        </exclusion>
+      </exclusions>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+
+def spark_job_server_classpath(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
+    """The folder of Beam's jars that, followed by Spark's own (:func:`spark_home`), run
+    Beam's Spark job server (``org.apache.beam.runners.spark.SparkJobServerDriver``),
+    resolved by Maven. ``beam-runners-spark-3`` declares Spark ``provided``, so no Spark
+    jar is in it.
+
+    Raises:
+        EngineError: Maven is missing or could not resolve the dependency tree.
+    """
+    beam = versions.SPARK_JOB_SERVER_VERSION
+    final = (cache or cache_dir()) / f"beam-spark-3-job-server-{beam}"
+
+    def build(tmp: Path) -> None:
+        say(f"fetching Beam's Spark 3 job server {beam} from Maven Central (~95 MB)")
+        (tmp / "pom.xml").write_text(_SPARK_POM.format(beam=beam), encoding="utf-8")
+        _run(
+            "fetch the Spark job server",
+            [
+                "mvn",
+                "-q",
+                "-B",
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={tmp / 'lib'}",
+            ],
+            tmp,
+            timeout=1200,
+        )
+        if not (tmp / "lib" / f"beam-runners-spark-3-{beam}.jar").is_file():
+            raise EngineError("fetch the Spark job server: Maven copied no runner jar")
+
+    return _build(final, build)

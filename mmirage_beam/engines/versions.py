@@ -23,6 +23,17 @@ Central as served here, the Go module proxy):
   ``apache-flink`` wheel, unpacked, never installed: PyFlink pins old Beam releases.
 - **Prism**, Beam's Go portable runner, at the installed SDK's version, built with
   ``go install github.com/apache/beam/sdks/v2/go/cmd/prism@v<beam version>``.
+- **Beam's Spark job server** (checked 2026-12-06, as for Flink). Beam's Spark 3 runner,
+  ``org.apache.beam:beam-runners-spark-3``, is served at 2.62.0 and 2.70.0; 2.70.0's
+  tree again needs the unserved ``beam-runners-java-job-service:2.70.0``, 2.62.0's whole
+  tree resolves (131 jars). So the job server is
+  ``org.apache.beam.runners.spark.SparkJobServerDriver`` of 2.62.0, run from that
+  classpath. The runner declares Spark (3.2.2) ``provided``: the Spark classes come
+  from the cluster's own jars, listed after Beam's (Beam needs its newer Guava first),
+  with Beam's ``slf4j-api`` 1.7 and ``metrics-core`` 4.1 left out for Spark's.
+- **Spark** 3.5.9, the newest 3.5 release (Scala 2.12, as ``beam-runners-spark-3``).
+  Its jars come from PyPI's ``pyspark`` sdist (``deps/jars/``), unpacked, never
+  installed; the master, workers and job server are started with ``java -cp``.
 """
 
 from __future__ import annotations
@@ -35,6 +46,12 @@ FLINK_RUNNER_FLINK = "1.19"
 BEAM_JOB_SERVER_VERSION = "2.62.0"
 #: slf4j binding for the job server's log (the job server jar Beam ships bundles it).
 SLF4J_VERSION = "1.7.30"
+#: Spark release of the standalone cluster (PyPI ``pyspark`` sdist, its ``deps/jars``).
+SPARK_VERSION = "3.5.9"
+#: Scala version of those jars (and of ``beam-runners-spark-3``).
+SPARK_SCALA_VERSION = "2.12"
+#: Beam Java release of the Spark job server (the newest whose tree is served here).
+SPARK_JOB_SERVER_VERSION = "2.62.0"
 #: Go module of Beam's Prism runner.
 PRISM_MODULE = "github.com/apache/beam/sdks/v2/go/cmd/prism"
 
