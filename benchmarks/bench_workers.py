@@ -55,7 +55,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_scale as bs  # noqa: E402  (the inputs, config, fake provider and checks)
@@ -92,9 +92,22 @@ def job_service_main(argv: list[str]) -> int:
 # A minimal copy of tests/runners.py's PortableServices (benchmarks do not import tests/).
 
 
-def _group(pgid: int) -> dict[int, tuple[str, int]]:
-    """``{pid: (state, cpu ticks)}`` of process group ``pgid``; ticks = utime + stime +
-    cutime + cstime, read from ``/proc/<pid>/stat`` (zombies keep theirs until reaped)."""
+class Ticks(NamedTuple):
+    """One process of a watched process group, from ``/proc/<pid>/stat``."""
+
+    state: str  # "R", "S", "Z"...
+    total: int  # CPU ticks: utime + stime + cutime + cstime (its reaped children included)
+    own: int  # utime + stime: the process alone
+    pgid: int
+
+
+_NONE = Ticks("", 0, 0, 0)
+
+
+def _groups(pgids: Iterable[int]) -> dict[int, Ticks]:
+    """``{pid: Ticks}`` of every process in the process groups ``pgids`` (one scan of
+    ``/proc``; zombies keep their ticks until reaped, then they count in the reaper's)."""
+    wanted = set(pgids)
     found = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -105,9 +118,31 @@ def _group(pgid: int) -> dict[int, tuple[str, int]]:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()  # from field 3, "state"
-        if int(fields[2]) == pgid:
-            found[int(entry.name)] = (fields[0], sum(int(x) for x in fields[11:15]))
+        if int(fields[2]) in wanted:
+            ticks = [int(x) for x in fields[11:15]]
+            found[int(entry.name)] = Ticks(fields[0], sum(ticks), sum(ticks[:2]), int(fields[2]))
     return found
+
+
+def _group(pgid: int) -> dict[int, Ticks]:
+    """``{pid: Ticks}`` of process group ``pgid``."""
+    return _groups([pgid])
+
+
+def cpu_seconds(before: dict[int, Ticks], after: dict[int, Ticks], pids: Iterable[int]) -> float:
+    """CPU seconds (user + system, reaped children included) that processes ``pids`` used
+    between the two readings."""
+    return sum(after[p].total - before.get(p, _NONE).total for p in pids if p in after) / CLK_TCK
+
+
+def service_env() -> dict[str, str]:
+    """The environment of the services the benchmarks start (a job service, a worker pool,
+    a Flink cluster): the fake provider's key, this venv's ``bin`` first on ``PATH`` (a
+    pool starts its workers as plain ``python``), the repository on ``PYTHONPATH``."""
+    env = dict(os.environ, OPENAI_API_KEY=bs.FAKE_KEY, PYTHONUNBUFFERED="1")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(bs.REPO), env.get("PYTHONPATH", "")])
+    return env
 
 
 def _accepts(port: int) -> bool:
@@ -142,10 +177,7 @@ class Services:
         self._wait(self.pool, lambda: self.pool_port)
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
-        env = dict(os.environ, OPENAI_API_KEY=bs.FAKE_KEY, PYTHONUNBUFFERED="1")
-        # The pool starts its workers as plain `python`: this venv's comes first.
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        env["PYTHONPATH"] = os.pathsep.join([str(bs.REPO), env.get("PYTHONPATH", "")])
+        env = service_env()
         with open(self.folder / f"{name}.log", "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, *args],
@@ -178,8 +210,8 @@ class Services:
             f"--sdk_worker_parallelism={workers}",
         ]
 
-    def members(self) -> dict[int, tuple[str, int]]:
-        return {**_group(self.job.pid), **_group(self.pool.pid)}
+    def members(self) -> dict[int, Ticks]:
+        return _groups([self.job.pid, self.pool.pid])
 
     def stop(self) -> None:
         for proc in (self.pool, self.job):
@@ -212,15 +244,37 @@ class Run:
         self.__dict__.update(kw)
 
 
-def measure(cmd: list[str], cwd: Path, svc: Services, label: str) -> Run:
-    """Run ``cmd`` (the launcher) against ``svc``; wall, CPU and peak RSS of the launcher's
-    tree plus both services' groups; each worker process's CPU seconds."""
+def run_launcher(
+    cmd: list[str], cwd: Path, members: Callable[[], dict[int, Ticks]], label: str
+) -> Run:
+    """Run ``cmd`` (a launcher) in ``cwd`` while the services it talks to run as the
+    process groups that ``members()`` reads; exits the benchmark with the launcher's
+    output if it fails.
+
+    Returns a :class:`Run`: ``wall`` (s), ``started`` (epoch s), ``launcher_cpu`` (user +
+    system of the launcher and the descendants it waited for, ``os.wait4``), ``before``
+    and ``after`` (``members()`` just before and after), ``seen`` (every member seen
+    meanwhile, at its last reading, read every :data:`bs.CHILDREN_SCAN_SECS`),
+    ``peak_rss`` (the largest sum of the RSS of the launcher's tree and every member,
+    every :data:`bs.POLL_SECS`), ``idle_rss`` (the members' before the launch), ``load``
+    (1-minute load before and after) and ``log`` (the launcher's output)."""
     import psutil
 
-    before = svc.members()
+    def processes(found: dict[int, Ticks]) -> list:
+        out = []
+        for pid in found:
+            try:
+                out.append(psutil.Process(pid))
+            except psutil.Error:
+                pass
+        return out
+
+    before = members()
+    idle_rss = bs._rss_sum(processes(before))
+    seen = dict(before)
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryFile() as out:
-        start = time.perf_counter()
+        started, start = time.time(), time.perf_counter()
         env = dict(os.environ, OPENAI_API_KEY=bs.FAKE_KEY)
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         bs._LIVE.append(proc)
@@ -236,11 +290,9 @@ def measure(cmd: list[str], cwd: Path, svc: Services, label: str) -> Run:
                         known = [ps, *ps.children(recursive=True)]
                     except psutil.Error:
                         known = []
-                    for pid in svc.members():
-                        try:
-                            known.append(psutil.Process(pid))
-                        except psutil.Error:
-                            pass
+                    now = members()
+                    seen.update(now)
+                    known += processes(now)
                     next_scan = time.monotonic() + bs.CHILDREN_SCAN_SECS
                 peak[0] = max(peak[0], bs._rss_sum(known))
                 done.wait(bs.POLL_SECS)
@@ -256,24 +308,116 @@ def measure(cmd: list[str], cwd: Path, svc: Services, label: str) -> Run:
         bs._LIVE.remove(proc)
         out.seek(0)
         log = out.read().decode("utf-8", "replace")
-    after = svc.members()
+    after = members()
+    seen.update(after)
     if os.waitstatus_to_exitcode(status) != 0:
-        svc.stop()
         sys.exit(f"case {label!r} failed: {' '.join(cmd)}\n{log[-5000:]}")
-    ticks = {pid: t - before.get(pid, ("", 0))[1] for pid, (_, t) in after.items()}
-    service_pids = {svc.job.pid, svc.pool.pid}
-    workers = sorted(
-        (ticks[pid] / CLK_TCK for pid in after if pid not in service_pids), reverse=True
-    )
     return Run(
         wall=wall,
+        started=started,
         launcher_cpu=usage.ru_utime + usage.ru_stime,
-        job_cpu=ticks.get(svc.job.pid, 0) / CLK_TCK,
-        pool_cpu=ticks.get(svc.pool.pid, 0) / CLK_TCK,
-        worker_cpu=workers,
+        before=before,
+        after=after,
+        seen=seen,
         peak_rss=peak[0],
+        idle_rss=idle_rss,
         load=(load0, os.getloadavg()[0]),
         log=log,
+    )
+
+
+def measure(cmd: list[str], cwd: Path, svc: Services, label: str) -> Run:
+    """Run ``cmd`` (the launcher) against ``svc``; wall, CPU and peak RSS of the launcher's
+    tree plus both services' groups; each worker process's CPU seconds."""
+    run = run_launcher(cmd, cwd, svc.members, label)
+    before, after = run.before, run.after
+    service_pids = {svc.job.pid, svc.pool.pid}
+    run.job_cpu = cpu_seconds(before, after, [svc.job.pid])
+    run.pool_cpu = cpu_seconds(before, after, [svc.pool.pid])
+    run.worker_cpu = sorted(
+        (cpu_seconds(before, after, [pid]) for pid in after if pid not in service_pids),
+        reverse=True,
+    )
+    return run
+
+
+# --------------------------------------------------------------------------- the cases
+# The dry run and the merge as every scaling benchmark runs them (bench_engines.py too).
+
+
+def dry_run_command(folder: Path, rows: Path, max_chunk_bytes: int, flags: list[str]) -> list[str]:
+    """``mmirage run --export-prompts`` of ``rows`` (run id ``dry``) writing under
+    ``folder`` (its config ``folder/dry.yaml``), with the runner ``flags``."""
+    cfg = bs.write_yaml(folder / "dry.yaml", bs.text_config(folder, rows, max_chunk_bytes))
+    export = str(folder / "prompts.jsonl")
+    command = bs._mmirage("run", "--config", str(cfg), "--export-prompts", export)
+    return [*command, "--run-id", "dry", *flags]
+
+
+def dry_run_output(folder: Path) -> tuple:
+    """What a dry run in ``folder`` wrote: (request lines, placeholder rows) as multiset
+    digests ``(count, digest)``, and the number of chunks."""
+    export = folder / "prompts.dry.jsonl"
+    shards = sorted((folder / "shards").glob("**/placeholders.dry-*"))
+    return (
+        bs.multiset_digest(bs.export_requests(export)),
+        bs.multiset_digest(bs.file_lines(shards)),
+        len(bs.export_batch_ids(export)),
+    )
+
+
+def submit_to_fake(
+    live: Path, rows: Path, max_chunk_bytes: int, fake: bs.Fake, submit: Callable
+) -> Path:
+    """Submit ``rows`` to ``fake`` (run id ``live``, under ``live``) by calling ``submit``
+    with the ``mmirage run`` command (the caller adds its runner flags and measures), then
+    wait with ``mmirage check --watch`` until every batch has completed. Returns the
+    config (``live/live.yaml``)."""
+    cfg = bs.write_yaml(
+        live / "live.yaml", bs.text_config(live, rows, max_chunk_bytes, fake.openai_base_url)
+    )
+    submit(bs._mmirage("run", "--config", str(cfg), "--run-id", "live"))
+    env = dict(os.environ, OPENAI_API_KEY=bs.FAKE_KEY)
+    watch = ["--run-id", "live", "--watch", "--interval", "1", "--timeout", "1800"]
+    done = subprocess.run(
+        bs._mmirage("check", "--config", str(cfg), *watch),
+        cwd=live,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        sys.exit(f"mmirage check --watch failed:\n{done.stdout}\n{done.stderr}")
+    return cfg
+
+
+def merge_command(folder: Path, cfg: Path, flags: list[str]) -> list[str]:
+    """``mmirage merge`` of run ``live`` of ``cfg`` into ``folder/merged.jsonl``."""
+    out = str(folder / "merged.jsonl")
+    command = bs._mmirage("merge", "--config", str(cfg), "--run-id", "live")
+    return [*command, "--output-path", out, *flags]
+
+
+def merge_output(folder: Path) -> tuple:
+    """(sha256, rows) of the merged file in ``folder``."""
+    merged = folder / "merged.jsonl"
+    return (bs.sha256_file(merged), bs.count_lines(merged))
+
+
+def machine_line(load_start: str) -> str:
+    """The report's machine line: CPUs, RAM, architecture, load at start and now."""
+    return (
+        f"- machine: {os.cpu_count()} CPUs (nproc, shared), {bs._total_ram_gib():.1f} GiB "
+        f"RAM, {platform.machine()}; load average at start {load_start}, at end "
+        + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    )
+
+
+def inputs_line(rows: int, max_chunk_bytes: int) -> str:
+    """The report's line on the inputs and the chunking limits."""
+    return (
+        f"- {rows:,} GSM8K rows, one OpenAI output; max_requests_per_chunk "
+        f"{bs.MAX_REQUESTS_PER_CHUNK:,}, max_chunk_bytes {max_chunk_bytes:,}"
     )
 
 
@@ -319,78 +463,33 @@ class Bench:
         )
 
     def dry_runs(self, rows: Path) -> None:
-        a = self.args
-
         def cmd_of(folder: Path, flags: list[str]) -> list[str]:
-            cfg = bs.write_yaml(
-                folder / "dry.yaml", bs.text_config(folder, rows, a.max_chunk_bytes)
-            )
-            export = str(folder / "prompts.jsonl")
-            return bs._mmirage("run", "--config", str(cfg), "--export-prompts", export) + [
-                "--run-id",
-                "dry",
-                *flags,
-            ]
+            return dry_run_command(folder, rows, self.args.max_chunk_bytes, flags)
 
-        def check_of(folder: Path) -> tuple:
-            export = folder / "prompts.dry.jsonl"
-            shards = sorted((folder / "shards").glob("**/placeholders.dry-*"))
-            return (
-                bs.multiset_digest(bs.export_requests(export)),
-                bs.multiset_digest(bs.file_lines(shards)),
-                len(bs.export_batch_ids(export)),
-            )
-
-        for i, w in enumerate(a.order):
-            self.case("dry run", w, i, cmd_of, check_of)
+        for i, w in enumerate(self.args.order):
+            self.case("dry run", w, i, cmd_of, dry_run_output)
 
     def merges(self, rows: Path) -> None:
-        a = self.args
         live = self.work / "live"
         live.mkdir(parents=True, exist_ok=True)
         fake = bs.Fake(live / "fake.log")
         try:
-            cfg = bs.write_yaml(
-                live / "live.yaml",
-                bs.text_config(live, rows, a.max_chunk_bytes, fake.openai_base_url),
-            )
             self.log("submitting to the fake provider (untimed, 2 workers)")
-            svc = Services(live / "services", self.args.stock_job_service)
-            try:
-                measure(
-                    bs._mmirage("run", "--config", str(cfg), "--run-id", "live", *svc.flags(2)),
-                    live,
-                    svc,
-                    "submit",
-                )
-            finally:
-                svc.stop()
-            env = dict(os.environ, OPENAI_API_KEY=bs.FAKE_KEY)
-            watch = ["--run-id", "live", "--watch", "--interval", "1", "--timeout", "1800"]
-            done = subprocess.run(
-                bs._mmirage("check", "--config", str(cfg), *watch),
-                cwd=live,
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            if done.returncode != 0:
-                sys.exit(f"mmirage check --watch failed:\n{done.stdout}\n{done.stderr}")
+
+            def submit(cmd: list[str]) -> None:
+                svc = Services(live / "services", self.args.stock_job_service)
+                try:
+                    measure([*cmd, *svc.flags(2)], live, svc, "submit")
+                finally:
+                    svc.stop()
+
+            cfg = submit_to_fake(live, rows, self.args.max_chunk_bytes, fake, submit)
 
             def cmd_of(folder: Path, flags: list[str]) -> list[str]:
-                out = str(folder / "merged.jsonl")
-                return bs._mmirage("merge", "--config", str(cfg), "--run-id", "live") + [
-                    "--output-path",
-                    out,
-                    *flags,
-                ]
+                return merge_command(folder, cfg, flags)
 
-            def check_of(folder: Path) -> tuple:
-                merged = folder / "merged.jsonl"
-                return (bs.sha256_file(merged), bs.count_lines(merged))
-
-            for i, w in enumerate(a.order):
-                self.case("merge", w, i, cmd_of, check_of)
+            for i, w in enumerate(self.args.order):
+                self.case("merge", w, i, cmd_of, merge_output)
         finally:
             fake.stop()
 
@@ -411,14 +510,11 @@ class Bench:
             + ("" if complete else " (in progress)"),
             "",
             f"- date: {started} (UTC); `python benchmarks/bench_workers.py {a._command}`",
-            f"- machine: {os.cpu_count()} CPUs (nproc, shared), {bs._total_ram_gib():.1f} GiB "
-            f"RAM, {platform.machine()}; load average at start {load_start}, at end "
-            + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
+            machine_line(load_start),
             f"- Python {platform.python_version()}, Apache Beam {bs._beam_version()}, "
             f"mmirage-beam {bs._git_rev()}; PortableRunner, EXTERNAL environment, {job}",
-            f"- {n:,} GSM8K rows, one OpenAI output; max_requests_per_chunk "
-            f"{bs.MAX_REQUESTS_PER_CHUNK:,}, max_chunk_bytes {a.max_chunk_bytes:,}; "
-            f"chunking_parallelism unset (its default follows the worker count)",
+            inputs_line(n, a.max_chunk_bytes)
+            + "; chunking_parallelism unset (its default follows the worker count)",
             "- CPU s = user + sys of launcher + job service + pool + its workers (worker "
             "column: each worker process); peak RSS = largest sum over all of them, "
             "every 50 ms; rows/s per worker = rows/s / workers; rows/CPU-s = rows / CPU s",
@@ -479,7 +575,7 @@ class Bench:
 def _order(text: str) -> list[int]:
     order = [int(x) for x in text.split(",") if x.strip()]
     if not order or min(order) < 1:
-        raise argparse.ArgumentTypeError("--order takes worker counts like 1,2,2,1")
+        raise argparse.ArgumentTypeError("--order takes counts of at least 1, like 1,2,2,1")
     return order
 
 
