@@ -71,6 +71,13 @@ def _run(what: str, argv: Sequence[str], cwd: Path, timeout: float, env: Optiona
     return proc
 
 
+def _pip_download(what: str, dest: Path, *specs: str) -> None:
+    """``pip download --no-deps`` of ``specs`` into ``dest`` (pip prepares an sdist's metadata;
+    nothing is installed)."""
+    argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest)]
+    _run(what, [*argv, *specs], dest.parent, timeout=1200)
+
+
 def _build(final: Path, build: Callable[[Path], None]) -> Path:
     """``build(tmp)`` in a fresh folder beside ``final``, then renamed to ``final``."""
     if final.is_dir():
@@ -102,22 +109,8 @@ def flink_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
     def build(tmp: Path) -> None:
         say(f"fetching Flink {version} from PyPI (apache-flink-libraries, apache-flink; ~235 MB)")
         dl = tmp / "download"
-        _run(
-            "fetch Flink",
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--quiet",
-                "-d",
-                str(dl),
-                f"apache-flink-libraries=={version}",
-                f"apache-flink=={version}",
-            ],
-            tmp,
-            timeout=1200,
+        _pip_download(
+            "fetch Flink", dl, f"apache-flink-libraries=={version}", f"apache-flink=={version}"
         )
         libs = next(dl.glob("apache-flink-libraries-*.tar.gz"), None)
         wheel = next(dl.glob("apache_flink-*.whl"), None)
@@ -241,22 +234,7 @@ def spark_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
     def build(tmp: Path) -> None:
         say(f"fetching Spark {version} from PyPI (the pyspark sdist, its jars; ~320 MB)")
         dl = tmp / "download"
-        _run(
-            "fetch Spark",
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--quiet",
-                "-d",
-                str(dl),
-                f"pyspark=={version}",
-            ],
-            tmp,
-            timeout=1200,
-        )
+        _pip_download("fetch Spark", dl, f"pyspark=={version}")
         sdist = next(dl.glob(f"pyspark-{version}.tar.gz"), None)
         if sdist is None:
             raise EngineError(f"fetch Spark: pip downloaded {sorted(os.listdir(dl))}")
