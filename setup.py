@@ -64,10 +64,12 @@ setup(
             _GCP,
             _YAML,
             _MISTRAL,
-            # Shared storage on real servers: s3:// on a moto S3 server
-            # (tests/storage_servers.py, tests/test_s3_storage.py, tests/test_engines.py).
+            # Shared storage on real servers: s3:// on a moto S3 server, gs:// on a GCS
+            # emulator (tests/storage_servers.py, tests/test_s3_storage.py,
+            # tests/test_gcs_storage.py, tests/test_engines.py).
             _AWS,
             "moto[server]==5.2.6",
+            "gcp-storage-emulator==2026.7.19",
         ],
         # provider: gemini (the Gemini API's batch mode through the official SDK).
         "gemini": [_GEMINI],

@@ -168,8 +168,9 @@ def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int
         except Exception as exc:
             if not is_storage_error(exc):
                 raise
-            # Beam's filesystems (and boto3 under s3://) give up after their own retries:
-            # one line naming the storage error, as for every other failure.
+            # Beam's filesystems (boto3 under s3://, google-cloud-storage under gs://)
+            # give up after their own retries: one line naming the storage error, as for
+            # every other failure.
             print(f"mmirage: error: storage: {describe_failure(exc)}", file=sys.stderr)
             code = 1
         except KeyboardInterrupt:
@@ -202,14 +203,28 @@ WORKER_LOST_MESSAGES = (
 )
 
 
+#: The modules whose exceptions are storage failures: Beam's filesystems, boto3 under
+#: ``s3://``, and google-cloud-storage under ``gs://`` (its API errors, ``403
+#: Forbidden``..., its upload and download errors, its credentials' errors).
+STORAGE_ERROR_MODULES = (
+    "apache_beam.io.",
+    "botocore.",
+    "boto3.",
+    "google.api_core.exceptions",
+    "google.cloud.storage.",
+    "google.resumable_media.",
+    "google.auth.exceptions",
+)
+
+
 def is_storage_error(exc: BaseException) -> bool:
     """Whether ``exc`` is a storage failure raised through Beam's filesystems (Beam's
-    ``BeamIOError``, its S3 client's ``S3ClientError``, a boto3/botocore error) rather
-    than a bug: those reach the drivers when a location cannot be listed, read or
-    written after the filesystem's own retries."""
+    ``BeamIOError``, its S3 client's ``S3ClientError``, a boto3/botocore error, a
+    google-cloud-storage error: Beam's GCS filesystem lets them through unwrapped)
+    rather than a bug: those reach the drivers when a location cannot be listed, read or
+    written after the filesystem's own retries (:data:`STORAGE_ERROR_MODULES`)."""
     return any(
-        (cls.__module__ or "").startswith(("apache_beam.io.", "botocore.", "boto3."))
-        for cls in type(exc).__mro__
+        (cls.__module__ or "").startswith(STORAGE_ERROR_MODULES) for cls in type(exc).__mro__
     )
 
 
