@@ -13,9 +13,16 @@ import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from mmirage_beam.engines.processes import Daemon, EngineError, stop_daemon
+from mmirage_beam.engines.processes import (
+    Daemon,
+    EngineError,
+    accepts,
+    free_port,
+    stop_daemon,
+    wait_until,
+)
 
 STATE_FILE = "cluster.json"
 
@@ -143,3 +150,54 @@ def stop_cluster(cluster_dir: Path, state: Optional[ClusterState] = None) -> lis
     if survivors:
         raise EngineError(f"could not stop {', '.join(survivors)}")
     return stopped
+
+
+#: What Beam's JobServerDriver logs once its job service listens, and when it cannot.
+_JOB_SERVICE_UP = "JobService started on"
+_JOB_SERVICE_FAILED = ("Exception during job server creation", "Failed to bind")
+
+
+def start_job_server(
+    state: ClusterState,
+    start: Callable[[int], Daemon],
+    deadline: float,
+    attempts: int = 3,
+) -> int:
+    """Start Beam's job server with ``start(job_port)`` on a free port and wait until it
+    logs that its job service listens there and the port accepts connections; on a port
+    taken between choosing and binding (another process got it first: then the port
+    accepts, but not this job server), stop it and try another port.
+
+    The daemon is appended to ``state.daemons`` and the state saved.
+
+    Returns:
+        The job port.
+
+    Raises:
+        EngineError: it exited, could not bind ``attempts`` times, or the deadline passed.
+    """
+    for attempt in range(1, attempts + 1):
+        port = free_port()
+        daemon = start(port)
+        state.daemons.append(daemon)
+        state.save()
+
+        def ready(daemon: Daemon = daemon, port: int = port) -> object:
+            log = daemon.log_tail(200)
+            if any(marker in log for marker in _JOB_SERVICE_FAILED):
+                return "failed"
+            if _JOB_SERVICE_UP in log and f":{port}" in log and accepts(port):
+                return "up"
+            return None
+
+        got = wait_until(f"the job server on port {port}", ready, deadline, state.daemons)
+        if got == "up":
+            return port
+        stop_daemon(daemon)
+        state.daemons.remove(daemon)
+        if attempt == attempts:
+            raise EngineError(
+                f"the job server could not bind a port {attempts} times; its log "
+                f"({daemon.log}) ends:\n{daemon.log_tail()}"
+            )
+    raise AssertionError("not reached")

@@ -36,12 +36,12 @@ from mmirage_beam.engines.cluster import (
     ClusterState,
     boot_script,
     check_cluster_dir,
+    start_job_server,
     stop_cluster,
 )
 from mmirage_beam.engines.processes import (
     Daemon,
     EngineError,
-    accepts,
     free_port,
     get_json,
     start_daemon,
@@ -168,7 +168,7 @@ def start_flink(
     classpath = provision.flink_job_server_classpath(say=say)
     base_env = _java_env(os.environ if env is None else env)
     conf, logs = cluster_dir / "conf", cluster_dir / "logs"
-    ports = {"rest": free_port(), "rpc": free_port(), "job": free_port()}
+    ports = {"rest": free_port(), "rpc": free_port(), "job": 0}
     settings = {
         **_FLINK_SETTINGS,
         "jobmanager.rpc.port": str(ports["rpc"]),
@@ -188,7 +188,6 @@ def start_flink(
             "beam_sdk": versions.beam_sdk_version(),
         },
         ports=ports,
-        flags=runner_flags(ports["job"], boot, taskmanagers * slots),
     )
     deadline = time.monotonic() + timeout
     try:
@@ -206,33 +205,30 @@ def start_flink(
             deadline,
             state.daemons,
         )
-        say(f"starting Beam's Flink job server (localhost:{ports['job']})")
-        js = start_daemon(
-            "job-server",
-            [
-                _java(base_env),
-                "-cp",
-                str(classpath / "lib" / "*"),
-                "org.apache.beam.runners.flink.FlinkJobServerDriver",
-                f"--flink-master=localhost:{ports['rest']}",
-                f"--flink-conf-dir={conf}",
-                "--job-host=localhost",
-                f"--job-port={ports['job']}",
-                "--artifact-port=0",
-                "--expansion-port=0",
-            ],
-            cluster_dir / "job-server",
-            logs / "job-server.log",
-            base_env,
-        )
-        state.daemons.append(js)
-        state.save()
-        wait_until(
-            "the job server to accept connections",
-            lambda: True if accepts(ports["job"]) else None,
-            deadline,
-            state.daemons,
-        )
+        say("starting Beam's Flink job server")
+
+        def job_server(port: int) -> Daemon:
+            return start_daemon(
+                "job-server",
+                [
+                    _java(base_env),
+                    "-cp",
+                    str(classpath / "lib" / "*"),
+                    "org.apache.beam.runners.flink.FlinkJobServerDriver",
+                    f"--flink-master=localhost:{ports['rest']}",
+                    f"--flink-conf-dir={conf}",
+                    "--job-host=localhost",
+                    f"--job-port={port}",
+                    "--artifact-port=0",
+                    "--expansion-port=0",
+                ],
+                cluster_dir / "job-server",
+                logs / "job-server.log",
+                base_env,
+            )
+
+        ports["job"] = start_job_server(state, job_server, deadline)
+        state.flags = runner_flags(ports["job"], boot, taskmanagers * slots)
     except BaseException:
         stop_cluster(cluster_dir, state=state)
         raise
