@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from mmirage_beam.engines.processes import (
     Daemon,
@@ -201,3 +202,24 @@ def start_job_server(
                 f"({daemon.log}) ends:\n{daemon.log_tail()}"
             )
     raise AssertionError("not reached")
+
+
+def java_env(base: Mapping[str, str], needs: str) -> dict[str, str]:
+    """``base`` as a dict, once it is known to find a Java (``JAVA_HOME`` or ``java`` on
+    its ``PATH``).
+
+    Raises:
+        EngineError: no Java; ``needs`` says which engine needs which (``"Flink needs
+            Java 11 or 17"``).
+    """
+    env = dict(base)
+    if not env.get("JAVA_HOME") and not shutil.which("java", path=env.get("PATH")):
+        raise EngineError(f"{needs}: no JAVA_HOME and no java on PATH")
+    return env
+
+
+def java(env: Mapping[str, str]) -> str:
+    """``$JAVA_HOME/bin/java`` when JAVA_HOME is set (as Flink's and Spark's scripts
+    choose), else ``java`` from PATH."""
+    home = env.get("JAVA_HOME")
+    return str(Path(home) / "bin" / "java") if home else "java"

@@ -36,6 +36,8 @@ from mmirage_beam.engines.cluster import (
     ClusterState,
     boot_script,
     check_cluster_dir,
+    java,
+    java_env,
     start_job_server,
     stop_cluster,
 )
@@ -82,20 +84,6 @@ _FLINK_SETTINGS = {
     "jobmanager.execution.failover-strategy": "region",
     "slot.request.timeout": "60000",
 }
-
-
-def _java_env(base: Mapping[str, str]) -> dict[str, str]:
-    env = dict(base)
-    if not env.get("JAVA_HOME") and not shutil.which("java", path=env.get("PATH")):
-        raise EngineError("Flink needs Java 11 or 17: no JAVA_HOME and no java on PATH")
-    return env
-
-
-def _java(env: Mapping[str, str]) -> str:
-    """``$JAVA_HOME/bin/java`` when JAVA_HOME is set (as Flink's scripts choose), else
-    ``java`` from PATH."""
-    home = env.get("JAVA_HOME")
-    return str(Path(home) / "bin" / "java") if home else "java"
 
 
 def _write_conf(home: Path, conf: Path, settings: Mapping[str, str]) -> None:
@@ -166,7 +154,7 @@ def start_flink(
     cluster_dir = check_cluster_dir(cluster_dir)
     home = provision.flink_home(say=say)
     classpath = provision.flink_job_server_classpath(say=say)
-    base_env = _java_env(os.environ if env is None else env)
+    base_env = java_env(os.environ if env is None else env, "Flink needs Java 11 or 17")
     conf, logs = cluster_dir / "conf", cluster_dir / "logs"
     ports = {"rest": free_port(), "rpc": free_port(), "job": 0}
     settings = {
@@ -211,7 +199,7 @@ def start_flink(
             return start_daemon(
                 "job-server",
                 [
-                    _java(base_env),
+                    java(base_env),
                     "-cp",
                     str(classpath / "lib" / "*"),
                     "org.apache.beam.runners.flink.FlinkJobServerDriver",

@@ -78,6 +78,12 @@ def _pip_download(what: str, dest: Path, *specs: str) -> None:
     _run(what, [*argv, *specs], dest.parent, timeout=1200)
 
 
+def _maven_copy_dependencies(what: str, project: Path) -> None:
+    """``mvn dependency:copy-dependencies`` of ``project/pom.xml`` into ``project/lib``."""
+    argv = ["mvn", "-q", "-B", "dependency:copy-dependencies"]
+    _run(what, [*argv, f"-DoutputDirectory={project / 'lib'}"], project, timeout=1200)
+
+
 def _build(final: Path, build: Callable[[Path], None]) -> Path:
     """``build(tmp)`` in a fresh folder beside ``final``, then renamed to ``final``."""
     if final.is_dir():
@@ -177,18 +183,7 @@ def flink_job_server_classpath(cache: Optional[Path] = None, say: Say = _quiet) 
         (tmp / "pom.xml").write_text(
             _POM.format(flink=flink, beam=beam, slf4j=versions.SLF4J_VERSION), encoding="utf-8"
         )
-        _run(
-            "fetch the Flink job server",
-            [
-                "mvn",
-                "-q",
-                "-B",
-                "dependency:copy-dependencies",
-                f"-DoutputDirectory={tmp / 'lib'}",
-            ],
-            tmp,
-            timeout=1200,
-        )
+        _maven_copy_dependencies("fetch the Flink job server", tmp)
         if not list((tmp / "lib").glob(f"beam-runners-flink-{flink}-*.jar")):
             raise EngineError("fetch the Flink job server: Maven copied no runner jar")
 
@@ -296,18 +291,7 @@ def spark_job_server_classpath(cache: Optional[Path] = None, say: Say = _quiet) 
     def build(tmp: Path) -> None:
         say(f"fetching Beam's Spark 3 job server {beam} from Maven Central (~95 MB)")
         (tmp / "pom.xml").write_text(_SPARK_POM.format(beam=beam), encoding="utf-8")
-        _run(
-            "fetch the Spark job server",
-            [
-                "mvn",
-                "-q",
-                "-B",
-                "dependency:copy-dependencies",
-                f"-DoutputDirectory={tmp / 'lib'}",
-            ],
-            tmp,
-            timeout=1200,
-        )
+        _maven_copy_dependencies("fetch the Spark job server", tmp)
         if not (tmp / "lib" / f"beam-runners-spark-3-{beam}.jar").is_file():
             raise EngineError("fetch the Spark job server: Maven copied no runner jar")
 

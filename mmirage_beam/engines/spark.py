@@ -40,7 +40,6 @@ in ``D/logs/`` (an executor's log is ``stderr`` in its folder).
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import zipfile
 from pathlib import Path
@@ -51,6 +50,9 @@ from mmirage_beam.engines.cluster import (
     ClusterState,
     boot_script,
     check_cluster_dir,
+    java,
+    java_env,
+    start_job_server,
     stop_cluster,
 )
 from mmirage_beam.engines.processes import (
@@ -90,13 +92,6 @@ _DAEMON_HEAP = "-Xmx512m"
 _WORKER_MEMORY = "1g"
 #: How long an executor keeps a job's SDK workers after a task (see the module doc).
 ENVIRONMENT_CACHE_MILLIS = 60000
-
-
-def _java_env(base: Mapping[str, str]) -> dict[str, str]:
-    env = dict(base)
-    if not env.get("JAVA_HOME") and not shutil.which("java", path=env.get("PATH")):
-        raise EngineError("Spark needs Java 17: no JAVA_HOME and no java on PATH")
-    return env
 
 
 def _write_conf(home: Path, conf: Path) -> None:
@@ -169,9 +164,9 @@ def start_spark(
     runner_jar = classpath / "lib" / f"beam-runners-spark-3-{versions.SPARK_JOB_SERVER_VERSION}.jar"
     if any(c.isspace() for c in str(runner_jar)):
         raise EngineError(f"the engine cache path {str(runner_jar)!r} holds a space")
-    base_env = _java_env(os.environ if env is None else env)
+    base_env = java_env(os.environ if env is None else env, "Spark needs Java 17")
     _write_conf(home, cluster_dir / "conf")
-    ports = {"master": free_port(), "master_ui": free_port(), "job": free_port()}
+    ports = {"master": free_port(), "master_ui": free_port(), "job": 0}
     for i in range(1, workers + 1):
         ports[f"worker-{i}_ui"] = free_port()
     boot = boot_script(cluster_dir)
@@ -184,7 +179,6 @@ def start_spark(
             "beam_sdk": versions.beam_sdk_version(),
         },
         ports=ports,
-        flags=runner_flags(ports["job"], boot, runner_jar),
     )
     deadline = time.monotonic() + timeout
     try:
@@ -208,15 +202,11 @@ def start_spark(
             deadline,
             state.daemons,
         )
-        say(f"starting Beam's Spark job server (localhost:{ports['job']})")
-        state.daemons.append(start_job_server(state, base_env))
-        state.save()
-        wait_until(
-            "the job server to accept connections",
-            lambda: True if accepts(ports["job"]) else None,
-            deadline,
-            state.daemons,
+        say("starting Beam's Spark job server")
+        ports["job"] = start_job_server(
+            state, lambda port: _job_server(state, base_env, port), deadline
         )
+        state.flags = runner_flags(ports["job"], boot, runner_jar)
     except BaseException:
         stop_cluster(cluster_dir, state=state)
         raise
@@ -246,7 +236,7 @@ def _spark_daemon(
     return start_daemon(
         name,
         [
-            "java",
+            java(env),
             *_JAVA_MODULE_OPTIONS,
             _DAEMON_HEAP,
             "-cp",
@@ -305,8 +295,8 @@ def start_worker(state: ClusterState, index: int, cores: int, env: Mapping[str, 
     )
 
 
-def start_job_server(state: ClusterState, env: Mapping[str, str]) -> Daemon:
-    """Start Beam's Spark job server (the driver of every job), in
+def _job_server(state: ClusterState, env: Mapping[str, str], port: int) -> Daemon:
+    """Start Beam's Spark job server (the driver of every job) on job port ``port``, in
     ``<dir>/job-server/``, logging to ``<dir>/logs/job-server.log``. Does not wait."""
     cluster_dir = Path(state.dir)
     beam = provision.spark_job_server_classpath() / "lib" / "*"
@@ -314,7 +304,7 @@ def start_job_server(state: ClusterState, env: Mapping[str, str]) -> Daemon:
     return start_daemon(
         "job-server",
         [
-            "java",
+            java(env),
             *_JAVA_MODULE_OPTIONS,
             f"-Dlog4j.configurationFile=file:{cluster_dir / 'conf' / 'log4j2.properties'}",
             f"-Dspark.executor.extraClassPath={beam}",
@@ -325,7 +315,7 @@ def start_job_server(state: ClusterState, env: Mapping[str, str]) -> Daemon:
             "org.apache.beam.runners.spark.SparkJobServerDriver",
             f"--spark-master-url=spark://127.0.0.1:{state.ports['master']}",
             "--job-host=localhost",
-            f"--job-port={state.ports['job']}",
+            f"--job-port={port}",
             "--artifact-port=0",
             "--expansion-port=0",
             f"--artifacts-dir={cluster_dir / 'artifacts'}",
