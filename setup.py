@@ -77,7 +77,7 @@ setup(
         "gcp": [_GCP],
         # s3:// (and S3-compatible servers: --s3_endpoint_url): Beam's own extra.
         "aws": [_AWS],
-        # Beam YAML pipelines over mmirage_beam.yaml_transforms.
+        # Beam YAML pipelines over mmirage_beam.beam_yaml.transforms.
         "yaml": [_YAML],
         # Opt-in: third-party batch clients driven against the fake provider
         # (tests/test_third_party_clients.py). litellm, and the runtime dependencies of

@@ -1505,7 +1505,7 @@ def _ratio(a: Optional[float], b: Optional[float]) -> str:
 def _chunking_shards(beam_args: list[str]) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from mmirage_beam.pipeline import default_chunking_parallelism
+    from mmirage_beam.transforms.submit_rows import default_chunking_parallelism
 
     return default_chunking_parallelism(PipelineOptions(beam_args))
 

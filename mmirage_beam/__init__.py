@@ -24,7 +24,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from mmirage_beam import compat as _compat
+
 __version__ = "0.1.0"
+
+_compat.install()  # the import paths that moved still import (mmirage_beam/compat.py)
 
 #: public name -> the module that defines it
 _HOMES = {

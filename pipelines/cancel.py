@@ -18,13 +18,13 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch import (
+from mmirage_beam.launch.flags import (
     FILESYSTEM_FLAGS_HELP,
-    configure_logging,
     filesystem_pipeline_options,
-    guarded,
     parse_filesystem_args,
 )
+from mmirage_beam.launch.interrupts import guarded
+from mmirage_beam.launch.logs import configure_logging
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:

@@ -1,4 +1,4 @@
-"""``mmirage run --wait``: the cycle of :mod:`mmirage_beam.cycle` over these drivers.
+"""``mmirage run --wait``: the cycle of :mod:`mmirage_beam.cycle.loop` over these drivers.
 
 The cycle calls the merge and resubmit drivers in-process; they are handed to it here,
 so the package itself never imports ``pipelines``.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Callable, Optional, Sequence
 
-from mmirage_beam.cycle import Drivers
-from mmirage_beam.cycle import run_cycle as _run_cycle
+from mmirage_beam.cycle.loop import Drivers
+from mmirage_beam.cycle.loop import run_cycle as _run_cycle
 from pipelines.merge import main as merge_main
 from pipelines.resubmit import main as resubmit_main
 
@@ -20,9 +20,9 @@ def run_cycle(
     beam_args: Sequence[str],
     submit: Callable[[Optional[str]], int],
 ) -> int:
-    """:func:`mmirage_beam.cycle.run_cycle` with ``submit`` (``submit(preset_run_id)``:
+    """:func:`mmirage_beam.cycle.loop.run_cycle` with ``submit`` (``submit(preset_run_id)``:
     the submission's exit status), ``pipelines.merge`` and ``pipelines.resubmit``.
 
-    Returns and raises as :func:`mmirage_beam.cycle.run_cycle`.
+    Returns and raises as :func:`mmirage_beam.cycle.loop.run_cycle`.
     """
     return _run_cycle(args, beam_args, Drivers(submit, merge_main, resubmit_main))

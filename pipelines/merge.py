@@ -16,15 +16,10 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch import (
-    beam_options,
-    check_beam_args,
-    configure_logging,
-    counters,
-    guarded,
-    own_flags,
-    run_pipeline,
-)
+from mmirage_beam.launch.flags import beam_options, check_beam_args, own_flags
+from mmirage_beam.launch.interrupts import guarded
+from mmirage_beam.launch.jobs import metric_counters, run_pipeline
+from mmirage_beam.launch.logs import configure_logging
 from mmirage_beam.paths import path_argument
 
 
@@ -98,12 +93,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     # answer without the seconds Beam's import takes.
     import apache_beam as beam
 
-    from mmirage_beam import progress
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError
-    from mmirage_beam.pipeline import build_merge_pipeline
+    from mmirage_beam.progress import counters
     from mmirage_beam.run import merge_plans
     from mmirage_beam.run.storage import check_job_endpoint, check_locations, config_locations
+    from mmirage_beam.transforms.merge_rows import build_merge_pipeline
 
     if args.partitions is not None and args.partitions < 1:
         raise ConfigError("--partitions", "must be >= 1")
@@ -129,7 +124,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     settings = merge_plans.merge_settings(start, outputs, args.partitions)
     receipts = list(start.plan.receipts)  # ReceiptEntry: the workers read the per-request maps
     plan = build_merge_pipeline(pipeline, config, sel.batches, receipts, sel.providers, settings)
-    progress.expect_run(
+    counters.expect_run(
         config.processor, totals={"results fetched": start.results_expected or None}
     )
     ran = _run_merge(pipeline, plan, options, outputs, config, argv)
@@ -153,7 +148,7 @@ def _run_merge(pipeline, plan, options, outputs, config, argv):  # noqa: ANN001,
         if translation_only(options):
             print(reports.MERGE_TRANSLATED)
             return 0
-        stats = counters(result)
+        stats = metric_counters(result)
         shown, lines = merge_plans.convert_output(outputs, config, stats)
         _print(lines)
         return stats, shown

@@ -19,16 +19,10 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch import (
-    RunOutcome,
-    beam_options,
-    check_beam_args,
-    configure_logging,
-    counters,
-    guarded,
-    own_flags,
-    run_pipeline,
-)
+from mmirage_beam.launch.flags import beam_options, check_beam_args, own_flags
+from mmirage_beam.launch.interrupts import guarded
+from mmirage_beam.launch.jobs import RunOutcome, metric_counters, run_pipeline
+from mmirage_beam.launch.logs import configure_logging
 from mmirage_beam.paths import path_argument
 
 
@@ -77,7 +71,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     import apache_beam as beam
 
     from mmirage_beam.config import load_config
-    from mmirage_beam.pipeline import build_failures_pipeline
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
     from mmirage_beam.run import plans
     from mmirage_beam.run.layout import RunLayout, receipts_base
@@ -87,6 +80,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         config_locations,
         probe_location,
     )
+    from mmirage_beam.transforms.merge_rows import build_failures_pipeline
 
     # Beam's FileSystems get the options (--s3_endpoint_url...) before anything is read.
     options = beam_options(beam_args, args.verbose)
@@ -135,11 +129,11 @@ def _resubmit(args, config, options, new_run: str, parent, ids: frozenset) -> in
     summary."""
     import apache_beam as beam
 
-    from mmirage_beam.pipeline import build_submit_pipeline
     from mmirage_beam.run.receipts import consolidate_run
     from mmirage_beam.run.reports import resubmit_summary_lines
     from mmirage_beam.run.staging import staging_area
     from mmirage_beam.settings import SubmitSettings
+    from mmirage_beam.transforms.submit_rows import build_submit_pipeline
 
     settings = SubmitSettings(
         new_run, skip_invalid_rows=True, only_custom_ids=frozenset(ids), parent_run_id=parent
@@ -161,7 +155,7 @@ def _resubmit(args, config, options, new_run: str, parent, ids: frozenset) -> in
         )
         return 130 if stopped else 1
     written = list(consolidate_run(plan.receipts_base, new_run))
-    stats = counters(result)
+    stats = metric_counters(result)
     lines = resubmit_summary_lines(
         plan, new_run, parent, stats, written, len(ids), args.only, args.config
     )

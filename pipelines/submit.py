@@ -7,7 +7,7 @@ Usage:
         [--poll-interval SECS] [--timeout SECS] [--run-id ID]
 
 ``--wait`` (or ``execution_params.merge`` / ``retry``) does the whole cycle: submit,
-follow, merge, re-send the retryable failures (:mod:`mmirage_beam.cycle`, which gives
+follow, merge, re-send the retryable failures (:mod:`mmirage_beam.cycle.loop`, which gives
 its exit status).
 
 Exit status: 0 submitted (or exported); 1 rows failed validation (nothing submitted) or a
@@ -23,20 +23,14 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch import (
-    RunOutcome,
-    beam_options,
-    check_beam_args,
-    configure_logging,
-    counters,
-    guarded,
-    own_flags,
-    run_pipeline,
-)
+from mmirage_beam.launch.flags import beam_options, check_beam_args, own_flags
+from mmirage_beam.launch.interrupts import guarded
+from mmirage_beam.launch.jobs import RunOutcome, metric_counters, run_pipeline
+from mmirage_beam.launch.logs import configure_logging
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
-    from mmirage_beam.cycle import add_cycle_arguments
+    from mmirage_beam.cycle.flags import add_cycle_arguments
     from mmirage_beam.run.submit_flags import add_submit_arguments
 
     ap = argparse.ArgumentParser(
@@ -66,7 +60,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     beam_options(beam_args, args.verbose)
 
     from mmirage_beam.config import load_config
-    from mmirage_beam.cycle import cycle_wanted
+    from mmirage_beam.cycle.flags import cycle_wanted
     from pipelines.cycle import run_cycle
 
     if cycle_wanted(args, load_config(args.config)):
@@ -101,10 +95,10 @@ def _submit(start, flags, held, options) -> int:  # noqa: ANN001
     it says; its exit status."""
     import apache_beam as beam
 
-    from mmirage_beam import progress
-    from mmirage_beam.pipeline import build_submit_pipeline
+    from mmirage_beam.progress import counters
     from mmirage_beam.run import submit_plans
     from mmirage_beam.run.staging import staging_area, staging_dir
+    from mmirage_beam.transforms.submit_rows import build_submit_pipeline
 
     settings, said = submit_plans.submit_settings(start, flags, held.resume)
     _say(said)
@@ -112,7 +106,7 @@ def _submit(start, flags, held, options) -> int:  # noqa: ANN001
     plan = build_submit_pipeline(pipeline, start.config, settings)
     _say([submit_plans.job_line(start, flags)])
     submit_plans.check_space(start, flags)
-    progress.expect_run(start.config.processor, staging=staging_dir(start.base, start.run_id))
+    counters.expect_run(start.config.processor, staging=staging_dir(start.base, start.run_id))
     outcome = RunOutcome()
     try:
         with staging_area(start.base, start.run_id, keep=flags.keep_staged or start.translate_only):
@@ -125,7 +119,7 @@ def _submit(start, flags, held, options) -> int:  # noqa: ANN001
     except (Exception, KeyboardInterrupt) as exc:  # also Ctrl-C / SIGTERM: say how to resume
         report = submit_plans.job_failed(start, flags, plan, exc, outcome)
     else:
-        report = submit_plans.finish_run(start, flags, plan, held, counters(result))
+        report = submit_plans.finish_run(start, flags, plan, held, metric_counters(result))
     _say(report.messages)
     for line in report.lines:
         print(line)

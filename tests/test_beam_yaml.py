@@ -20,9 +20,9 @@ import pytest
 import yaml
 from apache_beam.testing.util import assert_that, equal_to
 
+from mmirage_beam.beam_yaml.transforms import AssignSourceIndex, SubmitBatches, build_config
 from mmirage_beam.errors import ConfigError, InvalidRowsError
 from mmirage_beam.testing import fake_answer_text
-from mmirage_beam.yaml_transforms import AssignSourceIndex, SubmitBatches, build_config
 from pipelines.check import main as check_main
 from pipelines.merge import main as merge_main
 from tests.conftest import GSM8K_JSONL, GSM8K_PARQUET, REPO, base_config, write_config
@@ -93,7 +93,7 @@ def _run_yaml(pipeline_file, jinja=None, env=None, expect_ok=True):
 
     from apache_beam.yaml import main as yaml_main
 
-    from mmirage_beam import yaml_transforms
+    from mmirage_beam.beam_yaml import transforms as yaml_transforms
 
     cmd, full_env = _yaml_cmd(pipeline_file, env)
     argv = cmd[3:] + (["--jinja_variables=" + json.dumps(jinja)] if jinja else [])
@@ -202,7 +202,7 @@ pipeline:
       name: Submit
       input: ReadFromJson
       config:
-        constructor: mmirage_beam.yaml_transforms.SubmitBatches
+        constructor: mmirage_beam.beam_yaml.transforms.SubmitBatches
         kwargs:
           run_id: r1
           index_field: idx
@@ -227,7 +227,7 @@ pipeline:
     - type: PyTransform
       input: ReadFromJson
       config:
-        constructor: mmirage_beam.yaml_transforms.MergeBatches
+        constructor: mmirage_beam.beam_yaml.transforms.MergeBatches
         kwargs:
           run_id: r1
           index_field: idx
@@ -417,8 +417,8 @@ providers:
   - type: python
     config: {}
     transforms:
-      MmirageSubmit: mmirage_beam.yaml_transforms.SubmitBatches
-      MmirageMerge: mmirage_beam.yaml_transforms.MergeBatches
+      MmirageSubmit: mmirage_beam.beam_yaml.transforms.SubmitBatches
+      MmirageMerge: mmirage_beam.beam_yaml.transforms.MergeBatches
 pipeline:
   transforms:
     - type: ReadFromParquet
@@ -640,7 +640,7 @@ providers:
     config:
       packages: ["@WHEEL@"]
     transforms:
-      MmirageSubmit: mmirage_beam.yaml_transforms.SubmitBatches
+      MmirageSubmit: mmirage_beam.beam_yaml.transforms.SubmitBatches
 pipeline:
   transforms:
     - type: ReadFromJson

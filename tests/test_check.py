@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mmirage_beam import status
+from mmirage_beam import check as status
 from mmirage_beam.providers.base import BatchProgress, BatchSubmissionResult
 from pipelines.check import main as check_main
 from pipelines.submit import main as run_main

@@ -28,8 +28,8 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.job.utils import dict_to_struct
 
 from mmirage_beam.config import load_config
-from mmirage_beam.pipeline import build_submit_pipeline
 from mmirage_beam.testing import FakeProviderServer
+from mmirage_beam.transforms.submit_rows import build_submit_pipeline
 from pipelines import submit as submit_driver
 from pipelines.submit import main as run_main
 from tests.conftest import GSM8K_JSONL, REPO, base_config, write_config

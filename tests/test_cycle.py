@@ -115,7 +115,7 @@ def test_retries_used_up_exit_1_then_continued_without_resending(tmp_path, capsy
 def test_resume_at_retrying_does_not_start_a_started_resubmission(tmp_path, capsys, provider_env):
     """A cycle stopped after its resubmission was sent (state 'retrying') goes on to wait
     and merge; the resubmission is not sent a second time."""
-    from mmirage_beam.cycle import CycleState
+    from mmirage_beam.cycle.state import CycleState
 
     fake = provider_env
     cfg = write_config(tmp_path, _setup(tmp_path, fake))
@@ -180,7 +180,7 @@ def test_cancel_a_delayed_run_once_then_merge_marks_it_cancelled(
 
 
 def test_cycle_flags_and_config_keys():
-    from mmirage_beam.cycle import cycle_wanted
+    from mmirage_beam.cycle.flags import cycle_wanted
 
     cfg = config_from_dict(base_config(Path("/tmp/x")))
     ns = dict(wait=False, output_path=None, retries=None, poll_interval=None, timeout=None)

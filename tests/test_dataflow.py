@@ -172,8 +172,8 @@ def _assert_dataflow_job(job: dict) -> None:
 
 def test_submit_pipeline_translates_to_a_runner_v2_dataflow_job(tmp_path, monkeypatch):
     from mmirage_beam.config import load_config
-    from mmirage_beam.pipeline import build_submit_pipeline
     from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
+    from mmirage_beam.transforms.submit_rows import build_submit_pipeline
 
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
     config = load_config(
@@ -191,9 +191,9 @@ def test_merge_pipeline_translates_to_a_runner_v2_dataflow_job(tmp_path, monkeyp
     """Receipts of a real (DirectRunner) submission to the fake, then the merge of that
     run translated for Dataflow, with the merged file on gs://."""
     from mmirage_beam.config import load_config
-    from mmirage_beam.pipeline import build_merge_pipeline
     from mmirage_beam.run.selection import select_run
     from mmirage_beam.testing import FakeProviderServer
+    from mmirage_beam.transforms.merge_rows import build_merge_pipeline
     from pipelines.submit import main as submit_main
 
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)

@@ -104,7 +104,7 @@ def test_the_pages_hold_the_commands_a_reader_types():
 @pytest.mark.parametrize("where,argv", COMMANDS, ids=[w for w, _ in COMMANDS])
 def test_every_mmirage_command_line_parses(where, argv):
     from mmirage_beam.engines.flink import runner_flags
-    from mmirage_beam.launch import check_beam_args
+    from mmirage_beam.launch.flags import check_beam_args
     from mmirage_beam.testing.fake_provider.command import _parser as fake_parser
     from pipelines import cancel, check, merge, resubmit, runs, submit
     from pipelines.cluster import _parser as cluster_parser

@@ -121,7 +121,7 @@ def test_a_dry_run_receipts_one_chunk_at_a_time() -> None:
 def test_fewer_young_collections_while_the_job_runs() -> None:
     import gc
 
-    from mmirage_beam.launch import RUN_GC_THRESHOLD, fewer_young_collections
+    from mmirage_beam.launch.jobs import RUN_GC_THRESHOLD, fewer_young_collections
 
     before = gc.get_threshold()
     with fewer_young_collections():

@@ -162,10 +162,10 @@ def test_find_unfinished_tells_a_pending_finish_from_an_unfinished_run(tmp_path)
     """Direct: record not finished + submitted marker -> finish_pending; with a leftover
     intent or a stop marker, or without the marker -> unfinished."""
     from mmirage_beam.io.fs import write_durably
-    from mmirage_beam.pipeline import stop_marker_path
     from mmirage_beam.run.layout import intent_path
     from mmirage_beam.run.receipts import mark_submitted, receipt_path
     from mmirage_beam.run.selection import find_unfinished
+    from mmirage_beam.transforms.submit_rows import stop_marker_path
 
     base = str(tmp_path / "batch_metadata")
     record = {"run_id": "x", "fingerprint": "f", "finished": False}
@@ -185,7 +185,7 @@ def test_find_unfinished_tells_a_pending_finish_from_an_unfinished_run(tmp_path)
 
 
 def test_a_dead_worker_is_said_in_plain_words():
-    from mmirage_beam.launch import describe_failure
+    from mmirage_beam.launch.failures import describe_failure
 
     exc = RuntimeError(
         "Pipeline job failed:\nTraceback ...\nRuntimeError: Channel closed prematurely."

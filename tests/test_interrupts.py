@@ -108,7 +108,7 @@ def test_ctrl_c_inside_exec_code_still_exits_130_under_python_m(tmp_path):
     their methods with exec, so a Ctrl-C during a lazy import hit it. The drivers exit 130."""
     (tmp_path / "exec_interrupted.py").write_text(
         "import sys\n"
-        "from mmirage_beam.launch import guarded\n"
+        "from mmirage_beam.launch.interrupts import guarded\n"
         "def _main(argv):\n"
         "    exec('import os, signal, time\\n'\n"
         "         'os.kill(os.getpid(), signal.SIGINT)\\ntime.sleep(5)')\n"

@@ -1,11 +1,11 @@
-"""mmirage_beam.memory: freed heap pages go back to the OS (glibc's malloc_trim)."""
+"""mmirage_beam.transforms.memory: freed heap pages go back to the OS (glibc's malloc_trim)."""
 
 import ctypes.util
 import sys
 
 import pytest
 
-from mmirage_beam.memory import release_free_memory
+from mmirage_beam.transforms.memory import release_free_memory
 
 
 def _rss_kib() -> int:
@@ -34,7 +34,7 @@ def test_memory_freed_between_live_objects_is_returned():
 
 
 def test_without_a_c_library_trim_it_is_a_no_op(monkeypatch):
-    from mmirage_beam import memory
+    from mmirage_beam.transforms import memory
 
     monkeypatch.setattr(memory, "_malloc_trim", lambda: None)
     assert memory.release_free_memory() is False

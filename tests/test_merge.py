@@ -416,7 +416,7 @@ def test_a_receipt_without_its_map_is_refused_by_name():
     """MergeRows takes select_run's ReceiptEntry objects or whole receipt dicts; an
     entry's ``.receipt`` alone (the per-request maps left out) is refused with the fix,
     not a KeyError deep in the graph."""
-    from mmirage_beam.pipeline import _held_receipt
+    from mmirage_beam.transforms.merge_rows import _held_receipt
 
     with pytest.raises(ValueError, match="ReceiptEntry objects of collect.select_run"):
         _held_receipt({"chunk_id": "answer-chunk-000001", "run_id": "r1"})

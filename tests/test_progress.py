@@ -140,7 +140,7 @@ def test_a_terminal_gets_the_live_bar(tmp_path):
     ],
 )
 def test_counter_text(done, total, rate, want):
-    from mmirage_beam.progress import counter_text
+    from mmirage_beam.progress.text import counter_text
 
     assert counter_text("rows read", done, total, rate) == want
 
@@ -158,6 +158,6 @@ def test_counter_text(done, total, rate, want):
 def test_the_bar_is_drawn_only_for_runners_that_run_in_the_launchers_process(flags, live):
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from mmirage_beam.progress import runs_in_process
+    from mmirage_beam.progress.counters import runs_in_process
 
     assert runs_in_process(PipelineOptions(flags)) is live

@@ -69,7 +69,7 @@ def test_status_normalisation():
 
 
 def test_registries_reject_wrong_types():
-    from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
+    from mmirage_beam.providers.config import BatchProviderConfigRegistry
 
     with pytest.raises(TypeError):
         BatchAdapterRegistry.register("x", dict)
@@ -80,7 +80,7 @@ def test_registries_reject_wrong_types():
 def test_mistral_example_plugs_in(tmp_path, capsys, monkeypatch):
     import importlib
 
-    from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
+    from mmirage_beam.providers.config import BatchProviderConfigRegistry
 
     # The example registers "mistral" over the built-in: only for this test.
     for registry in (BatchAdapterRegistry, BatchProviderConfigRegistry):
@@ -208,7 +208,7 @@ def test_a_plugin_in_the_current_folder_wins_over_an_installed_package(tmp_path)
     (work / "myplug.py").write_text("LOADED = 'from the current folder'\n")
     code = (
         "import tests, sys\n"  # imported first from the shadowing package, as a hook might
-        "from mmirage_beam.registry import _import_plugin\n"
+        "from mmirage_beam.providers.registry import _import_plugin\n"
         "_import_plugin('tests.myplug')\n"
         "print(sys.modules['tests.myplug'].LOADED)\n"
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mmirage_beam.progress import _compact
+from mmirage_beam.progress.text import compact as _compact
 from pipelines.merge import main as merge_main
 from pipelines.submit import main as submit_main
 from tests.conftest import GSM8K_JSONL, REPO, base_config, write_config
@@ -198,8 +198,8 @@ def test_changed_requests_no_reuse_stale_and_dry_run(tmp_path, provider_env, cap
 def test_answer_key_holds_what_changes_the_answer():
     """The key drops only the custom_id (wherever the provider puts it) and keeps the
     provider's settings, model, parameters, prompt and images."""
-    from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
     from mmirage_beam.providers.base import BatchAdapterRegistry
+    from mmirage_beam.providers.config import BatchProviderConfigRegistry
     from mmirage_beam.reuse import answer_key, key_settings
 
     def key(provider, cid, payload, **settings):
@@ -236,8 +236,8 @@ def test_merge_checks_from_the_request_dict_equal_the_lines(provider):
     (hash_and_answer_key, on the lines KeepRequests makes), equals the request hash and
     the answer key of the line itself: non-ASCII text (hashed escaped, keyed as is), DEL,
     a character outside the BMP, images, a JSON schema, and another provider's id field."""
-    from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
     from mmirage_beam.providers.base import BatchAdapterRegistry
+    from mmirage_beam.providers.config import BatchProviderConfigRegistry
     from mmirage_beam.reuse import answer_key, canonical_settings, hash_and_answer_key, key_settings
     from mmirage_beam.run.receipts import request_line_hash
     from mmirage_beam.transforms.merge import KeepRequests

@@ -213,7 +213,7 @@ def test_a_whole_run_and_merge_on_beams_in_memory_filesystem(tmp_path, capsys, p
 def test_default_chunking_parallelism_follows_the_worker_count_the_options_give(flags, expected):
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from mmirage_beam.pipeline import default_chunking_parallelism
+    from mmirage_beam.transforms.submit_rows import default_chunking_parallelism
 
     assert default_chunking_parallelism(PipelineOptions(flags)) == expected
     assert default_chunking_parallelism(None) == 1
@@ -257,7 +257,7 @@ def test_the_stateful_chunk_step_is_not_fused_with_reading_and_rendering(tmp_pat
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
-    from mmirage_beam.pipeline import build_submit_pipeline
+    from mmirage_beam.transforms.submit_rows import build_submit_pipeline
 
     config = load_config(write_config(tmp_path, base_config(tmp_path)))
     p = beam.Pipeline(options=PipelineOptions(["--sdk_worker_parallelism=2"]))
@@ -320,23 +320,22 @@ def test_a_stop_lets_calls_in_flight_finish_and_the_resume_sends_nothing_twice(
 def test_progress_lines_come_every_interval_while_a_job_runs(monkeypatch, caplog):
     import logging
 
-    from mmirage_beam import progress
+    from mmirage_beam.progress import counters
+    from mmirage_beam.progress.text import progress_line
 
-    monkeypatch.setattr(progress, "INTERVAL_SECS", 0.05)
-    monkeypatch.setattr(progress, "_STATE", {"thread": None, "started": 0.0, "active": False})
-    monkeypatch.delenv(progress.INTERVAL_ENV, raising=False)
+    monkeypatch.setattr(counters, "INTERVAL_SECS", 0.05)
+    monkeypatch.setattr(counters, "_STATE", {"thread": None, "started": 0.0, "active": False})
+    monkeypatch.delenv(counters.INTERVAL_ENV, raising=False)
     caplog.set_level(logging.INFO, logger="mmirage_beam.progress")
-    progress.add("rows read", 3)
-    progress.add("requests built", 6)
+    counters.add("rows read", 3)
+    counters.add("requests built", 6)
     time.sleep(0.3)
     lines = [r.getMessage() for r in caplog.records if r.name == "mmirage_beam.progress"]
     assert len(lines) >= 2  # repeated even though nothing changed
     assert "rows read 3; requests built 6" in lines[-1]
-    progress.finish()
+    counters.finish()
     time.sleep(0.15)
     n = len([r for r in caplog.records if r.name == "mmirage_beam.progress"])
     time.sleep(0.2)
     assert len([r for r in caplog.records if r.name == "mmirage_beam.progress"]) == n
-    assert progress.progress_line({"rows read": 132000}, 20.4) == (
-        "progress after 20 s: rows read 132,000"
-    )
+    assert progress_line({"rows read": 132000}, 20.4) == ("progress after 20 s: rows read 132,000")

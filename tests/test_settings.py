@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from mmirage_beam import MergeRows, SubmitRows
 from mmirage_beam.config import load_config
 from mmirage_beam.errors import ConfigError
-from mmirage_beam.pipeline import MergeRows, SubmitRows
 from mmirage_beam.settings import MergeSettings, SubmitSettings
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "gsm8k_openai.yaml"

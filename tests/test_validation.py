@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
 from mmirage_beam.providers.base import BatchAdapterRegistry
+from mmirage_beam.providers.config import BatchProviderConfigRegistry
 from mmirage_beam.providers.openai import OpenAIBatchConfig
 from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from pipelines.submit import main as run_main

@@ -14,8 +14,7 @@
 4. :mod:`~mmirage_beam.check.advice` explains failures and gives the fixing command.
 5. :mod:`~mmirage_beam.check.watch` polls until every batch is terminal.
 
-This package re-exports the public names of all five (``mmirage_beam.check.discovery``
-and ``mmirage_beam.check.lookup`` still name the first two). Generic code only:
+This package re-exports the public names of all five. Generic code only:
 everything provider-specific comes from the adapters. Credentials are read from the
 environment (``resolve_credentials``) and never printed.
 """

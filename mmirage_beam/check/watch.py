@@ -15,7 +15,7 @@ from typing import (
 )
 
 from mmirage_beam.check.report import GroupSummary, summarize
-from mmirage_beam.progress import PollRate
+from mmirage_beam.progress.text import PollRate
 from mmirage_beam.run.discovery import ReceiptEntry
 from mmirage_beam.run.lookup import LOOKUP_FAILED, BatchStatus, BatchStatusChecker
 

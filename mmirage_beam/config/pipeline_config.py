@@ -95,7 +95,7 @@ class ExecutionConfig:
     time (default 4).
     ``retry`` (``false``, ``true`` or a count) and ``merge`` (with ``merge_output_path``)
     make ``mmirage run`` do the whole cycle, as ``--wait --retries N --output-path P``
-    (:mod:`mmirage_beam.cycle`); :attr:`retries` is the count.
+    (:mod:`mmirage_beam.cycle.loop`); :attr:`retries` is the count.
     """
 
     mode: str = "local"

@@ -46,7 +46,7 @@ from mmirage_beam.io.decode import (
 )
 from mmirage_beam.io.splits import _JSONL, _PARQUET, _list_splits, _Split
 from mmirage_beam.metrics import METRICS_NAMESPACE
-from mmirage_beam.progress import set_total
+from mmirage_beam.progress.counters import set_total
 from mmirage_beam.records import RowError, SourceRow
 
 if TYPE_CHECKING:

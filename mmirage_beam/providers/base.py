@@ -58,9 +58,9 @@ from mmirage_beam.providers.batch_status import (
 from mmirage_beam.providers.chunk_files import iter_chunk_lines, open_chunk_file, staged_upload
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.credentials import credential_env_var, resolve_credentials
+from mmirage_beam.providers.registry import ProviderRegistry
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.records import ProviderResult
-from mmirage_beam.registry import ProviderRegistry
 
 __all__ = [
     "NORMALISED_STATUSES",

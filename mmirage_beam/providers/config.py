@@ -9,7 +9,7 @@ Each provider's config class lives in its package (``mmirage_beam/providers/<nam
 which registers it; its limits (requests and bytes per batch) come from the provider's
 batch documentation, see ``PROVIDER_LIMITS_SOURCE`` on each subclass. The built-ins are
 registered when :mod:`mmirage_beam.providers` is imported, which importing this module
-does first; plugins register themselves (:mod:`mmirage_beam.registry`).
+does first; plugins register themselves (:mod:`mmirage_beam.providers.registry`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
-from mmirage_beam.registry import ProviderRegistry
+from mmirage_beam.providers.registry import ProviderRegistry
 
 __all__ = [
     "DEFAULT_MAX_CHUNK_BYTES",

@@ -9,7 +9,7 @@ beside the receipts and one status lookup per batch:
 - the receipts (:mod:`mmirage_beam.run.discovery`): batches and requests;
 - the merge records and cancel records (:mod:`mmirage_beam.run.ledger`): failures and the
   cost of the tokens the provider reported, summed over the linked runs;
-- the cycle state (:mod:`mmirage_beam.cycle`), when the run was started with ``--wait``.
+- the cycle state (:mod:`mmirage_beam.cycle.loop`), when the run was started with ``--wait``.
 
 State, first that applies: ``submitting`` (its launcher holds the run's lease now),
 ``unfinished`` (the submission stopped before every chunk was sent: resume it),

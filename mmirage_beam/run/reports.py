@@ -16,7 +16,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from mmirage_beam.costs.report import estimate_lines, usage_lines
 from mmirage_beam.jsonl import iter_jsonl_file
-from mmirage_beam.launch import describe_failure, human_bytes
+from mmirage_beam.launch.failures import describe_failure
+from mmirage_beam.progress.text import human_bytes
 from mmirage_beam.reuse import merge_reuse_lines, savings_lines, sent_stats
 from mmirage_beam.run.receipts import consolidate_run, pending_intents, submission_complete
 from mmirage_beam.run.selection import finish_pending_lines

@@ -38,10 +38,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from mmirage_beam.config.batch_provider import BatchProviderConfig
 from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.io.fs import list_files, write_durably
 from mmirage_beam.providers.base import BatchSubmissionAdapter, resolve_credentials
+from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.run.layout import part_path, parts_dir
 from mmirage_beam.run.receipts import (
     MODALITIES,

@@ -3,7 +3,7 @@
 :func:`add_submit_arguments` adds them to the driver's parser (``pipelines/submit.py``;
 ``mmirage run --help`` imports this module: it stays light, no Beam);
 :class:`SubmitFlags` is what :mod:`mmirage_beam.run.submit_plans` reads of them. The
-``--wait`` flags are :mod:`mmirage_beam.cycle_flags`'.
+``--wait`` flags are :mod:`mmirage_beam.cycle.flags`'.
 """
 
 from __future__ import annotations

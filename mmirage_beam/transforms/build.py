@@ -27,7 +27,8 @@ from mmirage_beam.ids import custom_id_maker
 from mmirage_beam.io.decode import replace_lone_surrogates
 from mmirage_beam.jsonl import json_encoder
 from mmirage_beam.metrics import METRICS_NAMESPACE
-from mmirage_beam.progress import INPUT_TOKENS, add
+from mmirage_beam.progress.counters import add
+from mmirage_beam.progress.text import INPUT_TOKENS
 from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import BatchRequest, RowError

@@ -18,7 +18,7 @@ from mmirage_beam.errors import RequestBuildError
 from mmirage_beam.images import load_image
 from mmirage_beam.jsonl import lone_surrogate_at
 from mmirage_beam.metrics import METRICS_NAMESPACE
-from mmirage_beam.progress import add
+from mmirage_beam.progress.counters import add
 from mmirage_beam.records import RowError, SourceRow
 
 __all__ = ["ERRORS_TAG", "ExtractedRow", "ExtractInputs", "ExtractInputsResult", "compile_key"]

@@ -33,9 +33,8 @@ from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.io.fs import delete_folder
 from mmirage_beam.io.writers import concatenate_files
 from mmirage_beam.jsonl import json_line
-from mmirage_beam.memory import release_free_memory
 from mmirage_beam.metrics import METRICS_NAMESPACE
-from mmirage_beam.progress import add
+from mmirage_beam.progress.counters import add
 from mmirage_beam.records import ChangedRow, ChunkRequestLine, ExpectedRequest, RebuiltRequest
 from mmirage_beam.reuse import canonical_settings, hash_and_answer_key, key_settings
 from mmirage_beam.run.receipts import request_hash
@@ -49,6 +48,7 @@ from mmirage_beam.transforms.fetch import (
     OutputResult,
     never_submitted_result,
 )
+from mmirage_beam.transforms.memory import release_free_memory
 from mmirage_beam.transforms.spill import (
     ANSWER_KEYS_KIND,
     CHANGED_KIND,

@@ -5,7 +5,7 @@
 
 :func:`build_merge_pipeline` is the whole merge graph (ReadDatasets, then MergeRows),
 :func:`build_failures_pipeline` the failures job of ``mmirage resubmit``;
-:mod:`mmirage_beam.pipeline` re-exports them.
+``mmirage_beam`` exports them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.io.readers import ReadDatasets
 from mmirage_beam.io.writers import WriteSingleFile
 from mmirage_beam.jsonl import json_line
-from mmirage_beam.progress import (
+from mmirage_beam.progress.counters import (
     CountProgress,
     reported_usage,
 )

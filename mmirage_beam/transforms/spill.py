@@ -20,7 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from mmirage_beam.memory import release_free_memory
+from mmirage_beam.transforms.memory import release_free_memory
 
 __all__ = [
     "partitions_for",

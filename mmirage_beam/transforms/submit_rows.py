@@ -9,7 +9,7 @@
 Nothing is submitted unless ``invalid_row_count`` is 0 (or ``skip_invalid_rows``): the
 count is a singleton side input of SubmitChunks, so Beam computes it over every row
 before the first chunk is submitted. :func:`build_submit_pipeline` is the whole submit
-graph (ReadDatasets, then SubmitRows); :mod:`mmirage_beam.pipeline` re-exports both.
+graph (ReadDatasets, then SubmitRows); ``mmirage_beam`` exports both.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from mmirage_beam.io.readers import ReadDatasets
 from mmirage_beam.io.writers import WriteJsonLinesShards, WriteSingleFile
 from mmirage_beam.jsonl import json_line
 from mmirage_beam.metrics import METRICS_NAMESPACE
-from mmirage_beam.progress import (
+from mmirage_beam.progress.counters import (
     CountProgress,
     announce_estimate,
     estimate_file,

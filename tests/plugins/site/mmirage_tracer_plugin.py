@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Sequence
 
 from mmirage_beam.config.batch_provider import BatchProviderConfigRegistry
+
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.providers.openai import OpenAIBatchConfig
 from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter

@@ -3,7 +3,7 @@
 A Beam YAML source's rows become plain JSON-compatible dicts (:func:`row_to_dict`) and
 get their ``source_index`` (what merge joins on) from :class:`AssignSourceIndex`: the
 ``index_field`` column, or the row's rank in the content order of all rows. Used by
-:class:`mmirage_beam.yaml_transforms.SubmitBatches` and ``MergeBatches``.
+:class:`mmirage_beam.beam_yaml.transforms.SubmitBatches` and ``MergeBatches``.
 """
 
 from __future__ import annotations

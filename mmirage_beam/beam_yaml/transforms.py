@@ -4,12 +4,13 @@
 Both take the schema'd rows (``beam.Row``) of any Beam YAML source (``ReadFromJson``,
 ``ReadFromParquet``, ...), turn them into :class:`~mmirage_beam.records.SourceRow` at the
 boundary and apply the same composite transforms as ``mmirage run`` / ``mmirage merge``
-(:class:`~mmirage_beam.pipeline.SubmitRows`, :class:`~mmirage_beam.pipeline.MergeRows`),
+(:class:`~mmirage_beam.transforms.submit_rows.SubmitRows`,
+:class:`~mmirage_beam.transforms.merge_rows.MergeRows`),
 so receipts, the invalid-rows file, exports and merged files are the very same files.
 
 Reach them from Beam YAML in either way Beam's loader accepts (docs/beam-yaml.md):
 
-* ``type: PyTransform`` with ``constructor: mmirage_beam.yaml_transforms.SubmitBatches``
+* ``type: PyTransform`` with ``constructor: mmirage_beam.beam_yaml.transforms.SubmitBatches``
   and ``kwargs:``, resolved in the running environment;
 * a ``providers:`` entry ``type: python`` whose ``transforms:`` map names to these
   constructors; without ``packages:`` Beam resolves them in the running environment too
@@ -20,8 +21,8 @@ The rows' ``source_index`` (what merge joins on) is defined by ``index_field``: 
 column holds it (a non-negative integer, unique), or, without ``index_field``, it is the
 row's rank in the content order of all rows (see :class:`AssignSourceIndex`).
 
-That boundary is :mod:`mmirage_beam.yaml_rows`, the arguments -> config step
-:mod:`mmirage_beam.yaml_config`; their public names are importable from here too.
+That boundary is :mod:`mmirage_beam.beam_yaml.rows`, the arguments -> config step
+:mod:`mmirage_beam.beam_yaml.config`; their public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Optional, Seque
 
 import apache_beam as beam
 
+from mmirage_beam.beam_yaml.config import build_config, config_or_raise, yaml_key
+from mmirage_beam.beam_yaml.rows import YAML_ROWS_LABEL, AssignSourceIndex, plain_value, row_to_dict
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.errors import ConfigError, InvalidRowsError, MmirageError, require_int
 from mmirage_beam.ids import check_run_id, new_run_id
@@ -53,8 +56,6 @@ from mmirage_beam.run.storage import (
     probe_location,
 )
 from mmirage_beam.settings import SubmitSettings
-from mmirage_beam.yaml_config import build_config, config_or_raise, yaml_key
-from mmirage_beam.yaml_rows import YAML_ROWS_LABEL, AssignSourceIndex, plain_value, row_to_dict
 
 __all__ = [
     "SubmitBatches",
@@ -178,7 +179,7 @@ class SubmitBatches(beam.PTransform):
     of the pipeline.
 
     The rows get their source_index (:class:`AssignSourceIndex`), then
-    :class:`~mmirage_beam.pipeline.SubmitRows` builds, validates (nothing is submitted
+    :class:`~mmirage_beam.transforms.submit_rows.SubmitRows` builds, validates (nothing is submitted
     while a row is invalid, unless ``skip_invalid_rows``), chunks and submits them with a
     durable receipt part per batch. Once every chunk is done, the parts are consolidated
     into ``<base>.<modality>.<run_id>.jsonl`` exactly as ``mmirage run`` leaves them, so
@@ -271,7 +272,7 @@ class SubmitBatches(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
         # pipeline.py loads Jinja2 and every transform: only when a YAML graph uses this
-        from mmirage_beam.pipeline import SubmitRows, invalid_rows_path
+        from mmirage_beam.transforms.submit_rows import SubmitRows, invalid_rows_path
 
         config, run_id, dry_run = self.config, self.run_id, self.dry_run
         p = pcoll.pipeline
@@ -413,7 +414,7 @@ class MergedJsonRow(NamedTuple):
 
 
 class _FinishMergeFn(beam.DoFn):
-    """The merged file's path (once :class:`~mmirage_beam.pipeline.MergeRows` wrote it,
+    """The merged file's path (once :class:`~mmirage_beam.transforms.merge_rows.MergeRows` wrote it,
     in source_index order) -> its rows read back line by line, then the merge recorded
     as ``mmirage merge`` records it after its job (``run.merge_plans.record_written_merge``:
     the merge record beside the receipts, which ``mmirage runs`` and ``mmirage run
@@ -443,7 +444,7 @@ class MergeBatches(beam.PTransform):
     ``run_id``; resubmissions linked to it are included; a run that sent nothing is
     merged with every row marked skipped), every batch is looked up at its provider, and
     what is cancelled or unfinished is said on stderr (``merge_notes``); the job's
-    settings are ``merge_settings``'. Then :class:`~mmirage_beam.pipeline.MergeRows`
+    settings are ``merge_settings``'. Then :class:`~mmirage_beam.transforms.merge_rows.MergeRows`
     fetches the results, verifies the rows against the receipts and joins them by
     source_index (:class:`AssignSourceIndex` with the same ``index_field`` as the
     submit); its last step reads the merged file back as rows and writes the merge
@@ -529,7 +530,7 @@ class MergeBatches(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
         # pipeline.py loads Jinja2 and every transform: only when a YAML graph uses this
-        from mmirage_beam.pipeline import MergeRows
+        from mmirage_beam.transforms.merge_rows import MergeRows
 
         name, config = type(self).__name__, self.config
         outputs = merge_plans.merge_outputs(

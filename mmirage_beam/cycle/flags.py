@@ -2,7 +2,7 @@
 
 :func:`add_cycle_arguments` adds them to the driver's parser (``mmirage run --help``
 imports this module: it stays light); :func:`cycle_wanted` checks them against the
-config. :mod:`mmirage_beam.cycle` drives the cycle and re-exports both.
+config. :mod:`mmirage_beam.cycle.loop` drives the cycle and re-exports both.
 """
 
 from __future__ import annotations

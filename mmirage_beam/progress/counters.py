@@ -31,8 +31,8 @@ reports them through the ``mmirage_beam.progress`` logger while a job runs:
 Counting is a pass-through step (:class:`CountProgress`) fused into the stage before it;
 it adds to the shared counters once per 256 elements (one lock per 256 elements).
 
-The words of a line live in :mod:`mmirage_beam.progress_text` (re-exported here), the
-live bar in :mod:`mmirage_beam.progress_bar`.
+The words of a line live in :mod:`mmirage_beam.progress.text` (re-exported here), the
+live bar in :mod:`mmirage_beam.progress.bar`.
 """
 
 from __future__ import annotations
@@ -48,18 +48,12 @@ import apache_beam as beam
 
 from mmirage_beam.costs.prices import batch_price
 from mmirage_beam.costs.report import estimate_lines
-from mmirage_beam.progress_bar import LiveBar
-from mmirage_beam.progress_text import (
+from mmirage_beam.progress.bar import LiveBar
+from mmirage_beam.progress.text import (
     INPUT_TOKENS,
     ORDER,
     OUTPUT_TOKENS,
-    PollRate,
-    compact,
-    counter_text,
-    duration_text,
     progress_line,
-    tokens_text,
-    waiting_tokens_text,
 )
 
 __all__ = [
@@ -79,20 +73,7 @@ __all__ = [
     "announce_estimate",
     "reported_usage",
     "CountProgress",
-    # the words, from progress_text.py
-    "INPUT_TOKENS",
-    "OUTPUT_TOKENS",
-    "ORDER",
-    "duration_text",
-    "counter_text",
-    "tokens_text",
-    "waiting_tokens_text",
-    "PollRate",
-    "progress_line",
 ]
-
-#: the old private name of :func:`~mmirage_beam.progress_text.compact` (tests import it)
-_compact = compact
 
 #: seconds between progress lines unless ``MMIRAGE_PROGRESS_INTERVAL_SECS`` says otherwise
 INTERVAL_SECS = 10.0
@@ -102,7 +83,7 @@ MODE_ENV = "MMIRAGE_PROGRESS"
 _BAR_TICK_SECS = 0.5  # the launcher's reporter draws the live bar this often
 _ESTIMATE_LOOK_SECS = 1.0  # and looks for a worker's estimate file this often
 _LISTENING = ".listening"  # beside the estimate file: the launcher will log it
-_LOG = logging.getLogger(__name__)
+_LOG = logging.getLogger("mmirage_beam.progress")  # the name users filter on
 _LOCK = threading.Lock()
 _WAKE = threading.Event()  # set by begin(): the reporter looks at the new job at once
 _COUNTS: dict[str, int] = {}

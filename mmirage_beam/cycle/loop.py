@@ -10,8 +10,8 @@ exactly what the four commands typed by hand would. The drivers are handed in
 
 The cycle's state is a small JSON file beside the run record, ``<base>.cycle.<run_id>.json``
 (written with :func:`mmirage_beam.io.fs.write_durably` at every step;
-:mod:`mmirage_beam.cycle_state` has its fields), and its flags are in
-:mod:`mmirage_beam.cycle_flags`; both re-exported here.
+:mod:`mmirage_beam.cycle.state` has its fields), and its flags are in
+:mod:`mmirage_beam.cycle.flags`.
 
 Ctrl-C (or a lost terminal) leaves the batches running at the provider;
 ``mmirage run --config C --wait --run-id ID`` reads the state and goes on from the step
@@ -37,12 +37,11 @@ from mmirage_beam.config.loader import PipelineConfig, load_config
 from mmirage_beam.costs.prices import batch_price
 from mmirage_beam.costs.report import usage_lines
 from mmirage_beam.costs.tokens import INPUT_TOKENS
-from mmirage_beam.cycle_flags import DEFAULT_POLL_INTERVAL_SECS, add_cycle_arguments, cycle_wanted
-from mmirage_beam.cycle_state import (
+from mmirage_beam.cycle.flags import DEFAULT_POLL_INTERVAL_SECS
+from mmirage_beam.cycle.state import (
     DONE,
     MERGED,
     MERGING,
-    PHASES,
     RETRYING,
     SUBMITTING,
     WAITING,
@@ -52,7 +51,7 @@ from mmirage_beam.cycle_state import (
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.ids import check_run_id, new_run_id
 from mmirage_beam.paths import resolve_path
-from mmirage_beam.progress_text import waiting_tokens_text
+from mmirage_beam.progress.text import waiting_tokens_text
 from mmirage_beam.run import lookup
 from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
 from mmirage_beam.run.fingerprint import read_run_record
@@ -63,23 +62,7 @@ from mmirage_beam.run.receipts import MODALITIES, pending_intents, receipt_path
 from mmirage_beam.run.selection import linked_runs
 from mmirage_beam.settings import errors_path_for
 
-__all__ = [
-    "SUBMITTING",
-    "WAITING",
-    "MERGING",
-    "MERGED",
-    "RETRYING",
-    "DONE",
-    "PHASES",
-    "DEFAULT_POLL_INTERVAL_SECS",
-    "DriverMain",
-    "Drivers",
-    "add_cycle_arguments",
-    "cycle_wanted",
-    "cycle_state_path",
-    "CycleState",
-    "run_cycle",
-]
+__all__ = ["DriverMain", "Drivers", "run_cycle"]
 
 #: a driver's ``main``: its command-line arguments -> its exit status
 DriverMain = Callable[[Sequence[str]], int]

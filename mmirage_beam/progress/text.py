@@ -176,3 +176,13 @@ def progress_line(
     if tokens:
         parts.append(tokens)
     return f"progress after {duration_text(elapsed_secs)}: " + "; ".join(parts)
+
+
+def human_bytes(n: int) -> str:
+    """``1536`` -> ``"1.5 KiB"``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"

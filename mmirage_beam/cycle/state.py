@@ -1,7 +1,7 @@
 """Where a ``mmirage run --wait`` cycle stands: its phases and :class:`CycleState`.
 
 The state is a small JSON file beside the run record, ``<base>.cycle.<run_id>.json``,
-written durably at every step by :mod:`mmirage_beam.cycle` (which re-exports these
+written durably at every step by :mod:`mmirage_beam.cycle.loop` (which re-exports these
 names)::
 
     {"run_id": str, "phase": "submitting" | "waiting" | "merging" | "merged" |

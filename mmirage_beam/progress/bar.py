@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Mapping, Optional
 
-from mmirage_beam.progress_text import (
+from mmirage_beam.progress.text import (
     ORDER,
     OUTPUT_TOKENS,
     TOKEN_NAMES,

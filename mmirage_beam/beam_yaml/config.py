@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional
 
+from mmirage_beam.beam_yaml.rows import YAML_ROWS_LABEL
 from mmirage_beam.config.loader import (
     DatasetConfig,
     PipelineConfig,
@@ -18,7 +19,6 @@ from mmirage_beam.config.loader import (
     resolve_config_paths,
 )
 from mmirage_beam.errors import ConfigError
-from mmirage_beam.yaml_rows import YAML_ROWS_LABEL
 
 __all__ = ["build_config", "config_or_raise", "yaml_key"]
 
