@@ -58,15 +58,16 @@ setup(
             # datasets: tests read `merge --output-format hf` back with load_from_disk
             # (the tool writes that folder with pyarrow alone)
             "datasets==5.2.0",
-            # hypothesis: tests/test_fuzz.py fuzzes the config loader, readers and parsers.
+            # hypothesis: tests/transforms/test_fuzz.py fuzzes the config loader, readers
+            # and parsers.
             "hypothesis==6.170.17",
             _GEMINI,
             _GCP,
             _YAML,
             _MISTRAL,
             # Shared storage on real servers: s3:// on a moto S3 server, gs:// on a GCS
-            # emulator (tests/storage_servers.py, tests/test_s3_storage.py,
-            # tests/test_gcs_storage.py, tests/test_engines.py).
+            # emulator (tests/storage_servers.py, tests/engines/test_s3_storage.py,
+            # tests/engines/test_gcs_storage.py, tests/engines/test_engines.py).
             _AWS,
             "moto[server]==5.2.6",
             "gcp-storage-emulator==2026.7.19",
@@ -80,7 +81,7 @@ setup(
         # Beam YAML pipelines over mmirage_beam.beam_yaml.transforms.
         "yaml": [_YAML],
         # Opt-in: third-party batch clients driven against the fake provider
-        # (tests/test_third_party_clients.py). litellm, and the runtime dependencies of
+        # (tests/providers/test_third_party_clients.py). litellm, and the runtime dependencies of
         # bespokelabs-curator that resolve with requirements.txt; curator itself (and
         # instructor) then go in with `pip install --no-deps -r tests/clients-nodeps.txt`
         # (that file says which of their pins clash). Not in "test": it moves shared pins.

@@ -12,7 +12,7 @@ untimed warm-up of each, then ``--repeat`` times interleaved:
    --limit N`` (the bundled GSM8K rows; paths moved into the work folder).
 2. ``submit``: ``mmirage run`` of N GSM8K rows, two outputs (plain and JSON), to the
    embedded fake provider (:class:`mmirage_beam.testing.FakeProviderServer`, started
-   here on 127.0.0.1), as tests/test_merge.py does.
+   here on 127.0.0.1), as tests/cli/test_merge.py does.
 3. ``merge``: ``mmirage merge`` of that run.
 
 For each it prints the leaf transforms of the pipeline(s) it built (the DirectRunner's

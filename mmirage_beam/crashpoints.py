@@ -31,7 +31,7 @@ group instead: on a Flink cluster started by ``mmirage cluster up`` each TaskMan
 leads its own group, so an SDK worker at the step takes down its TaskManager JVM and
 every sibling worker with it, as a TaskManager host that dies would.
 
-Used by ``tests/crash``, ``tests/test_engines.py`` and ``benchmarks/crash_suite.py``.
+Used by ``tests/crash``, ``tests/engines/test_engines.py`` and ``benchmarks/crash_suite.py``.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def _memoize_beam_dofn_specs() -> None:
     Beam calls it from ``ParDo.__init__``, both DirectRunner visitors, ``to_runner_api``
     (twice a job), ``runner_api_requires_keyed_input`` and each bundle processor; every
     call walks ``dir(dofn)`` and runs ``inspect.signature`` on ~30 methods. A cProfile
-    of ``tests/test_verdicts.py`` (52 pipelines, 2,163 ParDos) put 25,232 calls at 30% of
+    of ``tests/transforms/test_verdicts.py`` (52 pipelines, 2,163 ParDos) put 25,232 calls at 30% of
     its time; with this, that file ran in 48 CPU-s instead of 64 (-25%). The answer
     (the state and timer specs among the methods' default arguments) depends only on
     the DoFn's class, on the wrapped callable of a
@@ -158,7 +158,7 @@ def _memoize_beam_option_views() -> None:
     the class's flags, parsed again. Beam's graph construction calls it for nearly every
     applied transform (``Pipeline._apply_internal``, ``_infer_result_type``, and
     ``typehints.is_consistent_with`` reading ``TypeOptions.disable_beartype``): 22,108
-    times for the 52 pipelines of ``tests/test_verdicts.py``, 28% of a cProfile of it.
+    times for the 52 pipelines of ``tests/transforms/test_verdicts.py``, 28% of a cProfile of it.
     A view holds nothing of its own: Beam gives it the options' shared ``_all_options``
     dict (a value set through any view is seen by all), the flags are fixed when the
     options are made, and ``_all_options`` is never replaced (``pipeline_options.py``,
@@ -197,9 +197,9 @@ def _remember_module_globals_for_objsize() -> None:
     collects ``vars(m)`` of every loaded module so that module globals are not counted;
     the test process has ~6,000 modules loaded (pytest, four provider SDKs), so each call
     walked them all: 767 calls and about 10% of a cProfile of
-    ``tests/test_verdicts.py``. The list is made again whenever ``sys.modules`` holds
+    ``tests/transforms/test_verdicts.py``. The list is made again whenever ``sys.modules`` holds
     other module objects than last time (compared by identity, so the answer is
-    objsize's own; ``tests/test_test_caches.py``). ``MMIRAGE_TEST_NO_SPEC_CACHE=1``
+    objsize's own; ``tests/unit/test_test_caches.py``). ``MMIRAGE_TEST_NO_SPEC_CACHE=1``
     turns this off too.
     """
     if os.environ.get("MMIRAGE_TEST_NO_SPEC_CACHE") == "1":
@@ -233,7 +233,7 @@ def _ctrl_c_as_in_a_terminal() -> None:
 
     A suite started in the background by a non-interactive shell (``.ci/run &``)
     inherits SIGINT ignored (POSIX, for asynchronous commands), and every command it
-    starts would too: the tests of Ctrl-C (tests/test_interrupts.py) then see it
+    starts would too: the tests of Ctrl-C (tests/cli/test_interrupts.py) then see it
     ignored before a job is running. A Python handler in this process is reset to the
     default in a child at exec, so the children start as from a terminal."""
     import signal

@@ -2,8 +2,8 @@
 (config with relative paths, 120 GSM8K rows, two with fake-provider failure markers and
 one invalid) and :func:`lifecycle`: the dry run, the submission, ``check`` and
 ``merge`` against a fresh fake, with what must hold on any runner asserted, and what
-must match the DirectRunner's returned. Used by tests/test_runners.py (Beam's own
-runners) and tests/test_engines.py (a real Flink cluster, Prism).
+must match the DirectRunner's returned. Used by tests/engines/test_runners.py (Beam's own
+runners) and tests/engines/test_engines.py (a real Flink cluster, Prism).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The whole lifecycle on a shared storage, and the local disk's files it must match: used
-by tests/test_s3_storage.py (moto's S3 server) and tests/test_gcs_storage.py (a GCS
-emulator), and in part by tests/test_engines.py (through test_s3_storage's names).
+by tests/engines/test_s3_storage.py (moto's S3 server) and tests/engines/test_gcs_storage.py (a GCS
+emulator), and in part by tests/engines/test_engines.py (through test_s3_storage's names).
 
 :func:`launcher` writes a config whose receipts, placeholder rows and outputs are under a
 ``store`` (a local folder or a bucket URI); :func:`lifecycle` runs the dry run,

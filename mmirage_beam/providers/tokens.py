@@ -200,7 +200,7 @@ _TAIL_CHARS = (256, 2048)  # how far back from a piece's end boundaries are look
 # patterns have no lookbehind, so the piece after the cut is pre-tokenised as it is in
 # the whole text; ahead of the cut, the last piece ends with a character that is not
 # whitespace, so the patterns' lookaheads (``\s+(?!\S)``, ``\s++$``) do not apply to
-# it. Counts add up across such a cut exactly (tests/test_costs.py checks it against
+# it. Counts add up across such a cut exactly (tests/unit/test_costs.py checks it against
 # whole-text counts).
 _CANDIDATES = re.compile(
     r"[ \t\n\r!-&(-/:-@\[-`{-~\u3001\u3002\u300c-\u300f\uff01\uff08\uff09\uff0c\uff1a\uff1b\uff1f]"

@@ -7,9 +7,9 @@ number stays a number, a parsed JSON object stays an object); anything else rend
 string. Nested dicts and lists are rendered leaf by leaf. A bare lookup
 (``{{ name }}``, ``{{ name.field }}``, ``{{ name.field.sub }}``) is resolved without
 Jinja, with Jinja's results and errors (:class:`SchemaRenderer`; proved against Jinja on
-every shipped and test config by tests/test_render_lookup.py): about 15x cheaper per row.
+every shipped and test config by tests/unit/test_render_lookup.py): about 15x cheaper per row.
 A prompt that is plain substitution (literal text and bare lookups) is filled the same way
-(:class:`PromptTemplate`; proved by tests/test_render_prompt.py).
+(:class:`PromptTemplate`; proved by tests/unit/test_render_prompt.py).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ class PromptTemplate:
             ``reject_null=True``); a new default one when None.
         substitution_fast_path: render plain substitution without Jinja (default).
             False always renders with Jinja: the reference the fast path is tested
-            against (tests/test_render_prompt.py).
+            against (tests/unit/test_render_prompt.py).
 
     Raises:
         jinja2.TemplateSyntaxError: from the constructor, for a template Jinja cannot
@@ -271,7 +271,7 @@ class SchemaRenderer:
         schema: the ``processing_params.output_schema`` tree (dict/list/str/scalars).
         lookup_fast_path: resolve bare lookups without Jinja (default). False compiles
             every bare expression with Jinja: the reference the fast path is tested
-            against (tests/test_render_lookup.py).
+            against (tests/unit/test_render_lookup.py).
 
     Raises (from :meth:`render`):
         jinja2.UndefinedError: a template uses a variable the row does not have.

@@ -26,7 +26,7 @@ _spec.loader.exec_module(crash_suite)
 #: ``MMIRAGE_SLOW_TESTS=1`` also runs the merge worker kill on the portable runner.
 SLOW = os.environ.get("MMIRAGE_SLOW_TESTS") == "1"
 
-# Two processes on one run id are covered by tests/test_lease.py; the rest of the
+# Two processes on one run id are covered by tests/crash/test_lease.py; the rest of the
 # experiments run in benchmarks/crash_suite.py (minutes, not seconds).
 CI_EXPERIMENTS = ("kill_at_batch_created", "fault_500_after_accept")
 
@@ -35,7 +35,7 @@ CI_EXPERIMENTS = ("kill_at_batch_created", "fault_500_after_accept")
     "provider,experiments",
     [
         # A stored-but-500 create is adopted, never sent twice, in whole in-process runs
-        # for OpenAI and Anthropic (tests/test_retries.py, test_anthropic_adoption.py)
+        # for OpenAI and Anthropic (tests/providers/test_retries.py, test_anthropic_adoption.py)
         # and for Mistral (test_mistral.py); Gemini's in-process test is the adapter's,
         # so its whole-run trial stays here. The kill needs a subprocess for everyone.
         ("openai", ("kill_at_batch_created",)),

@@ -24,7 +24,7 @@ from mmirage_beam.errors import ConfigError
 from mmirage_beam.io import DEFAULT_DESIRED_SPLIT_BYTES, ReadDatasets, to_json_value
 from mmirage_beam.records import SourceRow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GSM8K = REPO / "mmirage_beam" / "examples" / "data" / "gsm8k"
 JSONL_PATH = str(GSM8K / "test.jsonl")
 PARQUET_PATH = str(GSM8K / "test_conversations.parquet")

@@ -25,9 +25,9 @@ from pipelines.merge import main as merge_main
 from pipelines.resubmit import main as resubmit_main
 from pipelines.submit import main as submit_main
 from tests.conftest import GSM8K_JSONL, base_config, write_config
-from tests.test_verdicts import MIXED
+from tests.transforms.test_verdicts import MIXED
 
-GOLDEN = Path(__file__).parent / "data" / "golden_merge"
+GOLDEN = Path(__file__).parents[1] / "data" / "golden_merge"
 _IDS = re.compile(rb"\b(?:batch_|msgbatch_|file-)[0-9a-f]{24}\b")
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from pipelines.submit import main as submit_main
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((REPO / "tests" / "data" / "golden" / "dry_run_digests.json").read_text())
 _PREFIX = b',"request":'
 

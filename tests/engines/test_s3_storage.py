@@ -12,7 +12,7 @@ config with local paths is the reference: the merged, errors, export, invalid-ro
 placeholder files must match it byte for byte, read back from the bucket with boto3, and
 the fake provider must have seen each custom_id created exactly once. The lifecycle and
 that comparison are ``tests/storage_lifecycle.py``'s, shared with
-``tests/test_gcs_storage.py`` (``gs://`` on a GCS emulator).
+``tests/engines/test_gcs_storage.py`` (``gs://`` on a GCS emulator).
 
 Skipped when moto (or boto3) cannot be imported, failed instead with
 ``$MMIRAGE_REQUIRE_PORTABLE=1`` (CI).
@@ -33,7 +33,7 @@ from tests.runners import clean_env, run_cli, run_cli_in_process
 from tests.storage_lifecycle import KEY, RUN, VALID
 from tests.storage_servers import S3Server, skip_unless_moto
 
-#: tests/test_engines.py runs the same config on Flink, with these names from here.
+#: tests/engines/test_engines.py runs the same config on Flink, with these names from here.
 N_ROWS, MARKERS, INVALID_ROW, _launcher = lc.N_ROWS, lc.MARKERS, lc.INVALID_ROW, lc.launcher
 
 

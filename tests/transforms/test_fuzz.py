@@ -18,7 +18,7 @@ The shrunk failures the fuzzers found are kept below as plain regression tests
 (``test_regression_*``), so they run whatever the fuzzers draw.
 
 Environment switch: ``MMIRAGE_FUZZ_SCALE=N`` (default 1) multiplies every example budget,
-for a deeper run by hand (``MMIRAGE_FUZZ_SCALE=20 python -m pytest tests/test_fuzz.py``).
+for a deeper run by hand (``MMIRAGE_FUZZ_SCALE=20 python -m pytest tests/transforms/test_fuzz.py``).
 The readers are driven through their DoFns in-process (the counting pass, the offsets,
 the reading pass, splits in shuffled order), which is what makes hundreds of examples
 affordable; ``test_readers.py`` covers the same DoFns wired in a real pipeline.

@@ -14,7 +14,7 @@ from mmirage_beam.config import load_config
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.settings import MergeSettings, SubmitSettings
 
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "gsm8k_openai.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "gsm8k_openai.yaml"
 
 
 def test_submit_settings_normalise_and_pickle():

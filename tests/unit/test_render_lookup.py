@@ -3,7 +3,7 @@
 
 Each schema string of every shipped config (configs/, including the Beam YAML ones) and
 every test config (tests/data, and the schemas tests/conftest.py and
-tests/test_merge_golden.py build) is rendered both ways, ``SchemaRenderer(...,
+tests/transforms/test_merge_golden.py build) is rendered both ways, ``SchemaRenderer(...,
 lookup_fast_path=True)`` and the Jinja reference ``lookup_fast_path=False``, over real
 rows of the config's own dataset, with the outputs as a submission (placeholders) and a
 merge (text, parsed JSON, failed = MissingValue, null, a JSON answer missing its fields,
@@ -151,7 +151,12 @@ def _schemas() -> list[tuple[str, dict, Any]]:
     )
     golden["processing_params"]["output_schema"]["count"] = "{{ facts.count }}"
     out.append(
-        ("tests/test_merge_golden.py", golden, golden["processing_params"]["output_schema"], REPO)
+        (
+            "tests/transforms/test_merge_golden.py",
+            golden,
+            golden["processing_params"]["output_schema"],
+            REPO,
+        )
     )
     return out
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROVIDERS = ("openai", "anthropic", "gemini", "mistral")
 MAX_MODULES = 2
 
@@ -76,7 +76,7 @@ def test_the_counter_sees_a_name():
     assert "mmirage_beam/providers/__init__.py" in modules_naming("openai")
 
 
-if __name__ == "__main__":  # python tests/test_provider_structure.py: the counts
+if __name__ == "__main__":  # python tests/unit/test_provider_structure.py: the counts
     for name in PROVIDERS:
         found = modules_naming(name)
         print(f"{name}: {len(found)} module(s) {found}")

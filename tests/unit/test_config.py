@@ -433,7 +433,7 @@ def test_generative_endpoints_load(tmp_path, endpoint):
 
 def test_an_unknown_provider_field_gets_a_did_you_mean_and_a_non_string_key_no_crash(tmp_path):
     """A misspelt field is named with the closest one; a YAML key that is not a string
-    (``0:``, found by tests/test_fuzz.py) is named too, with no suggestion."""
+    (``0:``, found by tests/transforms/test_fuzz.py) is named too, with no suggestion."""
     cfg = base_config(tmp_path, temprature=0.2)
     with pytest.raises(
         ConfigError, match=r"processors\[0\]\.temprature.*did you mean 'temperature'"

@@ -173,7 +173,7 @@ def test_flink_with_receipts_and_outputs_on_s3(flink, tmp_path):
     credentials come from their environment): the submission and the merge on Flink give
     the same merged, errors, invalid-rows and placeholder files as the same config on the
     local disk on the DirectRunner; ``check`` and ``runs`` read the receipts there."""
-    from tests import test_s3_storage as s3t
+    from tests.engines import test_s3_storage as s3t
     from tests.storage_servers import S3Server, skip_unless_moto
 
     skip_unless_moto()

@@ -4,7 +4,7 @@ One CLI run of the bundled ``configs/gsm8k_gemini.yaml`` (``mmirage run`` as a
 subprocess, then ``check`` and ``merge``), whose merged rows must hold, in order, the
 text the SDK itself downloads from the fake; the rest is in-process: result lines,
 adoption of a lost create, exact tokens, the fake's protocol rules, config errors.
-(The every-outcome merge and the transient-404 lookup are in tests/test_verdicts.py;
+(The every-outcome merge and the transient-404 lookup are in tests/transforms/test_verdicts.py;
 the crash case in tests/crash/test_crash_suite.py.)
 """
 

@@ -42,7 +42,7 @@ from mmirage_beam.testing import FakeProviderServer
 jsonschema = pytest.importorskip("jsonschema")
 referencing = pytest.importorskip("referencing")
 
-SPEC_PATH = Path(__file__).parent / "spec" / "openai_schemas.json"
+SPEC_PATH = Path(__file__).parents[1] / "spec" / "openai_schemas.json"
 SPEC_URI = "urn:openai-openapi"
 
 # (schema, property): optional properties for which null means absent (see docstring).
@@ -425,7 +425,7 @@ def test_every_served_endpoint_is_covered_here():
     with FakeProviderServer() as fake:
         routes = {rule.endpoint for rule in fake._url_map.iter_rules()}  # noqa: SLF001
     assert {r for r in routes if not r.startswith(("admin_", "gemini_"))} == SERVED
-    # Gemini's endpoints are driven by google-genai in tests/test_gemini.py
+    # Gemini's endpoints are driven by google-genai in tests/providers/test_gemini.py
     gemini_calls = {
         "gemini_files_upload": "files.upload",
         "gemini_files_get": "files.get",

@@ -23,7 +23,7 @@ import pytest
 from mmirage_beam.testing import FakeProviderServer, fake_answer_json, fake_answer_text
 from mmirage_beam.testing.fake_provider import limits
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "mmirage_beam" / "examples" / "data" / "images"
 LARGE_PNG = REPO / "tests" / "data" / "images" / "astronaut_large_noisy.png"
 CHAT = "/v1/chat/completions"

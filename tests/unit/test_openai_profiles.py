@@ -1,6 +1,6 @@
 """OpenAI-compatible services as named profiles of the OpenAI adapter: each refuses at
 load what its service refuses and builds its own line shape. Runs against the fake's
-emulation of each service are in tests/test_fake_profiles.py."""
+emulation of each service are in tests/providers/test_fake_profiles.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 the estimate extrapolated, with a 95% error bound; the requests are the same.
 
 Reference values: the exact counts of the bundled GSM8K config (tiktoken 0.14.0,
-o200k_base; see tests/test_costs.py): 114,041 input tokens for the 1,319 ``solution``
+o200k_base; see tests/unit/test_costs.py): 114,041 input tokens for the 1,319 ``solution``
 requests. The bound's formula is checked against :mod:`statistics` on the same numbers.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from mmirage_beam.costs import tokens as t
 from mmirage_beam.costs.report import estimate_lines
 from mmirage_beam.errors import ConfigError
-from tests.test_costs import _bundled_gsm8k_config
+from tests.unit.test_costs import _bundled_gsm8k_config
 
 _LINE = re.compile(
     r"  (?P<name>\w+): (?P<n>[\d,]+) request\(s\), input tokens (?P<approx>~?)(?P<tokens>[\d,]+) "

@@ -20,7 +20,7 @@ Install (its own virtualenv: the pins below move shared packages)::
     pip install -e '.[test,clients]'
     pip install --no-deps -r tests/clients-nodeps.txt
 
-and run ``python -m pytest tests/test_third_party_clients.py -q -n 0 -s`` (``-s`` prints
+and run ``python -m pytest tests/providers/test_third_party_clients.py -q -n 0 -s`` (``-s`` prints
 what each client submitted, how often it polled and what it collected). Without the
 ``clients`` extra the whole module is skipped; without the second step the curator
 tests are. Why curator needs ``--no-deps``: curator 0.1.31 pins ``anthropic<0.85``,

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BASE = Path(__file__).resolve().parent.parent / "mmirage_beam" / "providers" / "base.py"
+BASE = Path(__file__).resolve().parents[2] / "mmirage_beam" / "providers" / "base.py"
 
 
 def _imported_modules(path: Path) -> set[str]:
