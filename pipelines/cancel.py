@@ -18,13 +18,8 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch.flags import (
-    FILESYSTEM_FLAGS_HELP,
-    filesystem_pipeline_options,
-    parse_filesystem_args,
-)
+from mmirage_beam.launch.drivers import driver_parser, parse_storage_args, start_storage_command
 from mmirage_beam.launch.interrupts import guarded
-from mmirage_beam.launch.logs import configure_logging
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -33,26 +28,23 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     Raises:
         SystemExit: (status 2) on bad flags, as argparse does.
     """
-    ap = argparse.ArgumentParser(
-        allow_abbrev=False,
-        prog="mmirage cancel",
-        description="Cancel every unfinished batch of a run (and of its resubmissions) at "
+    ap = driver_parser(
+        "mmirage cancel",
+        "Cancel every unfinished batch of a run (and of its resubmissions) at "
         "the provider. Requests already processed keep their results; merge marks the "
         "rest cancelled.",
-        epilog=FILESYSTEM_FLAGS_HELP,
+        storage_command=True,
     )
     ap.add_argument("--config", required=True, help="the config the run was submitted with")
     ap.add_argument("--run-id", help="the run to cancel (default: the newest)")
     ap.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    args, args.filesystem_flags = parse_filesystem_args(ap, argv)
+    args = parse_storage_args(ap, argv)
     return args
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    configure_logging(args.verbose)
-    filesystem_pipeline_options(args.filesystem_flags)  # before any receipt is read
+    start_storage_command(args)  # before any receipt is read
 
     from mmirage_beam.config import load_config
     from mmirage_beam.errors import ConfigError

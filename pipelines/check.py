@@ -22,13 +22,8 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch.flags import (
-    FILESYSTEM_FLAGS_HELP,
-    filesystem_pipeline_options,
-    parse_filesystem_args,
-)
+from mmirage_beam.launch.drivers import driver_parser, parse_storage_args, start_storage_command
 from mmirage_beam.launch.interrupts import guarded
-from mmirage_beam.launch.logs import configure_logging
 from mmirage_beam.paths import path_argument
 
 
@@ -38,11 +33,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     Raises:
         SystemExit: (status 2) on bad flags, as argparse does.
     """
-    ap = argparse.ArgumentParser(
-        allow_abbrev=False,  # a prefix of a flag must never pass for the flag
-        prog="mmirage check",
-        description="Report the provider status of submitted batches from their receipts.",
-        epilog=FILESYSTEM_FLAGS_HELP,
+    ap = driver_parser(
+        "mmirage check",
+        "Report the provider status of submitted batches from their receipts.",
+        storage_command=True,
     )
     ap.add_argument(
         "--config",
@@ -76,8 +70,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         metavar="SECS",
         help="stop watching after SECS seconds (default: no limit)",
     )
-    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    args, args.filesystem_flags = parse_filesystem_args(ap, argv)
+    args = parse_storage_args(ap, argv)
     if args.config is None and not args.metadata_path:
         ap.error("one of --config or --metadata-path is required")
     return args
@@ -85,8 +78,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    configure_logging(args.verbose)
-    filesystem_pipeline_options(args.filesystem_flags)  # before any receipt is read
+    start_storage_command(args)  # before any receipt is read
 
     from mmirage_beam.check import advice, report, watch
     from mmirage_beam.config import load_config

@@ -16,18 +16,17 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch.flags import beam_options, check_beam_args, own_flags
+from mmirage_beam.launch.drivers import driver_parser, parse_pipeline_args, start_pipeline_driver
+from mmirage_beam.launch.flags import beam_options
 from mmirage_beam.launch.interrupts import guarded
 from mmirage_beam.launch.jobs import metric_counters, run_pipeline
-from mmirage_beam.launch.logs import configure_logging
 from mmirage_beam.paths import path_argument
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
-    ap = argparse.ArgumentParser(
-        allow_abbrev=False,  # a prefix of a flag must never pass for the flag
-        prog="mmirage merge",
-        description="Fetch the results of a run's batches and join them onto the source "
+    ap = driver_parser(
+        "mmirage merge",
+        "Fetch the results of a run's batches and join them onto the source "
         "rows by source_index, in order, into one JSONL file. Unknown flags are Beam "
         "pipeline options (default runner: DirectRunner). Relative paths, in the config "
         "and on the command line, are relative to the current directory (as in MMIRAGE); "
@@ -79,16 +78,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         help="range partitions of the ordered write (default: one per 25,000 rows, the most "
         "one worker holds while it joins)",
     )
-    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    args, beam_args = ap.parse_known_args(argv)
-    args.own_flags = own_flags(ap)
-    return args, beam_args
+    return parse_pipeline_args(ap, argv)
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     args, beam_args = parse_args(argv)
-    configure_logging(args.verbose)
-    check_beam_args(beam_args, args.own_flags)
+    start_pipeline_driver(args, beam_args)
     # Beam and the modules that build the job load only now: --help and a bad flag
     # answer without the seconds Beam's import takes.
     import apache_beam as beam

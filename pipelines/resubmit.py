@@ -19,18 +19,17 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch.flags import beam_options, check_beam_args, own_flags
+from mmirage_beam.launch.drivers import driver_parser, parse_pipeline_args, start_pipeline_driver
+from mmirage_beam.launch.flags import beam_options
 from mmirage_beam.launch.interrupts import guarded
 from mmirage_beam.launch.jobs import RunOutcome, metric_counters, run_pipeline
-from mmirage_beam.launch.logs import configure_logging
 from mmirage_beam.paths import path_argument
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
-    ap = argparse.ArgumentParser(
-        allow_abbrev=False,  # a prefix of a flag must never pass for the flag
-        prog="mmirage resubmit",
-        description="Re-send the failed requests of a run as a new, linked run. Unknown "
+    ap = driver_parser(
+        "mmirage resubmit",
+        "Re-send the failed requests of a run as a new, linked run. Unknown "
         "flags are Beam pipeline options. Relative paths, in the config "
         "and on the command line, are relative to the current directory (as in MMIRAGE); "
         "they are made absolute before the pipeline is built, so workers in other folders "
@@ -57,16 +56,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
         "errors, token_limit_exceeded; all: also invalid requests and invalid JSON",
     )
     ap.add_argument("--new-run-id", help="run id of the resubmission (default: a fresh one)")
-    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    args, beam_args = ap.parse_known_args(argv)
-    args.own_flags = own_flags(ap)
-    return args, beam_args
+    return parse_pipeline_args(ap, argv)
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     args, beam_args = parse_args(argv)
-    configure_logging(args.verbose)
-    check_beam_args(beam_args, args.own_flags)
+    start_pipeline_driver(args, beam_args)
 
     import apache_beam as beam
 

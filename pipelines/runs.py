@@ -17,13 +17,8 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch.flags import (
-    FILESYSTEM_FLAGS_HELP,
-    filesystem_pipeline_options,
-    parse_filesystem_args,
-)
+from mmirage_beam.launch.drivers import driver_parser, parse_storage_args, start_storage_command
 from mmirage_beam.launch.interrupts import guarded
-from mmirage_beam.launch.logs import configure_logging
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -32,12 +27,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     Raises:
         SystemExit: (status 2) on bad flags, as argparse does.
     """
-    ap = argparse.ArgumentParser(
-        allow_abbrev=False,
-        prog="mmirage runs",
-        description="List the runs under the config's state with their state, batches, "
+    ap = driver_parser(
+        "mmirage runs",
+        "List the runs under the config's state with their state, batches, "
         "requests, failures and cost (summed over each run's resubmissions).",
-        epilog=FILESYSTEM_FLAGS_HELP,
+        storage_command=True,
     )
     ap.add_argument("--config", required=True, help="MMIRAGE-compatible YAML config")
     ap.add_argument(
@@ -46,15 +40,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         help="do not ask the provider for batch statuses (no key needed; runs not merged "
         "show 'submitted')",
     )
-    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    args, args.filesystem_flags = parse_filesystem_args(ap, argv)
+    args = parse_storage_args(ap, argv)
     return args
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    configure_logging(args.verbose)
-    filesystem_pipeline_options(args.filesystem_flags)  # before any receipt is read
+    start_storage_command(args)  # before any receipt is read
 
     from mmirage_beam.config import load_config
     from mmirage_beam.run.listing import format_table, list_runs

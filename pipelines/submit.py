@@ -23,20 +23,19 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from mmirage_beam.launch.flags import beam_options, check_beam_args, own_flags
+from mmirage_beam.launch.drivers import driver_parser, parse_pipeline_args, start_pipeline_driver
+from mmirage_beam.launch.flags import beam_options
 from mmirage_beam.launch.interrupts import guarded
 from mmirage_beam.launch.jobs import RunOutcome, metric_counters, run_pipeline
-from mmirage_beam.launch.logs import configure_logging
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
     from mmirage_beam.cycle.flags import add_cycle_arguments
     from mmirage_beam.run.submit_flags import add_submit_arguments
 
-    ap = argparse.ArgumentParser(
-        allow_abbrev=False,  # a prefix of a flag must never pass for the flag
-        prog="mmirage run",
-        description="Render every row into provider batch requests and submit them in "
+    ap = driver_parser(
+        "mmirage run",
+        "Render every row into provider batch requests and submit them in "
         "byte-bounded chunks (or export them with --export-prompts). Unknown flags are "
         "passed to Beam as pipeline options (default runner: DirectRunner). Relative "
         "paths, in the config and on the command line, are relative to the current "
@@ -46,16 +45,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     )
     add_submit_arguments(ap)
     add_cycle_arguments(ap)
-    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    args, beam_args = ap.parse_known_args(argv)
-    args.own_flags = own_flags(ap)
-    return args, beam_args
+    return parse_pipeline_args(ap, argv)
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     args, beam_args = parse_args(argv)
-    configure_logging(args.verbose)
-    check_beam_args(beam_args, args.own_flags)
+    start_pipeline_driver(args, beam_args)
     # Beam's FileSystems get the options (--s3_endpoint_url...) before anything is read.
     beam_options(beam_args, args.verbose)
 

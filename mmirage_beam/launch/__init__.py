@@ -7,6 +7,8 @@
 - :mod:`~mmirage_beam.launch.flags`: Beam's flags checked, turned into options, and the
   filesystem flags of the commands that run no pipeline.
 - :mod:`~mmirage_beam.launch.jobs`: :func:`run_pipeline` (stop, cancel, counters).
+- :mod:`~mmirage_beam.launch.drivers`: the preamble every driver shares (its parser,
+  ``-v``, the parse, logging and the flags checked or handed to Beam).
 
 Importing it loads neither Beam nor a provider SDK: each module imports Beam inside
 the functions that need it, so ``--help`` and a bad flag answer at once. May import the
