@@ -5,8 +5,9 @@ emulator), and in part by tests/engines/test_engines.py (through test_s3_storage
 :func:`launcher` writes a config whose receipts, placeholder rows and outputs are under a
 ``store`` (a local folder or a bucket URI); :func:`lifecycle` runs the dry run,
 submission, ``check``, ``merge``, ``resubmit``, ``merge``, ``runs`` and ``cancel`` there
-against a fresh fake provider, each command in this process on the DirectRunner, and
-returns what the files hold and what the fake saw; :func:`local_reference` is the same
+against a fresh fake provider, each command in this process on the DirectRunner (or, given
+a portable runner's flags, the pipelines on that engine), and returns what the files hold
+and what the fake saw; :func:`local_reference` is the same
 with every path on the local disk; :func:`assert_matches_local` compares the two byte for
 byte and checks each custom_id was created once and nothing was left behind.
 """
@@ -19,13 +20,13 @@ import re
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import yaml
 
 from mmirage_beam.testing import FakeProviderServer
 from tests.conftest import GSM8K_JSONL
-from tests.runners import clean_env, run_cli_in_process
+from tests.runners import clean_env, run_cli, run_cli_in_process
 
 N_ROWS = 40
 #: row 3 is rate-limited the first time (a resubmission then answers it); row 11 is an
@@ -98,12 +99,16 @@ def lifecycle(
     flags: list[str],
     env_extra: dict,
     runs_env: dict,
+    runner_flags: Sequence[str] = (),
 ) -> dict:
     """Dry run, submission, check, merge, resubmission of the retryable failure, merge
     again, ``runs`` and ``cancel``, each ``mmirage`` command in this process on the
     DirectRunner, with ``flags`` (``runs``: without them, with ``runs_env`` added to the
-    environment); ``read(relative path) -> bytes`` reads what ``store`` holds. Returns
-    what the files hold and what the fake saw."""
+    environment); ``read(relative path) -> bytes`` reads what ``store`` holds. With
+    ``runner_flags`` (a portable runner's: ``mmirage cluster up``'s last line), the
+    commands that run a pipeline (the dry run, submissions, merges and the resubmission)
+    run as ``mmirage`` processes with those flags too, so their pipelines run on that
+    engine. Returns what the files hold and what the fake saw."""
     out: dict = {}
     with FakeProviderServer() as fake:
         env = clean_env(
@@ -114,7 +119,11 @@ def lifecycle(
             *args: str, expect: int = 0, more_env: Optional[dict] = None
         ) -> subprocess.CompletedProcess:
             start = time.monotonic()
-            proc = run_cli_in_process(args, cwd=root, env={**env, **(more_env or {})})
+            full_env = {**env, **(more_env or {})}
+            if runner_flags and args[0] in ("run", "merge", "resubmit"):
+                proc = run_cli([*args, *runner_flags], cwd=root, env=full_env, timeout=600)
+            else:
+                proc = run_cli_in_process(args, cwd=root, env=full_env)
             print(f"{args[0]}: {time.monotonic() - start:.1f}s")
             assert proc.returncode == expect, f"{args}: {proc.stdout}\n{proc.stderr[-4000:]}"
             assert "Traceback" not in proc.stderr, proc.stderr[-4000:]

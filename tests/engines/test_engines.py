@@ -8,6 +8,10 @@ runner.
   sees each custom_id created once (``tests/lifecycle.py`` asserts it).
 - Both TaskManagers' SDK workers built requests and submitted chunks: the ``tracer``
   provider records each step's folder, and each TaskManager's workers run in its own.
+- With the receipts, staged chunks and outputs on S3 (moto's server), the whole
+  lifecycle on Flink (resubmit and cancel included) gives the local disk's bytes; a burst
+  of ``503 SlowDown`` and slow writes while the TaskManagers' workers publish receipts
+  loses and repeats nothing (``tests/storage_lifecycle.py``, ``tests/engines/test_s3_storage.py``).
 - A TaskManager killed (``kill -9`` of its process group: the JVM and its SDK workers)
   in the middle of a submission, just after the provider accepted a batch: nothing is
   created twice, nothing is lost, the error is one line with the resume command, and
@@ -33,6 +37,7 @@ import yaml
 from mmirage_beam.engines.cluster import stop_cluster
 from mmirage_beam.engines.processes import EngineError, pid_alive, wait_until
 from mmirage_beam.testing import FakeProviderServer
+from tests import storage_lifecycle as storage
 from tests.conftest import GSM8K_JSONL
 from tests.lifecycle import (
     CONFIG,
@@ -166,61 +171,61 @@ def test_both_taskmanagers_built_and_submitted(flink, engine_root, tmp_path):
     assert {t["ppid"] for t in on_tms} <= tm_pids | {t["pid"] for t in on_tms}
 
 
-def test_flink_with_receipts_and_outputs_on_s3(flink, tmp_path):
-    """The receipts, staged chunks, placeholder rows and merged files on ``s3://`` (a
-    moto server, through Beam's S3 filesystem: ``--s3_endpoint_url`` in the pipeline
-    options reaches the TaskManagers' workers through the provision service, the
-    credentials come from their environment): the submission and the merge on Flink give
-    the same merged, errors, invalid-rows and placeholder files as the same config on the
-    local disk on the DirectRunner; ``check`` and ``runs`` read the receipts there."""
-    from tests.engines import test_s3_storage as s3t
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """moto's S3 server for the module (the TaskManagers' workers have its credentials
+    in their environment; the endpoint comes in the pipeline options)."""
     from tests.storage_servers import S3Server, skip_unless_moto
 
     skip_unless_moto()
-    rows = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[: s3t.N_ROWS]
-    data = [json.loads(x) for x in rows]
-    for i, marker in s3t.MARKERS.items():
-        data[i]["question"] += f" {marker}"
-    data[s3t.INVALID_ROW]["question"] = None
-    rows_file = tmp_path / "rows.jsonl"
-    rows_file.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in data))
-    got: dict = {}
-    with S3Server(tmp_path / "moto") as s3:
-        for where, store in (("local", str(tmp_path / "store")), ("s3", s3.uri("flink"))):
-            root = s3t._launcher(tmp_path / where, rows_file, store)
-            read = (
-                (lambda rel, store=store: Path(store, rel).read_bytes())
-                if where == "local"
-                else (lambda rel: s3.read(f"flink/{rel}"))
-            )
-            flags = [*flink.flags, *s3.flags] if where == "s3" else []
-            with FakeProviderServer() as fake:
-                base = {"MMIRAGE_OPENAI_BASE_URL": fake.openai_base_url}
-                env = clean_env({"OPENAI_API_KEY": LAUNCHER_KEY, **base, **s3.env})
-                cfg = ["--config", "config.yaml", "--run-id", "s3f"]
-                run = run_cli(["run", *cfg, "--skip-invalid-rows", *flags], root, env)
-                assert run.returncode == 0, run.stderr[-4000:]
-                check = run_cli(["check", *cfg, *s3.flags], root, env)
-                assert check.returncode == 0, check.stderr[-3000:]
-                assert all(b["id"] in check.stdout for b in fake.batches("openai"))
-                merged = f"{store}/out/merged.jsonl"
-                merge = run_cli(["merge", *cfg, "--output-path", merged, *flags], root, env)
-                assert merge.returncode == 1, merge.stderr[-4000:]  # rows 3 and 11 failed
-                runs = run_cli(["runs", "--config", "config.yaml", *s3.flags], root, env)
-                assert runs.returncode == 0 and "s3f" in runs.stdout, runs.stderr[-3000:]
-                assert set(fake.create_counts().values()) == {1}
-            got[where] = {
-                name: read(rel)
-                for name, rel in (
-                    ("merged", "out/merged.jsonl"),
-                    ("errors", "out/merged.errors.jsonl"),
-                    ("invalid_rows", "meta/batch_metadata.invalid_rows.s3f.jsonl"),
-                    ("placeholders", "shards/shard_0/placeholders.s3f-00000-of-00001.jsonl"),
-                )
-            }
-        assert not [k for k in s3.keys("flink/") if ".parts/" in k or ".staged." in k]
-    for name, local in got["local"].items():
-        assert got["s3"][name] == local, f"{name} on s3:// (Flink) differs from the local disk"
+    server = S3Server(tmp_path_factory.mktemp("moto"))
+    server.start()
+    yield server
+    assert server.stop() == [], "moto's process group was not reaped"
+
+
+@pytest.fixture(scope="module")
+def s3_rows(tmp_path_factory) -> Path:
+    return storage.write_rows(tmp_path_factory.mktemp("s3data"))
+
+
+@pytest.fixture(scope="module")
+def s3_reference(tmp_path_factory, s3_rows) -> dict:
+    """``tests/storage_lifecycle.py``'s lifecycle on the local disk, on the DirectRunner."""
+    return storage.local_reference(tmp_path_factory.mktemp("s3local"), s3_rows)
+
+
+def test_flink_lifecycle_on_s3_matches_the_local_disk(flink, s3, s3_rows, s3_reference, tmp_path):
+    """The receipts, staged chunks, placeholder rows, export and merged files on
+    ``s3://`` (a moto server, through Beam's S3 filesystem: ``--s3_endpoint_url`` in the
+    pipeline options reaches the TaskManagers' workers through the provision service,
+    the credentials come from their environment), every pipeline on Flink: the dry run,
+    submission, ``check``, merge, ``resubmit`` of the retryable failure, merge again,
+    ``runs``, and ``cancel`` of a run whose batch is still running give the same bytes as
+    the same config on the local disk on the DirectRunner, and each custom_id is created
+    once (``tests/storage_lifecycle.py``)."""
+    prefix = "flinklc"
+    store = s3.uri(prefix)
+    got = storage.lifecycle(
+        storage.launcher(tmp_path / "launch", s3_rows, store),
+        store,
+        lambda rel: s3.read(f"{prefix}/{rel}"),
+        s3.flags,
+        s3.env,
+        {"AWS_ENDPOINT_URL_S3": s3.endpoint},
+        runner_flags=flink.flags,
+    )
+    storage.assert_matches_local(got, s3_reference, s3.keys(prefix), prefix)
+
+
+def test_s3_faults_while_the_flink_workers_publish(flink, s3, s3_rows, s3_reference, tmp_path):
+    """A burst of S3 ``503 SlowDown`` and slow writes while the TaskManagers' SDK
+    workers write the intents and receipts (``test_s3_storage.publish_through_faults``,
+    the pipelines on Flink): the run survives or stops with one line and its resume
+    command, and ends with the local disk's files, each request created once."""
+    from tests.engines.test_s3_storage import publish_through_faults
+
+    publish_through_faults(s3, s3_rows, s3_reference, tmp_path, runner_flags=flink.flags)
 
 
 def _many_chunks_dir(root: Path, provider: str, rows: int = 120) -> Path:

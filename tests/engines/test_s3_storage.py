@@ -24,6 +24,7 @@ import collections
 import re
 import shlex
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -81,16 +82,24 @@ def _resume_command(stderr: str) -> list[str]:
     return shlex.split(lines[0])[1:]
 
 
-def test_a_burst_of_503s_and_slow_writes_while_the_submission_publishes(
-    s3, rows_file, local_reference, tmp_path
-):
+def publish_through_faults(
+    s3: S3Server,
+    rows_file: Path,
+    local_reference: dict,
+    tmp_path: Path,
+    runner_flags: Sequence[str] = (),
+) -> None:
     """While the run writes its intents and receipts, the first three PUTs there land
     1 s late, and once the first receipt is durable the next 8 writes get S3's ``503
     SlowDown`` (boto3 tries each call 3 times; Beam retries a failed copy after 5 s). The
     run either survives, or stops with one error line (no traceback) and the command that
     resumes it (batches accepted without a receipt are adopted, not sent again); either
     way the merged, errors and placeholder files end as on the local disk, and the
-    provider saw each request created once."""
+    provider saw each request created once.
+
+    With ``runner_flags`` (a portable runner's), the run, its resume and the merge run
+    their pipelines on that engine: there the writes come from the engine's SDK workers,
+    which reach S3 through the same proxy (its endpoint is a pipeline option)."""
     prefix = "faults"
     store = s3.uri(prefix)
     root = _launcher(tmp_path / "launch", rows_file, store)
@@ -101,7 +110,7 @@ def test_a_burst_of_503s_and_slow_writes_while_the_submission_publishes(
         proxy.slow_writes(1.0, count=3, path="*.parts/*")
         proxy.slow_down(8, armed_by=("PUT", "*.parts/*.json"))
         cmd = ["run", "--config", "config.yaml", "--run-id", RUN, "--skip-invalid-rows"]
-        first = run_cli([*cmd, *proxy.flags], root, env)
+        first = run_cli([*cmd, *proxy.flags, *runner_flags], root, env, timeout=600)
         slowed, failed = proxy.delayed, list(proxy.failed)
         proxy.release()
         print(f"run: exit {first.returncode}; {slowed} slowed, {len(failed)} 503s: {failed}")
@@ -115,15 +124,16 @@ def test_a_burst_of_503s_and_slow_writes_while_the_submission_publishes(
             resume = _resume_command(first.stderr)  # the flags it needs, the proxy's too
             assert resume[resume.index("--run-id") + 1] == RUN, resume
             assert "--skip-invalid-rows" in resume and proxy.endpoint in resume, resume
-            again = run_cli(resume, root, env)
+            assert all(flag in resume for flag in runner_flags), resume
+            again = run_cli(resume, root, env, timeout=600)
             assert again.returncode == 0, again.stdout + again.stderr[-4000:]
             assert "Traceback" not in again.stderr
-        merge = run_cli_in_process(
-            ["merge", "--config", "config.yaml", "--run-id", RUN, "--output-path",
-             f"{store}/out/merged.jsonl", *s3.flags],
-            root,
-            env,
-        )  # fmt: skip
+        merge_args = ["merge", "--config", "config.yaml", "--run-id", RUN, "--output-path",
+                      f"{store}/out/merged.jsonl", *s3.flags]  # fmt: skip
+        if runner_flags:
+            merge = run_cli([*merge_args, *runner_flags], root, env, timeout=600)
+        else:
+            merge = run_cli_in_process(merge_args, root, env)
         assert merge.returncode == 1, merge.stdout + merge.stderr[-4000:]  # rows 3 and 11
         sent = collections.Counter(r["custom_id"] for r in fake.submitted_requests())
         creates = fake.create_counts()
@@ -139,6 +149,13 @@ def test_a_burst_of_503s_and_slow_writes_while_the_submission_publishes(
         k for k in s3.keys(prefix) if re.search(r"\.parts/|\.lease\.|\.probe\.|\.staged\.", k)
     ]
     assert leftovers == []
+
+
+def test_a_burst_of_503s_and_slow_writes_while_the_submission_publishes(
+    s3, rows_file, local_reference, tmp_path
+):
+    """:func:`publish_through_faults` on the DirectRunner."""
+    publish_through_faults(s3, rows_file, local_reference, tmp_path)
 
 
 def test_empty_files_and_one_client_per_setting(s3, monkeypatch):
