@@ -134,6 +134,54 @@ class BatchSubmissionAdapter(abc.ABC):
     #: instead of encoding each request. False: every request is encoded.
     verbatim_prompt: ClassVar[bool] = False
 
+    # -- capabilities: declared here, read by shared code, never probed with getattr ----
+    #: :meth:`find_batch` answers: the provider stores a batch's metadata, so a create
+    #: retried after an error, or a crash between a create and its receipt, adopts the
+    #: batch the first attempt made instead of creating a second. Set it with an override
+    #: of :meth:`find_batch` (an override without it sets it: plugins written before it).
+    adopts_by_metadata: ClassVar[bool] = False
+    #: :meth:`find_candidate_batches` answers: a lost create is matched by its creation
+    #: time and request count, then confirmed by its custom_ids (Anthropic, whose batches
+    #: carry no metadata). Requires an override of :meth:`find_candidate_batches`.
+    adopts_by_shape: ClassVar[bool] = False
+    #: set for each subclass when it is defined: it overrides :meth:`serialize_request`
+    #: (its request lines are not the base class's JSON encoding of the request dict).
+    serializes_its_own_way: ClassVar[bool] = False
+    #: set for each subclass when it is defined: it overrides
+    #: :meth:`estimate_request_bytes` (a chunk's size is not the sum of its lines).
+    estimates_its_own_size: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Derive the set-when-defined capabilities and refuse a declared one whose
+        method is the base class's, as Beam's ``RemoteModelHandler`` refuses overrides
+        that cannot work.
+
+        Raises:
+            TypeError: ``adopts_by_metadata`` without a :meth:`find_batch` of its own, or
+                ``adopts_by_shape`` without a :meth:`find_candidate_batches`.
+        """
+        super().__init_subclass__(**kwargs)
+        base = BatchSubmissionAdapter
+
+        def overrides(name: str) -> bool:
+            return getattr(cls, name) is not getattr(base, name)
+
+        if overrides("find_batch") and not any(
+            "adopts_by_metadata" in k.__dict__ for k in cls.__mro__[:-1] if k is not base
+        ):
+            cls.adopts_by_metadata = True
+        for flag, method in (
+            ("adopts_by_metadata", "find_batch"),
+            ("adopts_by_shape", "find_candidate_batches"),
+        ):
+            if getattr(cls, flag) and not overrides(method):
+                raise TypeError(
+                    f"{cls.__qualname__} sets {flag} = True but keeps the base class's "
+                    f"{method}(): define {method}() or leave {flag} False"
+                )
+        cls.serializes_its_own_way = overrides("serialize_request")
+        cls.estimates_its_own_size = overrides("estimate_request_bytes")
+
     #: the run being submitted; set by the submit step before ``submit_chunk``.
     run_id: Optional[str] = None
 
@@ -292,6 +340,27 @@ class BatchSubmissionAdapter(abc.ABC):
             provider cannot tell (the default).
         """
         return None
+
+    def find_candidate_batches(
+        self,
+        request_count: int,
+        created_after: float,
+        created_before: Optional[float] = None,
+        exclude_ids: Iterable[str] = (),
+        retries: bool = True,
+    ) -> list[Dict[str, Any]]:
+        """Batches that may be a chunk's lost create, matched by shape: created in
+        ``[created_after, created_before]`` (Unix seconds; None: up to now), holding
+        ``request_count`` requests, not in ``exclude_ids`` nor claimed (:meth:`claim_batch`).
+        Only an adapter that declares ``adopts_by_shape`` answers; the default finds none.
+        """
+        return []
+
+    @classmethod
+    def claim_batch(cls, batch_id: str) -> None:
+        """Record, in this process, that ``batch_id`` belongs to a receipt, so that no
+        shape match (:meth:`find_candidate_batches`) adopts it for another chunk.
+        Default: nothing to record (adoption by metadata names its chunk)."""
 
     # -- provider knowledge shared code asks for (every hook has a default) ----------
     def request_without_id(self, request: Dict[str, Any]) -> Dict[str, Any]:

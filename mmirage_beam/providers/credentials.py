@@ -44,13 +44,11 @@ def resolve_credentials(
         CredentialsError: naming the variable(s) to set; never includes a value.
         ConfigError: the adapter's ``check_dependencies()`` found its SDK missing.
     """
-    check_dependencies = getattr(adapter_cls, "check_dependencies", None)
-    if callable(check_dependencies):
-        check_dependencies()  # an optional SDK that is missing names its extra
+    adapter_cls.check_dependencies()  # an optional SDK that is missing names its extra
     env = os.environ if environ is None else environ
     found: Dict[str, str] = {}
     missing = []
-    fallbacks = getattr(adapter_cls, "CREDENTIAL_FALLBACKS", {}) or {}
+    fallbacks = adapter_cls.CREDENTIAL_FALLBACKS
     for key in adapter_cls.required_credentials:
         var = credential_env_var(provider, key)
         value = env.get(var)

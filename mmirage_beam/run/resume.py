@@ -77,16 +77,6 @@ class ResumeState:
     dropped: list[str] = field(default_factory=list)
 
 
-def _can_find_by_shape(adapter_cls: type[BatchSubmissionAdapter]) -> bool:
-    return callable(getattr(adapter_cls, "find_candidate_batches", None))
-
-
-def _can_find_batches(adapter_cls: type[BatchSubmissionAdapter]) -> bool:
-    find = getattr(adapter_cls, "find_batch", None)
-    base = getattr(BatchSubmissionAdapter, "find_batch", None)
-    return find is not None and find is not base
-
-
 def _intents(receipt_file: str) -> list[tuple[str, dict[str, Any]]]:
     from apache_beam.io.filesystems import FileSystems
 
@@ -116,9 +106,9 @@ def prepare_resume(
     files = [receipt_path(base, m, run_id) for m in MODALITIES]
     pending = [(f, path, intent) for f, path, intent in _pending(files)]
     unconfirmed = [(f, r) for f in files for r in read_receipts(f) if _unconfirmed_adoption(r)]
-    by_shape = _can_find_by_shape(adapter_cls)
+    by_shape = adapter_cls.adopts_by_shape
     adapter = None
-    if (pending and (by_shape or _can_find_batches(adapter_cls))) or (unconfirmed and by_shape):
+    if (pending and (by_shape or adapter_cls.adopts_by_metadata)) or (unconfirmed and by_shape):
         adapter = adapter_cls(resolve_credentials(adapter_cls, provider_config.provider))
         adapter.run_id = run_id
         adapter.setup(provider_config)
@@ -133,7 +123,7 @@ def prepare_resume(
             if FileSystems.exists(part_path(rfile, chunk_id)):
                 FileSystems.delete([path])  # receipted after all
                 continue
-            if adapter is None or not _can_find_batches(adapter_cls):
+            if adapter is None or not adapter_cls.adopts_by_metadata:
                 _LOG.warning(
                     "chunk %s of run %s was being submitted when the run stopped and %s "
                     "cannot tell whether the provider accepted it; its %d requests are "
@@ -220,10 +210,8 @@ def _claim_receipted(base: str, adapter_cls: type) -> Counter:
         for r in read_receipts(f.path):
             if r.get("provider_batch_id") and not adoption_rejected(r):
                 claimed[r["provider_batch_id"]] += 1
-    claim = getattr(__import__(adapter_cls.__module__, fromlist=["claim"]), "claim", None)
-    if callable(claim):
-        for batch_id in claimed:
-            claim(batch_id)
+    for batch_id in claimed:
+        adapter_cls.claim_batch(batch_id)
     return claimed
 
 
@@ -289,9 +277,7 @@ def _adopt_by_shape(adapter, pending, provider_config, run_id, state):  # noqa: 
                 left.append((rfile, path, intent))
                 continue
             adoption["confirmed"] = True
-        adapter_claim = getattr(__import__(type(adapter).__module__, fromlist=["x"]), "claim", None)
-        if callable(adapter_claim):
-            adapter_claim(batch["id"])
+        adapter.claim_batch(batch["id"])
         _adopt(adapter, rfile, path, intent, batch, run_id, state, adoption)
     return left
 

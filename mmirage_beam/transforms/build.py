@@ -29,7 +29,6 @@ from mmirage_beam.jsonl import json_encoder
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.progress.counters import add
 from mmirage_beam.progress.text import INPUT_TOKENS
-from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import BatchRequest, RowError
 from mmirage_beam.request_hashes import str_keys_only
@@ -163,24 +162,18 @@ class _BuildRequestsFn(beam.DoFn):
             for o in self._outputs
         }
 
-        self._own_estimate = (
-            type(self._adapter).estimate_request_bytes
-            is not BatchSubmissionAdapter.estimate_request_bytes
-        )
+        self._own_estimate = self._adapter.estimates_its_own_size
         # The canonical JSON the request hashes cover, encoded from the request dict
         # (no parse of the line), when the line is the base class's encoding of that
         # same dict: an adapter serialising its own way is canonicalised from its line.
         self._encode_canonical = None
-        if (
-            self._canonical
-            and type(self._adapter).serialize_request is BatchSubmissionAdapter.serialize_request
-        ):
+        if self._canonical and not self._adapter.serializes_its_own_way:
             self._encode_canonical = json_encoder(sort_keys=True, separators=(",", ":"))
 
         # Each output's text requests spliced from one encoded template, when the
         # adapter's requests are templates (request_template.py); else encoded per row.
         self._request_templates: dict[str, Any] = {}
-        if self._encode_canonical is not None and getattr(self._adapter, "verbatim_prompt", False):
+        if self._encode_canonical is not None and self._adapter.verbatim_prompt:
             from mmirage_beam.transforms.request_template import RequestTemplate
 
             for o in self._outputs:

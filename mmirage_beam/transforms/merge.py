@@ -165,10 +165,8 @@ class KeepRequests:
 
     def __call__(self) -> Any:
         """A new adapter (as ``adapter_cls()``)."""
-        from mmirage_beam.providers.base import BatchSubmissionAdapter
-
         cls = self.adapter_cls
-        if cls.serialize_request is not BatchSubmissionAdapter.serialize_request:
+        if cls.serializes_its_own_way:
             return cls()
         keeping = _KEEPING_CLASSES.get(cls)
         if keeping is None:

@@ -188,8 +188,8 @@ class MergeRows(beam.PTransform):
             config.datasets,
             load_images=bool(verifiable),
             lenient=True,
-            max_image_file_bytes=getattr(own_adapter, "max_image_file_bytes", None),
-            image_file_limit=getattr(own_adapter, "image_file_limit", ""),
+            max_image_file_bytes=own_adapter.max_image_file_bytes if own_adapter else None,
+            image_file_limit=own_adapter.image_file_limit if own_adapter else "",
             progress="rows read",  # counted by the step: no pass-through step per row
         )
         spilled.append(spill(extracted.rows, ROWS_KIND, _rows_record))

@@ -326,6 +326,13 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
 
         return self.call_with_retries(what, create)
 
+    adopts_by_shape = True
+
+    @classmethod
+    def claim_batch(cls, batch_id: str) -> None:
+        """:func:`claim`: ``batch_id`` is never adopted for another chunk."""
+        claim(batch_id)
+
     def find_candidate_batches(
         self,
         request_count: int,

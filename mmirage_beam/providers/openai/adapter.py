@@ -273,6 +273,8 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
 
         return self.call_with_retries(f"OpenAI batches.create (chunk {chunk_id})", create)
 
+    adopts_by_metadata = True  # find_batch reads the batch's mmirage metadata
+
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None
     ) -> Optional[Dict[str, Any]]:
