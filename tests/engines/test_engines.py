@@ -171,31 +171,9 @@ def test_both_taskmanagers_built_and_submitted(flink, engine_root, tmp_path):
     assert {t["ppid"] for t in on_tms} <= tm_pids | {t["pid"] for t in on_tms}
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """moto's S3 server for the module (the TaskManagers' workers have its credentials
-    in their environment; the endpoint comes in the pipeline options)."""
-    from tests.storage_servers import S3Server, skip_unless_moto
-
-    skip_unless_moto()
-    server = S3Server(tmp_path_factory.mktemp("moto"))
-    server.start()
-    yield server
-    assert server.stop() == [], "moto's process group was not reaped"
-
-
-@pytest.fixture(scope="module")
-def s3_rows(tmp_path_factory) -> Path:
-    return storage.write_rows(tmp_path_factory.mktemp("s3data"))
-
-
-@pytest.fixture(scope="module")
-def s3_reference(tmp_path_factory, s3_rows) -> dict:
-    """``tests/storage_lifecycle.py``'s lifecycle on the local disk, on the DirectRunner."""
-    return storage.local_reference(tmp_path_factory.mktemp("s3local"), s3_rows)
-
-
-def test_flink_lifecycle_on_s3_matches_the_local_disk(flink, s3, s3_rows, s3_reference, tmp_path):
+def test_flink_lifecycle_on_s3_matches_the_local_disk(
+    flink, s3, rows_file, local_reference, tmp_path
+):
     """The receipts, staged chunks, placeholder rows, export and merged files on
     ``s3://`` (a moto server, through Beam's S3 filesystem: ``--s3_endpoint_url`` in the
     pipeline options reaches the TaskManagers' workers through the provision service,
@@ -207,7 +185,7 @@ def test_flink_lifecycle_on_s3_matches_the_local_disk(flink, s3, s3_rows, s3_ref
     prefix = "flinklc"
     store = s3.uri(prefix)
     got = storage.lifecycle(
-        storage.launcher(tmp_path / "launch", s3_rows, store),
+        storage.launcher(tmp_path / "launch", rows_file, store),
         store,
         lambda rel: s3.read(f"{prefix}/{rel}"),
         s3.flags,
@@ -215,17 +193,17 @@ def test_flink_lifecycle_on_s3_matches_the_local_disk(flink, s3, s3_rows, s3_ref
         {"AWS_ENDPOINT_URL_S3": s3.endpoint},
         runner_flags=flink.flags,
     )
-    storage.assert_matches_local(got, s3_reference, s3.keys(prefix), prefix)
+    storage.assert_matches_local(got, local_reference, s3.keys(prefix), prefix)
 
 
-def test_s3_faults_while_the_flink_workers_publish(flink, s3, s3_rows, s3_reference, tmp_path):
+def test_s3_faults_while_the_flink_workers_publish(flink, s3, rows_file, local_reference, tmp_path):
     """A burst of S3 ``503 SlowDown`` and slow writes while the TaskManagers' SDK
     workers write the intents and receipts (``test_s3_storage.publish_through_faults``,
     the pipelines on Flink): the run survives or stops with one line and its resume
     command, and ends with the local disk's files, each request created once."""
     from tests.engines.test_s3_storage import publish_through_faults
 
-    publish_through_faults(s3, s3_rows, s3_reference, tmp_path, runner_flags=flink.flags)
+    publish_through_faults(s3, rows_file, local_reference, tmp_path, runner_flags=flink.flags)
 
 
 def _many_chunks_dir(root: Path, provider: str, rows: int = 120) -> Path:

@@ -23,34 +23,10 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
-
-import pytest
 
 from mmirage_beam.testing import FakeProviderServer
 from tests import storage_lifecycle as lc
 from tests.runners import clean_env, run_cli_in_process
-from tests.storage_servers import GCSServer, skip_unless_gcs_emulator
-
-
-@pytest.fixture(scope="module")
-def gcs(tmp_path_factory):
-    skip_unless_gcs_emulator()
-    server = GCSServer(tmp_path_factory.mktemp("gcs"))
-    server.start()
-    yield server
-    assert server.stop() == [], "the emulator's process group was not reaped"
-
-
-@pytest.fixture(scope="module")
-def rows_file(tmp_path_factory) -> Path:
-    return lc.write_rows(tmp_path_factory.mktemp("data"))
-
-
-@pytest.fixture(scope="module")
-def local_reference(tmp_path_factory, rows_file) -> dict:
-    """The lifecycle with every path on the local disk: what GCS must match."""
-    return lc.local_reference(tmp_path_factory.mktemp("local"), rows_file)
 
 
 def test_the_lifecycle_on_gcs_matches_the_local_disk(gcs, rows_file, local_reference, tmp_path):

@@ -32,30 +32,7 @@ from mmirage_beam.testing import FakeProviderServer
 from tests import storage_lifecycle as lc
 from tests.runners import clean_env, run_cli, run_cli_in_process
 from tests.storage_lifecycle import KEY, RUN, VALID
-from tests.storage_servers import S3Server, skip_unless_moto
-
-#: tests/engines/test_engines.py runs the same config on Flink, with these names from here.
-N_ROWS, MARKERS, INVALID_ROW, _launcher = lc.N_ROWS, lc.MARKERS, lc.INVALID_ROW, lc.launcher
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    skip_unless_moto()
-    server = S3Server(tmp_path_factory.mktemp("moto"))
-    server.start()
-    yield server
-    assert server.stop() == [], "moto's process group was not reaped"
-
-
-@pytest.fixture(scope="module")
-def rows_file(tmp_path_factory) -> Path:
-    return lc.write_rows(tmp_path_factory.mktemp("data"))
-
-
-@pytest.fixture(scope="module")
-def local_reference(tmp_path_factory, rows_file) -> dict:
-    """The lifecycle with every path on the local disk: what S3 must match."""
-    return lc.local_reference(tmp_path_factory.mktemp("local"), rows_file)
+from tests.storage_servers import S3Server
 
 
 def test_the_lifecycle_on_s3_matches_the_local_disk(s3, rows_file, local_reference, tmp_path):
@@ -65,7 +42,7 @@ def test_the_lifecycle_on_s3_matches_the_local_disk(s3, rows_file, local_referen
     prefix = "lifecycle"
     store = s3.uri(prefix)
     got = lc.lifecycle(
-        _launcher(tmp_path / "launch", rows_file, store),
+        lc.launcher(tmp_path / "launch", rows_file, store),
         store,
         lambda rel: s3.read(f"{prefix}/{rel}"),
         s3.flags,  # the endpoint: Beam's options; the credentials: the environment only
@@ -102,7 +79,7 @@ def publish_through_faults(
     which reach S3 through the same proxy (its endpoint is a pipeline option)."""
     prefix = "faults"
     store = s3.uri(prefix)
-    root = _launcher(tmp_path / "launch", rows_file, store)
+    root = lc.launcher(tmp_path / "launch", rows_file, store)
     with FakeProviderServer() as fake, s3.fault_proxy() as proxy:
         env = clean_env(
             {"OPENAI_API_KEY": KEY, "MMIRAGE_OPENAI_BASE_URL": fake.openai_base_url, **s3.env}
