@@ -281,22 +281,18 @@ def check_staleness(
     Raises:
         mmirage_beam.errors.CredentialsError: ``ask_provider`` without the key.
     """
-    from mmirage_beam.providers.base import resolve_credentials
+    from mmirage_beam.providers.base import opened_adapter
 
     provider = provider_config.provider
     batches, count = earlier_batches(files, provider)
     out = Staleness(checked=ask_provider, batches=len(batches), answers=count)
     if not ask_provider or not batches:
         return out
-    adapter = adapter_cls(resolve_credentials(adapter_cls, provider))
-    adapter.setup(provider_config)
-    try:
+    with opened_adapter(adapter_cls, provider_config) as adapter:
         for batch_id in sorted(batches):
             why = adapter.results_available(batch_id, provider_config)
             if why is not None:
                 out.stale[batch_id] = why
-    finally:
-        adapter.teardown()
     return out
 
 

@@ -25,6 +25,7 @@ provider registered only in the launcher still works on remote workers.
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 import logging
 import time
@@ -599,6 +600,58 @@ class BatchSubmissionAdapter(abc.ABC):
 
 
 _DUCK_TYPED_RETRY_FILTER = retrying.make_retry_filter((), (Exception,))
+
+
+def open_adapter(
+    adapter_cls: type[BatchSubmissionAdapter],
+    config: BatchProviderConfig,
+    run_id: Optional[str] = None,
+    credentials: Optional[Mapping[str, str]] = None,
+) -> BatchSubmissionAdapter:
+    """An adapter of ``adapter_cls`` with its client open: its key read from the
+    environment (:func:`resolve_credentials`; or the ``credentials`` given), ``run_id``
+    set, ``setup(config)`` called. The one way shared code and every DoFn open one; close
+    it with :func:`close_adapter` (or use :func:`opened_adapter`).
+
+    Raises:
+        mmirage_beam.errors.CredentialsError: the key is missing (naming its variable).
+        mmirage_beam.errors.ConfigError: the provider's SDK is not installed.
+    """
+    if credentials is None:
+        credentials = resolve_credentials(adapter_cls, config.provider)
+    adapter = adapter_cls(credentials)
+    adapter.run_id = run_id
+    adapter.setup(config)
+    return adapter
+
+
+def close_adapter(
+    adapter: Optional[BatchSubmissionAdapter],
+    describe: Callable[[BaseException], str] = str,
+) -> None:
+    """``adapter.teardown()`` (None: nothing); a failure to close is logged (as
+    ``describe(exc)``: a caller holding keys redacts them), never raised, so it cannot
+    hide what the caller was doing."""
+    if adapter is None:
+        return
+    try:
+        adapter.teardown()
+    except Exception as exc:
+        _LOG.warning("closing the %s adapter failed: %s", type(adapter).__name__, describe(exc))
+
+
+@contextlib.contextmanager
+def opened_adapter(
+    adapter_cls: type[BatchSubmissionAdapter],
+    config: BatchProviderConfig,
+    run_id: Optional[str] = None,
+) -> Iterator[BatchSubmissionAdapter]:
+    """:func:`open_adapter` for a ``with`` block; closed at its end."""
+    adapter = open_adapter(adapter_cls, config, run_id)
+    try:
+        yield adapter
+    finally:
+        close_adapter(adapter)
 
 
 def _short_reason(exc: BaseException) -> str:

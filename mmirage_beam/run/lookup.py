@@ -29,6 +29,8 @@ from mmirage_beam.providers.base import (
     BatchAdapterRegistry,
     BatchProgress,
     BatchSubmissionAdapter,
+    close_adapter,
+    open_adapter,
     resolve_credentials,
 )
 from mmirage_beam.providers.config import BatchProviderConfigRegistry
@@ -216,18 +218,15 @@ class BatchStatusChecker:
         """Build one adapter per provider and call its ``setup(config)``."""
         for provider, (adapter_cls, creds) in self._plans.items():
             if provider not in self._adapters:
-                adapter = adapter_cls(creds)
-                adapter.setup(self._configs[provider])
-                self._adapters[provider] = adapter
+                self._adapters[provider] = open_adapter(
+                    adapter_cls, self._configs[provider], credentials=creds
+                )
 
     def close(self) -> None:
         """``teardown()`` every adapter (errors are logged, not raised)."""
         adapters, self._adapters = self._adapters, {}
-        for provider, adapter in adapters.items():
-            try:
-                adapter.teardown()
-            except Exception as exc:  # closing must not hide the report
-                _LOG.warning("closing the %s adapter failed: %s", provider, self._redact(exc))
+        for adapter in adapters.values():
+            close_adapter(adapter, self._redact)  # closing must not hide the report
 
     def check(self, batches: Sequence[ReceiptEntry]) -> List[BatchStatus]:
         """Look every batch up; one :class:`BatchStatus` per entry, in the same order.

@@ -40,7 +40,7 @@ from typing import Any, Optional
 
 from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.io.fs import list_files, write_durably
-from mmirage_beam.providers.base import BatchSubmissionAdapter, resolve_credentials
+from mmirage_beam.providers.base import BatchSubmissionAdapter, close_adapter, open_adapter
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.run.layout import part_path, parts_dir
 from mmirage_beam.run.receipts import (
@@ -109,9 +109,7 @@ def prepare_resume(
     by_shape = adapter_cls.adopts_by_shape
     adapter = None
     if (pending and (by_shape or adapter_cls.adopts_by_metadata)) or (unconfirmed and by_shape):
-        adapter = adapter_cls(resolve_credentials(adapter_cls, provider_config.provider))
-        adapter.run_id = run_id
-        adapter.setup(provider_config)
+        adapter = open_adapter(adapter_cls, provider_config, run_id)
     try:
         if by_shape and adapter is not None:
             claimed = _claim_receipted(base, adapter_cls)
@@ -145,8 +143,7 @@ def prepare_resume(
                 continue
             _adopt(adapter, rfile, path, intent, raw, run_id, state)
     finally:
-        if adapter is not None:
-            adapter.teardown()
+        close_adapter(adapter)
     ids: set[str] = set()
     for rfile in files:
         for r in read_receipts(rfile):

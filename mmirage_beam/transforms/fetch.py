@@ -21,7 +21,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from mmirage_beam.metrics import METRICS_NAMESPACE
-from mmirage_beam.providers.base import ENDED_STATUSES, resolve_credentials
+from mmirage_beam.providers.base import ENDED_STATUSES, close_adapter, open_adapter
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import ProviderResult, ResultError, provider_result
 from mmirage_beam.results import is_retryable
@@ -118,13 +118,11 @@ class _FetchResultsFn(beam.DoFn):
     def setup(self) -> None:
         self._adapters = {}
         for name, (cls, config) in self._providers.items():
-            adapter = cls(resolve_credentials(cls, name))
-            adapter.setup(config)
-            self._adapters[name] = (adapter, config)
+            self._adapters[name] = (open_adapter(cls, config), config)
 
     def teardown(self) -> None:
         for adapter, _ in getattr(self, "_adapters", {}).values():
-            adapter.teardown()
+            close_adapter(adapter)
 
     def process(self, batch: BatchToFetch) -> Iterator[Any]:
         mapping = batch.mapping()

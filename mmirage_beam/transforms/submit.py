@@ -21,7 +21,7 @@ from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.errors import RunStopped
 from mmirage_beam.io.fs import replace_file, write_durably
 from mmirage_beam.metrics import METRICS_NAMESPACE
-from mmirage_beam.providers.base import resolve_credentials
+from mmirage_beam.providers.base import close_adapter, open_adapter
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import ChunkRef
 from mmirage_beam.run.budget import token_budget_for
@@ -84,18 +84,15 @@ class _SubmitChunkFn(beam.DoFn):
             return
         self._budget = token_budget_for(self._config, self._base, self._run_id)
 
-        creds = resolve_credentials(self._adapter_cls, self._config.provider)
-        self._adapter = self._adapter_cls(creds)
-        self._adapter.run_id = self._run_id
-        self._adapter.setup(self._config)
+        self._adapter = open_adapter(self._adapter_cls, self._config, self._run_id)
 
     def teardown(self) -> None:
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.shutdown(wait=True)
         adapter = getattr(self, "_adapter", None)
-        if adapter is not None and not self._dry_run:
-            adapter.teardown()
+        if not self._dry_run:
+            close_adapter(adapter)
 
     def start_bundle(self) -> None:
         from concurrent.futures import ThreadPoolExecutor

@@ -30,7 +30,6 @@ from apache_beam.runners.job.utils import dict_to_struct
 from mmirage_beam.config import load_config
 from mmirage_beam.testing import FakeProviderServer
 from mmirage_beam.transforms.submit_rows import build_submit_pipeline
-from pipelines import submit as submit_driver
 from pipelines.submit import main as run_main
 from tests.conftest import GSM8K_JSONL, REPO, base_config, write_config
 
@@ -151,14 +150,16 @@ def test_key_appears_nowhere(tmp_path, capsys, caplog, monkeypatch, provider_env
     caplog.set_level(logging.DEBUG)
     # -v puts mmirage at DEBUG; the SDKs and their HTTP client go to DEBUG as well here,
     # as a user chasing a problem would set them (OPENAI_LOG=debug ...).
-    configure = submit_driver.configure_logging
+    from mmirage_beam.launch import drivers
+
+    configure = drivers.configure_logging
 
     def configure_all_debug(verbose: bool = False) -> None:
         configure(verbose)
         for name in ("openai", "anthropic", "httpx", "httpcore"):
             logging.getLogger(name).setLevel(logging.DEBUG)
 
-    monkeypatch.setattr(submit_driver, "configure_logging", configure_all_debug)
+    monkeypatch.setattr(drivers, "configure_logging", configure_all_debug)
     config = _small_config(tmp_path, provider, fake)
 
     # 1. A dry run (export, dry-run receipts, placeholders).
