@@ -342,6 +342,75 @@ class BatchSubmissionAdapter(abc.ABC):
         """
         return None
 
+    #: a retried create looks (:meth:`find_batch`) at batches created up to this long
+    #: before its chunk's first create attempt (clock skew between us and the
+    #: provider), in seconds.
+    FIND_BATCH_MARGIN_SECS: ClassVar[float] = 300.0
+
+    def create_once(
+        self,
+        what: str,
+        chunk_id: str,
+        create: Callable[[], Dict[str, Any]],
+        request_count: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """``create()`` (one provider create of chunk ``chunk_id``'s batch; returns the
+        raw batch) with this adapter's retries (:meth:`call_with_retries`), where every
+        attempt after the first first looks for the batch an earlier attempt may have
+        made (:meth:`adopt_lost_create`) and returns it instead of creating a second:
+        the one place a retried create adopts, for every adapter.
+
+        Args:
+            what: the call, for logs and errors ("OpenAI batches.create (chunk c1)").
+            chunk_id: the chunk (``mmirage_chunk_id`` in the batch's metadata).
+            create: one attempt at the create.
+            request_count: the chunk's requests (an adoption by shape matches on it).
+
+        Raises:
+            mmirage_beam.providers.retrying.ProviderRetriesExhausted: the create or a
+                lookup still failed after the last attempt.
+            Exception: a non-retryable answer of the provider, at once.
+        """
+        first_attempt_at = time.time()
+        attempts = 0
+
+        def attempt() -> Dict[str, Any]:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                found = self.adopt_lost_create(what, chunk_id, first_attempt_at, request_count)
+                if found is not None:
+                    return found
+            return create()
+
+        return self.call_with_retries(what, attempt)
+
+    def adopt_lost_create(
+        self,
+        what: str,
+        chunk_id: str,
+        first_attempt_at: float,
+        request_count: Optional[int] = None,
+    ) -> Optional[Dict[str, Any]]:
+        """The batch an earlier attempt of this create made (its answer was an error),
+        or None: create again. By metadata (``adopts_by_metadata``): :meth:`find_batch`
+        for ``self.run_id`` since ``first_attempt_at - FIND_BATCH_MARGIN_SECS``. An
+        adapter adopting by shape overrides this (Anthropic's). A failed lookup fails
+        the attempt, which is retried."""
+        if not (self.adopts_by_metadata and self.run_id):
+            return None
+        found = self.find_batch(
+            self.run_id, chunk_id, created_after=first_attempt_at - self.FIND_BATCH_MARGIN_SECS
+        )
+        if found is not None:
+            _LOG.warning(
+                "%s: adopted %s, created by an earlier attempt that answered an error; "
+                "not creating a second batch",
+                what,
+                found.get("id") or found.get("name"),
+            )
+        return found
+
     def find_candidate_batches(
         self,
         request_count: int,

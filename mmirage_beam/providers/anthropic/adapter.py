@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from typing import Any, Callable, ClassVar, Dict, Iterable, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.images import image_error, images_error
@@ -265,66 +264,73 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
 
     def _create(self, chunk_id: str, count: int, send: Callable[[], Any]) -> Dict[str, Any]:
         """The create of a batch of ``count`` requests through ``send()``, retried, with
-        adoption of a batch an earlier attempt made (see :meth:`submit_chunk`)."""
-        body = range(count)  # only its length is used below
-        first_attempt_at = time.time()
-        attempts = 0
-        what = f"Anthropic messages.batches.create (chunk {chunk_id})"
+        adoption of a batch an earlier attempt made (:meth:`create_once`, through
+        :meth:`adopt_lost_create`; see :meth:`submit_chunk`)."""
 
         def create() -> Dict[str, Any]:
-            nonlocal attempts
-            attempts += 1
-            if attempts > 1:
-                with _CLAIMED_LOCK:
-                    siblings = _IN_FLIGHT.get(len(body), 0)
-                # Part of this attempt: a failed lookup fails the attempt (retried).
-                found = self.find_candidate_batches(
-                    len(body), created_after=first_attempt_at - self.ADOPT_SKEW_SECS, retries=False
-                )
-                if siblings:
-                    _LOG.warning(
-                        "%s: another create of %d requests is in flight in this process; "
-                        "not adopting by time and count",
-                        what,
-                        len(body),
-                    )
-                    found = []  # ambiguous: create again
-                if len(found) == 1:
-                    _LOG.warning(
-                        "%s: adopted %s (created since the first attempt, %d requests, named "
-                        "by no receipt): not creating a second batch",
-                        what,
-                        found[0]["id"],
-                        len(body),
-                    )
-                    claim(found[0]["id"])
-                    adopted = dict(found[0])
-                    adopted["mmirage_adoption"] = {
-                        "method": "created_at+request_count",
-                        "confirmed": False,
-                    }
-                    return adopted
-                if found:
-                    _LOG.warning(
-                        "%s: %d batches of %d requests were created since the first "
-                        "attempt; cannot tell which is this chunk's, creating it again "
-                        "(its requests may now exist twice)",
-                        what,
-                        len(found),
-                        len(body),
-                    )
             with _CLAIMED_LOCK:
-                _IN_FLIGHT[len(body)] = _IN_FLIGHT.get(len(body), 0) + 1
+                _IN_FLIGHT[count] = _IN_FLIGHT.get(count, 0) + 1
             try:
                 batch = send()
             finally:
                 with _CLAIMED_LOCK:
-                    _IN_FLIGHT[len(body)] -= 1
+                    _IN_FLIGHT[count] -= 1
             raw = batch.model_dump(mode="json")
             claim(raw["id"])
             return raw
 
-        return self.call_with_retries(what, create)
+        what = f"Anthropic messages.batches.create (chunk {chunk_id})"
+        return self.create_once(what, chunk_id, create, request_count=count)
+
+    def adopt_lost_create(
+        self,
+        what: str,
+        chunk_id: str,
+        first_attempt_at: float,
+        request_count: Optional[int] = None,
+    ) -> Optional[Dict[str, Any]]:
+        """By shape: the one unclaimed batch of ``request_count`` requests created since
+        ``first_attempt_at - ADOPT_SKEW_SECS`` (:meth:`find_candidate_batches`), marked
+        ``mmirage_adoption`` (unconfirmed: the resume confirms it by custom_ids); None
+        when there is none, several, or a sibling create of the same size is in flight
+        in this process (ambiguous). The lookup is part of the attempt: if it fails,
+        the attempt fails and is retried."""
+        count = int(request_count or 0)
+        with _CLAIMED_LOCK:
+            siblings = _IN_FLIGHT.get(count, 0)
+        found = self.find_candidate_batches(
+            count, created_after=first_attempt_at - self.ADOPT_SKEW_SECS, retries=False
+        )
+        if siblings:
+            _LOG.warning(
+                "%s: another create of %d requests is in flight in this process; "
+                "not adopting by time and count",
+                what,
+                count,
+            )
+            return None  # ambiguous: create again
+        if len(found) == 1:
+            _LOG.warning(
+                "%s: adopted %s (created since the first attempt, %d requests, named "
+                "by no receipt): not creating a second batch",
+                what,
+                found[0]["id"],
+                count,
+            )
+            claim(found[0]["id"])
+            adopted = dict(found[0])
+            adopted["mmirage_adoption"] = {"method": "created_at+request_count", "confirmed": False}
+            return adopted
+        if found:
+            _LOG.warning(
+                "%s: %d batches of %d requests were created since the first attempt; "
+                "cannot tell which is this chunk's, creating it again (its requests may "
+                "now exist twice)",
+                what,
+                len(found),
+                count,
+            )
+        return None
 
     adopts_by_shape = True
 

@@ -39,7 +39,6 @@ import contextlib
 import io
 import logging
 import tempfile
-import time
 from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.errors import ConfigError
@@ -122,6 +121,8 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
     #: ``GOOGLE_API_KEY`` is the SDK's own fallback (google-genai reads both).
     CREDENTIAL_FALLBACKS: ClassVar[Mapping[str, Sequence[str]]] = {"api_key": ("GOOGLE_API_KEY",)}
     chunk_overhead_bytes: ClassVar[int] = 0  # the upload is exactly the JSONL lines
+    #: a retried create looks only at jobs created since its first attempt (no margin)
+    FIND_BATCH_MARGIN_SECS: ClassVar[float] = 0.0
     STATUS_MAP: ClassVar[Mapping[str, str]] = {
         **{f"{p}_state_pending": "in_progress" for p in ("job", "batch")},
         **{f"{p}_state_running": "in_progress" for p in ("job", "batch")},
@@ -291,28 +292,14 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
                 file=content(), config={"mime_type": "jsonl", "display_name": name}
             ),
         )
-        first_attempt_at = time.time()
-        attempts = 0
 
         def create() -> Dict[str, Any]:
-            nonlocal attempts
-            attempts += 1
-            if attempts > 1 and self.run_id:
-                found = self.find_batch(self.run_id, chunk_id, created_after=first_attempt_at)
-                if found is not None:
-                    _LOG.warning(
-                        "Gemini batches.create (chunk %s): adopted %s, created by an earlier "
-                        "attempt that answered an error; not creating a second job",
-                        chunk_id,
-                        found.get("name"),
-                    )
-                    return found
             job = self._client.batches.create(
                 model=config.model, src=uploaded.name, config={"display_name": name}
             )
             return _job_dict(job)
 
-        return self.call_with_retries(f"Gemini batches.create (chunk {chunk_id})", create)
+        return self.create_once(f"Gemini batches.create (chunk {chunk_id})", chunk_id, create)
 
     adopts_by_metadata = True  # find_batch reads the batch's mmirage metadata
 

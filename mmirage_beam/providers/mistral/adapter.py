@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import logging
-import time
 from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.errors import ConfigError
@@ -206,26 +205,8 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
         metadata["mmirage_chunk_id"] = chunk_id
         if self.run_id:
             metadata["mmirage_run_id"] = self.run_id
-        first_attempt_at = time.time()
-        attempts = 0
 
         def create() -> Dict[str, Any]:
-            nonlocal attempts
-            attempts += 1
-            if attempts > 1 and self.run_id:
-                found = self.find_batch(
-                    self.run_id,
-                    chunk_id,
-                    created_after=first_attempt_at - self.FIND_BATCH_MARGIN_SECS,
-                )
-                if found is not None:
-                    _LOG.warning(
-                        "Mistral batch.jobs.create (chunk %s): adopted %s, created by an "
-                        "earlier attempt that answered an error; not creating a second job",
-                        chunk_id,
-                        found.get("id"),
-                    )
-                    return found
             job = self._client.batch.jobs.create(
                 input_files=[uploaded.id],
                 model=config.model,
@@ -235,7 +216,7 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
             )
             return _dump(job)
 
-        return self.call_with_retries(f"Mistral batch.jobs.create (chunk {chunk_id})", create)
+        return self.create_once(f"Mistral batch.jobs.create (chunk {chunk_id})", chunk_id, create)
 
     adopts_by_metadata = True  # find_batch reads the batch's mmirage metadata
 

@@ -95,9 +95,6 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
         f"file cannot exceed ({VISION_LIMITS_SOURCE})"
     )
     STATUS_MAP: ClassVar[Mapping[str, str]] = {"expired": "failed", "cancelled": "failed"}
-    #: a retried create looks at batches created up to this long before its chunk's
-    #: first create attempt (covers clock skew between us and the provider), in seconds.
-    FIND_BATCH_MARGIN_SECS: ClassVar[float] = 300.0
     #: page size of the batch listing (the API's maximum).
     FIND_BATCH_PAGE_SIZE: ClassVar[int] = 100
 
@@ -243,26 +240,8 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
         metadata["mmirage_chunk_id"] = chunk_id
         if self.run_id:
             metadata["mmirage_run_id"] = self.run_id
-        first_attempt_at = time.time()
-        attempts = 0
 
         def create() -> Dict[str, Any]:
-            nonlocal attempts
-            attempts += 1
-            if attempts > 1 and self.run_id:
-                found = self.find_batch(
-                    self.run_id,
-                    chunk_id,
-                    created_after=first_attempt_at - self.FIND_BATCH_MARGIN_SECS,
-                )
-                if found is not None:
-                    _LOG.warning(
-                        "OpenAI batches.create (chunk %s): adopted %s, created by an earlier "
-                        "attempt that answered an error; not creating a second batch",
-                        chunk_id,
-                        found.get("id"),
-                    )
-                    return found
             batch = self._client.batches.create(
                 input_file_id=uploaded.id,
                 endpoint=config.batch_endpoint,
@@ -271,7 +250,7 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
             )
             return batch.model_dump(mode="json")
 
-        return self.call_with_retries(f"OpenAI batches.create (chunk {chunk_id})", create)
+        return self.create_once(f"OpenAI batches.create (chunk {chunk_id})", chunk_id, create)
 
     adopts_by_metadata = True  # find_batch reads the batch's mmirage metadata
 
