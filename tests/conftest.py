@@ -271,6 +271,11 @@ def _no_real_keys(monkeypatch):
 # that day removed (estimated from each file run alone before and after); files not
 # listed (each under ~30 s) keep their order after these.
 SLOW_FILES_SECS = {
+    # the engine tests: Flink clusters and their jobs (2026-12-06, run alone); first, so
+    # their waits on the JVMs overlap the CPU-bound files
+    "test_engines.py": 800,
+    "test_s3_storage.py": 120,
+    "test_gcs_storage.py": 90,
     "test_crash_suite.py": 215,
     "test_runners.py": 205,
     "test_verdicts.py": 165,

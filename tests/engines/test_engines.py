@@ -12,10 +12,16 @@ runner.
   lifecycle on Flink (resubmit and cancel included) gives the local disk's bytes; a burst
   of ``503 SlowDown`` and slow writes while the TaskManagers' workers publish receipts
   loses and repeats nothing (``tests/storage_lifecycle.py``, ``tests/engines/test_s3_storage.py``).
+- ``mmirage run --wait`` with every pipeline on Flink and its state on ``gs://`` (a GCS
+  emulator) ends as the same command on the local disk on the DirectRunner.
 - A TaskManager killed (``kill -9`` of its process group: the JVM and its SDK workers)
   in the middle of a submission, just after the provider accepted a batch: nothing is
   created twice, nothing is lost, the error is one line with the resume command, and
   the resume finishes the run.
+
+CI runs the S3 lifecycle, both TaskManagers' work, the TaskManager kill at
+``batch_created`` and Prism; ``MMIRAGE_ENGINE_CAMPAIGN=1`` runs the rest too (the local
+lifecycle, the S3 faults, ``run --wait`` on GCS, more kill steps).
 
 The engines are fetched into the engine cache on first use (``mmirage cluster fetch``;
 ``.ci/run`` does it first). Without Java, Maven or Go the tests skip, unless
@@ -55,6 +61,15 @@ from tests.lifecycle import (
 from tests.runners import REQUIRE_ENV_VAR, clean_env, run_cli, worker_env
 
 pytestmark = pytest.mark.timeout(900)
+
+#: The longer engine tests run with ``MMIRAGE_ENGINE_CAMPAIGN=1`` (README, Development);
+#: CI runs the S3 lifecycle on Flink (a submit and merge compared with the DirectRunner,
+#: with resubmit and cancel), both TaskManagers' work, a TaskManager kill and Prism,
+#: within its 20 minutes.
+CAMPAIGN = os.environ.get("MMIRAGE_ENGINE_CAMPAIGN") == "1"
+campaign = pytest.mark.skipif(
+    not CAMPAIGN, reason="a longer engine test: MMIRAGE_ENGINE_CAMPAIGN=1 runs it"
+)
 
 
 def _start_or_skip(start, *args, **kwargs):  # noqa: ANN001, ANN202
@@ -120,6 +135,7 @@ def _compare(got: dict, reference: dict, engine: str) -> None:
         assert got[what] == reference[what], f"{engine}: {what} differs from the DirectRunner's"
 
 
+@campaign
 def test_flink_gives_the_directrunner_files(flink, reference, tmp_path):
     got = lifecycle(
         launcher_dir(tmp_path / "launch"),
@@ -196,6 +212,7 @@ def test_flink_lifecycle_on_s3_matches_the_local_disk(
     storage.assert_matches_local(got, local_reference, s3.keys(prefix), prefix)
 
 
+@campaign
 def test_s3_faults_while_the_flink_workers_publish(flink, s3, rows_file, local_reference, tmp_path):
     """A burst of S3 ``503 SlowDown`` and slow writes while the TaskManagers' SDK
     workers write the intents and receipts (``test_s3_storage.publish_through_faults``,
@@ -204,6 +221,67 @@ def test_s3_faults_while_the_flink_workers_publish(flink, s3, rows_file, local_r
     from tests.engines.test_s3_storage import publish_through_faults
 
     publish_through_faults(s3, rows_file, local_reference, tmp_path, runner_flags=flink.flags)
+
+
+@campaign
+def test_run_wait_on_flink_with_its_state_on_gcs(engine_root, gcs, rows_file, tmp_path):
+    """``mmirage run --wait`` (submit, wait, merge, re-send the retryable failure, merge
+    again) with every pipeline on a Flink cluster of 2 TaskManagers and the receipts,
+    staged chunks, placeholder rows and merged files on ``gs://`` (the GCS emulator,
+    through Beam's GCS filesystem: its endpoint and offline credentials are in the
+    TaskManagers' environment) ends as the same command on the local disk on the
+    DirectRunner: the same exit status, merged and errors files, and the same requests
+    at the fake (each custom_id once; the flaky one once more, in the resubmission)."""
+    from mmirage_beam.engines.flink import start_flink
+
+    got: dict = {}
+    cluster = None
+    try:
+        for where in ("local", "gcs"):
+            store = str(tmp_path / "store") if where == "local" else gcs.uri("wait")
+            root = storage.launcher(tmp_path / where, rows_file, store)
+            flags: list[str] = []
+            if where == "gcs":
+                env = {**_worker_env(engine_root), **gcs.env}
+                cluster = _start_or_skip(start_flink, tmp_path / "flink", taskmanagers=2, env=env)
+                flags = cluster.flags
+            with FakeProviderServer() as fake:
+                env = clean_env(
+                    {
+                        "OPENAI_API_KEY": LAUNCHER_KEY,
+                        "MMIRAGE_OPENAI_BASE_URL": fake.openai_base_url,
+                        **gcs.env,
+                    }
+                )
+                args = ["run", "--config", "config.yaml", "--run-id", "w", "--skip-invalid-rows",
+                        "--wait", "--retries", "1", "--poll-interval", "0.2", "--output-path",
+                        f"{store}/out/merged.jsonl", *flags]  # fmt: skip
+                start = time.monotonic()
+                proc = run_cli(args, root, env, timeout=900)
+                print(f"{where}: exit {proc.returncode} in {time.monotonic() - start:.0f} s")
+                assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+                read = (
+                    (lambda rel, store=store: Path(store, rel).read_bytes())
+                    if where == "local"
+                    else (lambda rel: gcs.read(f"wait/{rel}"))
+                )
+                got[where] = {
+                    "exit": proc.returncode,
+                    "merged": read("out/merged.jsonl"),
+                    "errors": read("out/merged.errors.jsonl"),
+                    "sent": collections.Counter(r["custom_id"] for r in fake.submitted_requests()),
+                    "creates": collections.Counter(fake.create_counts().values()),
+                }
+    finally:
+        if cluster is not None:
+            stop_cluster(Path(cluster.dir))
+    assert got["gcs"] == got["local"]
+    sent = got["local"]["sent"]
+    assert sent.pop("answer-text-3") == 2, "the flaky row: once, then once in the resubmission"
+    assert sorted(sent) == sorted(f"answer-text-{i}" for i in storage.VALID if i != 3) and set(
+        sent.values()
+    ) == {1}
+    assert not [k for k in gcs.keys("wait/") if ".parts/" in k or ".staged." in k]
 
 
 def _many_chunks_dir(root: Path, provider: str, rows: int = 120) -> Path:
@@ -227,7 +305,7 @@ def _many_chunks_dir(root: Path, provider: str, rows: int = 120) -> Path:
 #: (provider, step) of the TaskManager-kill test. CI runs the first; the rest run with
 #: MMIRAGE_ENGINE_CAMPAIGN=1 (benchmarks/crash_suite.py runs more, with trials).
 KILLS = [("openai", "batch_created")]
-if os.environ.get("MMIRAGE_ENGINE_CAMPAIGN") == "1":
+if CAMPAIGN:
     KILLS += [
         ("anthropic", "batch_created"),
         ("openai", "intent_written"),
