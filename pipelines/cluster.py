@@ -59,8 +59,12 @@ def _say(line: str) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``mmirage cluster``; returns the exit status (0 ok, 1 an engine
-    error, printed as one message with the log tails, 2 bad flags)."""
-    args = _parser().parse_args(argv)
+    error, printed as one message with the log tails, 2 bad flags, 130 interrupted:
+    whatever ``up`` had started is stopped first)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.action == "up" and (args.taskmanagers < 1 or args.slots < 1):
+        parser.error("--taskmanagers (--workers) and --slots must be at least 1")
     from mmirage_beam.engines.processes import EngineError
 
     try:
@@ -68,6 +72,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except EngineError as exc:
         print(f"mmirage cluster {args.action}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        done = "; every process it had started is stopped" if args.action == "up" else ""
+        print(f"mmirage cluster {args.action}: interrupted{done}", file=sys.stderr)
+        return 130
 
 
 def _up(args: argparse.Namespace) -> int:

@@ -422,3 +422,51 @@ def test_cluster_up_prints_the_flags_last_and_down_stops_it(tmp_path):
     assert status.returncode == 1 and "stopped" in status.stdout
     pid = json.loads((cluster / "cluster.json").read_text())["daemons"][0]["pid"]
     assert not pid_alive(pid)
+
+
+def test_ctrl_c_during_cluster_up_stops_what_it_started_in_one_line(tmp_path):
+    """SIGINT while ``mmirage cluster up`` waits for its TaskManagers: exit 130, one
+    line (no traceback), and no process of the cluster left."""
+    import signal
+    import subprocess
+    import sys
+
+    cluster = tmp_path / "c"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "cluster", "up", "--dir", str(cluster)],
+        cwd=tmp_path,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    for line in proc.stderr:  # progress goes to stderr, line by line
+        lines.append(line)
+        if "waiting for" in line:
+            break
+    else:
+        out, err = proc.communicate(timeout=60)
+        if os.environ.get(REQUIRE_ENV_VAR) != "1":
+            pytest.skip(f"Flink cannot be started here: {''.join(lines)}{err[-2000:]}")
+        raise AssertionError("".join(lines) + err)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and out == "", err
+    assert err.strip().splitlines()[-1] == (
+        "mmirage cluster up: interrupted; every process it had started is stopped"
+    )
+    pids = [d["pid"] for d in json.loads((cluster / "cluster.json").read_text())["daemons"]]
+    assert pids and not any(pid_alive(pid) for pid in pids)
+
+
+def test_cluster_up_refuses_no_taskmanagers_as_bad_usage(tmp_path):
+    """``--taskmanagers 0`` is bad usage (exit 2, argparse's message), nothing started."""
+    up = run_cli(
+        ["cluster", "up", "--dir", str(tmp_path / "c"), "--taskmanagers", "0"],
+        tmp_path,
+        clean_env(),
+    )
+    assert up.returncode == 2 and "must be at least 1" in up.stderr, up.stderr
+    assert not (tmp_path / "c").exists()
