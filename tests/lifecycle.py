@@ -12,6 +12,7 @@ import hashlib
 import json
 import subprocess
 import time
+import warnings
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -172,17 +173,19 @@ def lifecycle(
         for b in batches:  # check sees every batch the provider holds
             assert b["id"] in check.stdout, check.stdout
 
-        merge = mmirage(
-            "merge",
-            "--config",
-            "config.yaml",
-            "--run-id",
-            RUN_ID,
-            "--output-path",
-            "out/merged.jsonl",
-            *flags,
-        )
-        assert merge.returncode == 1, merge.stdout + merge.stderr[-4000:]  # 4 failed outputs
+        merge_args = ("merge", "--config", "config.yaml", "--run-id", RUN_ID,
+                      "--output-path", "out/merged.jsonl", *flags)  # fmt: skip
+        merge = mmirage(*merge_args)
+        if merge.returncode == 1 and not (root / "out" / "merged.jsonl").exists() and flags:
+            # The merge job itself failed (seen once in ~30 Prism runs, 2026-12-06, without
+            # its log): say so loudly with the engine's words, and merge again, as a
+            # user would (a merge is idempotent); a second failure fails the test.
+            warnings.warn(f"the merge job failed on {flags[:4]}; merging again:\n"
+                          f"{merge.stderr[-6000:]}", stacklevel=1)  # fmt: skip
+            merge = mmirage(*merge_args)
+        # 4 failed outputs: exit 1, and the merged file written (a failed job exits 1 too)
+        assert merge.returncode == 1, merge.stdout + merge.stderr[-4000:]
+        assert (root / "out" / "merged.jsonl").exists(), merge.stdout + merge.stderr[-6000:]
         held = fake.submitted_requests("openai")
         creates = fake.create_counts()
 
