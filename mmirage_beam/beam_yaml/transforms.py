@@ -271,6 +271,9 @@ class SubmitBatches(beam.PTransform):
         self.plan: Any = None
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        from mmirage_beam.transforms.worker_imports import import_on_workers
+
+        import_on_workers(pcoll)  # every SDK worker imports the package at start-up
         # pipeline.py loads Jinja2 and every transform: only when a YAML graph uses this
         from mmirage_beam.transforms.submit_rows import SubmitRows, invalid_rows_path
 
@@ -529,6 +532,9 @@ class MergeBatches(beam.PTransform):
         self.plan: Any = None
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        from mmirage_beam.transforms.worker_imports import import_on_workers
+
+        import_on_workers(pcoll)  # every SDK worker imports the package at start-up
         # pipeline.py loads Jinja2 and every transform: only when a YAML graph uses this
         from mmirage_beam.transforms.merge_rows import MergeRows
 

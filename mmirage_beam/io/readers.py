@@ -192,6 +192,9 @@ class ReadDatasets(beam.PTransform):
         }
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> ReadDatasetsResult:
+        from mmirage_beam.transforms.worker_imports import import_on_workers
+
+        import_on_workers(pbegin)  # every SDK worker imports the package at start-up
         file_ids = tuple(s.file_id for s in self._splits)
         # Both passes take the splits from one Reshuffle (spread over the workers).
         splits = (

@@ -415,6 +415,9 @@ class ChunkRequests(beam.PTransform):
 
     def expand(self, requests: PCollection) -> ChunkRequestsResult:
         """``PCollection[BatchRequest]`` -> ``ChunkRequestsResult(chunks, rejected)``."""
+        from mmirage_beam.transforms.worker_imports import import_on_workers
+
+        import_on_workers(requests)  # every SDK worker imports the package at start-up
         shards_per_key = self._shards_per_key
         if not requests.windowing.is_default():
             # Already in the global window with the default trigger (a batch read), the

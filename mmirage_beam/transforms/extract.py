@@ -264,6 +264,9 @@ class ExtractInputs(beam.PTransform):
         self._image_file_limit = image_file_limit
 
     def expand(self, rows: beam.PCollection) -> ExtractInputsResult:
+        from mmirage_beam.transforms.worker_imports import import_on_workers
+
+        import_on_workers(rows)  # every SDK worker imports the package at start-up
         out = rows | "Extract" >> beam.ParDo(
             _ExtractInputsFn(
                 self._inputs,

@@ -139,6 +139,9 @@ class MergeRows(beam.PTransform):
     def expand(self, rows: beam.PCollection) -> beam.PCollection:
         import uuid
 
+        from mmirage_beam.transforms.worker_imports import import_on_workers
+
+        import_on_workers(rows)  # every SDK worker imports the package at start-up
         p = rows.pipeline
         config, batches, receipts = self.config, self.batches, self.receipts
         providers, settings = self.providers, self.settings

@@ -148,7 +148,8 @@ def test_flink_gives_the_directrunner_files(flink, reference, tmp_path):
 def test_both_taskmanagers_built_and_submitted(flink, engine_root, tmp_path):
     """The tracer provider records the folder of every step: building and submitting
     ran in the SDK workers of both TaskManagers (each in its TaskManager's folder, with
-    the key of the TaskManagers' environment), never in the launcher."""
+    the key of the TaskManagers' environment), never in the launcher; and every worker had
+    imported the package at start-up (``--beam_plugins``, tests/unit/test_worker_imports.py)."""
     trace_file = engine_root / "trace.jsonl"
     trace_file.unlink(missing_ok=True)
     root = launcher_dir(tmp_path / "launch", provider="tracer")
@@ -174,6 +175,7 @@ def test_both_taskmanagers_built_and_submitted(flink, engine_root, tmp_path):
         by_tm = collections.Counter(t["cwd"] for t in on_tms if t["stage"] == stage)
         print(f"{stage} per TaskManager: {dict(by_tm)}")
         assert set(by_tm) == tm_dirs, f"{stage} ran on {dict(by_tm)}, not on both TaskManagers"
+    assert all(t["worker_imports"] for t in on_tms), "a worker skipped the start-up imports"
     stages = [t["stage"] for t in on_tms]
     assert stages.count("build_request") >= 2 * (N_ROWS - 1)
     assert stages.count("submit_chunk_lines") == n_batches

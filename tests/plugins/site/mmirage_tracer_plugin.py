@@ -2,10 +2,13 @@
 that records which process ran each of its steps.
 
 Every ``build_request``, ``setup`` and ``submit_chunk_lines`` call appends one JSON line
-``{"stage", "pid", "ppid", "cwd", "key_sha256"}`` to the file named by
+``{"stage", "pid", "ppid", "cwd", "key_sha256", "worker_imports"}`` to the file named by
 ``$MMIRAGE_TRACE_FILE`` (nothing is recorded when it is unset). ``key_sha256`` is the first
 12 hex digits of the SHA-256 of the API key the adapter holds (``null`` without one), so a
 test can tell whose key a worker used without the key being written anywhere.
+``worker_imports`` says whether the process had imported
+``mmirage_beam.transforms.worker_imports``: on an SDK worker only its ``--beam_plugins``
+start-up imports it.
 
 The key comes from ``TRACER_API_KEY`` or ``TRACER_API_KEY_FILE``, like any provider's.
 Registered through the ``mmirage_beam.providers`` entry point of the ``.dist-info``
@@ -17,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, Sequence
 
@@ -48,6 +52,7 @@ class TracerBatchAdapter(OpenAIBatchAdapter):
             "ppid": os.getppid(),
             "cwd": os.getcwd(),
             "key_sha256": hashlib.sha256(key.encode()).hexdigest()[:12] if key else None,
+            "worker_imports": "mmirage_beam.transforms.worker_imports" in sys.modules,
         }
         with open(path, "a", encoding="utf-8") as f:  # one short line: an atomic append
             f.write(json.dumps(line) + "\n")
