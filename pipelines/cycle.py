@@ -1,7 +1,8 @@
-"""``mmirage run --wait``: the cycle of :mod:`mmirage_beam.cycle.loop` over these drivers.
+"""``mmirage run --wait``: the cycle of :mod:`mmirage_beam.cycle.loop` over this driver.
 
-The cycle calls the merge and resubmit drivers in-process; they are handed to it here,
-so the package itself never imports ``pipelines``.
+The cycle runs the merge and resubmit command objects itself
+(:mod:`mmirage_beam.run.commands`); the submission is handed to it here, so the package
+itself never imports ``pipelines``.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from typing import Callable, Optional, Sequence
 
 from mmirage_beam.cycle.loop import Drivers
 from mmirage_beam.cycle.loop import run_cycle as _run_cycle
-from pipelines.merge import main as merge_main
-from pipelines.resubmit import main as resubmit_main
 
 
 def run_cycle(
@@ -21,8 +20,8 @@ def run_cycle(
     submit: Callable[[Optional[str]], int],
 ) -> int:
     """:func:`mmirage_beam.cycle.loop.run_cycle` with ``submit`` (``submit(preset_run_id)``:
-    the submission's exit status), ``pipelines.merge`` and ``pipelines.resubmit``.
+    the submission's exit status).
 
     Returns and raises as :func:`mmirage_beam.cycle.loop.run_cycle`.
     """
-    return _run_cycle(args, beam_args, Drivers(submit, merge_main, resubmit_main))
+    return _run_cycle(args, beam_args, Drivers(submit))

@@ -1,12 +1,15 @@
 """``mmirage run --wait``: the whole cycle, from rows to a finished dataset, resumable.
 
 Submit (``pipelines.submit``), follow the batches (:mod:`mmirage_beam.check.watch`),
-merge (``pipelines.merge``), re-send the retryable failures as a linked run
-(``pipelines.resubmit --from OUT.errors.jsonl --only retryable``) at most ``retries``
-times, merging again after each, then print one summary. Each step is the existing
-driver, called in-process with the same Beam options, so the cycle sends and writes
-exactly what the four commands typed by hand would. The drivers are handed in
-(:class:`Drivers`, by ``pipelines.cycle``): this package never imports ``pipelines``.
+merge (:class:`~mmirage_beam.run.commands.merge.MergeCommand`), re-send the retryable
+failures as a linked run (:class:`~mmirage_beam.run.commands.resubmit.ResubmitCommand`
+from ``OUT.errors.jsonl``, ``only="retryable"``) at most ``retries`` times, merging again
+after each, then print one summary. Merge and resubmit are the command objects the
+``mmirage merge`` and ``mmirage resubmit`` drivers run, built here from the cycle's state
+and run in-process with the same Beam options, so the cycle sends and writes exactly
+what the commands typed by hand would; what they did comes back as their typed outcome.
+The submission is handed in (:class:`Drivers`, by ``pipelines.cycle``): this package
+never imports ``pipelines``.
 
 The cycle's state is a small JSON file beside the run record, ``<base>.cycle.<run_id>.json``
 (written with :func:`mmirage_beam.io.fs.write_durably` at every step;
@@ -28,7 +31,7 @@ import dataclasses
 import shlex
 import sys
 import time
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -50,9 +53,12 @@ from mmirage_beam.cycle.state import (
 )
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.ids import check_run_id, new_run_id
+from mmirage_beam.launch.interrupts import guarded_call
 from mmirage_beam.paths import resolve_path
 from mmirage_beam.progress.text import waiting_tokens_text
 from mmirage_beam.run import lookup
+from mmirage_beam.run.commands.merge import MergeCommand
+from mmirage_beam.run.commands.resubmit import ResubmitCommand
 from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
 from mmirage_beam.run.fingerprint import read_run_record
 from mmirage_beam.run.layout import parts_dir, receipts_base
@@ -62,25 +68,18 @@ from mmirage_beam.run.receipts import MODALITIES, pending_intents, receipt_path
 from mmirage_beam.run.selection import linked_runs
 from mmirage_beam.settings import errors_path_for
 
-__all__ = ["DriverMain", "Drivers", "run_cycle"]
-
-#: a driver's ``main``: its command-line arguments -> its exit status
-DriverMain = Callable[[Sequence[str]], int]
+__all__ = ["Drivers", "run_cycle"]
 
 
 class Drivers(NamedTuple):
-    """The steps of the cycle that are whole drivers.
+    """The step of the cycle that is a whole driver.
 
     Attributes:
         submit: ``submit(preset_run_id)`` runs the submission (``pipelines.submit``) and
             returns its exit status; ``preset_run_id`` names a fresh run.
-        merge: ``pipelines.merge.main``.
-        resubmit: ``pipelines.resubmit.main``.
     """
 
     submit: Callable[[Optional[str]], int]
-    merge: DriverMain
-    resubmit: DriverMain
 
 
 @dataclasses.dataclass
@@ -109,9 +108,6 @@ class _Context:
             parts += ["--retries", str(retries)]
         return " ".join(parts[:2] + [shlex.quote(p) for p in parts[2:] + self.beam_args])
 
-    def driver_args(self) -> list[str]:
-        return ["--config", self.args.config, *(["-v"] if self.args.verbose else [])]
-
 
 def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], drivers: Drivers) -> int:
     """Drive the cycle of ``mmirage run --wait`` (fresh, or resumed with ``--run-id``).
@@ -119,7 +115,7 @@ def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], drivers: Drive
     Args:
         args: ``mmirage run``'s parsed flags (``config``, ``run_id``, the cycle flags).
         beam_args: the Beam pipeline options, passed to every step.
-        drivers: the submit, merge and resubmit steps (:class:`Drivers`).
+        drivers: the submission step (:class:`Drivers`).
 
     Returns:
         0 every row succeeded; 1 rows failed (the summary names them and the command
@@ -198,6 +194,7 @@ def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
             f"run {state.run_id}: submit, wait, merge into {state.output_path}, "
             f"at most {state.retries} retr{'y' if state.retries == 1 else 'ies'}"
         )
+    merged: Optional[Mapping[str, Any]] = None  # the record of the merge just run
     while True:
         if state.phase == SUBMITTING:
             state.save(ctx.base)
@@ -223,14 +220,16 @@ def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
             state.phase = MERGING
         elif state.phase == MERGING:
             state.save(ctx.base)
-            code, record = _merge(ctx, state)
-            if record is None:
+            code, merged = _merge(ctx, state)
+            if merged is None:
                 ctx.say(f"the merge did not complete (exit {code}); continue with:")
                 print(f"  {ctx.continue_command(state)}", file=ctx.out)
                 return code or 1
             state.phase = MERGED
         elif state.phase in (MERGED, DONE):
-            record = _merge_record(ctx, state)
+            # The merge just run says what it merged; a resumed cycle reads its record.
+            record = merged if merged is not None else _merge_record(ctx, state)
+            merged = None
             errors_file = errors_path_for(state.output_path)
             if record is None or not _exists(errors_file):
                 state.phase = MERGING  # the merged file or its record is gone: merge again
@@ -337,18 +336,17 @@ def _merge_record(ctx: _Context, state: CycleState) -> Optional[dict[str, Any]]:
     return record
 
 
-def _merge(ctx: _Context, state: CycleState) -> tuple[int, Optional[dict[str, Any]]]:
-    """``mmirage merge --run-id <run>`` (its linked runs come along); the merge record it
-    wrote, or None when it refused or failed."""
-    started = time.time()
-    code = ctx.drivers.merge(
-        [*ctx.driver_args(), "--output-path", state.output_path, "--run-id", state.run_id]
-        + ctx.beam_args
+def _merge(ctx: _Context, state: CycleState) -> tuple[int, Optional[Mapping[str, Any]]]:
+    """Merge the cycle's run (its linked runs come along) into ``state.output_path``, as
+    ``mmirage merge --run-id <run>`` would: the exit status and the merge record it
+    wrote (None when it refused, failed or could not write it)."""
+    command = MergeCommand(
+        config_path=ctx.args.config, output_path=state.output_path, run_ids=(state.run_id,)
     )
-    record = _merge_record(ctx, state)
-    if record is None or float(record.get("merged_at_unix") or 0) < started:
-        return code, None
-    return code, record
+    verbose = bool(ctx.args.verbose)
+    again = [*command.command_line(verbose), *ctx.beam_args]
+    code, outcome = guarded_call(lambda: command.run(ctx.beam_args, verbose, again))
+    return code, (outcome.record if outcome is not None else None)
 
 
 def _cancelled(ctx: _Context, state: CycleState) -> bool:
@@ -371,25 +369,21 @@ def _resubmit(ctx: _Context, state: CycleState) -> int:
             f"retry {k} of {state.retries}: run {new} was already started; it is not sent "
             "again (what it did not send is re-sent by the next retry)"
         )
+        sent = any(_exists(receipt_path(ctx.base, m, new)) for m in MODALITIES)
     else:
         ctx.say(f"retry {k} of {state.retries}: re-sending the retryable failures as run {new}")
-        code = ctx.drivers.resubmit(
-            [
-                *ctx.driver_args(),
-                "--from",
-                errors_path_for(state.output_path),
-                "--only",
-                "retryable",
-                "--run-id",
-                state.run_id,
-                "--new-run-id",
-                new,
-            ]
-            + ctx.beam_args
+        command = ResubmitCommand(
+            config_path=ctx.args.config,
+            errors_file=errors_path_for(state.output_path),
+            run_id=state.run_id,
+            only="retryable",
+            new_run_id=new,
         )
-        if code != 0:
+        code, outcome = guarded_call(lambda: command.run(ctx.beam_args, bool(ctx.args.verbose)))
+        if code != 0 or outcome is None:
             return code
-    if any(_exists(receipt_path(ctx.base, m, new)) for m in MODALITIES) and new not in state.runs:
+        sent = bool(outcome.receipts)  # what the re-send just wrote
+    if sent and new not in state.runs:
         state.runs.append(new)
         state.resent.append(_requests_of(ctx, new))
     return 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Protocol, Sequence, TypeVar
 
 from mmirage_beam.errors import ConfigError, MmirageError
 from mmirage_beam.launch.failures import describe_failure, is_storage_error
@@ -103,3 +103,28 @@ def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int
         return code
 
     return wrapper
+
+
+class _Outcome(Protocol):
+    exit_code: int
+
+
+_OutcomeT = TypeVar("_OutcomeT", bound=_Outcome)
+
+
+def guarded_call(step: Callable[[], _OutcomeT]) -> tuple[int, Optional[_OutcomeT]]:
+    """Run a command object's ``step`` (no arguments; returns an outcome with an
+    ``exit_code``) as :func:`guarded` runs a driver: mmirage errors, storage failures and
+    Ctrl-C become one line and an exit status.
+
+    Returns:
+        ``(exit status, the outcome)``; the outcome is None when ``step`` raised.
+    """
+    got: list[_OutcomeT] = []
+
+    def main(_argv: Optional[Sequence[str]] = None) -> int:
+        got.append(step())
+        return got[0].exit_code
+
+    code = guarded(main)()
+    return code, (got[0] if got else None)

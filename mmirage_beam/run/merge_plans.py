@@ -359,12 +359,23 @@ def record_merge(
     """Write the merge record ``mmirage runs`` and ``mmirage run --wait`` read (best
     effort); the warning when it cannot be written (the merged file is; only the ledger
     is stale)."""
+    return _record_merge(base, runs, out, stats, errors)[0]
+
+
+def _record_merge(
+    base: str,
+    runs: Sequence[str],
+    out: str,
+    stats: Mapping[str, int],
+    errors: Sequence[Mapping[str, Any]],
+) -> tuple[tuple[Message, ...], Optional[Mapping[str, Any]]]:
+    """:func:`record_merge`, and the record written (None: it could not be)."""
     try:
-        write_merge_record(base, runs, out, stats, errors)
+        record = write_merge_record(base, runs, out, stats, errors)
     except Exception as exc:
         text = f"mmirage merge: warning: could not write {merge_record_path(base, runs[0])}: {exc}"
-        return (Message("warning", text),)
-    return ()
+        return (Message("warning", text),), None
+    return (), record
 
 
 def written_counts(out: str, errors: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -436,11 +447,13 @@ class MergeReport:
         messages: lines for the driver to print on stderr (a merge record not written).
         lines: the totals and what follows them, for stdout.
         exit_code: :func:`merge_exit_code`.
+        record: the merge record written (None: it could not be written).
     """
 
     messages: tuple[Message, ...]
     lines: tuple[str, ...]
     exit_code: int
+    record: Optional[Mapping[str, Any]] = None
 
 
 def finish_merge(
@@ -456,7 +469,7 @@ def finish_merge(
     what it says (``run.reports.merge_totals_lines`` and ``merge_outcome_lines``)."""
     sel, unfinished = start.selection, start.plan.unfinished
     errors = read_jsonl(outputs.errors_path)
-    messages = record_merge(start.plan.base, sel.linked, outputs.final, stats, errors)
+    messages, record = _record_merge(start.plan.base, sel.linked, outputs.final, stats, errors)
     lines = merge_totals_lines(job_plan, stats, errors, sel.pending, start.allow_partial, shown)
     lines += merge_outcome_lines(
         cancelled_line(start.config, sel.linked),
@@ -467,4 +480,5 @@ def finish_merge(
         start.config_arg,
         start.resume_command,
     )
-    return MergeReport(messages, tuple(lines), merge_exit_code(unfinished, stats, errors))
+    code = merge_exit_code(unfinished, stats, errors)
+    return MergeReport(messages, tuple(lines), code, record)
