@@ -26,7 +26,6 @@ from typing import Optional, Sequence
 from mmirage_beam.launch.drivers import driver_parser, parse_pipeline_args, start_pipeline_driver
 from mmirage_beam.launch.flags import beam_options
 from mmirage_beam.launch.interrupts import guarded
-from mmirage_beam.launch.jobs import RunOutcome, metric_counters, run_pipeline
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
@@ -56,75 +55,14 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     from mmirage_beam.config import load_config
     from mmirage_beam.cycle.flags import cycle_wanted
-    from pipelines.cycle import run_cycle
-
-    if cycle_wanted(args, load_config(args.config)):
-        return run_cycle(args, beam_args, lambda run_id: _submit_main(args, beam_args, run_id))
-    return _submit_main(args, beam_args)
-
-
-def _submit_main(args, beam_args, preset_run_id: Optional[str] = None) -> int:  # noqa: ANN001
-    """Submit (or export) the run; ``preset_run_id``: the id of a fresh run chosen by the
-    caller (``args.run_id`` still means "resume this run")."""
-    from mmirage_beam.config import load_config
+    from mmirage_beam.cycle.loop import run_cycle
+    from mmirage_beam.run.commands.submit import SubmitCommand
     from mmirage_beam.run.submit_flags import SubmitFlags
-    from mmirage_beam.run.submit_plans import hold_run, start_submit
 
-    flags = SubmitFlags.from_args(args, beam_args)
-    config = load_config(args.config)
-    options = beam_options(beam_args, args.verbose)
-    start = start_submit(config, flags, options, preset_run_id)
-    _say(start.messages)
-    held = hold_run(start, flags)
-    try:
-        _say(held.messages)
-        if held.exit_code is not None:  # already submitted: nothing sent (exit 3)
-            return held.exit_code
-        return _submit(start, flags, held, options)
-    finally:
-        held.release()
-
-
-def _submit(start, flags, held, options) -> int:  # noqa: ANN001
-    """Build and run the submit job of a held run (``run.submit_plans``), then print what
-    it says; its exit status."""
-    import apache_beam as beam
-
-    from mmirage_beam.progress import counters
-    from mmirage_beam.run import submit_plans
-    from mmirage_beam.run.staging import staging_area, staging_dir
-    from mmirage_beam.transforms.submit_rows import build_submit_pipeline
-
-    settings, said = submit_plans.submit_settings(start, flags, held.resume)
-    _say(said)
-    pipeline = beam.Pipeline(options=options)
-    plan = build_submit_pipeline(pipeline, start.config, settings)
-    _say([submit_plans.job_line(start, flags)])
-    submit_plans.check_space(start, flags)
-    counters.expect_run(start.config.processor, staging=staging_dir(start.base, start.run_id))
-    outcome = RunOutcome()
-    try:
-        with staging_area(start.base, start.run_id, keep=flags.keep_staged or start.translate_only):
-            result = run_pipeline(
-                pipeline,
-                stop_marker=plan.stop_marker,
-                outcome=outcome,
-                nothing_in_flight=submit_plans.nothing_in_flight(start, flags),
-            )
-    except (Exception, KeyboardInterrupt) as exc:  # also Ctrl-C / SIGTERM: say how to resume
-        report = submit_plans.job_failed(start, flags, plan, exc, outcome)
-    else:
-        report = submit_plans.finish_run(start, flags, plan, held, metric_counters(result))
-    _say(report.messages)
-    for line in report.lines:
-        print(line)
-    return report.exit_code
-
-
-def _say(messages) -> None:  # noqa: ANN001
-    """Print a plan's messages (``run.plans.Message``) on stderr, in order."""
-    for message in messages:
-        print(message.text, file=sys.stderr)
+    command = SubmitCommand(SubmitFlags.from_args(args, beam_args), args.verbose)
+    if cycle_wanted(args, load_config(args.config)):
+        return run_cycle(args, beam_args, command)
+    return command.run().exit_code
 
 
 main = guarded(_main)

@@ -1,15 +1,15 @@
 """``mmirage run --wait``: the whole cycle, from rows to a finished dataset, resumable.
 
-Submit (``pipelines.submit``), follow the batches (:mod:`mmirage_beam.check.watch`),
-merge (:class:`~mmirage_beam.run.commands.merge.MergeCommand`), re-send the retryable
-failures as a linked run (:class:`~mmirage_beam.run.commands.resubmit.ResubmitCommand`
-from ``OUT.errors.jsonl``, ``only="retryable"``) at most ``retries`` times, merging again
-after each, then print one summary. Merge and resubmit are the command objects the
-``mmirage merge`` and ``mmirage resubmit`` drivers run, built here from the cycle's state
-and run in-process with the same Beam options, so the cycle sends and writes exactly
-what the commands typed by hand would; what they did comes back as their typed outcome.
-The submission is handed in (:class:`Drivers`, by ``pipelines.cycle``): this package
-never imports ``pipelines``.
+Submit (:class:`~mmirage_beam.run.commands.submit.SubmitCommand`), follow the batches
+(:mod:`mmirage_beam.check.watch`), merge
+(:class:`~mmirage_beam.run.commands.merge.MergeCommand`), re-send the retryable failures
+as a linked run (:class:`~mmirage_beam.run.commands.resubmit.ResubmitCommand` from
+``OUT.errors.jsonl``, ``only="retryable"``) at most ``retries`` times, merging again
+after each, then print one summary. These are the command objects the ``mmirage run``,
+``mmirage merge`` and ``mmirage resubmit`` drivers run (:mod:`mmirage_beam.run.commands`;
+the submission is handed in, built from ``mmirage run``'s flags), run in-process with
+the same Beam options, so the cycle sends and writes exactly what the commands typed by
+hand would; what they did comes back as their typed outcome.
 
 The cycle's state is a small JSON file beside the run record, ``<base>.cycle.<run_id>.json``
 (written with :func:`mmirage_beam.io.fs.write_durably` at every step;
@@ -31,7 +31,7 @@ import dataclasses
 import shlex
 import sys
 import time
-from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -59,6 +59,7 @@ from mmirage_beam.progress.text import waiting_tokens_text
 from mmirage_beam.run import lookup
 from mmirage_beam.run.commands.merge import MergeCommand
 from mmirage_beam.run.commands.resubmit import ResubmitCommand
+from mmirage_beam.run.commands.submit import SubmitCommand
 from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
 from mmirage_beam.run.fingerprint import read_run_record
 from mmirage_beam.run.layout import parts_dir, receipts_base
@@ -68,18 +69,7 @@ from mmirage_beam.run.receipts import MODALITIES, pending_intents, receipt_path
 from mmirage_beam.run.selection import linked_runs
 from mmirage_beam.settings import errors_path_for
 
-__all__ = ["Drivers", "run_cycle"]
-
-
-class Drivers(NamedTuple):
-    """The step of the cycle that is a whole driver.
-
-    Attributes:
-        submit: ``submit(preset_run_id)`` runs the submission (``pipelines.submit``) and
-            returns its exit status; ``preset_run_id`` names a fresh run.
-    """
-
-    submit: Callable[[Optional[str]], int]
+__all__ = ["run_cycle"]
 
 
 @dataclasses.dataclass
@@ -92,7 +82,7 @@ class _Context:
     base: str
     poll_interval_secs: float
     deadline: Optional[float]  # time.monotonic() after which waiting stops
-    drivers: Drivers
+    submit: SubmitCommand
     stream: Any = None  # None: sys.stdout at the time of each line
 
     @property
@@ -109,13 +99,13 @@ class _Context:
         return " ".join(parts[:2] + [shlex.quote(p) for p in parts[2:] + self.beam_args])
 
 
-def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], drivers: Drivers) -> int:
+def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], submit: SubmitCommand) -> int:
     """Drive the cycle of ``mmirage run --wait`` (fresh, or resumed with ``--run-id``).
 
     Args:
         args: ``mmirage run``'s parsed flags (``config``, ``run_id``, the cycle flags).
         beam_args: the Beam pipeline options, passed to every step.
-        drivers: the submission step (:class:`Drivers`).
+        submit: the submission (``mmirage run``'s command without ``--wait``).
 
     Returns:
         0 every row succeeded; 1 rows failed (the summary names them and the command
@@ -131,7 +121,7 @@ def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], drivers: Drive
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     poll = args.poll_interval or DEFAULT_POLL_INTERVAL_SECS
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    ctx = _Context(args, list(beam_args), config, base, poll, deadline, drivers)
+    ctx = _Context(args, list(beam_args), config, base, poll, deadline, submit)
     fresh = args.run_id is None
     if fresh:
         run_id = new_run_id()
@@ -198,7 +188,7 @@ def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
     while True:
         if state.phase == SUBMITTING:
             state.save(ctx.base)
-            code = ctx.drivers.submit(state.run_id if fresh else None)
+            code = ctx.submit.run(state.run_id if fresh else None).exit_code
             if code != 0:
                 if fresh and code in (2, 3):  # nothing was sent: no cycle to continue
                     _remove(ctx, state)

@@ -8,3 +8,25 @@ argv or reading a record back from disk. Each command is a frozen dataclass of i
 inputs, with ``run(beam_args, verbose, again)``; the steps it takes are the
 ``run.merge_plans`` and ``run.plans`` functions, which print nothing themselves.
 """
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from mmirage_beam.run.plans import Message
+
+__all__ = ["say", "show"]
+
+
+def say(messages: Sequence[Message]) -> None:
+    """Print a plan's messages (``run.plans.Message``) on stderr, in order."""
+    for message in messages:
+        print(message.text, file=sys.stderr)
+
+
+def show(lines: Sequence[str]) -> None:
+    """Print a plan's or a report's lines on stdout, in order."""
+    for line in lines:
+        print(line)

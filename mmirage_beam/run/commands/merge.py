@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from mmirage_beam.launch.flags import beam_options
 from mmirage_beam.launch.jobs import metric_counters, run_pipeline
-
-if TYPE_CHECKING:  # Beam loads with run.plans: only once the flags are parsed
-    from mmirage_beam.run.plans import Message
+from mmirage_beam.run.commands import say, show
 
 __all__ = ["MergeCommand", "MergeOutcome"]
 
@@ -160,15 +158,3 @@ def _run_job(pipeline, plan, options, outputs, config, again):  # noqa: ANN001, 
     finally:  # the job removes its temporary files once written; after a failure, here
         say(merge_plans.remove_temp_dir(plan.temp_dir))
         outputs.discard()
-
-
-def say(messages: Sequence[Message]) -> None:
-    """Print a plan's messages (``run.plans.Message``) on stderr, in order."""
-    for message in messages:
-        print(message.text, file=sys.stderr)
-
-
-def show(lines: Sequence[str]) -> None:
-    """Print a plan's or a report's lines on stdout, in order."""
-    for line in lines:
-        print(line)
