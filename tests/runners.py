@@ -31,7 +31,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence, TypeVar
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 #: The runner matrix, in the order the tests run it.
@@ -40,6 +42,22 @@ PORTABLE_RUNNERS = ("portable_external", "portable_loopback")
 #: Set to 1 (CI does) to fail instead of skip when the job service cannot start.
 REQUIRE_ENV_VAR = "MMIRAGE_REQUIRE_PORTABLE"
 _PR_SET_CHILD_SUBREAPER = 36
+
+
+_T = TypeVar("_T")
+
+
+def start_or_skip(
+    start: Callable[[], _T], errors: tuple[type[BaseException], ...], what: str
+) -> _T:
+    """``start()``; when it raises one of ``errors``, skip the test saying ``what`` cannot
+    start here (fail instead with ``$MMIRAGE_REQUIRE_PORTABLE=1``, as CI does)."""
+    try:
+        return start()
+    except errors as exc:
+        if os.environ.get(REQUIRE_ENV_VAR) == "1":
+            raise
+        pytest.skip(f"{what} cannot be fetched or started here: {exc}")
 
 
 class ServiceStartError(RuntimeError):

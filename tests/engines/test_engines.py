@@ -58,7 +58,7 @@ from tests.lifecycle import (
     read_jsonl,
     sha,
 )
-from tests.runners import REQUIRE_ENV_VAR, clean_env, run_cli, worker_env
+from tests.runners import REQUIRE_ENV_VAR, clean_env, run_cli, start_or_skip, worker_env
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -73,12 +73,7 @@ campaign = pytest.mark.skipif(
 
 
 def _start_or_skip(start, *args, **kwargs):  # noqa: ANN001, ANN202
-    try:
-        return start(*args, **kwargs)
-    except EngineError as exc:
-        if os.environ.get(REQUIRE_ENV_VAR) == "1":
-            raise
-        pytest.skip(f"the engine cannot be fetched or started here: {exc}")
+    return start_or_skip(lambda: start(*args, **kwargs), (EngineError,), "the engine")
 
 
 @pytest.fixture(scope="module")

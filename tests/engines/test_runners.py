@@ -44,13 +44,13 @@ from tests.lifecycle import (
 )
 from tests.runners import (
     PORTABLE_RUNNERS,
-    REQUIRE_ENV_VAR,
     RUNNERS,
     PortableServices,
     ServiceStartError,
     clean_env,
     run_cli,
     runner_flags,
+    start_or_skip,
     worker_env,
 )
 
@@ -58,12 +58,8 @@ from tests.runners import (
 def _start_or_skip(services: PortableServices) -> PortableServices:
     """Start the services; skip the test (fail with $MMIRAGE_REQUIRE_PORTABLE=1) when
     Beam's job service or worker pool cannot start on this machine."""
-    try:
-        services.start()
-    except ServiceStartError as exc:
-        if os.environ.get(REQUIRE_ENV_VAR) == "1":
-            raise
-        pytest.skip(f"Beam's portable job service or worker pool cannot start here: {exc}")
+    what = "Beam's portable job service or worker pool"
+    start_or_skip(services.start, (ServiceStartError,), what)
     return services
 
 
