@@ -13,11 +13,13 @@ Two kinds of driver:
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Optional, Sequence
 
 from mmirage_beam.launch.flags import (
     FILESYSTEM_FLAGS_HELP,
     check_beam_args,
+    check_own_flag_typos,
     filesystem_pipeline_options,
     own_flags,
     parse_filesystem_args,
@@ -50,11 +52,16 @@ def parse_pipeline_args(
     mean" of :func:`start_pipeline_driver`).
 
     Raises:
-        SystemExit: (status 2) on bad flags, as argparse does.
+        ConfigError: (exit 2) a flag close to one of the parser's own but not one, even
+            when argparse would first miss a required flag
+            (:func:`~mmirage_beam.launch.flags.check_own_flag_typos`).
+        SystemExit: (status 2) on other bad flags, as argparse does.
     """
     _add_verbose(ap)
+    flags = own_flags(ap)
+    check_own_flag_typos(sys.argv[1:] if argv is None else argv, flags)
     args, beam_args = ap.parse_known_args(argv)
-    args.own_flags = own_flags(ap)
+    args.own_flags = flags
     return args, beam_args
 
 

@@ -74,8 +74,6 @@ def check_beam_args(beam_args: Sequence[str], own_flags: Sequence[str]) -> None:
         ConfigError: (exit 2) naming the argument and, where one is close, the flag the
         user probably meant; nothing has been read or run.
     """
-    import difflib
-
     _refuse_secret_flags(beam_args)
     parser = _beam_option_parser()
     try:
@@ -91,21 +89,8 @@ def check_beam_args(beam_args: Sequence[str], own_flags: Sequence[str]) -> None:
             )
         beam_flags = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
         if flag in ("--dry-run", "--dryrun"):
-            hint = "; for a dry run use --export-prompts PATH"
-        else:
-            close = difflib.get_close_matches(
-                flag.replace("-", "_").replace("__", "--", 1),
-                [f.replace("-", "_").replace("__", "--", 1) for f in own_flags] + beam_flags,
-                n=1,
-                cutoff=0.75,
-            )
-            by_norm = {f.replace("-", "_").replace("__", "--", 1): f for f in own_flags}
-            hint = f"; did you mean {by_norm.get(close[0], close[0])}?" if close else ""
-        raise ConfigError(
-            flag,
-            f"unknown flag{hint} (flags other than the tool's own must be Beam pipeline "
-            "options, spelt as Beam spells them; nothing was run)",
-        )
+            raise _unknown_flag(flag, "; for a dry run use --export-prompts PATH")
+        raise _unknown_flag(flag, _did_you_mean(flag, own_flags, beam_flags))
     runner = str(getattr(known_args, "runner", None) or "")
     _check_runner_name(runner)
     if getattr(known_args, "dry_run", False) and "dataflow" not in runner.lower():
@@ -114,6 +99,54 @@ def check_beam_args(beam_args: Sequence[str], own_flags: Sequence[str]) -> None:
             "Beam's --dry_run is honoured only by the DataflowRunner; for a dry run that "
             "sends nothing use --export-prompts PATH (nothing was run)",
         )
+
+
+def _spelling(flag: str) -> str:
+    """A flag with ``-`` and ``_`` made alike (``--output-path`` ~ ``--output_path``)."""
+    return flag.replace("-", "_").replace("__", "--", 1)
+
+
+def _did_you_mean(flag: str, own: Sequence[str], beam_flags: Sequence[str] = ()) -> str:
+    """``"; did you mean --X?"`` for the flag closest to ``flag`` (difflib ratio >= 0.75),
+    the tool's own spelt as the tool spells them; ``""`` when none is close."""
+    import difflib
+
+    by_spelling = {_spelling(f): f for f in own}
+    close = difflib.get_close_matches(
+        _spelling(flag), [*by_spelling, *beam_flags], n=1, cutoff=0.75
+    )
+    return f"; did you mean {by_spelling.get(close[0], close[0])}?" if close else ""
+
+
+def _unknown_flag(flag: str, hint: str) -> ConfigError:
+    return ConfigError(
+        flag,
+        f"unknown flag{hint} (flags other than the tool's own must be Beam pipeline "
+        "options, spelt as Beam spells them; nothing was run)",
+    )
+
+
+def check_own_flag_typos(argv: Sequence[str], own: Sequence[str]) -> None:
+    """Refuse, before the parse, a flag that is close to one of the tool's own but is
+    not one (``--output-pat``), unless Beam knows it. argparse would otherwise first say
+    that the flag it stands for is missing ("the following arguments are required"),
+    without the "did you mean" every other typo gets from :func:`check_beam_args`.
+
+    Raises:
+        ConfigError: (exit 2) naming the flag and the tool's flag it is close to.
+    """
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if not flag.startswith("--") or flag in own:
+            continue
+        hint = _did_you_mean(flag, own)
+        if hint and not _is_beam_flag(flag):
+            raise _unknown_flag(flag, hint)
+
+
+def _is_beam_flag(flag: str) -> bool:
+    parser = _beam_option_parser()
+    return any(flag in a.option_strings for a in parser._actions)
 
 
 def _check_runner_name(runner: str) -> None:
