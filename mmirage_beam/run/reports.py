@@ -98,16 +98,35 @@ def short_error(exc: BaseException) -> str:
 _JOB_FAILED = re.compile(r"^Pipeline \S+ failed in state (FAILED|CANCELLED|UNKNOWN)")
 
 
-def already_run_message(config_path: str, beam_args: Sequence[str], earlier: dict) -> str:
+def already_run_message(
+    config_path: str,
+    beam_args: Sequence[str],
+    earlier: Mapping[str, Any],
+    wait: bool = False,
+    held: bool = False,
+) -> str:
     """Exit 3: an earlier run (``earlier``, its run record) submitted the same config
-    and data; how to resume it or to submit again on purpose."""
+    and data; how to resume it or to submit again on purpose. ``wait``: the command was
+    ``run --wait``, so the commands named keep ``--wait``. ``held``: a live process holds
+    the earlier run's lease (it is being submitted now), so resuming it would be refused:
+    the advice is to follow it instead."""
     run_id = earlier["run_id"]
-    cmd = command_line(["mmirage run", "--config", config_path], beam_args)
+    words = ["mmirage run", "--config", config_path, *(["--wait"] if wait else [])]
+    cmd = command_line(words, beam_args)
     state = "finished" if earlier.get("finished") else "not finished"
-    return (
+    head = (
         f"mmirage run: nothing sent: run {run_id} (started {earlier.get('started_at')}, "
         f"{state}) already submitted this config with the same data (fingerprint "
         f"{earlier['fingerprint'][:12]}).\n"
+    )
+    if held:
+        follow = command_line(["mmirage check", "--config", config_path, "--watch"], ())
+        return head + (
+            f"  another process is submitting it right now (it holds the run's lease); "
+            f"follow it with:  {follow} --run-id {run_id}\n"
+            f"  once that process has ended, resume or complete it:  {cmd} --run-id {run_id}"
+        )
+    return head + (
         f"  resume or complete it:    {cmd} --run-id {run_id}\n"
         f"  submit again on purpose:  {cmd} --new-run --no-reuse (pays again for every "
         "request; --new-run alone reuses the answers a merge of it recorded)"

@@ -108,6 +108,7 @@ class SubmitFlags:
     no_reuse: bool = False
     keep_staged: bool = False
     skip_space_check: bool = False
+    wait: Optional[bool] = None
 
     @classmethod
     def from_args(cls, args: Any, beam_args: Sequence[str]) -> SubmitFlags:

@@ -21,6 +21,7 @@ from mmirage_beam.errors import ConfigError, MmirageError
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.run import plans, reports
 from mmirage_beam.run.layout import receipts_base
+from mmirage_beam.run.lease import is_held
 from mmirage_beam.run.plans import Message, SubmitPlan
 from mmirage_beam.run.resume import ResumeState
 from mmirage_beam.run.staging import check_free_space, staging_dir, staging_need_bytes
@@ -151,7 +152,14 @@ def hold_run(start: SubmitStart, flags: SubmitFlags) -> RunHold:
         new_run=bool(flags.new_run),
     )
     if plan.earlier is not None:
-        text = reports.already_run_message(flags.config, list(flags.beam_args), plan.earlier)
+        earlier_run = plan.earlier["run_id"]
+        text = reports.already_run_message(
+            flags.config,
+            list(flags.beam_args),
+            plan.earlier,
+            wait=bool(flags.wait),
+            held=is_held(start.base, earlier_run),
+        )
         return RunHold(plan, 3, (Message("error", text),))
     return RunHold(plan, None, plan.messages)
 

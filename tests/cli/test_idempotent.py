@@ -116,3 +116,37 @@ def test_a_resume_keeps_its_record_and_finishes_it(tmp_path, provider_env, capsy
     assert done["finished"] is True and done["started_at"] == started["started_at"]
     assert len(fake.submitted_requests()) == N
     assert json.loads(json.dumps(done))["fingerprint"] == started["fingerprint"]
+
+
+def test_the_refusal_keeps_wait_and_follows_a_run_another_process_holds(
+    tmp_path, provider_env, capsys
+):
+    """Issue 38: the exit-3 advice said "resume it" for a run another process still held
+    (the resume is then refused on its lease), and dropped ``--wait`` from the commands
+    it named under ``run --wait``."""
+    from mmirage_beam.run.lease import acquire
+
+    fake = provider_env
+    cfg, _ = _setup(tmp_path, fake, "anthropic")
+    path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", path]) == 0
+    base = str(tmp_path / "meta" / "batch_metadata")
+    (first,) = run_records(base)
+    run_id = first["run_id"]
+    capsys.readouterr()
+
+    assert submit_main(["--config", path, "--wait"]) == 3
+    err = capsys.readouterr().err
+    assert f"--wait --run-id {run_id}" in err, err
+    assert "another process" not in err
+
+    lease = acquire(base, run_id)  # a live launcher submitting it now
+    try:
+        assert submit_main(["--config", path]) == 3
+        err = capsys.readouterr().err
+    finally:
+        lease.release()
+    assert "another process is submitting it right now" in err, err
+    assert f"mmirage check --config {path} --watch --run-id {run_id}" in err
+    assert "resume or complete it:    " not in err
+    assert len(fake.submitted_requests()) == N
