@@ -45,6 +45,7 @@ from typing import Any, Callable, Optional
 from mmirage_beam.errors import MmirageError
 from mmirage_beam.paths import is_local
 from mmirage_beam.run.layout import RunLayout
+from mmirage_beam.run.records import LeaseRecord
 
 _LOG = logging.getLogger(__name__)
 
@@ -121,10 +122,14 @@ def _mtime(path: str) -> float:
 
 
 def is_stale(
-    lease: dict[str, Any], now: float, stale_after_secs: float, mtime: float = 0.0
+    lease: dict[str, Any] | LeaseRecord, now: float, stale_after_secs: float, mtime: float = 0.0
 ) -> bool:
-    """Whether ``lease`` may be taken over: not refreshed for ``stale_after_secs``
-    seconds, or held by a dead pid of this host."""
+    """Whether ``lease`` (as :func:`read_lease` returns it, or the record) may be taken
+    over: not refreshed for ``stale_after_secs`` seconds (``now``, ``mtime``: the lease
+    file's, used when it holds no ``refreshed_at``: Unix seconds), or held by a dead pid
+    of this host."""
+    if isinstance(lease, LeaseRecord):
+        lease = lease.to_json()
     refreshed = lease.get("refreshed_at")
     last = float(refreshed) if isinstance(refreshed, (int, float)) else mtime
     if now - last > stale_after_secs:
@@ -144,9 +149,11 @@ def is_held(base: str, run_id: str) -> bool:
     return lease is not None and not is_stale(lease, time.time(), STALE_AFTER_SECS, _mtime(path))
 
 
-def describe_holder(lease: dict[str, Any], now: Optional[float] = None) -> str:
-    """``pid 123 on host h, started 2026-...Z, refreshed 4 s ago``."""
+def describe_holder(lease: dict[str, Any] | LeaseRecord, now: Optional[float] = None) -> str:
+    """``pid 123 on host h, started 2026-...Z, refreshed 4 s ago`` (``now``: Unix seconds)."""
     now = time.time() if now is None else now
+    if isinstance(lease, LeaseRecord):
+        lease = lease.to_json()
 
     def when(v: Any) -> str:
         if not isinstance(v, (int, float)):
@@ -184,6 +191,11 @@ class Lease:
         self._on_lost = on_lost
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+
+    @property
+    def record(self) -> LeaseRecord:
+        """What the lease file holds now (:attr:`info` as a record)."""
+        return LeaseRecord.from_json(self.info)
 
     def refresh(self) -> bool:
         """Rewrite the lease with a new ``refreshed_at``; False (and ``on_lost``) when
@@ -240,7 +252,7 @@ class Lease:
 
 
 def _encode(info: dict[str, Any]) -> bytes:
-    return (json.dumps(info, sort_keys=True) + "\n").encode("utf-8")
+    return LeaseRecord.from_json(info).encode()
 
 
 def _delete(path: str) -> None:
