@@ -39,6 +39,7 @@ from mmirage_beam.request_hashes import request_hash, request_line_hash
 
 __all__ = [
     "CancelRecord",
+    "JsonRecord",
     "LeaseRecord",
     "LedgerEntry",
     "MergeRecord",
@@ -48,14 +49,14 @@ __all__ = [
     "SubmittedMarker",
 ]
 
-_R = TypeVar("_R", bound="_JsonRecord")
+_R = TypeVar("_R", bound="JsonRecord")
 
 #: fields of every record that are not keys of its file
 _META = ("extra", "key_order")
 
 
 @dataclasses.dataclass(frozen=True)
-class _JsonRecord:
+class JsonRecord:
     """The shared JSON shape of the records: typed keys, unknown keys, key order.
 
     Subclasses declare their keys as fields (in the order the writer writes them) and
@@ -138,7 +139,7 @@ class _JsonRecord:
 
 
 @dataclasses.dataclass(frozen=True)
-class Receipt(_JsonRecord):
+class Receipt(JsonRecord):
     """One receipt: a batch the provider accepted (docs/files.md).
 
     Attributes:
@@ -292,7 +293,7 @@ class Receipt(_JsonRecord):
 
 
 @dataclasses.dataclass(frozen=True)
-class RunRecord(_JsonRecord):
+class RunRecord(JsonRecord):
     """The run record ``<base>.run.<run_id>.json`` (:mod:`mmirage_beam.run.fingerprint`).
 
     Attributes:
@@ -338,7 +339,7 @@ class RunRecord(_JsonRecord):
 
 
 @dataclasses.dataclass(frozen=True)
-class RunState(_JsonRecord):
+class RunState(JsonRecord):
     """What the launcher recorded about a run, for ``merge`` and ``check``
     (:func:`mmirage_beam.run.fingerprint.read_run_state`); no file of its own.
 
@@ -374,7 +375,7 @@ class RunState(_JsonRecord):
 
 
 @dataclasses.dataclass(frozen=True)
-class MergeRecord(_JsonRecord):
+class MergeRecord(JsonRecord):
     """The merge record ``<base>.merge.<run_id>.json`` (:mod:`mmirage_beam.run.ledger`).
 
     Attributes:
@@ -420,7 +421,7 @@ class MergeRecord(_JsonRecord):
 
 
 @dataclasses.dataclass(frozen=True)
-class LedgerEntry(_JsonRecord):
+class LedgerEntry(JsonRecord):
     """One line of the cancel ledger: a batch ``mmirage cancel`` asked to cancel.
 
     Attributes:
@@ -459,7 +460,7 @@ class LedgerEntry(_JsonRecord):
 
 
 @dataclasses.dataclass(frozen=True)
-class CancelRecord(_JsonRecord):
+class CancelRecord(JsonRecord):
     """The cancel record ``<base>.cancel.<run_id>.json`` (:mod:`mmirage_beam.run.cancel`).
 
     Attributes:
@@ -500,7 +501,7 @@ class CancelRecord(_JsonRecord):
 
 
 @dataclasses.dataclass(frozen=True)
-class LeaseRecord(_JsonRecord):
+class LeaseRecord(JsonRecord):
     """What a lease file holds (:mod:`mmirage_beam.run.lease`); an unreadable or
     half-written one reads as a record of Nones.
 
@@ -536,7 +537,7 @@ class LeaseRecord(_JsonRecord):
 
 
 @dataclasses.dataclass(frozen=True)
-class SubmittedMarker(_JsonRecord):
+class SubmittedMarker(JsonRecord):
     """The submitted marker ``<base>.submitted.<run_id>.json``
     (:func:`mmirage_beam.run.receipts.mark_submitted`).
 
