@@ -9,7 +9,7 @@ path or a URI read through Beam's ``FileSystems``; what is written is byte for b
 the module functions it replaces wrote (``tests/unit/test_run_records.py``).
 
 The module functions (``fingerprint.read_run_record``, ``ledger.read_merge_record``,
-``receipts.read_receipts``, ``lease.read_lease``...) still return the plain dicts for
+``receipts.read_receipts``...) still return the plain dicts for
 their callers; new code asks a :class:`RunStore`.
 """
 
@@ -213,8 +213,7 @@ class RunStore:
     def read_lease(self) -> Optional[LeaseRecord]:
         """The lease file's content, or None when there is none (an unreadable or
         half-written one reads as a record of Nones)."""
-        found = _lease.read_lease(self.layout.lease)
-        return None if found is None else LeaseRecord.from_json(found)
+        return _lease.read_lease(self.layout.lease)
 
     def lease_held(self) -> bool:
         """Whether a live launcher holds the run's lease (refreshed within
