@@ -11,10 +11,15 @@
   ``outputs_succeeded``, ``rows_with_failures``, ``used_input_tokens:<output>`` ...).
 - ``<base>.cancel.<run_id>.json``: written by ``mmirage cancel``, one per run::
 
-      {"run_id": str, "cancelled_at": ISO 8601 UTC str, "batches": [{"provider",
-       "provider_batch_id", "status_before", "status_after", "error"}]}
+      {"run_id": str, "cancelled_at": ISO 8601 UTC str, "last_cancel_at": ISO 8601 UTC
+       str, "batches": [{"provider", "provider_batch_id", "run_id", "status_before",
+       "status_after", "error"}]}
 
-Both are written with :func:`mmirage_beam.io.fs.write_durably` (atomic on every
+Typed: :class:`~mmirage_beam.run.records.MergeRecord`,
+:class:`~mmirage_beam.run.records.CancelRecord` of
+:class:`~mmirage_beam.run.records.LedgerEntry` (one per batch), read and written by
+:class:`~mmirage_beam.run.store.RunStore`. Both are written with
+:func:`mmirage_beam.io.fs.write_durably` (atomic on every
 Beam filesystem) and read through Beam's FileSystems, so they live wherever the receipts
 do (local disk, gs://, s3://).
 """
