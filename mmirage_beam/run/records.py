@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import json
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Optional, TypeVar
 
@@ -55,6 +56,12 @@ _R = TypeVar("_R", bound="JsonRecord")
 _META = ("extra", "key_order")
 
 
+@functools.cache
+def _keys_of(cls: type) -> tuple[str, ...]:
+    """The file keys of a record class: its fields but ``extra`` and ``key_order``."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in _META)
+
+
 @dataclasses.dataclass(frozen=True)
 class JsonRecord:
     """The shared JSON shape of the records: typed keys, unknown keys, key order.
@@ -75,7 +82,7 @@ class JsonRecord:
 
     @classmethod
     def _keys(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in _META)
+        return _keys_of(cls)
 
     def to_json(self) -> dict[str, Any]:
         """The dict the file holds: keys in the order read (a record read from a file),
