@@ -288,3 +288,30 @@ def test_cancel_batches_writes_ledger_entries(tmp_path):
     again = RunStore(base, "r").read_cancel_record()
     assert again.cancelled_at == first.cancelled_at
     assert [b.provider_batch_id for b in again.batches] == ["b1", "b2"]
+
+
+@pytest.mark.parametrize("name", sorted(SINGLE))
+def test_any_key_order_unknown_and_missing_keys_survive(name):
+    import random
+
+    cls = SINGLE[name]
+    original = json.loads(_golden(name))
+    rng = random.Random(name)
+    for _ in range(5):
+        keys = list(original)
+        rng.shuffle(keys)
+        obj = {k: original[k] for k in keys[1:]}  # one key missing
+        obj["zz_unknown"] = {"n": [1, None, "\u2028ü"]}
+        obj["attempt_as_text"] = "1"
+        record = cls.from_json(obj)
+        assert record.to_json() == obj and list(record.to_json()) == list(obj)
+        assert record.encode() == (json.dumps(obj, **cls._DUMPS) + "\n").encode()
+
+
+def test_receipt_values_kept_as_read():
+    line = dict(json.loads(_golden("receipt_part.json")), attempt="2", total_bytes=1.5)
+    line["model_params_snapshot"] = {"model": "line\u2028sep"}
+    record = Receipt.from_json(line)
+    assert record.attempt == "2" and record.total_bytes == 1.5
+    assert record.encode() == receipts.receipt_line(line)
+    assert "\u2028".encode() in record.encode()  # written raw, as receipt_line does
