@@ -293,7 +293,6 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
         runs: the runs of the merge (linked runs included).
         entries: their receipts (:class:`~mmirage_beam.run.discovery.ReceiptEntry`).
     """
-
     intents: list[str] = []
     intent_requests: set[str] = set()
     stores = [RunStore(base, run) for run in runs]
