@@ -92,12 +92,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         done = cancel_batches(base, plan, checker)
     finally:
         checker.close()
-    refused = [d for d in done if d["error"]]
+    refused = [d for d in done if d.error]
     for d in done:
-        outcome = f"refused: {d['error']}" if d["error"] else f"now {d['status_after']}"
+        outcome = f"refused: {d.error}" if d.error else f"now {d.status_after}"
         print(
-            f"  {d['provider_batch_id']} ({d['provider']}, run {d['run_id']}, was "
-            f"{d['status_before']}): {outcome}"
+            f"  {d.provider_batch_id} ({d.provider}, run {d.run_id}, was "
+            f"{d.status_before}): {outcome}"
         )
     print(
         f"mmirage cancel: asked to cancel {len(done) - len(refused)} of {len(done)} batch(es); "

@@ -53,7 +53,7 @@ def advice_lines(report: StatusReport, config_arg: Optional[str]) -> List[str]:
     seen: set = set()
     children: Dict[str, set] = {}
     for st in report.statuses:
-        parent = st.receipt.receipt.get("parent_run_id")
+        parent = st.receipt.record.parent_run_id
         if parent:
             children.setdefault(parent, set()).add(st.receipt.run_id)
     for s in report.statuses:

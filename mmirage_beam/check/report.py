@@ -15,7 +15,7 @@ from typing import (
     Tuple,
 )
 
-from mmirage_beam.run.discovery import ReceiptSet
+from mmirage_beam.run.discovery import ReceiptEntry, ReceiptSet
 from mmirage_beam.run.lookup import LOOKUP_FAILED, STATUS_ORDER, BatchStatus, exit_code
 
 __all__ = [
@@ -167,9 +167,9 @@ def _row(s: BatchStatus) -> List[str]:
     ]
 
 
-def _reused_note(r: Any) -> str:
+def _reused_note(r: ReceiptEntry) -> str:
     """A reused receipt (mmirage_beam.reuse): whose batch it is, and that it was paid there."""
-    earlier = (r.receipt or {}).get("reused_from")
+    earlier = r.record.reused_from
     if not earlier:
         return ""
     return (

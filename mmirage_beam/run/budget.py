@@ -29,8 +29,8 @@ from typing import Any, Callable, Optional
 
 from mmirage_beam.costs.tokens import TokenCounter
 from mmirage_beam.providers.base import ENDED_STATUSES
-from mmirage_beam.run.receipts import read_receipts, receipt_path
 from mmirage_beam.run.staging import iter_lines
+from mmirage_beam.run.store import RunStore
 
 __all__ = [
     "RECEIPT_TOKENS_KEY",
@@ -109,10 +109,11 @@ class TokenBudget:
         finished; a lookup that fails counts the batch as enqueued."""
         total = 0
         for modality in _MODALITIES:
-            for receipt in read_receipts(receipt_path(self._base, modality, self._run_id)):
-                self._reserved.pop(receipt.get("chunk_id"), None)  # now counted here
-                batch_id = receipt.get("provider_batch_id")
-                tokens = receipt.get(RECEIPT_TOKENS_KEY)
+            for receipt in RunStore(self._base, self._run_id).read_receipts(modality):
+                if receipt.chunk_id is not None:
+                    self._reserved.pop(receipt.chunk_id, None)  # now counted here
+                batch_id = receipt.provider_batch_id
+                tokens = receipt.input_tokens_estimate  # RECEIPT_TOKENS_KEY
                 if not batch_id or tokens is None or batch_id in self._finished:
                     continue
                 try:

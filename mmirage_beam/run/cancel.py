@@ -19,9 +19,10 @@ from typing import Any, Optional, Sequence
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.run.discovery import collect_receipts
 from mmirage_beam.run.layout import receipts_base
-from mmirage_beam.run.ledger import cancel_record_path, read_cancel_record, write_json_record
 from mmirage_beam.run.lookup import TERMINAL_STATUSES, BatchStatusChecker
+from mmirage_beam.run.records import CancelRecord, LedgerEntry
 from mmirage_beam.run.selection import linked_runs
+from mmirage_beam.run.store import RunStore
 
 
 @dataclass
@@ -34,13 +35,14 @@ class CancelPlan:
             batches not ended and not cancelled before.
         already: those not ended that an earlier ``cancel`` already asked for.
         ended: how many batches have ended.
+        records: run -> its cancel record, for the runs cancelled before.
     """
 
     runs: list[str]
     to_cancel: list[Any]
     already: list[Any]
     ended: int
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    records: dict[str, CancelRecord] = field(default_factory=dict)
 
     @property
     def requests(self) -> int:
@@ -67,13 +69,8 @@ def plan_cancel(
     start = run_id or every.run_ids[0]
     runs, _rank = linked_runs(every.receipts, [start])
     batches = [e for e in every.batches if e.run_id in runs]
-    records = {r: rec for r in runs if (rec := read_cancel_record(base, r)) is not None}
-    asked = {
-        (b.get("provider"), b.get("provider_batch_id"))
-        for rec in records.values()
-        for b in rec.get("batches", [])
-        if not b.get("error")
-    }
+    records = {r: rec for r in runs if (rec := RunStore(base, r).read_cancel_record()) is not None}
+    asked = {key for rec in records.values() for key in rec.asked()}
     checker = (checker_factory or BatchStatusChecker)({e.provider for e in batches}, config)
     checker.open()
     statuses = checker.check(batches)
@@ -88,49 +85,52 @@ def plan_cancel(
     return plan, checker
 
 
-def cancel_batches(base: str, plan: CancelPlan, checker: Any) -> list[dict[str, Any]]:
-    """Cancel ``plan.to_cancel`` and record each run's cancellations durably.
+def cancel_batches(base: str, plan: CancelPlan, checker: Any) -> list[LedgerEntry]:
+    """Cancel ``plan.to_cancel`` and record each run's cancellations durably (its cancel
+    record: the earlier entries, then these).
 
     Returns:
-        One dict per batch: ``provider, provider_batch_id, run_id, status_before,
-        status_after, error`` (``error`` None when the provider accepted the cancel).
+        One entry per batch (``error`` None when the provider accepted the cancel).
+
+    Raises:
+        OSError / apache_beam.io.filesystem.BeamIOError: a cancel record cannot be written.
     """
     now = _dt.datetime.now(_dt.timezone.utc).isoformat()
-    done: list[dict[str, Any]] = []
+    done: list[LedgerEntry] = []
     for st in plan.to_cancel:
         after = checker.cancel_one(st.receipt)
         done.append(
-            {
-                "provider": st.receipt.provider,
-                "provider_batch_id": st.receipt.provider_batch_id,
-                "run_id": st.receipt.run_id,
-                "status_before": st.progress.provider_status if st.progress else st.status,
-                "status_after": after.progress.provider_status if after.progress else None,
-                "error": after.error,
-            }
+            LedgerEntry(
+                provider=st.receipt.provider,
+                provider_batch_id=st.receipt.provider_batch_id,
+                run_id=st.receipt.run_id,
+                status_before=st.progress.provider_status if st.progress else st.status,
+                status_after=after.progress.provider_status if after.progress else None,
+                error=after.error,
+            )
         )
     for run in plan.runs:
-        mine = [d for d in done if d["run_id"] == run]
+        mine = [d for d in done if d.run_id == run]
         if not mine:
             continue
-        earlier = plan.records.get(run) or {}
-        record = {
-            "run_id": run,
-            "cancelled_at": earlier.get("cancelled_at") or now,
-            "last_cancel_at": now,
-            "batches": list(earlier.get("batches", [])) + mine,
-        }
-        write_json_record(cancel_record_path(base, run), record)
+        earlier = plan.records.get(run) or CancelRecord()
+        record = CancelRecord(
+            run_id=run,
+            cancelled_at=earlier.cancelled_at or now,
+            last_cancel_at=now,
+            batches=tuple(earlier.batches or ()) + tuple(mine),
+        )
+        RunStore(base, run).write_cancel_record(record)
     return done
 
 
 def cancelled_note(base: str, runs: Sequence[str]) -> Optional[str]:
     """One line naming the runs cancelled with ``mmirage cancel`` (None: none), for
     ``check`` and ``merge``."""
-    found = [(r, rec) for r in runs if (rec := read_cancel_record(base, r)) is not None]
+    found = [(r, rec) for r in runs if (rec := RunStore(base, r).read_cancel_record()) is not None]
     if not found:
         return None
-    parts = [f"{r} at {rec.get('cancelled_at')}" for r, rec in found]
+    parts = [f"{r} at {rec.cancelled_at}" for r, rec in found]
     return (
         "cancelled with 'mmirage cancel': run "
         + ", ".join(parts)

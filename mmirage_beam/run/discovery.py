@@ -34,6 +34,7 @@ from mmirage_beam.run.receipts import (
     receipt_patterns,
     source_index_range,
 )
+from mmirage_beam.run.records import Receipt
 
 if TYPE_CHECKING:
     from mmirage_beam.config.loader import PipelineConfig
@@ -111,6 +112,20 @@ class ReceiptEntry:
             ValueError: the receipt file changed since it was read.
         """
         return self.receipt if self.location is None else read_receipt_at(self.location)
+
+    @property
+    def record(self) -> Receipt:
+        """:attr:`receipt` as a :class:`~mmirage_beam.run.records.Receipt`: without its
+        per-request maps (None) when ``location`` is set (:meth:`full_record` has them)."""
+        return Receipt.from_json(self.receipt or {})
+
+    def full_record(self) -> Receipt:
+        """:meth:`full_receipt` as a :class:`~mmirage_beam.run.records.Receipt`.
+
+        Raises:
+            ValueError: the receipt file changed since it was read.
+        """
+        return Receipt.from_json(self.full_receipt())
 
     @property
     def mapped_count(self) -> int:

@@ -37,10 +37,10 @@ import json
 from typing import Any, Optional
 
 from mmirage_beam.config.loader import PipelineConfig
-from mmirage_beam.io.fs import write_durably
+from mmirage_beam.run import store as _store
 from mmirage_beam.run.layout import RunLayout
-from mmirage_beam.run.lease import lease_path, read_lease
-from mmirage_beam.run.receipts import MODALITIES, pending_intents, read_receipts, receipt_path
+from mmirage_beam.run.records import RunRecord
+from mmirage_beam.run.store import RunStore
 
 #: bytes hashed at each end of every data file.
 SAMPLE_BYTES = 64 * 1024
@@ -162,38 +162,59 @@ def write_run_record(
     estimate: Optional[dict[str, int]] = None,
     limit: Optional[int] = None,
 ) -> dict[str, Any]:
-    """Write (durably, replacing any earlier one) and return the run record
-    (``estimate``: token counters ``<metric>:<output>`` -> int, kept when given)."""
-    record = {
-        "run_id": run_id,
-        "fingerprint": fingerprint,
-        "started_at": started_at or _dt.datetime.now(_dt.timezone.utc).isoformat(),
-        "finished": finished,
-        "rows_read": rows_read,
-        "requests": requests,
-        "chunks_submitted": chunks_submitted,
-    }
-    if estimate is not None:
-        record["estimate"] = dict(estimate)
-    if limit is not None:
-        record["limit"] = limit
-    write_durably(run_record_path(base, run_id), (json.dumps(record) + "\n").encode("utf-8"))
-    return record
+    """Write (durably, replacing any earlier one) and return the run record as a dict
+    (``estimate``: token counters ``<metric>:<output>`` -> int, kept when given;
+    ``started_at``: now when None). Typed: :func:`new_run_record` and
+    :meth:`mmirage_beam.run.store.RunStore.write_run_record`.
+
+    Raises:
+        OSError / apache_beam.io.filesystem.BeamIOError: the location is not writable.
+    """
+    record = new_run_record(
+        run_id,
+        fingerprint,
+        started_at=started_at,
+        finished=finished,
+        rows_read=rows_read,
+        requests=requests,
+        chunks_submitted=chunks_submitted,
+        estimate=estimate,
+        limit=limit,
+    )
+    return RunStore(base, run_id).write_run_record(record).to_json()
+
+
+def new_run_record(
+    run_id: str,
+    fingerprint: str,
+    *,
+    started_at: Optional[str] = None,
+    finished: bool = False,
+    rows_read: Optional[int] = None,
+    requests: Optional[int] = None,
+    chunks_submitted: Optional[int] = None,
+    estimate: Optional[dict[str, int]] = None,
+    limit: Optional[int] = None,
+) -> RunRecord:
+    """The run record of ``run_id`` (see :func:`write_run_record`), not written."""
+    return RunRecord(
+        run_id=run_id,
+        fingerprint=fingerprint,
+        started_at=started_at or _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        finished=finished,
+        rows_read=rows_read,
+        requests=requests,
+        chunks_submitted=chunks_submitted,
+        estimate=None if estimate is None else dict(estimate),
+        limit=limit,
+    )
 
 
 def read_run_record(base: str, run_id: str) -> Optional[dict[str, Any]]:
-    """The run record of ``run_id``, or None (absent or unreadable)."""
-    from apache_beam.io.filesystems import FileSystems
-
-    path = run_record_path(base, run_id)
-    try:
-        if not FileSystems.exists(path):
-            return None
-        with FileSystems.open(path, compression_type="uncompressed") as f:
-            record = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
+    """The run record of ``run_id`` as a dict, or None (absent or unreadable); typed:
+    :meth:`mmirage_beam.run.store.RunStore.read_run_record`."""
+    record = RunStore(base, run_id).read_run_record()
+    return None if record is None else record.to_json()
 
 
 def read_run_state(base: str, run_id: str) -> Optional[dict[str, Any]]:
@@ -201,48 +222,42 @@ def read_run_state(base: str, run_id: str) -> Optional[dict[str, Any]]:
     "finished" | "submitting", "requests_total"}`` from the run record
     (:func:`read_run_record`, ``<base>.run.<run_id>.json``; ``submitting`` means
     the run stopped before its pipeline completed, or is still running), or None when
-    the run has no record (runs of older versions, resubmissions)."""
-    record = read_run_record(base, run_id)
-    if record is None:
-        return None
-    finished = bool(record.get("finished"))
-    out: dict[str, Any] = {"run_id": run_id, "state": "finished" if finished else "submitting"}
-    if finished and isinstance(record.get("requests"), int):
-        out["requests_total"] = record["requests"]
-    return out
+    the run has no record (runs of older versions, resubmissions). Typed:
+    :meth:`mmirage_beam.run.store.RunStore.read_run_state`."""
+    state = RunStore(base, run_id).read_run_state()
+    return None if state is None else state.to_json()
 
 
 def run_records(base: str) -> list[dict[str, Any]]:
-    """Every readable run record of ``base``, newest ``started_at`` first."""
-    from apache_beam.io.filesystems import FileSystems
-
-    out = []
-    for m in FileSystems.match([RunLayout(base, "*").run_record])[0].metadata_list:
-        run_id = m.path[len(base) + len(".run.") : -len(".json")]
-        record = read_run_record(base, run_id)
-        if record is not None and record.get("run_id") == run_id:
-            out.append(record)
-    return sorted(out, key=lambda r: str(r.get("started_at") or ""), reverse=True)
+    """Every readable run record of ``base``, newest ``started_at`` first, as dicts;
+    typed: :func:`mmirage_beam.run.store.run_records`."""
+    return [r.to_json() for r in _store.run_records(base)]
 
 
 def run_is_alive(base: str, run_id: str) -> bool:
     """Whether a run has not failed, judged locally from its files (no provider call):
     it holds a lease (running now), or has an intent (a batch possibly accepted), or
     has receipts of which at least one batch is not ``failed``."""
-    if read_lease(lease_path(base, run_id)) is not None:
+    store = RunStore(base, run_id)
+    if store.read_lease() is not None:
         return True
-    if pending_intents(base, run_id):
+    if store.pending_intents():
         return True
-    statuses = [
-        r.get("status") for m in MODALITIES for r in read_receipts(receipt_path(base, m, run_id))
-    ]
+    statuses = [r.status for r in store.read_receipts()]
     return bool(statuses) and any(s != "failed" for s in statuses)
 
 
 def matching_run(base: str, fingerprint: str) -> Optional[dict[str, Any]]:
     """The newest run record of ``base`` with this fingerprint whose run has not failed
+    (:func:`run_is_alive`), as a dict, or None; typed: :func:`matching_run_record`."""
+    record = matching_run_record(base, fingerprint)
+    return None if record is None else record.to_json()
+
+
+def matching_run_record(base: str, fingerprint: str) -> Optional[RunRecord]:
+    """The newest run record of ``base`` with this fingerprint whose run has not failed
     (:func:`run_is_alive`), or None."""
-    for record in run_records(base):
-        if record.get("fingerprint") == fingerprint and run_is_alive(base, record["run_id"]):
+    for record in _store.run_records(base):
+        if record.fingerprint == fingerprint and run_is_alive(base, str(record.run_id)):
             return record
     return None

@@ -45,6 +45,7 @@ from typing import Any, Callable, Optional
 from mmirage_beam.errors import MmirageError
 from mmirage_beam.paths import is_local
 from mmirage_beam.run.layout import RunLayout
+from mmirage_beam.run.records import LeaseRecord
 
 _LOG = logging.getLogger(__name__)
 
@@ -83,9 +84,14 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def read_lease(path: str) -> Optional[dict[str, Any]]:
+def read_lease(path: str) -> Optional[LeaseRecord]:
     """The lease stored at ``path``; None when there is none. An unreadable or
-    half-written lease reads as ``{}`` (stale once old enough, see :func:`is_stale`)."""
+    half-written lease reads as an empty record (every field None: stale once old
+    enough, see :func:`is_stale`).
+
+    Raises:
+        OSError / apache_beam.io.filesystem.BeamIOError: the file exists but cannot be read.
+    """
     from apache_beam.io.filesystems import FileSystems
 
     try:
@@ -101,9 +107,9 @@ def read_lease(path: str) -> Optional[dict[str, Any]]:
         return None
     try:
         found = json.loads(data.decode("utf-8"))
-        return found if isinstance(found, dict) else {}
     except ValueError:
-        return {}
+        return LeaseRecord.from_json({})
+    return LeaseRecord.from_json(found if isinstance(found, dict) else {})
 
 
 def _mtime(path: str) -> float:
@@ -121,10 +127,14 @@ def _mtime(path: str) -> float:
 
 
 def is_stale(
-    lease: dict[str, Any], now: float, stale_after_secs: float, mtime: float = 0.0
+    lease: dict[str, Any] | LeaseRecord, now: float, stale_after_secs: float, mtime: float = 0.0
 ) -> bool:
-    """Whether ``lease`` may be taken over: not refreshed for ``stale_after_secs``
-    seconds, or held by a dead pid of this host."""
+    """Whether ``lease`` (as :func:`read_lease` returns it, or the record) may be taken
+    over: not refreshed for ``stale_after_secs`` seconds (``now``, ``mtime``: the lease
+    file's, used when it holds no ``refreshed_at``: Unix seconds), or held by a dead pid
+    of this host."""
+    if isinstance(lease, LeaseRecord):
+        lease = lease.to_json()
     refreshed = lease.get("refreshed_at")
     last = float(refreshed) if isinstance(refreshed, (int, float)) else mtime
     if now - last > stale_after_secs:
@@ -144,9 +154,11 @@ def is_held(base: str, run_id: str) -> bool:
     return lease is not None and not is_stale(lease, time.time(), STALE_AFTER_SECS, _mtime(path))
 
 
-def describe_holder(lease: dict[str, Any], now: Optional[float] = None) -> str:
-    """``pid 123 on host h, started 2026-...Z, refreshed 4 s ago``."""
+def describe_holder(lease: dict[str, Any] | LeaseRecord, now: Optional[float] = None) -> str:
+    """``pid 123 on host h, started 2026-...Z, refreshed 4 s ago`` (``now``: Unix seconds)."""
     now = time.time() if now is None else now
+    if isinstance(lease, LeaseRecord):
+        lease = lease.to_json()
 
     def when(v: Any) -> str:
         if not isinstance(v, (int, float)):
@@ -185,11 +197,16 @@ class Lease:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
+    @property
+    def record(self) -> LeaseRecord:
+        """What the lease file holds now (:attr:`info` as a record)."""
+        return LeaseRecord.from_json(self.info)
+
     def refresh(self) -> bool:
         """Rewrite the lease with a new ``refreshed_at``; False (and ``on_lost``) when
         another process's token is found in it."""
         current = read_lease(self.path)
-        if current is not None and current.get("token") != self.info["token"]:
+        if current is not None and current.token != self.info["token"]:
             self.lost = True
             _LOG.error(
                 "run %s: the lease %s is now held by %s; this process stops creating batches",
@@ -198,7 +215,7 @@ class Lease:
                 describe_holder(current),
             )
             if self._on_lost is not None:
-                self._on_lost(current)
+                self._on_lost(current.to_json())
             return False
         self.info["refreshed_at"] = time.time()
         from mmirage_beam.io.fs import write_durably  # loads Beam: the lease module does not
@@ -227,7 +244,7 @@ class Lease:
             self._thread.join(timeout=5)
         try:
             current = read_lease(self.path)
-            if current is not None and current.get("token") == self.info["token"]:
+            if current is not None and current.token == self.info["token"]:
                 _delete(self.path)
         except Exception as exc:  # the next run takes a leftover lease over once stale
             _LOG.warning("could not remove the lease %s: %s", self.path, exc)
@@ -240,7 +257,7 @@ class Lease:
 
 
 def _encode(info: dict[str, Any]) -> bytes:
-    return (json.dumps(info, sort_keys=True) + "\n").encode("utf-8")
+    return LeaseRecord.from_json(info).encode()
 
 
 def _delete(path: str) -> None:
@@ -288,7 +305,8 @@ def acquire(
         refresh_secs: refresh interval, seconds.
         stale_after_secs: a lease older than this is taken over (default 3 x refresh).
         settle_secs: object stores only: the wait before the read-back, seconds.
-        on_lost: called (with the other holder's lease) if a refresh finds it lost.
+        on_lost: called (with the other holder's lease, as the dict the file holds) if a
+            refresh finds it lost.
 
     Raises:
         RunLocked: (exit 2) a live process holds it; the message names the holder.
@@ -316,7 +334,7 @@ def acquire(
             if not is_stale(current, time.time(), stale_after, _mtime(path)):
                 raise _locked(run_id, path, current)
             _take_over_local(path, current, stale_after)
-        raise _locked(run_id, path, read_lease(path) or {})
+        raise _locked(run_id, path, read_lease(path) or LeaseRecord())
     from apache_beam.io.filesystems import FileSystems
 
     current = read_lease(path)
@@ -326,12 +344,12 @@ def acquire(
         f.write(_encode(info))
     time.sleep(settle_secs)
     current = read_lease(path)
-    if current is None or current.get("token") != info["token"]:
-        raise _locked(run_id, path, current or {})
+    if current is None or current.token != info["token"]:
+        raise _locked(run_id, path, current or LeaseRecord())
     return lease
 
 
-def _take_over_local(path: str, stale: dict[str, Any], stale_after: float) -> None:
+def _take_over_local(path: str, stale: LeaseRecord, stale_after: float) -> None:
     """Remove a stale lease, serialised by ``<lease>.takeover`` (itself stale after
     ``stale_after`` seconds), and only if it is still the lease judged stale."""
     guard = path + ".takeover"
@@ -343,14 +361,14 @@ def _take_over_local(path: str, stale: dict[str, Any], stale_after: float) -> No
         return
     try:
         current = read_lease(path)
-        if current is not None and current.get("token") == stale.get("token"):
+        if current is not None and current.token == stale.token:
             _LOG.warning("taking over the stale lease %s (%s)", path, describe_holder(current))
             _delete(path)
     finally:
         _delete(guard)
 
 
-def _locked(run_id: str, path: str, holder: dict[str, Any]) -> RunLocked:
+def _locked(run_id: str, path: str, holder: LeaseRecord) -> RunLocked:
     return RunLocked(
         f"run {run_id} is in use by another process ({describe_holder(holder)}; lease "
         f"{path}); nothing was sent. Wait for it to end, or stop it; a lease whose holder "

@@ -11,10 +11,15 @@
   ``outputs_succeeded``, ``rows_with_failures``, ``used_input_tokens:<output>`` ...).
 - ``<base>.cancel.<run_id>.json``: written by ``mmirage cancel``, one per run::
 
-      {"run_id": str, "cancelled_at": ISO 8601 UTC str, "batches": [{"provider",
-       "provider_batch_id", "status_before", "status_after", "error"}]}
+      {"run_id": str, "cancelled_at": ISO 8601 UTC str, "last_cancel_at": ISO 8601 UTC
+       str, "batches": [{"provider", "provider_batch_id", "run_id", "status_before",
+       "status_after", "error"}]}
 
-Both are written with :func:`mmirage_beam.io.fs.write_durably` (atomic on every
+Typed: :class:`~mmirage_beam.run.records.MergeRecord`,
+:class:`~mmirage_beam.run.records.CancelRecord` of
+:class:`~mmirage_beam.run.records.LedgerEntry` (one per batch), read and written by
+:class:`~mmirage_beam.run.store.RunStore`. Both are written with
+:func:`mmirage_beam.io.fs.write_durably` (atomic on every
 Beam filesystem) and read through Beam's FileSystems, so they live wherever the receipts
 do (local disk, gs://, s3://).
 """
@@ -29,6 +34,7 @@ from typing import Any, Iterable, Mapping, Optional
 from mmirage_beam.io.fs import write_durably
 from mmirage_beam.results import resubmittable
 from mmirage_beam.run.layout import RunLayout
+from mmirage_beam.run.records import CancelRecord, MergeRecord
 
 
 def merge_record_path(base: str, run_id: str) -> str:
@@ -68,13 +74,23 @@ def write_json_record(path: str, record: Mapping[str, Any]) -> None:
     write_durably(path, (json.dumps(dict(record), sort_keys=True) + "\n").encode("utf-8"))
 
 
+def write_record(path: str, record: MergeRecord | CancelRecord) -> None:
+    """Write a merge or cancel record durably (atomically) at ``path``, as
+    :func:`write_json_record` writes its dict (one JSON line, sorted keys).
+
+    Raises:
+        OSError / apache_beam.io.filesystem.BeamIOError: the location is not writable.
+    """
+    write_durably(path, record.encode())
+
+
 def write_merge_record(
     base: str,
     runs: Iterable[str],
     output_path: str,
     stats: Mapping[str, int],
     errors: Iterable[Mapping[str, Any]],
-) -> dict[str, Any]:
+) -> MergeRecord:
     """Record a finished merge of ``runs`` (oldest first; the first names the record).
 
     Args:
@@ -87,6 +103,9 @@ def write_merge_record(
 
     Returns:
         The record written.
+
+    Raises:
+        OSError / apache_beam.io.filesystem.BeamIOError: the location is not writable.
     """
     runs = list(runs)
     by_type: dict[str, int] = {}
@@ -96,25 +115,28 @@ def write_merge_record(
             continue
         by_type[e["error_type"]] = by_type.get(e["error_type"], 0) + 1
         retryable += bool(resubmittable(dict(e), "retryable"))
-    record = {
-        "run_id": runs[0],
-        "runs": runs,
-        "output_path": output_path,
-        "merged_at": _now(),
-        "merged_at_unix": time.time(),
-        "stats": {k: int(v) for k, v in stats.items()},
-        "failed_by_type": by_type,
-        "retryable": retryable,
-    }
-    write_json_record(merge_record_path(base, runs[0]), record)
+    record = MergeRecord(
+        run_id=runs[0],
+        runs=runs,
+        output_path=output_path,
+        merged_at=_now(),
+        merged_at_unix=time.time(),
+        stats={k: int(v) for k, v in stats.items()},
+        failed_by_type=by_type,
+        retryable=retryable,
+    )
+    write_record(merge_record_path(base, runs[0]), record)
     return record
 
 
 def read_merge_record(base: str, run_id: str) -> Optional[dict[str, Any]]:
-    """The merge record named by ``run_id`` (a chain's root), or None."""
+    """The merge record named by ``run_id`` (a chain's root) as a dict, or None; typed:
+    :meth:`mmirage_beam.run.store.RunStore.read_merge_record`."""
     return read_json_record(merge_record_path(base, run_id))
 
 
-def read_cancel_record(base: str, run_id: str) -> Optional[dict[str, Any]]:
-    """The cancel record of ``run_id``, or None (never cancelled with ``mmirage cancel``)."""
-    return read_json_record(cancel_record_path(base, run_id))
+def read_cancel_record(base: str, run_id: str) -> Optional[CancelRecord]:
+    """The cancel record of ``run_id``, or None (never cancelled with ``mmirage cancel``,
+    or unreadable)."""
+    found = read_json_record(cancel_record_path(base, run_id))
+    return None if found is None else CancelRecord.from_json(found)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.costs.prices import batch_price
@@ -35,12 +35,12 @@ from mmirage_beam.costs.tokens import (
     TOKEN_METRICS,
 )
 from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
-from mmirage_beam.run.fingerprint import run_records
 from mmirage_beam.run.layout import receipts_base
-from mmirage_beam.run.lease import REFRESH_SECS, is_stale, lease_path, read_lease
-from mmirage_beam.run.ledger import read_cancel_record, read_merge_record
+from mmirage_beam.run.lease import REFRESH_SECS, is_stale
 from mmirage_beam.run.lookup import TERMINAL_STATUSES, BatchStatusChecker
+from mmirage_beam.run.records import JsonRecord, RunRecord
 from mmirage_beam.run.selection import find_unfinished, linked_runs
+from mmirage_beam.run.store import RunStore, run_records
 
 
 @dataclass
@@ -81,7 +81,7 @@ def _iso(ts: Optional[float]) -> Optional[str]:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def estimate_usd(estimate: dict[str, int], price: Any) -> tuple[Optional[float], bool]:
+def estimate_usd(estimate: Mapping[str, int], price: Any) -> tuple[Optional[float], bool]:
     """``(USD, input only?)`` from a run record's token counters, at ``price``
     (:class:`mmirage_beam.costs.prices.BatchPrice`; None: unknown)."""
     if price is None or not estimate:
@@ -96,7 +96,7 @@ def estimate_usd(estimate: dict[str, int], price: Any) -> tuple[Optional[float],
     return price.cost_usd(total[INPUT_TOKENS], total[MAX_OUTPUT_TOKENS]), False
 
 
-def actual_usd(stats: dict[str, int], price: Any) -> Optional[float]:
+def actual_usd(stats: Mapping[str, int], price: Any) -> Optional[float]:
     """USD of the usage a merge counted (``used_input_tokens:<output>`` ...)."""
     if price is None:
         return None
@@ -104,6 +104,11 @@ def actual_usd(stats: dict[str, int], price: Any) -> Optional[float]:
     i = sum(r.get(USED_INPUT_TOKENS, 0) for r in rows.values())
     o = sum(r.get(USED_OUTPUT_TOKENS, 0) for r in rows.values())
     return price.cost_usd(i, o)
+
+
+def _holds(record: Optional[JsonRecord]) -> bool:
+    """A record that exists and holds a key (a file holding ``{}`` counts as none)."""
+    return record is not None and bool(record.to_json())
 
 
 def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
@@ -124,8 +129,8 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
         entries = list(collect_receipts(config).receipts)
     except NoReceiptsError:
         entries = []
-    records = {r["run_id"]: r for r in run_records(base)}
-    parent = {e.run_id: e.receipt.get("parent_run_id") for e in entries}
+    records = {str(r.run_id): r for r in run_records(base)}
+    parent = {e.run_id: e.record.parent_run_id for e in entries}
     every_run = list(dict.fromkeys([*records, *(e.run_id for e in entries)]))
     roots = [r for r in every_run if not parent.get(r)]
     statuses: dict[tuple[str, str], Any] = {}
@@ -137,24 +142,26 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
     for root in roots:
         chain, _rank = linked_runs(entries, [root]) if root in parent else ([root], {root: 0})
         mine = [e for e in batches if e.run_id in chain]
-        record = records.get(root) or {}
+        record: Optional[RunRecord] = records.get(root)
         first = min((e.submitted_at for e in mine if e.submitted_at), default=None)
         newest = max((e.submitted_at for e in mine if e.submitted_at), default=None)
         row = RunRow(
             run_id=root,
-            created=record.get("started_at") or _iso(first),
+            created=(record.started_at if record else None) or _iso(first),
             links=[r for r in chain if r != root],
             batches=len(mine),
             requests=sum(e.request_count for e in mine),
         )
-        row.cancelled = any(read_cancel_record(base, r) for r in chain)
+        row.cancelled = any(_holds(RunStore(base, r).read_cancel_record()) for r in chain)
         row.estimated_usd, row.estimate_is_lower_bound = estimate_usd(
-            record.get("estimate") or {}, price
+            (record.estimate if record else None) or {}, price
         )
-        merged = read_merge_record(base, root)
+        store = RunStore(base, root)
+        merged = store.read_merge_record()
+        merged = merged if _holds(merged) else None
         looked = [statuses.get(e.key) for e in mine]
         ended = bool(mine) and all(s is not None and s.status in TERMINAL_STATUSES for s in looked)
-        lease = read_lease(lease_path(base, root))
+        lease = store.read_lease()
         if lease is not None and not is_stale(lease, time.time(), 3 * REFRESH_SECS):
             row.state = "submitting"
         elif find_unfinished(base, chain, [e for e in entries if e.run_id in chain]):
@@ -165,13 +172,13 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
             row.state = "submitted"
         elif lookup and not ended:
             row.state = "in progress"
-        elif merged and float(merged.get("merged_at_unix") or 0) >= (newest or 0):
+        elif merged and float(merged.merged_at_unix or 0) >= (newest or 0):
             row.state = "merged"
         else:
             row.state = "ended"
         if merged:
-            row.failures = sum((merged.get("failed_by_type") or {}).values())
-            row.actual_usd = actual_usd(merged.get("stats") or {}, price)
+            row.failures = merged.failures
+            row.actual_usd = actual_usd(merged.stats or {}, price)
         elif looked and all(s is not None for s in looked):
             row.failures = sum(int(s.failed or 0) for s in looked)
         rows.append(row)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import uuid
-from typing import Any, Iterable, Iterator, NamedTuple, Optional
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Optional
 
 from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.io.fs import delete_folder, list_files, replace_file, write_durably
@@ -32,6 +32,7 @@ from mmirage_beam.request_hashes import (  # noqa: F401 (public here too)
     request_line_hash,
 )
 from mmirage_beam.run.layout import RunLayout, part_chunk_id, parts_dir
+from mmirage_beam.run.records import Receipt, SubmittedMarker
 
 
 def receipt_path(base: str, modality: str, run_id: str, dry_run: bool = False) -> str:
@@ -69,51 +70,23 @@ def make_receipt(
 
     ``maps``: instead of ``metas``, the ref's two maps already built
     (:func:`mmirage_beam.run.staging.receipt_maps`), used as they are.
+
+    Returns the receipt as a dict; typed: :meth:`mmirage_beam.run.records.Receipt.for_chunk`.
     """
-    when = submitted_at or _dt.datetime.now(_dt.timezone.utc)
-    snapshot: dict[str, Any] = {
-        "output_name": chunk.output_name,
-        "output_type": output_type,
-        "modality": chunk.modality,
-    }
-    if model:
-        snapshot["model"] = model
-    if maps is not None:
-        index, hashes = maps
-        digest = chunk.request_hash
-        count = len(index)
-    elif metas is not None:  # one pass: metas may be a stream (staging.iter_meta)
-        index, hashes = {}, {}
-        for m in metas:
-            index[m.custom_id] = m.source_index
-            hashes[m.custom_id] = m.line_hash
-        digest = chunk.request_hash
-        count = len(index)
-    else:
-        index = {r.custom_id: r.source_index for r in chunk.requests}
-        digest = request_hash(r.line for r in chunk.requests)
-        hashes = {r.custom_id: request_line_hash(r.line) for r in chunk.requests}
-        count = len(chunk.requests)
-    return {
-        "provider": provider,
-        "chunk_id": chunk.chunk_id,
-        "provider_batch_id": provider_batch_id,
-        "status": status,
-        "custom_id_to_source_index": index,
-        "request_hash": digest,
-        "request_hashes": hashes,
-        "model_params_snapshot": snapshot,
-        "submitted_request_count": count,
-        "total_bytes": chunk.total_bytes,
-        "has_oversized_request": chunk.has_oversized_request,
-        "flush_reason": chunk.flush_reason,
-        "submitted_at_utc": when.isoformat(),
-        "run_id": run_id,
-        "output_name": chunk.output_name,
-        "modality": chunk.modality,
-        "attempt": attempt,
-        **({"parent_run_id": parent_run_id} if parent_run_id else {}),
-    }
+    return Receipt.for_chunk(
+        provider=provider,
+        chunk=chunk,
+        provider_batch_id=provider_batch_id,
+        status=status,
+        run_id=run_id,
+        output_type=output_type,
+        model=model,
+        submitted_at=submitted_at,
+        attempt=attempt,
+        parent_run_id=parent_run_id,
+        metas=metas,
+        maps=maps,
+    ).to_json()
 
 
 def submitted_marker_path(base: str, run_id: str) -> str:
@@ -129,9 +102,8 @@ def submitted_marker_path(base: str, run_id: str) -> str:
 def mark_submitted(receipts: int, base: str, run_id: str, attempt: int) -> int:
     """Write :func:`submitted_marker_path` (``{"run_id", "attempt", "receipts"}``, the
     attempt's receipt count); returns ``receipts`` (a Beam step's output)."""
-
-    record = {"run_id": run_id, "attempt": attempt, "receipts": int(receipts)}
-    write_durably(submitted_marker_path(base, run_id), (json.dumps(record) + "\n").encode())
+    marker = SubmittedMarker(run_id, attempt, int(receipts))
+    write_durably(submitted_marker_path(base, run_id), marker.encode())
     return receipts
 
 
@@ -413,7 +385,7 @@ def find_receipt_files(
     return ordered, sorted(skipped)
 
 
-def adoption_rejected(receipt: dict[str, Any]) -> bool:
+def adoption_rejected(receipt: Mapping[str, Any] | Receipt) -> bool:
     """Whether ``receipt`` is an adoption that was withdrawn (``adoption.rejected``): its
     batch is not this chunk's (another receipt names it, or its results hold other
     custom_ids). Readers of receipts (check, merge) must skip such a receipt; its requests
@@ -424,5 +396,7 @@ def adoption_rejected(receipt: dict[str, Any]) -> bool:
     matched by creation time and request count only: merge should check that the
     batch's result custom_ids are the receipt's ``custom_id_to_source_index`` keys.
     """
+    if isinstance(receipt, Receipt):
+        return receipt.adoption_rejected
     adoption = receipt.get("adoption")
     return isinstance(adoption, dict) and bool(adoption.get("rejected"))

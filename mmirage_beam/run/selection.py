@@ -7,18 +7,16 @@ across linked runs wins (see :class:`mmirage_beam.transforms.fetch.OutputResult`
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional, Sequence
 
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.run.discovery import collect_receipts
-from mmirage_beam.run.fingerprint import read_run_state
-from mmirage_beam.run.layout import RunLayout
-from mmirage_beam.run.lease import is_held
 from mmirage_beam.run.lookup import LOOKUP_FAILED, TERMINAL_STATUSES, BatchStatusChecker
-from mmirage_beam.run.receipts import pending_intents, read_receipt_at, submission_complete
+from mmirage_beam.run.receipts import read_receipt_at
+from mmirage_beam.run.records import RunState
+from mmirage_beam.run.store import RunStore
 
 
 class BatchToFetch(NamedTuple):
@@ -58,7 +56,7 @@ class BatchToFetch(NamedTuple):
     #: a reused receipt's ``reused_custom_ids`` when carried (else read from the receipt)
     reused_custom_ids: Optional[dict] = None
 
-    def reuse_map(self) -> dict:
+    def reuse_map(self) -> dict[str, str]:
         """A reused receipt's ``reused_custom_ids`` (this run's custom_id -> the earlier
         batch's), read from the receipt when not carried; ``{}`` for other receipts."""
         if not self.reused_from:
@@ -69,7 +67,7 @@ class BatchToFetch(NamedTuple):
             return {}
         return read_receipt_at(self.receipt_location).get("reused_custom_ids") or {}
 
-    def mapping(self) -> dict:
+    def mapping(self) -> dict[str, int]:
         """``custom_id_to_source_index``, read from the receipt when not carried.
 
         Raises:
@@ -252,8 +250,9 @@ class Unfinished:
     Attributes:
         intents: leftover ``*.intent`` files (chunks whose submission was interrupted).
         intent_requests: custom_ids of those chunks that no receipt holds.
-        states: run id -> its run record (:func:`fingerprint.read_run_state`) when it
-            says the run did not finish (``state`` other than ``finished``).
+        states: run id -> its run state (:meth:`RunStore.read_run_state`, as its dict
+            ``{"run_id", "state"}``) when it says the run did not finish (``state``
+            other than ``finished``; ``stopped``: no record, its stop marker left).
         short_by: run id -> requests the run built (``requests_total`` of a finished
             record) minus the requests its receipts hold, when positive.
         finish_pending: runs whose every batch is receipted (the submitted marker,
@@ -294,17 +293,13 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
         runs: the runs of the merge (linked runs included).
         entries: their receipts (:class:`~mmirage_beam.run.discovery.ReceiptEntry`).
     """
-    from apache_beam.io.filesystems import FileSystems
-
     intents: list[str] = []
     intent_requests: set[str] = set()
-    for run in runs:
-        for path in pending_intents(base, run):
+    stores = [RunStore(base, run) for run in runs]
+    for store in stores:
+        for path in store.pending_intents():
             intents.append(path)
-            with FileSystems.open(path, compression_type="uncompressed") as f:
-                intent = json.loads(f.read().decode("utf-8"))
-            mapping = intent.get("custom_id_to_source_index") or {}
-            intent_requests.update(mapping)
+            intent_requests.update(store.read_intent(path).custom_id_to_source_index or {})
     if intent_requests:  # only then: no set of every receipted custom_id otherwise
         for e in entries:  # one receipt's map at a time
             intent_requests.difference_update(
@@ -313,25 +308,26 @@ def find_unfinished(base: str, runs: Sequence[str], entries: Sequence[Any]) -> U
     states: dict[str, dict[str, Any]] = {}
     short_by: dict[str, int] = {}
     finish_pending: list[str] = []
-    for run in runs:
-        record = read_run_state(base, run)
-        if record is None and FileSystems.exists(RunLayout(base, run).stop_marker):
+    for store in stores:
+        run = store.run_id
+        state: Optional[RunState] = store.read_run_state()
+        if state is None and store.stop_requested():
             # the launcher was stopped (Ctrl-C / SIGTERM) and did not clean up after it
-            record = {"run_id": run, "state": "stopped"}
-        if record is None:
+            state = RunState(run, "stopped")
+        if state is None:
             continue
-        if record.get("state") != "finished":
+        if not state.is_finished:
             if (
-                record.get("state") == "submitting"
+                state.state == "submitting"
                 and not any(_run_of_intent(p) == run for p in intents)
-                and not FileSystems.exists(RunLayout(base, run).stop_marker)
-                and submission_complete(base, run)
+                and not store.stop_requested()
+                and store.submission_complete()
             ):
                 finish_pending.append(run)
             else:
-                states[run] = record
+                states[run] = state.to_json()
             continue
-        total = record.get("requests_total")
+        total = state.requests_total
         if isinstance(total, int) and not isinstance(total, bool):
             held = sum(e.mapped_count for e in entries if e.run_id == run)
             if total > held:
@@ -361,7 +357,7 @@ def run_state_lines(base: str, receipts: Any, config_arg: str) -> list[str]:
     the command to run; from the run records, intents, markers and leases under
     ``base``, no provider call."""
     runs = [r for r in receipts.run_ids if r and r != "?"]
-    live = [r for r in runs if is_held(base, r)]  # still submitting: not stopped midway
+    live = [r for r in runs if RunStore(base, r).lease_held()]  # still submitting
     runs = [r for r in runs if r not in live]
     unfinished = find_unfinished(base, runs, [e for e in receipts.receipts if e.run_id in runs])
     lines = [

@@ -95,10 +95,10 @@ def test_refresh_keeps_the_lease_and_notices_when_it_was_lost(tmp_path):
     base = str(tmp_path / "b")
     lost = []
     lease = acquire(base, "r", refresh_secs=0.05, on_lost=lost.append)
-    first = read_lease(lease.path)["refreshed_at"]
+    first = read_lease(lease.path).refreshed_at
     lease.start_refreshing()
     time.sleep(0.3)
-    assert read_lease(lease.path)["refreshed_at"] > first
+    assert read_lease(lease.path).refreshed_at > first
     with pytest.raises(RunLocked):
         acquire(base, "r")
     # Another holder's token in the file (the object-store race): refresh gives up. The
@@ -111,7 +111,7 @@ def test_refresh_keeps_the_lease_and_notices_when_it_was_lost(tmp_path):
     time.sleep(0.3)
     assert lease.lost and lost and lost[0]["token"] == "someone-else"
     lease.release()
-    assert read_lease(lease.path)["token"] == "someone-else"  # not ours: left alone
+    assert read_lease(lease.path).token == "someone-else"  # not ours: left alone
 
 
 def test_object_store_lease_is_exclusive_and_released(tmp_path):
