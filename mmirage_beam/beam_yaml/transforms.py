@@ -44,7 +44,7 @@ from mmirage_beam.paths import resolve_path
 from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
 from mmirage_beam.records import RowError
 from mmirage_beam.run import merge_plans
-from mmirage_beam.run.fingerprint import write_run_record
+from mmirage_beam.run.fingerprint import new_run_record
 from mmirage_beam.run.layout import receipts_base
 from mmirage_beam.run.plans import prepare_submit
 from mmirage_beam.run.receipts import consolidate_run, submitted_marker_path
@@ -55,6 +55,7 @@ from mmirage_beam.run.storage import (
     config_locations,
     probe_location,
 )
+from mmirage_beam.run.store import RunStore
 from mmirage_beam.settings import SubmitSettings
 
 __all__ = [
@@ -151,13 +152,14 @@ class _FinishRunFn(beam.DoFn):
     ) -> Iterable[str]:
         written = consolidate_run(self._base, self._run_id, self._dry_run)
         if self._fingerprint is not None:
-            write_run_record(
-                self._base,
-                self._run_id,
-                self._fingerprint,
-                started_at=self._started_at,
-                finished=True,
-                chunks_submitted=receipts,
+            RunStore(self._base, self._run_id).write_run_record(
+                new_run_record(
+                    self._run_id,
+                    self._fingerprint,
+                    started_at=self._started_at,
+                    finished=True,
+                    chunks_submitted=receipts,
+                )
             )
 
             delete_files([submitted_marker_path(self._base, self._run_id)])  # recorded now
@@ -288,7 +290,7 @@ class SubmitBatches(beam.PTransform):
             for message in run_plan.messages:
                 print(message.text, file=sys.stderr)
             resume, fingerprint = run_plan.resume, run_plan.fingerprint
-            started_at = run_plan.record["started_at"]
+            started_at = run_plan.record.started_at
         _prepare_staging(base, run_id, self.keep_staged)
         settings = SubmitSettings(
             run_id,

@@ -31,7 +31,7 @@ import dataclasses
 import shlex
 import sys
 import time
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -61,12 +61,12 @@ from mmirage_beam.run.commands.merge import MergeCommand
 from mmirage_beam.run.commands.resubmit import ResubmitCommand
 from mmirage_beam.run.commands.submit import SubmitCommand
 from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
-from mmirage_beam.run.fingerprint import read_run_record
 from mmirage_beam.run.layout import parts_dir, receipts_base
 from mmirage_beam.run.lease import acquire
-from mmirage_beam.run.ledger import read_cancel_record, read_merge_record
 from mmirage_beam.run.receipts import MODALITIES, pending_intents, receipt_path
+from mmirage_beam.run.records import MergeRecord
 from mmirage_beam.run.selection import linked_runs
+from mmirage_beam.run.store import RunStore
 from mmirage_beam.settings import errors_path_for
 
 __all__ = ["run_cycle"]
@@ -133,8 +133,8 @@ def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], submit: Submit
     state = None if fresh else CycleState.load(base, run_id)
     if state is None:
         state = CycleState(run_id, _output_path(ctx, run_id), _retries(ctx), runs=[run_id])
-        record = None if fresh else read_run_record(base, run_id)
-        if record is not None and record.get("finished"):
+        record = None if fresh else RunStore(base, run_id).read_run_record()
+        if record is not None and record.finished:
             state.phase = WAITING  # submitted without --wait: follow it from here
     else:
         if args.output_path is not None:
@@ -184,7 +184,7 @@ def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
             f"run {state.run_id}: submit, wait, merge into {state.output_path}, "
             f"at most {state.retries} retr{'y' if state.retries == 1 else 'ies'}"
         )
-    merged: Optional[Mapping[str, Any]] = None  # the record of the merge just run
+    merged: Optional[MergeRecord] = None  # the record of the merge just run
     while True:
         if state.phase == SUBMITTING:
             state.save(ctx.base)
@@ -224,12 +224,12 @@ def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
             if record is None or not _exists(errors_file):
                 state.phase = MERGING  # the merged file or its record is gone: merge again
                 continue
-            if record.get("failed_by_type", {}).get("never_submitted"):
+            if (record.failed_by_type or {}).get("never_submitted"):
                 state.phase = SUBMITTING  # the next resume sends what has no receipt
                 state.save(ctx.base)
                 return _finish(ctx, state, record)
             if (
-                record.get("retryable")
+                record.retryable
                 and state.retries_used < state.retries
                 and not _cancelled(ctx, state)
             ):
@@ -309,7 +309,8 @@ def _tokens_note(ctx: _Context, state: CycleState) -> Any:
     (its runs' recorded estimates times the share of requests finished)."""
     estimated = 0
     for run_id in state.runs:
-        counts = (read_run_record(ctx.base, run_id) or {}).get("estimate") or {}
+        record = RunStore(ctx.base, run_id).read_run_record()
+        counts = (record.estimate if record is not None else None) or {}
         estimated += sum(v for k, v in counts.items() if k.partition(":")[0] == INPUT_TOKENS)
     proc = ctx.config.processor
     try:
@@ -319,14 +320,15 @@ def _tokens_note(ctx: _Context, state: CycleState) -> Any:
     return lambda finished, total: waiting_tokens_text(finished, total, estimated, price)
 
 
-def _merge_record(ctx: _Context, state: CycleState) -> Optional[dict[str, Any]]:
-    record = read_merge_record(ctx.base, state.run_id)
-    if record is None or record.get("output_path") != state.output_path:
+def _merge_record(ctx: _Context, state: CycleState) -> Optional[MergeRecord]:
+    """The merge record of the cycle's run, if it names the cycle's merged file."""
+    record = RunStore(ctx.base, state.run_id).read_merge_record()
+    if record is None or record.output_path != state.output_path:
         return None
     return record
 
 
-def _merge(ctx: _Context, state: CycleState) -> tuple[int, Optional[Mapping[str, Any]]]:
+def _merge(ctx: _Context, state: CycleState) -> tuple[int, Optional[MergeRecord]]:
     """Merge the cycle's run (its linked runs come along) into ``state.output_path``, as
     ``mmirage merge --run-id <run>`` would: the exit status and the merge record it
     wrote (None when it refused, failed or could not write it)."""
@@ -340,7 +342,7 @@ def _merge(ctx: _Context, state: CycleState) -> tuple[int, Optional[Mapping[str,
 
 
 def _cancelled(ctx: _Context, state: CycleState) -> bool:
-    return any(read_cancel_record(ctx.base, r) is not None for r in state.runs)
+    return any(RunStore(ctx.base, r).read_cancel_record() is not None for r in state.runs)
 
 
 def _resubmit(ctx: _Context, state: CycleState) -> int:
@@ -387,10 +389,10 @@ def _requests_of(ctx: _Context, run_id: str) -> int:
         return 0
 
 
-def _finish(ctx: _Context, state: CycleState, record: dict[str, Any]) -> int:
+def _finish(ctx: _Context, state: CycleState, record: MergeRecord) -> int:
     """The one summary at the end, and the exit status."""
-    stats = record.get("stats") or {}
-    by_type = record.get("failed_by_type") or {}
+    stats = record.stats or {}
+    by_type = record.failed_by_type or {}
     rows = int(stats.get("rows_written", 0))
     failed_rows = int(stats.get("rows_with_failures", 0))
     failed = sum(by_type.values())
@@ -419,7 +421,7 @@ def _finish(ctx: _Context, state: CycleState, record: dict[str, Any]) -> int:
         ctx.say("every row succeeded")
         return 0
     errors_file = errors_path_for(state.output_path)
-    retryable = int(record.get("retryable", 0))
+    retryable = int(record.retryable or 0)
     left = [f"{failed:,} output(s) failed in {failed_rows:,} row(s), listed in {errors_file}"]
     if by_type.get("never_submitted"):
         left.append(

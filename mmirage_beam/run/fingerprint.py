@@ -149,41 +149,6 @@ def run_fingerprint(config: PipelineConfig, *, read_data: bool = True) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def write_run_record(
-    base: str,
-    run_id: str,
-    fingerprint: str,
-    *,
-    started_at: Optional[str] = None,
-    finished: bool = False,
-    rows_read: Optional[int] = None,
-    requests: Optional[int] = None,
-    chunks_submitted: Optional[int] = None,
-    estimate: Optional[dict[str, int]] = None,
-    limit: Optional[int] = None,
-) -> dict[str, Any]:
-    """Write (durably, replacing any earlier one) and return the run record as a dict
-    (``estimate``: token counters ``<metric>:<output>`` -> int, kept when given;
-    ``started_at``: now when None). Typed: :func:`new_run_record` and
-    :meth:`mmirage_beam.run.store.RunStore.write_run_record`.
-
-    Raises:
-        OSError / apache_beam.io.filesystem.BeamIOError: the location is not writable.
-    """
-    record = new_run_record(
-        run_id,
-        fingerprint,
-        started_at=started_at,
-        finished=finished,
-        rows_read=rows_read,
-        requests=requests,
-        chunks_submitted=chunks_submitted,
-        estimate=estimate,
-        limit=limit,
-    )
-    return RunStore(base, run_id).write_run_record(record).to_json()
-
-
 def new_run_record(
     run_id: str,
     fingerprint: str,
@@ -196,7 +161,8 @@ def new_run_record(
     estimate: Optional[dict[str, int]] = None,
     limit: Optional[int] = None,
 ) -> RunRecord:
-    """The run record of ``run_id`` (see :func:`write_run_record`), not written."""
+    """The run record of ``run_id``, not written (``started_at``: now when None);
+    :meth:`mmirage_beam.run.store.RunStore.write_run_record` writes it."""
     return RunRecord(
         run_id=run_id,
         fingerprint=fingerprint,
@@ -210,30 +176,6 @@ def new_run_record(
     )
 
 
-def read_run_record(base: str, run_id: str) -> Optional[dict[str, Any]]:
-    """The run record of ``run_id`` as a dict, or None (absent or unreadable); typed:
-    :meth:`mmirage_beam.run.store.RunStore.read_run_record`."""
-    record = RunStore(base, run_id).read_run_record()
-    return None if record is None else record.to_json()
-
-
-def read_run_state(base: str, run_id: str) -> Optional[dict[str, Any]]:
-    """What the launcher recorded about ``run_id``, for ``merge``: ``{"run_id", "state":
-    "finished" | "submitting", "requests_total"}`` from the run record
-    (:func:`read_run_record`, ``<base>.run.<run_id>.json``; ``submitting`` means
-    the run stopped before its pipeline completed, or is still running), or None when
-    the run has no record (runs of older versions, resubmissions). Typed:
-    :meth:`mmirage_beam.run.store.RunStore.read_run_state`."""
-    state = RunStore(base, run_id).read_run_state()
-    return None if state is None else state.to_json()
-
-
-def run_records(base: str) -> list[dict[str, Any]]:
-    """Every readable run record of ``base``, newest ``started_at`` first, as dicts;
-    typed: :func:`mmirage_beam.run.store.run_records`."""
-    return [r.to_json() for r in _store.run_records(base)]
-
-
 def run_is_alive(base: str, run_id: str) -> bool:
     """Whether a run has not failed, judged locally from its files (no provider call):
     it holds a lease (running now), or has an intent (a batch possibly accepted), or
@@ -245,13 +187,6 @@ def run_is_alive(base: str, run_id: str) -> bool:
         return True
     statuses = [r.status for r in store.read_receipts()]
     return bool(statuses) and any(s != "failed" for s in statuses)
-
-
-def matching_run(base: str, fingerprint: str) -> Optional[dict[str, Any]]:
-    """The newest run record of ``base`` with this fingerprint whose run has not failed
-    (:func:`run_is_alive`), as a dict, or None; typed: :func:`matching_run_record`."""
-    record = matching_run_record(base, fingerprint)
-    return None if record is None else record.to_json()
 
 
 def matching_run_record(base: str, fingerprint: str) -> Optional[RunRecord]:

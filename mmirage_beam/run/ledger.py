@@ -129,12 +129,6 @@ def write_merge_record(
     return record
 
 
-def read_merge_record(base: str, run_id: str) -> Optional[dict[str, Any]]:
-    """The merge record named by ``run_id`` (a chain's root) as a dict, or None; typed:
-    :meth:`mmirage_beam.run.store.RunStore.read_merge_record`."""
-    return read_json_record(merge_record_path(base, run_id))
-
-
 def read_cancel_record(base: str, run_id: str) -> Optional[CancelRecord]:
     """The cancel record of ``run_id``, or None (never cancelled with ``mmirage cancel``,
     or unreadable)."""

@@ -28,10 +28,10 @@ from mmirage_beam.jsonl import iter_file_blocks, iter_raw_lines, read_jsonl
 from mmirage_beam.reuse import answers_path
 from mmirage_beam.run.cancel import cancelled_note
 from mmirage_beam.run.discovery import NoReceiptsError
-from mmirage_beam.run.fingerprint import read_run_record, read_run_state
 from mmirage_beam.run.layout import RunLayout, receipts_base
 from mmirage_beam.run.ledger import merge_record_path, write_merge_record
 from mmirage_beam.run.plans import MergePlan, Message, prepare_merge
+from mmirage_beam.run.records import MergeRecord
 from mmirage_beam.run.reports import (
     merge_outcome_lines,
     merge_totals_lines,
@@ -39,6 +39,7 @@ from mmirage_beam.run.reports import (
 )
 from mmirage_beam.run.selection import RunSelection, select_run
 from mmirage_beam.run.storage import check_output_file
+from mmirage_beam.run.store import RunStore
 from mmirage_beam.settings import MergeSettings, errors_path_for
 
 __all__ = [
@@ -204,8 +205,8 @@ def nothing_sent_run(
             for m in FileSystems.match([pattern])[0].metadata_list
         ]
     for _, run in sorted(found, reverse=True):
-        state = read_run_state(base, run) or {}
-        if state.get("state") == "finished" and state.get("requests_total") == 0:
+        state = RunStore(base, run).read_run_state()
+        if state is not None and state.is_finished and state.requests_total == 0:
             if FileSystems.exists(RunLayout(base, run).invalid_rows):
                 text = (
                     f"mmirage merge: run {run} sent nothing (every row was invalid and "
@@ -221,8 +222,8 @@ def merge_limit(
     """A run made with ``mmirage run --limit N`` (every one of ``runs`` recorded with the
     same limit): ``config`` with ``row_limit`` N, so just its first N rows are merged,
     and the line that says so; else ``config`` unchanged and no line."""
-    records = [r for r in (read_run_record(base, run) for run in runs) if r is not None]
-    limits = {r.get("limit") for r in records}
+    records = [r for r in (RunStore(base, run).read_run_record() for run in runs) if r is not None]
+    limits = {r.limit for r in records}
     if len(limits) != 1 or None in limits:
         return config, ()
     limit = int(limits.pop())
@@ -368,7 +369,7 @@ def _record_merge(
     out: str,
     stats: Mapping[str, int],
     errors: Sequence[Mapping[str, Any]],
-) -> tuple[tuple[Message, ...], Optional[Mapping[str, Any]]]:
+) -> tuple[tuple[Message, ...], Optional[MergeRecord]]:
     """:func:`record_merge`, and the record written (None: it could not be)."""
     try:
         record = write_merge_record(base, runs, out, stats, errors)
@@ -453,7 +454,7 @@ class MergeReport:
     messages: tuple[Message, ...]
     lines: tuple[str, ...]
     exit_code: int
-    record: Optional[Mapping[str, Any]] = None
+    record: Optional[MergeRecord] = None
 
 
 def finish_merge(

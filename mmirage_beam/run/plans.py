@@ -45,17 +45,14 @@ from mmirage_beam.reuse import (
     sent_stats,
     staleness_lines,
 )
-from mmirage_beam.run.fingerprint import (
-    matching_run,
-    read_run_record,
-    run_fingerprint,
-    write_run_record,
-)
+from mmirage_beam.run.fingerprint import matching_run_record, new_run_record, run_fingerprint
 from mmirage_beam.run.layout import RunLayout, receipts_base
 from mmirage_beam.run.lease import Lease, RunLocked, acquire
 from mmirage_beam.run.receipts import MODALITIES, consolidate_run
+from mmirage_beam.run.records import RunRecord
 from mmirage_beam.run.resume import ResumeState, prepare_resume
 from mmirage_beam.run.selection import find_unfinished, select_run
+from mmirage_beam.run.store import RunStore
 
 FINGERPRINT_WAIT_SECS = 30.0  # how long an identical fresh run waits for the first one
 
@@ -84,10 +81,10 @@ class SubmitPlan:
 
     layout: RunLayout
     fingerprint: str
-    record: Optional[dict[str, Any]]
+    record: Optional[RunRecord]
     resume: ResumeState
     messages: tuple[Message, ...] = ()
-    earlier: Optional[dict[str, Any]] = None
+    earlier: Optional[RunRecord] = None
     leases: tuple[Lease, ...] = ()
 
     @property
@@ -151,7 +148,8 @@ def prepare_submit(
             file cannot be read or written.
     """
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
-    layout = RunLayout(base, run_id)
+    store = RunStore(base, run_id)
+    layout = store.layout
     fingerprint = run_fingerprint(config, read_data=read_data)
     messages: list[Message] = []
     leases: list[Lease] = []
@@ -164,7 +162,7 @@ def prepare_submit(
             # Serialises identical fresh runs started together, until the run record of
             # the first one is written (the others then find it).
             leases.append(_acquire_waiting(base, "fp-" + fingerprint[:16], fingerprint_wait_secs))
-            earlier = matching_run(base, fingerprint)
+            earlier = matching_run_record(base, fingerprint)
             if earlier is not None:
                 leases.pop().release()
                 return SubmitPlan(layout, fingerprint, None, ResumeState(), earlier=earlier)
@@ -175,10 +173,10 @@ def prepare_submit(
         delete_files([layout.stop_marker, layout.submitted_marker])
         started_at = None
         if resuming:
-            earlier = read_run_record(base, run_id)
+            earlier = store.read_run_record()
             if earlier is not None:
-                started_at = earlier.get("started_at")
-                if earlier.get("fingerprint") != fingerprint:
+                started_at = earlier.started_at
+                if earlier.fingerprint != fingerprint:
                     messages.append(
                         Message(
                             "warning",
@@ -187,8 +185,8 @@ def prepare_submit(
                             "again, the others are built from the current config and data",
                         )
                     )
-        record = write_run_record(
-            base, run_id, fingerprint, started_at=started_at, limit=config.row_limit
+        record = store.write_run_record(
+            new_run_record(run_id, fingerprint, started_at=started_at, limit=config.row_limit)
         )
         if len(leases) == 2:
             leases.pop(0).release()
@@ -366,7 +364,8 @@ def with_limit(
     if limit is not None and limit < 1:
         raise ConfigError("--limit", f"must be >= 1, got {limit}")
     if limit is None and resuming:
-        limit = (read_run_record(base, run_id) or {}).get("limit")
+        record = RunStore(base, run_id).read_run_record()
+        limit = record.limit if record is not None else None
     if limit is None:
         return config, ()
     text = (
@@ -422,7 +421,7 @@ def plan_reuse(
 
 
 def finish_submit(
-    base: str, run_id: str, record: Optional[dict[str, Any]], stats: dict[str, int], dry_run: bool
+    base: str, run_id: str, record: Optional[RunRecord], stats: dict[str, int], dry_run: bool
 ) -> list[str]:
     """The finish steps after a successful submit job: consolidate the receipts, then
     record the run finished (``record``: the plan's run record, None for a dry run) and
@@ -434,11 +433,10 @@ def finish_submit(
     written = list(consolidate_run(base, run_id, dry_run))
     crash_point("finishing")
     if record is not None:
-        write_run_record(
-            base,
+        finished = new_run_record(
             run_id,
-            record["fingerprint"],
-            started_at=record["started_at"],
+            str(record.fingerprint),
+            started_at=record.started_at,
             finished=True,
             rows_read=stats.get("rows_read", 0) + stats.get("row_errors", 0),
             requests=stats.get("requests", 0),
@@ -446,8 +444,9 @@ def finish_submit(
             + stats.get("batches_already_receipted", 0),
             # what was sent (not reused); a sampled estimate scaled up to every request
             estimate=token_counters(extrapolated_counters(sent_stats(stats))),
-            limit=record.get("limit"),
+            limit=record.limit,
         )
+        RunStore(base, run_id).write_run_record(finished)
         try:  # the record says it now; a stale marker is removed by the next attempt
             delete_files([RunLayout(base, run_id).submitted_marker])
         except Exception:

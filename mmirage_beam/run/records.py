@@ -348,7 +348,7 @@ class RunRecord(JsonRecord):
 @dataclasses.dataclass(frozen=True)
 class RunState(JsonRecord):
     """What the launcher recorded about a run, for ``merge`` and ``check``
-    (:func:`mmirage_beam.run.fingerprint.read_run_state`); no file of its own.
+    (:meth:`mmirage_beam.run.store.RunStore.read_run_state`); no file of its own.
 
     Attributes:
         run_id: the run.

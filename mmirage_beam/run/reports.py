@@ -10,7 +10,10 @@ from __future__ import annotations
 import heapq
 import re
 import shlex
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:
+    from mmirage_beam.run.records import RunRecord
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -101,7 +104,7 @@ _JOB_FAILED = re.compile(r"^Pipeline \S+ failed in state (FAILED|CANCELLED|UNKNO
 def already_run_message(
     config_path: str,
     beam_args: Sequence[str],
-    earlier: Mapping[str, Any],
+    earlier: RunRecord,
     wait: bool = False,
     held: bool = False,
 ) -> str:
@@ -110,14 +113,14 @@ def already_run_message(
     ``run --wait``, so the commands named keep ``--wait``. ``held``: a live process holds
     the earlier run's lease (it is being submitted now), so resuming it would be refused:
     the advice is to follow it instead."""
-    run_id = earlier["run_id"]
+    run_id = earlier.run_id
     words = ["mmirage run", "--config", config_path, *(["--wait"] if wait else [])]
     cmd = command_line(words, beam_args)
-    state = "finished" if earlier.get("finished") else "not finished"
+    state = "finished" if earlier.finished else "not finished"
     head = (
-        f"mmirage run: nothing sent: run {run_id} (started {earlier.get('started_at')}, "
+        f"mmirage run: nothing sent: run {run_id} (started {earlier.started_at}, "
         f"{state}) already submitted this config with the same data (fingerprint "
-        f"{earlier['fingerprint'][:12]}).\n"
+        f"{str(earlier.fingerprint)[:12]}).\n"
     )
     if held:
         follow = command_line(["mmirage check", "--config", config_path, "--watch"], ())

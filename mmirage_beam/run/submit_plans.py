@@ -152,7 +152,7 @@ def hold_run(start: SubmitStart, flags: SubmitFlags) -> RunHold:
         new_run=bool(flags.new_run),
     )
     if plan.earlier is not None:
-        earlier_run = plan.earlier["run_id"]
+        earlier_run = str(plan.earlier.run_id)
         text = reports.already_run_message(
             flags.config,
             list(flags.beam_args),

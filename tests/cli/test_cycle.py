@@ -220,7 +220,8 @@ def test_limit_is_a_trial_run_of_the_first_rows_and_merge_says_so(tmp_path, caps
     import dataclasses
 
     from mmirage_beam.config import load_config
-    from mmirage_beam.run.fingerprint import read_run_record, run_fingerprint
+    from mmirage_beam.run.fingerprint import run_fingerprint
+    from mmirage_beam.run.store import RunStore
 
     fake = provider_env
     cfg = write_config(tmp_path, _setup(tmp_path, fake, flaky=()))
@@ -232,7 +233,8 @@ def test_limit_is_a_trial_run_of_the_first_rows_and_merge_says_so(tmp_path, caps
     assert [m["source_index"] for m in _read_jsonl(out)] == [0, 1, 2, 3, 4]
     assert sorted(_sent(fake)) == sorted(f"answer-text-{i}" for i in range(5))
     run_id = text.split("cycle summary, run ")[1].split()[0]
-    assert read_run_record(str(tmp_path / "meta" / "batch_metadata"), run_id)["limit"] == 5
+    base = str(tmp_path / "meta" / "batch_metadata")
+    assert RunStore(base, run_id).read_run_record().limit == 5
     # Its own fingerprint: the full run afterwards is not refused as "already submitted".
     config = load_config(cfg)
     assert run_fingerprint(config) != run_fingerprint(dataclasses.replace(config, row_limit=5))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from mmirage_beam.run.fingerprint import read_run_record, run_records
+from mmirage_beam.run.store import RunStore, run_records
 from pipelines.submit import main as submit_main
 from tests.conftest import GSM8K_JSONL, base_config, write_config
 
@@ -31,14 +31,14 @@ def test_a_repeated_run_sends_nothing_and_names_the_earlier_run(tmp_path, provid
     assert submit_main(["--config", path]) == 0
     base = str(tmp_path / "meta" / "batch_metadata")
     (first,) = run_records(base)
-    assert first["finished"] is True
-    assert (first["rows_read"], first["requests"], first["chunks_submitted"]) == (N, N, 4)
+    assert first.finished is True
+    assert (first.rows_read, first.requests, first.chunks_submitted) == (N, N, 4)
     capsys.readouterr()
     before = len(fake.submitted_requests())
     assert submit_main(["--config", path]) == 3
     err = capsys.readouterr().err
-    assert f"nothing sent: run {first['run_id']}" in err
-    assert f"--run-id {first['run_id']}" in err and "--new-run" in err
+    assert f"nothing sent: run {first.run_id}" in err
+    assert f"--run-id {first.run_id}" in err and "--new-run" in err
     assert len(fake.submitted_requests()) == before == N
     assert len(run_records(base)) == 1  # the refused run left no record
     # A dry run is exempt; --new-run submits again on purpose.
@@ -82,7 +82,7 @@ def test_a_failed_run_does_not_block_a_new_one(tmp_path, provider_env, capsys):
     assert submit_main(["--config", path]) == 0
     assert len(fake.submitted_requests()) == 2 * N
     records = run_records(str(tmp_path / "meta" / "batch_metadata"))
-    assert [r["finished"] for r in records] == [True, True]
+    assert [r.finished for r in records] == [True, True]
 
 
 def test_a_run_stopped_with_a_chunk_in_flight_counts_as_not_failed(tmp_path, provider_env, capsys):
@@ -106,16 +106,16 @@ def test_a_resume_keeps_its_record_and_finishes_it(tmp_path, provider_env, capsy
     fake.script(fail_batch_creates={"nth": 3, "permanent": True, "status": 400})
     assert submit_main(["--config", path, "--run-id", "r"]) == 1
     base = str(tmp_path / "meta" / "batch_metadata")
-    started = read_run_record(base, "r")
-    assert started["finished"] is False and started["requests"] is None
+    started = RunStore(base, "r").read_run_record()
+    assert started.finished is False and started.requests is None
     # A fresh run of the same config is refused: run r has receipts.
     fake.script(fail_batch_creates=None)
     assert submit_main(["--config", path]) == 3
     assert submit_main(["--config", path, "--run-id", "r"]) == 0
-    done = read_run_record(base, "r")
-    assert done["finished"] is True and done["started_at"] == started["started_at"]
+    done = RunStore(base, "r").read_run_record()
+    assert done.finished is True and done.started_at == started.started_at
     assert len(fake.submitted_requests()) == N
-    assert json.loads(json.dumps(done))["fingerprint"] == started["fingerprint"]
+    assert done.to_json()["fingerprint"] == started.fingerprint
 
 
 def test_the_refusal_keeps_wait_and_follows_a_run_another_process_holds(
@@ -132,7 +132,7 @@ def test_the_refusal_keeps_wait_and_follows_a_run_another_process_holds(
     assert submit_main(["--config", path]) == 0
     base = str(tmp_path / "meta" / "batch_metadata")
     (first,) = run_records(base)
-    run_id = first["run_id"]
+    run_id = first.run_id
     capsys.readouterr()
 
     assert submit_main(["--config", path, "--wait"]) == 3

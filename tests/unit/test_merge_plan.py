@@ -12,11 +12,16 @@ from mmirage_beam.config import load_config
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.run import merge_plans, reports
 from mmirage_beam.run.discovery import NoReceiptsError
-from mmirage_beam.run.fingerprint import write_run_record
+from mmirage_beam.run.fingerprint import new_run_record
 from mmirage_beam.run.layout import RunLayout, receipts_base
 from mmirage_beam.run.plans import Message
 from mmirage_beam.run.selection import RunSelection, Unfinished
+from mmirage_beam.run.store import RunStore
 from tests.conftest import base_config, write_config
+
+
+def write_run_record(base: str, run_id: str, fingerprint: str, **fields) -> None:
+    RunStore(base, run_id).write_run_record(new_run_record(run_id, fingerprint, **fields))
 
 
 @pytest.fixture

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 from mmirage_beam.launch.flags import beam_options
 from mmirage_beam.launch.jobs import metric_counters, run_pipeline
 from mmirage_beam.run.commands import say, show
+from mmirage_beam.run.records import MergeRecord
 
 __all__ = ["MergeCommand", "MergeOutcome"]
 
@@ -21,13 +22,13 @@ class MergeOutcome:
     Attributes:
         exit_code: 0 merged and every request succeeded; 1 merged with failed requests,
             refused (batches still running, the source changed) or the job failed.
-        record: the merge record as written beside the receipts (``run.ledger``'s
-            ``write_merge_record``: ``output_path``, ``stats``, ``failed_by_type``,
-            ``retryable``...); None when nothing was merged or it could not be written.
+        record: the merge record as written beside the receipts
+            (:class:`~mmirage_beam.run.records.MergeRecord`); None when nothing was
+            merged or it could not be written.
     """
 
     exit_code: int
-    record: Optional[Mapping[str, Any]] = None
+    record: Optional[MergeRecord] = None
 
 
 @dataclasses.dataclass(frozen=True)
