@@ -190,14 +190,15 @@ def _estimate_line(
         counts = "exact counts" if kind == "exact" else f"counts: {kind}"
         inp_text = f"~{inp:,} ({_sample_note(sample)}; {counts})"
         priced = sample.upper_tokens if sample.upper_tokens is not None else inp
+    bound = ", at the 95% upper bound" if sample is not None else ""  # what is priced
     if price is None:
         cost = "price unknown"
     elif unbounded:
-        cost = f"input {_usd(price.cost_usd(priced))} + output unbounded (estimate)"
+        cost = f"input {_usd(price.cost_usd(priced))}{bound} + output unbounded (estimate)"
     else:
         cost = (
             f"up to {_usd(price.cost_usd(priced, out))} (input {_usd(price.cost_usd(priced))}"
-            f"{', at the 95% upper bound' if sample is not None else ''}, estimate)"
+            f"{bound}, estimate)"
         )
     return (
         f"  {name}: {n:,} request(s), input tokens {inp_text}, "

@@ -166,8 +166,9 @@ def failure_report(
         )
         lines.append(f"  {resume_cmd}")
         return "\n".join(lines)
+    before = "it stopped" if stopped else "the failure"  # a Ctrl-C is no failure
     lines.append(
-        "Receipts of the batches accepted before the failure: " + ", ".join(kept)
+        f"Receipts of the batches accepted before {before}: " + ", ".join(kept)
         if kept
         else "No batch had been accepted."
     )

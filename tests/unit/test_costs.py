@@ -610,3 +610,21 @@ def test_token_budget_waits_for_unfinished_batches_and_stops_on_request(tmp_path
     assert other_run.wait_for_token_budget(big, adapter, stop) == 110  # alone: it goes
     assert not sleeps
     adapter.teardown()
+
+
+def test_a_sampled_cost_says_it_is_the_95_percent_upper_bound_even_without_output_limit():
+    """Issue 38: a sampled estimate's cost is priced at the 95% upper bound of its input
+    tokens; the line said so only when every request set an output limit."""
+    from mmirage_beam.costs.tokens import INPUT_TOKENS_SQUARES, REQUESTS_NOT_SAMPLED
+    from mmirage_beam.providers.openai import OpenAIBatchConfig
+
+    stats = {
+        "input_tokens:c": 300,
+        f"{INPUT_TOKENS_SQUARES}:c": 100**2 + 90**2 + 110**2,
+        "token_requests:c": 10,
+        f"{REQUESTS_NOT_SAMPLED}:c": 7,
+        "requests_without_output_limit:c": 10,
+    }
+    text = "\n".join(estimate_lines(stats, OpenAIBatchConfig(model="gpt-4.1-mini")))
+    line = next(x for x in text.splitlines() if x.startswith("  c: "))
+    assert "output unbounded" in line and "at the 95% upper bound" in line, line
