@@ -101,6 +101,21 @@ def short_error(exc: BaseException) -> str:
 _JOB_FAILED = re.compile(r"^Pipeline \S+ failed in state (FAILED|CANCELLED|UNKNOWN)")
 
 
+def nothing_read_message(run_id: str, datasets: Sequence[Any], dry_run: bool) -> str:
+    """A job that read no row at all: which datasets were empty (``datasets``: the
+    config's ``DatasetConfig`` records, each with ``path`` and ``type``)."""
+    where = "; ".join(
+        f"loading_params.datasets[{i}]: {getattr(d, 'type', '?')} {getattr(d, 'path', '?')}"
+        for i, d in enumerate(datasets)
+    )
+    sent = "nothing was exported" if dry_run else "nothing was sent"
+    return (
+        f"mmirage: error: run {run_id}: no row was read: the datasets hold no rows "
+        f"({where}); {sent}. Check each dataset's path (a glob or folder that matches "
+        "no file, or files with no rows)."
+    )
+
+
 def already_run_message(
     config_path: str,
     beam_args: Sequence[str],

@@ -276,7 +276,8 @@ def finish_run(
     """After a job that succeeded (``job_plan``: the wired ``pipeline.SubmitPlan``;
     ``stats``: its counters): the finish steps (``run.plans.finish_submit``: receipts
     consolidated, run record finished), then the summary and the estimate; exit 1 when
-    rows were invalid and not skipped. A failed finish step leaves every batch
+    rows were invalid and not skipped, or when no row was read at all (the datasets are
+    empty: said with their paths, nothing was sent). A failed finish step leaves every batch
     receipted: the report says how to complete the run without sending. A job the
     runner only translated (Dataflow ``--dry_run``) says so and finishes nothing."""
     run_id = start.run_id
@@ -305,4 +306,8 @@ def finish_run(
     skipping = bool(flags.skip_invalid_rows or start.config.execution.skip_invalid_rows)
     summary = reports.submit_summary_lines(job_plan, stats, written, invalid, skipping)
     estimate = reports.estimate_summary_lines(stats, start.config.processor, flags.dry_run)
+    read = stats.get("rows_read", 0) + stats.get("row_errors", 0)
+    if read == 0 and start.config.num_shards == 1:  # an empty source (a shard may be empty)
+        text = reports.nothing_read_message(run_id, start.config.datasets, flags.dry_run)
+        return SubmitReport((Message("error", text),), ("\n".join(summary),), 1)
     return SubmitReport((), ("\n".join(summary), *estimate), 1 if invalid and not skipping else 0)

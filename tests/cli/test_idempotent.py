@@ -150,3 +150,18 @@ def test_the_refusal_keeps_wait_and_follows_a_run_another_process_holds(
     assert f"mmirage check --config {path} --watch --run-id {run_id}" in err
     assert "resume or complete it:    " not in err
     assert len(fake.submitted_requests()) == N
+
+
+def test_an_empty_dataset_says_nothing_was_read_and_where_from(tmp_path, provider_env, capsys):
+    """Issue 38: a dataset with no rows "succeeded" (``rows read: 0``, exit 0) and the
+    merge that followed said "submit first"."""
+    fake = provider_env
+    cfg, data = _setup(tmp_path, fake)
+    data.write_text("", encoding="utf-8")
+    path = write_config(tmp_path, cfg)
+    for extra in ([], ["--export-prompts", str(tmp_path / "x.jsonl")]):
+        assert submit_main(["--config", path, "--new-run", *extra]) == 1
+        err = capsys.readouterr().err
+        assert "no row was read: the datasets hold no rows" in err, err
+        assert f"loading_params.datasets[0]: JSONL {data}" in err
+    assert fake.submitted_requests() == []
