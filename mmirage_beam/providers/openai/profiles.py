@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Optional
+from typing import Any, ClassVar, Dict, Mapping, Optional
 
 from mmirage_beam.errors import ConfigError
-from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from mmirage_beam.providers.openai.config import OpenAIBatchConfig
 
@@ -157,7 +156,7 @@ class _ProfileAdapter(OpenAIBatchAdapter):
     """The OpenAI adapter under another service's name: no OpenAI prices."""
 
     @classmethod
-    def price_table(cls) -> Optional[Dict[str, Any]]:
+    def price_table(cls) -> Optional[Mapping[str, Any]]:
         """None: no prices are shipped for this service ("price unknown")."""
         return None
 
@@ -166,7 +165,7 @@ class AzureOpenAIBatchAdapter(_ProfileAdapter):
     """``provider: azure-openai``: the key goes in the ``api-key`` header as well as the
     SDK's bearer token (the Azure v1 API takes either)."""
 
-    def setup(self, config: BatchProviderConfig) -> None:
+    def setup(self, config: OpenAIBatchConfig) -> None:
         super().setup(config)
         key = self.credentials.get("api_key")
         if key:
@@ -181,7 +180,7 @@ class TogetherBatchAdapter(_ProfileAdapter):
     """``provider: together``: lines hold ``custom_id`` and ``body`` only."""
 
     def build_request(
-        self, custom_id: str, payload: Dict[str, Any], config: BatchProviderConfig
+        self, custom_id: str, payload: Dict[str, Any], config: OpenAIBatchConfig
     ) -> Dict[str, Any]:
         """The OpenAI line without ``method`` and ``url`` (Together's line shape)."""
         line = super().build_request(custom_id, payload, config)
