@@ -289,10 +289,16 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
             mmirage_beam.providers.retrying.ProviderRetriesExhausted: the last attempt
                 failed with a retryable error (exit status 1).
         """
+        return self._retried(what, fn, self.is_retryable)
+
+    def _retried(
+        self, what: str, fn: Callable[[], _T], retry_filter: Callable[[BaseException], bool]
+    ) -> _T:
+        """``fn()`` retried with :meth:`retry_policy` while ``retry_filter`` says so."""
         return retrying.call_with_retries(
             fn,
             what=what,
-            retry_filter=self.is_retryable,
+            retry_filter=retry_filter,
             policy=self.retry_policy(),
             sleep=type(self).RETRY_SLEEP or time.sleep,
         )
@@ -307,13 +313,7 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
     def call_lookup_with_retries(self, what: str, fn: Callable[[], _T]) -> _T:
         """:meth:`call_with_retries` for a lookup of a receipted batch: a 404 is retried
         too (:meth:`is_retryable_lookup`), with the same policy."""
-        return retrying.call_with_retries(
-            fn,
-            what=what,
-            retry_filter=self.is_retryable_lookup,
-            policy=self.retry_policy(),
-            sleep=type(self).RETRY_SLEEP or time.sleep,
-        )
+        return self._retried(what, fn, self.is_retryable_lookup)
 
     def stream_lines_with_retries(
         self,
@@ -533,7 +533,7 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
                 "FoundBatch or the provider's batch as a dict"
             )
         parsed = self.parse_submission_result(dict(raw))
-        return FoundBatch.from_json(raw, parsed, self.BATCH_FIELDS, request_count)
+        return FoundBatch.from_json(raw, parsed, self.BATCH_FIELDS, request_count=request_count)
 
     def submit_staged_chunk(self, chunk_id: str, path: str, config: ConfigT) -> SubmittedBatch:
         """Submit the staged chunk file ``path`` (:meth:`submit_chunk_file`, or whichever

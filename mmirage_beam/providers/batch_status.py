@@ -151,20 +151,33 @@ class _ProviderBatch:
             raise ValueError(f"status must be one of {NORMALISED_STATUSES}, got {self.status!r}")
 
     @classmethod
-    def _read(
+    def from_json(
         cls: type[_B],
         raw: Mapping[str, Any],
         parsed: BatchSubmissionResult,
-        fields: BatchFields,
+        fields: BatchFields = DEFAULT_FIELDS,
         **more: Any,
     ) -> _B:
+        """The record of a batch's dict (what a plugin's ``submit_chunk*`` or
+        ``find_batch`` returns): ``parsed`` (the adapter's ``parse_submission_result``
+        of it) gives the id and status, ``fields`` where the rest is; ``more`` are the
+        subclass's own fields (e.g. ``request_count``). ``from_json(d, ...).to_json()
+        == d``."""
+        body = dict(raw)
+        own = cls._own_fields(body, fields)
         return cls(
             batch_id=parsed.provider_batch_id,
             status=parsed.status,
-            raw=raw,
-            created_at=parse_timestamp(fields.read(raw, fields.created_at)),
+            raw=body,
+            created_at=parse_timestamp(fields.read(body, fields.created_at)),
+            **own,
             **more,
         )
+
+    @classmethod
+    def _own_fields(cls, body: Dict[str, Any], fields: BatchFields) -> Dict[str, Any]:
+        """The subclass's fields read from ``body`` (which it may take keys out of)."""
+        return {}
 
     def result(self) -> BatchSubmissionResult:
         """The batch as the contract's :class:`BatchSubmissionResult` (its raw response
@@ -200,25 +213,14 @@ class SubmittedBatch(_ProviderBatch):
         return out
 
     @classmethod
-    def from_json(
-        cls,
-        raw: Mapping[str, Any],
-        parsed: BatchSubmissionResult,
-        fields: BatchFields = DEFAULT_FIELDS,
-    ) -> SubmittedBatch:
-        """The record of a submission's dict (a plugin's ``submit_chunk*`` answer):
-        ``parsed`` (the adapter's ``parse_submission_result`` of it) gives the id and
-        status, ``fields`` the creation time and input file; ``mmirage_adoption`` becomes
-        :attr:`adoption`. ``from_json(d, ...).to_json() == d``."""
-        body = dict(raw)
+    def _own_fields(cls, body: Dict[str, Any], fields: BatchFields) -> Dict[str, Any]:
+        """The input file where ``fields`` says, and ``mmirage_adoption`` taken out of
+        ``body`` into :attr:`adoption` (:meth:`to_json` puts it back)."""
         adoption = body.pop(ADOPTION_KEY, None)
-        return cls._read(
-            body,
-            parsed,
-            fields,
-            input_file_id=fields.text(body, fields.input_file_id),
-            adoption=dict(adoption) if isinstance(adoption, Mapping) and adoption else None,
-        )
+        return {
+            "input_file_id": fields.text(body, fields.input_file_id),
+            "adoption": dict(adoption) if isinstance(adoption, Mapping) and adoption else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -232,18 +234,6 @@ class FoundBatch(_ProviderBatch):
     """
 
     request_count: Optional[int] = None
-
-    @classmethod
-    def from_json(
-        cls,
-        raw: Mapping[str, Any],
-        parsed: BatchSubmissionResult,
-        fields: BatchFields = DEFAULT_FIELDS,
-        request_count: Optional[int] = None,
-    ) -> FoundBatch:
-        """The record of a found batch's dict (a plugin's ``find_batch`` answer), read as
-        :meth:`SubmittedBatch.from_json` reads one. ``from_json(d, ...).to_json() == d``."""
-        return cls._read(dict(raw), parsed, fields, request_count=request_count)
 
     def adopted(
         self, adoption: Optional[Mapping[str, Any]] = None, fields: BatchFields = DEFAULT_FIELDS

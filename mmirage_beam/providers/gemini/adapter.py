@@ -49,6 +49,7 @@ from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.chat import generation_options
 from mmirage_beam.providers.gemini.config import MAX_INLINE_BYTES, GeminiBatchConfig
 from mmirage_beam.providers.gemini.outcomes import FINISH_OUTCOMES, normalise_result_line
 from mmirage_beam.providers.gemini.requests import prompt_text, response_schema
@@ -244,12 +245,7 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
                 f"({MAX_INLINE_BYTES} bytes) per request with inline data "
                 f"({VISION_LIMITS_SOURCE})",
             )
-        generation: Dict[str, Any] = {}
-        if getattr(config, "max_tokens", None) is not None:
-            generation["max_output_tokens"] = int(config.max_tokens)
-        for name in ("temperature", "top_p"):
-            if getattr(config, name, None) is not None:
-                generation[name] = getattr(config, name)
+        generation = generation_options(config, "max_output_tokens")
         schema = payload.get("json_schema")
         if schema is not None:
             generation["response_mime_type"] = "application/json"

@@ -23,6 +23,7 @@ behind: storage only, no requests).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -31,14 +32,12 @@ from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 from mmirage_beam.images import image_error, images_error
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
-from mmirage_beam.providers.batch_status import FoundBatch, SubmittedBatch, whole_count
+from mmirage_beam.providers.batch_status import FoundBatch, SubmittedBatch
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.chat import first_choice, generation_options, json_schema_format
+from mmirage_beam.providers.chat import malformed_200 as _malformed
 from mmirage_beam.providers.openai.config import OpenAIBatchConfig
-from mmirage_beam.providers.openai.responses import (
-    build_responses_body,
-    normalise_responses_body,
-    schema_name,
-)
+from mmirage_beam.providers.openai.responses import build_responses_body, normalise_responses_body
 from mmirage_beam.providers.openai.tokens import count_openai_request
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
@@ -47,7 +46,6 @@ from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import (
     CONTENT_FILTER,
     EMPTY,
-    MALFORMED_RESPONSE,
     REFUSAL,
     TRUNCATED,
     MalformedResult,
@@ -270,7 +268,6 @@ class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
         """``status``, ``request_counts.{completed, failed, total}``, ``created_at``; the
         ``errors.data[]`` codes and messages (e.g. ``token_limit_exceeded``) as detail."""
         raw = result.raw_response or {}
-        counts = raw.get("request_counts") or {}
         errors = (raw.get("errors") or {}).get("data") or []
         notes = []
         for err in errors:
@@ -278,12 +275,8 @@ class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
             line = f" (line {err['line']})" if err.get("line") is not None else ""
             message = " ".join(str(err.get("message") or "").split())
             notes.append(f"{code}{line}: {message}" if message else f"{code}{line}")
-        return _Progress(
-            provider_status=str(raw.get("status") or result.status),
-            completed=whole_count(counts.get("completed")),
-            failed=whole_count(counts.get("failed")),
-            total=whole_count(counts.get("total")),
-            created_at=_parse_timestamp(raw.get("created_at")),
+        return dataclasses.replace(
+            super().describe_batch(result),  # status, request_counts, created_at
             detail="; ".join(notes),
             error_code=(errors[0].get("code") or "batch_failed") if errors else None,
         )
@@ -427,10 +420,6 @@ def _status(response: Dict[str, Any]) -> Optional[int]:
         return None
 
 
-def _malformed(message: str) -> ResultError:
-    return ResultError(MALFORMED_RESPONSE, message, 200)
-
-
 def _chat_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
     """A chat-completion body -> ``generated_text`` or a typed error, plus usage."""
     tokens: Dict[str, int] = {}
@@ -438,12 +427,11 @@ def _chat_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
     if isinstance(usage, dict) and "prompt_tokens" in usage:
         tokens["input_tokens"] = token_count(usage.get("prompt_tokens")) or 0
         tokens["output_tokens"] = token_count(usage.get("completion_tokens")) or 0
-    choices = body.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices else None
-    message = choice.get("message") if isinstance(choice, dict) else None
-    if not isinstance(message, dict):
+    found = first_choice(body)
+    if found is None:
         error = _malformed("HTTP 200 but the body has no choices[0].message")
         return ProviderResult(cid, error=error, **tokens)
+    choice, message = found
     content = message.get("content")
     if content is not None and not isinstance(content, str):
         error = _malformed("choices[0].message.content is not a string")
@@ -492,19 +480,8 @@ def _chat_body(
             ]
         messages.append({**message, "content": content})
     body: Dict[str, Any] = {"model": config.model, "messages": messages}
-    if getattr(config, "max_tokens", None) is not None:
-        body["max_completion_tokens"] = int(config.max_tokens)
-    for name in ("temperature", "top_p"):
-        if getattr(config, name, None) is not None:
-            body[name] = getattr(config, name)
-    schema = payload.get("json_schema")
-    if schema is not None:
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {
-                "name": schema_name(payload.get("output_name")),
-                "strict": True,
-                "schema": schema,
-            },
-        }
+    body.update(generation_options(config, "max_completion_tokens"))
+    response_format = json_schema_format(payload, strict_first=True)
+    if response_format is not None:
+        body["response_format"] = response_format
     return body

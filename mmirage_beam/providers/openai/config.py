@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
-from mmirage_beam.providers.config import BatchProviderConfig
-from mmirage_beam.providers.config import check_number as _check_number
+from mmirage_beam.providers.config import BatchProviderConfig, check_range
 from mmirage_beam.providers.config import check_str as _check_str
 
 # The OpenAI batch endpoints mmirage-beam builds requests for (generation from a prompt:
@@ -78,21 +77,12 @@ class OpenAIBatchConfig(BatchProviderConfig):
         super().__post_init__()
         if self.base_url == "":
             self.base_url = None  # e.g. an unset ${VAR:-}
-        if self.timeout_seconds is not None:
-            s = _check_number("timeout_seconds", self.timeout_seconds)
-            if not s > 0:
-                raise ConfigError("timeout_seconds", f"must be > 0, got {s}")
+        check_range("timeout_seconds", self.timeout_seconds, 0, low_open=True)
         _check_str("model", self.model)
         if self.max_tokens is not None:
             require_int("max_tokens", self.max_tokens, minimum=1)
-        if self.temperature is not None:
-            t = _check_number("temperature", self.temperature)
-            if not 0 <= t <= 2:
-                raise ConfigError("temperature", f"must be in [0, 2], got {t}")
-        if self.top_p is not None:
-            p = _check_number("top_p", self.top_p)
-            if not 0 <= p <= 1:
-                raise ConfigError("top_p", f"must be in [0, 1], got {p}")
+        check_range("temperature", self.temperature, 0, 2)
+        check_range("top_p", self.top_p, 0, 1)
         if self.image_detail is not None and self.image_detail not in OPENAI_IMAGE_DETAILS:
             raise ConfigError(
                 "image_detail",
