@@ -100,6 +100,7 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+_R = TypeVar("_R", SubmittedBatch, FoundBatch)
 #: the config class an adapter is written for (each adapter names its own).
 ConfigT = TypeVar("ConfigT", bound=BatchProviderConfig)
 #: what ``submit_chunk*`` may return: the record (the built-ins), or the provider's
@@ -251,6 +252,19 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
 
     def teardown(self) -> None:
         """Close clients. Default: no-op."""
+
+    def _close_client(
+        self, close: Callable[[Any], Any] = lambda client: client.close(), quietly: bool = False
+    ) -> None:
+        """Close the SDK client ``setup`` kept as ``self._client`` (if any) with
+        ``close(client)``, then forget it; a failure to close is ignored when
+        ``quietly``, else raised (the client then kept)."""
+        client = getattr(self, "_client", None)
+        if client is None:
+            return
+        with contextlib.suppress(Exception) if quietly else contextlib.nullcontext():
+            close(client)
+        self._client = None
 
     # -- retries ----------------------------------------------------------------------
     def retry_policy(self) -> retrying.RetryPolicy:
@@ -503,16 +517,7 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
             Exception: whatever :meth:`parse_submission_result` raises on a dict that is
                 not this provider's batch (e.g. ``KeyError``: no id).
         """
-        if isinstance(raw, SubmittedBatch):
-            return raw
-        if not isinstance(raw, Mapping):
-            raise TypeError(
-                f"{type(self).__name__} submitted a {type(raw).__name__}; a submission is a "
-                "SubmittedBatch or the provider's batch as a dict"
-            )
-        return SubmittedBatch.from_json(
-            raw, self.parse_submission_result(dict(raw)), self.BATCH_FIELDS
-        )
+        return self._batch_record(SubmittedBatch, raw, "submitted", "a submission")
 
     def found_batch(
         self, raw: Union[FoundBatch, Mapping[str, Any]], request_count: Optional[int] = None
@@ -525,15 +530,28 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
         Raises:
             TypeError: ``raw`` is neither a record nor a mapping.
         """
-        if isinstance(raw, FoundBatch):
+        more = {"request_count": request_count} if request_count is not None else {}
+        return self._batch_record(FoundBatch, raw, "found", "a found batch", **more)
+
+    def _batch_record(
+        self, record_cls: type[_R], raw: Any, verb: str, what: str, **more: Any
+    ) -> _R:
+        """``raw`` as a ``record_cls``: a record as it is, a mapping through
+        ``record_cls.from_json`` (id and status by :meth:`parse_submission_result`, the
+        rest where :attr:`BATCH_FIELDS` says; ``more``: the record's own fields).
+
+        Raises:
+            TypeError: ``raw`` is neither (the message says what the adapter ``verb``).
+        """
+        if isinstance(raw, record_cls):
             return raw
         if not isinstance(raw, Mapping):
             raise TypeError(
-                f"{type(self).__name__} found a {type(raw).__name__}; a found batch is a "
-                "FoundBatch or the provider's batch as a dict"
+                f"{type(self).__name__} {verb} a {type(raw).__name__}; {what} is a "
+                f"{record_cls.__name__} or the provider's batch as a dict"
             )
         parsed = self.parse_submission_result(dict(raw))
-        return FoundBatch.from_json(raw, parsed, self.BATCH_FIELDS, request_count=request_count)
+        return record_cls.from_json(raw, parsed, self.BATCH_FIELDS, **more)
 
     def submit_staged_chunk(self, chunk_id: str, path: str, config: ConfigT) -> SubmittedBatch:
         """Submit the staged chunk file ``path`` (:meth:`submit_chunk_file`, or whichever

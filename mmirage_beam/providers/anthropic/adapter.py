@@ -158,10 +158,8 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter[AnthropicBatchConfig]):
         self._client = anthropic.Anthropic(**kwargs)
 
     def teardown(self) -> None:
-        client = getattr(self, "_client", None)
-        if client is not None:
-            client.close()
-            self._client = None
+        """Close the ``anthropic.Anthropic`` client."""
+        self._close_client()
 
     def count_request_tokens(
         self, request: Dict[str, Any], model: Optional[str] = None

@@ -172,11 +172,8 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         )
 
     def teardown(self) -> None:
-        client = getattr(self, "_client", None)
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
-            self._client = None
+        """Close the ``google.genai.Client`` (a failure to close ignored)."""
+        self._close_client(quietly=True)
 
     def is_retryable(self, exc: BaseException) -> bool:
         """Connection errors and timeouts (httpx transport errors), and

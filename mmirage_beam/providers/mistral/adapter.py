@@ -135,11 +135,9 @@ class MistralBatchAdapter(FileUploadAdapter[MistralBatchConfig]):
         self._client = sdk.Mistral(api_key=self.credentials.get("api_key"), **kwargs)
 
     def teardown(self) -> None:
-        client = getattr(self, "_client", None)
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.__exit__(None, None, None)
-            self._client = None
+        """Close the ``Mistral`` client, as its ``with`` block would (a failure to
+        close ignored)."""
+        self._close_client(lambda client: client.__exit__(None, None, None), quietly=True)
 
     # -- requests ---------------------------------------------------------------------
     def build_request(

@@ -125,10 +125,8 @@ class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
         return count_openai_request(request, model)
 
     def teardown(self) -> None:
-        client = getattr(self, "_client", None)
-        if client is not None:
-            client.close()
-            self._client = None
+        """Close the ``openai.OpenAI`` client."""
+        self._close_client()
 
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: OpenAIBatchConfig

@@ -42,6 +42,9 @@ class OpenAIBatchConfig(BatchProviderConfig):
         "OpenAI Batch API guide: 50,000 requests and 200 MB per input file"
     )
 
+    #: the service's name in the ``completion_window`` message
+    WINDOW_SERVICE: ClassVar[str] = "OpenAI"
+
     provider: str = "openai"
     model: str = "gpt-4.1-mini"
     batch_endpoint: str = "/v1/chat/completions"
@@ -61,8 +64,9 @@ class OpenAIBatchConfig(BatchProviderConfig):
     timeout_seconds: Optional[float] = None
 
     def check_completion_window(self) -> None:
-        """``completion_window`` as the service accepts it: OpenAI only ``24h``
-        (profiles of OpenAI-compatible services override this).
+        """``completion_window`` as the service accepts it: only ``24h`` (OpenAI, and
+        the profiles that keep this; :attr:`WINDOW_SERVICE` names the service in the
+        message; a profile accepting more overrides this).
 
         Raises:
             ConfigError: naming ``completion_window``.
@@ -70,7 +74,7 @@ class OpenAIBatchConfig(BatchProviderConfig):
         if self.completion_window != "24h":
             raise ConfigError(
                 "completion_window",
-                f"OpenAI only supports '24h', got {self.completion_window!r}",
+                f"{self.WINDOW_SERVICE} only supports '24h', got {self.completion_window!r}",
             )
 
     def __post_init__(self) -> None:
