@@ -452,8 +452,8 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
             attempts += 1
             if attempts > 1:
                 found = self.adopt_lost_create(what, chunk_id, first_attempt_at, request_count)
-                if found is not None:
-                    return found
+                if found is not None:  # a plugin's override may still return the dict
+                    return self.submitted_batch(found)
             return self.submitted_batch(create())
 
         return self.call_with_retries(what, attempt)

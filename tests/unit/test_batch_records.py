@@ -155,3 +155,17 @@ def test_each_built_in_adapter_names_its_config_class():
     assert config_of(MistralBatchAdapter) is MistralBatchConfig
     (param,) = BatchSubmissionAdapter.__parameters__
     assert param.__bound__ is BatchProviderConfig
+
+
+def test_an_adopt_lost_create_of_a_plugin_may_return_the_dict_with_its_adoption():
+    adoption = {"method": "created_at+request_count", "confirmed": False}
+
+    class _ByShape(_DictPlugin):
+        def adopt_lost_create(self, what: str, chunk_id: str, *args: Any) -> Any:
+            return {**RAW, "mmirage_adoption": adoption}
+
+    adapter = _ByShape()
+    adapter.fail_first_create = True
+    batch = adapter.submit_chunk("c1", [{"custom_id": "a"}], BatchProviderConfig())
+    assert isinstance(batch, SubmittedBatch) and batch.adoption == adoption
+    assert batch.to_json() == {**RAW, "mmirage_adoption": adoption}
