@@ -12,6 +12,16 @@ prices (:meth:`~BatchSubmissionAdapter.price_table`, :meth:`~BatchSubmissionAdap
 default none: "price unknown") and limits (:meth:`~BatchSubmissionAdapter.limits`, default
 the config class's ``PROVIDER_*`` attributes).
 
+The contract is generic in its config class (``BatchSubmissionAdapter[ConfigT]``, ``ConfigT``
+bound to :class:`~mmirage_beam.providers.config.BatchProviderConfig`): each adapter names
+its own (``OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig])``), so the ``config``
+every hook receives is typed. What ``submit_chunk*`` hands back is a
+:class:`~mmirage_beam.providers.batch_status.SubmittedBatch`, what ``find_batch`` and
+``find_candidate_batches`` find are :class:`~mmirage_beam.providers.batch_status.FoundBatch`
+records; a plugin may still return the provider's dict, converted where shared code
+receives it (:meth:`BatchSubmissionAdapter.submitted_batch`,
+:meth:`~BatchSubmissionAdapter.found_batch`).
+
 What an adapter returns about a batch lives in :mod:`~mmirage_beam.providers.batch_status`,
 the credentials it needs are read by :mod:`~mmirage_beam.providers.credentials`, staged
 chunk files are opened by :mod:`~mmirage_beam.providers.chunk_files`; their public names
@@ -35,6 +45,7 @@ from typing import (
     ClassVar,
     ContextManager,
     Dict,
+    Generic,
     Iterable,
     Iterator,
     Mapping,
@@ -49,9 +60,12 @@ from mmirage_beam.providers import retrying
 from mmirage_beam.providers.batch_status import (
     ENDED_STATUSES,
     NORMALISED_STATUSES,
+    BatchFields,
     BatchProgress,
     BatchSubmissionResult,
+    FoundBatch,
     ProviderLimits,
+    SubmittedBatch,
     normalize_status,
     optional_int,
     parse_timestamp,
@@ -67,6 +81,10 @@ __all__ = [
     "NORMALISED_STATUSES",
     "ENDED_STATUSES",
     "BatchSubmissionResult",
+    "BatchFields",
+    "SubmittedBatch",
+    "FoundBatch",
+    "Submission",
     "BatchProgress",
     "ProviderLimits",
     "parse_timestamp",
@@ -82,14 +100,25 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+_R = TypeVar("_R", SubmittedBatch, FoundBatch)
+#: the config class an adapter is written for (each adapter names its own).
+ConfigT = TypeVar("ConfigT", bound=BatchProviderConfig)
+#: what ``submit_chunk*`` may return: the record (the built-ins), or the provider's
+#: batch object as a dict (plugins written before the record), converted by
+#: :meth:`BatchSubmissionAdapter.submitted_batch`.
+Submission = Union[SubmittedBatch, Dict[str, Any]]
 
 
 #: ``json.dumps(request, ensure_ascii=False, separators=(",", ":"))``, one encoder made once
 _REQUEST_LINE = json_encoder(ensure_ascii=False, separators=(",", ":"))
 
 
-class BatchSubmissionAdapter(abc.ABC):
+class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
     """How one provider builds, sizes, submits, checks and retrieves batches.
+
+    ``ConfigT`` is the provider's config class (a
+    :class:`~mmirage_beam.providers.config.BatchProviderConfig` subclass): every hook's
+    ``config`` is one.
 
     Subclasses set ``required_credentials`` (each read from ``<PROVIDER>_<KEY>``) and
     implement the abstract methods. ``payload`` passed to :meth:`build_request` is
@@ -122,6 +151,9 @@ class BatchSubmissionAdapter(abc.ABC):
     max_concurrent_submissions: ClassVar[Optional[int]] = None
     #: extra provider status words -> normalised status.
     STATUS_MAP: ClassVar[Mapping[str, str]] = {}
+    #: where the provider's batch object keeps its id, status word, creation time and
+    #: input file (read by :meth:`parse_submission_result` and the batch records).
+    BATCH_FIELDS: ClassVar[BatchFields] = BatchFields()
     #: the largest image file, in bytes, the provider accepts; ExtractInputs refuses a
     #: bigger one before reading it (None: ``images.DEFAULT_MAX_IMAGE_FILE_BYTES``), and
     #: ``image_file_limit`` says which limit it is, with its source, in that message.
@@ -198,6 +230,9 @@ class BatchSubmissionAdapter(abc.ABC):
     #: called with each retry delay in seconds; None means ``time.sleep``.
     RETRY_SLEEP: ClassVar[Optional[Callable[[float], None]]] = None
 
+    #: the SDK's retry predicate, built in ``setup`` (:meth:`is_retryable` uses it).
+    _retry_filter: Optional[Callable[[BaseException], bool]] = None
+
     def __init__(self, credentials: Optional[Mapping[str, str]] = None) -> None:
         self.credentials: Dict[str, str] = dict(credentials or {})
 
@@ -212,11 +247,24 @@ class BatchSubmissionAdapter(abc.ABC):
         return f"{type(self).__name__}()"
 
     # -- lifecycle (optional) -------------------------------------------------------
-    def setup(self, config: BatchProviderConfig) -> None:
+    def setup(self, config: ConfigT) -> None:
         """Open clients; called once per worker before any submission. Default: no-op."""
 
     def teardown(self) -> None:
         """Close clients. Default: no-op."""
+
+    def _close_client(
+        self, close: Callable[[Any], Any] = lambda client: client.close(), quietly: bool = False
+    ) -> None:
+        """Close the SDK client ``setup`` kept as ``self._client`` (if any) with
+        ``close(client)``, then forget it; a failure to close is ignored when
+        ``quietly``, else raised (the client then kept)."""
+        client = getattr(self, "_client", None)
+        if client is None:
+            return
+        with contextlib.suppress(Exception) if quietly else contextlib.nullcontext():
+            close(client)
+        self._client = None
 
     # -- retries ----------------------------------------------------------------------
     def retry_policy(self) -> retrying.RetryPolicy:
@@ -234,11 +282,12 @@ class BatchSubmissionAdapter(abc.ABC):
     def is_retryable(self, exc: BaseException) -> bool:
         """True when ``exc`` is worth another attempt: this service's retry predicate.
 
-        The default is duck-typed: connection errors and timeouts, and any error whose
-        ``.status_code`` is 408, 409, 429 or >= 500. Adapters override it with their SDK's
-        exception classes (:func:`~mmirage_beam.providers.retrying.make_retry_filter`).
+        The adapter's ``_retry_filter`` when its ``setup`` built one from its SDK's
+        exception classes (:func:`~mmirage_beam.providers.retrying.make_retry_filter`);
+        else duck-typed: connection errors and timeouts, and any error whose
+        ``.status_code`` is 408, 409, 429 or >= 500.
         """
-        return _DUCK_TYPED_RETRY_FILTER(exc)
+        return (self._retry_filter or _DUCK_TYPED_RETRY_FILTER)(exc)
 
     def call_with_retries(self, what: str, fn: Callable[[], _T]) -> _T:
         """``fn()`` retried with this adapter's policy and :meth:`is_retryable`.
@@ -254,10 +303,16 @@ class BatchSubmissionAdapter(abc.ABC):
             mmirage_beam.providers.retrying.ProviderRetriesExhausted: the last attempt
                 failed with a retryable error (exit status 1).
         """
+        return self._retried(what, fn, self.is_retryable)
+
+    def _retried(
+        self, what: str, fn: Callable[[], _T], retry_filter: Callable[[BaseException], bool]
+    ) -> _T:
+        """``fn()`` retried with :meth:`retry_policy` while ``retry_filter`` says so."""
         return retrying.call_with_retries(
             fn,
             what=what,
-            retry_filter=self.is_retryable,
+            retry_filter=retry_filter,
             policy=self.retry_policy(),
             sleep=type(self).RETRY_SLEEP or time.sleep,
         )
@@ -272,13 +327,7 @@ class BatchSubmissionAdapter(abc.ABC):
     def call_lookup_with_retries(self, what: str, fn: Callable[[], _T]) -> _T:
         """:meth:`call_with_retries` for a lookup of a receipted batch: a 404 is retried
         too (:meth:`is_retryable_lookup`), with the same policy."""
-        return retrying.call_with_retries(
-            fn,
-            what=what,
-            retry_filter=self.is_retryable_lookup,
-            policy=self.retry_policy(),
-            sleep=type(self).RETRY_SLEEP or time.sleep,
-        )
+        return self._retried(what, fn, self.is_retryable_lookup)
 
     def stream_lines_with_retries(
         self,
@@ -313,7 +362,7 @@ class BatchSubmissionAdapter(abc.ABC):
 
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None
-    ) -> Optional[Dict[str, Any]]:
+    ) -> Optional[Union[FoundBatch, Dict[str, Any]]]:
         """The provider's batch created for chunk ``chunk_id`` of run ``run_id``, if any.
 
         Used to adopt a batch whose create succeeded on the provider's side although the
@@ -336,11 +385,30 @@ class BatchSubmissionAdapter(abc.ABC):
                 (None: look at every batch the provider lists).
 
         Returns:
-            The raw batch (as :meth:`submit_chunk` returns it, so
-            :meth:`parse_submission_result` reads it), or None: none was found, or this
-            provider cannot tell (the default).
+            The batch as a :class:`FoundBatch` (a plugin may return the raw batch dict,
+            which :meth:`parse_submission_result` reads; shared code converts it with
+            :meth:`found_batch`), or None: none was found, or this provider cannot tell
+            (the default).
         """
         return None
+
+    @staticmethod
+    def names_chunk(metadata: Any, run_id: str, chunk_id: str) -> bool:
+        """Whether a batch's ``metadata`` (a dict, or anything else: no) names run
+        ``run_id``'s chunk ``chunk_id`` (``mmirage_run_id``, ``mmirage_chunk_id``, as
+        :meth:`batch_metadata` sets them)."""
+        meta = metadata if isinstance(metadata, Mapping) else {}
+        return meta.get("mmirage_run_id") == run_id and meta.get("mmirage_chunk_id") == chunk_id
+
+    def batch_metadata(self, chunk_id: str, config: ConfigT) -> Dict[str, str]:
+        """The metadata of chunk ``chunk_id``'s batch: the config's ``metadata`` (if it
+        has any), ``mmirage_chunk_id`` and, when the run is known, ``mmirage_run_id``:
+        what :meth:`find_batch` finds a lost create by."""
+        metadata = dict(getattr(config, "metadata", {}) or {})
+        metadata["mmirage_chunk_id"] = chunk_id
+        if self.run_id:
+            metadata["mmirage_run_id"] = self.run_id
+        return metadata
 
     #: a retried create looks (:meth:`find_batch`) at batches created up to this long
     #: before its chunk's first create attempt (clock skew between us and the
@@ -351,13 +419,14 @@ class BatchSubmissionAdapter(abc.ABC):
         self,
         what: str,
         chunk_id: str,
-        create: Callable[[], Dict[str, Any]],
+        create: Callable[[], Submission],
         request_count: Optional[int] = None,
-    ) -> Dict[str, Any]:
+    ) -> SubmittedBatch:
         """``create()`` (one provider create of chunk ``chunk_id``'s batch; returns the
-        raw batch) with this adapter's retries (:meth:`call_with_retries`), where every
-        attempt after the first first looks for the batch an earlier attempt may have
-        made (:meth:`adopt_lost_create`) and returns it instead of creating a second:
+        batch, a record or the raw dict) with this adapter's retries
+        (:meth:`call_with_retries`), where every attempt after the first first looks for
+        the batch an earlier attempt may have made (:meth:`adopt_lost_create`) and
+        returns it instead of creating a second:
         the one place a retried create adopts, for every adapter.
 
         Args:
@@ -365,6 +434,10 @@ class BatchSubmissionAdapter(abc.ABC):
             chunk_id: the chunk (``mmirage_chunk_id`` in the batch's metadata).
             create: one attempt at the create.
             request_count: the chunk's requests (an adoption by shape matches on it).
+
+        Returns:
+            The :class:`SubmittedBatch` created, or adopted (a dict ``create()`` returned
+            converted by :meth:`submitted_batch`).
 
         Raises:
             mmirage_beam.providers.retrying.ProviderRetriesExhausted: the create or a
@@ -374,14 +447,14 @@ class BatchSubmissionAdapter(abc.ABC):
         first_attempt_at = time.time()
         attempts = 0
 
-        def attempt() -> Dict[str, Any]:
+        def attempt() -> SubmittedBatch:
             nonlocal attempts
             attempts += 1
             if attempts > 1:
                 found = self.adopt_lost_create(what, chunk_id, first_attempt_at, request_count)
-                if found is not None:
-                    return found
-            return create()
+                if found is not None:  # a plugin's override may still return the dict
+                    return self.submitted_batch(found)
+            return self.submitted_batch(create())
 
         return self.call_with_retries(what, attempt)
 
@@ -391,7 +464,7 @@ class BatchSubmissionAdapter(abc.ABC):
         chunk_id: str,
         first_attempt_at: float,
         request_count: Optional[int] = None,
-    ) -> Optional[Dict[str, Any]]:
+    ) -> Optional[SubmittedBatch]:
         """The batch an earlier attempt of this create made (its answer was an error),
         or None: create again. By metadata (``adopts_by_metadata``): :meth:`find_batch`
         for ``self.run_id`` since ``first_attempt_at - FIND_BATCH_MARGIN_SECS``. An
@@ -399,17 +472,19 @@ class BatchSubmissionAdapter(abc.ABC):
         the attempt, which is retried."""
         if not (self.adopts_by_metadata and self.run_id):
             return None
-        found = self.find_batch(
+        raw = self.find_batch(
             self.run_id, chunk_id, created_after=first_attempt_at - self.FIND_BATCH_MARGIN_SECS
         )
-        if found is not None:
-            _LOG.warning(
-                "%s: adopted %s, created by an earlier attempt that answered an error; "
-                "not creating a second batch",
-                what,
-                found.get("id") or found.get("name"),
-            )
-        return found
+        if raw is None:
+            return None
+        found = self.found_batch(raw)
+        _LOG.warning(
+            "%s: adopted %s, created by an earlier attempt that answered an error; "
+            "not creating a second batch",
+            what,
+            found.batch_id,
+        )
+        return found.adopted(fields=self.BATCH_FIELDS)
 
     def find_candidate_batches(
         self,
@@ -418,13 +493,77 @@ class BatchSubmissionAdapter(abc.ABC):
         created_before: Optional[float] = None,
         exclude_ids: Iterable[str] = (),
         retries: bool = True,
-    ) -> list[Dict[str, Any]]:
+    ) -> list[FoundBatch]:
         """Batches that may be a chunk's lost create, matched by shape: created in
         ``[created_after, created_before]`` (Unix seconds; None: up to now), holding
         ``request_count`` requests, not in ``exclude_ids`` nor claimed (:meth:`claim_batch`).
         Only an adapter that declares ``adopts_by_shape`` answers; the default finds none.
+
+        Returns:
+            :class:`FoundBatch` records, newest first (a plugin's raw dicts are converted
+            by shared code with :meth:`found_batch`).
         """
         return []
+
+    # -- the batch records, the one place a plugin's dicts are converted -------------------
+    def submitted_batch(self, raw: Union[SubmittedBatch, Mapping[str, Any]]) -> SubmittedBatch:
+        """What ``submit_chunk*`` or a create returned, as a :class:`SubmittedBatch`: a
+        record as it is, a dict (a plugin's: the provider's batch object, with
+        ``mmirage_adoption`` when adopted) through :meth:`SubmittedBatch.from_json`, its
+        id and status read by :meth:`parse_submission_result`.
+
+        Raises:
+            TypeError: ``raw`` is neither a record nor a mapping.
+            Exception: whatever :meth:`parse_submission_result` raises on a dict that is
+                not this provider's batch (e.g. ``KeyError``: no id).
+        """
+        return self._batch_record(SubmittedBatch, raw, "submitted", "a submission")
+
+    def found_batch(
+        self, raw: Union[FoundBatch, Mapping[str, Any]], request_count: Optional[int] = None
+    ) -> FoundBatch:
+        """What ``find_batch`` or ``find_candidate_batches`` found, as a
+        :class:`FoundBatch`: a record as it is, a dict (the provider's batch object)
+        through :meth:`FoundBatch.from_json`, read as :meth:`submitted_batch` reads one;
+        ``request_count`` when the lookup counted its requests.
+
+        Raises:
+            TypeError: ``raw`` is neither a record nor a mapping.
+        """
+        more = {"request_count": request_count} if request_count is not None else {}
+        return self._batch_record(FoundBatch, raw, "found", "a found batch", **more)
+
+    def _batch_record(
+        self, record_cls: type[_R], raw: Any, verb: str, what: str, **more: Any
+    ) -> _R:
+        """``raw`` as a ``record_cls``: a record as it is, a mapping through
+        ``record_cls.from_json`` (id and status by :meth:`parse_submission_result`, the
+        rest where :attr:`BATCH_FIELDS` says; ``more``: the record's own fields).
+
+        Raises:
+            TypeError: ``raw`` is neither (the message says what the adapter ``verb``).
+        """
+        if isinstance(raw, record_cls):
+            return raw
+        if not isinstance(raw, Mapping):
+            raise TypeError(
+                f"{type(self).__name__} {verb} a {type(raw).__name__}; {what} is a "
+                f"{record_cls.__name__} or the provider's batch as a dict"
+            )
+        parsed = self.parse_submission_result(dict(raw))
+        return record_cls.from_json(raw, parsed, self.BATCH_FIELDS, **more)
+
+    def submit_staged_chunk(self, chunk_id: str, path: str, config: ConfigT) -> SubmittedBatch:
+        """Submit the staged chunk file ``path`` (:meth:`submit_chunk_file`, or whichever
+        level the adapter overrides) and return the batch as a :class:`SubmittedBatch`:
+        what the submit step calls.
+
+        Raises:
+            mmirage_beam.providers.retrying.ProviderRetriesExhausted: the provider still
+                failed after the last attempt.
+            Exception: a non-retryable answer of the provider, at once.
+        """
+        return self.submitted_batch(self.submit_chunk_file(chunk_id, path, config))
 
     @classmethod
     def claim_batch(cls, batch_id: str) -> None:
@@ -441,9 +580,7 @@ class BatchSubmissionAdapter(abc.ABC):
         (Gemini: ``key``). Never modifies ``request``."""
         return {k: v for k, v in request.items() if k != "custom_id"}
 
-    def results_available(
-        self, provider_batch_id: str, config: BatchProviderConfig
-    ) -> Optional[str]:
+    def results_available(self, provider_batch_id: str, config: ConfigT) -> Optional[str]:
         """Whether an ended batch's results can still be downloaded (answers of a batch
         whose results expired at the provider are not reused; see
         :mod:`mmirage_beam.reuse`). Called once per earlier batch, before a run.
@@ -495,9 +632,7 @@ class BatchSubmissionAdapter(abc.ABC):
         """
         return None
 
-    def exact_token_counter(
-        self, config: BatchProviderConfig
-    ) -> Optional[Callable[[Dict[str, Any]], int]]:
+    def exact_token_counter(self, config: ConfigT) -> Optional[Callable[[Dict[str, Any]], int]]:
         """A callable(request line) -> exact input tokens through the provider's own
         (free) counting endpoint, used with ``exact_tokens`` / ``--exact-tokens``; None
         when the provider has none (the default: the offline count is kept).
@@ -530,13 +665,13 @@ class BatchSubmissionAdapter(abc.ABC):
             return None
         return json.loads(text)
 
-    def price_key(self, config: BatchProviderConfig) -> Optional[str]:
+    def price_key(self, config: ConfigT) -> Optional[str]:
         """The model name to look up in :meth:`price_table` for ``config`` (default: its
         ``model``; e.g. a gateway whose ``model`` is a deployment name maps it here)."""
         model = getattr(config, "model", None)
         return str(model) if model else None
 
-    def limits(self, config: BatchProviderConfig) -> ProviderLimits:
+    def limits(self, config: ConfigT) -> ProviderLimits:
         """Requests and bytes per batch, with their source. Default: the config class's
         ``PROVIDER_MAX_REQUESTS_PER_BATCH``, ``PROVIDER_MAX_BATCH_BYTES`` and
         ``PROVIDER_LIMITS_SOURCE`` (checked against the config at load)."""
@@ -550,7 +685,7 @@ class BatchSubmissionAdapter(abc.ABC):
     # -- the MMIRAGE contract -------------------------------------------------------
     @abc.abstractmethod
     def build_request(
-        self, custom_id: str, payload: Dict[str, Any], config: BatchProviderConfig
+        self, custom_id: str, payload: Dict[str, Any], config: ConfigT
     ) -> Dict[str, Any]:
         """Turn a neutral payload into one provider batch request line (a dict).
 
@@ -569,13 +704,14 @@ class BatchSubmissionAdapter(abc.ABC):
 
     @abc.abstractmethod
     def submit_chunk(
-        self, chunk_id: str, requests: Sequence[Dict[str, Any]], config: BatchProviderConfig
-    ) -> Dict[str, Any]:
-        """Submit one chunk as one provider batch; return the provider's raw response."""
+        self, chunk_id: str, requests: Sequence[Dict[str, Any]], config: ConfigT
+    ) -> Submission:
+        """Submit one chunk as one provider batch; return it as a :class:`SubmittedBatch`
+        (or, as plugins written before the record do, the provider's raw response)."""
 
     def submit_chunk_lines(
-        self, chunk_id: str, lines: Sequence[bytes], config: BatchProviderConfig
-    ) -> Dict[str, Any]:
+        self, chunk_id: str, lines: Sequence[bytes], config: ConfigT
+    ) -> Submission:
         """Submit already-serialised request lines (each ``serialize_request`` output).
 
         The default decodes them and calls :meth:`submit_chunk`; adapters that upload a
@@ -583,9 +719,7 @@ class BatchSubmissionAdapter(abc.ABC):
         """
         return self.submit_chunk(chunk_id, [json.loads(line) for line in lines], config)
 
-    def submit_chunk_file(
-        self, chunk_id: str, path: str, config: BatchProviderConfig
-    ) -> Dict[str, Any]:
+    def submit_chunk_file(self, chunk_id: str, path: str, config: ConfigT) -> Submission:
         """Submit the staged chunk file ``path`` (request lines exactly as built, see
         :mod:`mmirage_beam.run.staging`) as one batch.
 
@@ -607,19 +741,32 @@ class BatchSubmissionAdapter(abc.ABC):
             for name in ("submit_chunk_lines", "submit_chunk")
         )
 
-    @abc.abstractmethod
     def parse_submission_result(self, raw_result: Dict[str, Any]) -> BatchSubmissionResult:
-        """Wrap a raw submission/status response in a :class:`BatchSubmissionResult`."""
+        """Wrap a raw submission/status response in a :class:`BatchSubmissionResult`.
+
+        The default reads the id and the status word where :attr:`BATCH_FIELDS` says
+        (``id``, ``status``) and normalises the word (:meth:`_normalize_status`).
+
+        Raises:
+            KeyError: the response holds no id there.
+        """
+        fields = self.BATCH_FIELDS
+        batch_id = fields.read(raw_result, fields.batch_id)
+        if batch_id is None:
+            raise KeyError(fields.batch_id[-1] if fields.batch_id else "id")
+        return BatchSubmissionResult(
+            provider_batch_id=batch_id,
+            status=self._normalize_status(fields.read(raw_result, fields.status)),
+            raw_response=raw_result,
+        )
 
     @abc.abstractmethod
-    def check_batch_status(
-        self, provider_batch_id: str, config: BatchProviderConfig
-    ) -> BatchSubmissionResult:
+    def check_batch_status(self, provider_batch_id: str, config: ConfigT) -> BatchSubmissionResult:
         """Query the provider for the batch's current status."""
 
     @abc.abstractmethod
     def retrieve_results(
-        self, provider_batch_id: str, config: BatchProviderConfig
+        self, provider_batch_id: str, config: ConfigT
     ) -> Iterable[Union[ProviderResult, Dict[str, Any]]]:
         """Download results, one :class:`~mmirage_beam.records.ProviderResult` per result
         line: ``custom_id`` and ``generated_text`` or ``error``, plus ``input_tokens`` /
@@ -630,9 +777,7 @@ class BatchSubmissionAdapter(abc.ABC):
         :func:`mmirage_beam.results.results_from_lines`): it is consumed once, by one
         DoFn call per batch, and need not fit in memory."""
 
-    def cancel_batch(
-        self, provider_batch_id: str, config: BatchProviderConfig
-    ) -> BatchSubmissionResult:
+    def cancel_batch(self, provider_batch_id: str, config: ConfigT) -> BatchSubmissionResult:
         """Ask the provider to cancel the batch (``mmirage cancel``); the batch then ends
         cancelled, keeping the results of the requests already processed.
 
@@ -672,11 +817,11 @@ _DUCK_TYPED_RETRY_FILTER = retrying.make_retry_filter((), (Exception,))
 
 
 def open_adapter(
-    adapter_cls: type[BatchSubmissionAdapter],
-    config: BatchProviderConfig,
+    adapter_cls: type[BatchSubmissionAdapter[ConfigT]],
+    config: ConfigT,
     run_id: Optional[str] = None,
     credentials: Optional[Mapping[str, str]] = None,
-) -> BatchSubmissionAdapter:
+) -> BatchSubmissionAdapter[ConfigT]:
     """An adapter of ``adapter_cls`` with its client open: its key read from the
     environment (:func:`resolve_credentials`; or the ``credentials`` given), ``run_id``
     set, ``setup(config)`` called. The one way shared code and every DoFn open one; close
@@ -711,10 +856,10 @@ def close_adapter(
 
 @contextlib.contextmanager
 def opened_adapter(
-    adapter_cls: type[BatchSubmissionAdapter],
-    config: BatchProviderConfig,
+    adapter_cls: type[BatchSubmissionAdapter[ConfigT]],
+    config: ConfigT,
     run_id: Optional[str] = None,
-) -> Iterator[BatchSubmissionAdapter]:
+) -> Iterator[BatchSubmissionAdapter[ConfigT]]:
     """:func:`open_adapter` for a ``with`` block; closed at its end."""
     adapter = open_adapter(adapter_cls, config, run_id)
     try:

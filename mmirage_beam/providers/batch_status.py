@@ -5,24 +5,36 @@ provider status words onto them, :class:`BatchSubmissionResult` (a batch at subm
 or status check), :class:`BatchProgress` (its counts, for reports), :class:`ProviderLimits`
 (requests and bytes per batch) and :func:`parse_timestamp`. The adapter contract
 (:mod:`mmirage_beam.providers.base`) returns these and re-exports them.
+
+What an adapter hands back about a batch it made or found, besides the wire JSON of its
+requests, is a typed frozen record: :class:`SubmittedBatch` (``submit_chunk*``, the
+create's answer or the batch adopted instead) and :class:`FoundBatch` (``find_batch``,
+``find_candidate_batches``). Each keeps the provider's own object and gives it back
+unchanged with ``to_json()``; ``from_json`` takes the dict a plugin may still return, and
+:class:`BatchFields` says where a provider's object keeps the fields the records read.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
-from typing import Any, Dict, Mapping, NamedTuple, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, TypeVar, Union
 
 __all__ = [
     "NORMALISED_STATUSES",
     "ENDED_STATUSES",
     "COMMON_STATUS_MAP",
     "BatchSubmissionResult",
+    "BatchFields",
+    "SubmittedBatch",
+    "FoundBatch",
+    "ADOPTION_KEY",
     "BatchProgress",
     "ProviderLimits",
     "normalize_status",
     "parse_timestamp",
     "optional_int",
+    "whole_count",
 ]
 
 NORMALISED_STATUSES = ("completed", "failed", "in_progress", "unknown")
@@ -72,6 +84,170 @@ class BatchSubmissionResult:
     def __post_init__(self) -> None:
         if self.status not in NORMALISED_STATUSES:
             raise ValueError(f"status must be one of {NORMALISED_STATUSES}, got {self.status!r}")
+
+
+#: the key under which a submission's dict carries how its batch was adopted instead of
+#: created (``{"method", "confirmed"}``; written to the receipt as ``adoption``).
+ADOPTION_KEY = "mmirage_adoption"
+
+#: one step into a provider's object: a key, or an index into a list
+_Step = Union[str, int]
+
+
+class BatchFields(NamedTuple):
+    """Where a provider's batch object (as JSON) keeps what the batch records read: each
+    a path of keys (or list indexes) from the top; an empty path: not kept.
+
+    The defaults are OpenAI's names, which most batch APIs share.
+    """
+
+    batch_id: Tuple[_Step, ...] = ("id",)
+    status: Tuple[_Step, ...] = ("status",)
+    created_at: Tuple[_Step, ...] = ("created_at",)
+    input_file_id: Tuple[_Step, ...] = ("input_file_id",)
+
+    def read(self, raw: Mapping[str, Any], path: Tuple[_Step, ...]) -> Any:
+        """The value at ``path`` in ``raw``; None when any step is missing (or the path
+        is empty)."""
+        value: Any = raw if path else None
+        for step in path:
+            if isinstance(step, int):
+                ok = isinstance(value, list) and -len(value) <= step < len(value)
+                value = value[step] if ok else None
+            else:
+                value = value.get(step) if isinstance(value, Mapping) else None
+        return value
+
+    def text(self, raw: Mapping[str, Any], path: Tuple[_Step, ...]) -> Optional[str]:
+        """:meth:`read`, when it is a non-empty string; else None."""
+        value = self.read(raw, path)
+        return value if isinstance(value, str) and value else None
+
+
+#: the default :class:`BatchFields` (OpenAI's names)
+DEFAULT_FIELDS = BatchFields()
+
+_B = TypeVar("_B", bound="_ProviderBatch")
+
+
+@dataclass(frozen=True)
+class _ProviderBatch:
+    """What the batch records share: a provider's batch, typed, with its own object.
+
+    Attributes:
+        batch_id: the provider's id (``batch_...``, ``msgbatch_...``, ``batches/...``).
+        status: normalised: ``completed | failed | in_progress | unknown``.
+        raw: the provider's batch object as JSON, as its API sent it (``to_json()``).
+        created_at: when the provider created the batch, Unix seconds (None: not said).
+    """
+
+    batch_id: str
+    status: str
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    created_at: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.status not in NORMALISED_STATUSES:
+            raise ValueError(f"status must be one of {NORMALISED_STATUSES}, got {self.status!r}")
+
+    @classmethod
+    def from_json(
+        cls: type[_B],
+        raw: Mapping[str, Any],
+        parsed: BatchSubmissionResult,
+        fields: BatchFields = DEFAULT_FIELDS,
+        **more: Any,
+    ) -> _B:
+        """The record of a batch's dict (what a plugin's ``submit_chunk*`` or
+        ``find_batch`` returns): ``parsed`` (the adapter's ``parse_submission_result``
+        of it) gives the id and status, ``fields`` where the rest is; ``more`` are the
+        subclass's own fields (e.g. ``request_count``). ``from_json(d, ...).to_json()
+        == d``."""
+        body = dict(raw)
+        own = cls._own_fields(body, fields)
+        return cls(
+            batch_id=parsed.provider_batch_id,
+            status=parsed.status,
+            raw=body,
+            created_at=parse_timestamp(fields.read(body, fields.created_at)),
+            **own,
+            **more,
+        )
+
+    @classmethod
+    def _own_fields(cls, body: Dict[str, Any], fields: BatchFields) -> Dict[str, Any]:
+        """The subclass's fields read from ``body`` (which it may take keys out of)."""
+        return {}
+
+    def result(self) -> BatchSubmissionResult:
+        """The batch as the contract's :class:`BatchSubmissionResult` (its raw response
+        :meth:`to_json`)."""
+        return BatchSubmissionResult(self.batch_id, self.status, self.to_json())
+
+    def to_json(self) -> Dict[str, Any]:
+        """The provider's batch object, a new dict equal to the one the adapter read."""
+        return dict(self.raw)
+
+
+@dataclass(frozen=True)
+class SubmittedBatch(_ProviderBatch):
+    """The batch a chunk's submission made, or adopted (``submit_chunk``,
+    ``submit_chunk_lines``, ``submit_chunk_file``, ``create_once``).
+
+    Attributes:
+        input_file_id: the uploaded input file the batch reads (None: the requests went
+            in the create's body, e.g. Anthropic).
+        adoption: set when the batch was adopted rather than answered by the create
+            (``{"method", "confirmed"}``, the receipt's ``adoption``); None: created.
+    """
+
+    input_file_id: Optional[str] = None
+    adoption: Optional[Mapping[str, Any]] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        """The dict ``submit_chunk*`` returned before the records: the provider's batch
+        object, plus ``mmirage_adoption`` (last) when adopted."""
+        out = dict(self.raw)
+        if self.adoption:
+            out[ADOPTION_KEY] = dict(self.adoption)
+        return out
+
+    @classmethod
+    def _own_fields(cls, body: Dict[str, Any], fields: BatchFields) -> Dict[str, Any]:
+        """The input file where ``fields`` says, and ``mmirage_adoption`` taken out of
+        ``body`` into :attr:`adoption` (:meth:`to_json` puts it back)."""
+        adoption = body.pop(ADOPTION_KEY, None)
+        return {
+            "input_file_id": fields.text(body, fields.input_file_id),
+            "adoption": dict(adoption) if isinstance(adoption, Mapping) and adoption else None,
+        }
+
+
+@dataclass(frozen=True)
+class FoundBatch(_ProviderBatch):
+    """A batch found by a lookup (``find_batch``: by its metadata;
+    ``find_candidate_batches``: by its creation time and request count), which a lost
+    create or an interrupted submission may adopt (:meth:`adopted`).
+
+    Attributes:
+        request_count: the requests the batch holds, when the lookup counted them.
+    """
+
+    request_count: Optional[int] = None
+
+    def adopted(
+        self, adoption: Optional[Mapping[str, Any]] = None, fields: BatchFields = DEFAULT_FIELDS
+    ) -> SubmittedBatch:
+        """This batch as a chunk's submission (adopted instead of created); ``adoption``
+        says how, when it is a match to be confirmed (by shape)."""
+        return SubmittedBatch(
+            batch_id=self.batch_id,
+            status=self.status,
+            raw=self.raw,
+            created_at=self.created_at,
+            input_file_id=fields.text(self.raw, fields.input_file_id),
+            adoption=adoption,
+        )
 
 
 @dataclass(frozen=True)
@@ -143,6 +319,12 @@ def optional_int(value: Any) -> Optional[int]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return int(value)
+
+
+def whole_count(value: Any) -> Optional[int]:
+    """A count the provider sent as a JSON integer; None for anything else (a bool, a
+    float, a string, null)."""
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def normalize_status(status: Optional[str], extra: Optional[Mapping[str, str]] = None) -> str:

@@ -27,6 +27,7 @@ __all__ = [
     "BatchProviderConfig",
     "BatchProviderConfigRegistry",
     "check_number",
+    "check_range",
     "check_str",
 ]
 
@@ -161,6 +162,35 @@ def check_number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         raise ConfigError(name, f"must be a number, got {value!r}")
     return float(value)
+
+
+def check_range(
+    name: str,
+    value: Any,
+    low: float,
+    high: Optional[float] = None,
+    *,
+    low_open: bool = False,
+) -> Optional[float]:
+    """``value`` (None: unset, kept) as a float in ``[low, high]`` (``(low, high]`` with
+    ``low_open``; no upper bound when ``high`` is None).
+
+    Raises:
+        ConfigError: naming ``name``: not a number (:func:`check_number`), or out of the
+            range (``must be in [0, 2], got 3.0``, ``must be > 0, got 0.0``).
+    """
+    if value is None:
+        return None
+    number = check_number(name, value)
+    above = low < number if low_open else low <= number
+    if high is None:
+        bound = f"{'>' if low_open else '>='} {low}"
+    else:
+        above = above and number <= high
+        bound = f"in {'(' if low_open else '['}{low}, {high}]"
+    if not above:
+        raise ConfigError(name, f"must be {bound}, got {number}")
+    return number
 
 
 def check_str(name: str, value: Any) -> str:

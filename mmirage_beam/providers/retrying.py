@@ -303,21 +303,8 @@ def call_with_retries(
         except Exception as exc:
             if not retry_filter(exc):
                 raise
-            summary = describe_error(exc)
-            if attempt >= policy.max_attempts:
-                raise ProviderRetriesExhausted(
-                    f"{what} failed after {attempt} attempt{'s' if attempt != 1 else ''}; "
-                    f"last error: {summary}",
-                    call=what,
-                    attempts=attempt,
-                    status_code=status_code_of(exc),
-                    last_error=summary,
-                ) from exc
-            asked = retry_after_secs(exc)
-            if asked is not None:
-                delay = min(asked, policy.max_retry_after_secs)
-            else:
-                delay = policy.backoff_secs(attempt, rand)
+            attempts = f"{attempt} attempt{'s' if attempt != 1 else ''}"
+            summary, delay = _summary_and_delay(exc, what, attempt, attempts, policy, rand)
             logger.warning(
                 "%s failed (attempt %d of %d: %s); retrying in %.3f s",
                 what,
@@ -369,20 +356,8 @@ def stream_lines_with_retries(
                 raise
             if done > start:  # this attempt made progress: a fresh budget of retries
                 attempt = 1
-            summary = describe_error(exc)
-            if attempt >= policy.max_attempts:
-                raise ProviderRetriesExhausted(
-                    f"{what} failed after {attempt} attempts; last error: {summary}",
-                    call=what,
-                    attempts=attempt,
-                    status_code=status_code_of(exc),
-                    last_error=summary,
-                ) from exc
-            asked = retry_after_secs(exc)
-            delay = (
-                min(asked, policy.max_retry_after_secs)
-                if asked is not None
-                else policy.backoff_secs(attempt)
+            summary, delay = _summary_and_delay(
+                exc, what, attempt, f"{attempt} attempts", policy, random.random
             )
             logger.warning(
                 "%s failed (attempt %d of %d: %s) after %d byte(s); retrying in %.3f s",
@@ -394,6 +369,37 @@ def stream_lines_with_retries(
                 delay,
             )
             sleep(delay)
+
+
+def _summary_and_delay(
+    exc: BaseException,
+    what: str,
+    attempt: int,
+    attempts: str,
+    policy: RetryPolicy,
+    rand: Callable[[], float],
+) -> tuple[str, float]:
+    """The one-line summary of attempt ``attempt``'s retryable error ``exc`` and the
+    seconds to wait before the next attempt: the server's ``retry-after`` (capped at
+    ``policy.max_retry_after_secs``), else the policy's jittered backoff.
+
+    Raises:
+        ProviderRetriesExhausted: it was the last attempt (``"<what> failed after
+            <attempts>; last error: <summary>"``, ``exc`` chained as ``__cause__``).
+    """
+    summary = describe_error(exc)
+    if attempt >= policy.max_attempts:
+        raise ProviderRetriesExhausted(
+            f"{what} failed after {attempts}; last error: {summary}",
+            call=what,
+            attempts=attempt,
+            status_code=status_code_of(exc),
+            last_error=summary,
+        ) from exc
+    asked = retry_after_secs(exc)
+    if asked is not None:
+        return summary, min(asked, policy.max_retry_after_secs)
+    return summary, policy.backoff_secs(attempt, rand)
 
 
 def _skip_bytes(blocks: Iterable[bytes], n: int) -> Iterator[bytes]:

@@ -40,7 +40,12 @@ from typing import Any, Optional
 
 from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.io.fs import list_files, write_durably
-from mmirage_beam.providers.base import BatchSubmissionAdapter, close_adapter, open_adapter
+from mmirage_beam.providers.base import (
+    BatchSubmissionAdapter,
+    FoundBatch,
+    close_adapter,
+    open_adapter,
+)
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.run.layout import part_path, parts_dir
 from mmirage_beam.run.receipts import (
@@ -135,13 +140,13 @@ def prepare_resume(
                 FileSystems.delete([path])
                 continue
             since = _timestamp(intent.get("intent_at_utc")) - _ADOPTION_MARGIN_SECS
-            raw = adapter.find_batch(run_id, chunk_id, created_after=since)
-            if raw is None:
+            found = adapter.find_batch(run_id, chunk_id, created_after=since)
+            if found is None:
                 _LOG.info("chunk %s never reached the provider; it is submitted again", chunk_id)
                 state.dropped.append(chunk_id)
                 FileSystems.delete([path])
                 continue
-            _adopt(adapter, rfile, path, intent, raw, run_id, state)
+            _adopt(rfile, path, intent, adapter.found_batch(found), run_id, state)
     finally:
         close_adapter(adapter)
     ids: set[str] = set()
@@ -174,15 +179,14 @@ def _unconfirmed_adoption(receipt: dict[str, Any]) -> bool:
     return bool(adoption) and not adoption.get("confirmed") and not adoption.get("rejected")
 
 
-def _adopt(adapter, rfile, path, intent, raw, run_id, state, adoption=None) -> None:  # noqa: ANN001
+def _adopt(rfile, path, intent, batch: FoundBatch, run_id, state, adoption=None) -> None:  # noqa: ANN001
     from apache_beam.io.filesystems import FileSystems
 
     chunk_id = intent["chunk_id"]
-    result = adapter.parse_submission_result(raw)
     receipt = dict(intent)
     receipt.pop("intent_at_utc", None)
-    receipt["provider_batch_id"] = result.provider_batch_id
-    receipt["status"] = result.status
+    receipt["provider_batch_id"] = batch.batch_id
+    receipt["status"] = batch.status
     if adoption:
         receipt["adoption"] = adoption
     write_durably(part_path(rfile, chunk_id), receipt_line(receipt))
@@ -191,7 +195,7 @@ def _adopt(adapter, rfile, path, intent, raw, run_id, state, adoption=None) -> N
     FileSystems.delete([path])
     _LOG.warning(
         "adopted batch %s for chunk %s of run %s (accepted by the provider before the run stopped)",
-        result.provider_batch_id,
+        batch.batch_id,
         chunk_id,
         run_id,
     )
@@ -228,25 +232,28 @@ def _adopt_by_shape(adapter, pending, provider_config, run_id, state):  # noqa: 
 
     window = _create_window_secs(adapter, provider_config)
     now = time.time()
-    candidates: dict[str, list[dict[str, Any]]] = {}
+    candidates: dict[str, list[FoundBatch]] = {}
     left = []
     for rfile, path, intent in pending:
         if FileSystems.exists(part_path(rfile, intent["chunk_id"])):
             left.append((rfile, path, intent))  # receipted after all: the caller cleans up
             continue
         start = _timestamp(intent.get("intent_at_utc"))
-        candidates[path] = adapter.find_candidate_batches(
-            int(intent.get("submitted_request_count") or 0),
-            created_after=start - adapter.ADOPT_SKEW_SECS,
-            created_before=min(now, start + window),
-        )
+        candidates[path] = [
+            adapter.found_batch(b)
+            for b in adapter.find_candidate_batches(
+                int(intent.get("submitted_request_count") or 0),
+                created_after=start - adapter.ADOPT_SKEW_SECS,
+                created_before=min(now, start + window),
+            )
+        ]
     for rfile, path, intent in pending:
         if path not in candidates:
             continue
         mine = candidates[path]
-        others = {b["id"] for p, bs in candidates.items() if p != path for b in bs}
+        others = {b.batch_id for p, bs in candidates.items() if p != path for b in bs}
         chunk_id = intent["chunk_id"]
-        if len(mine) != 1 or mine[0]["id"] in others:
+        if len(mine) != 1 or mine[0].batch_id in others:
             if mine:
                 _LOG.warning(
                     "chunk %s of run %s: %d unclaimed batches of %d requests were created "
@@ -261,7 +268,7 @@ def _adopt_by_shape(adapter, pending, provider_config, run_id, state):  # noqa: 
             continue
         batch = mine[0]
         adoption: dict[str, Any] = {"method": "created_at+request_count", "confirmed": False}
-        ids = adapter.result_custom_ids(batch["id"])
+        ids = adapter.result_custom_ids(batch.batch_id)
         if ids is not None:
             if ids != set(intent["custom_id_to_source_index"]):
                 _LOG.warning(
@@ -269,13 +276,13 @@ def _adopt_by_shape(adapter, pending, provider_config, run_id, state):  # noqa: 
                     "other custom_ids (confirmation failed); the chunk is sent again",
                     chunk_id,
                     run_id,
-                    batch["id"],
+                    batch.batch_id,
                 )
                 left.append((rfile, path, intent))
                 continue
             adoption["confirmed"] = True
-        adapter.claim_batch(batch["id"])
-        _adopt(adapter, rfile, path, intent, batch, run_id, state, adoption)
+        adapter.claim_batch(batch.batch_id)
+        _adopt(rfile, path, intent, batch, run_id, state, adoption)
     return left
 
 

@@ -214,21 +214,17 @@ class _SubmitChunkFn(beam.DoFn):
             write_durably(intent, receipt_line(receipt))
             del receipt["intent_at_utc"]
             crash_point("intent_written")
-            raw = self._adapter.submit_chunk_file(chunk.chunk_id, chunk.path, self._config)
+            batch = self._adapter.submit_staged_chunk(chunk.chunk_id, chunk.path, self._config)
             crash_point("batch_created")
-            result = self._adapter.parse_submission_result(raw)
-            receipt["provider_batch_id"], receipt["status"] = (
-                result.provider_batch_id,
-                result.status,
-            )
-            if isinstance(raw, dict) and raw.get("mmirage_adoption"):
-                receipt["adoption"] = raw["mmirage_adoption"]  # matched, not answered
+            receipt["provider_batch_id"], receipt["status"] = batch.batch_id, batch.status
+            if batch.adoption:
+                receipt["adoption"] = dict(batch.adoption)  # matched, not answered
             _LOG.info(
                 "submitted %s (%d requests, %d bytes) as %s",
                 chunk.chunk_id,
                 chunk.request_count,
                 chunk.total_bytes,
-                result.provider_batch_id,
+                batch.batch_id,
             )
         write_durably(part, receipt_line(receipt))  # durable before anything is emitted
         crash_point("receipt_written")

@@ -191,21 +191,22 @@ def test_a_create_stored_but_answered_500_is_adopted_not_sent_twice(fake_provide
     adapter, config = _adapter(fake)
     adapter.run_id = "r1"
     fake.script(fail_batch_creates={"nth": 1, "status": 500, "created": True})
-    raw = adapter.submit_chunk_lines("c1", [_line("a-text-0"), _line("a-text-1")], config)
+    batch = adapter.submit_chunk_lines("c1", [_line("a-text-0"), _line("a-text-1")], config)
     jobs = fake.batches("gemini")
-    assert len(jobs) == 1 and raw["name"] == jobs[0]["name"]  # adopted, not created again
-    assert raw["display_name"] == display_name("r1", "c1")
+    assert len(jobs) == 1 and batch.batch_id == jobs[0]["name"]  # adopted, not created again
+    assert batch.to_json()["display_name"] == display_name("r1", "c1")
+    assert batch.created_at and batch.adoption is None  # adopted by metadata: nothing to confirm
     assert fake.create_counts() == {"a-text-0": 1, "a-text-1": 1}
     # the lookup a resume does finds it too, through several pages
     for i in range(3):
         adapter.run_id = f"other{i}"
         adapter.submit_chunk_lines("c1", [_line(f"b-text-{i}")], config)
     adapter.FIND_BATCH_PAGE_SIZE = 1
-    assert adapter.find_batch("r1", "c1")["name"] == raw["name"]
+    assert adapter.find_batch("r1", "c1").batch_id == batch.batch_id
     assert adapter.find_batch("r1", "c2") is None
-    status = adapter.check_batch_status(raw["name"], config)
+    status = adapter.check_batch_status(batch.batch_id, config)
     assert status.status == "completed"
-    results = {r.custom_id: r for r in adapter.retrieve_results(raw["name"], config)}
+    results = {r.custom_id: r for r in adapter.retrieve_results(batch.batch_id, config)}
     assert sorted(results) == ["a-text-0", "a-text-1"]
     assert all(r.generated_text.startswith("FAKE:") for r in results.values())
     adapter.teardown()
@@ -215,12 +216,13 @@ def test_expired_job_has_no_results_and_every_request_is_a_retryable_failure(fak
     fake = fake_provider
     adapter, config = _adapter(fake)
     fake.script(expire_after_requests=1)
-    raw = adapter.submit_chunk_lines("c1", [_line("a-text-0"), _line("a-text-1")], config)
-    status = adapter.check_batch_status(raw["name"], config)
+    batch = adapter.submit_chunk_lines("c1", [_line("a-text-0"), _line("a-text-1")], config)
+    assert batch.input_file_id.startswith("files/")  # the file uploaded for it
+    status = adapter.check_batch_status(batch.batch_id, config)
     progress = adapter.describe_batch(status)
     assert status.status == "failed" and progress.provider_status == "JOB_STATE_EXPIRED"
     assert progress.error_code == "batch_expired" and "48 hours" in progress.detail
-    assert list(adapter.retrieve_results(raw["name"], config)) == []
+    assert list(adapter.retrieve_results(batch.batch_id, config)) == []
 
 
 def test_images_are_inline_data_and_urls_are_refused(fake_provider):
@@ -233,8 +235,8 @@ def test_images_are_inline_data_and_urls_are_refused(fake_provider):
     line = adapter.build_request("d-multimodal-0", payload, config)
     part = line["request"]["contents"][0]["parts"][1]["inline_data"]
     assert part["mime_type"] == "image/png" and part["data"] == image["data"]
-    raw = adapter.submit_chunk_lines("c1", [adapter.serialize_request(line)], config)
-    (result,) = adapter.retrieve_results(raw["name"], config)
+    batch = adapter.submit_chunk_lines("c1", [adapter.serialize_request(line)], config)
+    (result,) = adapter.retrieve_results(batch.batch_id, config)
     assert result.input_tokens == 2 + 10  # the fake: words + 10 per image
     url = {**image, "data": None, "url": "https://example.com/a.png"}
     with pytest.raises(RequestBuildError, match="inline data only"):

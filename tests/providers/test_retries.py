@@ -276,7 +276,7 @@ def test_adapter_sleeps_what_the_fake_asks(tmp_path, provider_env, monkeypatch):
     sleeps: list[float] = []
     monkeypatch.setattr(BatchSubmissionAdapter, "RETRY_SLEEP", sleeps.append)
     adapter, config = _adapter(OpenAIBatchAdapter, tmp_path, fake)
-    raw = adapter.submit_chunk_lines("c0", _lines(adapter, config, range(3)), config)
+    batch = adapter.submit_chunk_lines("c0", _lines(adapter, config, range(3)), config)
     fake.script(
         leading_errors={
             "status": 429,
@@ -285,21 +285,21 @@ def test_adapter_sleeps_what_the_fake_asks(tmp_path, provider_env, monkeypatch):
             "paths": ["batches_retrieve"],
         }
     )
-    assert adapter.check_batch_status(raw["id"], config).status == "completed"
+    assert adapter.check_batch_status(batch.batch_id, config).status == "completed"
     assert sleeps == [0.037] * 3
     assert fake.call_counts()["batches_retrieve"] == 4
     # Result downloads retry too: the batch read and each file read.
     fake.script(leading_errors={"status": 503, "count": 1, "paths": ["files_content"]})
-    assert len(list(adapter.retrieve_results(raw["id"], config))) == 3  # streamed
+    assert len(list(adapter.retrieve_results(batch.batch_id, config))) == 3  # streamed
     adapter.teardown()
 
 
 def test_anthropic_results_download_retried(tmp_path, provider_env, fast_retries):
     fake = provider_env
     adapter, config = _adapter(AnthropicBatchAdapter, tmp_path, fake)
-    raw = adapter.submit_chunk_lines("c0", _lines(adapter, config, range(4)), config)
+    batch = adapter.submit_chunk_lines("c0", _lines(adapter, config, range(4)), config)
     fake.script(leading_errors={"status": 529, "count": 2, "paths": ["messages_batches_results"]})
-    results = list(adapter.retrieve_results(raw["id"], config))  # streamed
+    results = list(adapter.retrieve_results(batch.batch_id, config))  # streamed
     assert sorted(r.custom_id for r in results) == [f"answer-text-{i}" for i in range(4)]
     assert fake.call_counts()["messages_batches_results"] == 3
     adapter.teardown()
@@ -315,8 +315,9 @@ def test_find_batch_matches_run_and_chunk_across_pages(tmp_path, provider_env, m
         adapter.submit_chunk_lines(f"c{i % 5}", _lines(adapter, config, [i]), config)
     before = fake.call_counts().get("batches_list", 0)
     found = adapter.find_batch("runA", "c0")
-    assert found is not None and found["id"] == first["id"]
-    assert found["metadata"] == {"mmirage_chunk_id": "c0", "mmirage_run_id": "runA"}
+    assert found is not None and found.batch_id == first.batch_id
+    assert found.to_json()["metadata"] == {"mmirage_chunk_id": "c0", "mmirage_run_id": "runA"}
+    assert found.created_at == first.created_at and first.input_file_id
     assert fake.call_counts()["batches_list"] - before == 3  # 6 batches, 2 per page
     assert adapter.find_batch("runA", "c9") is None
     # created_after bounds the paging: batches older than it are not looked at.

@@ -583,8 +583,7 @@ def test_token_budget_waits_for_unfinished_batches_and_stops_on_request(tmp_path
     assert budget.chunk_tokens(chunk) == 44
     assert budget.wait_for_token_budget(chunk, adapter) == 44 and not sleeps  # nothing enqueued
 
-    raw = adapter.submit_chunk_file(chunk.chunk_id, chunk.path, config)
-    batch_id = adapter.parse_submission_result(raw).provider_batch_id
+    batch_id = adapter.submit_staged_chunk(chunk.chunk_id, chunk.path, config).batch_id
     rfile = receipt_path(str(tmp_path / "m"), "text", "r1")
     write_durably(
         part_path(rfile, "a-chunk-000000"),

@@ -42,12 +42,13 @@ import threading
 from typing import Any, Callable, ClassVar, Dict, Iterable, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.images import image_error, images_error
+from mmirage_beam.providers.anthropic.config import AnthropicBatchConfig
 from mmirage_beam.providers.anthropic.tokens import AnthropicExactCounter, count_anthropic_request
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionAdapter, iter_chunk_lines
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
-from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
-from mmirage_beam.providers.config import BatchProviderConfig
+from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
+from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.records import ProviderResult, ResultError
@@ -103,7 +104,7 @@ MAX_IMAGES_PER_REQUEST = 100
 MAX_IMAGE_FILE_BYTES = MAX_IMAGE_BYTES * 3 // 4
 
 
-class AnthropicBatchAdapter(BatchSubmissionAdapter):
+class AnthropicBatchAdapter(BatchSubmissionAdapter[AnthropicBatchConfig]):
     """``provider: anthropic``: builds Message Batch requests and drives the API.
 
     The client (``anthropic.Anthropic``) is built in :meth:`setup` with the key from
@@ -137,8 +138,12 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
     # batch would be paid for), so one chunk at a time per worker.
     max_concurrent_submissions: ClassVar[Optional[int]] = 1
     STATUS_MAP: ClassVar[Mapping[str, str]] = {"ended": "completed", "canceling": "in_progress"}
+    #: a message batch's status word is ``processing_status``; it reads no input file
+    BATCH_FIELDS: ClassVar[BatchFields] = BatchFields(
+        status=("processing_status",), input_file_id=()
+    )
 
-    def setup(self, config: BatchProviderConfig) -> None:
+    def setup(self, config: AnthropicBatchConfig) -> None:
         import anthropic
 
         self._retry_filter = make_retry_filter(
@@ -153,10 +158,8 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         self._client = anthropic.Anthropic(**kwargs)
 
     def teardown(self) -> None:
-        client = getattr(self, "_client", None)
-        if client is not None:
-            client.close()
-            self._client = None
+        """Close the ``anthropic.Anthropic`` client."""
+        self._close_client()
 
     def count_request_tokens(
         self, request: Dict[str, Any], model: Optional[str] = None
@@ -166,20 +169,14 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         return count_anthropic_request(request, model)
 
     def exact_token_counter(
-        self, config: BatchProviderConfig
+        self, config: AnthropicBatchConfig
     ) -> Optional[Callable[[Dict[str, Any]], int]]:
         """The free ``messages.count_tokens`` endpoint
         (:class:`~mmirage_beam.providers.anthropic.tokens.AnthropicExactCounter`)."""
         return AnthropicExactCounter(type(self), getattr(config, "base_url", None))
 
-    def is_retryable(self, exc: BaseException) -> bool:
-        """Connection errors and timeouts (``anthropic.APIConnectionError``), and
-        ``anthropic.APIStatusError`` with 408, 409, 429 or >= 500 (529 overloaded)."""
-        retry_filter = getattr(self, "_retry_filter", None)
-        return retry_filter(exc) if retry_filter is not None else super().is_retryable(exc)
-
     def build_request(
-        self, custom_id: str, payload: Dict[str, Any], config: BatchProviderConfig
+        self, custom_id: str, payload: Dict[str, Any], config: AnthropicBatchConfig
     ) -> Dict[str, Any]:
         text = _prompt_text(payload["messages"])
         images = payload.get("images") or []
@@ -212,8 +209,8 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         return {"custom_id": custom_id, "params": params}
 
     def submit_chunk(
-        self, chunk_id: str, requests: Sequence[Dict[str, Any]], config: BatchProviderConfig
-    ) -> Dict[str, Any]:
+        self, chunk_id: str, requests: Sequence[Dict[str, Any]], config: AnthropicBatchConfig
+    ) -> SubmittedBatch:
         """Create one message batch; the create is retried (see the module docstring for
         the duplicate-batch window this leaves).
 
@@ -228,14 +225,14 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         )
 
     def submit_chunk_file(
-        self, chunk_id: str, path: str, config: BatchProviderConfig
-    ) -> Dict[str, Any]:
+        self, chunk_id: str, path: str, config: AnthropicBatchConfig
+    ) -> SubmittedBatch:
         """Create one message batch from the staged chunk file ``path``: the request body
         is ``{"requests":[<line>,<line>,...]}`` made of the staged lines as they are (one
         copy of the chunk in memory, no parse and re-serialisation), sent with the SDK's
         raw ``content``; otherwise as :meth:`submit_chunk`."""
         if self._submits_its_own_way(AnthropicBatchAdapter):
-            return super().submit_chunk_file(chunk_id, path, config)
+            return self.submitted_batch(super().submit_chunk_file(chunk_id, path, config))
         import io
 
         from anthropic.types.messages import MessageBatch
@@ -262,12 +259,12 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
 
         return self._create(chunk_id, count, send)
 
-    def _create(self, chunk_id: str, count: int, send: Callable[[], Any]) -> Dict[str, Any]:
+    def _create(self, chunk_id: str, count: int, send: Callable[[], Any]) -> SubmittedBatch:
         """The create of a batch of ``count`` requests through ``send()``, retried, with
         adoption of a batch an earlier attempt made (:meth:`create_once`, through
         :meth:`adopt_lost_create`; see :meth:`submit_chunk`)."""
 
-        def create() -> Dict[str, Any]:
+        def create() -> SubmittedBatch:
             with _CLAIMED_LOCK:
                 _IN_FLIGHT[count] = _IN_FLIGHT.get(count, 0) + 1
             try:
@@ -275,9 +272,9 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
             finally:
                 with _CLAIMED_LOCK:
                     _IN_FLIGHT[count] -= 1
-            raw = batch.model_dump(mode="json")
-            claim(raw["id"])
-            return raw
+            submitted = self.submitted_batch(batch.model_dump(mode="json"))
+            claim(submitted.batch_id)
+            return submitted
 
         what = f"Anthropic messages.batches.create (chunk {chunk_id})"
         return self.create_once(what, chunk_id, create, request_count=count)
@@ -288,7 +285,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         chunk_id: str,
         first_attempt_at: float,
         request_count: Optional[int] = None,
-    ) -> Optional[Dict[str, Any]]:
+    ) -> Optional[SubmittedBatch]:
         """By shape: the one unclaimed batch of ``request_count`` requests created since
         ``first_attempt_at - ADOPT_SKEW_SECS`` (:meth:`find_candidate_batches`), marked
         ``mmirage_adoption`` (unconfirmed: the resume confirms it by custom_ids); None
@@ -314,13 +311,13 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
                 "%s: adopted %s (created since the first attempt, %d requests, named "
                 "by no receipt): not creating a second batch",
                 what,
-                found[0]["id"],
+                found[0].batch_id,
                 count,
             )
-            claim(found[0]["id"])
-            adopted = dict(found[0])
-            adopted["mmirage_adoption"] = {"method": "created_at+request_count", "confirmed": False}
-            return adopted
+            claim(found[0].batch_id)
+            return found[0].adopted(
+                {"method": "created_at+request_count", "confirmed": False}, self.BATCH_FIELDS
+            )
         if found:
             _LOG.warning(
                 "%s: %d batches of %d requests were created since the first attempt; "
@@ -346,7 +343,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         created_before: Optional[float] = None,
         exclude_ids: Iterable[str] = (),
         retries: bool = True,
-    ) -> list[Dict[str, Any]]:
+    ) -> list[FoundBatch]:
         """Batches that may be a chunk's lost create: created in ``[created_after,
         created_before]`` (Unix seconds; None: up to now), holding exactly
         ``request_count`` requests (the sum of ``request_counts``), and in neither
@@ -366,7 +363,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
             return self.call_with_retries(what, fn) if retries else fn()
 
         page = call(lambda: self._client.messages.batches.list(limit=self.LIST_PAGE_SIZE))
-        found: list[Dict[str, Any]] = []
+        found: list[FoundBatch] = []
         while True:
             for batch in page.data:
                 raw = batch.model_dump(mode="json")
@@ -379,7 +376,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
                 counts = raw.get("request_counts") or {}
                 total = sum(int(counts.get(k) or 0) for k in _OUTCOMES)
                 if total == request_count and raw["id"] not in excluded:
-                    found.append(raw)
+                    found.append(self.found_batch(raw, request_count=total))
             if not page.data or not page.has_next_page():
                 return found
             page = call(page.get_next_page)
@@ -393,6 +390,12 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         return {r.custom_id for r in self.retrieve_results(provider_batch_id, None)}  # type: ignore[arg-type]
 
     def parse_submission_result(self, raw_result: Dict[str, Any]) -> _Result:
+        """``processing_status`` normalised, and an ended batch whose requests did not
+        all run, or of which none succeeded, ``failed``.
+
+        Raises:
+            KeyError: the batch has no ``id``.
+        """
         status = raw_result.get("processing_status")
         normalised = self._normalize_status(status)
         counts = raw_result.get("request_counts") or {}
@@ -409,14 +412,14 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
             provider_batch_id=raw_result["id"], status=normalised, raw_response=raw_result
         )
 
-    def check_batch_status(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
+    def check_batch_status(self, provider_batch_id: str, config: AnthropicBatchConfig) -> _Result:
         batch = self.call_lookup_with_retries(
             f"Anthropic messages.batches.retrieve ({provider_batch_id})",
             lambda: self._client.messages.batches.retrieve(provider_batch_id),
         )
         return self.parse_submission_result(batch.model_dump(mode="json"))
 
-    def cancel_batch(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
+    def cancel_batch(self, provider_batch_id: str, config: AnthropicBatchConfig) -> _Result:
         """``messages.batches.cancel``: ``canceling``, then ``ended`` with the unprocessed
         requests ``canceled`` (https://docs.anthropic.com/en/api/canceling-message-batches)."""
         batch = self.call_with_retries(
@@ -442,7 +445,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter):
         )
 
     def retrieve_results(
-        self, provider_batch_id: str, config: BatchProviderConfig
+        self, provider_batch_id: str, config: AnthropicBatchConfig
     ) -> Iterator[ProviderResult]:
         """Stream the batch's results file; ``succeeded``, ``errored``, ``canceled``,
         ``expired``, one neutral dict per line (:mod:`mmirage_beam.results`).

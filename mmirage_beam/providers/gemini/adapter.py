@@ -36,6 +36,7 @@ read by :mod:`~mmirage_beam.providers.gemini.outcomes`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import logging
 import tempfile
@@ -45,15 +46,16 @@ from mmirage_beam.errors import ConfigError
 from mmirage_beam.images import image_error, images_error
 from mmirage_beam.providers import retrying
 from mmirage_beam.providers.base import BatchProgress as _Progress
-from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
-from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
-from mmirage_beam.providers.config import BatchProviderConfig
-from mmirage_beam.providers.gemini.config import MAX_INLINE_BYTES
+from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
+from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.chat import generation_options
+from mmirage_beam.providers.gemini.config import MAX_INLINE_BYTES, GeminiBatchConfig
 from mmirage_beam.providers.gemini.outcomes import FINISH_OUTCOMES, normalise_result_line
 from mmirage_beam.providers.gemini.requests import prompt_text, response_schema
 from mmirage_beam.providers.gemini.tokens import GeminiExactCounter, count_gemini_request
 from mmirage_beam.providers.tokens import TokenCount
+from mmirage_beam.providers.uploads import FileUploadAdapter
 from mmirage_beam.records import ProviderResult
 from mmirage_beam.results import (
     results_from_lines,
@@ -104,7 +106,7 @@ def import_sdk() -> Any:
     return genai
 
 
-class GeminiBatchAdapter(BatchSubmissionAdapter):
+class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
     """``provider: gemini``: builds batch lines and drives the Gemini batch API.
 
     The client (``google.genai.Client``) is built in :meth:`setup` with the key from
@@ -138,13 +140,25 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
     }
     #: page size of the job listing when looking for a lost create.
     FIND_BATCH_PAGE_SIZE: ClassVar[int] = 100
+    #: a job (``BatchJob``) is named ``batches/...``, its state is ``state``, it reads
+    #: the file ``src.file_name``
+    BATCH_FIELDS: ClassVar[BatchFields] = BatchFields(
+        batch_id=("name",),
+        status=("state",),
+        created_at=("create_time",),
+        input_file_id=("src", "file_name"),
+    )
+    UPLOAD_CALL: ClassVar[str] = "Gemini files.upload"
+    CREATE_CALL: ClassVar[str] = "Gemini batches.create"
+    #: the SDK's upload takes a file object
+    UPLOAD_IN_MEMORY: ClassVar[Callable[[bytes], Any]] = io.BytesIO
 
     @classmethod
     def check_dependencies(cls) -> None:
         """google-genai must be importable (the ``[gemini]`` extra)."""
         import_sdk()
 
-    def setup(self, config: BatchProviderConfig) -> None:
+    def setup(self, config: GeminiBatchConfig) -> None:
         genai = import_sdk()
         from google.genai import types
 
@@ -158,11 +172,8 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
         )
 
     def teardown(self) -> None:
-        client = getattr(self, "_client", None)
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
-            self._client = None
+        """Close the ``google.genai.Client`` (a failure to close ignored)."""
+        self._close_client(quietly=True)
 
     def is_retryable(self, exc: BaseException) -> bool:
         """Connection errors and timeouts (httpx transport errors), and
@@ -187,7 +198,7 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
         return count_gemini_request(request, model)
 
     def exact_token_counter(
-        self, config: BatchProviderConfig
+        self, config: GeminiBatchConfig
     ) -> Optional[Callable[[Dict[str, Any]], int]]:
         """The free ``models.count_tokens`` endpoint
         (:class:`~mmirage_beam.providers.gemini.tokens.GeminiExactCounter`)."""
@@ -197,7 +208,7 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
 
     # -- requests -------------------------------------------------------------------------
     def build_request(
-        self, custom_id: str, payload: Dict[str, Any], config: BatchProviderConfig
+        self, custom_id: str, payload: Dict[str, Any], config: GeminiBatchConfig
     ) -> Dict[str, Any]:
         """``{"key": custom_id, "request": {"contents": [{"role": "user", "parts"}],
         "generation_config"?}}``: the prompt text, then each image as ``inline_data``.
@@ -231,12 +242,7 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
                 f"({MAX_INLINE_BYTES} bytes) per request with inline data "
                 f"({VISION_LIMITS_SOURCE})",
             )
-        generation: Dict[str, Any] = {}
-        if getattr(config, "max_tokens", None) is not None:
-            generation["max_output_tokens"] = int(config.max_tokens)
-        for name in ("temperature", "top_p"):
-            if getattr(config, name, None) is not None:
-                generation[name] = getattr(config, name)
+        generation = generation_options(config, "max_output_tokens")
         schema = payload.get("json_schema")
         if schema is not None:
             generation["response_mime_type"] = "application/json"
@@ -251,61 +257,38 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
         """The line without its ``key`` (Gemini's custom_id field)."""
         return {k: v for k, v in request.items() if k != "key"}
 
-    def submit_chunk(
-        self, chunk_id: str, requests: Sequence[Dict[str, Any]], config: BatchProviderConfig
-    ) -> Dict[str, Any]:
-        lines = [self.serialize_request(r) for r in requests]
-        return self.submit_chunk_lines(chunk_id, lines, config)
-
-    def submit_chunk_lines(
-        self, chunk_id: str, lines: Sequence[bytes], config: BatchProviderConfig
-    ) -> Dict[str, Any]:
-        """Upload exactly ``lines`` as the JSONL input file, then create the job (see the
-        module docstring for the adoption of a lost create).
-
-        Raises:
-            mmirage_beam.providers.retrying.ProviderRetriesExhausted: the upload, a
-                lookup or the create still failed after the last attempt.
-            google.genai.errors.APIError: a non-retryable answer (e.g. 400), at once.
-        """
-        data = b"".join(lines)
-        return self._upload_and_create(chunk_id, lambda: io.BytesIO(data), config)
-
-    def submit_chunk_file(
-        self, chunk_id: str, path: str, config: BatchProviderConfig
-    ) -> Dict[str, Any]:
-        """Upload the staged chunk file ``path`` as it is (a fresh read for every upload
-        attempt; object-store paths are read into memory), then create the job as
-        :meth:`submit_chunk_lines` does."""
-        if self._submits_its_own_way(GeminiBatchAdapter):
-            return super().submit_chunk_file(chunk_id, path, config)
-        with self._staged_upload(path, io.BytesIO) as content:
-            return self._upload_and_create(chunk_id, content, config)
-
-    def _upload_and_create(
-        self, chunk_id: str, content: Callable[[], Any], config: BatchProviderConfig
-    ) -> Dict[str, Any]:
-        name = display_name(self.run_id, chunk_id)
-        uploaded = self.call_with_retries(
-            f"Gemini files.upload (chunk {chunk_id})",
-            lambda: self._client.files.upload(
-                file=content(), config={"mime_type": "jsonl", "display_name": name}
-            ),
+    def upload_file(self, chunk_id: str, content: Any, config: GeminiBatchConfig) -> Any:
+        """``files.upload`` of the JSONL input file, named :func:`display_name`."""
+        return self._client.files.upload(
+            file=content,
+            config={"mime_type": "jsonl", "display_name": display_name(self.run_id, chunk_id)},
         )
 
-        def create() -> Dict[str, Any]:
-            job = self._client.batches.create(
-                model=config.model, src=uploaded.name, config={"display_name": name}
-            )
-            return _job_dict(job)
+    def create_batch(
+        self, chunk_id: str, uploaded: Any, config: GeminiBatchConfig
+    ) -> SubmittedBatch:
+        """``batches.create`` from the uploaded file, the job named :func:`display_name`
+        (what :meth:`find_batch` looks for).
 
-        return self.create_once(f"Gemini batches.create (chunk {chunk_id})", chunk_id, create)
+        Raises:
+            google.genai.errors.APIError: a non-retryable answer (e.g. 400).
+        """
+        job = self._client.batches.create(
+            model=config.model,
+            src=uploaded.name,
+            config={"display_name": display_name(self.run_id, chunk_id)},
+        )
+        submitted = self.submitted_batch(_job_dict(job))
+        # the SDK's BatchJob of the Developer API leaves ``src`` out: the file is ours
+        return dataclasses.replace(
+            submitted, input_file_id=submitted.input_file_id or uploaded.name
+        )
 
     adopts_by_metadata = True  # find_batch reads the batch's mmirage metadata
 
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None
-    ) -> Optional[Dict[str, Any]]:
+    ) -> Optional[FoundBatch]:
         """The newest job whose ``display_name`` is :func:`display_name` of ``run_id``
         and ``chunk_id``, or None.
 
@@ -323,33 +306,30 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
         pager = self.call_with_retries(
             what, lambda: self._client.batches.list(config={"page_size": self.FIND_BATCH_PAGE_SIZE})
         )
-        best: Optional[Dict[str, Any]] = None
+        best: Optional[FoundBatch] = None
         while True:
             for job in pager.page:
                 if job.display_name == wanted:
-                    raw = _job_dict(job)
-                    if best is None or (_created(raw) or 0) > (_created(best) or 0):
-                        best = raw
+                    found = self.found_batch(_job_dict(job))
+                    if best is None or (found.created_at or 0) > (best.created_at or 0):
+                        best = found
             if not pager.page or not (pager.config or {}).get("page_token"):
                 return best
             self.call_with_retries(what, pager.next_page)
 
     # -- status ---------------------------------------------------------------------------
-    def parse_submission_result(self, raw_result: Dict[str, Any]) -> _Result:
-        return _Result(
-            provider_batch_id=raw_result["name"],
-            status=self._normalize_status(raw_result.get("state")),
-            raw_response=raw_result,
-        )
-
-    def check_batch_status(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
-        job = self.call_lookup_with_retries(
+    def _get_job(self, provider_batch_id: str) -> Any:
+        """``batches.get`` of a receipted job (a 404 retried too)."""
+        return self.call_lookup_with_retries(
             f"Gemini batches.get ({provider_batch_id})",
             lambda: self._client.batches.get(name=provider_batch_id),
         )
-        return self.parse_submission_result(_job_dict(job))
 
-    def cancel_batch(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
+    def check_batch_status(self, provider_batch_id: str, config: GeminiBatchConfig) -> _Result:
+        """``batches.get``, its ``state`` normalised."""
+        return self.parse_submission_result(_job_dict(self._get_job(provider_batch_id)))
+
+    def cancel_batch(self, provider_batch_id: str, config: GeminiBatchConfig) -> _Result:
         """``batches.cancel`` (it answers nothing), then ``batches.get``: the job ends
         ``JOB_STATE_CANCELLED`` (https://ai.google.dev/gemini-api/docs/batch-mode)."""
         self.call_with_retries(
@@ -380,7 +360,7 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
 
     # -- results --------------------------------------------------------------------------
     def retrieve_results(
-        self, provider_batch_id: str, config: BatchProviderConfig
+        self, provider_batch_id: str, config: GeminiBatchConfig
     ) -> Iterator[ProviderResult]:
         """Stream the job's responses file (``dest.file_name``; absent for a job that
         ended without results), one neutral dict per line (:mod:`mmirage_beam.results`).
@@ -390,11 +370,7 @@ class GeminiBatchAdapter(BatchSubmissionAdapter):
         own: a damaged line is a ``malformed_response`` for its key (or an unknown line).
         A failed download is retried from the start; lines already yielded are skipped.
         """
-        job = self.call_lookup_with_retries(
-            f"Gemini batches.get ({provider_batch_id})",
-            lambda: self._client.batches.get(name=provider_batch_id),
-        )
-        dest = job.dest
+        dest = self._get_job(provider_batch_id).dest
         file_name = getattr(dest, "file_name", None) if dest is not None else None
         if not file_name:
             return

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
-from mmirage_beam.providers.config import BatchProviderConfig
-from mmirage_beam.providers.config import check_number as _check_number
+from mmirage_beam.providers.config import BatchProviderConfig, check_range
 from mmirage_beam.providers.config import check_str as _check_str
 
 #: Gemini batch mode docs: the input file of a batch job, at most 2 GB (taken as
@@ -76,18 +75,9 @@ class GeminiBatchConfig(BatchProviderConfig):
         _check_str("model", self.model)
         if self.max_tokens is not None:
             require_int("max_tokens", self.max_tokens, minimum=1)
-        if self.temperature is not None:
-            t = _check_number("temperature", self.temperature)
-            if not 0 <= t <= 2:
-                raise ConfigError("temperature", f"must be in [0, 2], got {t}")
-        if self.top_p is not None:
-            p = _check_number("top_p", self.top_p)
-            if not 0 <= p <= 1:
-                raise ConfigError("top_p", f"must be in [0, 1], got {p}")
-        if self.timeout_seconds is not None:
-            s = _check_number("timeout_seconds", self.timeout_seconds)
-            if not s > 0:
-                raise ConfigError("timeout_seconds", f"must be > 0, got {s}")
+        check_range("temperature", self.temperature, 0, 2)
+        check_range("top_p", self.top_p, 0, 1)
+        check_range("timeout_seconds", self.timeout_seconds, 0, low_open=True)
         if self.base_url is not None:
             _check_str("base_url", self.base_url)
         if not isinstance(self.vertexai, bool):

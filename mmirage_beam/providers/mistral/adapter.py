@@ -24,19 +24,25 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import logging
-from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.providers.base import BatchProgress as _Progress
-from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
-from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
-from mmirage_beam.providers.config import BatchProviderConfig
+from mmirage_beam.providers.batch_status import (
+    BatchFields,
+    FoundBatch,
+    SubmittedBatch,
+    whole_count,
+)
+from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.mistral.config import MistralBatchConfig
 from mmirage_beam.providers.mistral.outcomes import normalise_result_line
 from mmirage_beam.providers.mistral.requests import chat_body
 from mmirage_beam.providers.mistral.tokens import count_mistral_request
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
+from mmirage_beam.providers.uploads import FileUploadAdapter
 from mmirage_beam.records import ProviderResult
 from mmirage_beam.results import results_from_lines
 
@@ -83,7 +89,7 @@ def import_sdk() -> Any:
     return sdk
 
 
-class MistralBatchAdapter(BatchSubmissionAdapter):
+class MistralBatchAdapter(FileUploadAdapter[MistralBatchConfig]):
     """``provider: mistral``: builds batch lines and drives Mistral's batch API.
 
     The client (``mistralai.client.Mistral``) is built in :meth:`setup` with the key from
@@ -102,6 +108,10 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
     FIND_BATCH_MARGIN_SECS: ClassVar[float] = 300.0
     #: page size of the job listing.
     FIND_BATCH_PAGE_SIZE: ClassVar[int] = 100
+    #: a job reads its ``input_files`` (one here)
+    BATCH_FIELDS: ClassVar[BatchFields] = BatchFields(input_file_id=("input_files", 0))
+    UPLOAD_CALL: ClassVar[str] = "Mistral files.upload"
+    CREATE_CALL: ClassVar[str] = "Mistral batch.jobs.create"
 
     @classmethod
     def check_dependencies(cls) -> None:
@@ -109,7 +119,7 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
         read; a dry run needs no SDK)."""
         import_sdk()
 
-    def setup(self, config: BatchProviderConfig) -> None:
+    def setup(self, config: MistralBatchConfig) -> None:
         sdk = import_sdk()
         import httpx2
         from mistralai.client import errors
@@ -124,22 +134,14 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
             kwargs["server_url"] = config.base_url
         self._client = sdk.Mistral(api_key=self.credentials.get("api_key"), **kwargs)
 
-    def is_retryable(self, exc: BaseException) -> bool:
-        """Connection errors (``httpx2.TransportError``, ``NoResponseError``) and
-        ``MistralError`` with 408, 409, 429 or >= 500."""
-        retry_filter = getattr(self, "_retry_filter", None)
-        return retry_filter(exc) if retry_filter is not None else super().is_retryable(exc)
-
     def teardown(self) -> None:
-        client = getattr(self, "_client", None)
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.__exit__(None, None, None)
-            self._client = None
+        """Close the ``Mistral`` client, as its ``with`` block would (a failure to
+        close ignored)."""
+        self._close_client(lambda client: client.__exit__(None, None, None), quietly=True)
 
     # -- requests ---------------------------------------------------------------------
     def build_request(
-        self, custom_id: str, payload: Dict[str, Any], config: BatchProviderConfig
+        self, custom_id: str, payload: Dict[str, Any], config: MistralBatchConfig
     ) -> Dict[str, Any]:
         """One input line ``{"custom_id", "body"}``: the payload's messages (text, and
         image parts as ``image_url`` chunks, data URLs or http(s)), ``response_format``
@@ -156,73 +158,40 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
         return count_mistral_request(request, model)
 
     # -- submission -------------------------------------------------------------------
-    def submit_chunk(
-        self, chunk_id: str, requests: Sequence[Dict[str, Any]], config: BatchProviderConfig
-    ) -> Dict[str, Any]:
-        lines = [self.serialize_request(r) for r in requests]
-        return self.submit_chunk_lines(chunk_id, lines, config)
+    def upload_file(self, chunk_id: str, content: Any, config: MistralBatchConfig) -> Any:
+        """``files.upload`` of the JSONL input file, ``purpose="batch"``."""
+        return self._client.files.upload(
+            file={
+                "file_name": f"{chunk_id}.jsonl",
+                "content": content,
+                "content_type": "application/jsonl",
+            },
+            purpose="batch",
+        )
 
-    def submit_chunk_lines(
-        self, chunk_id: str, lines: Sequence[bytes], config: BatchProviderConfig
-    ) -> Dict[str, Any]:
-        """Upload exactly ``lines`` as the input file, then create the job (a retried
-        create first adopts the job an earlier attempt made, :meth:`find_batch`).
+    def create_batch(
+        self, chunk_id: str, uploaded: Any, config: MistralBatchConfig
+    ) -> SubmittedBatch:
+        """``batch.jobs.create`` from the uploaded file, with the run's and chunk's
+        metadata (:meth:`batch_metadata`), which :meth:`find_batch` looks for.
 
         Raises:
-            mmirage_beam.providers.retrying.ProviderRetriesExhausted: the upload, a
-                lookup or the create still failed after the last attempt.
             mistralai.client.errors.MistralError: a non-retryable answer (e.g. 400).
         """
-        data = b"".join(lines)
-        return self._upload_and_create(chunk_id, lambda: data, config)
-
-    def submit_chunk_file(
-        self, chunk_id: str, path: str, config: BatchProviderConfig
-    ) -> Dict[str, Any]:
-        """Upload the staged chunk file ``path`` as it is (streamed from a local disk, a
-        fresh read per upload attempt), then create the job as
-        :meth:`submit_chunk_lines` does."""
-        if self._submits_its_own_way(MistralBatchAdapter):
-            return super().submit_chunk_file(chunk_id, path, config)
-        with self._staged_upload(path) as content:
-            return self._upload_and_create(chunk_id, content, config)
-
-    def _upload_and_create(
-        self, chunk_id: str, content: Callable[[], Any], config: BatchProviderConfig
-    ) -> Dict[str, Any]:
-        uploaded = self.call_with_retries(
-            f"Mistral files.upload (chunk {chunk_id})",
-            lambda: self._client.files.upload(
-                file={
-                    "file_name": f"{chunk_id}.jsonl",
-                    "content": content(),
-                    "content_type": "application/jsonl",
-                },
-                purpose="batch",
-            ),
+        job = self._client.batch.jobs.create(
+            input_files=[uploaded.id],
+            model=config.model,
+            endpoint=config.batch_endpoint,
+            metadata=self.batch_metadata(chunk_id, config),
+            timeout_hours=int(config.timeout_hours),
         )
-        metadata = dict(getattr(config, "metadata", {}) or {})
-        metadata["mmirage_chunk_id"] = chunk_id
-        if self.run_id:
-            metadata["mmirage_run_id"] = self.run_id
-
-        def create() -> Dict[str, Any]:
-            job = self._client.batch.jobs.create(
-                input_files=[uploaded.id],
-                model=config.model,
-                endpoint=config.batch_endpoint,
-                metadata=metadata,
-                timeout_hours=int(config.timeout_hours),
-            )
-            return _dump(job)
-
-        return self.create_once(f"Mistral batch.jobs.create (chunk {chunk_id})", chunk_id, create)
+        return self.submitted_batch(_dump(job))
 
     adopts_by_metadata = True  # find_batch reads the batch's mmirage metadata
 
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None
-    ) -> Optional[Dict[str, Any]]:
+    ) -> Optional[FoundBatch]:
         """The newest job whose metadata has ``mmirage_run_id == run_id`` and
         ``mmirage_chunk_id == chunk_id``, or None.
 
@@ -252,33 +221,27 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
             )
             jobs = list(page.data or ())
             for job in jobs:
-                meta = job.metadata if isinstance(job.metadata, dict) else {}
-                if (
-                    meta.get("mmirage_run_id") == run_id
-                    and meta.get("mmirage_chunk_id") == chunk_id
-                ):
-                    return _dump(job)
+                if self.names_chunk(job.metadata, run_id, chunk_id):
+                    return self.found_batch(_dump(job))
             seen += len(jobs)
             if not jobs or seen >= int(page.total or 0):
                 return None
             page_no += 1
 
     # -- status -----------------------------------------------------------------------
-    def parse_submission_result(self, raw_result: Dict[str, Any]) -> _Result:
-        return _Result(
-            provider_batch_id=raw_result["id"],
-            status=self._normalize_status(raw_result.get("status")),
-            raw_response=raw_result,
-        )
-
-    def check_batch_status(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
+    def _get_job(self, provider_batch_id: str) -> Dict[str, Any]:
+        """``batch.jobs.get`` of a receipted job (a 404 retried too), as JSON."""
         job = self.call_lookup_with_retries(
             f"Mistral batch.jobs.get ({provider_batch_id})",
             lambda: self._client.batch.jobs.get(job_id=provider_batch_id),
         )
-        return self.parse_submission_result(_dump(job))
+        return _dump(job)
 
-    def cancel_batch(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
+    def check_batch_status(self, provider_batch_id: str, config: MistralBatchConfig) -> _Result:
+        """``batch.jobs.get``, its ``status`` normalised (:data:`STATUS_MAP`)."""
+        return self.parse_submission_result(self._get_job(provider_batch_id))
+
+    def cancel_batch(self, provider_batch_id: str, config: MistralBatchConfig) -> _Result:
         """``batch.jobs.cancel``: the job goes through ``CANCELLATION_REQUESTED`` to
         ``CANCELLED`` (https://docs.mistral.ai/api/#tag/batch)."""
         job = self.call_with_retries(
@@ -305,9 +268,9 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
             failed_code = "timeout_exceeded"
         return _Progress(
             provider_status=status,
-            completed=_count(raw.get("succeeded_requests")),
-            failed=_count(raw.get("failed_requests")),
-            total=_count(raw.get("total_requests")),
+            completed=whole_count(raw.get("succeeded_requests")),
+            failed=whole_count(raw.get("failed_requests")),
+            total=whole_count(raw.get("total_requests")),
             created_at=_parse_timestamp(raw.get("created_at")),
             detail="; ".join(n for n in notes if n),
             error_code=failed_code,
@@ -315,17 +278,13 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
 
     # -- results ----------------------------------------------------------------------
     def retrieve_results(
-        self, provider_batch_id: str, config: BatchProviderConfig
+        self, provider_batch_id: str, config: MistralBatchConfig
     ) -> Iterator[ProviderResult]:
         """Stream the job's ``output_file``, then its ``error_file`` (either may be
         absent), one neutral dict per line (:mod:`mmirage_beam.results`), each line
         parsed on its own: a damaged line is a ``malformed_response`` for its custom_id
         (or an unknown line), never the end of the download. Memory: one line."""
-        job = self.call_lookup_with_retries(
-            f"Mistral batch.jobs.get ({provider_batch_id})",
-            lambda: self._client.batch.jobs.get(job_id=provider_batch_id),
-        )
-        raw = _dump(job)
+        raw = self._get_job(provider_batch_id)
         for kind in ("output_file", "error_file"):
             file_id = raw.get(kind)
             if not file_id:
@@ -352,7 +311,3 @@ class MistralBatchAdapter(BatchSubmissionAdapter):
 def _dump(model: Any) -> Dict[str, Any]:
     """An SDK model as the JSON the API sent (unset fields left out)."""
     return model.model_dump(mode="json", by_alias=True)
-
-
-def _count(value: Any) -> Optional[int]:
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None

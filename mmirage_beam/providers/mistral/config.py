@@ -21,7 +21,11 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
-from mmirage_beam.providers.config import BatchProviderConfig, check_number, check_str
+from mmirage_beam.providers.config import (
+    BatchProviderConfig,
+    check_range,
+    check_str,
+)
 
 #: 1,000,000 requests per batch job (Mistral batch guide).
 BATCH_GUIDE_MAX_REQUESTS = 1_000_000
@@ -96,18 +100,9 @@ class MistralBatchConfig(BatchProviderConfig):
         require_int("timeout_hours", self.timeout_hours, minimum=1)
         if self.max_tokens is not None:
             require_int("max_tokens", self.max_tokens, minimum=1)
-        if self.temperature is not None:
-            t = check_number("temperature", self.temperature)
-            if t < 0:
-                raise ConfigError("temperature", f"must be >= 0, got {t}")
-        if self.top_p is not None:
-            p = check_number("top_p", self.top_p)
-            if not 0 <= p <= 1:
-                raise ConfigError("top_p", f"must be in [0, 1], got {p}")
-        if self.timeout_seconds is not None:
-            s = check_number("timeout_seconds", self.timeout_seconds)
-            if not s > 0:
-                raise ConfigError("timeout_seconds", f"must be > 0, got {s}")
+        check_range("temperature", self.temperature, 0)
+        check_range("top_p", self.top_p, 0, 1)
+        check_range("timeout_seconds", self.timeout_seconds, 0, low_open=True)
         if not isinstance(self.metadata, dict):
             raise ConfigError("metadata", "must be a mapping of strings to strings")
         for k, v in self.metadata.items():

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from mmirage_beam.providers.chat import first_choice
+from mmirage_beam.providers.chat import malformed_200 as _malformed
 from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import (
     EMPTY,
-    MALFORMED_RESPONSE,
     TRUNCATED,
     MalformedResult,
     split_batch_line,
@@ -92,10 +93,6 @@ def _error_fields(body: Any) -> Dict[str, Any]:
     return body
 
 
-def _malformed(message: str) -> ResultError:
-    return ResultError(MALFORMED_RESPONSE, message, 200)
-
-
 def _text_of(content: Any) -> Optional[str]:
     """The answer text of ``message.content``: a string, or the ``text`` chunks of a
     chunk list joined (``thinking`` and other chunks are not the answer)."""
@@ -114,12 +111,11 @@ def _chat_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
     if isinstance(usage, dict) and "prompt_tokens" in usage:
         tokens["input_tokens"] = int(usage.get("prompt_tokens") or 0)
         tokens["output_tokens"] = int(usage.get("completion_tokens") or 0)
-    choices = body.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices else None
-    message = choice.get("message") if isinstance(choice, dict) else None
-    if not isinstance(message, dict):
+    found = first_choice(body)
+    if found is None:
         error = _malformed("HTTP 200 but the body has no choices[0].message")
         return ProviderResult(cid, error=error, **tokens)
+    choice, message = found
     try:
         text = _text_of(message.get("content"))
     except MalformedResult as exc:

@@ -11,15 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from mmirage_beam.providers.chat import generation_options, json_schema_format, schema_name
 from mmirage_beam.providers.config import BatchProviderConfig
 
-
-def schema_name(output_name: Any) -> str:
-    """A ``json_schema.name`` from the output's name: ``[A-Za-z0-9_-]``, at most 64."""
-    import re
-
-    name = re.sub(r"[^A-Za-z0-9_-]", "_", str(output_name or "output"))[:64]
-    return name or "output"
+__all__ = ["chat_body", "schema_name"]
 
 
 def chat_body(payload: Dict[str, Any], config: BatchProviderConfig) -> Dict[str, Any]:
@@ -41,18 +36,8 @@ def chat_body(payload: Dict[str, Any], config: BatchProviderConfig) -> Dict[str,
             ]
         messages.append({"role": message.get("role", "user"), "content": content})
     body: Dict[str, Any] = {"messages": messages}
-    for name in ("max_tokens", "temperature", "top_p"):
-        value = getattr(config, name, None)
-        if value is not None:
-            body[name] = value
-    schema = payload.get("json_schema")
-    if schema is not None:
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {
-                "name": schema_name(payload.get("output_name")),
-                "schema": schema,
-                "strict": True,
-            },
-        }
+    body.update(generation_options(config, "max_tokens"))
+    response_format = json_schema_format(payload, strict_first=False)
+    if response_format is not None:
+        body["response_format"] = response_format
     return body

@@ -23,30 +23,29 @@ behind: storage only, no requests).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import time
-from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.images import image_error, images_error
 from mmirage_beam.providers.base import BatchProgress as _Progress
-from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
-from mmirage_beam.providers.base import parse_timestamp as _parse_timestamp
-from mmirage_beam.providers.config import BatchProviderConfig
-from mmirage_beam.providers.openai.responses import (
-    build_responses_body,
-    normalise_responses_body,
-    schema_name,
-)
+from mmirage_beam.providers.batch_status import FoundBatch, SubmittedBatch
+from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.chat import first_choice, generation_options, json_schema_format
+from mmirage_beam.providers.chat import malformed_200 as _malformed
+from mmirage_beam.providers.openai.config import OpenAIBatchConfig
+from mmirage_beam.providers.openai.responses import build_responses_body, normalise_responses_body
 from mmirage_beam.providers.openai.tokens import count_openai_request
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
+from mmirage_beam.providers.uploads import FileUploadAdapter
 from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import (
     CONTENT_FILTER,
     EMPTY,
-    MALFORMED_RESPONSE,
     REFUSAL,
     TRUNCATED,
     MalformedResult,
@@ -72,7 +71,7 @@ MAX_REQUEST_PAYLOAD_BYTES = 50 * 1000 * 1000  # 50 MB
 MAX_IMAGES_PER_REQUEST = 500
 
 
-class OpenAIBatchAdapter(BatchSubmissionAdapter):
+class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
     """``provider: openai``: builds chat-completion batch lines and drives the Batch API.
 
     The client (``openai.OpenAI``) is built in :meth:`setup` with the key from
@@ -97,8 +96,10 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
     STATUS_MAP: ClassVar[Mapping[str, str]] = {"expired": "failed", "cancelled": "failed"}
     #: page size of the batch listing (the API's maximum).
     FIND_BATCH_PAGE_SIZE: ClassVar[int] = 100
+    UPLOAD_CALL: ClassVar[str] = "OpenAI files.create"
+    CREATE_CALL: ClassVar[str] = "OpenAI batches.create"
 
-    def setup(self, config: BatchProviderConfig) -> None:
+    def setup(self, config: OpenAIBatchConfig) -> None:
         import openai
 
         self._retry_filter = make_retry_filter(
@@ -123,20 +124,12 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
         (:func:`mmirage_beam.providers.openai.tokens.count_openai_request`)."""
         return count_openai_request(request, model)
 
-    def is_retryable(self, exc: BaseException) -> bool:
-        """Connection errors and timeouts (``openai.APIConnectionError``), and
-        ``openai.APIStatusError`` with 408, 409, 429 or >= 500."""
-        retry_filter = getattr(self, "_retry_filter", None)
-        return retry_filter(exc) if retry_filter is not None else super().is_retryable(exc)
-
     def teardown(self) -> None:
-        client = getattr(self, "_client", None)
-        if client is not None:
-            client.close()
-            self._client = None
+        """Close the ``openai.OpenAI`` client."""
+        self._close_client()
 
     def build_request(
-        self, custom_id: str, payload: Dict[str, Any], config: BatchProviderConfig
+        self, custom_id: str, payload: Dict[str, Any], config: OpenAIBatchConfig
     ) -> Dict[str, Any]:
         """One batch input line for ``config.batch_endpoint``: a chat-completions body
         (``messages``, ``response_format``) or a Responses body
@@ -190,73 +183,34 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
             "body": body,
         }
 
-    def submit_chunk(
-        self, chunk_id: str, requests: Sequence[Dict[str, Any]], config: BatchProviderConfig
-    ) -> Dict[str, Any]:
-        lines = [self.serialize_request(r) for r in requests]
-        return self.submit_chunk_lines(chunk_id, lines, config)
+    def upload_file(self, chunk_id: str, content: Any, config: OpenAIBatchConfig) -> Any:
+        """``files.create`` of the JSONL input file, ``purpose="batch"``."""
+        return self._client.files.create(
+            file=(f"{chunk_id}.jsonl", content, "application/jsonl"), purpose="batch"
+        )
 
-    def submit_chunk_lines(
-        self, chunk_id: str, lines: Sequence[bytes], config: BatchProviderConfig
-    ) -> Dict[str, Any]:
-        """Upload exactly ``lines`` as the JSONL input file, then create the batch.
-
-        The upload is retried on its own and its file id is reused by every create
-        attempt. Every create attempt after the first one first looks for the batch an
-        earlier attempt may have made (:meth:`find_batch`, for ``self.run_id``) and
-        returns that batch instead of creating another one.
+    def create_batch(
+        self, chunk_id: str, uploaded: Any, config: OpenAIBatchConfig
+    ) -> SubmittedBatch:
+        """``batches.create`` from the uploaded file, with the run's and chunk's
+        metadata (:meth:`batch_metadata`), which :meth:`find_batch` looks for.
 
         Raises:
-            mmirage_beam.providers.retrying.ProviderRetriesExhausted: the upload, a
-                lookup or the create still failed after the last attempt.
-            openai.APIStatusError: a non-retryable answer (e.g. 400), at once.
+            openai.APIStatusError: a non-retryable answer (e.g. 400).
         """
-        data = b"".join(lines)
-        return self._upload_and_create(chunk_id, lambda: data, config)
-
-    def submit_chunk_file(
-        self, chunk_id: str, path: str, config: BatchProviderConfig
-    ) -> Dict[str, Any]:
-        """Upload the staged chunk file ``path`` as it is (streamed from a local disk, a
-        fresh read for every upload attempt), then create the batch as
-        :meth:`submit_chunk_lines` does."""
-        if self._submits_its_own_way(OpenAIBatchAdapter):
-            return super().submit_chunk_file(chunk_id, path, config)
-        with self._staged_upload(path) as content:
-            return self._upload_and_create(chunk_id, content, config)
-
-    def _upload_and_create(
-        self, chunk_id: str, content: Callable[[], Any], config: BatchProviderConfig
-    ) -> Dict[str, Any]:
-        """Upload ``content()`` (bytes or a binary file object, called once per attempt),
-        then create the batch (see :meth:`submit_chunk_lines`)."""
-        uploaded = self.call_with_retries(
-            f"OpenAI files.create (chunk {chunk_id})",
-            lambda: self._client.files.create(
-                file=(f"{chunk_id}.jsonl", content(), "application/jsonl"), purpose="batch"
-            ),
+        batch = self._client.batches.create(
+            input_file_id=uploaded.id,
+            endpoint=config.batch_endpoint,
+            completion_window=config.completion_window,
+            metadata=self.batch_metadata(chunk_id, config),
         )
-        metadata = dict(getattr(config, "metadata", {}) or {})
-        metadata["mmirage_chunk_id"] = chunk_id
-        if self.run_id:
-            metadata["mmirage_run_id"] = self.run_id
-
-        def create() -> Dict[str, Any]:
-            batch = self._client.batches.create(
-                input_file_id=uploaded.id,
-                endpoint=config.batch_endpoint,
-                completion_window=config.completion_window,
-                metadata=metadata,
-            )
-            return batch.model_dump(mode="json")
-
-        return self.create_once(f"OpenAI batches.create (chunk {chunk_id})", chunk_id, create)
+        return self.submitted_batch(batch.model_dump(mode="json"))
 
     adopts_by_metadata = True  # find_batch reads the batch's mmirage metadata
 
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None
-    ) -> Optional[Dict[str, Any]]:
+    ) -> Optional[FoundBatch]:
         """The newest batch whose metadata has ``mmirage_run_id == run_id`` and
         ``mmirage_chunk_id == chunk_id``, or None.
 
@@ -280,31 +234,26 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
                 if created_after is not None and created is not None and created < created_after:
                     reached_older = True
                     continue
-                meta = batch.metadata or {}
-                if (
-                    meta.get("mmirage_run_id") == run_id
-                    and meta.get("mmirage_chunk_id") == chunk_id
-                ):
-                    return batch.model_dump(mode="json")
+                if self.names_chunk(batch.metadata, run_id, chunk_id):
+                    return self.found_batch(batch.model_dump(mode="json"))
             if reached_older or not page.data or not page.has_next_page():
                 return None
             page = self.call_with_retries(what, page.get_next_page)
 
-    def parse_submission_result(self, raw_result: Dict[str, Any]) -> _Result:
-        return _Result(
-            provider_batch_id=raw_result["id"],
-            status=self._normalize_status(raw_result.get("status")),
-            raw_response=raw_result,
-        )
-
-    def check_batch_status(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
-        batch = self.call_lookup_with_retries(
+    def _retrieve(self, provider_batch_id: str) -> Any:
+        """``batches.retrieve`` of a receipted batch (a 404 retried too)."""
+        return self.call_lookup_with_retries(
             f"OpenAI batches.retrieve ({provider_batch_id})",
             lambda: self._client.batches.retrieve(provider_batch_id),
         )
-        return self.parse_submission_result(batch.model_dump(mode="json"))
 
-    def cancel_batch(self, provider_batch_id: str, config: BatchProviderConfig) -> _Result:
+    def check_batch_status(self, provider_batch_id: str, config: OpenAIBatchConfig) -> _Result:
+        """``batches.retrieve``, its ``status`` normalised."""
+        return self.parse_submission_result(
+            self._retrieve(provider_batch_id).model_dump(mode="json")
+        )
+
+    def cancel_batch(self, provider_batch_id: str, config: OpenAIBatchConfig) -> _Result:
         """``batches.cancel``: the batch becomes ``cancelling``, then ``cancelled`` with the
         output file of the requests already done (https://platform.openai.com/docs/api-reference/batch/cancel)."""
         batch = self.call_with_retries(
@@ -317,7 +266,6 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
         """``status``, ``request_counts.{completed, failed, total}``, ``created_at``; the
         ``errors.data[]`` codes and messages (e.g. ``token_limit_exceeded``) as detail."""
         raw = result.raw_response or {}
-        counts = raw.get("request_counts") or {}
         errors = (raw.get("errors") or {}).get("data") or []
         notes = []
         for err in errors:
@@ -325,18 +273,14 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
             line = f" (line {err['line']})" if err.get("line") is not None else ""
             message = " ".join(str(err.get("message") or "").split())
             notes.append(f"{code}{line}: {message}" if message else f"{code}{line}")
-        return _Progress(
-            provider_status=str(raw.get("status") or result.status),
-            completed=_count(counts.get("completed")),
-            failed=_count(counts.get("failed")),
-            total=_count(counts.get("total")),
-            created_at=_parse_timestamp(raw.get("created_at")),
+        return dataclasses.replace(
+            super().describe_batch(result),  # status, request_counts, created_at
             detail="; ".join(notes),
             error_code=(errors[0].get("code") or "batch_failed") if errors else None,
         )
 
     def retrieve_results(
-        self, provider_batch_id: str, config: BatchProviderConfig
+        self, provider_batch_id: str, config: OpenAIBatchConfig
     ) -> Iterator[ProviderResult]:
         """Stream the output file, then the error file (either may be null or ``""``).
 
@@ -346,10 +290,7 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
         for its custom_id (or an unknown line), never the end of the download. Memory:
         one line at a time.
         """
-        batch = self.call_lookup_with_retries(
-            f"OpenAI batches.retrieve ({provider_batch_id})",
-            lambda: self._client.batches.retrieve(provider_batch_id),
-        )
+        batch = self._retrieve(provider_batch_id)
         for kind, file_id in (("output", batch.output_file_id), ("error", batch.error_file_id)):
             if not file_id:
                 continue
@@ -368,19 +309,14 @@ class OpenAIBatchAdapter(BatchSubmissionAdapter):
                 f"{kind} file {file_id} of batch {provider_batch_id}",
             )
 
-    def results_available(
-        self, provider_batch_id: str, config: BatchProviderConfig
-    ) -> Optional[str]:
+    def results_available(self, provider_batch_id: str, config: OpenAIBatchConfig) -> Optional[str]:
         """The batch's output file still exists: ``files.retrieve`` of its
         ``output_file_id`` (the real API deletes an output file when it expires, 30 days
         or ``output_expires_after`` after creation, and answers 404 ``No such File
         object``), and its ``expires_at`` has not passed. Two metadata calls, no
         download."""
         try:
-            batch = self.call_lookup_with_retries(
-                f"OpenAI batches.retrieve ({provider_batch_id})",
-                lambda: self._client.batches.retrieve(provider_batch_id),
-            )
+            batch = self._retrieve(provider_batch_id)
             file_id = batch.output_file_id
             if not file_id:
                 return f"batch {provider_batch_id} has no output file"
@@ -482,10 +418,6 @@ def _status(response: Dict[str, Any]) -> Optional[int]:
         return None
 
 
-def _malformed(message: str) -> ResultError:
-    return ResultError(MALFORMED_RESPONSE, message, 200)
-
-
 def _chat_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
     """A chat-completion body -> ``generated_text`` or a typed error, plus usage."""
     tokens: Dict[str, int] = {}
@@ -493,12 +425,11 @@ def _chat_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
     if isinstance(usage, dict) and "prompt_tokens" in usage:
         tokens["input_tokens"] = token_count(usage.get("prompt_tokens")) or 0
         tokens["output_tokens"] = token_count(usage.get("completion_tokens")) or 0
-    choices = body.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices else None
-    message = choice.get("message") if isinstance(choice, dict) else None
-    if not isinstance(message, dict):
+    found = first_choice(body)
+    if found is None:
         error = _malformed("HTTP 200 but the body has no choices[0].message")
         return ProviderResult(cid, error=error, **tokens)
+    choice, message = found
     content = message.get("content")
     if content is not None and not isinstance(content, str):
         error = _malformed("choices[0].message.content is not a string")
@@ -529,7 +460,7 @@ def _chat_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
 
 
 def _chat_body(
-    payload: Dict[str, Any], config: BatchProviderConfig, detail: Optional[str]
+    payload: Dict[str, Any], config: OpenAIBatchConfig, detail: Optional[str]
 ) -> Dict[str, Any]:
     """The ``/v1/chat/completions`` body: the payload's messages (every image part with
     ``detail`` when one is configured), ``response_format`` for a JSON schema, and the
@@ -547,23 +478,8 @@ def _chat_body(
             ]
         messages.append({**message, "content": content})
     body: Dict[str, Any] = {"model": config.model, "messages": messages}
-    if getattr(config, "max_tokens", None) is not None:
-        body["max_completion_tokens"] = int(config.max_tokens)
-    for name in ("temperature", "top_p"):
-        if getattr(config, name, None) is not None:
-            body[name] = getattr(config, name)
-    schema = payload.get("json_schema")
-    if schema is not None:
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {
-                "name": schema_name(payload.get("output_name")),
-                "strict": True,
-                "schema": schema,
-            },
-        }
+    body.update(generation_options(config, "max_completion_tokens"))
+    response_format = json_schema_format(payload, strict_first=True)
+    if response_format is not None:
+        body["response_format"] = response_format
     return body
-
-
-def _count(value: Any) -> int | None:
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None

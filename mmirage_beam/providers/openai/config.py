@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
-from mmirage_beam.providers.config import BatchProviderConfig
-from mmirage_beam.providers.config import check_number as _check_number
+from mmirage_beam.providers.config import BatchProviderConfig, check_range
 from mmirage_beam.providers.config import check_str as _check_str
 
 # The OpenAI batch endpoints mmirage-beam builds requests for (generation from a prompt:
@@ -43,6 +42,9 @@ class OpenAIBatchConfig(BatchProviderConfig):
         "OpenAI Batch API guide: 50,000 requests and 200 MB per input file"
     )
 
+    #: the service's name in the ``completion_window`` message
+    WINDOW_SERVICE: ClassVar[str] = "OpenAI"
+
     provider: str = "openai"
     model: str = "gpt-4.1-mini"
     batch_endpoint: str = "/v1/chat/completions"
@@ -62,8 +64,9 @@ class OpenAIBatchConfig(BatchProviderConfig):
     timeout_seconds: Optional[float] = None
 
     def check_completion_window(self) -> None:
-        """``completion_window`` as the service accepts it: OpenAI only ``24h``
-        (profiles of OpenAI-compatible services override this).
+        """``completion_window`` as the service accepts it: only ``24h`` (OpenAI, and
+        the profiles that keep this; :attr:`WINDOW_SERVICE` names the service in the
+        message; a profile accepting more overrides this).
 
         Raises:
             ConfigError: naming ``completion_window``.
@@ -71,28 +74,19 @@ class OpenAIBatchConfig(BatchProviderConfig):
         if self.completion_window != "24h":
             raise ConfigError(
                 "completion_window",
-                f"OpenAI only supports '24h', got {self.completion_window!r}",
+                f"{self.WINDOW_SERVICE} only supports '24h', got {self.completion_window!r}",
             )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.base_url == "":
             self.base_url = None  # e.g. an unset ${VAR:-}
-        if self.timeout_seconds is not None:
-            s = _check_number("timeout_seconds", self.timeout_seconds)
-            if not s > 0:
-                raise ConfigError("timeout_seconds", f"must be > 0, got {s}")
+        check_range("timeout_seconds", self.timeout_seconds, 0, low_open=True)
         _check_str("model", self.model)
         if self.max_tokens is not None:
             require_int("max_tokens", self.max_tokens, minimum=1)
-        if self.temperature is not None:
-            t = _check_number("temperature", self.temperature)
-            if not 0 <= t <= 2:
-                raise ConfigError("temperature", f"must be in [0, 2], got {t}")
-        if self.top_p is not None:
-            p = _check_number("top_p", self.top_p)
-            if not 0 <= p <= 1:
-                raise ConfigError("top_p", f"must be in [0, 1], got {p}")
+        check_range("temperature", self.temperature, 0, 2)
+        check_range("top_p", self.top_p, 0, 1)
         if self.image_detail is not None and self.image_detail not in OPENAI_IMAGE_DETAILS:
             raise ConfigError(
                 "image_detail",

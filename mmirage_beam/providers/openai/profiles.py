@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Optional
+from typing import Any, ClassVar, Dict, Mapping, Optional
 
 from mmirage_beam.errors import ConfigError
-from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from mmirage_beam.providers.openai.config import OpenAIBatchConfig
 
@@ -59,59 +58,60 @@ def window_hours(value: Any) -> Optional[int]:
 
 
 @dataclass
-class AzureOpenAIBatchConfig(OpenAIBatchConfig):
-    """``provider: azure-openai``: ``base_url`` (the resource's ``.../openai/v1/``) is
-    required and ``model`` is the deployment name. Raises ConfigError naming the key."""
+class _ChatProfileConfig(OpenAIBatchConfig):
+    """An OpenAI-compatible service that takes chat completions only: its
+    ``base_url`` defaults to :attr:`DEFAULT_BASE_URL` (None: required, as
+    :attr:`BASE_URL_HINT` shows). Raises ConfigError naming the key."""
 
-    PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = 100_000
-    PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = 200 * 1000 * 1000
-    PROVIDER_LIMITS_SOURCE: ClassVar[str] = AZURE_SOURCE
-
-    provider: str = "azure-openai"
+    #: the service's name in messages
+    SERVICE: ClassVar[str] = ""
+    DEFAULT_BASE_URL: ClassVar[Optional[str]] = None
+    BASE_URL_HINT: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
+        if self.DEFAULT_BASE_URL and self.base_url in (None, ""):
+            self.base_url = self.DEFAULT_BASE_URL
         super().__post_init__()
         if self.base_url is None:
-            raise ConfigError(
-                "base_url",
-                "is required for azure-openai: https://<resource>.openai.azure.com/openai/v1/",
-            )
+            raise ConfigError("base_url", f"is required for {self.SERVICE}: {self.BASE_URL_HINT}")
         if self.batch_endpoint != "/v1/chat/completions":
             raise ConfigError(
                 "batch_endpoint",
-                "azure-openai batches are built for /v1/chat/completions only",
-            )
-
-    def check_completion_window(self) -> None:
-        """Azure global batch: ``24h`` only (jobs that overrun are not expired)."""
-        if self.completion_window != "24h":
-            raise ConfigError(
-                "completion_window",
-                f"Azure OpenAI batch only supports '24h', got {self.completion_window!r}",
+                f"{self.SERVICE} batches are built for /v1/chat/completions only",
             )
 
 
 @dataclass
-class GroqBatchConfig(OpenAIBatchConfig):
+class AzureOpenAIBatchConfig(_ChatProfileConfig):
+    """``provider: azure-openai``: ``base_url`` (the resource's ``.../openai/v1/``) is
+    required and ``model`` is the deployment name; ``completion_window`` ``24h`` only
+    (Azure global batch: jobs that overrun are not expired). Raises ConfigError naming
+    the key."""
+
+    PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = 100_000
+    PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = 200 * 1000 * 1000
+    PROVIDER_LIMITS_SOURCE: ClassVar[str] = AZURE_SOURCE
+    SERVICE: ClassVar[str] = "azure-openai"
+    BASE_URL_HINT: ClassVar[str] = "https://<resource>.openai.azure.com/openai/v1/"
+    WINDOW_SERVICE: ClassVar[str] = "Azure OpenAI batch"
+
+    provider: str = "azure-openai"
+
+
+@dataclass
+class GroqBatchConfig(_ChatProfileConfig):
     """``provider: groq``: ``completion_window`` from ``24h`` to ``7d``; chat
     completions only."""
 
     PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = None
     PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = None
     PROVIDER_LIMITS_SOURCE: ClassVar[str] = GROQ_SOURCE
+    SERVICE: ClassVar[str] = "groq"
+    DEFAULT_BASE_URL: ClassVar[Optional[str]] = "https://api.groq.com/openai/v1"
 
     provider: str = "groq"
     model: str = "llama-3.1-8b-instant"
     base_url: Optional[str] = "https://api.groq.com/openai/v1"
-
-    def __post_init__(self) -> None:
-        if self.base_url in (None, ""):
-            self.base_url = "https://api.groq.com/openai/v1"
-        super().__post_init__()
-        if self.batch_endpoint != "/v1/chat/completions":
-            raise ConfigError(
-                "batch_endpoint", "groq batches are built for /v1/chat/completions only"
-            )
 
     def check_completion_window(self) -> None:
         """``24h`` .. ``7d`` (hours or days)."""
@@ -124,40 +124,26 @@ class GroqBatchConfig(OpenAIBatchConfig):
 
 
 @dataclass
-class TogetherBatchConfig(OpenAIBatchConfig):
+class TogetherBatchConfig(_ChatProfileConfig):
     """``provider: together``: chat completions, ``24h``."""
 
     PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = 50_000
     PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = 100 * 1000 * 1000
     PROVIDER_LIMITS_SOURCE: ClassVar[str] = TOGETHER_SOURCE
+    SERVICE: ClassVar[str] = "together"
+    DEFAULT_BASE_URL: ClassVar[Optional[str]] = "https://api.together.xyz/v1"
+    WINDOW_SERVICE: ClassVar[str] = "Together"
 
     provider: str = "together"
     model: str = "meta-llama/Llama-3.3-70B-Instruct-Turbo"
     base_url: Optional[str] = "https://api.together.xyz/v1"
-
-    def __post_init__(self) -> None:
-        if self.base_url in (None, ""):
-            self.base_url = "https://api.together.xyz/v1"
-        super().__post_init__()
-        if self.batch_endpoint != "/v1/chat/completions":
-            raise ConfigError(
-                "batch_endpoint", "together batches are built for /v1/chat/completions only"
-            )
-
-    def check_completion_window(self) -> None:
-        """``24h`` only."""
-        if self.completion_window != "24h":
-            raise ConfigError(
-                "completion_window",
-                f"Together only supports '24h', got {self.completion_window!r}",
-            )
 
 
 class _ProfileAdapter(OpenAIBatchAdapter):
     """The OpenAI adapter under another service's name: no OpenAI prices."""
 
     @classmethod
-    def price_table(cls) -> Optional[Dict[str, Any]]:
+    def price_table(cls) -> Optional[Mapping[str, Any]]:
         """None: no prices are shipped for this service ("price unknown")."""
         return None
 
@@ -166,7 +152,7 @@ class AzureOpenAIBatchAdapter(_ProfileAdapter):
     """``provider: azure-openai``: the key goes in the ``api-key`` header as well as the
     SDK's bearer token (the Azure v1 API takes either)."""
 
-    def setup(self, config: BatchProviderConfig) -> None:
+    def setup(self, config: OpenAIBatchConfig) -> None:
         super().setup(config)
         key = self.credentials.get("api_key")
         if key:
@@ -181,7 +167,7 @@ class TogetherBatchAdapter(_ProfileAdapter):
     """``provider: together``: lines hold ``custom_id`` and ``body`` only."""
 
     def build_request(
-        self, custom_id: str, payload: Dict[str, Any], config: BatchProviderConfig
+        self, custom_id: str, payload: Dict[str, Any], config: OpenAIBatchConfig
     ) -> Dict[str, Any]:
         """The OpenAI line without ``method`` and ``url`` (Together's line shape)."""
         line = super().build_request(custom_id, payload, config)

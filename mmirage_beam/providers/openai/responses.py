@@ -21,13 +21,11 @@ Contract facts (openai-python 3.57, ``types/responses/response_create_params.py`
 
 from __future__ import annotations
 
-import re
 from typing import Any, Dict, Mapping, Optional
 
+from mmirage_beam.providers.chat import generation_options, schema_name
 from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import kind_text, token_count
-
-_SCHEMA_NAME_RE = re.compile(r"[^a-zA-Z0-9_-]")
 
 #: error types of :func:`normalise_responses_body` (shared with merge, see
 #: :mod:`mmirage_beam.results`).
@@ -36,12 +34,6 @@ TRUNCATED = "truncated"
 CONTENT_FILTER = "content_filter"
 EMPTY = "empty"
 MALFORMED = "malformed_response"
-
-
-def schema_name(output_name: Optional[str]) -> str:
-    """A structured-output ``name``: ``[a-zA-Z0-9_-]{1,64}`` (other characters become
-    ``_``), from the output's name."""
-    return _SCHEMA_NAME_RE.sub("_", output_name or "output")[:64] or "output"
 
 
 def build_responses_body(
@@ -88,11 +80,7 @@ def build_responses_body(
     body: Dict[str, Any] = {"model": config.model, "input": items}
     if instructions:
         body["instructions"] = "\n\n".join(instructions)
-    if getattr(config, "max_tokens", None) is not None:
-        body["max_output_tokens"] = int(config.max_tokens)
-    for name in ("temperature", "top_p"):
-        if getattr(config, name, None) is not None:
-            body[name] = getattr(config, name)
+    body.update(generation_options(config, "max_output_tokens"))
     schema = payload.get("json_schema")
     if schema is not None:
         body["text"] = {
