@@ -194,6 +194,21 @@ _ID_VALUE_RE = rb'"\s*:\s*("(?:[^"\\]|\\.){1,256}?")'
 _CUSTOM_ID_RE = re.compile(rb'"custom_id' + _ID_VALUE_RE)
 
 
+def line_id(line: Any, id_key: str = "custom_id") -> str:
+    """The id of a result line (``id_key``: ``custom_id``, or Gemini's ``key``), once the
+    line is known to be a JSON object.
+
+    Raises:
+        MalformedResult: the line is not an object, or its id is missing or empty.
+    """
+    if not isinstance(line, dict):
+        raise MalformedResult(f"a JSON {type(line).__name__}, not an object")
+    cid = line.get(id_key)
+    if not isinstance(cid, str) or not cid:
+        raise MalformedResult(f"no {id_key}")
+    return cid
+
+
 def split_batch_line(line: Any) -> tuple[str, Optional[dict[str, Any]], Any]:
     """``(custom_id, response, error)`` of a result line shaped ``{"custom_id",
     "response": {"status_code", "body"} | null, "error": ... | null}`` (OpenAI's batch
@@ -204,11 +219,7 @@ def split_batch_line(line: Any) -> tuple[str, Optional[dict[str, Any]], Any]:
         MalformedResult: the line is not an object, has no custom_id, or its response is
         not an object.
     """
-    if not isinstance(line, dict):
-        raise MalformedResult(f"a JSON {type(line).__name__}, not an object")
-    cid = line.get("custom_id")
-    if not isinstance(cid, str) or not cid:
-        raise MalformedResult("no custom_id")
+    cid = line_id(line)
     response = line.get("response") or None
     error = line.get("error") or None
     if response is not None and not isinstance(response, dict):

@@ -59,6 +59,7 @@ from mmirage_beam.results import (
     TRUNCATED,
     MalformedResult,
     kind_text,
+    line_id,
     message_text,
     results_from_lines,
     token_count,
@@ -491,11 +492,7 @@ def normalise_result(item: Any) -> ProviderResult:
     Raises:
         mmirage_beam.results.MalformedResult: the line is JSON of the wrong shape.
     """
-    if not isinstance(item, dict):
-        raise MalformedResult(f"a JSON {type(item).__name__}, not an object")
-    cid = item.get("custom_id")
-    if not isinstance(cid, str) or not cid:
-        raise MalformedResult("no custom_id")
+    cid = line_id(item)
     res = item.get("result")
     if not isinstance(res, dict):
         raise MalformedResult("'result' is not an object", cid)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping
 
 from mmirage_beam.records import ProviderResult, ResultError
-from mmirage_beam.results import CONTENT_FILTER, EMPTY, TRUNCATED, MalformedResult
+from mmirage_beam.results import CONTENT_FILTER, EMPTY, TRUNCATED, MalformedResult, line_id
 
 __all__ = ["FINISH_OUTCOMES", "normalise_result_line"]
 
@@ -80,11 +80,7 @@ def normalise_result_line(line: Any) -> ProviderResult:
     Raises:
         mmirage_beam.results.MalformedResult: the line is JSON of the wrong shape.
     """
-    if not isinstance(line, dict):
-        raise MalformedResult(f"a JSON {type(line).__name__}, not an object")
-    cid = line.get("key")
-    if not isinstance(cid, str) or not cid:
-        raise MalformedResult("no key")
+    cid = line_id(line, "key")
     response, error = line.get("response"), line.get("error")
     if isinstance(error, dict):
         code = error.get("code")
