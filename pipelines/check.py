@@ -11,20 +11,28 @@ one line per batch (status, the provider's own status word, requests done / fail
 total, age) and a summary per provider and per run: ``rich`` tables on a terminal, plain
 aligned text otherwise. ``--watch`` polls until every batch is terminal.
 
-Exit status: 0 nothing failed (batches still running are not a failure); 1 a batch
-failed at the provider or could not be looked up; 2 bad flags, bad config, no receipt
-found or a missing API key.
+Exit status: 0 every request of the ended batches succeeded, or batches are still
+running with nothing failed so far (the verdict line says which); 1 a batch failed at
+the provider or could not be looked up, a run stopped before all its chunks were
+submitted, or every batch ended and requests failed; 2 bad flags, bad config, no receipt
+found or a missing API key; 75 ``--watch --timeout`` stopped watching while batches were
+still running (and nothing had failed); 130 Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Optional, Sequence
 
 from mmirage_beam.launch.drivers import driver_parser, parse_storage_args, start_storage_command
 from mmirage_beam.launch.interrupts import guarded
 from mmirage_beam.paths import path_argument
+
+#: ``check --watch --timeout`` stopped watching while batches still ran (sysexits'
+#: EX_TEMPFAIL: "try again later"); 0 would say the run is done.
+WATCH_TIMED_OUT = 75
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -113,8 +121,23 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             timeout_secs=args.timeout,
             tty=tty,
         )
-    # 3. the report, per batch, per provider and per run
-    summary = report.build_report(receipts, statuses)
+    # 3. runs still submitting, stopped midway or before their finish steps; cancelled
+    lines: list[str] = []
+    note = None
+    if config is not None:
+        base = receipts_base(config.processor.metadata_output_path, config.state_dir)
+        if not args.metadata_path:
+            lines = run_state_lines(base, receipts, args.config)
+        note = cancelled_note(base, receipts.run_ids)
+    # a run that stopped midway is never "ok", as in merge: the one verdict says so
+    unfinished = tuple(
+        run
+        for run in receipts.run_ids
+        if any(line.startswith(f"UNFINISHED: run {run} ") for line in lines)
+    )
+    # 4. the report, per batch, per provider and per run, and its verdict
+    built = report.build_report(receipts, statuses)
+    summary = dataclasses.replace(built, unfinished_runs=unfinished)
     waiting = len(lookup.not_terminal(statuses))
     if interrupted:
         print(
@@ -131,21 +154,13 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             flush=True,
         )
     report.print_report(summary, rich_output=tty)
-    # 4. what the failures mean and the command that fixes them
+    # 5. what the failures mean and the command that fixes them; the runs' states
     for line in advice.advice_lines(summary, args.config):
         print(line)
-    # 5. runs still submitting, stopped midway or before their finish steps; cancelled
-    lines: list[str] = []
-    if config is not None:
-        base = receipts_base(config.processor.metadata_output_path, config.state_dir)
-        if not args.metadata_path:
-            lines = run_state_lines(base, receipts, args.config)
-        note = cancelled_note(base, receipts.run_ids)
-        for line in [*lines, *([note] if note else [])]:
-            print(line)
-    # a run that stopped midway is never "ok", as in merge
-    if any(line.startswith("UNFINISHED") for line in lines):
-        return 1
+    for line in [*lines, *([note] if note else [])]:
+        print(line)
+    if timed_out and waiting and not summary.exit_code:
+        return WATCH_TIMED_OUT  # stopped watching, not finished: not "done", not failed
     return summary.exit_code
 
 

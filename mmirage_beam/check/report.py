@@ -72,11 +72,27 @@ class StatusReport:
     files: Tuple[str, ...]
     skipped_dry_run: Tuple[str, ...]
     checked_at: float
+    unfinished_runs: Tuple[str, ...] = ()
+
+    @property
+    def failed_requests(self) -> int:
+        """Requests the providers report failed, over every batch."""
+        return sum(s.failed or 0 for s in self.statuses)
+
+    @property
+    def running(self) -> int:
+        """Batches not in a terminal status yet."""
+        return sum(1 for s in self.statuses if not s.terminal)
 
     @property
     def exit_code(self) -> int:
-        """0 when nothing failed (running batches are fine), 1 otherwise."""
-        return exit_code(self.statuses)
+        """1 when a batch failed or could not be looked up, a run stopped before all its
+        chunks were submitted (``unfinished_runs``), or every batch ended and requests
+        failed; 0 when every request of the ended batches succeeded or batches are still
+        running with nothing failed so far (the one verdict line says which)."""
+        if exit_code(self.statuses) or self.unfinished_runs:
+            return 1
+        return 1 if not self.running and self.failed_requests else 0
 
 
 def summarize(label: str, statuses: Sequence[BatchStatus]) -> GroupSummary:
@@ -185,27 +201,37 @@ def _headline(report: StatusReport) -> str:
 
 
 def _verdict(report: StatusReport) -> str:
+    """The one verdict line; "ok" only when every request of the ended batches succeeded
+    (and no run stopped midway): it agrees with :attr:`StatusReport.exit_code`."""
     failed = sum(1 for s in report.statuses if s.status == "failed")
     lookups = sum(1 for s in report.statuses if s.status == LOOKUP_FAILED)
-    running = sum(1 for s in report.statuses if not s.terminal)
+    running = report.running
     if failed or lookups:
         return (
             f"result: FAILED ({failed} batch(es) failed at the provider, {lookups} lookup "
             f"failure(s), {running} still running)"
         )
-    failed_requests = sum(s.failed or 0 for s in report.statuses)
+    if report.unfinished_runs:
+        return (
+            f"result: UNFINISHED (run {', '.join(report.unfinished_runs)} stopped before all "
+            "its chunks were submitted; the command that resumes it is below)"
+        )
+    failed_requests = report.failed_requests
     note = (
-        f"; {failed_requests:,} request(s) failed at the provider: mmirage merge lists them, "
+        f"{failed_requests:,} request(s) failed at the provider: mmirage merge lists them, "
         "and also counts as failed the answers the provider returned but that are unusable "
         "(refusals, truncations, invalid JSON), which are 'done' here"
-        if failed_requests
-        else ""
     )
     if running:
-        if failed_requests:
-            return f"result: ok so far ({running} batch(es) still running{note})"
-        return f"result: ok so far ({running} batch(es) still running; nothing failed)"
-    return f"result: ok (every batch completed{note})"
+        so_far = (
+            f"{failed_requests:,} request(s) failed so far"
+            if failed_requests
+            else ("nothing failed so far")
+        )
+        return f"result: still running ({running} batch(es) not finished; {so_far})"
+    if failed_requests:
+        return f"result: completed with failures (every batch ended; {note})"
+    return "result: ok (every batch completed)"
 
 
 def _summary_line(g: GroupSummary, width: int) -> str:

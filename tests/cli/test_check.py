@@ -103,11 +103,13 @@ def test_running_batches_are_not_a_failure(tmp_path, capsys, provider_env, provi
     assert f"{provider} 4 batch(es): in_progress 4; requests done 0, failed 0, total 40" in summary
     assert "run run1 4 batch(es): in_progress 4" in summary
     assert "still running" in out
-    # --watch --timeout stops watching without calling running batches a failure.
+    assert "result: still running (4 batch(es) not finished; nothing failed so far)" in out
+    # --watch --timeout stops watching without calling running batches a failure, nor
+    # done (issue 38: it exited 0): its own exit status, 75.
     code, out, err = _check(
         capsys, "--config", cfg, "--watch", "--interval", "0.1", "--timeout", "0.25"
     )
-    assert code == 0, out + err
+    assert code == 75, out + err
     assert "poll 1 " in out and "stopped watching after 0.25s" in out
     assert "4 batch(es) not finished yet" in out
 

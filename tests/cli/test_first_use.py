@@ -92,9 +92,11 @@ def test_check_and_merge_say_which_failures_are_which(tmp_path, capsys, provider
     path = write_config(tmp_path, cfg)
     assert submit_main(["--config", path, "--run-id", "kinds"]) == 0
     capsys.readouterr()
-    assert check_main(["--config", path]) == 0
+    # Issue 38: it said "result: ok" and exited 0; ok only when every request succeeded.
+    assert check_main(["--config", path]) == 1
     out = capsys.readouterr().out
-    assert "result: ok (every batch completed; 2 request(s) failed at the provider" in out
+    assert "result: completed with failures (every batch ended; 2 request(s) failed" in out
+    assert "result: ok" not in out
     assert "refusals, truncations, invalid JSON" in out
     assert merge_main(["--config", path, "--output-path", str(tmp_path / "m.jsonl")]) == 1
     out = capsys.readouterr().out
@@ -121,6 +123,8 @@ def test_check_of_a_run_that_stopped_midway_is_unfinished(tmp_path, capsys, prov
     assert check_main(["--config", path]) == 1
     out = capsys.readouterr().out
     assert "UNFINISHED: run half stopped before all its chunks were submitted" in out
+    # one verdict, agreeing with the exit status (issue 38: "result: ok" came first)
+    assert "result: UNFINISHED (run half stopped" in out and "result: ok" not in out
     assert f"mmirage run --config {path} --run-id half" in out
     sent = len(fake.submitted_requests("openai"))
     fake.script(fail_batch_creates=None)
