@@ -402,16 +402,11 @@ class AnthropicApi:
             content = batch.results_jsonl
         return Response(content, mimetype="application/binary")
 
-    def _finish(self, batch: Batch) -> None:
-        """Materialises the results JSONL once the batch has ended."""
-        if batch.finished:
-            return
-        batch.finished = True
-        self._finish_results(batch, *lifecycle.split_processed(batch))
-
     def _finish_results(
         self, batch: Batch, processed: list[Item], rest: list[Item], cancelled: bool
     ) -> None:
+        """Materialises the results JSONL once the batch has ended (called once, by
+        :func:`lifecycle.finish_once`)."""
         kind = "canceled" if cancelled else "expired"
         lines = [it.line for it in processed]
         lines += [{"custom_id": it.custom_id, "result": {"type": kind}} for it in rest]
@@ -440,7 +435,7 @@ class AnthropicApi:
         phase = lifecycle.anthropic_phase(batch, now)
         ended = phase["processing_status"] == "ended"
         if ended:
-            self._finish(batch)
+            lifecycle.finish_once(batch, self._finish_results)
             counts = dict(batch.final_counts)
         else:
             counts = dict.fromkeys(("succeeded", "errored", "canceled", "expired"), 0)

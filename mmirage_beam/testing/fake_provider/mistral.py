@@ -420,7 +420,7 @@ class MistralApi:
         """The ``BatchJob`` object at ``now`` (result files made once it has ended)."""
         status, started, ended = _phase(batch, now)
         if status in TERMINAL and status != "FAILED":
-            self._finish(batch)
+            lifecycle.finish_once(batch, self._finish_results)
         total = len(batch.items)
         if status in TERMINAL:
             counts = dict(batch.final_counts) or {"succeeded": 0, "failed": 0, "completed": 0}
@@ -453,11 +453,11 @@ class MistralApi:
             "completed_at": None if ended is None else int(ended),
         }
 
-    def _finish(self, batch: Batch) -> None:
-        if batch.finished:
-            return
-        batch.finished = True
-        processed, rest, cancelled = lifecycle.split_processed(batch)
+    def _finish_results(
+        self, batch: Batch, processed: list[Item], rest: list[Item], cancelled: bool
+    ) -> None:
+        """Stores the output and error files once the job has ended (called once, by
+        :func:`lifecycle.finish_once`)."""
         ok_lines = [it.line for it in processed if it.ok]
         err_lines = [it.line for it in processed if not it.ok]
         code = "cancelled" if cancelled else "timeout_exceeded"

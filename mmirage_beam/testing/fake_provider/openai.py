@@ -359,16 +359,11 @@ class OpenAIApi:
                 batch.cancel_requested_at = now
             return json_response(self.view(batch, now))
 
-    def _finish(self, batch: Batch) -> None:
-        """Materialises the output and error files once the batch has ended."""
-        if batch.finished:
-            return
-        batch.finished = True
-        self._finish_results(batch, *lifecycle.split_processed(batch))
-
     def _finish_results(
         self, batch: Batch, processed: list[Item], rest: list[Item], cancelled: bool
     ) -> None:
+        """Materialises the output and error files once the batch has ended (called once,
+        by :func:`lifecycle.finish_once`)."""
         ok_lines = [it.line for it in processed if it.ok]
         err_lines = [it.line for it in processed if not it.ok]
         if cancelled:
@@ -449,7 +444,7 @@ class OpenAIApi:
         status = phase.pop("status")
         terminal = status in ("completed", "failed", "expired", "cancelled")
         if terminal and status != "failed":
-            self._finish(batch)
+            lifecycle.finish_once(batch, self._finish_results)
         if status in ("validating", "failed") or (status == "cancelling" and not batch.items):
             counts = {"total": 0, "completed": 0, "failed": 0}
         elif terminal:
