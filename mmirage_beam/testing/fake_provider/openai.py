@@ -359,6 +359,23 @@ class OpenAIApi:
                 batch.cancel_requested_at = now
             return json_response(self.view(batch, now))
 
+    def _store_results_file(self, batch: Batch, kind: str, lines: list[Any]) -> str:
+        """Store an ended batch's ``kind`` file (``"output"`` or ``"error"``): ``lines``
+        (result line dicts, or ``bytes`` a marker scripted) as JSONL in the batch's
+        shuffled order, owned by the batch's profile, expiring as the batch asked (else
+        after the default file lifetime). Returns the file's id."""
+        expires_after = limits.OPENAI_BATCH_FILE_LIFETIME_SECS
+        if batch.output_expires_after is not None:
+            expires_after = batch.output_expires_after["seconds"]
+        stored = self.store.store_file(
+            f"{batch.id}_{kind}.jsonl",
+            "batch_output",
+            jsonl(scripting.shuffled(batch.shuffle_seed, lines)),
+            expires_after,
+        )
+        stored.owner = batch.profile or OPENAI
+        return stored.id
+
     def _finish_results(
         self, batch: Batch, processed: list[Item], rest: list[Item], cancelled: bool
     ) -> None:
@@ -397,29 +414,10 @@ class OpenAIApi:
                 err_lines.append(
                     http_line(UNKNOWN_CUSTOM_ID, oa_error(500, "Unknown request (fake)."))
                 )
-        prefix = batch.id
-        owner = batch.profile or OPENAI
-        expires_after = limits.OPENAI_BATCH_FILE_LIFETIME_SECS
-        if batch.output_expires_after is not None:
-            expires_after = batch.output_expires_after["seconds"]
         if ok_lines:
-            stored = self.store.store_file(
-                f"{prefix}_output.jsonl",
-                "batch_output",
-                jsonl(scripting.shuffled(batch.shuffle_seed, ok_lines)),
-                expires_after,
-            )
-            stored.owner = owner
-            batch.output_file_id = stored.id
+            batch.output_file_id = self._store_results_file(batch, "output", ok_lines)
         if err_lines:
-            stored = self.store.store_file(
-                f"{prefix}_error.jsonl",
-                "batch_output",
-                jsonl(scripting.shuffled(batch.shuffle_seed, err_lines)),
-                expires_after,
-            )
-            stored.owner = owner
-            batch.error_file_id = stored.id
+            batch.error_file_id = self._store_results_file(batch, "error", err_lines)
         elif batch.empty_error_file_id:
             batch.error_file_id = ""
         succeeded = sum(1 for it in processed if it.ok)
