@@ -244,13 +244,20 @@ def _processor(value: Any) -> BatchProviderConfig:
         raise ConfigError(key, str(exc)) from None
 
 
-def _datasets(value: Any) -> tuple[DatasetConfig, ...]:
-    key = "loading_params.datasets"
+def _list_entries(value: Any, key: str) -> list[tuple[str, Any]]:
+    """The entries of the YAML list at ``key``, each with its own key (``key[i]``).
+
+    Raises:
+        ConfigError: ``value`` is not a list, or is empty.
+    """
     if not isinstance(value, list) or not value:
         raise ConfigError(key, "must be a non-empty list")
+    return [(f"{key}[{i}]", d) for i, d in enumerate(value)]
+
+
+def _datasets(value: Any) -> tuple[DatasetConfig, ...]:
     out = []
-    for i, d in enumerate(value):
-        k = f"{key}[{i}]"
+    for k, d in _list_entries(value, "loading_params.datasets"):
         if not isinstance(d, dict):
             raise ConfigError(k, "must be a mapping with path, type, output_dir")
         _check_keys(
@@ -288,12 +295,8 @@ def _datasets(value: Any) -> tuple[DatasetConfig, ...]:
 def _inputs(value: Any) -> tuple[InputConfig, ...]:
     import jmespath
 
-    key = "processing_params.inputs"
-    if not isinstance(value, list) or not value:
-        raise ConfigError(key, "must be a non-empty list")
     out, seen = [], set()
-    for i, d in enumerate(value):
-        k = f"{key}[{i}]"
+    for k, d in _list_entries(value, "processing_params.inputs"):
         if isinstance(d, dict):
             _check_keys(d, k, {"name", "key", "type", "default"}, strict=True)
         if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not d["name"]:
@@ -326,12 +329,8 @@ def _inputs(value: Any) -> tuple[InputConfig, ...]:
 
 
 def _outputs(value: Any, input_names: set[str]) -> tuple[OutputConfig, ...]:
-    key = "processing_params.outputs"
-    if not isinstance(value, list) or not value:
-        raise ConfigError(key, "must be a non-empty list")
     out, seen = [], set()
-    for i, d in enumerate(value):
-        k = f"{key}[{i}]"
+    for k, d in _list_entries(value, "processing_params.outputs"):
         if not isinstance(d, dict):
             raise ConfigError(k, "must be a mapping")
         _check_keys(d, k, {"name", "type", "output_type", "prompt", "output_schema"}, strict=True)
