@@ -76,7 +76,14 @@ from mmirage_beam.testing.fake_provider.mistral_bodies import (
     validate_with_sdk,
 )
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
-from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl
+from mmirage_beam.testing.fake_provider.store import (
+    Batch,
+    Item,
+    Store,
+    answered_response_item,
+    failed_response_item,
+    jsonl,
+)
 from mmirage_beam.testing.fake_provider.wire import ApiError, json_response, new_id
 
 MISTRAL = "mistral"
@@ -338,12 +345,7 @@ class MistralApi:
             return Item(cid, line, ok=False, input_tokens=tokens)
         if marker in FAILURES:
             status, kind, message = FAILURES[marker]
-            line: Any = http_line(cid, status, message, kind)
-            if marker == "u2028":
-                line = scripting.broken_line(
-                    marker, cid, line, body_key="response", answer_text="", wrong_shape={}
-                )
-            return Item(cid, line, ok=False, input_tokens=tokens)
+            return failed_response_item(marker, cid, http_line(cid, status, message, kind), tokens)
         answer = make_answer(prompt, images, mode, schema, marker)
         if marker == "error_body_200":
             response_body: dict[str, Any] = error_body(api_error(500, "Scripted error body."))
@@ -357,16 +359,7 @@ class MistralApi:
             "response": {"status_code": 200, "body": response_body},
             "error": None,
         }
-        if marker in scripting.LINE_MARKERS:
-            line = scripting.broken_line(
-                marker,
-                cid,
-                line,
-                body_key="response",
-                answer_text=answer.text,
-                wrong_shape={"custom_id": cid, "unexpected": True},
-            )
-        return Item(cid, line, True, answer.input_tokens, answer.output_tokens)
+        return answered_response_item(marker, cid, line, answer)
 
     def _jobs_get(self, request: Request, job_id: str) -> Response:
         with self.store.lock:

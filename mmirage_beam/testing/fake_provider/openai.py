@@ -30,7 +30,15 @@ from mmirage_beam.testing.fake_provider.openai_input import (
     parse_input_file,
 )
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
-from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, StoredFile, jsonl
+from mmirage_beam.testing.fake_provider.store import (
+    Batch,
+    Item,
+    Store,
+    StoredFile,
+    answered_response_item,
+    failed_response_item,
+    jsonl,
+)
 from mmirage_beam.testing.fake_provider.wire import (
     OPENAI,
     ApiError,
@@ -289,11 +297,7 @@ class OpenAIApi:
             return Item(custom_id, result, ok=False, input_tokens=input_tokens)
         if marker in _FAILURES:
             result = http_line(custom_id, _FAILURES[marker])
-            if marker == "u2028":
-                result = scripting.broken_line(
-                    marker, custom_id, result, body_key="response", answer_text="", wrong_shape={}
-                )
-            return Item(custom_id, result, ok=False, input_tokens=input_tokens)
+            return failed_response_item(marker, custom_id, result, input_tokens)
         try:
             answer = make_answer(prompt, images, mode, schema, marker)
         except ValueError as exc:  # e.g. an unresolvable $ref deep in the schema
@@ -315,16 +319,7 @@ class OpenAIApi:
             },
             "error": None,
         }
-        if marker in scripting.LINE_MARKERS:
-            result = scripting.broken_line(
-                marker,
-                custom_id,
-                result,
-                body_key="response",
-                answer_text=answer.text,
-                wrong_shape={"custom_id": custom_id, "unexpected": True},
-            )
-        return Item(custom_id, result, True, answer.input_tokens, answer.output_tokens)
+        return answered_response_item(marker, custom_id, result, answer)
 
     def batches_retrieve(self, request: Request, batch_id: str) -> Response:
         """``GET /v1/batches/{batch_id}``."""
