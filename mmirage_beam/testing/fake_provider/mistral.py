@@ -82,6 +82,7 @@ from mmirage_beam.testing.fake_provider.store import (
     Store,
     answered_response_item,
     failed_response_item,
+    file_object_head,
     jsonl,
 )
 from mmirage_beam.testing.fake_provider.wire import ApiError, json_response, new_id
@@ -122,12 +123,7 @@ class _File:
     def view(self) -> dict[str, Any]:
         lines = sum(1 for ln in self.content.split(b"\n") if ln.strip())
         return {
-            "id": self.id,
-            "object": "file",
-            "bytes": len(self.content),
-            "created_at": self.created_at,
-            "filename": self.filename,
-            "purpose": self.purpose,
+            **file_object_head(self),
             "sample_type": self.sample_type,
             "source": "upload" if self.sample_type == "batch_request" else "mistral",
             "num_lines": lines,

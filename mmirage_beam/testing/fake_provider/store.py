@@ -45,6 +45,21 @@ def jsonl(lines: Iterable[Mapping[str, Any] | bytes]) -> bytes:
     )
 
 
+def file_object_head(stored: Any) -> dict[str, Any]:
+    """The fields an OpenAI-shaped file object starts with (OpenAI's and Mistral's Files
+    APIs), in wire order: ``id``, ``object``, ``bytes``, ``created_at``, ``filename``,
+    ``purpose``, of ``stored`` (a file record with ``id``, ``content`` bytes,
+    ``created_at``, ``filename`` and ``purpose``)."""
+    return {
+        "id": stored.id,
+        "object": "file",
+        "bytes": len(stored.content),
+        "created_at": stored.created_at,
+        "filename": stored.filename,
+        "purpose": stored.purpose,
+    }
+
+
 @dataclass
 class StoredFile:
     """One file: an upload or a batch's output or error file."""
@@ -60,12 +75,7 @@ class StoredFile:
     def view(self) -> dict[str, Any]:
         """The OpenAI file object."""
         return {
-            "id": self.id,
-            "object": "file",
-            "bytes": len(self.content),
-            "created_at": self.created_at,
-            "filename": self.filename,
-            "purpose": self.purpose,
+            **file_object_head(self),
             "status": "processed",
             "status_details": None,
             "expires_at": self.expires_at,
