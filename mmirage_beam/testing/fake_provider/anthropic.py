@@ -366,30 +366,37 @@ class AnthropicApi:
                 batch.cancel_requested_at = now
             return json_response(self.view(batch, now))
 
+    def _ended_batch(self, batch_id: str, not_ended: str) -> Batch:
+        """The message batch ``batch_id``, which must have ended (call under the store's
+        lock).
+
+        Raises:
+            ApiError: 404 for an unknown batch; 400 ``invalid_request_error`` with the
+                message ``not_ended`` while it is still processing.
+        """
+        batch = self.store.get_batch(ANTHROPIC, batch_id)
+        if self.view(batch, self.store.clock())["processing_status"] != "ended":
+            raise ApiError(400, "invalid_request_error", not_ended)
+        return batch
+
     def messages_batches_delete(self, request: Request, batch_id: str) -> Response:
         """``DELETE /v1/messages/batches/{id}`` (400 while processing)."""
         with self.store.lock:
-            batch = self.store.get_batch(ANTHROPIC, batch_id)
-            if self.view(batch, self.store.clock())["processing_status"] != "ended":
-                raise ApiError(
-                    400,
-                    "invalid_request_error",
-                    f"Message batch {batch_id} cannot be deleted while it is still processing; "
-                    "cancel it and wait until it has ended.",
-                )
+            batch = self._ended_batch(
+                batch_id,
+                f"Message batch {batch_id} cannot be deleted while it is still processing; "
+                "cancel it and wait until it has ended.",
+            )
             batch.deleted = True
             return json_response({"id": batch_id, "type": "message_batch_deleted"})
 
     def messages_batches_results(self, request: Request, batch_id: str) -> Response:
         """``GET /v1/messages/batches/{id}/results``: the JSONL (400 until ended)."""
         with self.store.lock:
-            batch = self.store.get_batch(ANTHROPIC, batch_id)
-            if self.view(batch, self.store.clock())["processing_status"] != "ended":
-                raise ApiError(
-                    400,
-                    "invalid_request_error",
-                    f"Results for message batch {batch_id} are not available until it has ended.",
-                )
+            batch = self._ended_batch(
+                batch_id,
+                f"Results for message batch {batch_id} are not available until it has ended.",
+            )
             expire_at = batch.results_expire_at
             if expire_at is None:
                 expire_at = batch.created + limits.ANTHROPIC_RESULTS_LIFETIME_SECS
