@@ -102,6 +102,21 @@ def _build(final: Path, build: Callable[[Path], None]) -> Path:
     return final
 
 
+def _extract_below(archive: Path, prefix: str, dest: Path, into: str = "") -> None:
+    """Extract the files of the tar ``archive`` whose path starts with ``prefix`` into
+    ``dest``, each at its path less ``prefix`` (after ``into``); other members are left.
+
+    Raises:
+        tarfile.TarError, OSError: the archive cannot be read or a file written (also a
+            member the ``data`` extraction filter refuses).
+    """
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            if member.name.startswith(prefix) and member.isfile():
+                member.name = into + member.name[len(prefix) :]
+                tar.extract(member, dest, filter="data")
+
+
 def flink_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
     """A Flink distribution folder (``bin/``, ``lib/``, ``conf/``) of
     :data:`versions.FLINK_VERSION`, fetched from PyPI on first use.
@@ -123,12 +138,7 @@ def flink_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
         if libs is None or wheel is None:
             raise EngineError(f"fetch Flink: pip downloaded {sorted(os.listdir(dl))}")
         home = tmp
-        prefix = f"apache-flink-libraries-{version}/deps/"
-        with tarfile.open(libs) as tar:
-            for member in tar.getmembers():
-                if member.name.startswith(prefix) and member.isfile():
-                    member.name = member.name[len(prefix) :]
-                    tar.extract(member, home, filter="data")
+        _extract_below(libs, f"apache-flink-libraries-{version}/deps/", home)
         with zipfile.ZipFile(wheel) as zf:
             for name in zf.namelist():
                 for part in ("bin", "conf"):
@@ -233,12 +243,7 @@ def spark_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
         sdist = next(dl.glob(f"pyspark-{version}.tar.gz"), None)
         if sdist is None:
             raise EngineError(f"fetch Spark: pip downloaded {sorted(os.listdir(dl))}")
-        prefix = f"pyspark-{version}/deps/jars/"
-        with tarfile.open(sdist) as tar:
-            for member in tar.getmembers():
-                if member.name.startswith(prefix) and member.isfile():
-                    member.name = "jars/" + member.name[len(prefix) :]
-                    tar.extract(member, tmp, filter="data")
+        _extract_below(sdist, f"pyspark-{version}/deps/jars/", tmp, into="jars/")
         core = f"spark-core_{versions.SPARK_SCALA_VERSION}-{version}.jar"
         if not (tmp / "jars" / core).is_file():
             raise EngineError(f"fetch Spark: no jars/{core} in {sdist.name}")
