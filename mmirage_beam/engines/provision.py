@@ -156,14 +156,29 @@ def flink_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
     return _build(final, build)
 
 
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+_POM_HEAD = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>mmirage-beam</groupId>
-  <artifactId>flink-job-server-classpath</artifactId>
+  <artifactId>{artifact}</artifactId>
   <version>1</version>
   <packaging>pom</packaging>
   <dependencies>
-    <dependency>
+"""
+_POM_TAIL = """  </dependencies>
+</project>
+"""
+
+
+def _pom(artifact: str, dependencies: str) -> str:
+    """The ``pom.xml`` of a throw-away Maven project whose only use is to have Maven copy
+    ``dependencies`` (``<dependency>`` elements, indented as in the file) and their
+    dependency tree; ``artifact`` names the project."""
+    return _POM_HEAD.format(artifact=artifact) + dependencies + _POM_TAIL
+
+
+_POM = _pom(
+    "flink-job-server-classpath",
+    """    <dependency>
       <groupId>org.apache.beam</groupId>
       <artifactId>beam-runners-flink-{flink}</artifactId>
       <version>{beam}</version>
@@ -173,9 +188,8 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
       <artifactId>slf4j-jdk14</artifactId>
       <version>{slf4j}</version>
     </dependency>
-  </dependencies>
-</project>
-"""
+""",
+)
 
 
 def flink_job_server_classpath(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
@@ -252,14 +266,9 @@ def spark_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
     return _build(final, build)
 
 
-_SPARK_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>mmirage-beam</groupId>
-  <artifactId>spark-job-server-classpath</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
+_SPARK_POM = _pom(
+    "spark-job-server-classpath",
+    """    <dependency>
       <groupId>org.apache.beam</groupId>
       <artifactId>beam-runners-spark-3</artifactId>
       <version>{beam}</version>
@@ -276,9 +285,8 @@ _SPARK_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
         </exclusion>
       </exclusions>
     </dependency>
-  </dependencies>
-</project>
-"""
+""",
+)
 
 
 def spark_job_server_classpath(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
