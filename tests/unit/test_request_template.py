@@ -19,7 +19,7 @@ from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from mmirage_beam.records import SourceRow
 from mmirage_beam.transforms.build import _BuildRequestsFn, build_payload
-from mmirage_beam.transforms.extract import _ExtractInputsFn
+from mmirage_beam.transforms.extract import ExtractInputs
 from mmirage_beam.transforms.request_template import RequestTemplate
 from tests.conftest import REPO
 
@@ -81,7 +81,7 @@ def test_spliced_requests_equal_encoded_ones(name: str, raw: dict[str, Any]) -> 
     cfg, spliced, encoded = _fns(raw)
     assert spliced._request_templates, name
     assert all(t is not None for t in spliced._request_templates.values()), name
-    extract = _ExtractInputsFn(cfg.inputs, cfg.datasets)
+    extract = ExtractInputs(cfg.inputs, cfg.datasets)._fn
     extract.setup()
     extract.start_bundle()
     lines = Path(cfg.datasets[0].path).read_text(encoding="utf-8").splitlines()[:300]
