@@ -97,6 +97,23 @@ def compile_key(key: str) -> Callable[[Any], Any]:
     return fields
 
 
+def _input_error(
+    element: SourceRow, ds: DatasetConfig, spec: InputConfig, what: str
+) -> pvalue.TaggedOutput:
+    """The ``errors`` output of a row whose input ``spec`` cannot be used: a
+    :class:`RowError` naming the row, the dataset, the input and its key, then ``what``
+    is wrong with it."""
+    return pvalue.TaggedOutput(
+        ERRORS_TAG,
+        RowError(
+            element.source_index,
+            ds.path,
+            spec.name,
+            f"input {spec.name!r} (key {spec.key!r}) {what}",
+        ),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class _ExtractSettings:
     """:class:`ExtractInputs`'s arguments once checked (their meaning is documented
@@ -148,31 +165,19 @@ class _ExtractInputsFn(beam.DoFn):
                 continue
             if value is None:
                 if not spec.has_default:
-                    yield pvalue.TaggedOutput(
-                        ERRORS_TAG,
-                        RowError(
-                            element.source_index,
-                            ds.path,
-                            spec.name,
-                            f"input {spec.name!r} (key {spec.key!r}) is missing or null",
-                        ),
-                    )
+                    yield _input_error(element, ds, spec, "is missing or null")
                     return
                 value = spec.default
             if not self._s.lenient:
                 where = lone_surrogate_at(value)
                 if where is not None:
-                    yield pvalue.TaggedOutput(
-                        ERRORS_TAG,
-                        RowError(
-                            element.source_index,
-                            ds.path,
-                            spec.name,
-                            f"input {spec.name!r} (key {spec.key!r}) holds a lone UTF-16 "
-                            f"surrogate ({where}), a character with no UTF-8 encoding: the "
-                            "provider would receive U+FFFD in its place. Fix the source "
-                            "row, or skip it with execution_params.skip_invalid_rows",
-                        ),
+                    yield _input_error(
+                        element,
+                        ds,
+                        spec,
+                        f"holds a lone UTF-16 surrogate ({where}), a character with no UTF-8 "
+                        "encoding: the provider would receive U+FFFD in its place. Fix the "
+                        "source row, or skip it with execution_params.skip_invalid_rows",
                     )
                     return
             if spec.type == "image" and value is not None:
