@@ -48,6 +48,8 @@ from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.records import BatchRequest, Chunk, ChunkRef
 from mmirage_beam.run.staging import StagedChunkWriter, iter_lines, iter_meta, new_stem, read_meta
+from mmirage_beam.transforms import stage_chunks
+from mmirage_beam.transforms.stage_chunks import *  # noqa: F403 (re-exported, see __all__)
 from mmirage_beam.transforms.stage_chunks import (
     _CHUNKS_TAG,
     _REJECTED_TAG,
@@ -55,7 +57,6 @@ from mmirage_beam.transforms.stage_chunks import (
     FLUSH_FULL_CHUNK,
     FLUSH_MAX_REQUESTS,
     FLUSH_OVERSIZED_REQUEST,
-    FLUSH_REASONS,
     OVERSIZED_REQUEST_POLICIES,
     _ChunkingSettings,
     _decode_key,
@@ -66,17 +67,12 @@ from mmirage_beam.transforms.stage_chunks import (
 
 _LOGGER = logging.getLogger(__name__)
 
+# the stager's public names (flush reasons, policies, would_overflow), re-exported
 __all__ = [
-    "FLUSH_END_OF_INPUT",
-    "FLUSH_FULL_CHUNK",
-    "FLUSH_MAX_REQUESTS",
-    "FLUSH_OVERSIZED_REQUEST",
-    "FLUSH_REASONS",
-    "OVERSIZED_REQUEST_POLICIES",
+    *stage_chunks.__all__,
     "ChunkRequests",
     "ChunkRequestsResult",
     "load_chunk",
-    "would_overflow",
 ]
 
 
