@@ -16,33 +16,15 @@ from typing import Optional
 
 import yaml
 
-from mmirage_beam.config.pipeline_config import (
-    DATASET_TYPES,
-    DEFAULT_RETRIES,
-    INPUT_TYPES,
-    OUTPUT_NAME_RE,
-    OUTPUT_TYPES,
-    DatasetConfig,
-    ExecutionConfig,
-    InputConfig,
-    OutputConfig,
-    PipelineConfig,
-)
+from mmirage_beam.config import pipeline_config
+from mmirage_beam.config.pipeline_config import *  # noqa: F403 (the records, re-exported)
+from mmirage_beam.config.pipeline_config import PipelineConfig
 from mmirage_beam.config.validation import config_from_dict, expand_env
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.paths import resolve_optional, resolve_path
 
 __all__ = [
-    "DATASET_TYPES",
-    "INPUT_TYPES",
-    "OUTPUT_TYPES",
-    "OUTPUT_NAME_RE",
-    "DatasetConfig",
-    "InputConfig",
-    "OutputConfig",
-    "ExecutionConfig",
-    "DEFAULT_RETRIES",
-    "PipelineConfig",
+    *pipeline_config.__all__,
     "expand_env",
     "load_config",
     "resolve_config_paths",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from mmirage_beam.config.pipeline_config import (
@@ -243,13 +244,20 @@ def _processor(value: Any) -> BatchProviderConfig:
         raise ConfigError(key, str(exc)) from None
 
 
-def _datasets(value: Any) -> tuple[DatasetConfig, ...]:
-    key = "loading_params.datasets"
+def _list_entries(value: Any, key: str) -> list[tuple[str, Any]]:
+    """The entries of the YAML list at ``key``, each with its own key (``key[i]``).
+
+    Raises:
+        ConfigError: ``value`` is not a list, or is empty.
+    """
     if not isinstance(value, list) or not value:
         raise ConfigError(key, "must be a non-empty list")
+    return [(f"{key}[{i}]", d) for i, d in enumerate(value)]
+
+
+def _datasets(value: Any) -> tuple[DatasetConfig, ...]:
     out = []
-    for i, d in enumerate(value):
-        k = f"{key}[{i}]"
+    for k, d in _list_entries(value, "loading_params.datasets"):
         if not isinstance(d, dict):
             raise ConfigError(k, "must be a mapping with path, type, output_dir")
         _check_keys(
@@ -287,12 +295,8 @@ def _datasets(value: Any) -> tuple[DatasetConfig, ...]:
 def _inputs(value: Any) -> tuple[InputConfig, ...]:
     import jmespath
 
-    key = "processing_params.inputs"
-    if not isinstance(value, list) or not value:
-        raise ConfigError(key, "must be a non-empty list")
     out, seen = [], set()
-    for i, d in enumerate(value):
-        k = f"{key}[{i}]"
+    for k, d in _list_entries(value, "processing_params.inputs"):
         if isinstance(d, dict):
             _check_keys(d, k, {"name", "key", "type", "default"}, strict=True)
         if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not d["name"]:
@@ -325,12 +329,8 @@ def _inputs(value: Any) -> tuple[InputConfig, ...]:
 
 
 def _outputs(value: Any, input_names: set[str]) -> tuple[OutputConfig, ...]:
-    key = "processing_params.outputs"
-    if not isinstance(value, list) or not value:
-        raise ConfigError(key, "must be a non-empty list")
     out, seen = [], set()
-    for i, d in enumerate(value):
-        k = f"{key}[{i}]"
+    for k, d in _list_entries(value, "processing_params.outputs"):
         if not isinstance(d, dict):
             raise ConfigError(k, "must be a mapping")
         _check_keys(d, k, {"name", "type", "output_type", "prompt", "output_schema"}, strict=True)
@@ -421,23 +421,39 @@ def _execution(value: Any) -> ExecutionConfig:
     )
 
 
+def _yaml_strings(value: Any, key: str) -> Iterator[tuple[str, str]]:
+    """Every string in a parsed YAML tree, depth first, with the YAML key naming it.
+
+    Args:
+        value: a parsed YAML value: a ``str``, a ``dict`` or ``list`` of such values, or
+            anything else (a number, a bool, None: no string in it).
+        key: the YAML key of ``value``; a mapping's entry is named ``key.k``, a list's
+            item ``key[i]``.
+
+    Yields:
+        ``(string, its key)`` for every ``str`` in ``value``, in document order.
+    """
+    if isinstance(value, str):
+        yield value, key
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _yaml_strings(v, f"{key}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _yaml_strings(v, f"{key}[{i}]")
+
+
 def _check_templates(value: Any, key: str) -> None:
     """Parse every Jinja2 template in a tree so syntax errors surface at load time."""
     import jinja2
 
-    if isinstance(value, str):
+    for text, at in _yaml_strings(value, key):
         try:
-            jinja2.Environment().parse(value)
+            jinja2.Environment().parse(text)
         except jinja2.TemplateSyntaxError as exc:
             raise ConfigError(
-                key, f"Jinja2 syntax error: {exc.message} (line {exc.lineno})"
+                at, f"Jinja2 syntax error: {exc.message} (line {exc.lineno})"
             ) from None
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _check_templates(v, f"{key}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _check_templates(v, f"{key}[{i}]")
 
 
 def _check_variables(value: Any, key: str, known: set[str]) -> None:
@@ -445,22 +461,16 @@ def _check_variables(value: Any, key: str, known: set[str]) -> None:
     import jinja2
     from jinja2 import meta
 
-    if isinstance(value, str):
-        if "{" not in value:
-            return
-        used = meta.find_undeclared_variables(jinja2.Environment().parse(value))
+    for text, at in _yaml_strings(value, key):
+        if "{" not in text:
+            continue
+        used = meta.find_undeclared_variables(jinja2.Environment().parse(text))
         unknown = sorted(used - known)
         if unknown:
             raise ConfigError(
-                key,
+                at,
                 f"uses undefined variable {unknown[0]!r}; defined: {', '.join(sorted(known))}",
             )
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _check_variables(v, f"{key}.{k}", known)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _check_variables(v, f"{key}[{i}]", known)
 
 
 def _check_json_fields(value: Any, key: str, outputs: tuple[OutputConfig, ...]) -> None:
@@ -476,10 +486,10 @@ def _check_json_fields(value: Any, key: str, outputs: tuple[OutputConfig, ...]) 
     }
     if not fields:
         return
-    if isinstance(value, str):
-        if "{" not in value:
-            return
-        ast = jinja2.Environment().parse(value)
+    for text, at in _yaml_strings(value, key):
+        if "{" not in text:
+            continue
+        ast = jinja2.Environment().parse(text)
         for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
             target = node.node
             if not (isinstance(target, nodes.Name) and target.name in fields):
@@ -492,13 +502,7 @@ def _check_json_fields(value: Any, key: str, outputs: tuple[OutputConfig, ...]) 
                 continue
             if attr not in fields[target.name]:
                 raise ConfigError(
-                    key,
+                    at,
                     f"{target.name}.{attr}: output {target.name!r} has no field {attr!r}; "
                     f"its output_schema declares {', '.join(sorted(fields[target.name]))}",
                 )
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _check_json_fields(v, f"{key}.{k}", outputs)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _check_json_fields(v, f"{key}[{i}]", outputs)

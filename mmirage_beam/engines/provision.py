@@ -102,6 +102,21 @@ def _build(final: Path, build: Callable[[Path], None]) -> Path:
     return final
 
 
+def _extract_below(archive: Path, prefix: str, dest: Path, into: str = "") -> None:
+    """Extract the files of the tar ``archive`` whose path starts with ``prefix`` into
+    ``dest``, each at its path less ``prefix`` (after ``into``); other members are left.
+
+    Raises:
+        tarfile.TarError, OSError: the archive cannot be read or a file written (also a
+            member the ``data`` extraction filter refuses).
+    """
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            if member.name.startswith(prefix) and member.isfile():
+                member.name = into + member.name[len(prefix) :]
+                tar.extract(member, dest, filter="data")
+
+
 def flink_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
     """A Flink distribution folder (``bin/``, ``lib/``, ``conf/``) of
     :data:`versions.FLINK_VERSION`, fetched from PyPI on first use.
@@ -123,12 +138,7 @@ def flink_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
         if libs is None or wheel is None:
             raise EngineError(f"fetch Flink: pip downloaded {sorted(os.listdir(dl))}")
         home = tmp
-        prefix = f"apache-flink-libraries-{version}/deps/"
-        with tarfile.open(libs) as tar:
-            for member in tar.getmembers():
-                if member.name.startswith(prefix) and member.isfile():
-                    member.name = member.name[len(prefix) :]
-                    tar.extract(member, home, filter="data")
+        _extract_below(libs, f"apache-flink-libraries-{version}/deps/", home)
         with zipfile.ZipFile(wheel) as zf:
             for name in zf.namelist():
                 for part in ("bin", "conf"):
@@ -146,14 +156,29 @@ def flink_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
     return _build(final, build)
 
 
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+_POM_HEAD = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>mmirage-beam</groupId>
-  <artifactId>flink-job-server-classpath</artifactId>
+  <artifactId>{artifact}</artifactId>
   <version>1</version>
   <packaging>pom</packaging>
   <dependencies>
-    <dependency>
+"""
+_POM_TAIL = """  </dependencies>
+</project>
+"""
+
+
+def _pom(artifact: str, dependencies: str) -> str:
+    """The ``pom.xml`` of a throw-away Maven project whose only use is to have Maven copy
+    ``dependencies`` (``<dependency>`` elements, indented as in the file) and their
+    dependency tree; ``artifact`` names the project."""
+    return _POM_HEAD.format(artifact=artifact) + dependencies + _POM_TAIL
+
+
+_POM = _pom(
+    "flink-job-server-classpath",
+    """    <dependency>
       <groupId>org.apache.beam</groupId>
       <artifactId>beam-runners-flink-{flink}</artifactId>
       <version>{beam}</version>
@@ -163,9 +188,8 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
       <artifactId>slf4j-jdk14</artifactId>
       <version>{slf4j}</version>
     </dependency>
-  </dependencies>
-</project>
-"""
+""",
+)
 
 
 def flink_job_server_classpath(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
@@ -233,12 +257,7 @@ def spark_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
         sdist = next(dl.glob(f"pyspark-{version}.tar.gz"), None)
         if sdist is None:
             raise EngineError(f"fetch Spark: pip downloaded {sorted(os.listdir(dl))}")
-        prefix = f"pyspark-{version}/deps/jars/"
-        with tarfile.open(sdist) as tar:
-            for member in tar.getmembers():
-                if member.name.startswith(prefix) and member.isfile():
-                    member.name = "jars/" + member.name[len(prefix) :]
-                    tar.extract(member, tmp, filter="data")
+        _extract_below(sdist, f"pyspark-{version}/deps/jars/", tmp, into="jars/")
         core = f"spark-core_{versions.SPARK_SCALA_VERSION}-{version}.jar"
         if not (tmp / "jars" / core).is_file():
             raise EngineError(f"fetch Spark: no jars/{core} in {sdist.name}")
@@ -247,14 +266,9 @@ def spark_home(cache: Optional[Path] = None, say: Say = _quiet) -> Path:
     return _build(final, build)
 
 
-_SPARK_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>mmirage-beam</groupId>
-  <artifactId>spark-job-server-classpath</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
+_SPARK_POM = _pom(
+    "spark-job-server-classpath",
+    """    <dependency>
       <groupId>org.apache.beam</groupId>
       <artifactId>beam-runners-spark-3</artifactId>
       <version>{beam}</version>
@@ -271,9 +285,8 @@ _SPARK_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
         </exclusion>
       </exclusions>
     </dependency>
-  </dependencies>
-</project>
-"""
+""",
+)
 
 
 def spark_job_server_classpath(cache: Optional[Path] = None, say: Say = _quiet) -> Path:

@@ -335,6 +335,23 @@ class _ReadSplitFn(beam.DoFn):
             self._rows_read.inc(self._read_count)
         self._read_count = 0
 
+    def _row_error(
+        self, split: _Split, source_index: int, reason: str, location: str
+    ) -> beam.pvalue.TaggedOutput:
+        """A row of ``split`` that cannot be read, counted in ``row_errors``: its
+        ``RowError`` (no input named) for the ``errors`` output."""
+        self._row_errors.inc()
+        return beam.pvalue.TaggedOutput(
+            _ERRORS_TAG,
+            RowError(
+                source_index=source_index,
+                dataset_path=split.dataset_path,
+                input_name=None,
+                reason=reason,
+                location=location,
+            ),
+        )
+
     def process(self, split: _Split, offsets: _Offsets) -> Iterator[Any]:
         set_total("rows read", offsets.shard_end - offsets.shard_start)  # for "of N"
         first = offsets.rows_before[split.split_id]
@@ -369,16 +386,8 @@ class _ReadSplitFn(beam.DoFn):
             # run before anything is submitted.
             what = f"row group {split.start}" if split.kind == _PARQUET else "Arrow data"
             for index in range(source_index, first + stop):
-                self._row_errors.inc()
-                yield beam.pvalue.TaggedOutput(
-                    _ERRORS_TAG,
-                    RowError(
-                        source_index=index,
-                        dataset_path=split.dataset_path,
-                        input_name=None,
-                        reason=f"{split.path}: {what} cannot be read ({exc})",
-                        location=what,
-                    ),
+                yield self._row_error(
+                    split, index, f"{split.path}: {what} cannot be read ({exc})", what
                 )
 
     def _read_jsonl(
@@ -402,16 +411,11 @@ class _ReadSplitFn(beam.DoFn):
                     self._read_count += 1
                     yield SourceRow(source_index, split.dataset_index, row)
                 else:
-                    self._row_errors.inc()
-                    yield beam.pvalue.TaggedOutput(
-                        _ERRORS_TAG,
-                        RowError(
-                            source_index=source_index,
-                            dataset_path=split.dataset_path,
-                            input_name=None,
-                            reason=reason,
-                            location=f"line {lines_before + line_index + 1}{in_file}",
-                        ),
+                    yield self._row_error(
+                        split,
+                        source_index,
+                        reason,
+                        f"line {lines_before + line_index + 1}{in_file}",
                     )
         if local + 1 != count:
             raise RuntimeError(

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import posixpath
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
@@ -66,6 +66,45 @@ class _Split:
     compressed: bool = False
 
 
+def _file_splits(
+    kind: str, file_path: str, size: int, dataset_index: int, desired_split_bytes: int
+) -> list[dict[str, Any]]:
+    """Where each split of one data file lies: the :class:`_Split` fields past
+    ``file_id`` (``start``, ``end``, ``num_rows``, ``compressed``), in file order.
+
+    Args:
+        kind: ``"JSONL"``, ``"parquet"`` or ``"loadable"`` (normalised).
+        file_path: the file.
+        size: JSONL: its size in bytes (else unused).
+        dataset_index: the dataset's position in the config (for error keys).
+        desired_split_bytes: JSONL: the byte range of one split.
+
+    Returns:
+        JSONL: byte ranges of ``desired_split_bytes`` (none for an empty file), or the
+        whole file when it is compressed; Parquet: one split per row group, with its row
+        count; loadable: the whole file.
+
+    Raises:
+        ConfigError: a Parquet footer cannot be read (:func:`_parquet_row_group_rows`).
+    """
+    if kind == _JSONL:
+        compressed = (
+            CompressionTypes.detect_compression_type(file_path) != CompressionTypes.UNCOMPRESSED
+        )
+        if compressed:
+            return [{"start": 0, "end": None, "compressed": True}]
+        return [
+            {"start": start, "end": min(start + desired_split_bytes, size), "compressed": False}
+            for start in range(0, size, desired_split_bytes)
+        ]
+    if kind == _PARQUET:
+        return [
+            {"start": group, "num_rows": num_rows}
+            for group, num_rows in enumerate(_parquet_row_group_rows(file_path, dataset_index))
+        ]
+    return [{}]
+
+
 def _list_splits(datasets: Sequence[DatasetConfig], desired_split_bytes: int) -> tuple[_Split, ...]:
     splits: list[_Split] = []
     file_id = 0
@@ -82,55 +121,14 @@ def _list_splits(datasets: Sequence[DatasetConfig], desired_split_bytes: int) ->
         first = len(splits)
         if kind == _JSONL:
             files = _expand_paths(path, index, _JSONL_SUFFIXES)
-            for file_path, size in files:
-                compressed = (
-                    CompressionTypes.detect_compression_type(file_path)
-                    != CompressionTypes.UNCOMPRESSED
-                )
-                if compressed:
-                    ranges: Iterable[tuple[int, int | None]] = [(0, None)]
-                else:
-                    ranges = [
-                        (start, min(start + desired_split_bytes, size))
-                        for start in range(0, size, desired_split_bytes)
-                    ]
-                for start, end in ranges:
-                    splits.append(
-                        _Split(
-                            len(splits),
-                            index,
-                            path,
-                            kind,
-                            file_path,
-                            file_id,
-                            start,
-                            end,
-                            compressed=compressed,
-                        )
-                    )
-                file_id += 1
         elif kind == _PARQUET:
             files = _expand_paths(path, index, _PARQUET_SUFFIXES)
-            for file_path, _ in files:
-                for group, num_rows in enumerate(_parquet_row_group_rows(file_path, index)):
-                    splits.append(
-                        _Split(
-                            len(splits),
-                            index,
-                            path,
-                            kind,
-                            file_path,
-                            file_id,
-                            group,
-                            num_rows=num_rows,
-                        )
-                    )
-                file_id += 1
         else:
             files = [(f, 0) for f in _hf_arrow_files(path, index)]
-            for file_path, _ in files:
-                splits.append(_Split(len(splits), index, path, kind, file_path, file_id))
-                file_id += 1
+        for file_path, size in files:
+            for where in _file_splits(kind, file_path, size, index, desired_split_bytes):
+                splits.append(_Split(len(splits), index, path, kind, file_path, file_id, **where))
+            file_id += 1
         _LOGGER.info(
             "ReadDatasets: dataset %d (%s %s): %d file(s), %d split(s)",
             index,

@@ -101,6 +101,24 @@ class _AssembleFn(beam.DoFn):
         out["source_index"] = source_index
         return out
 
+    def _render(self, extracted: Any, values: dict[str, Any], source_index: int) -> dict[str, Any]:
+        """The output row of ``extracted`` (the row's ``ExtractedRow``) with the outputs'
+        ``values`` (``MISSING`` where an output has no usable answer): the configured
+        ``output_schema`` rendered (else the outputs), ``remove_columns`` applied.
+
+        Raises:
+            Exception: whatever rendering raises (a template the values do not fit); the
+                callers decide what a row that cannot be rendered becomes.
+        """
+        return assemble_output_row(
+            extracted.row,
+            extracted.values,
+            values,
+            self._renderer,
+            self._remove,
+            source_index,
+        )
+
     def _skipped(self, source_index: int, grouped: dict[str, list]) -> Iterator[Any]:
         """A row left out at submission (--skip-invalid-rows): written, marked, no outputs.
 
@@ -110,16 +128,8 @@ class _AssembleFn(beam.DoFn):
         values = {o.name: MISSING for o in self._outputs}
         out = None
         if grouped.get("rows"):
-            extracted = grouped["rows"][0]
             try:
-                out = assemble_output_row(
-                    extracted.row,
-                    extracted.values,
-                    values,
-                    self._renderer,
-                    self._remove,
-                    source_index,
-                )
+                out = self._render(grouped["rows"][0], values, source_index)
             except Exception:  # rendered from null inputs; the raw columns are enough
                 out = None
         if out is None:
@@ -196,16 +206,8 @@ class _AssembleFn(beam.DoFn):
             self._changed_rows.inc()
         out = None
         if rows:  # a changed row too: its fields from the row, its answers null
-            extracted = rows[0]
             try:
-                out = assemble_output_row(
-                    extracted.row,
-                    extracted.values,
-                    values,
-                    self._renderer,
-                    self._remove,
-                    source_index,
-                )
+                out = self._render(rows[0], values, source_index)
             except Exception as exc:  # a template the values do not fit: mark, never crash
                 Metrics.counter(METRICS_NAMESPACE, "render_failures").inc()
                 errors["output_schema"] = error_record(

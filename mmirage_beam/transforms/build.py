@@ -12,6 +12,7 @@ resolves images and builds the provider-neutral payload described in
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
@@ -111,35 +112,33 @@ def build_payload(
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class _BuildSettings:
+    """:class:`BuildRequests`'s arguments once checked (their meaning is documented
+    there): the requests to build and what of them to count, which
+    :class:`_BuildRequestsFn` carries to the workers."""
+
+    outputs: tuple[OutputConfig, ...]
+    datasets: tuple[DatasetConfig, ...]
+    adapter_cls: type
+    provider_config: BatchProviderConfig
+    count_tokens: bool
+    count_selection: Optional[tuple[frozenset, bool]]
+    sample_fraction: Optional[float]
+    canonical: bool
+    progress: str
+
+
 class _BuildRequestsFn(beam.DoFn):
     def _counted(self, cid: str) -> bool:
         """Whether this run sends ``cid`` (a resume sends only what has no receipt)."""
-        if self._count_selection is None:
+        if self._s.count_selection is None:
             return True
-        ids, keep_listed = self._count_selection
+        ids, keep_listed = self._s.count_selection
         return (cid in ids) == keep_listed
 
-    def __init__(
-        self,
-        outputs: Sequence[OutputConfig],
-        datasets: Sequence[DatasetConfig],
-        adapter_cls: type,
-        provider_config: BatchProviderConfig,
-        count_tokens: bool = True,
-        count_selection: Optional[tuple[frozenset, bool]] = None,
-        sample_fraction: Optional[float] = None,
-        canonical: bool = True,
-        progress: str = "",
-    ) -> None:
-        self._progress = progress
-        self._outputs = tuple(outputs)
-        self._canonical = canonical
-        self._sample_fraction = sample_fraction
-        self._datasets = tuple(datasets)
-        self._count_tokens = count_tokens
-        self._count_selection = count_selection
-        self._adapter_cls = adapter_cls
-        self._config = provider_config
+    def __init__(self, settings: _BuildSettings) -> None:
+        self._s = settings
         self._requests = Metrics.counter(METRICS_NAMESPACE, "requests")
         self._bytes = Metrics.counter(METRICS_NAMESPACE, "request_bytes")
 
@@ -148,18 +147,18 @@ class _BuildRequestsFn(beam.DoFn):
 
         env = make_environment(reject_null=True)
         # plain substitution is filled without Jinja, with Jinja's bytes and errors
-        self._templates = [(o, PromptTemplate(o.prompt, env)) for o in self._outputs]
-        self._used = {o.name: template_variables(o.prompt) for o in self._outputs}
-        self._parallel = {o.name: parallel_list_inputs(o.prompt) for o in self._outputs}
+        self._templates = [(o, PromptTemplate(o.prompt, env)) for o in self._s.outputs]
+        self._used = {o.name: template_variables(o.prompt) for o in self._s.outputs}
+        self._parallel = {o.name: parallel_list_inputs(o.prompt) for o in self._s.outputs}
         # Only building and sizing happen here: no credentials, no client.
-        self._adapter = self._adapter_cls()
-        self._hard_limit = type(self._config).PROVIDER_MAX_BATCH_BYTES
+        self._adapter = self._s.adapter_cls()
+        self._hard_limit = type(self._s.provider_config).PROVIDER_MAX_BATCH_BYTES
         self._overhead = self._adapter.chunk_overhead_bytes
         # What is the same for every row is built once: each output's JSON schema; and
         # whether the adapter sizes requests its own way (else nbytes is len(line)).
         self._schemas = {
             o.name: json_schema_for(o.output_schema) if o.output_type == "JSON" else None
-            for o in self._outputs
+            for o in self._s.outputs
         }
 
         self._own_estimate = self._adapter.estimates_its_own_size
@@ -167,7 +166,7 @@ class _BuildRequestsFn(beam.DoFn):
         # (no parse of the line), when the line is the base class's encoding of that
         # same dict: an adapter serialising its own way is canonicalised from its line.
         self._encode_canonical = None
-        if self._canonical and not self._adapter.serializes_its_own_way:
+        if self._s.canonical and not self._adapter.serializes_its_own_way:
             self._encode_canonical = json_encoder(sort_keys=True, separators=(",", ":"))
 
         # Each output's text requests spliced from one encoded template, when the
@@ -176,11 +175,11 @@ class _BuildRequestsFn(beam.DoFn):
         if self._encode_canonical is not None and self._adapter.verbatim_prompt:
             from mmirage_beam.transforms.request_template import RequestTemplate
 
-            for o in self._outputs:
+            for o in self._s.outputs:
 
                 def build(cid: str, prompt: str, o: OutputConfig = o) -> dict[str, Any]:
                     payload = build_payload(prompt, (), o, self._schemas[o.name])
-                    return self._adapter.build_request(cid, payload, self._config)
+                    return self._adapter.build_request(cid, payload, self._s.provider_config)
 
                 self._request_templates[o.name] = RequestTemplate.probe(
                     build, self._adapter.serialize_request, self._encode_canonical
@@ -188,10 +187,12 @@ class _BuildRequestsFn(beam.DoFn):
 
         # per-output token counters; None when not counted (a merge's rebuild)
         self._tokens = (
-            token_counter_for(self._config, self._sample_fraction) if self._count_tokens else None
+            token_counter_for(self._s.provider_config, self._s.sample_fraction)
+            if self._s.count_tokens
+            else None
         )
         # a sampled request stands for 1 / fraction requests in the progress report
-        self._progress_scale = 1.0 / self._sample_fraction if self._sample_fraction else 1.0
+        self._progress_scale = 1.0 / self._s.sample_fraction if self._s.sample_fraction else 1.0
 
     def start_bundle(self) -> None:
         # Counted locally, added to the metrics once per bundle (cheaper per row).
@@ -201,8 +202,8 @@ class _BuildRequestsFn(beam.DoFn):
     def _flush_progress(self) -> None:
         """The requests built and input tokens counted since the last call, to the
         progress report."""
-        if self._progress and self._count > self._progress_mark:
-            add(self._progress, self._count - self._progress_mark)
+        if self._s.progress and self._count > self._progress_mark:
+            add(self._s.progress, self._count - self._progress_mark)
         if self._progress_tokens:
             add(INPUT_TOKENS, self._progress_tokens)
         self._progress_tokens, self._progress_mark = 0, self._count
@@ -227,7 +228,7 @@ class _BuildRequestsFn(beam.DoFn):
         modality = "multimodal" if element.images else "text"
         built: list[BatchRequest] = []
         bodies: list[dict[str, Any]] = []  # the request dicts, counted without a re-parse
-        adapter, config = self._adapter, self._config
+        adapter, config = self._adapter, self._s.provider_config
         for output, template in self._templates:
             name = output.name
             parallel = self._parallel[name]
@@ -286,7 +287,7 @@ class _BuildRequestsFn(beam.DoFn):
 
     def _row_error(self, element: ExtractedRow, name: str, reason: str) -> Any:
         """The RowError of ``element`` on the errors output."""
-        ds_path = self._datasets[element.dataset_index].path
+        ds_path = self._s.datasets[element.dataset_index].path
         return pvalue.TaggedOutput(
             ERRORS_TAG, RowError(element.source_index, ds_path, name, reason)
         )
@@ -389,15 +390,17 @@ class BuildRequests(beam.PTransform):
         if sample_fraction is not None:
             sample_fraction = check_sample_fraction(sample_fraction, "sample_fraction")
         self._fn = _BuildRequestsFn(
-            outputs,
-            datasets,
-            adapter_cls,
-            provider_config,
-            count_tokens,
-            count_selection,
-            sample_fraction,
-            canonical,
-            progress,
+            _BuildSettings(
+                tuple(outputs),
+                tuple(datasets),
+                adapter_cls,
+                provider_config,
+                count_tokens,
+                count_selection,
+                sample_fraction,
+                canonical,
+                progress,
+            )
         )
 
     def expand(self, rows: beam.PCollection) -> BuildRequestsResult:

@@ -48,6 +48,8 @@ from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.records import BatchRequest, Chunk, ChunkRef
 from mmirage_beam.run.staging import StagedChunkWriter, iter_lines, iter_meta, new_stem, read_meta
+from mmirage_beam.transforms import stage_chunks
+from mmirage_beam.transforms.stage_chunks import *  # noqa: F403 (re-exported, see __all__)
 from mmirage_beam.transforms.stage_chunks import (
     _CHUNKS_TAG,
     _REJECTED_TAG,
@@ -55,8 +57,8 @@ from mmirage_beam.transforms.stage_chunks import (
     FLUSH_FULL_CHUNK,
     FLUSH_MAX_REQUESTS,
     FLUSH_OVERSIZED_REQUEST,
-    FLUSH_REASONS,
     OVERSIZED_REQUEST_POLICIES,
+    _ChunkingSettings,
     _decode_key,
     _StageChunksFn,
     _Staged,
@@ -65,17 +67,12 @@ from mmirage_beam.transforms.stage_chunks import (
 
 _LOGGER = logging.getLogger(__name__)
 
+# the stager's public names (flush reasons, policies, would_overflow), re-exported
 __all__ = [
-    "FLUSH_END_OF_INPUT",
-    "FLUSH_FULL_CHUNK",
-    "FLUSH_MAX_REQUESTS",
-    "FLUSH_OVERSIZED_REQUEST",
-    "FLUSH_REASONS",
-    "OVERSIZED_REQUEST_POLICIES",
+    *stage_chunks.__all__,
     "ChunkRequests",
     "ChunkRequestsResult",
     "load_chunk",
-    "would_overflow",
 ]
 
 
@@ -146,22 +143,9 @@ class _ChunkFn(beam.DoFn):
     new staged file; a run that is a whole staged file becomes a chunk without a copy.
     """
 
-    def __init__(
-        self,
-        max_chunk_bytes: int,
-        max_requests_per_chunk: int | None,
-        chunk_overhead_bytes: int,
-        shards_per_key: int,
-        staging_dir: str,
-        attempt: int = 1,
-        run_part: str = "",
-    ) -> None:
+    def __init__(self, settings: _ChunkingSettings, attempt: int = 1, run_part: str = "") -> None:
+        self._s = settings
         self._run_part = run_part
-        self._max_chunk_bytes = max_chunk_bytes
-        self._max_requests_per_chunk = max_requests_per_chunk
-        self._chunk_overhead_bytes = chunk_overhead_bytes
-        self._shards_per_key = shards_per_key
-        self._staging_dir = staging_dir
         self._attempt = attempt
         self._chunks = Metrics.counter(METRICS_NAMESPACE, "chunks")
         self._chunk_bytes = Metrics.distribution(METRICS_NAMESPACE, "chunk_bytes")
@@ -193,16 +177,16 @@ class _ChunkFn(beam.DoFn):
             if (held_count or j > seg_start) and would_overflow(
                 held_bytes + seg_bytes,
                 meta.nbytes,
-                self._max_chunk_bytes,
-                self._chunk_overhead_bytes,
+                self._s.max_chunk_bytes,
+                self._s.chunk_overhead_bytes,
             ):
                 run = self._run(staged, seg_start, j, seg_bytes)
                 yield from self._flush(key, FLUSH_FULL_CHUNK, *state, extra=run)
                 held_bytes, held_count, seg_start, seg_bytes = 0, 0, j, 0
             seg_bytes += meta.nbytes
             if (
-                self._max_requests_per_chunk is not None
-                and held_count + (j + 1 - seg_start) >= self._max_requests_per_chunk
+                self._s.max_requests_per_chunk is not None
+                and held_count + (j + 1 - seg_start) >= self._s.max_requests_per_chunk
             ):
                 run = self._run(staged, seg_start, j + 1, seg_bytes)
                 yield from self._flush(key, FLUSH_MAX_REQUESTS, *state, extra=run)
@@ -263,7 +247,7 @@ class _ChunkFn(beam.DoFn):
             path, count = runs[0].path, runs[0].request_count
             total_bytes, digest = runs[0].total_bytes, runs[0].request_hash
         else:
-            writer = StagedChunkWriter(new_stem(self._staging_dir, "chunk"))
+            writer = StagedChunkWriter(new_stem(self._s.staging_dir, "chunk"))
             try:
                 for run in runs:
                     metas = iter_meta(run.path, run.start, run.end)
@@ -278,7 +262,7 @@ class _ChunkFn(beam.DoFn):
             chunk_id=_chunk_id(
                 output_name,
                 seq,
-                shard if self._shards_per_key > 1 else None,
+                shard if self._s.shards_per_key > 1 else None,
                 self._attempt,
                 self._run_part,
             ),
@@ -386,7 +370,6 @@ class ChunkRequests(beam.PTransform):
             import tempfile
 
             staging_dir = tempfile.mkdtemp(prefix="mmirage-staged-")
-        self._staging_dir = staging_dir
         require_int("attempt", attempt, 1)
         self._attempt = attempt
         self._run_part = run_part
@@ -407,18 +390,20 @@ class ChunkRequests(beam.PTransform):
                 f"got {chunk_overhead_bytes}",
             )
         require_int("shards_per_key", shards_per_key, 1)
-        self._max_chunk_bytes = max_chunk_bytes
-        self._max_requests_per_chunk = max_requests_per_chunk
-        self._oversized_request_policy = oversized_request_policy
-        self._chunk_overhead_bytes = chunk_overhead_bytes
-        self._shards_per_key = shards_per_key
+        self._settings = _ChunkingSettings(
+            max_chunk_bytes,
+            max_requests_per_chunk,
+            oversized_request_policy,
+            chunk_overhead_bytes,
+            shards_per_key,
+            staging_dir,
+        )
 
     def expand(self, requests: PCollection) -> ChunkRequestsResult:
         """``PCollection[BatchRequest]`` -> ``ChunkRequestsResult(chunks, rejected)``."""
         from mmirage_beam.transforms.worker_imports import import_on_workers
 
         import_on_workers(requests)  # every SDK worker imports the package at start-up
-        shards_per_key = self._shards_per_key
         if not requests.windowing.is_default():
             # Already in the global window with the default trigger (a batch read), the
             # re-windowing changes nothing and costs a step per request (about 6% of a
@@ -427,14 +412,7 @@ class ChunkRequests(beam.PTransform):
                 beam_window.GlobalWindows()
             )
         staged = requests | "StageChunks" >> beam.ParDo(
-            _StageChunksFn(
-                self._max_chunk_bytes,
-                self._max_requests_per_chunk,
-                self._oversized_request_policy,
-                self._chunk_overhead_bytes,
-                shards_per_key,
-                self._staging_dir,
-            )
+            _StageChunksFn(self._settings)
         ).with_outputs(_REJECTED_TAG, main=_CHUNKS_TAG)
         chunks = (
             staged[_CHUNKS_TAG]
@@ -445,17 +423,6 @@ class ChunkRequests(beam.PTransform):
             | "SpreadRefs" >> beam.Reshuffle()
             # A str key: the stateful step's key coder is deterministic.
             | "TypedKeys" >> beam.Map(lambda kv: kv).with_output_types(Tuple[str, Any])
-            | "ChunkPerKey"
-            >> beam.ParDo(
-                _ChunkFn(
-                    self._max_chunk_bytes,
-                    self._max_requests_per_chunk,
-                    self._chunk_overhead_bytes,
-                    shards_per_key,
-                    self._staging_dir,
-                    self._attempt,
-                    self._run_part,
-                )
-            )
+            | "ChunkPerKey" >> beam.ParDo(_ChunkFn(self._settings, self._attempt, self._run_part))
         )
         return ChunkRequestsResult(chunks=chunks, rejected=staged[_REJECTED_TAG])

@@ -7,6 +7,7 @@ BuildRequests (:mod:`mmirage_beam.transforms.build`) renders the prompts from th
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
@@ -96,28 +97,45 @@ def compile_key(key: str) -> Callable[[Any], Any]:
     return fields
 
 
+def _input_error(
+    element: SourceRow, ds: DatasetConfig, spec: InputConfig, what: str
+) -> pvalue.TaggedOutput:
+    """The ``errors`` output of a row whose input ``spec`` cannot be used: a
+    :class:`RowError` naming the row, the dataset, the input and its key, then ``what``
+    is wrong with it."""
+    return pvalue.TaggedOutput(
+        ERRORS_TAG,
+        RowError(
+            element.source_index,
+            ds.path,
+            spec.name,
+            f"input {spec.name!r} (key {spec.key!r}) {what}",
+        ),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _ExtractSettings:
+    """:class:`ExtractInputs`'s arguments once checked (their meaning is documented
+    there): the inputs to extract from each row and how, which :class:`_ExtractInputsFn`
+    carries to the workers."""
+
+    inputs: tuple[InputConfig, ...]
+    datasets: tuple[DatasetConfig, ...]
+    load_images: bool
+    lenient: bool
+    max_image_file_bytes: Optional[int]
+    image_file_limit: str
+    progress: str
+
+
 class _ExtractInputsFn(beam.DoFn):
-    def __init__(
-        self,
-        inputs: Sequence[InputConfig],
-        datasets: Sequence[DatasetConfig],
-        load_images: bool = True,
-        lenient: bool = False,
-        max_image_file_bytes: Optional[int] = None,
-        image_file_limit: str = "",
-        progress: str = "",
-    ) -> None:
-        self._progress = progress
-        self._inputs = tuple(inputs)
-        self._datasets = tuple(datasets)
-        self._load_images = load_images
-        self._lenient = lenient
-        self._max_image_file_bytes = max_image_file_bytes
-        self._image_file_limit = image_file_limit
+    def __init__(self, settings: _ExtractSettings) -> None:
+        self._s = settings
         self._rows = Metrics.counter(METRICS_NAMESPACE, "rows_extracted")
 
     def setup(self) -> None:
-        self._compiled = [(i, compile_key(i.key)) for i in self._inputs]
+        self._compiled = [(i, compile_key(i.key)) for i in self._s.inputs]
 
     def start_bundle(self) -> None:
         self._extracted = 0  # added to the metric once per bundle
@@ -127,56 +145,44 @@ class _ExtractInputsFn(beam.DoFn):
         if self._extracted:
             self._rows.inc(self._extracted)
         self._extracted = 0
-        if self._progress and self._seen:
-            add(self._progress, self._seen)
+        if self._s.progress and self._seen:
+            add(self._s.progress, self._seen)
         self._seen = 0
 
     def process(self, element: SourceRow) -> Iterator[Any]:
-        if self._progress:
+        if self._s.progress:
             self._seen += 1
             if self._seen >= _PROGRESS_EVERY:
-                add(self._progress, self._seen)
+                add(self._s.progress, self._seen)
                 self._seen = 0
-        ds = self._datasets[element.dataset_index]
+        ds = self._s.datasets[element.dataset_index]
         values: dict[str, Any] = {}
         images: list[dict[str, Any]] = []
         for spec, lookup in self._compiled:
             value = lookup(element.row)
-            if value is None and self._lenient and not spec.has_default:
+            if value is None and self._s.lenient and not spec.has_default:
                 values[spec.name] = None
                 continue
             if value is None:
                 if not spec.has_default:
-                    yield pvalue.TaggedOutput(
-                        ERRORS_TAG,
-                        RowError(
-                            element.source_index,
-                            ds.path,
-                            spec.name,
-                            f"input {spec.name!r} (key {spec.key!r}) is missing or null",
-                        ),
-                    )
+                    yield _input_error(element, ds, spec, "is missing or null")
                     return
                 value = spec.default
-            if not self._lenient:
+            if not self._s.lenient:
                 where = lone_surrogate_at(value)
                 if where is not None:
-                    yield pvalue.TaggedOutput(
-                        ERRORS_TAG,
-                        RowError(
-                            element.source_index,
-                            ds.path,
-                            spec.name,
-                            f"input {spec.name!r} (key {spec.key!r}) holds a lone UTF-16 "
-                            f"surrogate ({where}), a character with no UTF-8 encoding: the "
-                            "provider would receive U+FFFD in its place. Fix the source "
-                            "row, or skip it with execution_params.skip_invalid_rows",
-                        ),
+                    yield _input_error(
+                        element,
+                        ds,
+                        spec,
+                        f"holds a lone UTF-16 surrogate ({where}), a character with no UTF-8 "
+                        "encoding: the provider would receive U+FFFD in its place. Fix the "
+                        "source row, or skip it with execution_params.skip_invalid_rows",
                     )
                     return
             if spec.type == "image" and value is not None:
                 refs = value if isinstance(value, list) else [value]
-                if not self._load_images:
+                if not self._s.load_images:
                     images.extend({"source": v, "input": spec.name} for v in refs)
                     values[spec.name] = value
                     continue
@@ -187,15 +193,15 @@ class _ExtractInputsFn(beam.DoFn):
                                 v,
                                 ds.image_base_path,
                                 ds.allow_images_outside_base,
-                                self._max_image_file_bytes,
-                                self._image_file_limit,
+                                self._s.max_image_file_bytes,
+                                self._s.image_file_limit,
                             ),
                             "input": spec.name,
                         }
                         for v in refs
                     )
                 except RequestBuildError as exc:
-                    if self._lenient:  # merge re-reads rows: a bad image is no reason to
+                    if self._s.lenient:  # merge re-reads rows: a bad image is no reason to
                         images.extend({"source": v, "input": spec.name} for v in refs)
                         values[spec.name] = value
                         continue
@@ -251,33 +257,27 @@ class ExtractInputs(beam.PTransform):
         progress: str = "",
     ) -> None:
         super().__init__()
-        self._progress = progress
         if not inputs:
             raise ValueError("inputs must not be empty")
         if max_image_file_bytes is not None and max_image_file_bytes < 1:
             raise ValueError("max_image_file_bytes must be at least 1")
-        self._inputs = tuple(inputs)
-        self._datasets = tuple(datasets)
-        self._load_images = load_images
-        self._lenient = lenient
-        self._max_image_file_bytes = max_image_file_bytes
-        self._image_file_limit = image_file_limit
+        self._fn = _ExtractInputsFn(
+            _ExtractSettings(
+                tuple(inputs),
+                tuple(datasets),
+                load_images,
+                lenient,
+                max_image_file_bytes,
+                image_file_limit,
+                progress,
+            )
+        )
 
     def expand(self, rows: beam.PCollection) -> ExtractInputsResult:
         from mmirage_beam.transforms.worker_imports import import_on_workers
 
         import_on_workers(rows)  # every SDK worker imports the package at start-up
-        out = rows | "Extract" >> beam.ParDo(
-            _ExtractInputsFn(
-                self._inputs,
-                self._datasets,
-                self._load_images,
-                self._lenient,
-                self._max_image_file_bytes,
-                self._image_file_limit,
-                self._progress,
-            )
-        ).with_outputs(ERRORS_TAG, main="rows")
+        out = rows | "Extract" >> beam.ParDo(self._fn).with_outputs(ERRORS_TAG, main="rows")
         return ExtractInputsResult(out.rows, out[ERRORS_TAG])
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import gc
 import json
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -176,6 +176,18 @@ class KeepRequests:
         return keeping()
 
 
+class _RebuiltChecksSettings(NamedTuple):
+    """What :class:`RebuiltChecks` was given (documented there), which
+    :class:`_RebuiltChecksFn` carries to the workers."""
+
+    old_entries: dict[str, list[ExpectedRequest]]
+    temp_dir: str
+    partitioner: RangePartitioner
+    adapter_cls: type
+    provider_config: Any
+    answer_keys: bool
+
+
 class _RebuiltChecksFn(beam.DoFn):
     """Rebuilt request (``BatchRequest``) -> its :class:`RebuiltRequest` (request hash)
     and, with answer keys, its ``(custom_id, source_index, answer key)``, both spilled
@@ -185,30 +197,23 @@ class _RebuiltChecksFn(beam.DoFn):
     :class:`SpillFile`; a request of a chunk whose receipt has no ``request_hashes``
     also goes, with its line, to ``by_chunk`` as ``(chunk key, ChunkRequestLine)``."""
 
-    def __init__(
-        self,
-        old_entries: dict[str, list[ExpectedRequest]],
-        temp_dir: str,
-        partitioner: RangePartitioner,
-        adapter_cls: type,
-        provider_config: Any,
-        answer_keys: bool,
-    ) -> None:
-        self._old = old_entries
-        self._dir = temp_dir
-        self._part = partitioner
-        self._cls = adapter_cls
-        self._config = provider_config
-        self._with_keys = answer_keys
+    def __init__(self, settings: _RebuiltChecksSettings) -> None:
+        self._s = settings
 
     def setup(self) -> None:
-        self._adapter = self._cls()
-        self._settings = canonical_settings(key_settings(self._config)) if self._with_keys else None
+        self._adapter = self._s.adapter_cls()
+        self._settings = (
+            canonical_settings(key_settings(self._s.provider_config))
+            if self._s.answer_keys
+            else None
+        )
 
     def start_bundle(self) -> None:
-        self._hashes = SpillWriter(REBUILT_KIND, self._dir, self._part)
+        self._hashes = SpillWriter(REBUILT_KIND, self._s.temp_dir, self._s.partitioner)
         self._keys = (
-            SpillWriter(ANSWER_KEYS_KIND, self._dir, self._part) if self._with_keys else None
+            SpillWriter(ANSWER_KEYS_KIND, self._s.temp_dir, self._s.partitioner)
+            if self._s.answer_keys
+            else None
         )
 
     def process(self, r: Any) -> Iterator[Any]:
@@ -224,7 +229,7 @@ class _RebuiltChecksFn(beam.DoFn):
             written = self._keys.add(idx, (r.custom_id, idx, key))
             if written is not None:
                 yield written
-        for e in self._old.get(r.custom_id, ()):
+        for e in self._s.old_entries.get(r.custom_id, ()):
             line = ChunkRequestLine(e.position, e.source_index, e.chunk_hash, bytes(r.line))
             yield pvalue.TaggedOutput("by_chunk", (e.chunk_key, line))
 
@@ -261,7 +266,9 @@ class RebuiltChecks(beam.PTransform):
     ) -> None:
         super().__init__()
         self._fn = _RebuiltChecksFn(
-            old_entries, temp_dir, partitioner, adapter_cls, provider_config, answer_keys
+            _RebuiltChecksSettings(
+                old_entries, temp_dir, partitioner, adapter_cls, provider_config, answer_keys
+            )
         )
 
     def expand(self, requests: beam.PCollection) -> Any:

@@ -213,20 +213,22 @@ class ReuseResult(NamedTuple):
     tokens: Any = None
 
 
+class _ReusedReceiptsSettings(NamedTuple):
+    """What :class:`WriteReusedReceipts` was given (documented there), which
+    :class:`_WriteReusedFn` carries to the workers."""
+
+    provider: str
+    run_id: str
+    base: str
+    attempt: int
+    output_types: dict[str, str]
+    model: Optional[str]
+    dry_run: bool
+
+
 class _WriteReusedFn(beam.DoFn):
-    def __init__(
-        self,
-        provider: str,
-        run_id: str,
-        base: str,
-        attempt: int,
-        output_types: dict[str, str],
-        model: Optional[str],
-        dry_run: bool,
-    ) -> None:
-        self._provider, self._run_id, self._base = provider, run_id, base
-        self._attempt, self._types, self._model = attempt, dict(output_types), model
-        self._dry_run = dry_run
+    def __init__(self, settings: _ReusedReceiptsSettings) -> None:
+        self._s = settings
 
     def process(
         self, element: tuple[tuple, Any], invalid_row_count: int = 0
@@ -235,19 +237,19 @@ class _WriteReusedFn(beam.DoFn):
             return
         (output_name, modality, run, batch), entries = element
         receipt = reused_receipt(
-            provider=self._provider,
-            run_id=self._run_id,
-            attempt=self._attempt,
+            provider=self._s.provider,
+            run_id=self._s.run_id,
+            attempt=self._s.attempt,
             output_name=output_name,
-            output_type=self._types.get(output_name, ""),
+            output_type=self._s.output_types.get(output_name, ""),
             modality=modality,
-            model=self._model,
+            model=self._s.model,
             reused_from=run,
             provider_batch_id=batch,
             entries=(tuple(e) for e in entries),
         )
-        if not self._dry_run:
-            rfile = receipt_path(self._base, modality, self._run_id)
+        if not self._s.dry_run:
+            rfile = receipt_path(self._s.base, modality, self._s.run_id)
             write_durably(part_path(rfile, receipt["chunk_id"]), receipt_line(receipt))
         Metrics.counter(METRICS_NAMESPACE, "reused_receipts").inc()
         yield {"chunk_id": receipt["chunk_id"], "requests": receipt["submitted_request_count"]}
@@ -275,7 +277,11 @@ class WriteReusedReceipts(beam.PTransform):
         gate: Any = None,
     ) -> None:
         super().__init__()
-        self._fn = _WriteReusedFn(provider, run_id, base, attempt, output_types, model, dry_run)
+        self._fn = _WriteReusedFn(
+            _ReusedReceiptsSettings(
+                provider, run_id, base, attempt, dict(output_types), model, dry_run
+            )
+        )
         self._gate = gate
 
     def expand(self, reused: beam.PCollection) -> beam.PCollection:

@@ -113,6 +113,19 @@ class _Staged(NamedTuple):
         return self.end - self.start
 
 
+class _ChunkingSettings(NamedTuple):
+    """How :class:`~mmirage_beam.transforms.chunking.ChunkRequests` chunks, checked
+    there (the meaning of each is documented there); the stager
+    (:class:`_StageChunksFn`) and the chunker (``_ChunkFn``) apply the same ones."""
+
+    max_chunk_bytes: int
+    max_requests_per_chunk: int | None
+    oversized_request_policy: str
+    chunk_overhead_bytes: int
+    shards_per_key: int
+    staging_dir: str
+
+
 class _StageChunksFn(beam.DoFn):
     """``BatchRequest`` -> ``(key, _Staged)`` (main) and ``RowError`` ("rejected").
 
@@ -121,21 +134,8 @@ class _StageChunksFn(beam.DoFn):
     as a fragment when the bundle finishes. Memory: one line at a time per key.
     """
 
-    def __init__(
-        self,
-        max_chunk_bytes: int,
-        max_requests_per_chunk: int | None,
-        oversized_request_policy: str,
-        chunk_overhead_bytes: int,
-        shards_per_key: int,
-        staging_dir: str,
-    ) -> None:
-        self._max_chunk_bytes = max_chunk_bytes
-        self._max_requests_per_chunk = max_requests_per_chunk
-        self._oversized_request_policy = oversized_request_policy
-        self._chunk_overhead_bytes = chunk_overhead_bytes
-        self._shards_per_key = shards_per_key
-        self._staging_dir = staging_dir
+    def __init__(self, settings: _ChunkingSettings) -> None:
+        self._s = settings
         self._oversized_requests = Metrics.counter(METRICS_NAMESPACE, "oversized_requests")
         self._rejected_requests = Metrics.counter(METRICS_NAMESPACE, "rejected_oversized_requests")
 
@@ -157,7 +157,7 @@ class _StageChunksFn(beam.DoFn):
     def _writer(self, key: str) -> StagedChunkWriter:
         writer = self._open.get(key)
         if writer is None:
-            writer = StagedChunkWriter(new_stem(self._staging_dir, "staged"))
+            writer = StagedChunkWriter(new_stem(self._s.staging_dir, "staged"))
             self._open[key] = writer
         return writer
 
@@ -165,31 +165,31 @@ class _StageChunksFn(beam.DoFn):
         stream = (
             request.output_name,
             request.modality,
-            _shard_of(request.custom_id, self._shards_per_key),
+            _shard_of(request.custom_id, self._s.shards_per_key),
         )
         key = self._keys.get(stream)
         if key is None:  # encoded once per stream, not per request
             key = self._keys[stream] = _encode_key(*stream)
-        if would_overflow(0, request.nbytes, self._max_chunk_bytes, self._chunk_overhead_bytes):
+        if would_overflow(0, request.nbytes, self._s.max_chunk_bytes, self._s.chunk_overhead_bytes):
             self._oversized_requests.inc()
-            if self._oversized_request_policy == "reject":
+            if self._s.oversized_request_policy == "reject":
                 self._rejected_requests.inc()
                 _LOGGER.warning(
                     "Rejecting request %s: %d bytes (+%d overhead) > max_chunk_bytes=%d",
                     request.custom_id,
                     request.nbytes,
-                    self._chunk_overhead_bytes,
-                    self._max_chunk_bytes,
+                    self._s.chunk_overhead_bytes,
+                    self._s.max_chunk_bytes,
                 )
-                yield TaggedOutput(_REJECTED_TAG, _rejection(request, self))
+                yield TaggedOutput(_REJECTED_TAG, _rejection(request, self._s))
                 return
             _LOGGER.warning(
                 "Isolating request %s in its own chunk: %d bytes (+%d overhead) > "
                 "max_chunk_bytes=%d",
                 request.custom_id,
                 request.nbytes,
-                self._chunk_overhead_bytes,
-                self._max_chunk_bytes,
+                self._s.chunk_overhead_bytes,
+                self._s.max_chunk_bytes,
             )
             closed = self._close(key, FLUSH_FULL_CHUNK)
             if closed is not None:
@@ -205,7 +205,10 @@ class _StageChunksFn(beam.DoFn):
             return
         writer = self._open.get(key)
         if writer is not None and would_overflow(
-            writer.total_bytes, request.nbytes, self._max_chunk_bytes, self._chunk_overhead_bytes
+            writer.total_bytes,
+            request.nbytes,
+            self._s.max_chunk_bytes,
+            self._s.chunk_overhead_bytes,
         ):
             yield self._close(key, FLUSH_FULL_CHUNK)
         writer = self._writer(key)
@@ -213,8 +216,8 @@ class _StageChunksFn(beam.DoFn):
             request.custom_id, request.source_index, request.line, request.nbytes, request.canonical
         )
         if (
-            self._max_requests_per_chunk is not None
-            and writer.request_count >= self._max_requests_per_chunk
+            self._s.max_requests_per_chunk is not None
+            and writer.request_count >= self._s.max_requests_per_chunk
         ):
             yield self._close(key, FLUSH_MAX_REQUESTS)
 
@@ -227,8 +230,8 @@ class _StageChunksFn(beam.DoFn):
 
 # State and timer specs of _ChunkFn, declared once. They and their DoFn parameters live at
 # module level so the parameters can be argument defaults of both process and the timer.
-def _rejection(request: BatchRequest, fn: Any) -> RowError:
-    overhead, limit = fn._chunk_overhead_bytes, fn._max_chunk_bytes
+def _rejection(request: BatchRequest, settings: _ChunkingSettings) -> RowError:
+    overhead, limit = settings.chunk_overhead_bytes, settings.max_chunk_bytes
     if overhead:
         size = f"{request.nbytes} bytes (plus chunk_overhead_bytes={overhead})"
     else:

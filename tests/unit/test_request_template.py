@@ -18,8 +18,8 @@ from mmirage_beam.jsonl import json_encoder
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from mmirage_beam.records import SourceRow
-from mmirage_beam.transforms.build import _BuildRequestsFn, build_payload
-from mmirage_beam.transforms.extract import _ExtractInputsFn
+from mmirage_beam.transforms.build import BuildRequests, _BuildRequestsFn, build_payload
+from mmirage_beam.transforms.extract import ExtractInputs
 from mmirage_beam.transforms.request_template import RequestTemplate
 from tests.conftest import REPO
 
@@ -67,7 +67,7 @@ def _fns(raw: dict[str, Any]) -> tuple[Any, _BuildRequestsFn, _BuildRequestsFn]:
     adapter_cls = BatchAdapterRegistry.get(cfg.processor.provider)
     fns = []
     for spliced in (True, False):
-        fn = _BuildRequestsFn(cfg.outputs, cfg.datasets, adapter_cls, cfg.processor, False)
+        fn = BuildRequests(cfg.outputs, cfg.datasets, adapter_cls, cfg.processor, False)._fn
         fn.setup()
         if not spliced:
             fn._request_templates = {}
@@ -81,7 +81,7 @@ def test_spliced_requests_equal_encoded_ones(name: str, raw: dict[str, Any]) -> 
     cfg, spliced, encoded = _fns(raw)
     assert spliced._request_templates, name
     assert all(t is not None for t in spliced._request_templates.values()), name
-    extract = _ExtractInputsFn(cfg.inputs, cfg.datasets)
+    extract = ExtractInputs(cfg.inputs, cfg.datasets)._fn
     extract.setup()
     extract.start_bundle()
     lines = Path(cfg.datasets[0].path).read_text(encoding="utf-8").splitlines()[:300]
@@ -148,7 +148,7 @@ def test_adapters_not_saying_so_get_no_template() -> None:
 
     raw = yaml.safe_load((REPO / "configs" / "gsm8k_openai.yaml").read_text(encoding="utf-8"))
     cfg = config_from_dict(raw)
-    fn = _BuildRequestsFn(cfg.outputs, cfg.datasets, Quiet, cfg.processor, False)
+    fn = BuildRequests(cfg.outputs, cfg.datasets, Quiet, cfg.processor, False)._fn
     fn.setup()
     assert fn._request_templates == {}
 

@@ -241,12 +241,7 @@ class _JsonFaker:
         lo, lo_excl, hi, hi_excl = self._bounds(schema)
         ilo = None if lo is None else (math.floor(lo) + 1 if lo_excl else math.ceil(lo))
         ihi = None if hi is None else (math.ceil(hi) - 1 if hi_excl else math.floor(hi))
-        if ilo is None and ihi is None:
-            ilo, ihi = 0, 100
-        elif ilo is None:
-            ilo = ihi - 100
-        elif ihi is None:
-            ihi = ilo + 100
+        ilo, ihi = _complete_range(ilo, ihi, 100)
         step = schema.get("multipleOf")
         step = (
             int(step) if isinstance(step, (int, float)) and step >= 1 and step == int(step) else 1
@@ -263,12 +258,7 @@ class _JsonFaker:
             if step > 0 and step == int(step):
                 return self._integer(schema, path)
         lo, lo_excl, hi, hi_excl = self._bounds(schema)
-        if lo is None and hi is None:
-            lo, hi = 0.0, 100.0
-        elif lo is None:
-            lo = hi - 100.0
-        elif hi is None:
-            hi = lo + 100.0
+        lo, hi = _complete_range(lo, hi, 100.0)
         if hi <= lo:
             return lo
         frac = (self._num(path) % 9999 + 1) / 10000  # strictly inside (0, 1)
@@ -279,6 +269,19 @@ class _JsonFaker:
         ):
             return rounded
         return value
+
+
+def _complete_range(lo: float | None, hi: float | None, width: float) -> tuple[float, float]:
+    """The range a faked number is drawn from: ``(lo, hi)``, a missing bound ``width``
+    away from the other, ``(0, width)`` when both are missing (``int`` bounds and width
+    give ``int`` ends, ``float`` ones ``float`` ends)."""
+    if lo is None and hi is None:
+        return 0 * width, width
+    if lo is None:
+        return hi - width, hi
+    if hi is None:
+        return lo, lo + width
+    return lo, hi
 
 
 def schema_root_is_object(schema: Any) -> bool:

@@ -366,30 +366,37 @@ class AnthropicApi:
                 batch.cancel_requested_at = now
             return json_response(self.view(batch, now))
 
+    def _ended_batch(self, batch_id: str, not_ended: str) -> Batch:
+        """The message batch ``batch_id``, which must have ended (call under the store's
+        lock).
+
+        Raises:
+            ApiError: 404 for an unknown batch; 400 ``invalid_request_error`` with the
+                message ``not_ended`` while it is still processing.
+        """
+        batch = self.store.get_batch(ANTHROPIC, batch_id)
+        if self.view(batch, self.store.clock())["processing_status"] != "ended":
+            raise ApiError(400, "invalid_request_error", not_ended)
+        return batch
+
     def messages_batches_delete(self, request: Request, batch_id: str) -> Response:
         """``DELETE /v1/messages/batches/{id}`` (400 while processing)."""
         with self.store.lock:
-            batch = self.store.get_batch(ANTHROPIC, batch_id)
-            if self.view(batch, self.store.clock())["processing_status"] != "ended":
-                raise ApiError(
-                    400,
-                    "invalid_request_error",
-                    f"Message batch {batch_id} cannot be deleted while it is still processing; "
-                    "cancel it and wait until it has ended.",
-                )
+            batch = self._ended_batch(
+                batch_id,
+                f"Message batch {batch_id} cannot be deleted while it is still processing; "
+                "cancel it and wait until it has ended.",
+            )
             batch.deleted = True
             return json_response({"id": batch_id, "type": "message_batch_deleted"})
 
     def messages_batches_results(self, request: Request, batch_id: str) -> Response:
         """``GET /v1/messages/batches/{id}/results``: the JSONL (400 until ended)."""
         with self.store.lock:
-            batch = self.store.get_batch(ANTHROPIC, batch_id)
-            if self.view(batch, self.store.clock())["processing_status"] != "ended":
-                raise ApiError(
-                    400,
-                    "invalid_request_error",
-                    f"Results for message batch {batch_id} are not available until it has ended.",
-                )
+            batch = self._ended_batch(
+                batch_id,
+                f"Results for message batch {batch_id} are not available until it has ended.",
+            )
             expire_at = batch.results_expire_at
             if expire_at is None:
                 expire_at = batch.created + limits.ANTHROPIC_RESULTS_LIFETIME_SECS
@@ -402,16 +409,11 @@ class AnthropicApi:
             content = batch.results_jsonl
         return Response(content, mimetype="application/binary")
 
-    def _finish(self, batch: Batch) -> None:
-        """Materialises the results JSONL once the batch has ended."""
-        if batch.finished:
-            return
-        batch.finished = True
-        self._finish_results(batch, *lifecycle.split_processed(batch))
-
     def _finish_results(
         self, batch: Batch, processed: list[Item], rest: list[Item], cancelled: bool
     ) -> None:
+        """Materialises the results JSONL once the batch has ended (called once, by
+        :func:`lifecycle.finish_once`)."""
         kind = "canceled" if cancelled else "expired"
         lines = [it.line for it in processed]
         lines += [{"custom_id": it.custom_id, "result": {"type": kind}} for it in rest]
@@ -440,7 +442,7 @@ class AnthropicApi:
         phase = lifecycle.anthropic_phase(batch, now)
         ended = phase["processing_status"] == "ended"
         if ended:
-            self._finish(batch)
+            lifecycle.finish_once(batch, self._finish_results)
             counts = dict(batch.final_counts)
         else:
             counts = dict.fromkeys(("succeeded", "errored", "canceled", "expired"), 0)

@@ -7,6 +7,7 @@ Nothing runs in the background: every read computes the phase from ``batch.creat
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from mmirage_beam.testing.fake_provider.store import Batch
@@ -134,3 +135,15 @@ def split_processed(batch: Batch) -> tuple[list[Any], list[Any], bool]:
     done = final_processed(batch)
     cancelled = batch.cancel_requested_at is not None or batch.stop_kind == "cancelled"
     return batch.items[:done], batch.items[done:], cancelled
+
+
+def finish_once(
+    batch: Batch, write_results: Callable[[Batch, list[Any], list[Any], bool], None]
+) -> None:
+    """Materialise an ended batch's results, once: the first call marks ``batch``
+    finished and calls ``write_results(batch, processed, never_run, cancelled)`` with
+    :func:`split_processed`'s ``Item`` lists; later calls do nothing."""
+    if batch.finished:
+        return
+    batch.finished = True
+    write_results(batch, *split_processed(batch))

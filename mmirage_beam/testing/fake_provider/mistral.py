@@ -76,7 +76,15 @@ from mmirage_beam.testing.fake_provider.mistral_bodies import (
     validate_with_sdk,
 )
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
-from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl
+from mmirage_beam.testing.fake_provider.store import (
+    Batch,
+    Item,
+    Store,
+    answered_response_item,
+    failed_response_item,
+    file_object_head,
+    jsonl,
+)
 from mmirage_beam.testing.fake_provider.wire import ApiError, json_response, new_id
 
 MISTRAL = "mistral"
@@ -115,12 +123,7 @@ class _File:
     def view(self) -> dict[str, Any]:
         lines = sum(1 for ln in self.content.split(b"\n") if ln.strip())
         return {
-            "id": self.id,
-            "object": "file",
-            "bytes": len(self.content),
-            "created_at": self.created_at,
-            "filename": self.filename,
-            "purpose": self.purpose,
+            **file_object_head(self),
             "sample_type": self.sample_type,
             "source": "upload" if self.sample_type == "batch_request" else "mistral",
             "num_lines": lines,
@@ -338,12 +341,7 @@ class MistralApi:
             return Item(cid, line, ok=False, input_tokens=tokens)
         if marker in FAILURES:
             status, kind, message = FAILURES[marker]
-            line: Any = http_line(cid, status, message, kind)
-            if marker == "u2028":
-                line = scripting.broken_line(
-                    marker, cid, line, body_key="response", answer_text="", wrong_shape={}
-                )
-            return Item(cid, line, ok=False, input_tokens=tokens)
+            return failed_response_item(marker, cid, http_line(cid, status, message, kind), tokens)
         answer = make_answer(prompt, images, mode, schema, marker)
         if marker == "error_body_200":
             response_body: dict[str, Any] = error_body(api_error(500, "Scripted error body."))
@@ -357,16 +355,7 @@ class MistralApi:
             "response": {"status_code": 200, "body": response_body},
             "error": None,
         }
-        if marker in scripting.LINE_MARKERS:
-            line = scripting.broken_line(
-                marker,
-                cid,
-                line,
-                body_key="response",
-                answer_text=answer.text,
-                wrong_shape={"custom_id": cid, "unexpected": True},
-            )
-        return Item(cid, line, True, answer.input_tokens, answer.output_tokens)
+        return answered_response_item(marker, cid, line, answer)
 
     def _jobs_get(self, request: Request, job_id: str) -> Response:
         with self.store.lock:
@@ -420,7 +409,7 @@ class MistralApi:
         """The ``BatchJob`` object at ``now`` (result files made once it has ended)."""
         status, started, ended = _phase(batch, now)
         if status in TERMINAL and status != "FAILED":
-            self._finish(batch)
+            lifecycle.finish_once(batch, self._finish_results)
         total = len(batch.items)
         if status in TERMINAL:
             counts = dict(batch.final_counts) or {"succeeded": 0, "failed": 0, "completed": 0}
@@ -453,11 +442,11 @@ class MistralApi:
             "completed_at": None if ended is None else int(ended),
         }
 
-    def _finish(self, batch: Batch) -> None:
-        if batch.finished:
-            return
-        batch.finished = True
-        processed, rest, cancelled = lifecycle.split_processed(batch)
+    def _finish_results(
+        self, batch: Batch, processed: list[Item], rest: list[Item], cancelled: bool
+    ) -> None:
+        """Stores the output and error files once the job has ended (called once, by
+        :func:`lifecycle.finish_once`)."""
         ok_lines = [it.line for it in processed if it.ok]
         err_lines = [it.line for it in processed if not it.ok]
         code = "cancelled" if cancelled else "timeout_exceeded"

@@ -30,7 +30,15 @@ from mmirage_beam.testing.fake_provider.openai_input import (
     parse_input_file,
 )
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
-from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, StoredFile, jsonl
+from mmirage_beam.testing.fake_provider.store import (
+    Batch,
+    Item,
+    Store,
+    StoredFile,
+    answered_response_item,
+    failed_response_item,
+    jsonl,
+)
 from mmirage_beam.testing.fake_provider.wire import (
     OPENAI,
     ApiError,
@@ -289,11 +297,7 @@ class OpenAIApi:
             return Item(custom_id, result, ok=False, input_tokens=input_tokens)
         if marker in _FAILURES:
             result = http_line(custom_id, _FAILURES[marker])
-            if marker == "u2028":
-                result = scripting.broken_line(
-                    marker, custom_id, result, body_key="response", answer_text="", wrong_shape={}
-                )
-            return Item(custom_id, result, ok=False, input_tokens=input_tokens)
+            return failed_response_item(marker, custom_id, result, input_tokens)
         try:
             answer = make_answer(prompt, images, mode, schema, marker)
         except ValueError as exc:  # e.g. an unresolvable $ref deep in the schema
@@ -315,16 +319,7 @@ class OpenAIApi:
             },
             "error": None,
         }
-        if marker in scripting.LINE_MARKERS:
-            result = scripting.broken_line(
-                marker,
-                custom_id,
-                result,
-                body_key="response",
-                answer_text=answer.text,
-                wrong_shape={"custom_id": custom_id, "unexpected": True},
-            )
-        return Item(custom_id, result, True, answer.input_tokens, answer.output_tokens)
+        return answered_response_item(marker, custom_id, result, answer)
 
     def batches_retrieve(self, request: Request, batch_id: str) -> Response:
         """``GET /v1/batches/{batch_id}``."""
@@ -359,16 +354,28 @@ class OpenAIApi:
                 batch.cancel_requested_at = now
             return json_response(self.view(batch, now))
 
-    def _finish(self, batch: Batch) -> None:
-        """Materialises the output and error files once the batch has ended."""
-        if batch.finished:
-            return
-        batch.finished = True
-        self._finish_results(batch, *lifecycle.split_processed(batch))
+    def _store_results_file(self, batch: Batch, kind: str, lines: list[Any]) -> str:
+        """Store an ended batch's ``kind`` file (``"output"`` or ``"error"``): ``lines``
+        (result line dicts, or ``bytes`` a marker scripted) as JSONL in the batch's
+        shuffled order, owned by the batch's profile, expiring as the batch asked (else
+        after the default file lifetime). Returns the file's id."""
+        expires_after = limits.OPENAI_BATCH_FILE_LIFETIME_SECS
+        if batch.output_expires_after is not None:
+            expires_after = batch.output_expires_after["seconds"]
+        stored = self.store.store_file(
+            f"{batch.id}_{kind}.jsonl",
+            "batch_output",
+            jsonl(scripting.shuffled(batch.shuffle_seed, lines)),
+            expires_after,
+        )
+        stored.owner = batch.profile or OPENAI
+        return stored.id
 
     def _finish_results(
         self, batch: Batch, processed: list[Item], rest: list[Item], cancelled: bool
     ) -> None:
+        """Materialises the output and error files once the batch has ended (called once,
+        by :func:`lifecycle.finish_once`)."""
         ok_lines = [it.line for it in processed if it.ok]
         err_lines = [it.line for it in processed if not it.ok]
         if cancelled:
@@ -402,29 +409,10 @@ class OpenAIApi:
                 err_lines.append(
                     http_line(UNKNOWN_CUSTOM_ID, oa_error(500, "Unknown request (fake)."))
                 )
-        prefix = batch.id
-        owner = batch.profile or OPENAI
-        expires_after = limits.OPENAI_BATCH_FILE_LIFETIME_SECS
-        if batch.output_expires_after is not None:
-            expires_after = batch.output_expires_after["seconds"]
         if ok_lines:
-            stored = self.store.store_file(
-                f"{prefix}_output.jsonl",
-                "batch_output",
-                jsonl(scripting.shuffled(batch.shuffle_seed, ok_lines)),
-                expires_after,
-            )
-            stored.owner = owner
-            batch.output_file_id = stored.id
+            batch.output_file_id = self._store_results_file(batch, "output", ok_lines)
         if err_lines:
-            stored = self.store.store_file(
-                f"{prefix}_error.jsonl",
-                "batch_output",
-                jsonl(scripting.shuffled(batch.shuffle_seed, err_lines)),
-                expires_after,
-            )
-            stored.owner = owner
-            batch.error_file_id = stored.id
+            batch.error_file_id = self._store_results_file(batch, "error", err_lines)
         elif batch.empty_error_file_id:
             batch.error_file_id = ""
         succeeded = sum(1 for it in processed if it.ok)
@@ -449,7 +437,7 @@ class OpenAIApi:
         status = phase.pop("status")
         terminal = status in ("completed", "failed", "expired", "cancelled")
         if terminal and status != "failed":
-            self._finish(batch)
+            lifecycle.finish_once(batch, self._finish_results)
         if status in ("validating", "failed") or (status == "cancelling" and not batch.items):
             counts = {"total": 0, "completed": 0, "failed": 0}
         elif terminal:

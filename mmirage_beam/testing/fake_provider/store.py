@@ -18,9 +18,11 @@ from typing import Any
 
 from mmirage_beam.testing.fake_provider import limits
 from mmirage_beam.testing.fake_provider.scripting import (
+    LINE_MARKERS,
     SCRIPT_DEFAULTS,
     CreateFailure,
     LeadingErrors,
+    broken_line,
 )
 from mmirage_beam.testing.fake_provider.wire import ANTHROPIC, ApiError, new_id
 
@@ -43,6 +45,21 @@ def jsonl(lines: Iterable[Mapping[str, Any] | bytes]) -> bytes:
     )
 
 
+def file_object_head(stored: Any) -> dict[str, Any]:
+    """The fields an OpenAI-shaped file object starts with (OpenAI's and Mistral's Files
+    APIs), in wire order: ``id``, ``object``, ``bytes``, ``created_at``, ``filename``,
+    ``purpose``, of ``stored`` (a file record with ``id``, ``content`` bytes,
+    ``created_at``, ``filename`` and ``purpose``)."""
+    return {
+        "id": stored.id,
+        "object": "file",
+        "bytes": len(stored.content),
+        "created_at": stored.created_at,
+        "filename": stored.filename,
+        "purpose": stored.purpose,
+    }
+
+
 @dataclass
 class StoredFile:
     """One file: an upload or a batch's output or error file."""
@@ -58,12 +75,7 @@ class StoredFile:
     def view(self) -> dict[str, Any]:
         """The OpenAI file object."""
         return {
-            "id": self.id,
-            "object": "file",
-            "bytes": len(self.content),
-            "created_at": self.created_at,
-            "filename": self.filename,
-            "purpose": self.purpose,
+            **file_object_head(self),
             "status": "processed",
             "status_details": None,
             "expires_at": self.expires_at,
@@ -80,6 +92,41 @@ class Item:
     ok: bool
     input_tokens: int = 0
     output_tokens: int = 0
+
+
+def failed_response_item(
+    marker: str, custom_id: str, line: dict[str, Any], input_tokens: int
+) -> Item:
+    """The failed :class:`Item` of a request a failure marker scripts, in an OpenAI-shaped
+    result line (the body under ``response``: OpenAI, Mistral): ``line`` (its error
+    line), written with raw non-ASCII characters for ``u2028``
+    (:func:`~mmirage_beam.testing.fake_provider.scripting.broken_line`)."""
+    out: dict[str, Any] | bytes = line
+    if marker == "u2028":
+        out = broken_line(
+            marker, custom_id, line, body_key="response", answer_text="", wrong_shape={}
+        )
+    return Item(custom_id, out, ok=False, input_tokens=input_tokens)
+
+
+def answered_response_item(
+    marker: str | None, custom_id: str, line: dict[str, Any], answer: Any
+) -> Item:
+    """The succeeded :class:`Item` of a request answered with HTTP 200, in an OpenAI-shaped
+    result line (the body under ``response``: OpenAI, Mistral): ``line``, broken as one of
+    :data:`~mmirage_beam.testing.fake_provider.scripting.LINE_MARKERS` scripts it, with
+    the token counts of ``answer`` (an :class:`~.answers.Answer`)."""
+    out: dict[str, Any] | bytes = line
+    if marker in LINE_MARKERS:
+        out = broken_line(
+            marker,
+            custom_id,
+            line,
+            body_key="response",
+            answer_text=answer.text,
+            wrong_shape={"custom_id": custom_id, "unexpected": True},
+        )
+    return Item(custom_id, out, True, answer.input_tokens, answer.output_tokens)
 
 
 @dataclass
