@@ -16,10 +16,10 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from mmirage_beam.commands.merge import MergeCommand
 from mmirage_beam.launch.drivers import driver_parser, parse_pipeline_args, start_pipeline_driver
 from mmirage_beam.launch.interrupts import guarded
 from mmirage_beam.paths import path_argument
-from mmirage_beam.run.commands.merge import MergeCommand
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:

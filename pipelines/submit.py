@@ -53,10 +53,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     # Beam's FileSystems get the options (--s3_endpoint_url...) before anything is read.
     beam_options(beam_args, args.verbose)
 
+    from mmirage_beam.commands.submit import SubmitCommand
     from mmirage_beam.config import load_config
     from mmirage_beam.cycle.flags import cycle_wanted
     from mmirage_beam.cycle.loop import run_cycle
-    from mmirage_beam.run.commands.submit import SubmitCommand
     from mmirage_beam.run.submit_flags import SubmitFlags
 
     command = SubmitCommand(SubmitFlags.from_args(args, beam_args), args.verbose)

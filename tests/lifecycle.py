@@ -167,7 +167,9 @@ def lifecycle(
         ), run.stdout
 
         check = mmirage("check", "--config", "config.yaml", "--run-id", RUN_ID)
-        assert check.returncode == 0, check.stdout + check.stderr[-3000:]
+        # the FAKE_ERROR rows failed: every batch ended, not every request succeeded
+        assert check.returncode == 1, check.stdout + check.stderr[-3000:]
+        assert "result: completed with failures" in check.stdout, check.stdout
         batches = fake.batches("openai")
         assert len(batches) == len(receipts) >= 2 * 2 * 2  # 2 outputs x 2 shards x >= 2
         for b in batches:  # check sees every batch the provider holds

@@ -137,7 +137,9 @@ def lifecycle(
         assert f"receipts:            {store}/meta/batch_metadata.text.{RUN}.jsonl" in run.stdout
         out["submitted"] = collections.Counter(r["custom_id"] for r in fake.submitted_requests())
         out["creates"] = dict(fake.create_counts())
-        check = mmirage("check", *cfg, "--run-id", RUN, *flags)
+        # requests failed (rows 3 and 11): every batch ended, not every request succeeded
+        check = mmirage("check", *cfg, "--run-id", RUN, *flags, expect=1)
+        assert "result: completed with failures" in check.stdout, check.stdout
         batches = fake.batches("openai")
         assert len(batches) >= 4 and all(b["id"] in check.stdout for b in batches), check.stdout
         mmirage("merge", *cfg, "--run-id", RUN, "--output-path", f"{store}/out/merged.jsonl",

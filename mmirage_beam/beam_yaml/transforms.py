@@ -273,7 +273,7 @@ class SubmitBatches(beam.PTransform):
         self.plan: Any = None
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        from mmirage_beam.transforms.worker_imports import import_on_workers
+        from mmirage_beam.worker_imports import import_on_workers
 
         import_on_workers(pcoll)  # every SDK worker imports the package at start-up
         # pipeline.py loads Jinja2 and every transform: only when a YAML graph uses this
@@ -534,7 +534,7 @@ class MergeBatches(beam.PTransform):
         self.plan: Any = None
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        from mmirage_beam.transforms.worker_imports import import_on_workers
+        from mmirage_beam.worker_imports import import_on_workers
 
         import_on_workers(pcoll)  # every SDK worker imports the package at start-up
         # pipeline.py loads Jinja2 and every transform: only when a YAML graph uses this

@@ -1,12 +1,12 @@
 """``mmirage run --wait``: the whole cycle, from rows to a finished dataset, resumable.
 
-Submit (:class:`~mmirage_beam.run.commands.submit.SubmitCommand`), follow the batches
+Submit (:class:`~mmirage_beam.commands.submit.SubmitCommand`), follow the batches
 (:mod:`mmirage_beam.check.watch`), merge
-(:class:`~mmirage_beam.run.commands.merge.MergeCommand`), re-send the retryable failures
-as a linked run (:class:`~mmirage_beam.run.commands.resubmit.ResubmitCommand` from
+(:class:`~mmirage_beam.commands.merge.MergeCommand`), re-send the retryable failures
+as a linked run (:class:`~mmirage_beam.commands.resubmit.ResubmitCommand` from
 ``OUT.errors.jsonl``, ``only="retryable"``) at most ``retries`` times, merging again
 after each, then print one summary. These are the command objects the ``mmirage run``,
-``mmirage merge`` and ``mmirage resubmit`` drivers run (:mod:`mmirage_beam.run.commands`;
+``mmirage merge`` and ``mmirage resubmit`` drivers run (:mod:`mmirage_beam.commands`;
 the submission is handed in, built from ``mmirage run``'s flags), run in-process with
 the same Beam options, so the cycle sends and writes exactly what the commands typed by
 hand would; what they did comes back as their typed outcome.
@@ -36,6 +36,9 @@ from typing import Any, Optional, Sequence
 from apache_beam.io.filesystems import FileSystems
 
 from mmirage_beam.check import watch
+from mmirage_beam.commands.merge import MergeCommand
+from mmirage_beam.commands.resubmit import ResubmitCommand
+from mmirage_beam.commands.submit import SubmitCommand
 from mmirage_beam.config.loader import PipelineConfig, load_config
 from mmirage_beam.costs.prices import batch_price
 from mmirage_beam.costs.report import usage_lines
@@ -57,9 +60,6 @@ from mmirage_beam.launch.interrupts import guarded_call
 from mmirage_beam.paths import resolve_path
 from mmirage_beam.progress.text import waiting_tokens_text
 from mmirage_beam.run import lookup
-from mmirage_beam.run.commands.merge import MergeCommand
-from mmirage_beam.run.commands.resubmit import ResubmitCommand
-from mmirage_beam.run.commands.submit import SubmitCommand
 from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
 from mmirage_beam.run.layout import parts_dir, receipts_base
 from mmirage_beam.run.lease import acquire

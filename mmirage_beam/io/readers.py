@@ -192,7 +192,7 @@ class ReadDatasets(beam.PTransform):
         }
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> ReadDatasetsResult:
-        from mmirage_beam.transforms.worker_imports import import_on_workers
+        from mmirage_beam.worker_imports import import_on_workers
 
         import_on_workers(pbegin)  # every SDK worker imports the package at start-up
         file_ids = tuple(s.file_id for s in self._splits)

@@ -404,7 +404,7 @@ class BuildRequests(beam.PTransform):
         )
 
     def expand(self, rows: beam.PCollection) -> BuildRequestsResult:
-        from mmirage_beam.transforms.worker_imports import import_on_workers
+        from mmirage_beam.worker_imports import import_on_workers
 
         import_on_workers(rows)  # every SDK worker imports the package at start-up
         out = rows | "Build" >> beam.ParDo(self._fn).with_outputs(

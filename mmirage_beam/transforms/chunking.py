@@ -401,7 +401,7 @@ class ChunkRequests(beam.PTransform):
 
     def expand(self, requests: PCollection) -> ChunkRequestsResult:
         """``PCollection[BatchRequest]`` -> ``ChunkRequestsResult(chunks, rejected)``."""
-        from mmirage_beam.transforms.worker_imports import import_on_workers
+        from mmirage_beam.worker_imports import import_on_workers
 
         import_on_workers(requests)  # every SDK worker imports the package at start-up
         if not requests.windowing.is_default():

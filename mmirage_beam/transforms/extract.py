@@ -274,7 +274,7 @@ class ExtractInputs(beam.PTransform):
         )
 
     def expand(self, rows: beam.PCollection) -> ExtractInputsResult:
-        from mmirage_beam.transforms.worker_imports import import_on_workers
+        from mmirage_beam.worker_imports import import_on_workers
 
         import_on_workers(rows)  # every SDK worker imports the package at start-up
         out = rows | "Extract" >> beam.ParDo(self._fn).with_outputs(ERRORS_TAG, main="rows")

@@ -260,7 +260,7 @@ class FetchResults(beam.PTransform):
         self._fn = _FetchResultsFn(providers)
 
     def expand(self, batches: beam.PCollection) -> FetchResultsResult:
-        from mmirage_beam.transforms.worker_imports import import_on_workers
+        from mmirage_beam.worker_imports import import_on_workers
 
         import_on_workers(batches)  # every SDK worker imports the package at start-up
         out = (

@@ -139,7 +139,7 @@ class MergeRows(beam.PTransform):
     def expand(self, rows: beam.PCollection) -> beam.PCollection:
         import uuid
 
-        from mmirage_beam.transforms.worker_imports import import_on_workers
+        from mmirage_beam.worker_imports import import_on_workers
 
         import_on_workers(rows)  # every SDK worker imports the package at start-up
         p = rows.pipeline

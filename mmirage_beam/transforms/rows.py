@@ -183,7 +183,7 @@ class RenderPlaceholderRows(beam.PTransform):
         self._invalid = invalid_row_count
 
     def expand(self, rows: beam.PCollection) -> beam.PCollection:
-        from mmirage_beam.transforms.worker_imports import import_on_workers
+        from mmirage_beam.worker_imports import import_on_workers
 
         import_on_workers(rows)  # every SDK worker imports the package at start-up
         kwargs = {} if self._invalid is None else {"invalid_row_count": self._invalid}

@@ -319,7 +319,7 @@ class SubmitChunks(beam.PTransform):
         self._token_estimate = token_estimate
 
     def expand(self, chunks: beam.PCollection) -> SubmitChunksResult:
-        from mmirage_beam.transforms.worker_imports import import_on_workers
+        from mmirage_beam.worker_imports import import_on_workers
 
         import_on_workers(chunks)  # every SDK worker imports the package at start-up
         kwargs = {}

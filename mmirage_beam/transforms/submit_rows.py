@@ -270,7 +270,7 @@ class SubmitRows(beam.PTransform):
         return bool(self.settings.skip_invalid_rows)
 
     def expand(self, pcoll: Any) -> SubmitRowsResult:
-        from mmirage_beam.transforms.worker_imports import import_on_workers
+        from mmirage_beam.worker_imports import import_on_workers
 
         import_on_workers(pcoll)  # every SDK worker imports the package at start-up
         if isinstance(pcoll, dict):

@@ -1,5 +1,5 @@
 """The command objects the drivers and ``mmirage run --wait`` share
-(``mmirage_beam/run/commands/``)."""
+(``mmirage_beam/commands/``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from mmirage_beam.run.commands.merge import MergeCommand
+from mmirage_beam.commands.merge import MergeCommand
 from pipelines import merge as merge_driver
 
 

@@ -1,5 +1,5 @@
 """Every SDK worker imports mmirage-beam whole before its threads unpickle anything
-(``mmirage_beam/transforms/worker_imports.py``, a ``--beam_plugins`` entry).
+(``mmirage_beam/worker_imports.py``, a ``--beam_plugins`` entry).
 
 The failure it prevents was seen on a Flink TaskManager's worker: two harness threads
 entered the package by two modules at once and one got a half-initialized
@@ -21,7 +21,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
 
 import mmirage_beam
 from mmirage_beam.transforms.chunking import ChunkRequests
-from mmirage_beam.transforms.worker_imports import WORKER_IMPORTS, runtime_modules
+from mmirage_beam.worker_imports import WORKER_IMPORTS, runtime_modules
 
 # Thread B enters the package by ``run.selection`` (its import reaches
 # ``providers.config``, whose parent package ``providers`` then runs its ``__init__``),

@@ -7,7 +7,7 @@ Every ``build_request``, ``setup`` and ``submit_chunk_lines`` call appends one J
 12 hex digits of the SHA-256 of the API key the adapter holds (``null`` without one), so a
 test can tell whose key a worker used without the key being written anywhere.
 ``worker_imports`` says whether the process had imported
-``mmirage_beam.transforms.worker_imports``: on an SDK worker only its ``--beam_plugins``
+``mmirage_beam.worker_imports``: on an SDK worker only its ``--beam_plugins``
 start-up imports it.
 
 The key comes from ``TRACER_API_KEY`` or ``TRACER_API_KEY_FILE``, like any provider's.
@@ -52,7 +52,7 @@ class TracerBatchAdapter(OpenAIBatchAdapter):
             "ppid": os.getppid(),
             "cwd": os.getcwd(),
             "key_sha256": hashlib.sha256(key.encode()).hexdigest()[:12] if key else None,
-            "worker_imports": "mmirage_beam.transforms.worker_imports" in sys.modules,
+            "worker_imports": "mmirage_beam.worker_imports" in sys.modules,
         }
         with open(path, "a", encoding="utf-8") as f:  # one short line: an atomic append
             f.write(json.dumps(line) + "\n")

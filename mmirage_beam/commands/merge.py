@@ -7,9 +7,9 @@ import dataclasses
 import sys
 from typing import Optional, Sequence
 
+from mmirage_beam.commands import say, show
 from mmirage_beam.launch.flags import beam_options
 from mmirage_beam.launch.jobs import metric_counters, run_pipeline
-from mmirage_beam.run.commands import say, show
 from mmirage_beam.run.records import MergeRecord
 
 __all__ = ["MergeCommand", "MergeOutcome"]

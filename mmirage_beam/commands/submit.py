@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Optional
 
+from mmirage_beam.commands import say, show
 from mmirage_beam.launch.flags import beam_options
 from mmirage_beam.launch.jobs import RunOutcome, metric_counters, run_pipeline
-from mmirage_beam.run.commands import say, show
 
 if TYPE_CHECKING:  # Beam loads with the plans: only once the flags are parsed
     from mmirage_beam.run.submit_flags import SubmitFlags
