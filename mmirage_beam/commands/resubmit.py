@@ -63,6 +63,7 @@ class ResubmitCommand:
         import apache_beam as beam
 
         from mmirage_beam.config import load_config
+        from mmirage_beam.errors import ConfigError
         from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
         from mmirage_beam.run import plans
         from mmirage_beam.run.layout import RunLayout, receipts_base
@@ -84,9 +85,18 @@ class ResubmitCommand:
         check_locations(config_locations(config), options)
         check_job_endpoint(options)
         probe_location(base, new_run, "processors[0].metadata_output_path")
+        if self.new_run_id and _run_exists(base, new_run):
+            raise ConfigError(
+                "--new-run-id",
+                f"run {new_run} already exists (it has receipts or chunks being "
+                "submitted); its paid batches would no longer be in a receipt. Name a new "
+                "run, or leave --new-run-id out for a fresh one (nothing was sent)",
+            )
         plan = plans.prepare_resubmit(
             config, errors_file=self.errors_file, run_id=self.run_id, only=self.only
         )
+        if plan.parent == new_run:  # a run cannot be its own resubmission
+            raise ConfigError("--new-run-id", f"names the run resubmitted ({new_run})")
         if plan.blocked == "lookup_failed":
             print("mmirage: error: some batches cannot be looked up.", file=sys.stderr)
             return ResubmitOutcome(1)
@@ -160,3 +170,16 @@ def _resubmit(
     )
     print("\n".join(lines))
     return ResubmitOutcome(0, new_run, written)
+
+
+def _run_exists(base: str, run_id: str) -> bool:
+    """Whether ``run_id`` has receipts, receipt parts or intents under ``base``."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from mmirage_beam.run.layout import parts_dir
+    from mmirage_beam.run.receipts import MODALITIES, pending_intents, receipt_path
+
+    paths = [receipt_path(base, m, run_id) for m in MODALITIES]
+    if any(FileSystems.exists(p) or FileSystems.exists(parts_dir(p)) for p in paths):
+        return True
+    return bool(pending_intents(base, run_id))

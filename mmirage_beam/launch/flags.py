@@ -4,6 +4,7 @@ flags of the commands that run no pipeline; storage secrets are never flags."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional, Sequence
 
 from mmirage_beam.errors import ConfigError
@@ -282,8 +283,10 @@ def parse_filesystem_args(parser: Any, argv: Optional[Sequence[str]]) -> tuple[A
     Raises:
         SystemExit: (status 2, argparse's error) for any other argument, naming it and
             the flags that are accepted.
-        ConfigError: a flag carrying a storage secret (:data:`SECRET_STORAGE_FLAGS`).
+        ConfigError: a flag carrying a storage secret (:data:`SECRET_STORAGE_FLAGS`), or
+            close to one of the command's own (:func:`check_own_flag_typos`).
     """
+    check_own_flag_typos(sys.argv[1:] if argv is None else argv, own_flags(parser))
     args, rest = parser.parse_known_args(argv)
     if not rest:
         return args, []

@@ -158,6 +158,7 @@ def hold_run(start: SubmitStart, flags: SubmitFlags) -> RunHold:
             list(flags.beam_args),
             plan.earlier,
             wait=bool(flags.wait),
+            limit=flags.limit,
             held=is_held(start.base, earlier_run),
         )
         return RunHold(plan, 3, (Message("error", text),))
@@ -211,8 +212,10 @@ def job_line(start: SubmitStart, flags: SubmitFlags) -> Message:
 def resume_command(start: SubmitStart, flags: SubmitFlags) -> str:
     """The command that resumes (or completes) the run, with the flags that decide what
     it sends (``--skip-invalid-rows``, ``--no-reuse``): without them a resume of a run that
-    skipped its invalid rows would refuse to send the rest."""
-    words = ["mmirage run", "--config", flags.config, "--run-id", start.run_id]
+    skipped its invalid rows would refuse to send the rest; and ``--wait`` when the run
+    was started with it, so the one resume line keeps the cycle."""
+    words = ["mmirage run", "--config", flags.config, *(["--wait"] if flags.wait else [])]
+    words += ["--run-id", start.run_id]
     words += ["--skip-invalid-rows"] if flags.skip_invalid_rows else []
     words += ["--no-reuse"] if flags.no_reuse else []
     return reports.command_line(words, list(flags.beam_args))

@@ -138,6 +138,13 @@ def test_the_refusal_keeps_wait_and_follows_a_run_another_process_holds(
     assert submit_main(["--config", path, "--wait"]) == 3
     err = capsys.readouterr().err
     assert f"--wait --run-id {run_id}" in err, err
+    # a --limit run's advice keeps --limit: "submit again" must not send every row
+    assert submit_main(["--config", path, "--limit", "3"]) == 0
+    (limited,) = [r for r in run_records(base) if r.limit == 3]
+    capsys.readouterr()
+    assert submit_main(["--config", path, "--limit", "3"]) == 3
+    err = capsys.readouterr().err
+    assert f"--limit 3 --run-id {limited.run_id}" in err and "--limit 3 --new-run" in err, err
     assert "another process" not in err
 
     lease = acquire(base, run_id)  # a live launcher submitting it now
@@ -149,7 +156,7 @@ def test_the_refusal_keeps_wait_and_follows_a_run_another_process_holds(
     assert "another process is submitting it right now" in err, err
     assert f"mmirage check --config {path} --watch --run-id {run_id}" in err
     assert "resume or complete it:    " not in err
-    assert len(fake.submitted_requests()) == N
+    assert len(fake.submitted_requests()) == N + 3  # the first run and the --limit 3 one
 
 
 def test_an_empty_dataset_says_nothing_was_read_and_where_from(tmp_path, provider_env, capsys):

@@ -96,3 +96,25 @@ def test_resubmit_from_errors_file_and_only_all(tmp_path, capsys, provider_env):
     assert resubmit_main(["--config", cfg, "--from", errors_file, "--only", "all"]) == 0
     resent = {h["custom_id"] for h in fake.submitted_requests()[before:]}
     assert resent == {f"answer-text-{i}" for i in TRANSIENT | INVALID}
+
+
+def test_a_new_run_id_that_exists_is_refused_and_its_receipts_kept(tmp_path, capsys, provider_env):
+    """Found by a newcomer (issue 36's check): repeating ``resubmit --new-run-id r1``
+    picked r1 as the newest run, re-sent its failures as r1 itself (``parent run r1``)
+    and rewrote r1's receipts without the batches the first resubmission paid for."""
+    fake = provider_env
+    _rows, cfg = _setup(tmp_path, fake, "openai")
+    assert submit_main(["--config", cfg, "--run-id", "orig"]) == 0
+    code, _merged, _errors = _merge(tmp_path, cfg)
+    assert code == 1
+    argv = ["--config", cfg, "--only", "all", "--new-run-id", "r1"]
+    assert resubmit_main(argv) == 0
+    receipts = tmp_path / "meta" / "batch_metadata.text.r1.jsonl"
+    first = receipts.read_bytes()
+    sent = len(fake.submitted_requests())
+    capsys.readouterr()
+    assert resubmit_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--new-run-id: run r1 already exists" in err, err
+    assert receipts.read_bytes() == first
+    assert len(fake.submitted_requests()) == sent

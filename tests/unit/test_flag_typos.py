@@ -8,7 +8,7 @@ import pytest
 
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.launch.flags import check_own_flag_typos
-from pipelines import merge, resubmit, submit
+from pipelines import check, merge, resubmit, runs, submit
 
 
 @pytest.mark.parametrize(
@@ -18,6 +18,9 @@ from pipelines import merge, resubmit, submit
         (merge.main, ["--config", "c.yaml", "--output-path=o.jsonl", "--run-idd", "r"], "--run-id"),
         (submit.main, ["--config", "c.yaml", "--export-promts", "p.jsonl"], "--export-prompts"),
         (resubmit.main, ["--confg", "c.yaml"], "--config"),
+        (check.main, ["--config", "c.yaml", "--wach"], "--watch"),
+        (check.main, ["--confi", "c.yaml"], "--config"),
+        (runs.main, ["--config", "c.yaml", "--no-lookp"], "--no-lookup"),
     ],
 )
 def test_a_typo_of_the_tools_flag_is_named_with_the_flag_meant(
