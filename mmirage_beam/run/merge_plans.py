@@ -356,21 +356,10 @@ def record_merge(
     out: str,
     stats: Mapping[str, int],
     errors: Sequence[Mapping[str, Any]],
-) -> tuple[Message, ...]:
-    """Write the merge record ``mmirage runs`` and ``mmirage run --wait`` read (best
-    effort); the warning when it cannot be written (the merged file is; only the ledger
-    is stale)."""
-    return _record_merge(base, runs, out, stats, errors)[0]
-
-
-def _record_merge(
-    base: str,
-    runs: Sequence[str],
-    out: str,
-    stats: Mapping[str, int],
-    errors: Sequence[Mapping[str, Any]],
 ) -> tuple[tuple[Message, ...], Optional[MergeRecord]]:
-    """:func:`record_merge`, and the record written (None: it could not be)."""
+    """Write the merge record ``mmirage runs`` and ``mmirage run --wait`` read (best
+    effort): ``(messages, the record written)``; the warning and None when it cannot be
+    written (the merged file is; only the ledger is stale)."""
     try:
         record = write_merge_record(base, runs, out, stats, errors)
     except Exception as exc:
@@ -404,7 +393,7 @@ def record_written_merge(
     merge record written (:func:`record_merge`), with :func:`written_counts` as its
     ``stats``; the warning when it cannot be written."""
     errors = read_jsonl(errors_path)
-    return record_merge(base, runs, out, written_counts(out, errors), errors)
+    return record_merge(base, runs, out, written_counts(out, errors), errors)[0]
 
 
 def merge_notes(start: MergeStart) -> tuple[str, ...]:
@@ -470,7 +459,7 @@ def finish_merge(
     what it says (``run.reports.merge_totals_lines`` and ``merge_outcome_lines``)."""
     sel, unfinished = start.selection, start.plan.unfinished
     errors = read_jsonl(outputs.errors_path)
-    messages, record = _record_merge(start.plan.base, sel.linked, outputs.final, stats, errors)
+    messages, record = record_merge(start.plan.base, sel.linked, outputs.final, stats, errors)
     lines = merge_totals_lines(job_plan, stats, errors, sel.pending, start.allow_partial, shown)
     lines += merge_outcome_lines(
         cancelled_line(start.config, sel.linked),

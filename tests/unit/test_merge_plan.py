@@ -279,5 +279,6 @@ def test_best_effort_steps_return_their_warnings(monkeypatch):
         Message("warning", "mmirage merge: warning: could not remove /t/x: denied"),
     )
     monkeypatch.setattr(merge_plans, "write_merge_record", fail)
-    (warning,) = merge_plans.record_merge("/m/b", ["r1"], "/o/m.jsonl", {}, [])
+    (warning,), record = merge_plans.record_merge("/m/b", ["r1"], "/o/m.jsonl", {}, [])
+    assert record is None
     assert warning.text == "mmirage merge: warning: could not write /m/b.merge.r1.json: denied"
