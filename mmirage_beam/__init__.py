@@ -9,7 +9,8 @@ submodule import does first) loads neither Beam nor a provider SDK:
   order: :class:`ReadDatasets`, :class:`ExtractInputs`, :class:`BuildRequests`,
   :class:`ChunkRequests`, :class:`SubmitChunks`, :class:`RenderPlaceholderRows`; the
   whole submit and merge stages: :class:`SubmitRows`, :class:`MergeRows`, and
-  :func:`build_submit_pipeline` for the whole submit graph; their settings, one frozen
+  :func:`build_submit_pipeline` and :func:`build_merge_pipeline` for the whole submit
+  and merge graphs; their settings, one frozen
   object per pipeline: :class:`SubmitSettings`, :class:`MergeSettings`.
 - The config: :func:`load_config`, :func:`config_from_dict`, :class:`PipelineConfig`.
 - The plugin contracts: :class:`BatchSubmissionAdapter`, :class:`BatchAdapterRegistry`,
@@ -42,6 +43,7 @@ _HOMES = {
     "SubmitRows": "mmirage_beam.transforms.submit_rows",
     "MergeRows": "mmirage_beam.transforms.merge_rows",
     "build_submit_pipeline": "mmirage_beam.transforms.submit_rows",
+    "build_merge_pipeline": "mmirage_beam.transforms.merge_rows",
     "SubmitSettings": "mmirage_beam.settings",
     "MergeSettings": "mmirage_beam.settings",
     "load_config": "mmirage_beam.config.loader",

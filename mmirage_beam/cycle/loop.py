@@ -438,8 +438,9 @@ def _finish(ctx: _Context, state: CycleState, record: MergeRecord) -> int:
         )
     elif retryable:
         left.append(
-            f"{retryable:,} are retryable (the {state.retries} retr"
-            f"{'y' if state.retries == 1 else 'ies'} are used up); re-send them with:\n  "
+            f"{retryable:,} are retryable ("
+            f"{'the 1 retry is' if state.retries == 1 else f'the {state.retries} retries are'}"
+            " used up); re-send them with:\n  "
             f"{ctx.continue_command(state, state.retries_used + 1)}"
         )
     if failed - retryable > 0:

@@ -93,6 +93,7 @@ def test_retries_used_up_exit_1_then_continued_without_resending(tmp_path, capsy
     assert "retries used:      0 of 0" in text
     run_id = text.split("cycle summary, run ")[1].split()[0]
     assert f"--wait --run-id {run_id} --retries 1" in text  # what continues it
+    assert "(the 0 retries are used up)" in text
     assert "--only all" in text  # the invalid request is not retryable
     errors = _read_jsonl(tmp_path / "from_config.errors.jsonl")
     assert {e["source_index"] for e in errors} == FLAKY | {5}
