@@ -73,6 +73,7 @@ class ResubmitCommand:
             config_locations,
             probe_location,
         )
+        from mmirage_beam.run.store import RunStore
         from mmirage_beam.transforms.merge_rows import build_failures_pipeline
 
         # Beam's FileSystems get the options (--s3_endpoint_url...) before anything is read.
@@ -85,7 +86,7 @@ class ResubmitCommand:
         check_locations(config_locations(config), options)
         check_job_endpoint(options)
         probe_location(base, new_run, "processors[0].metadata_output_path")
-        if self.new_run_id and _run_exists(base, new_run):
+        if self.new_run_id and RunStore(base, new_run).has_started():
             raise ConfigError(
                 "--new-run-id",
                 f"run {new_run} already exists (it has receipts or chunks being "
@@ -170,16 +171,3 @@ def _resubmit(
     )
     print("\n".join(lines))
     return ResubmitOutcome(0, new_run, written)
-
-
-def _run_exists(base: str, run_id: str) -> bool:
-    """Whether ``run_id`` has receipts, receipt parts or intents under ``base``."""
-    from apache_beam.io.filesystems import FileSystems
-
-    from mmirage_beam.run.layout import parts_dir
-    from mmirage_beam.run.receipts import MODALITIES, pending_intents, receipt_path
-
-    paths = [receipt_path(base, m, run_id) for m in MODALITIES]
-    if any(FileSystems.exists(p) or FileSystems.exists(parts_dir(p)) for p in paths):
-        return True
-    return bool(pending_intents(base, run_id))

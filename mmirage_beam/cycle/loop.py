@@ -61,9 +61,9 @@ from mmirage_beam.paths import resolve_path
 from mmirage_beam.progress.text import waiting_tokens_text
 from mmirage_beam.run import lookup
 from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
-from mmirage_beam.run.layout import parts_dir, receipts_base
+from mmirage_beam.run.layout import receipts_base
 from mmirage_beam.run.lease import acquire
-from mmirage_beam.run.receipts import MODALITIES, pending_intents, receipt_path
+from mmirage_beam.run.receipts import MODALITIES, receipt_path
 from mmirage_beam.run.records import MergeRecord
 from mmirage_beam.run.selection import linked_runs
 from mmirage_beam.run.store import RunStore
@@ -350,13 +350,8 @@ def _resubmit(ctx: _Context, state: CycleState) -> int:
     cycle's run; not again if that run already has receipts (a resumed cycle)."""
     new = state.retry_run
     assert new is not None
-    started = any(
-        _exists(receipt_path(ctx.base, m, new))
-        or _exists(parts_dir(receipt_path(ctx.base, m, new)))
-        for m in MODALITIES
-    ) or bool(pending_intents(ctx.base, new))
     k = state.retries_used + 1
-    if started:
+    if RunStore(ctx.base, new).has_started():
         ctx.say(
             f"retry {k} of {state.retries}: run {new} was already started; it is not sent "
             "again (what it did not send is re-sent by the next retry)"

@@ -22,7 +22,7 @@ from mmirage_beam.io.fs import write_durably
 from mmirage_beam.run import lease as _lease
 from mmirage_beam.run import ledger as _ledger
 from mmirage_beam.run import receipts as _receipts
-from mmirage_beam.run.layout import RunLayout
+from mmirage_beam.run.layout import RunLayout, parts_dir
 from mmirage_beam.run.records import (
     CancelRecord,
     LeaseRecord,
@@ -148,6 +148,16 @@ class RunStore:
     def intent_path(self, modality: str, chunk_id: str) -> str:
         """``<receipt>.parts/<chunk_id>.intent``: written before a chunk is submitted."""
         return self.layout.intent(modality, chunk_id)
+
+    def has_started(self) -> bool:
+        """Whether the run has sent anything, or may have: a receipt file, a parts folder
+        (receipts not yet consolidated) or an intent, in any modality."""
+        from apache_beam.io.filesystems import FileSystems
+
+        for path in self.receipt_paths():
+            if FileSystems.exists(path) or FileSystems.exists(parts_dir(path)):
+                return True
+        return bool(self.pending_intents())
 
     def pending_intents(self) -> list[str]:
         """Paths of the intents still present (a provider call started, no receipt
