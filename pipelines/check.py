@@ -95,7 +95,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.run import discovery, lookup
     from mmirage_beam.run.cancel import cancelled_note
     from mmirage_beam.run.layout import receipts_base
-    from mmirage_beam.run.selection import run_state_lines
+    from mmirage_beam.run.selection import RunStates, run_states
 
     if args.run_id is not None:
         try:
@@ -122,22 +122,17 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             tty=tty,
         )
     # 3. runs still submitting, stopped midway or before their finish steps; cancelled
-    lines: list[str] = []
+    states = RunStates([], ())
     note = None
     if config is not None:
         base = receipts_base(config.processor.metadata_output_path, config.state_dir)
         if not args.metadata_path:
-            lines = run_state_lines(base, receipts, args.config)
+            states = run_states(base, receipts, args.config)
         note = cancelled_note(base, receipts.run_ids)
-    # a run that stopped midway is never "ok", as in merge: the one verdict says so
-    unfinished = tuple(
-        run
-        for run in receipts.run_ids
-        if any(line.startswith(f"UNFINISHED: run {run} ") for line in lines)
-    )
-    # 4. the report, per batch, per provider and per run, and its verdict
+    # 4. the report, per batch, per provider and per run, and its verdict (a run that
+    # stopped midway is never "ok", as in merge)
     built = report.build_report(receipts, statuses)
-    summary = dataclasses.replace(built, unfinished_runs=unfinished)
+    summary = dataclasses.replace(built, unfinished_runs=states.unfinished)
     waiting = len(lookup.not_terminal(statuses))
     if interrupted:
         print(
@@ -157,7 +152,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     # 5. what the failures mean and the command that fixes them; the runs' states
     for line in advice.advice_lines(summary, args.config):
         print(line)
-    for line in [*lines, *([note] if note else [])]:
+    for line in [*states.lines, *([note] if note else [])]:
         print(line)
     if timed_out and waiting and not summary.exit_code:
         return WATCH_TIMED_OUT  # stopped watching, not finished: not "done", not failed

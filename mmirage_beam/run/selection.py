@@ -350,12 +350,24 @@ def finish_pending_lines(runs: Sequence[str], config_arg: str) -> list[str]:
     return lines
 
 
-def run_state_lines(base: str, receipts: Any, config_arg: str) -> list[str]:
+class RunStates(NamedTuple):
+    """What ``mmirage check`` says of the runs beside their batches (:func:`run_states`).
+
+    Attributes:
+        lines: the lines to print, each with the command to run.
+        unfinished: the runs that stopped before all their chunks were submitted.
+    """
+
+    lines: list[str]
+    unfinished: tuple[str, ...]
+
+
+def run_states(base: str, receipts: Any, config_arg: str) -> RunStates:
     """What ``mmirage check`` says of the runs of ``receipts`` (``CollectedReceipts``)
     beside their batches: a run still submitting (its lease held), "finish step
     pending" and "UNFINISHED" (stopped before all its chunks were submitted), each with
-    the command to run; from the run records, intents, markers and leases under
-    ``base``, no provider call."""
+    the command to run, and which runs are unfinished; from the run records, intents,
+    markers and leases under ``base``, no provider call."""
     runs = [r for r in receipts.run_ids if r and r != "?"]
     live = [r for r in runs if RunStore(base, r).lease_held()]  # still submitting
     runs = [r for r in runs if r not in live]
@@ -370,4 +382,4 @@ def run_state_lines(base: str, receipts: Any, config_arg: str) -> list[str]:
             f"(only what has no receipt is sent):\n  mmirage run --config {config_arg} "
             f"--run-id {run}"
         )
-    return lines
+    return RunStates(lines, tuple(unfinished.runs))
