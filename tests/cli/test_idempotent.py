@@ -24,13 +24,20 @@ def _setup(tmp_path, fake, provider="openai"):
     return cfg, data
 
 
-def test_a_repeated_run_sends_nothing_and_names_the_earlier_run(tmp_path, provider_env, capsys):
-    fake = provider_env
+def _submitted_once(tmp_path, fake):
+    """The config (on Anthropic) submitted once: ``(its path, the receipts base, the
+    run record of that run)``."""
     cfg, _ = _setup(tmp_path, fake, "anthropic")
     path = write_config(tmp_path, cfg)
     assert submit_main(["--config", path]) == 0
     base = str(tmp_path / "meta" / "batch_metadata")
     (first,) = run_records(base)
+    return path, base, first
+
+
+def test_a_repeated_run_sends_nothing_and_names_the_earlier_run(tmp_path, provider_env, capsys):
+    fake = provider_env
+    path, base, first = _submitted_once(tmp_path, fake)
     assert first.finished is True
     assert (first.rows_read, first.requests, first.chunks_submitted) == (N, N, 4)
     capsys.readouterr()
@@ -127,11 +134,7 @@ def test_the_refusal_keeps_wait_and_follows_a_run_another_process_holds(
     from mmirage_beam.run.lease import acquire
 
     fake = provider_env
-    cfg, _ = _setup(tmp_path, fake, "anthropic")
-    path = write_config(tmp_path, cfg)
-    assert submit_main(["--config", path]) == 0
-    base = str(tmp_path / "meta" / "batch_metadata")
-    (first,) = run_records(base)
+    path, base, first = _submitted_once(tmp_path, fake)
     run_id = first.run_id
     capsys.readouterr()
 
