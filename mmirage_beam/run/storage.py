@@ -10,6 +10,7 @@ to is one it shares with them, and that it can write and read there itself.
 from __future__ import annotations
 
 import ipaddress
+import uuid
 from typing import Any, Mapping, Optional, Sequence
 
 from mmirage_beam.errors import ConfigError
@@ -119,10 +120,14 @@ def check_locations(locations: Mapping[str, str], options: Any) -> None:
 
 
 def probe_location(base: str, run_id: str, key: str) -> None:
-    """Write, read back and delete ``<base>.probe.<run_id>`` through Beam's FileSystems.
+    """Write, read back and delete ``<base>.probe.<run_id>.<random>`` through Beam's
+    FileSystems.
 
     Catches an unwritable, full or unreachable receipts location (or a filesystem whose
-    client is not installed) before anything is sent.
+    client is not installed) before anything is sent. The random suffix keeps two
+    processes started together on one run id off each other's probe (one deleting it
+    while the other reads it back failed the second with a storage error, before the
+    lease could say the run is in use).
 
     Raises:
         ConfigError: naming ``key`` with the storage error.
@@ -131,7 +136,7 @@ def probe_location(base: str, run_id: str, key: str) -> None:
 
     from mmirage_beam.io.fs import write_durably  # loads Beam, as the line above
 
-    probe = RunLayout(base, run_id).probe
+    probe = f"{RunLayout(base, run_id).probe}.{uuid.uuid4().hex[:12]}"
     payload = f"mmirage probe {run_id}\n".encode()
     try:
         write_durably(probe, payload)
