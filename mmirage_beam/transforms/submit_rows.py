@@ -277,20 +277,60 @@ class SubmitRows(beam.PTransform):
             rows, read_errors = pcoll["rows"], pcoll.get("errors")
         else:
             rows, read_errors = pcoll, None
-        p = rows.pipeline
-        config, settings, base = self.config, self.settings, self.base
+        settings, base = self.settings, self.base
         run_id, dry_run = settings.run_id, settings.dry_run
-        proc = config.processor
-        adapter_cls = self.adapter_cls
-        bad_rows_path = invalid_rows_path(base, run_id)
         shards = (
             settings.chunking_parallelism
-            or config.execution.chunking_parallelism
-            or default_chunking_parallelism(p.options)
+            or self.config.execution.chunking_parallelism
+            or default_chunking_parallelism(rows.pipeline.options)
         )
-        stop_marker = None if dry_run else stop_marker_path(base, run_id)
-        staging = staging_dir(base, run_id)
+        bad_rows_path = invalid_rows_path(base, run_id)
 
+        extracted, built = self._extract_and_build(rows)
+        requests, reused, token_counts = self._select_and_reuse(built)
+        chunked = self._chunk(requests, shards)
+        errors, gate = self._invalid_rows(
+            [read_errors, extracted.errors, built.errors, chunked.rejected], bad_rows_path
+        )
+        submitted = chunked.chunks | "SubmitChunks" >> SubmitChunks(
+            self.adapter_cls,
+            self.config.processor,
+            settings,
+            base,
+            self._output_types(),
+            invalid_row_count=gate,
+            concurrency=self.config.execution.submit_concurrency,
+            token_estimate=None if dry_run else self._token_estimate(rows.pipeline, token_counts),
+        )
+        receipted = self._with_reused_receipts(submitted.receipts, reused, gate)
+        # One element, once every chunk has its receipt and the marker is written: the
+        # placeholder rows wait on it, and so does a step that removes the marker (the
+        # Beam YAML finish).
+        self.marked = self._marked_once(rows.pipeline, receipted)
+        submitted.receipts | "ProgressChunks" >> CountProgress(
+            "chunks exported" if dry_run else "batches submitted", flush_every=1
+        )
+        export_file = export_file_for(settings.export_prompts, run_id) if dry_run else None
+        if export_file:
+            submitted.export | "WriteExport" >> WriteExport(export_file)
+        self._publish_placeholders(built.rows, gate, beam.pvalue.AsSingleton(self.marked))
+        stop_marker = None if dry_run else stop_marker_path(base, run_id)
+        self.plan = SubmitPlan(
+            run_id, base, bad_rows_path, export_file, dry_run, stop_marker, shards
+        )
+        return SubmitRowsResult(submitted.receipts, errors)
+
+    # The named steps of :meth:`expand`, in its order. Each adds its transforms under
+    # the labels it always had, so the graph (and its golden outputs) is unchanged.
+
+    def _output_types(self) -> dict[str, str]:
+        """Output name -> its ``output_type`` (``plain``, ``JSON``, ...)."""
+        return {o.name: o.output_type for o in self.config.outputs}
+
+    def _extract_and_build(self, rows: beam.PCollection) -> tuple[Any, Any]:
+        """``ExtractInputs`` then ``BuildRequests``: ``(extracted, built)``, their results
+        (rows with their inputs, then requests, placeholder rows, token counts, errors)."""
+        config, settings, adapter_cls = self.config, self.settings, self.adapter_cls
         # progress counted by the steps themselves: no pass-through step per row
         extracted = rows | "ExtractInputs" >> ExtractInputs(
             config.inputs,
@@ -299,53 +339,68 @@ class SubmitRows(beam.PTransform):
             image_file_limit=adapter_cls.image_file_limit,
             progress="rows read",
         )
-        selection = settings.selection  # tokens of what is sent only
         built = extracted.rows | "BuildRequests" >> BuildRequests(
             config.outputs,
             config.datasets,
             adapter_cls,
-            proc,
-            count_selection=selection,
+            config.processor,
+            count_selection=settings.selection,  # tokens of what is sent only
             sample_fraction=settings.estimate_fraction,
             # hashed while staged; not carried through the reuse join's shuffle
             canonical=not settings.reuse_files,
             progress="requests built",
         )
-        requests = built.requests
-        if selection is not None:
-            ids, keep_listed = selection
+        return extracted, built
+
+    def _select_and_reuse(self, built: Any) -> tuple[beam.PCollection, Any, beam.PCollection]:
+        """The requests to send: only the selected custom ids (``resubmit``), less those
+        an earlier run answered (``reuse_files``). Returns ``(requests, reused or None,
+        token counts)``; the reused requests are not chunked (:mod:`mmirage_beam.reuse`)."""
+        settings = self.settings
+        requests, reused, token_counts = built.requests, None, built.tokens
+        if settings.selection is not None:
+            ids, keep_listed = settings.selection
+            p = requests.pipeline
             ids_view = beam.pvalue.AsSingleton(p | "SelectedIds" >> beam.Create([ids]))
             requests = requests | "SelectRequests" >> beam.ParDo(
                 _SelectRequestsFn(keep_listed), ids_view
             )
-        reused = None
-        token_counts = built.tokens
-        if settings.reuse_files:  # answered by an earlier run: not chunked (mmirage_beam.reuse)
+        if settings.reuse_files:
             split = requests | "ReuseAnswers" >> ReuseAnswers(
                 settings.reuse_files,
-                adapter_cls,
-                proc,
+                self.adapter_cls,
+                self.config.processor,
                 settings.stale_batches,
                 sample_fraction=settings.estimate_fraction,
             )
             requests, reused = split.send, split.reused
             token_counts = (built.tokens, split.tokens) | "AllTokenCounts" >> beam.Flatten()
-        chunked = requests | "ChunkRequests" >> ChunkRequests(
+        return requests, reused, token_counts
+
+    def _chunk(self, requests: beam.PCollection, shards: int) -> Any:
+        """``ChunkRequests``: byte- and count-bounded chunks staged under the run's
+        staging folder, plus the requests rejected as oversized."""
+        config, proc = self.config, self.config.processor
+        return requests | "ChunkRequests" >> ChunkRequests(
             max_chunk_bytes=proc.max_chunk_bytes,
             max_requests_per_chunk=proc.effective_max_requests_per_chunk,
             oversized_request_policy=proc.oversized_request_policy,
-            chunk_overhead_bytes=adapter_cls.chunk_overhead_bytes,
-            attempt=settings.attempt,
+            chunk_overhead_bytes=self.adapter_cls.chunk_overhead_bytes,
+            attempt=self.settings.attempt,
             run_part=(
                 f".shard{config.shard_id}of{config.num_shards}" if config.num_shards > 1 else ""
             ),
             shards_per_key=shards,
-            staging_dir=f"{staging}/chunks",
+            staging_dir=f"{staging_dir(self.base, self.settings.run_id)}/chunks",
         )
-        error_sources = [extracted.errors, built.errors, chunked.rejected]
-        if read_errors is not None:
-            error_sources.insert(0, read_errors)
-        errors = tuple(error_sources) | "AllRowErrors" >> beam.Flatten()
+
+    def _invalid_rows(
+        self, sources: Sequence[Optional[beam.PCollection]], path: str
+    ) -> tuple[beam.PCollection, Any]:
+        """Every row error (``None`` sources skipped) written to ``path``. Returns
+        ``(errors, gate)``: the gate is the invalid-row count as a singleton side input
+        (0 when none), or ``None`` when invalid rows are skipped."""
+        errors = tuple(s for s in sources if s is not None) | "AllRowErrors" >> beam.Flatten()
         invalid_count = beam.pvalue.AsSingleton(  # no invalid row: no element, 0
             errors | "CountInvalidRows" >> beam.combiners.Count.Globally().without_defaults(),
             default_value=0,
@@ -353,86 +408,81 @@ class SubmitRows(beam.PTransform):
         (
             errors
             | "InvalidRowLines" >> beam.Map(_error_line)
-            | "WriteInvalidRows" >> WriteSingleFile(bad_rows_path)
+            | "WriteInvalidRows" >> WriteSingleFile(path)
         )
-        gate = None if self.skip else invalid_count
-        submitted = chunked.chunks | "SubmitChunks" >> SubmitChunks(
-            adapter_cls,
-            proc,
-            settings,
-            base,
-            {o.name: o.output_type for o in config.outputs},
-            invalid_row_count=gate,
-            concurrency=config.execution.submit_concurrency,
-            token_estimate=None
-            if dry_run
-            else beam.pvalue.AsSingleton(
-                # once per job, before the first batch (the submit step's side input)
-                p
-                | "EstimateOnce" >> beam.Impulse()
-                | "AnnounceEstimate"
-                >> beam.Map(
-                    _announce_sent_estimate,
-                    beam.pvalue.AsSingleton(  # no count at all: the sum of none, {}
-                        token_counts
-                        | "SumTokens" >> beam.CombineGlobally(_sum_counts).without_defaults(),
-                        default_value={},
-                    ),
-                    proc,
-                    estimate_file(staging),
-                )
-            ),
-        )
-        receipted = submitted.receipts
-        if reused is not None:
-            reused_receipts = reused | "WriteReusedReceipts" >> WriteReusedReceipts(
-                proc.provider,
-                run_id,
-                base,
-                settings.attempt,
-                {o.name: o.output_type for o in config.outputs},
-                getattr(proc, "model", None),
-                dry_run,
-                gate,
+        return errors, None if self.skip else invalid_count
+
+    def _token_estimate(self, p: beam.Pipeline, token_counts: beam.PCollection) -> Any:
+        """The estimate of what is sent, announced once per job before the first batch
+        (a singleton side input of the submit step)."""
+        return beam.pvalue.AsSingleton(
+            p
+            | "EstimateOnce" >> beam.Impulse()
+            | "AnnounceEstimate"
+            >> beam.Map(
+                _announce_sent_estimate,
+                beam.pvalue.AsSingleton(  # no count at all: the sum of none, {}
+                    token_counts
+                    | "SumTokens" >> beam.CombineGlobally(_sum_counts).without_defaults(),
+                    default_value={},
+                ),
+                self.config.processor,
+                estimate_file(staging_dir(self.base, self.settings.run_id)),
             )
-            receipted = (submitted.receipts, reused_receipts) | "AllReceipts" >> beam.Flatten()
-        # Every chunk has its receipt: the marker says only finish steps are left, and
-        # the placeholder rows are published after it (they claim "submitted").
-        # Once, also when no chunk was built (the count's default 0).
+        )
+
+    def _with_reused_receipts(
+        self, receipts: beam.PCollection, reused: Optional[beam.PCollection], gate: Any
+    ) -> beam.PCollection:
+        """The submitted chunks' receipts, plus (with reuse) the receipts written for the
+        answers an earlier run gave."""
+        if reused is None:
+            return receipts
+        settings = self.settings
+        reused_receipts = reused | "WriteReusedReceipts" >> WriteReusedReceipts(
+            self.config.processor.provider,
+            settings.run_id,
+            self.base,
+            settings.attempt,
+            self._output_types(),
+            getattr(self.config.processor, "model", None),
+            settings.dry_run,
+            gate,
+        )
+        return (receipts, reused_receipts) | "AllReceipts" >> beam.Flatten()
+
+    def _marked_once(self, p: beam.Pipeline, receipted: beam.PCollection) -> Any:
+        """Once every chunk has its receipt (also when no chunk was built: the count's
+        default 0), write the submitted marker: only finish steps are left. One element."""
         receipt_count = beam.pvalue.AsSingleton(
             receipted | "CountReceipts" >> beam.combiners.Count.Globally().without_defaults(),
             default_value=0,
         )
-        marked = (
+        settings = self.settings
+        marker = (
+            None
+            if settings.dry_run
+            else {"base": self.base, "run_id": settings.run_id, "attempt": settings.attempt}
+        )
+        return (
             p
             | "ReceiptedOnce" >> beam.Impulse()
-            | "MarkSubmitted"
-            >> beam.Map(
-                _mark_submitted,
-                receipt_count,
-                None if dry_run else {"base": base, "run_id": run_id, "attempt": settings.attempt},
-            )
+            | "MarkSubmitted" >> beam.Map(_mark_submitted, receipt_count, marker)
         )
-        # One element, once the marker is written: a step that removes the marker (the
-        # Beam YAML finish) waits on it as a side input.
-        self.marked = marked
-        all_receipted = beam.pvalue.AsSingleton(marked)
-        submitted.receipts | "ProgressChunks" >> CountProgress(
-            "chunks exported" if dry_run else "batches submitted", flush_every=1
-        )
-        export_file = export_file_for(settings.export_prompts, run_id) if dry_run else None
-        if export_file:
-            submitted.export | "WriteExport" >> WriteExport(export_file)
 
-        # Placeholder rows are written before the barrier into the staging folder (a
-        # file per bundle, never held in memory), and moved into the datasets'
-        # output_dir only once the barrier lets the run proceed.
-        placeholders = built.rows | "PlaceholderRows" >> RenderPlaceholderRows(
+    def _publish_placeholders(self, built_rows: beam.PCollection, gate: Any, after: Any) -> None:
+        """Placeholder rows, written before the barrier into the staging folder (a file
+        per bundle, never held in memory) and moved into each dataset's ``output_dir``
+        only once the barrier lets the run proceed and every receipt is written
+        (``after``: they claim "submitted")."""
+        config, settings = self.config, self.settings
+        placeholders = built_rows | "PlaceholderRows" >> RenderPlaceholderRows(
             config.outputs,
             config.output_schema,
             config.remove_columns,
             block_bytes=_PLACEHOLDER_BLOCK_BYTES,  # the writers get a few blocks, not rows
         )
+        staging = staging_dir(self.base, settings.run_id)
         dirs = [ds.output_dir.rstrip("/") for ds in config.datasets]
         for i, ds in enumerate(config.datasets):
             if not ds.output_dir or settings.only_custom_ids is not None:
@@ -447,17 +497,13 @@ class SubmitRows(beam.PTransform):
                 | f"WriteDataset{i}Rows"
                 >> WriteJsonLinesShards(
                     out_dir,
-                    f"placeholders.{run_id}",
+                    f"placeholders.{settings.run_id}",
                     staging_dir=f"{staging}/placeholders{i}",
                     gate=gate,
-                    after=all_receipted,
+                    after=after,
                     replace_earlier=own_dir,
                 )
             )
-        self.plan = SubmitPlan(
-            run_id, base, bad_rows_path, export_file, dry_run, stop_marker, shards
-        )
-        return SubmitRowsResult(submitted.receipts, errors)
 
 
 def build_submit_pipeline(
