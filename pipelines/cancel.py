@@ -42,69 +42,43 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return args
 
 
+def _confirmed(what: str) -> bool:
+    """Ask on the terminal whether to cancel ``what``; False (with why on stderr) when
+    there is no terminal to ask or the answer is not yes."""
+    if not sys.stdin or not sys.stdin.isatty():
+        print(
+            f"mmirage cancel: would cancel {what}; no terminal to ask: pass --yes to cancel",
+            file=sys.stderr,
+        )
+        return False
+    answer = input(f"Cancel {what} at the provider? [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        print("mmirage cancel: nothing cancelled", file=sys.stderr)
+        return False
+    return True
+
+
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     start_storage_command(args)  # before any receipt is read
 
-    from mmirage_beam.config import load_config
-    from mmirage_beam.errors import ConfigError
-    from mmirage_beam.ids import check_run_id
-    from mmirage_beam.run.cancel import cancel_batches, plan_cancel
-    from mmirage_beam.run.layout import receipts_base
+    from mmirage_beam.commands import show
+    from mmirage_beam.commands.cancel import CancelCommand
 
-    if args.run_id is not None:
-        try:
-            check_run_id(args.run_id)
-        except ValueError as exc:
-            raise ConfigError("--run-id", str(exc)) from None
-    config = load_config(args.config)
-    base = receipts_base(config.processor.metadata_output_path, config.state_dir)
-    plan, checker = plan_cancel(config, args.run_id)
-    try:
-        runs = ", ".join(plan.runs)
-        if plan.already:
-            print(
-                f"mmirage cancel: {len(plan.already)} batch(es) of run {runs} were cancelled "
-                "before and are still ending; not cancelled again"
-            )
-        if not plan.to_cancel:
-            print(
-                f"mmirage cancel: nothing to cancel: {plan.ended} batch(es) of run {runs} "
-                "have ended" + (", the others are being cancelled" if plan.already else "")
-            )
-            return 0
-        what = (
-            f"{len(plan.to_cancel)} unfinished batch(es) ({plan.requests:,} request(s)) of "
-            f"run {runs}"
-        )
-        if not args.yes:
-            if not sys.stdin or not sys.stdin.isatty():
-                print(
-                    f"mmirage cancel: would cancel {what}; no terminal to ask: pass --yes to "
-                    "cancel",
-                    file=sys.stderr,
-                )
-                return 2
-            answer = input(f"Cancel {what} at the provider? [y/N] ").strip().lower()
-            if answer not in ("y", "yes"):
-                print("mmirage cancel: nothing cancelled", file=sys.stderr)
-                return 2
-        done = cancel_batches(base, plan, checker)
-    finally:
-        checker.close()
-    refused = [d for d in done if d.error]
-    for d in done:
-        outcome = f"refused: {d.error}" if d.error else f"now {d.status_after}"
-        print(
-            f"  {d.provider_batch_id} ({d.provider}, run {d.run_id}, was "
-            f"{d.status_before}): {outcome}"
-        )
-    print(
-        f"mmirage cancel: asked to cancel {len(done) - len(refused)} of {len(done)} batch(es); "
-        "their processed requests keep their results. Merge once they have ended: "
-        f"mmirage merge --config {args.config} --output-path OUT.jsonl --run-id {plan.runs[0]}"
-    )
-    return 1 if refused else 0
+    command = CancelCommand(args.config, args.run_id)
+    planned = command.plan()
+    show(planned.lines)
+    try:  # the lookup client is closed however the question ends (Ctrl-C, EOF)
+        go = not planned.nothing_to_cancel and (args.yes or _confirmed(planned.what))
+    except BaseException:
+        planned.close()
+        raise
+    if not go:
+        planned.close()
+        return 0 if planned.nothing_to_cancel else 2
+    outcome = command.cancel(planned)
+    show(outcome.lines)
+    return outcome.exit_code
 
 
 main = guarded(_main)
