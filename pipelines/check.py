@@ -154,9 +154,33 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         print(line)
     for line in [*states.lines, *([note] if note else [])]:
         print(line)
+    # 6. --watch: tell the config's webhooks (execution_params.notify) how runs ended
+    if args.watch and config is not None and config.execution.notify:
+        _notify(config, base, statuses, receipts.run_ids, args.config)
     if timed_out and waiting and not summary.exit_code:
         return WATCH_TIMED_OUT  # stopped watching, not finished: not "done", not failed
     return summary.exit_code
+
+
+def _notify(config, base: str, statuses, run_ids, config_arg: str) -> None:
+    """Each run's events to the webhooks, each once (``mmirage_beam.notify``); a failure
+    is a warning on stderr, never the exit status."""
+    from mmirage_beam.notify import notify_run
+
+    for run_id in run_ids:
+        mine = [s for s in statuses if s.receipt.run_id == run_id]
+        if not run_id or run_id == "?" or not mine:
+            continue
+        try:
+            result = notify_run(base, run_id, config, statuses=mine, config_arg=config_arg)
+        except Exception as exc:  # the check's verdict stands whatever the webhook does
+            print(f"notify: run {run_id}: not sent ({type(exc).__name__}: {exc})", file=sys.stderr)
+            continue
+        for d in result.deliveries:
+            if d.status == "delivered":
+                print(f"notify: {d.event} of run {run_id} sent to {d.url}")
+        for warning in result.warnings:
+            print(f"run {run_id}: {warning}", file=sys.stderr)
 
 
 main = guarded(_main)
