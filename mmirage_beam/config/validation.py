@@ -457,9 +457,18 @@ def _notify(value: Any) -> tuple[NotifyTarget, ...]:
             raise ConfigError(key, "must be a mapping {url, events, format, secret_env}")
         _check_keys(item, key, _NOTIFY_KEYS, strict=True)
         url = item.get("url")
+        if url is None:
+            raise ConfigError(f"{key}.url", "is required (the webhook's http(s) URL)")
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(f"{key}.url", f"must be an http:// or https:// URL, got {url!r}")
+            # the URL itself is not echoed: a webhook's path is often its secret
+            if parts is None:
+                got = f"a {type(url).__name__}"
+            elif parts.scheme not in ("http", "https"):
+                got = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+            else:
+                got = "no host"
+            raise ConfigError(f"{key}.url", f"must be an http:// or https:// URL, got {got}")
         events = item.get("events", list(NOTIFY_EVENTS))
         if isinstance(events, str):
             events = [events]

@@ -157,3 +157,70 @@ def test_a_notify_mistake_stops_the_run_before_anything_is_sent(tmp_path, capsys
     assert "execution_params.notify[0].secret_env" in err
     assert "MMIRAGE_TEST_UNSET_SECRET is not set" in err
     assert provider_env.submitted_requests() == []
+
+
+def _plain_config(tmp_path, fake, notify, rows: slice, name: str) -> str:
+    """A config without the cycle (``mmirage run`` only submits) over ``rows`` of GSM8K."""
+    lines = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[rows]
+    data = tmp_path / f"{name}.jsonl"
+    data.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    cfg = base_config(tmp_path, base_url=fake.openai_base_url, max_requests_per_chunk=5)
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    cfg["execution_params"] = {"notify": notify}
+    return write_config(tmp_path, cfg, f"{name}.yaml")
+
+
+def _submitted_run(capsys, cfg: str) -> str:
+    from mmirage_beam.run.store import run_records
+
+    assert submit_main(["--config", cfg]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    return run_records(str(Path(cfg).parent / "meta" / "batch_metadata"))[0].run_id
+
+
+def test_check_watch_reports_the_runs_it_saw_running_and_the_run_it_is_named(
+    tmp_path, capsys, provider_env
+):
+    fake = provider_env
+    with WebhookReceiver() as hook:
+        notify = [{"url": hook.url}]
+        # run A ended before anyone watched it (instant batches)
+        run_a = _submitted_run(capsys, _plain_config(tmp_path, fake, notify, slice(0, 6), "a"))
+        # run B's batches take a second, then expire after 2 requests each
+        fake.script(processing_delay_secs=1.0, expire_after_requests=2)
+        cfg_b = _plain_config(tmp_path, fake, notify, slice(6, 16), "b")
+        run_b = _submitted_run(capsys, cfg_b)
+
+        # every run of the config: B was running at the first poll, A had ended
+        assert check_main(["--config", cfg_b, "--watch", "--interval", "0.2"]) == 1
+        out = capsys.readouterr().out
+        assert f"notify: expired of run {run_b} sent" in out
+        assert [(d["event"], d["run_id"]) for d in hook.accepted] == [("expired", run_b)]
+        doc = hook.accepted[0]
+        assert doc["requests"]["counted_from"] == "provider"
+        assert doc["requests"]["failed"] == 6 and doc["requests"]["done"] == 4  # 2 + 2 + 2 ran
+        assert doc["next_command"].startswith(f"mmirage merge --config {cfg_b} --run-id {run_b}")
+        assert doc["tokens"]["kind"] == "estimated" and doc["tokens"]["input"] > 0
+
+        # named with --run-id, the run that ended before is reported too, once
+        argv = ["--config", cfg_b, "--run-id", run_a, "--watch", "--interval", "0.2"]
+        assert check_main(argv) == 0
+        assert f"notify: completed of run {run_a} sent" in capsys.readouterr().out
+        assert check_main(argv) == 0
+        assert check_main(["--config", cfg_b, "--run-id", run_b, "--watch"]) == 1
+        assert "notify:" not in capsys.readouterr().out
+        assert [(d["event"], d["run_id"]) for d in hook.accepted] == [
+            ("expired", run_b),
+            ("completed", run_a),
+        ]
+
+
+def test_a_token_limit_failure_sends_failed_and_budget_reached(tmp_path, capsys, provider_env):
+    fake = provider_env
+    with WebhookReceiver() as hook:
+        cfg = _plain_config(tmp_path, fake, [{"url": hook.url}], slice(0, 4), "budget")
+        fake.script(token_limit_exceeded=True)
+        run_id = _submitted_run(capsys, cfg)
+        assert check_main(["--config", cfg, "--run-id", run_id, "--watch"]) == 1
+        assert [d["event"] for d in hook.accepted] == ["failed", "budget_reached"]
+        assert len({d["event_id"] for d in hook.accepted}) == 2

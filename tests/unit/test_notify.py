@@ -271,8 +271,10 @@ def test_config_defaults_and_short_form(tmp_path):
             "execution_params.notify[0].evnets",
             "did you mean 'events'",
         ),
-        ([{"url": "ftp://h/x"}], "execution_params.notify[0].url", "http:// or https://"),
-        ([{"url": "https://"}], "execution_params.notify[0].url", "http:// or https://"),
+        ([{"url": "ftp://h/x"}], "execution_params.notify[0].url", "got scheme 'ftp'"),
+        ([{"url": "https://"}], "execution_params.notify[0].url", "got no host"),
+        ([{"url": "hooks.example/x"}], "execution_params.notify[0].url", "got no scheme"),
+        ([{"events": ["failed"]}], "execution_params.notify[0].url", "is required"),
         (
             [{"url": "https://h/x", "events": ["complted"]}],
             "execution_params.notify[0].events[0]",
@@ -303,6 +305,14 @@ def test_config_errors_name_the_key(tmp_path, monkeypatch, notify, key, words):
     with pytest.raises(ConfigError) as err:
         _load(tmp_path, notify)
     assert err.value.key == key and words in str(err.value), str(err.value)
+
+
+def test_a_bad_url_is_not_echoed(tmp_path):
+    """A webhook's path is often its secret (Slack's is): the error names the key and
+    the scheme, never the URL."""
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, [{"url": "ftp://hooks.example/T0/B0/SECRETPART"}])
+    assert "SECRETPART" not in str(err.value) and "hooks.example" not in str(err.value)
 
 
 def test_a_typo_of_notify_itself_gets_did_you_mean(tmp_path):
