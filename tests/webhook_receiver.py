@@ -1,7 +1,8 @@
 """A local webhook receiver for the notification tests: Werkzeug on 127.0.0.1, in a
 thread. It checks each POST's ``X-Mmirage-Signature`` against the raw body and
 timestamp (the check docs/notifications.md gives receivers), answers 500 to the first
-``fail_first`` deliveries, and keeps every request it saw::
+``fail_first`` deliveries (or 302 to ``redirect_to`` to each), and keeps every request
+it saw::
 
     with WebhookReceiver(secret="s3cret", fail_first=1) as hook:
         ... hook.url ...
@@ -35,9 +36,12 @@ class Seen:
 class WebhookReceiver:
     """``url`` takes POSTs; ``seen`` lists every one, ``accepted`` the bodies answered 200."""
 
-    def __init__(self, secret: Optional[str] = None, fail_first: int = 0) -> None:
+    def __init__(
+        self, secret: Optional[str] = None, fail_first: int = 0, redirect_to: Optional[str] = None
+    ) -> None:
         self.secret = secret
         self.fail_first = fail_first
+        self.redirect_to = redirect_to
         self.seen: list[Seen] = []
         self._lock = threading.Lock()
         self._server = make_server("127.0.0.1", 0, self._app, threaded=True)
@@ -68,7 +72,9 @@ class WebhookReceiver:
         body = request.get_data()
         ok = self._verify(request, body)
         with self._lock:
-            if ok is False:
+            if self.redirect_to is not None:
+                code = 302
+            elif ok is False:
                 code = 401
             elif self.fail_first > 0:
                 self.fail_first -= 1
@@ -80,7 +86,10 @@ class WebhookReceiver:
             except ValueError:
                 parsed = None
             self.seen.append(Seen(dict(request.headers), body, ok, code, parsed))
-        return Response("ok" if code == 200 else "no", status=code)(environ, start_response)
+        response = Response("ok" if code == 200 else "no", status=code)
+        if code == 302:
+            response.headers["Location"] = self.redirect_to
+        return response(environ, start_response)
 
     @property
     def accepted(self) -> list[Any]:

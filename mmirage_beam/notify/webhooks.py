@@ -196,7 +196,8 @@ def deliver(
 
     Connection errors, timeouts, 408, 425, 429 and 5xx are retried after
     ``RETRY_INITIAL_DELAY_SECS`` doubling up to ``RETRY_MAX_DELAY_SECS`` (seconds; a
-    ``Retry-After`` in seconds wins, capped the same); another status ends the attempts.
+    ``Retry-After`` in seconds wins, capped the same); another status ends the attempts
+    (a redirect too: it is not followed).
     Each attempt is signed afresh (its own ``X-Mmirage-Timestamp``) when ``secret``.
 
     Returns:
@@ -218,7 +219,7 @@ def deliver(
         request = urllib.request.Request(url, data=body, headers=headers, method="POST")
         retry_after: Optional[float] = None
         try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECS) as response:
+            with _OPENER.open(request, timeout=REQUEST_TIMEOUT_SECS) as response:
                 code = response.status
             return Delivery(event, event_id_, redact_url(url), "delivered", attempt, code)
         except urllib.error.HTTPError as exc:
@@ -236,6 +237,18 @@ def deliver(
             _LOG.info("notify %s to %s: %s, retrying", event, redact_url(url), error)
             sleep(min(delay, RETRY_MAX_DELAY_SECS))
     return Delivery(event, event_id_, redact_url(url), "failed", attempt, code, error)
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx is the receiver's answer, not a place to go: urllib would turn the POST
+    into a GET without the body (301/302/303) and call that a delivery, or send the
+    signed event to another host."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects())
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:

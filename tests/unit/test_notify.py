@@ -231,6 +231,16 @@ def test_an_unreachable_receiver_is_retried_a_bounded_number_of_times(base, tmp_
     assert slept == [1.0, 2.0, 4.0]
 
 
+def test_a_redirect_is_not_followed(base, tmp_path):
+    """urllib would re-send a 302'd POST as a GET without its body and call it done."""
+    with WebhookReceiver() as target, WebhookReceiver(redirect_to=target.url) as hook:
+        cfg = _config(tmp_path, [{"url": hook.url}])
+        result = notify_run(base, RUN, cfg, statuses=[_status("completed", "completed", 10, 0)])
+        (d,) = result.deliveries
+        assert (d.status, d.http_status, d.attempts) == ("failed", 302, 1)
+        assert target.seen == [] and delivered_ids(base, RUN) == set()
+
+
 def test_events_a_webhook_did_not_ask_for_are_not_sent(base, tmp_path):
     with WebhookReceiver() as hook:
         cfg = _config(tmp_path, [{"url": hook.url, "events": ["failed"]}])
