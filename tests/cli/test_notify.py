@@ -224,3 +224,20 @@ def test_a_token_limit_failure_sends_failed_and_budget_reached(tmp_path, capsys,
         assert check_main(["--config", cfg, "--run-id", run_id, "--watch"]) == 1
         assert [d["event"] for d in hook.accepted] == ["failed", "budget_reached"]
         assert len({d["event_id"] for d in hook.accepted}) == 2
+
+
+def test_a_run_stopped_with_mmirage_cancel_sends_cancelled(tmp_path, capsys, provider_env):
+    from pipelines.cancel import main as cancel_main
+
+    fake = provider_env
+    with WebhookReceiver() as hook:
+        cfg = _plain_config(tmp_path, fake, [{"url": hook.url}], slice(0, 6), "cancel")
+        fake.script(processing_delay_secs=9.0)  # still running when cancelled (D/3 to cancel)
+        run_id = _submitted_run(capsys, cfg)
+        assert cancel_main(["--config", cfg, "--run-id", run_id, "--yes"]) == 0
+        capsys.readouterr()
+        assert (
+            check_main(["--config", cfg, "--run-id", run_id, "--watch", "--interval", "0.2"]) == 1
+        )
+        (doc,) = hook.accepted
+        assert doc["event"] == "cancelled" and doc["run_id"] == run_id
