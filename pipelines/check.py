@@ -9,7 +9,10 @@ Reads the receipts (every run of the config's ``metadata_output_path``, newest f
 the given files / ``.parts`` folders), looks every distinct provider batch up and prints
 one line per batch (status, the provider's own status word, requests done / failed /
 total, age) and a summary per provider and per run: ``rich`` tables on a terminal, plain
-aligned text otherwise. ``--watch`` polls until every batch is terminal.
+aligned text otherwise. ``--watch`` polls until every batch is terminal, then tells the
+config's webhooks (``execution_params.notify``, docs/notifications.md) how the run named
+by ``--run-id``, or each run it saw running, ended; a webhook never changes the exit
+status.
 
 Exit status: 0 every request of the ended batches succeeded, or batches are still
 running with nothing failed so far (the verdict line says which); 1 a batch failed at

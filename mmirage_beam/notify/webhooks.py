@@ -186,13 +186,22 @@ def deliver(
     body: bytes,
     *,
     event: str,
-    event_id_: str,
+    eid: str,
     secret: Optional[str] = None,
     max_attempts: int = MAX_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
 ) -> Delivery:
     """POST ``body`` to ``url`` until it answers 2xx, at most ``max_attempts`` times.
+
+    Args:
+        url: the webhook.
+        body: the exact bytes to POST (:func:`build_body`).
+        event: the event name (``X-Mmirage-Event``).
+        eid: the event's id (``X-Mmirage-Event-Id``, :func:`event_id`).
+        secret: the HMAC key; None: unsigned.
+        max_attempts: POSTs at most (>= 1).
+        sleep, clock: injectable for tests (seconds).
 
     Connection errors, timeouts, 408, 425, 429 and 5xx are retried after
     ``RETRY_INITIAL_DELAY_SECS`` doubling up to ``RETRY_MAX_DELAY_SECS`` (seconds; a
@@ -211,7 +220,7 @@ def deliver(
             "Content-Type": "application/json",
             "User-Agent": "mmirage-beam-notify/1",
             "X-Mmirage-Event": event,
-            "X-Mmirage-Event-Id": event_id_,
+            "X-Mmirage-Event-Id": eid,
             "X-Mmirage-Timestamp": ts,
         }
         if secret:
@@ -221,7 +230,7 @@ def deliver(
         try:
             with _OPENER.open(request, timeout=REQUEST_TIMEOUT_SECS) as response:
                 code = response.status
-            return Delivery(event, event_id_, redact_url(url), "delivered", attempt, code)
+            return Delivery(event, eid, redact_url(url), "delivered", attempt, code)
         except urllib.error.HTTPError as exc:
             code, error = exc.code, f"HTTP {exc.code}"
             retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
@@ -236,7 +245,7 @@ def deliver(
                 delay = retry_after
             _LOG.info("notify %s to %s: %s, retrying", event, redact_url(url), error)
             sleep(min(delay, RETRY_MAX_DELAY_SECS))
-    return Delivery(event, event_id_, redact_url(url), "failed", attempt, code, error)
+    return Delivery(event, eid, redact_url(url), "failed", attempt, code, error)
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -373,9 +382,7 @@ def notify_run(
                     )
                 )
                 continue
-            d = deliver(
-                target.url, body, event=event.name, event_id_=eid, secret=secret, sleep=sleep
-            )
+            d = deliver(target.url, body, event=event.name, eid=eid, secret=secret, sleep=sleep)
             if d.status == "delivered":
                 try:
                     _record(base, run_id, d)
