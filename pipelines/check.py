@@ -9,7 +9,10 @@ Reads the receipts (every run of the config's ``metadata_output_path``, newest f
 the given files / ``.parts`` folders), looks every distinct provider batch up and prints
 one line per batch (status, the provider's own status word, requests done / failed /
 total, age) and a summary per provider and per run: ``rich`` tables on a terminal, plain
-aligned text otherwise. ``--watch`` polls until every batch is terminal.
+aligned text otherwise. ``--watch`` polls until every batch is terminal, then tells the
+config's webhooks (``execution_params.notify``, docs/notifications.md) how the run named
+by ``--run-id``, or each run it saw running, ended; a webhook never changes the exit
+status.
 
 Exit status: 0 every request of the ended batches succeeded, or batches are still
 running with nothing failed so far (the verdict line says which); 1 a batch failed at
@@ -24,7 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from mmirage_beam.launch.drivers import driver_parser, parse_storage_args, start_storage_command
 from mmirage_beam.launch.interrupts import guarded
@@ -112,6 +115,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     receipts = discovery.collect_receipts(config, args.metadata_path or (), run_id=args.run_id)
     tty = sys.stdout.isatty()
     # 2. look every batch up once, or until all are terminal (--watch)
+    running_at_start: set = set()  # runs with a batch not ended at the first poll
+
+    def first_poll(polled: Sequence, poll: int, _elapsed: float) -> None:
+        if poll == 1:
+            running_at_start.update(s.receipt.run_id for s in polled if not s.terminal)
+
     with lookup.BatchStatusChecker(receipts.providers, config) as checker:
         statuses, timed_out, interrupted = watch.statuses_of(
             checker,
@@ -120,6 +129,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             interval_secs=args.interval,
             timeout_secs=args.timeout,
             tty=tty,
+            also_on_poll=first_poll,
         )
     # 3. runs still submitting, stopped midway or before their finish steps; cancelled
     states = RunStates([], ())
@@ -154,9 +164,38 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         print(line)
     for line in [*states.lines, *([note] if note else [])]:
         print(line)
+    # 6. --watch: tell the config's webhooks (execution_params.notify) how runs ended
+    # (every run named by --run-id; without it, only the runs this watch saw running,
+    # so that turning notify on never reports every run of the past)
+    if args.watch and config is not None and config.execution.notify:
+        watched = receipts.run_ids if args.run_id else sorted(running_at_start)
+        _notify(config, base, statuses, watched, args.config)
     if timed_out and waiting and not summary.exit_code:
         return WATCH_TIMED_OUT  # stopped watching, not finished: not "done", not failed
     return summary.exit_code
+
+
+def _notify(
+    config: Any, base: str, statuses: Sequence[Any], run_ids: Sequence[str], config_arg: str
+) -> None:
+    """Each run's events to the webhooks, each once (``mmirage_beam.notify``); a failure
+    is a warning on stderr, never the exit status."""
+    from mmirage_beam.notify import notify_run
+
+    for run_id in run_ids:
+        mine = [s for s in statuses if s.receipt.run_id == run_id]
+        if not run_id or run_id == "?" or not mine:
+            continue
+        try:
+            result = notify_run(base, run_id, config, statuses=mine, config_arg=config_arg)
+        except Exception as exc:  # the check's verdict stands whatever the webhook does
+            print(f"notify: run {run_id}: not sent ({type(exc).__name__}: {exc})", file=sys.stderr)
+            continue
+        for d in result.deliveries:
+            if d.status == "delivered":
+                print(f"notify: {d.event} of run {run_id} sent to {d.url}")
+        for warning in result.warnings:
+            print(f"run {run_id}: {warning}", file=sys.stderr)
 
 
 main = guarded(_main)

@@ -105,12 +105,15 @@ def statuses_of(
     interval_secs: float,
     timeout_secs: Optional[float],
     tty: bool,
+    also_on_poll: Optional[Callable[[Sequence[BatchStatus], int, float], None]] = None,
 ) -> tuple[list[BatchStatus], bool, bool]:
     """``mmirage check``'s lookups: every batch once, or with ``watch`` until all are
     terminal (:func:`watch_statuses`, shown live: a rich table on a terminal, a line a
     poll otherwise). Returns ``(statuses, timed_out, interrupted)``; a Ctrl-C while
     watching returns the last poll's statuses with ``interrupted`` (check starts nothing,
-    so only the watching stops), or is raised if no poll finished yet."""
+    so only the watching stops), or is raised if no poll finished yet. ``also_on_poll``
+    is called after the display with each poll's ``(statuses, poll number, elapsed
+    secs)`` (``--watch`` only)."""
     if not watch:
         return list(checker.check(batches)), False, False
     display = RichWatchDisplay() if tty else PlainWatchDisplay()
@@ -119,6 +122,8 @@ def statuses_of(
     def on_poll(statuses: Sequence[BatchStatus], poll: int, elapsed: float) -> None:
         seen[:] = [list(statuses)]
         display.update(statuses, poll, elapsed)
+        if also_on_poll is not None:
+            also_on_poll(statuses, poll, elapsed)
 
     try:
         with display:

@@ -23,6 +23,9 @@ __all__ = [
     "InputConfig",
     "OutputConfig",
     "ExecutionConfig",
+    "NOTIFY_EVENTS",
+    "NOTIFY_FORMATS",
+    "NotifyTarget",
     "DEFAULT_RETRIES",
     "PipelineConfig",
 ]
@@ -84,6 +87,33 @@ class OutputConfig:
     type: str = "batch_api"
 
 
+#: the run events a webhook may ask for (``execution_params.notify[i].events``), in the
+#: order a run's events are listed (:mod:`mmirage_beam.notify`).
+NOTIFY_EVENTS = ("completed", "failed", "expired", "cancelled", "budget_reached")
+#: ``execution_params.notify[i].format``: the JSON document, or Slack's ``{"text": ...}``.
+NOTIFY_FORMATS = ("json", "slack")
+
+
+@dataclass(frozen=True)
+class NotifyTarget:
+    """``execution_params.notify[i]``: one webhook told when a run ends.
+
+    Attributes:
+        url: an ``http://`` or ``https://`` URL the event is POSTed to.
+        events: the events it wants, a subset of :data:`NOTIFY_EVENTS` (default: all).
+        format: ``json`` (the event document) or ``slack`` (``{"text": ...}``, as a
+            Slack incoming webhook takes it).
+        secret_env: the environment variable holding the HMAC-SHA256 key that signs the
+            body (``X-Mmirage-Signature``); None: unsigned. The secret itself is never
+            in the config.
+    """
+
+    url: str
+    events: tuple[str, ...] = NOTIFY_EVENTS
+    format: str = "json"
+    secret_env: Optional[str] = None
+
+
 @dataclass(frozen=True)
 class ExecutionConfig:
     """``execution_params``: ``mode`` (only ``local``), ``retry``, ``merge``, the rest kept.
@@ -108,6 +138,8 @@ class ExecutionConfig:
     #: reuse answers earlier runs under the same metadata base paid for (``--no-reuse``
     #: turns it off for one run; :mod:`mmirage_beam.reuse`)
     reuse_answers: bool = True
+    #: webhooks told when a run ends (:mod:`mmirage_beam.notify`, docs/notifications.md)
+    notify: tuple[NotifyTarget, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

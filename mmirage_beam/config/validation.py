@@ -18,11 +18,14 @@ from typing import Any
 from mmirage_beam.config.pipeline_config import (
     DATASET_TYPES,
     INPUT_TYPES,
+    NOTIFY_EVENTS,
+    NOTIFY_FORMATS,
     OUTPUT_NAME_RE,
     OUTPUT_TYPES,
     DatasetConfig,
     ExecutionConfig,
     InputConfig,
+    NotifyTarget,
     OutputConfig,
     PipelineConfig,
 )
@@ -405,8 +408,10 @@ def _execution(value: Any) -> ExecutionConfig:
         "chunking_parallelism",
         "submit_concurrency",
         "reuse_answers",
+        "notify",
     )
     _check_keys(e, "execution_params", set(own), strict=False)
+    notify = _notify(e.get("notify"))
     extra = {k: v for k, v in e.items() if k not in own}
     return ExecutionConfig(
         mode=mode,
@@ -417,8 +422,98 @@ def _execution(value: Any) -> ExecutionConfig:
         chunking_parallelism=parallelism,
         submit_concurrency=concurrency,
         reuse_answers=flags["reuse_answers"],
+        notify=notify,
         extra=extra,
     )
+
+
+_NOTIFY_KEYS = {"url", "events", "format", "secret_env"}
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _notify(value: Any) -> tuple[NotifyTarget, ...]:
+    """``execution_params.notify``: a list of webhooks, each checked here, when the config
+    is loaded, so that a notify mistake never surfaces after the batches were paid for.
+
+    Raises:
+        ConfigError: naming ``execution_params.notify[i].<key>``: an unknown key (with
+            "did you mean"), a URL that is not http(s), an unknown event or format, a
+            ``secret_env`` variable that is not set.
+    """
+    from urllib.parse import urlsplit
+
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ConfigError(
+            "execution_params.notify", "must be a list of webhooks ({url, events, format})"
+        )
+    targets = []
+    for i, item in enumerate(value):
+        key = f"execution_params.notify[{i}]"
+        if isinstance(item, str):
+            item = {"url": item}
+        if not isinstance(item, dict):
+            raise ConfigError(key, "must be a mapping {url, events, format, secret_env}")
+        _check_keys(item, key, _NOTIFY_KEYS, strict=True)
+        url = item.get("url")
+        if url is None:
+            raise ConfigError(f"{key}.url", "is required (the webhook's http(s) URL)")
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            # the URL itself is not echoed: a webhook's path is often its secret
+            if parts is None:
+                got = f"a {type(url).__name__}"
+            elif parts.scheme not in ("http", "https"):
+                got = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+            else:
+                got = "no host"
+            raise ConfigError(f"{key}.url", f"must be an http:// or https:// URL, got {got}")
+        events = item.get("events", list(NOTIFY_EVENTS))
+        if isinstance(events, str):
+            events = [events]
+        if not isinstance(events, list) or not events:
+            raise ConfigError(
+                f"{key}.events", f"must be a non-empty list of: {', '.join(NOTIFY_EVENTS)}"
+            )
+        for j, ev in enumerate(events):
+            if ev not in NOTIFY_EVENTS:
+                _unknown_word(f"{key}.events[{j}]", ev, NOTIFY_EVENTS, "event")
+        fmt = item.get("format", "json")
+        if fmt not in NOTIFY_FORMATS:
+            _unknown_word(f"{key}.format", fmt, NOTIFY_FORMATS, "format")
+        secret_env = item.get("secret_env")
+        if secret_env is not None:
+            if not isinstance(secret_env, str) or not _ENV_NAME_RE.match(secret_env):
+                raise ConfigError(
+                    f"{key}.secret_env",
+                    f"must name an environment variable (not hold the secret), got "
+                    f"{'a non-name string' if isinstance(secret_env, str) else repr(secret_env)}",
+                )
+            if not os.environ.get(secret_env):
+                raise ConfigError(
+                    f"{key}.secret_env",
+                    f"environment variable {secret_env} is not set (it holds the webhook's "
+                    "signing secret)",
+                )
+        targets.append(
+            NotifyTarget(
+                url=url,
+                events=tuple(e for e in NOTIFY_EVENTS if e in events),
+                format=fmt,
+                secret_env=secret_env,
+            )
+        )
+    return tuple(targets)
+
+
+def _unknown_word(key: str, word: Any, known: tuple[str, ...], what: str) -> None:
+    """Raise the "did you mean" error of an unknown ``what`` (event, format) at ``key``."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ConfigError(key, f"unknown {what} {word!r}; {hint}accepted: {', '.join(known)}")
 
 
 def _yaml_strings(value: Any, key: str) -> Iterator[tuple[str, str]]:

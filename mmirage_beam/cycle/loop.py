@@ -227,7 +227,7 @@ def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
             if (record.failed_by_type or {}).get("never_submitted"):
                 state.phase = SUBMITTING  # the next resume sends what has no receipt
                 state.save(ctx.base)
-                return _finish(ctx, state, record)
+                return _finish(ctx, state, record)  # not ended: no notification
             if (
                 record.retryable
                 and state.retries_used < state.retries
@@ -238,7 +238,9 @@ def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
                 continue
             state.phase = DONE
             state.save(ctx.base)
-            return _finish(ctx, state, record)
+            code = _finish(ctx, state, record)
+            _notify(ctx, state)
+            return code
         elif state.phase == RETRYING:
             state.save(ctx.base)
             code = _resubmit(ctx, state)
@@ -382,6 +384,26 @@ def _requests_of(ctx: _Context, run_id: str) -> int:
         return sum(e.request_count for e in collect_receipts(ctx.config, (), run_id).batches)
     except NoReceiptsError:
         return 0
+
+
+def _notify(ctx: _Context, state: CycleState) -> None:
+    """Tell ``execution_params.notify``'s webhooks how the run ended
+    (:func:`mmirage_beam.notify.notify_run`: each event once, whatever the restarts); a
+    failure is a warning and never changes the exit status."""
+    if not ctx.config.execution.notify:
+        return
+    from mmirage_beam.notify import notify_run
+
+    try:
+        result = notify_run(ctx.base, state.run_id, ctx.config, config_arg=ctx.args.config)
+    except Exception as exc:  # the run's outcome stands whatever the webhook does
+        ctx.say(f"notify: not sent ({type(exc).__name__}: {exc})")
+        return
+    for d in result.deliveries:
+        if d.status == "delivered":
+            ctx.say(f"notify: {d.event} sent to {d.url}")
+    for warning in result.warnings:
+        ctx.say(warning)
 
 
 def _finish(ctx: _Context, state: CycleState, record: MergeRecord) -> int:

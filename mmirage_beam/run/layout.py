@@ -131,6 +131,12 @@ class RunLayout:
         return f"{self.base}.cycle.{self.run_id}.json"
 
     @property
+    def notifications(self) -> str:
+        """``<base>.notifications.<run_id>.jsonl``: one line per webhook event delivered
+        (:mod:`mmirage_beam.notify`)."""
+        return f"{self.base}.notifications.{self.run_id}.jsonl"
+
+    @property
     def resubmit_ids(self) -> str:
         """``<base>.resubmit-ids.<run_id>.txt``: the failed custom_ids a resubmission
         sends, one a line (written by the workers, read by the launcher)."""
