@@ -98,6 +98,8 @@ class Dashboard:
         self.lookup = lookup
         self.refresh_secs = refresh_secs
         self._actions = threading.Lock()  # one cancel / resubmit at a time
+        #: the requests refused for their Host or Origin: ``(method, path, reason)``
+        self.refused: list[tuple[str, str, str]] = []
         self._urls = Map(
             [
                 Rule("/", endpoint="index", methods=["GET"]),
@@ -148,7 +150,13 @@ class Dashboard:
     # -- WSGI -------------------------------------------------------------------------
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         request = Request(environ)
-        response = self.refusal(request) or self.dispatch(request)
+        response = self.refusal(request)
+        if response is not None:
+            reason = json.loads(response.get_data())["error"]
+            self.refused.append((request.method, request.path, reason))
+            _LOG.warning("%s %s %s", request.method, request.path, reason)
+        else:
+            response = self.dispatch(request)
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("X-Frame-Options", "DENY")
         return response(environ, start_response)

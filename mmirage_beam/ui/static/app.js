@@ -6,6 +6,7 @@ const main = document.getElementById("main");
 const tokenInput = document.getElementById("token");
 let timer = null; // the pending refresh of a run in flight
 let shown = 0; // increments on each navigation: a late answer of an older view is dropped
+let lastAction = { run: null, text: "", cls: "" }; // kept across the refreshes of a run
 
 // The launch link carries the token in the fragment (never sent to the server).
 (function takeToken() {
@@ -26,7 +27,7 @@ function el(tag, attrs, ...children) {
     if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v);
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -128,18 +129,22 @@ async function showRun(me, cfg, runId) {
           el("td", {}, el("button", { onclick: () => showFailedRows(base, t, rowsBox) }, "show rows"))))),
       rowsBox);
   }
-  const msg = el("span", { id: "action-result" });
+  const said = lastAction.run === base ? lastAction : { text: "", cls: "" };
+  const msg = el("span", { id: "action-result", class: said.cls }, said.text);
+  const say = (text, cls) => {
+    lastAction = { run: base, text, cls };
+    const now = document.getElementById("action-result");
+    if (now) { now.textContent = text; now.className = cls; }
+  };
   const act = (what, body) => async () => {
-    msg.textContent = `${what}…`;
+    say(`${what}…`, "");
     try {
       const r = await post(`${base}/${what}`, body);
-      msg.textContent = what === "cancel"
+      say(what === "cancel"
         ? `cancel: asked for ${r.batches.length} batch(es), ${r.refused} refused`
-        : `resubmit: exit ${r.exit_code}, new run ${r.new_run_id || "-"}`;
-      msg.className = "";
+        : `resubmit: exit ${r.exit_code}, new run ${r.new_run_id || "-"}`, "");
     } catch (e) {
-      msg.textContent = e.message;
-      msg.className = "error";
+      say(e.message, "error");
     }
   };
   main.replaceChildren(
