@@ -67,8 +67,8 @@ class RunRow:
         ended: when it ended as far as the store knows (ISO 8601 UTC): the last merge's
             time once merged, else None.
         estimated_tokens: the run record's estimate, ``{"input": int, "max_output": int}``
-            (tokens; ``max_output`` is 0 when some request set no output limit); None
-            when the run recorded none.
+            (tokens; ``max_output`` is None when some request set no output limit, so
+            there is no upper bound); None when the run recorded none.
         used_tokens: the tokens the provider reported at the last merge,
             ``{"input": int, "output": int}``; None before a merge.
     """
@@ -87,7 +87,7 @@ class RunRow:
     done: Optional[int] = None
     by_status: dict[str, int] = field(default_factory=dict)
     ended: Optional[str] = None
-    estimated_tokens: Optional[dict[str, int]] = None
+    estimated_tokens: Optional[dict[str, Optional[int]]] = None
     used_tokens: Optional[dict[str, int]] = None
 
 
@@ -191,7 +191,7 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
             limited = not tokens[REQUESTS_WITHOUT_OUTPUT_LIMIT]
             row.estimated_tokens = {
                 "input": tokens[INPUT_TOKENS],
-                "max_output": tokens[MAX_OUTPUT_TOKENS] if limited else 0,
+                "max_output": tokens[MAX_OUTPUT_TOKENS] if limited else None,
             }
         store = RunStore(base, root)
         merged = store.read_merge_record()

@@ -70,6 +70,11 @@ const runLink = (cfg, id) => el("a", { href: `#/run/${cfg}/${encodeURIComponent(
 function tokens(t, a, b) {
   return t ? `${num(t[a])} in / ${num(t[b])} out` : "-";
 }
+// the estimate: input tokens and the output-token upper bound (none when a request set no limit)
+function estTokens(t) {
+  if (!t) return "-";
+  return `${num(t.input)} in / ` + (t.max_output === null ? "out unbounded" : `≤ ${num(t.max_output)} out`);
+}
 
 // -- Runs -------------------------------------------------------------------------
 async function showRuns(me) {
@@ -86,7 +91,7 @@ async function showRuns(me) {
     el("td", {}, r.provider), el("td", {}, r.model || "default"),
     el("td", {}, Object.entries(r.by_status).map(([s, n]) => [statusTag(s), ` ${n} `])),
     el("td", { class: "num" }, num(r.done)),
-    el("td", {}, tokens(r.estimated_tokens, "input", "max_output")),
+    el("td", {}, estTokens(r.estimated_tokens)),
     el("td", {}, tokens(r.used_tokens, "input", "output")),
     el("td", {}, when(r.ended))));
   main.replaceChildren(el("h1", {}, "Runs"),
@@ -174,7 +179,8 @@ async function showFailedRows(base, type, box) {
       view.rows.map((r) => el("tr", { "data-source-index": r.source_index },
         el("td", { class: "num" }, r.source_index), el("td", {}, r.output_name || "-"),
         el("td", {}, r.error_type), el("td", { class: "message" }, r.message || ""),
-        el("td", {}, r.row ? el("pre", { class: "row" }, JSON.stringify(r.row, null, 1)) : "-")))));
+        el("td", {}, r.row ? el("details", {}, el("summary", {}, "merged row"),
+          el("pre", { class: "row" }, JSON.stringify(r.row, null, 1))) : "-")))));
 }
 
 // -- Spend ------------------------------------------------------------------------
@@ -215,7 +221,7 @@ async function showSpend(me) {
       view.runs.map((r) => el("tr", {},
         el("td", {}, r.day), el("td", {}, runLink(r.config, r.run_id)), el("td", {}, r.provider),
         el("td", {}, r.model || "default"), el("td", {}, r.state),
-        el("td", {}, tokens(r.estimated_tokens, "input", "max_output")),
+        el("td", {}, estTokens(r.estimated_tokens)),
         el("td", {}, tokens(r.used_tokens, "input", "output")),
         el("td", { class: "num" }, usd(r.estimated_usd, r.estimate_is_lower_bound)),
         el("td", { class: "num" }, usd(r.actual_usd))))));
