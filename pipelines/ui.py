@@ -86,11 +86,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"mmirage ui: actions (cancel, resubmit) need this token: {token}")
     print(f"mmirage ui: or open {server.url}/#token={token}", flush=True)
     try:
-        server.serve_forever()
+        server.serve_forever()  # Werkzeug's returns on Ctrl-C (KeyboardInterrupt)
     except KeyboardInterrupt:
-        print("\nmmirage ui: stopped")
+        pass
     finally:
         server.stop()
+    print("\nmmirage ui: stopped")
     return 0
 
 

@@ -283,14 +283,17 @@ class DashboardServer:
         port: the port; 0: a free one.
 
     Raises:
-        OSError: the port is taken.
+        OSError: the port is taken (Werkzeug says so on stderr first).
     """
 
     def __init__(self, app: Dashboard, port: int = 0) -> None:
         self.app = app
-        self._server: BaseWSGIServer = make_server(
-            HOST, port, app, threaded=True, request_handler=_QuietRequestHandler
-        )
+        try:
+            self._server: BaseWSGIServer = make_server(
+                HOST, port, app, threaded=True, request_handler=_QuietRequestHandler
+            )
+        except SystemExit:  # Werkzeug exits (1) when the port is in use, after saying so
+            raise OSError(f"port {port} is in use") from None
         self.port = self._server.server_port
         app.port = self.port
         self._thread: Optional[threading.Thread] = None
