@@ -1,8 +1,8 @@
 """``mmirage ui`` / ``python -m pipelines.ui``: a local dashboard of runs and spend.
 
 Usage:
-    python -m pipelines.ui --config C.yaml [--config C2.yaml ...] [--port P] [--no-lookup]
-        [--refresh SECS] [Beam filesystem options]
+    python -m pipelines.ui --config C.yaml [--config C2.yaml ...] [--state DIR ...]
+        [--port P] [--no-lookup] [--refresh SECS] [Beam filesystem options]
 
 Serves, on 127.0.0.1 only (:mod:`mmirage_beam.ui`), a page with three views: the runs
 under every config's state (what ``mmirage runs`` lists, with batches by status and
@@ -17,6 +17,7 @@ Exit status: 0 stopped with Ctrl-C; 2 bad flags, bad config or the port is taken
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -41,6 +42,14 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         required=True,
         action="append",
         help="MMIRAGE-compatible YAML config; repeat it to show the runs of several states",
+    )
+    ap.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also show the runs in the state folder DIR (the receipts of the first "
+        "--config's kind kept there, e.g. copied from another machine); repeatable",
     )
     ap.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: a free one)")
     ap.add_argument(
@@ -69,10 +78,16 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     start_storage_command(args)  # before any receipt is read
 
     from mmirage_beam.config import load_config
-    from mmirage_beam.ui.data import Source
+    from mmirage_beam.ui.data import Source, config_at_state
     from mmirage_beam.ui.server import Dashboard, DashboardServer, new_token
 
     sources = [Source(i, p, load_config(p)) for i, p in enumerate(args.config)]
+    for state in args.state:
+        first = sources[0]
+        here = config_at_state(
+            first.config, os.path.abspath(state) if "://" not in state else state
+        )
+        sources.append(Source(len(sources), f"{first.path} --state {state}", here))
     token = new_token()
     app = Dashboard(sources, token, lookup=not args.no_lookup, refresh_secs=args.refresh)
     try:

@@ -30,7 +30,7 @@ from mmirage_beam.run.selection import linked_runs
 from mmirage_beam.run.store import RunStore
 from mmirage_beam.settings import errors_path_for
 
-__all__ = ["Source", "failures_view", "run_view", "runs_view", "spend_view"]
+__all__ = ["Source", "config_at_state", "failures_view", "run_view", "runs_view", "spend_view"]
 
 #: failed rows a drill-down returns at most (the errors file may hold millions)
 MAX_FAILED_ROWS = 500
@@ -65,6 +65,24 @@ class Source:
     def model(self) -> Optional[str]:
         """The processor's ``model``; None: the adapter's default."""
         return getattr(self.config.processor, "model", None)
+
+
+def config_at_state(config: PipelineConfig, state_dir: str) -> PipelineConfig:
+    """``config`` with its state moved to ``state_dir`` (``mmirage ui --state DIR``): the
+    receipts base becomes ``<state_dir>/<basename of metadata_output_path>`` (the default
+    ``batch_metadata`` when the config sets none), so the runs another copy of the same
+    config left in ``state_dir`` are read with this config's provider, model and prices.
+
+    Args:
+        config: the loaded config.
+        state_dir: a folder, local or any Beam filesystem path (``gs://``, ``s3://``).
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    name = config.processor.metadata_output_path.rstrip("/").rsplit("/", 1)[-1]
+    metadata = FileSystems.join(state_dir, name) if name else ""
+    processor = dataclasses.replace(config.processor, metadata_output_path=metadata)
+    return dataclasses.replace(config, processor=processor, state_dir=state_dir)
 
 
 def _run_json(source: Source, row: RunRow) -> dict[str, Any]:

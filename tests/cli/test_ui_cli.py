@@ -36,8 +36,28 @@ def _start(*args: str) -> tuple[subprocess.Popen, list[str]]:
 def test_ui_serves_the_runs_and_stops_on_ctrl_c(tmp_path, capsys, provider_env):
     cfg = write_config(tmp_path, base_config(tmp_path, base_url=provider_env.openai_base_url))
     assert run_main(["--config", cfg, "--run-id", "r1", "--limit", "5"]) == 0
+    # another state folder: a copy of the config whose receipts live elsewhere
+    other = base_config(tmp_path, base_url=provider_env.openai_base_url)
+    other["processors"][0]["metadata_output_path"] = str(
+        tmp_path / "elsewhere" / "batch_metadata.jsonl"
+    )
+    assert (
+        run_main(
+            [
+                "--config",
+                write_config(tmp_path, other, "other.yaml"),
+                "--run-id",
+                "r2",
+                "--limit",
+                "3",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    proc, lines = _start("--config", cfg, "--port", "0", "--no-lookup")
+    proc, lines = _start(
+        "--config", cfg, "--state", str(tmp_path / "elsewhere"), "--port", "0", "--no-lookup"
+    )
     try:
         text = "\n".join(lines)
         url = re.search(r"serving (http://127\.0\.0\.1:\d+)/", text).group(1)
@@ -45,7 +65,8 @@ def test_ui_serves_the_runs_and_stops_on_ctrl_c(tmp_path, capsys, provider_env):
         assert f"{url}/#token={token}" in text and len(token) >= 40
         with urllib.request.urlopen(f"{url}/api/runs", timeout=60) as r:
             runs = json.load(r)["runs"]
-        assert [(x["run_id"], x["state"], x["requests"]) for x in runs] == [("r1", "submitted", 5)]
+        got = [(x["config"], x["run_id"], x["state"], x["requests"]) for x in runs]
+        assert got == [(0, "r1", "submitted", 5), (1, "r2", "submitted", 3)]
         post = urllib.request.Request(f"{url}/api/runs/0/r1/cancel", data=b"{}", method="POST")
         try:
             urllib.request.urlopen(post, timeout=60)
