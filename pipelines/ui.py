@@ -87,7 +87,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         here = config_at_state(
             first.config, os.path.abspath(state) if "://" not in state else state
         )
-        sources.append(Source(len(sources), f"{first.path} --state {state}", here))
+        sources.append(Source(len(sources), first.path, here, state))
     token = new_token()
     app = Dashboard(sources, token, lookup=not args.no_lookup, refresh_secs=args.refresh)
     try:
@@ -96,7 +96,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"mmirage ui: cannot listen on 127.0.0.1:{args.port}: {exc}", file=sys.stderr)
         return 2
     for s in sources:
-        print(f"mmirage ui: config #{s.index} {s.path} ({s.provider}; state {s.base})")
+        print(f"mmirage ui: config #{s.index} {s.label} ({s.provider}; state {s.base})")
     print(f"mmirage ui: serving {server.url}/ (127.0.0.1 only; Ctrl-C stops)")
     print(f"mmirage ui: actions (cancel, resubmit) need this token: {token}")
     print(f"mmirage ui: or open {server.url}/#token={token}", flush=True)

@@ -41,15 +41,23 @@ class Source:
     """One config whose state the dashboard shows.
 
     Attributes:
-        index: its position on the command line (``--config`` order), which names it in
-            the URLs (two configs may hold the same run id).
+        index: its position on the command line (``--config``, then ``--state`` order),
+            which names it in the URLs (two configs may hold the same run id).
         path: the config file as given.
-        config: the loaded config.
+        config: the loaded config (moved to ``state`` when set).
+        state: the ``--state`` folder it was moved to (:func:`config_at_state`); None:
+            the config's own state.
     """
 
     index: int
     path: str
     config: PipelineConfig
+    state: Optional[str] = None
+
+    @property
+    def label(self) -> str:
+        """How the page names it: the config, and the state folder when moved."""
+        return self.path + (f" --state {self.state}" if self.state else "")
 
     @property
     def base(self) -> str:
@@ -88,7 +96,7 @@ def config_at_state(config: PipelineConfig, state_dir: str) -> PipelineConfig:
 def _run_json(source: Source, row: RunRow) -> dict[str, Any]:
     return {
         "config": source.index,
-        "config_path": source.path,
+        "config_path": source.label,
         "provider": source.provider,
         "model": source.model,
         "run_id": row.run_id,
@@ -203,7 +211,7 @@ def run_view(source: Source, run_id: str, lookup: bool = True) -> dict[str, Any]
         )
     return {
         "config": source.index,
-        "config_path": source.path,
+        "config_path": source.label,
         "provider": source.provider,
         "model": source.model,
         "run_id": run_id,

@@ -195,7 +195,7 @@ class Dashboard:
 
     def on_meta(self, request: Request) -> Response:
         configs = [
-            {"index": s.index, "path": s.path, "provider": s.provider, "model": s.model}
+            {"index": s.index, "path": s.label, "provider": s.provider, "model": s.model}
             for s in self.sources
         ]
         return _json(
@@ -248,6 +248,12 @@ class Dashboard:
         if only not in ("retryable", "all"):
             return _error(400, f"only: must be 'retryable' or 'all', got {only!r}")
         source = self._source(config)
+        if source.state is not None:
+            return _error(
+                400,
+                f"resubmit reads the source rows with the config of that state: run "
+                f"mmirage ui with the --config that submitted the runs in {source.state}",
+            )
         with self._actions:
             outcome = ResubmitCommand(source.path, run_id=run_id, only=only).run([], False)
         return _json(

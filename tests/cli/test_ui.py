@@ -279,3 +279,22 @@ def test_other_origins_are_refused(world, page):
     assert seen == "sent"
     refused = [r for r in world.app.refused if r[1] == "/api/runs/0/merged1/cancel"]
     assert refused and all("Origin" in r[2] for r in refused)
+
+
+def test_resubmit_from_the_page_sends_the_retryable_rows_as_a_linked_run(world, page):
+    """Last: it adds a run linked to merged1. The two server_error rows are retryable,
+    the invalid_request row is not."""
+    before = len(world.fake.submitted_requests("openai"))
+    page.goto(world.server.url + f"/#token={world.app.token}")
+    expect(page.locator("#runs-table")).to_be_visible()
+    assert page.input_value("#token") == world.app.token  # taken from the launch link
+    page.goto(world.server.url + "/#/run/0/merged1")
+    page.locator("#resubmit").click()
+    result = page.locator("#action-result")
+    expect(result).to_contain_text("resubmit: exit 0, new run ", timeout=120_000)
+    new_run = result.inner_text().rsplit(" ", 1)[-1]
+    sent = world.fake.submitted_requests("openai")[before:]
+    assert len(sent) == 2  # rows 3 and 7
+    page.goto(world.server.url + "/#/runs")
+    links = page.locator("tr[data-run=merged1] td[data-col=links]")
+    expect(links).to_have_text(new_run)
