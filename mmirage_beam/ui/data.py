@@ -18,10 +18,10 @@ Every value is JSON-ready (str, int, float, None, lists and dicts of them).
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, Optional, Sequence
 
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.jsonl import iter_jsonl_file
 from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
 from mmirage_beam.run.layout import receipts_base
 from mmirage_beam.run.listing import COLUMNS, RunRow, list_runs, row_cells
@@ -222,34 +222,27 @@ def run_view(source: Source, run_id: str, lookup: bool = True) -> dict[str, Any]
     }
 
 
-def _read_lines(path: str) -> list[dict[str, Any]]:
-    from apache_beam.io.filesystems import FileSystems
-
-    out = []
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-        for raw in f.read().decode("utf-8").split("\n"):
-            if raw.strip():
-                try:
-                    value = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(value, dict):
-                    out.append(value)
-    return out
-
-
 def _merged_rows(output_path: str, wanted: set[int]) -> dict[int, dict[str, Any]]:
     """The merged JSONL file's rows whose ``source_index`` is wanted; {} for another
-    format or a file that is gone."""
+    format or a file that is gone. The file is ordered by ``source_index``, so it is
+    streamed (:func:`mmirage_beam.jsonl.iter_jsonl_file`) only up to the last wanted row.
+
+    Raises:
+        ValueError: a line before the last wanted row is not JSON (file and line named).
+    """
     from apache_beam.io.filesystems import FileSystems
 
-    if not output_path.endswith(".jsonl") or not FileSystems.exists(output_path):
+    if not wanted or not output_path.endswith(".jsonl") or not FileSystems.exists(output_path):
         return {}
+    last = max(wanted)
     rows = {}
-    for row in _read_lines(output_path):
-        index = row.get("source_index")
-        if isinstance(index, int) and index in wanted:
-            rows[index] = row
+    for _line, row in iter_jsonl_file(output_path):
+        index = row.get("source_index") if isinstance(row, dict) else None
+        if isinstance(index, int):
+            if index in wanted:
+                rows[index] = row
+            if index >= last:
+                break
     return rows
 
 
@@ -263,6 +256,7 @@ def failures_view(source: Source, run_id: str, error_type: Optional[str] = None)
 
     Raises:
         KeyError: the source has no such run, or it was never merged.
+        ValueError: a line of the errors file is not JSON (file and line named).
         OSError / apache_beam.io.filesystem.BeamIOError: the errors file is unreadable.
     """
     chain, _batches = _chain(source, run_id)
@@ -270,19 +264,21 @@ def failures_view(source: Source, run_id: str, error_type: Optional[str] = None)
     if merged is None or not merged.output_path:
         raise KeyError(run_id)
     path = errors_path_for(merged.output_path)
-    lines = [
-        e
-        for e in _read_lines(path)
-        if e.get("source_index") is not None
-        and (error_type is None or e.get("error_type") == error_type)
-    ]
-    shown = lines[:MAX_FAILED_ROWS]
+    shown: list[dict[str, Any]] = []
+    total = 0
+    for _line, e in iter_jsonl_file(path):  # streamed: it may hold millions of lines
+        if not isinstance(e, dict) or e.get("source_index") is None:
+            continue  # unknown custom_ids and unreadable result lines have no row
+        if error_type is None or e.get("error_type") == error_type:
+            total += 1
+            if len(shown) < MAX_FAILED_ROWS:
+                shown.append(e)
     rows = _merged_rows(merged.output_path, {int(e["source_index"]) for e in shown})
     return {
         "run_id": run_id,
         "errors_path": path,
         "error_type": error_type,
-        "total": len(lines),
+        "total": total,
         "rows": [
             {
                 "source_index": e.get("source_index"),
