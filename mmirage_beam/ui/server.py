@@ -32,6 +32,7 @@ import logging
 import secrets
 import threading
 import traceback
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -98,8 +99,8 @@ class Dashboard:
         self.lookup = lookup
         self.refresh_secs = refresh_secs
         self._actions = threading.Lock()  # one cancel / resubmit at a time
-        #: the requests refused for their Host or Origin: ``(method, path, reason)``
-        self.refused: list[tuple[str, str, str]] = []
+        #: the last 100 requests refused for their Host or Origin: ``(method, path, reason)``
+        self.refused: deque[tuple[str, str, str]] = deque(maxlen=100)
         self._urls = Map(
             [
                 Rule("/", endpoint="index", methods=["GET"]),
@@ -159,6 +160,11 @@ class Dashboard:
             response = self.dispatch(request)
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("X-Frame-Options", "DENY")
+        # the page's own files only; style attributes (progress bars) are set by app.js
+        response.headers.setdefault(
+            "Content-Security-Policy",
+            "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+        )
         return response(environ, start_response)
 
     def dispatch(self, request: Request) -> Response:
