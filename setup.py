@@ -39,7 +39,9 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["mmirage_beam", "mmirage_beam.*", "pipelines"]),
-    package_data={"mmirage_beam": ["examples/**/*", "examples/*", "providers/*/prices.json"]},
+    package_data={
+        "mmirage_beam": ["examples/**/*", "examples/*", "providers/*/prices.json", "ui/static/*"]
+    },
     include_package_data=True,
     install_requires=_requirements(),
     extras_require={
@@ -71,6 +73,9 @@ setup(
             _AWS,
             "moto[server]==5.2.6",
             "gcp-storage-emulator==2026.7.19",
+            # playwright: tests/cli/test_ui.py drives Debian's chromium (/usr/bin/chromium,
+            # apt-get install chromium) through it; its bundled browsers are never fetched.
+            "playwright==1.65.3",
         ],
         # provider: gemini (the Gemini API's batch mode through the official SDK).
         "gemini": [_GEMINI],

@@ -36,8 +36,9 @@ _LOG = logging.getLogger(__name__)
 #: the ``--beam_plugins`` entry (a module path: importing it is the whole effect)
 WORKER_IMPORTS = __name__
 
-#: wings that never run in a worker: the fake provider and the engine launcher
-_NOT_ON_WORKERS = ("mmirage_beam.testing", "mmirage_beam.engines")
+#: wings that never run in a worker: the fake provider, the engine launcher and the
+#: dashboard (``mmirage ui``)
+_NOT_ON_WORKERS = ("mmirage_beam.testing", "mmirage_beam.engines", "mmirage_beam.ui")
 
 
 def runtime_modules() -> list[str]:

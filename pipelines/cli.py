@@ -1,5 +1,5 @@
 """The ``mmirage`` command (``python -m pipelines.cli``): ``run``, ``check``, ``merge``,
-``resubmit``, ``cancel``, ``runs``, ``demo``, ``fake-provider`` and ``cluster``.
+``resubmit``, ``cancel``, ``runs``, ``ui``, ``demo``, ``fake-provider`` and ``cluster``.
 
 Each subcommand delegates to its driver (``pipelines.submit`` for ``run``), so
 ``mmirage run ...`` and ``python -m pipelines.submit ...`` are the same program.
@@ -19,6 +19,7 @@ commands:
   resubmit       re-send a run's failed requests as a new, linked run
   cancel         cancel a run's unfinished batches at the provider (asks first; --yes)
   runs           list the runs under a config's state: state, batches, failures, cost
+  ui             a local web dashboard of the runs, one run's batches and failures, spend
   demo           the whole lifecycle on the bundled GSM8K sample against the fake provider
   fake-provider  serve every built-in provider's batch API locally (the embedded fake)
   cluster        start/stop a local Flink cluster or Prism (up prints the runner flags)
@@ -73,6 +74,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from pipelines.runs import main as runs_main
 
         return runs_main(rest)
+    if command == "ui":
+        from pipelines.ui import main as ui_main
+
+        return ui_main(rest)
     if command == "demo":
         from pipelines.demo import main as demo_main
 

@@ -309,6 +309,8 @@ SLOW_FILES_SECS = {
     "test_staging.py": 28,
     "test_interrupts.py": 27,
     "test_finish_resume.py": 25,
+    # one chromium, one fake and a few real runs and merges (2026-12-06, run alone)
+    "test_ui.py": 30,
 }
 
 

@@ -60,6 +60,17 @@ class RunRow:
         estimate_is_lower_bound: the estimate covers input tokens only.
         actual_usd: the cost of the tokens the provider reported, at the last merge.
         cancelled: ``mmirage cancel`` was used on a run of the chain.
+        done: requests that succeeded (the providers' completed counts, once every
+            batch was looked up); None when unknown.
+        by_status: batches per looked-up status (``completed``, ``in_progress``,
+            ``failed``, ``lookup_failed``...; ``not looked up`` without a lookup).
+        ended: when it ended as far as the store knows (ISO 8601 UTC): the last merge's
+            time once merged, else None.
+        estimated_tokens: the run record's estimate, ``{"input": int, "max_output": int}``
+            (tokens; ``max_output`` is None when some request set no output limit, so
+            there is no upper bound); None when the run recorded none.
+        used_tokens: the tokens the provider reported at the last merge,
+            ``{"input": int, "output": int}``; None before a merge.
     """
 
     run_id: str
@@ -73,6 +84,11 @@ class RunRow:
     estimate_is_lower_bound: bool = False
     actual_usd: Optional[float] = None
     cancelled: bool = False
+    done: Optional[int] = None
+    by_status: dict[str, int] = field(default_factory=dict)
+    ended: Optional[str] = None
+    estimated_tokens: Optional[dict[str, Optional[int]]] = None
+    used_tokens: Optional[dict[str, int]] = None
 
 
 def _iso(ts: Optional[float]) -> Optional[str]:
@@ -81,16 +97,33 @@ def _iso(ts: Optional[float]) -> Optional[str]:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def estimate_usd(estimate: Mapping[str, int], price: Any) -> tuple[Optional[float], bool]:
-    """``(USD, input only?)`` from a run record's token counters, at ``price``
-    (:class:`mmirage_beam.costs.prices.BatchPrice`; None: unknown)."""
-    if price is None or not estimate:
-        return None, False
+def estimate_tokens(estimate: Mapping[str, int]) -> dict[str, int]:
+    """A run record's token counters (``<metric>:<output>`` -> tokens) summed over its
+    outputs, per metric of :data:`~mmirage_beam.costs.tokens.TOKEN_METRICS`."""
     total = {m: 0 for m in TOKEN_METRICS}
     for key, value in estimate.items():
         metric = key.partition(":")[0]
         if metric in total:
             total[metric] += int(value)
+    return total
+
+
+def used_tokens(stats: Mapping[str, int]) -> dict[str, int]:
+    """``{"input": int, "output": int}``: the usage a merge counted
+    (``used_input_tokens:<output>`` ...), summed over the outputs."""
+    rows = per_output(stats, (USED_INPUT_TOKENS, USED_OUTPUT_TOKENS))
+    return {
+        "input": sum(r.get(USED_INPUT_TOKENS, 0) for r in rows.values()),
+        "output": sum(r.get(USED_OUTPUT_TOKENS, 0) for r in rows.values()),
+    }
+
+
+def estimate_usd(estimate: Mapping[str, int], price: Any) -> tuple[Optional[float], bool]:
+    """``(USD, input only?)`` from a run record's token counters, at ``price``
+    (:class:`mmirage_beam.costs.prices.BatchPrice`; None: unknown)."""
+    if price is None or not estimate:
+        return None, False
+    total = estimate_tokens(estimate)
     if total[REQUESTS_WITHOUT_OUTPUT_LIMIT]:
         return price.cost_usd(total[INPUT_TOKENS]), True
     return price.cost_usd(total[INPUT_TOKENS], total[MAX_OUTPUT_TOKENS]), False
@@ -100,10 +133,8 @@ def actual_usd(stats: Mapping[str, int], price: Any) -> Optional[float]:
     """USD of the usage a merge counted (``used_input_tokens:<output>`` ...)."""
     if price is None:
         return None
-    rows = per_output(stats, (USED_INPUT_TOKENS, USED_OUTPUT_TOKENS))
-    i = sum(r.get(USED_INPUT_TOKENS, 0) for r in rows.values())
-    o = sum(r.get(USED_OUTPUT_TOKENS, 0) for r in rows.values())
-    return price.cost_usd(i, o)
+    used = used_tokens(stats)
+    return price.cost_usd(used["input"], used["output"])
 
 
 def _holds(record: Optional[JsonRecord]) -> bool:
@@ -153,14 +184,23 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
             requests=sum(e.request_count for e in mine),
         )
         row.cancelled = any(_holds(RunStore(base, r).read_cancel_record()) for r in chain)
-        row.estimated_usd, row.estimate_is_lower_bound = estimate_usd(
-            (record.estimate if record else None) or {}, price
-        )
+        estimate = (record.estimate if record else None) or {}
+        row.estimated_usd, row.estimate_is_lower_bound = estimate_usd(estimate, price)
+        if estimate:
+            tokens = estimate_tokens(estimate)
+            limited = not tokens[REQUESTS_WITHOUT_OUTPUT_LIMIT]
+            row.estimated_tokens = {
+                "input": tokens[INPUT_TOKENS],
+                "max_output": tokens[MAX_OUTPUT_TOKENS] if limited else None,
+            }
         store = RunStore(base, root)
         merged = store.read_merge_record()
         merged = merged if _holds(merged) else None
         looked = [statuses.get(e.key) for e in mine]
         ended = bool(mine) and all(s is not None and s.status in TERMINAL_STATUSES for s in looked)
+        for s in looked:
+            name = s.status if s is not None else "not looked up"
+            row.by_status[name] = row.by_status.get(name, 0) + 1
         lease = store.read_lease()
         if lease is not None and not is_stale(lease, time.time(), 3 * REFRESH_SECS):
             row.state = "submitting"
@@ -176,9 +216,13 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
             row.state = "merged"
         else:
             row.state = "ended"
+        if looked and all(s is not None and s.done is not None for s in looked):
+            row.done = sum(int(s.done or 0) for s in looked)
         if merged:
             row.failures = merged.failures
             row.actual_usd = actual_usd(merged.stats or {}, price)
+            row.used_tokens = used_tokens(merged.stats or {})
+            row.ended = merged.merged_at
         elif looked and all(s is not None for s in looked):
             row.failures = sum(int(s.failed or 0) for s in looked)
         rows.append(row)
@@ -193,35 +237,41 @@ def _usd(x: Optional[float], lower_bound: bool = False) -> str:
     return f"{text}+" if lower_bound else text
 
 
+def row_cells(r: RunRow) -> tuple[str, ...]:
+    """The cells of one chain's line of ``mmirage runs`` (and of the dashboard's runs
+    table): run id, created, links, state, batches, requests, failures, est. cost,
+    actual cost."""
+    return (
+        r.run_id,
+        (r.created or "-")[:19].replace("T", " "),
+        ", ".join(r.links) if r.links else "-",
+        r.state + (" (cancelled)" if r.cancelled else ""),
+        f"{r.batches:,}",
+        f"{r.requests:,}",
+        "-" if r.failures is None else f"{r.failures:,}",
+        _usd(r.estimated_usd, r.estimate_is_lower_bound),
+        _usd(r.actual_usd),
+    )
+
+
+#: the columns of :func:`row_cells`
+COLUMNS = (
+    "run id",
+    "created",
+    "links",
+    "state",
+    "batches",
+    "requests",
+    "failures",
+    "est. cost",
+    "actual cost",
+)
+
+
 def format_table(rows: Sequence[RunRow]) -> list[str]:
     """Plain aligned lines: a header, one line per chain, and the ledger's total."""
-    header = (
-        "run id",
-        "created",
-        "links",
-        "state",
-        "batches",
-        "requests",
-        "failures",
-        "est. cost",
-        "actual cost",
-    )
-    table = [header]
-    for r in rows:
-        state = r.state + (" (cancelled)" if r.cancelled else "")
-        table.append(
-            (
-                r.run_id,
-                (r.created or "-")[:19].replace("T", " "),
-                ", ".join(r.links) if r.links else "-",
-                state,
-                f"{r.batches:,}",
-                f"{r.requests:,}",
-                "-" if r.failures is None else f"{r.failures:,}",
-                _usd(r.estimated_usd, r.estimate_is_lower_bound),
-                _usd(r.actual_usd),
-            )
-        )
+    header = COLUMNS
+    table = [header, *(row_cells(r) for r in rows)]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     right = {4, 5, 6, 7, 8}
     lines = [

@@ -106,7 +106,7 @@ def test_every_mmirage_command_line_parses(where, argv):
     from mmirage_beam.engines.flink import runner_flags
     from mmirage_beam.launch.flags import check_beam_args
     from mmirage_beam.testing.fake_provider.command import _parser as fake_parser
-    from pipelines import cancel, check, merge, resubmit, runs, submit
+    from pipelines import cancel, check, merge, resubmit, runs, submit, ui
     from pipelines.cluster import _parser as cluster_parser
     from pipelines.demo import parser as demo_parser
 
@@ -122,8 +122,8 @@ def test_every_mmirage_command_line_parses(where, argv):
     if command in own:
         args, beam_args = own[command](rest)
         check_beam_args(beam_args, args.own_flags)
-    elif command in ("check", "cancel", "runs"):
-        {"check": check, "cancel": cancel, "runs": runs}[command].parse_args(rest)
+    elif command in ("check", "cancel", "runs", "ui"):
+        {"check": check, "cancel": cancel, "runs": runs, "ui": ui}[command].parse_args(rest)
     elif command == "demo":
         demo_parser().parse_args(rest)
     elif command == "fake-provider":
