@@ -18,6 +18,7 @@ Every value is JSON-ready (str, int, float, None, lists and dicts of them).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Optional, Sequence
 
 from mmirage_beam.config.loader import PipelineConfig
@@ -32,6 +33,7 @@ from mmirage_beam.settings import errors_path_for
 
 __all__ = ["Source", "config_at_state", "failures_view", "run_view", "runs_view", "spend_view"]
 
+_LOG = logging.getLogger(__name__)
 #: failed rows a drill-down returns at most (the errors file may hold millions)
 MAX_FAILED_ROWS = 500
 
@@ -199,6 +201,7 @@ def run_view(source: Source, run_id: str, lookup: bool = True) -> dict[str, Any]
                 "submitted_at": e.submitted_at,
             }
         )
+    notified = _notify(source, chain, list(statuses.values())) if statuses else []
     merged = _merge_record(source, chain)
     failures: dict[str, Any] = {"merged": merged is not None}
     if merged is not None:
@@ -219,7 +222,40 @@ def run_view(source: Source, run_id: str, lookup: bool = True) -> dict[str, Any]
         "batches": rows,
         "in_flight": lookup and any(r["status"] not in TERMINAL_STATUSES for r in rows),
         "failures": failures,
+        "notified": notified,
     }
+
+
+def _notify(source: Source, chain: Sequence[str], statuses: Sequence[Any]) -> list[str]:
+    """The dashboard's poller tells the config's webhooks (``execution_params.notify``)
+    the events each run of ``chain`` has reached, from the statuses just looked up
+    (:func:`mmirage_beam.notify.notify_run`: each event once per run whatever polls it;
+    only runs someone looks at in the dashboard are notified from here). Returns one
+    line per event delivered now; a failure is a logged warning, never the page's."""
+    if not getattr(source.config.execution, "notify", None):
+        return []
+    from mmirage_beam.notify import notify_run
+
+    sent = []
+    for run_id in chain:
+        mine = [s for s in statuses if s.receipt.run_id == run_id]
+        if not mine:
+            continue
+        try:
+            result = notify_run(
+                source.base, run_id, source.config, statuses=mine, config_arg=source.label
+            )
+        except Exception as exc:  # the page stands whatever the webhook does
+            _LOG.warning("notify: run %s: not sent (%s: %s)", run_id, type(exc).__name__, exc)
+            continue
+        sent += [
+            f"{d.event} of run {run_id} sent to {d.url}"
+            for d in result.deliveries
+            if d.status == "delivered"
+        ]
+        for warning in result.warnings:
+            _LOG.warning("notify: run %s: %s", run_id, warning)
+    return sent
 
 
 def _merged_rows(output_path: str, wanted: set[int]) -> dict[int, dict[str, Any]]:

@@ -241,3 +241,27 @@ def test_a_run_stopped_with_mmirage_cancel_sends_cancelled(tmp_path, capsys, pro
         )
         (doc,) = hook.accepted
         assert doc["event"] == "cancelled" and doc["run_id"] == run_id
+
+
+def test_the_dashboards_poller_notifies_the_run_it_shows_once(tmp_path, capsys, provider_env):
+    """``mmirage ui``'s one-run view (``ui.data.run_view``, which the page polls) tells
+    the webhooks the run's end, once however often it is polled; without a lookup (the
+    ``--no-lookup`` dashboard) it sends nothing."""
+    from mmirage_beam.config import load_config
+    from mmirage_beam.ui.data import Source, run_view
+
+    fake = provider_env
+    with WebhookReceiver(secret=SECRET, fail_first=1) as hook:
+        notify = [{"url": hook.url, "secret_env": "MMIRAGE_TEST_HOOK_SECRET"}]
+        cfg = _plain_config(tmp_path, fake, notify, slice(0, 6), "shown")
+        run_id = _submitted_run(capsys, cfg)
+        source = Source(0, cfg, load_config(cfg))
+        assert run_view(source, run_id, lookup=False)["notified"] == []
+        assert hook.seen == []
+        view = run_view(source, run_id)
+        redacted = webhooks.redact_url(hook.url)  # a webhook's path is often its secret
+        assert view["notified"] == [f"completed of run {run_id} sent to {redacted}"]
+        assert run_view(source, run_id)["notified"] == []  # polled again: not sent twice
+        assert [s.answered for s in hook.seen] == [500, 200]  # the first delivery failed
+        assert all(s.signature_ok for s in hook.seen)
+        assert [(d["event"], d["run_id"]) for d in hook.accepted] == [("completed", run_id)]
