@@ -310,3 +310,66 @@ def test_mistral_fake_answers_an_embedding_response_the_sdk_reads():
         "hello", 5
     )
     assert (result.input_tokens, result.output_tokens) == (1, 0)
+
+
+def test_gemini_embeddings_run_wait_merges_vectors_of_the_requested_dimensions(
+    tmp_path, capsys, provider_env
+):
+    """Jobs made by google-genai's batches.create_embeddings (asyncBatchEmbedContent,
+    file source); the marked row's failure is its null vector and error."""
+    from google.genai import types
+
+    fake = provider_env
+    cfg = _embedding_config(
+        tmp_path,
+        "gemini",
+        base_url=fake.gemini_base_url,
+        model="gemini-embedding-001",
+        dimensions=DIMS,
+    )
+    cfg = write_config(tmp_path, cfg)
+    out = tmp_path / "merged.jsonl"
+    argv = ["--config", cfg, "--wait", "--retries", "0", "--poll-interval", "0.2"]
+    code = submit_main([*argv, "--output-path", str(out)])
+    text = capsys.readouterr().out
+    assert code == 1, text
+
+    sent = fake.submitted_requests("gemini")
+    assert len(sent) == ROWS
+    for entry in sent:
+        request = entry["request"]["request"]
+        assert set(request) == {"content", "output_dimensionality"}
+        assert request["output_dimensionality"] == DIMS
+        types.Content.model_validate(request["content"])
+    kinds = {b["metadata"]["@type"].rsplit(".", 1)[-1] for b in fake.batches("gemini")}
+    assert kinds == {"EmbedContentBatch"}
+
+    questions = _questions()
+    expected = [None if i == FAILED else embedding_vector(q, DIMS) for i, q in enumerate(questions)]
+    merged = _read_jsonl(out)
+    assert [m["source_index"] for m in merged] == list(range(ROWS))
+    for i, m in enumerate(merged):
+        if i == FAILED:
+            assert (
+                m["vec"] is None and m["mmirage_errors"]["vec"]["type"] == "invalid_request_error"
+            )
+        else:
+            assert m["vec"] == expected[i] and "mmirage_errors" not in m
+    _check_formats(tmp_path, cfg, expected)
+
+
+def test_gemini_embedding_config_and_result_lines(tmp_path):
+    from mmirage_beam.providers.gemini.outcomes import normalise_result_line
+
+    config = config_from_dict(_cfg(tmp_path, "gemini", model="gemini-embedding-001"))
+    assert config.processor.embedding_job is True
+    cfg = _cfg(tmp_path, "gemini", embedding_job=True)
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(cfg)
+    assert info.value.key == "processors[0].embedding_job"
+    response = {"embedding": {"values": [1, 0.5]}, "tokenCount": "3"}
+    ok = normalise_result_line({"key": "k", "response": response})
+    assert ok.error is None and json.loads(ok.generated_text) == [1.0, 0.5]
+    assert (ok.input_tokens, ok.output_tokens) == (3, 0)
+    bad = normalise_result_line({"key": "k", "response": {"embedding": {"values": []}}})
+    assert bad.error is not None and bad.error.type == "malformed_response"

@@ -16,7 +16,10 @@ Endpoints (``Authorization: Bearer <any non-empty key>``, else 401):
   SDK's ``ChatCompletionRequest`` refuses (with the job's model) becomes a 400 line in
   the error file; an unreadable line, a line without ``custom_id`` or ``body`` and a
   repeated ``custom_id`` are counted in the job's ``errors`` (``{message, count}``) and
-  not run; an empty file or more than 100,000 lines fails the job (``FAILED``).
+  not run; an empty file or more than 100,000 lines fails the job (``FAILED``). A job
+  of ``endpoint: /v1/embeddings`` checks each body with ``EmbeddingRequest`` instead
+  and answers ``EmbeddingResponse`` bodies of ``output_dimension`` numbers
+  (:func:`~mmirage_beam.testing.fake_provider.mistral_bodies.embeddings_response`).
 - ``GET /v1/batch/jobs`` (``page``, ``page_size``, ``model``, ``status`` (repeated),
   ``created_after``, ``order_by`` (``created | -created``); every other query parameter
   is a metadata filter, as the SDK sends ``metadata={k: v}`` one pair per parameter):
