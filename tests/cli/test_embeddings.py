@@ -373,3 +373,45 @@ def test_gemini_embedding_config_and_result_lines(tmp_path):
     assert (ok.input_tokens, ok.output_tokens) == (3, 0)
     bad = normalise_result_line({"key": "k", "response": {"embedding": {"values": []}}})
     assert bad.error is not None and bad.error.type == "malformed_response"
+
+
+def test_dry_run_exports_embeddings_lines_the_sdk_accepts_with_exact_token_counts(tmp_path, capsys):
+    from mmirage_beam.providers.openai.tokens import count_openai_request
+    from mmirage_beam.providers.tokens import count_text
+    from tests.sdk_validation import validate_export
+
+    cfg = write_config(tmp_path, _cfg(tmp_path, dimensions=DIMS))
+    argv = ["--config", cfg, "--export-prompts", str(tmp_path / "p.jsonl"), "--run-id", "dry"]
+    assert submit_main(argv) == 0, capsys.readouterr().out
+    export = tmp_path / "p.dry.jsonl"
+    n, problems = validate_export(export)
+    assert problems == [] and n == ROWS
+    lines = [json.loads(x)["request"] for x in export.read_text("utf-8").splitlines()]
+    assert [ln["body"]["input"] for ln in lines] == _questions()
+    count = count_openai_request(lines[0])
+    assert count.exact and count.max_output_tokens == 0
+    assert count.input_tokens == count_text(_questions()[0], "cl100k_base")
+
+
+def test_a_flaky_embedding_is_resent_by_the_cycle_and_merged(tmp_path, capsys, provider_env):
+    """The cycle's resubmission (merge_rows.build_failures_pipeline, which checks
+    embedding answers as merge does) re-sends the rate-limited row only."""
+    fake = provider_env
+    cfg_dict = _openai(tmp_path, fake)
+    rows = Path(cfg_dict["loading_params"]["datasets"][0]["path"])
+    questions = _questions(None)
+    questions[4] += " FAKE_ERROR:flaky"
+    rows.write_text("".join(json.dumps({"question": q}) + "\n" for q in questions), "utf-8")
+    cfg = write_config(tmp_path, cfg_dict)
+    out = tmp_path / "merged.jsonl"
+    argv = ["--config", cfg, "--wait", "--retries", "1", "--poll-interval", "0.2"]
+    code = submit_main([*argv, "--output-path", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    sent: dict[str, int] = {}
+    for entry in fake.submitted_requests("openai"):
+        sent[entry["custom_id"]] = sent.get(entry["custom_id"], 0) + 1
+    assert {c for c, k in sent.items() if k == 2} == {"vec-text-4"} and len(sent) == ROWS
+    merged = _read_jsonl(out)
+    assert [m["vec"] for m in merged] == [embedding_vector(q, DIMS) for q in questions]
+    assert all("mmirage_errors" not in m for m in merged)
