@@ -47,10 +47,11 @@ def _embedding_config(tmp_path, provider="openai", failed=FAILED, **processor):
     return cfg
 
 
-def _openai(tmp_path, fake, **extra):
+def _openai(tmp_path, fake, failed=FAILED, **extra):
     return _embedding_config(
         tmp_path,
         "openai",
+        failed=failed,
         base_url=fake.openai_base_url,
         model="text-embedding-3-small",
         dimensions=DIMS,
@@ -415,3 +416,30 @@ def test_a_flaky_embedding_is_resent_by_the_cycle_and_merged(tmp_path, capsys, p
     merged = _read_jsonl(out)
     assert [m["vec"] for m in merged] == [embedding_vector(q, DIMS) for q in questions]
     assert all("mmirage_errors" not in m for m in merged)
+
+
+def test_an_added_embedding_output_reuses_the_vectors_already_paid_for(
+    tmp_path, capsys, provider_env
+):
+    fake = provider_env
+    cfg = _openai(tmp_path, fake, failed=None)
+    cfg_path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", cfg_path, "--run-id", "first"]) == 0
+    first = tmp_path / "first.jsonl"  # the merge records the answers a later run reuses
+    assert merge_main(["--config", cfg_path, "--output-path", str(first)]) == 0
+    cfg["processing_params"]["outputs"].append(
+        {"name": "vec2", "output_type": "embedding", "prompt": "Topic: {{ question }}"}
+    )
+    cfg["processing_params"]["output_schema"]["vec2"] = "{{ vec2 }}"
+    write_config(tmp_path, cfg)
+    assert submit_main(["--config", cfg_path, "--run-id", "second"]) == 0
+    sent = [e["custom_id"] for e in fake.submitted_requests("openai")]
+    assert sorted(sent[ROWS:]) == sorted(f"vec2-text-{i}" for i in range(ROWS))  # vec: reused
+    out = tmp_path / "merged.jsonl"
+    assert merge_main(["--config", cfg_path, "--output-path", str(out), "--run-id", "second"]) == 0
+    capsys.readouterr()
+    questions = _questions(None)
+    for q, row in zip(questions, _read_jsonl(out)):
+        assert row["vec"] == embedding_vector(q, DIMS)
+        assert row["vec2"] == embedding_vector(f"Topic: {q}", DIMS)
+        assert row["mmirage_reused_from"] == {"vec": "first"}
