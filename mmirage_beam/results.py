@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 from mmirage_beam.jsonl import RawLine
 from mmirage_beam.records import ProviderResult, ResultError, provider_result
+
+#: ``output_type`` of an output whose answer is a vector (a list of floats), not text
+EMBEDDING = "embedding"
 
 _LOG = logging.getLogger(__name__)
 
@@ -348,22 +352,61 @@ def result_from_line(
     return result
 
 
+def embedding_text(vector: Any) -> Optional[str]:
+    """An embedding as it travels in ``ProviderResult.generated_text``: the compact JSON
+    text of its floats (``"[0.1,-0.2]"``; Python's float repr, which reads back to the
+    same floats), or None when ``vector`` is not a non-empty list of finite numbers."""
+    if not isinstance(vector, list) or not vector:
+        return None
+    for x in vector:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            return None
+    return json.dumps([float(x) for x in vector], separators=(",", ":"))
+
+
+def _embedding_value(
+    text: Optional[str], dimensions: Optional[int]
+) -> tuple[Optional[list[float]], Optional[str]]:
+    """The vector of an embedding answer's text, or why it is not usable."""
+    try:
+        vector = json.loads(text or "")
+    except ValueError:
+        return None, "the embedding is not a JSON list of numbers"
+    if embedding_text(vector) is None:
+        return None, "the embedding is not a non-empty list of finite numbers"
+    if dimensions is not None and len(vector) != dimensions:
+        return None, f"the embedding has {len(vector)} numbers; dimensions asks for {dimensions}"
+    return [float(x) for x in vector], None
+
+
 def check_answer(
-    output_type: str, text: Optional[str], json_schema: Optional[dict[str, Any]]
+    output_type: str,
+    text: Optional[str],
+    json_schema: Optional[dict[str, Any]],
+    dimensions: Optional[int] = None,
 ) -> tuple[Any, Optional[dict[str, Any]]]:
     """The value of a successful answer, or why it is not usable: the one rule merge and
     ``resubmit`` share, so they count the same failures.
 
     Args:
         output_type: the output's ``output_type`` (``JSON`` answers are parsed, tolerating
-            a fenced block, and validated against ``json_schema``).
+            a fenced block, and validated against ``json_schema``; ``embedding`` answers
+            are the JSON text of a list of floats, :func:`embedding_text`).
         text: the generated text.
         json_schema: the output's JSON schema (JSON outputs).
+        dimensions: an embedding output's vector length, when the config sets it.
 
     Returns:
-        ``(value, None)``, or ``(None, error)`` with ``error`` of type ``invalid_json`` or
-        ``schema_mismatch`` (not retryable) keeping the answer as ``raw_text``.
+        ``(value, None)`` (an embedding's value: a ``list[float]``), or ``(None, error)``
+        with ``error`` of type ``invalid_json``, ``schema_mismatch`` or
+        ``invalid_embedding`` (not retryable) keeping the answer as ``raw_text``.
     """
+    if output_type == EMBEDDING:
+        vector, why = _embedding_value(text, dimensions)
+        if why is None:
+            return vector, None
+        error = ResultError("invalid_embedding", why).to_json(retryable=False)
+        return None, {**error, "raw_text": text}
     if output_type != "JSON":
         return text, None
     parsed, why = parse_json_output(text)

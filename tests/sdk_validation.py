@@ -3,7 +3,8 @@
 The same checks as the project's ``validate_requests.py`` tool: OpenAI bodies against
 ``openai.types.chat.CompletionCreateParamsNonStreaming`` (``/v1/chat/completions``) or
 ``openai.types.responses.response_create_params.ResponseCreateParamsNonStreaming``
-(``/v1/responses``, which the tool does not check), Anthropic requests against
+(``/v1/responses``, which the tool does not check) or ``openai.types.EmbeddingCreateParams``
+(``/v1/embeddings``), Anthropic requests against
 ``anthropic.types.messages.batch_create_params.Request``, custom_id rules, image bytes
 matching their declared media type, one model per OpenAI batch, and provider limits.
 """
@@ -77,12 +78,14 @@ def _check_responses_body(
 def validate_export(path: str | Path) -> tuple[int, list[str]]:
     """Return ``(number of requests, problems)`` for an exported prompts file."""
     from anthropic.types.messages import batch_create_params
+    from openai.types import EmbeddingCreateParams
     from openai.types.chat import completion_create_params
     from openai.types.responses import response_create_params
     from pydantic import TypeAdapter
 
     oa = TypeAdapter(completion_create_params.CompletionCreateParamsNonStreaming)
     oa_responses = TypeAdapter(response_create_params.ResponseCreateParamsNonStreaming)
+    oa_embeddings = TypeAdapter(EmbeddingCreateParams)
     an = TypeAdapter(batch_create_params.Request)
     errors: list[str] = []
     batches: dict[str, dict[str, Any]] = defaultdict(
@@ -111,6 +114,9 @@ def validate_export(path: str | Path) -> tuple[int, list[str]]:
             b["models"].add(body.get("model"))
             if req.get("url") == "/v1/responses":
                 _check_responses_body(oa_responses, body, errors, where)
+                continue
+            if req.get("url") == "/v1/embeddings":
+                _force(oa_embeddings.validate_python(body))
                 continue
             if req.get("url") != "/v1/chat/completions":
                 errors.append(f"{where}: url {req.get('url')!r} is not a supported endpoint")

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from mmirage_beam.providers.config import BatchProviderConfig
+from mmirage_beam.results import EMBEDDING
 
 __all__ = [
     "DATASET_TYPES",
     "INPUT_TYPES",
     "OUTPUT_TYPES",
+    "EMBEDDING",
     "OUTPUT_NAME_RE",
     "DatasetConfig",
     "InputConfig",
@@ -32,7 +34,7 @@ __all__ = [
 
 DATASET_TYPES = {"jsonl": "JSONL", "loadable": "loadable", "parquet": "parquet"}
 INPUT_TYPES = ("text", "image")
-OUTPUT_TYPES = ("plain", "JSON")
+OUTPUT_TYPES = ("plain", "JSON", EMBEDDING)
 OUTPUT_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -75,9 +77,12 @@ class OutputConfig:
     Attributes:
         name: output name, ``[A-Za-z0-9_-]+``; also the Jinja2 variable of the result.
         prompt: Jinja2 template rendered with the row's inputs.
-        output_type: ``"plain"`` or ``"JSON"``.
+        output_type: ``"plain"``, ``"JSON"`` or ``"embedding"`` (the rendered prompt is
+            the text to embed; the answer is a list of floats).
         output_schema: for JSON outputs, a list of field names or a mapping
             ``field: type`` / ``field: {type, min, max}``.
+        dimensions: for embedding outputs, the vector length the processor's
+            ``dimensions`` asks for (None: the model's own, not known from the config).
     """
 
     name: str
@@ -85,6 +90,7 @@ class OutputConfig:
     output_type: str = "plain"
     output_schema: Any = None
     type: str = "batch_api"
+    dimensions: Optional[int] = None
 
 
 #: the run events a webhook may ask for (``execution_params.notify[i].events``), in the

@@ -9,6 +9,7 @@ re-exports both.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -32,6 +33,7 @@ from mmirage_beam.config.pipeline_config import (
 from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.config import BatchProviderConfig, BatchProviderConfigRegistry
+from mmirage_beam.results import EMBEDDING
 
 __all__ = ["expand_env", "config_from_dict"]
 
@@ -83,7 +85,7 @@ def config_from_dict(raw: Any) -> PipelineConfig:
             raise ConfigError(section, "section is missing")
     _reject_secrets(raw.get("processors"), "processors")
     raw = expand_env(raw)
-    processor = _processor(raw["processors"])
+    processor, processor_key, given = _processor(raw["processors"])
     loading = _mapping(raw["loading_params"], "loading_params")
     _check_keys(
         loading,
@@ -114,6 +116,7 @@ def config_from_dict(raw: Any) -> PipelineConfig:
         raise ConfigError("loading_params.state_dir", f"must be a string path, got {state_dir!r}")
     inputs = _inputs(processing.get("inputs"))
     outputs = _outputs(processing.get("outputs"), {i.name for i in inputs})
+    processor, outputs = _embedding_outputs(processor, processor_key, given, inputs, outputs)
     remove_columns = processing.get("remove_columns", False)
     if not isinstance(remove_columns, bool):
         raise ConfigError("processing_params.remove_columns", "must be true or false")
@@ -195,7 +198,13 @@ def _shard_id(value: Any) -> int:
     return require_int(key, value, 0)
 
 
-def _processor(value: Any) -> BatchProviderConfig:
+def _processor(value: Any) -> tuple[BatchProviderConfig, str, frozenset[str]]:
+    """The ``batch_api`` processor's config, its YAML key (``processors[i]``) and the
+    keys its block sets.
+
+    Raises:
+        ConfigError: naming the key.
+    """
     if not isinstance(value, list) or not value:
         raise ConfigError("processors", "must be a non-empty list")
     batch = [
@@ -240,11 +249,57 @@ def _processor(value: Any) -> BatchProviderConfig:
             + ", ".join(sorted(cls.field_names())),
         )
     try:
-        return cls(**kwargs)
+        return cls(**kwargs), key, frozenset(str(k) for k in kwargs)
     except ConfigError as exc:
         raise exc.under(key) from None
     except (TypeError, ValueError) as exc:  # a plugin's own __post_init__ checks
         raise ConfigError(key, str(exc)) from None
+
+
+def _embedding_outputs(
+    processor: BatchProviderConfig,
+    processor_key: str,
+    given: frozenset[str],
+    inputs: tuple[InputConfig, ...],
+    outputs: tuple[OutputConfig, ...],
+) -> tuple[BatchProviderConfig, tuple[OutputConfig, ...]]:
+    """The processor and outputs checked for ``output_type: embedding``: one processor
+    has one model, so its outputs are all embeddings or none; an embedding output embeds
+    text only; the processor fits its outputs' kind
+    (:meth:`~mmirage_beam.providers.config.BatchProviderConfig.for_outputs`), and each
+    embedding output carries the processor's ``dimensions``.
+
+    Raises:
+        ConfigError: naming the key: an output whose type differs from the first's, an
+            embedding prompt using an image input, a processor key that does not fit.
+    """
+    import jinja2
+    from jinja2 import meta
+
+    embedding = bool(outputs) and outputs[0].output_type == EMBEDDING
+    for i, o in enumerate(outputs):
+        if (o.output_type == EMBEDDING) != embedding:
+            raise ConfigError(
+                f"processing_params.outputs[{i}].output_type",
+                f"{o.output_type!r} mixes with {outputs[0].output_type!r} (outputs[0]): a "
+                "processor has one model, so its outputs are all embedding or none",
+            )
+        if not embedding:
+            continue
+        used = meta.find_undeclared_variables(jinja2.Environment().parse(o.prompt))
+        images = sorted(used & {x.name for x in inputs if x.type == "image"})
+        if images:
+            raise ConfigError(
+                f"processing_params.outputs[{i}].prompt",
+                f"uses the image input {images[0]!r}; an embedding output embeds text only",
+            )
+    try:
+        processor = processor.for_outputs(embedding, given)
+    except ConfigError as exc:
+        raise exc.under(processor_key) from None
+    if embedding:
+        outputs = tuple(dataclasses.replace(o, dimensions=processor.dimensions) for o in outputs)
+    return processor, outputs
 
 
 def _list_entries(value: Any, key: str) -> list[tuple[str, Any]]:
@@ -358,8 +413,12 @@ def _outputs(value: Any, input_names: set[str]) -> tuple[OutputConfig, ...]:
         _check_templates(prompt, f"{k}.prompt")
         ot = d.get("output_type", "plain")
         if ot not in OUTPUT_TYPES:
-            raise ConfigError(f"{k}.output_type", f"must be plain or JSON, got {ot!r}")
+            raise ConfigError(f"{k}.output_type", f"must be plain, JSON or embedding, got {ot!r}")
         schema = d.get("output_schema")
+        if ot == EMBEDDING and schema is not None:
+            raise ConfigError(
+                f"{k}.output_schema", "is for JSON outputs; an embedding output is a vector"
+            )
         if ot == "JSON":
             if schema is None:
                 raise ConfigError(f"{k}.output_schema", "is required for output_type: JSON")

@@ -72,9 +72,11 @@ def _scalar_type(declared: Any) -> Any:
 
 def declared_types(outputs: Sequence[Any], output_schema: Any) -> dict[str, Any]:
     """Column name -> Arrow type, from the config alone: the tool's own integer fields,
-    plain outputs (text), and each top-level ``output_schema`` entry that is exactly one
-    expression naming an output (``{{ answer }}``, ``{{ facts.count }}`` with ``count``
-    declared in that JSON output's ``output_schema``) or is longer text (a string).
+    plain outputs (text), embedding outputs (``list<float32>``, of fixed size
+    ``dimensions`` when the config gives it), and each top-level ``output_schema`` entry
+    that is exactly one expression naming an output (``{{ answer }}``,
+    ``{{ facts.count }}`` with ``count`` declared in that JSON output's
+    ``output_schema``) or is longer text (a string).
     Columns not named here (source columns, objects, lists) take the type their values
     have (:func:`derive_schema`)."""
     import pyarrow as pa
@@ -86,6 +88,13 @@ def declared_types(outputs: Sequence[Any], output_schema: Any) -> dict[str, Any]
         output = by_name.get(name)
         if output is None:
             return None  # an input: its values decide
+        if output.output_type == "embedding":
+            if field is not None:
+                return None
+            # float32: what the providers' vectors hold; a fixed-size list when the
+            # config gives the length (every vector is checked to have it at merge)
+            dims = getattr(output, "dimensions", None)
+            return pa.list_(pa.float32(), dims) if dims else pa.list_(pa.float32())
         if str(output.output_type).lower() != "json":
             return pa.string() if field is None else None
         schema = output.output_schema
@@ -221,6 +230,8 @@ def hf_features(schema: Any) -> Optional[dict[str, Any]]:
     def feature(t: Any) -> Any:
         if pa.types.is_struct(t):
             return {t.field(i).name: feature(t.field(i).type) for i in range(t.num_fields)}
+        if pa.types.is_fixed_size_list(t):  # datasets' Sequence(feature, length=n)
+            return {"feature": feature(t.value_type), "length": t.list_size, "_type": "Sequence"}
         if pa.types.is_large_list(t):
             return {"feature": feature(t.value_type), "_type": "LargeList"}
         if pa.types.is_list(t):
@@ -288,8 +299,31 @@ def convert_merged_jsonl(
         raise ValueError(f"output_format must be parquet or hf, got {output_format!r}")
     schema, as_json = derive_schema(jsonl_path, declared_types(outputs, output_schema), batch_rows)
     if output_format == "parquet":
+        schema = _parquet_readable(jsonl_path, schema, batch_rows)
         return _write_parquet(jsonl_path, output_path, schema, as_json, batch_rows), as_json
     return _write_hf(jsonl_path, output_path, schema, as_json, batch_rows), as_json
+
+
+def _parquet_readable(path: str, schema: Any, batch_rows: int) -> Any:
+    """``schema`` with each fixed-size list column that holds a null (a failed row's
+    vector) made a variable-length list of the same values: pyarrow up to 25 writes
+    such a column to Parquet but cannot read it back ("Expected all lists to be of
+    size=N but index i had size=0", https://github.com/apache/arrow/issues/35692, fixed
+    by https://github.com/apache/arrow/pull/50271). A column with every vector keeps its
+    fixed size. One more streamed pass, only when there is such a column."""
+    import pyarrow as pa
+
+    fixed = {f.name for f in schema if pa.types.is_fixed_size_list(f.type)}
+    if not fixed:
+        return schema
+    nulls: set[str] = set()
+    for rows in _read_batches(path, batch_rows):
+        nulls.update(n for n in fixed - nulls if any(row.get(n) is None for row in rows))
+        if nulls == fixed:
+            break
+    return pa.schema(
+        [pa.field(f.name, pa.list_(f.type.value_type)) if f.name in nulls else f for f in schema]
+    )
 
 
 def _create(path: str) -> Any:

@@ -131,9 +131,17 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
           "images": [{"source": path-or-url, "url": str | None, "media_type": str | None,
                       "data": base64-str | None, "size_bytes": int | None,
                       "animated": bool}],
-          "output_name": str, "output_type": "plain" | "JSON",
+          "output_name": str, "output_type": "plain" | "JSON" | "embedding",
           "json_schema": dict | None,   # JSON-schema object for structured output
+          # output_type "embedding" only (no images): the text to embed and the
+          # processor's ``dimensions`` (int | None: the model's own vector length)
+          "text": str, "dimensions": int | None,
         }
+
+    An adapter that takes embedding outputs builds the provider's embeddings request
+    from ``text`` and yields each answer's vector as ``ProviderResult.generated_text``
+    holding its compact JSON list of floats (:func:`mmirage_beam.results.embedding_text`),
+    which merge parses (:func:`mmirage_beam.results.check_answer`).
 
     Args:
         credentials: ``{key: value}`` for ``required_credentials`` (empty for a dry run).

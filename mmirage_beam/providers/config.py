@@ -14,9 +14,10 @@ does first; plugins register themselves (:mod:`mmirage_beam.providers.registry`)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Collection, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.registry import ProviderRegistry
@@ -58,6 +59,10 @@ class BatchProviderConfig:
         exact_tokens: count each request's input tokens with the provider's own
             counting endpoint where one exists (Anthropic ``messages.count_tokens``;
             also the ``--exact-tokens`` flag of ``mmirage run``).
+        dimensions: for ``output_type: embedding`` outputs only: the length of every
+            vector (an int >= 1), sent where the provider takes it (OpenAI
+            ``dimensions``, Mistral ``output_dimension``, Gemini
+            ``outputDimensionality``); None: the model's own length.
 
     Subclasses may set the class attributes ``PROVIDER_MAX_REQUESTS_PER_BATCH``,
     ``PROVIDER_MAX_BATCH_BYTES`` and ``PROVIDER_LIMITS_SOURCE``; values above them are
@@ -70,6 +75,11 @@ class BatchProviderConfig:
     PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = None
     PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = None
     PROVIDER_LIMITS_SOURCE: ClassVar[str] = ""
+    #: the batch endpoint of ``output_type: embedding`` outputs; None: this provider
+    #: takes no embeddings batches (refused at load, naming ``provider``)
+    EMBEDDINGS_ENDPOINT: ClassVar[Optional[str]] = None
+    #: the keys that only generation (chat) requests use, refused with embedding outputs
+    CHAT_ONLY_KEYS: ClassVar[tuple[str, ...]] = ()
 
     provider: str = ""
     max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES
@@ -80,9 +90,12 @@ class BatchProviderConfig:
     price_per_million_output_tokens: Optional[float] = None
     max_enqueued_tokens: Optional[int] = None
     exact_tokens: bool = False
+    dimensions: Optional[int] = None
 
     def __post_init__(self) -> None:
         require_int("max_chunk_bytes", self.max_chunk_bytes, minimum=1)
+        if self.dimensions is not None:
+            require_int("dimensions", self.dimensions, minimum=1)
         self._check_cost_fields()
         if self.max_requests_per_chunk is not None:
             require_int("max_requests_per_chunk", self.max_requests_per_chunk, minimum=1)
@@ -132,6 +145,69 @@ class BatchProviderConfig:
             require_int("max_enqueued_tokens", self.max_enqueued_tokens, minimum=1)
         if not isinstance(self.exact_tokens, bool):
             raise ConfigError("exact_tokens", f"must be true or false, got {self.exact_tokens!r}")
+
+    def for_outputs(self, embedding: bool, given: Collection[str]) -> BatchProviderConfig:
+        """This config checked against its outputs' kind, as the requests will use it.
+
+        Args:
+            embedding: whether the outputs are ``output_type: embedding`` (a config
+                never mixes them with generation outputs: refused before this).
+            given: the keys the YAML processor block set (a default is not "given").
+
+        Returns:
+            ``self``, or for embedding outputs a copy whose ``batch_endpoint`` (when the
+            config has one) is :attr:`EMBEDDINGS_ENDPOINT`.
+
+        Raises:
+            ConfigError: naming the key: embedding outputs with a provider that takes
+                none (``provider``), with a chat-only key (:attr:`CHAT_ONLY_KEYS`), with
+                a ``batch_endpoint`` other than :attr:`EMBEDDINGS_ENDPOINT`, or without
+                a ``model``; ``dimensions`` or the embeddings endpoint without them.
+        """
+        endpoint = getattr(self, "batch_endpoint", None)
+        if not embedding:
+            if "dimensions" in given:
+                raise ConfigError(
+                    "dimensions", "is the vector length of output_type: embedding outputs only"
+                )
+            if endpoint is not None and endpoint == self.EMBEDDINGS_ENDPOINT:
+                raise ConfigError(
+                    "batch_endpoint",
+                    f"{endpoint!r} answers output_type: embedding outputs only; these "
+                    "outputs generate text (leave batch_endpoint out for the default, "
+                    f"{type(self).__dataclass_fields__['batch_endpoint'].default!r}, or make "
+                    "them output_type: embedding)",
+                )
+            return self
+        if self.EMBEDDINGS_ENDPOINT is None:
+            takes = [
+                name
+                for name in BatchProviderConfigRegistry.names()
+                if BatchProviderConfigRegistry.get(name).EMBEDDINGS_ENDPOINT is not None
+            ]
+            raise ConfigError(
+                "provider",
+                f"{self.provider!r} takes no embeddings batches in mmirage-beam "
+                f"(output_type: embedding is built for {', '.join(takes) or 'no provider'})",
+            )
+        for key in self.CHAT_ONLY_KEYS:
+            if key in given:
+                raise ConfigError(
+                    key, "is a text-generation setting; embedding outputs take none (remove it)"
+                )
+        if "model" not in given:
+            raise ConfigError(
+                "model", "is required with output_type: embedding (an embedding model)"
+            )
+        if endpoint is None:
+            return self
+        if "batch_endpoint" in given and endpoint != self.EMBEDDINGS_ENDPOINT:
+            raise ConfigError(
+                "batch_endpoint",
+                f"must be {self.EMBEDDINGS_ENDPOINT} for output_type: embedding outputs, "
+                f"got {endpoint!r} (or leave it out)",
+            )
+        return dataclasses.replace(self, batch_endpoint=self.EMBEDDINGS_ENDPOINT)
 
     @property
     def effective_max_requests_per_chunk(self) -> Optional[int]:

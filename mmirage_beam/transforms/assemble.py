@@ -190,7 +190,10 @@ class _AssembleFn(beam.DoFn):
                 values[output.name] = MISSING
             else:
                 value, err = check_answer(
-                    output.output_type, r.text, self._json_schemas.get(output.name)
+                    output.output_type,
+                    r.text,
+                    self._json_schemas.get(output.name),
+                    output.dimensions,
                 )
                 if err is None:
                     values[output.name] = value

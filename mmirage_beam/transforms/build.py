@@ -33,6 +33,7 @@ from mmirage_beam.progress.text import INPUT_TOKENS
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import BatchRequest, RowError
 from mmirage_beam.request_hashes import str_keys_only
+from mmirage_beam.results import EMBEDDING
 from mmirage_beam.transforms.extract import (
     ERRORS_TAG,
     ExtractedRow,
@@ -99,7 +100,7 @@ def build_payload(
         ]
     else:
         content = prompt
-    return {
+    payload = {
         "messages": [{"role": "user", "content": content}],
         "images": list(images),
         "output_name": output.name,
@@ -110,6 +111,10 @@ def build_payload(
             else None
         ),
     }
+    if output.output_type == EMBEDDING:  # the text to embed (images: refused at load)
+        payload["text"] = prompt
+        payload["dimensions"] = output.dimensions
+    return payload
 
 
 @dataclasses.dataclass(frozen=True)

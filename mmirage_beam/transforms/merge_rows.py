@@ -26,7 +26,7 @@ from mmirage_beam.progress.counters import (
     CountProgress,
     reported_usage,
 )
-from mmirage_beam.results import check_answer, resubmittable
+from mmirage_beam.results import EMBEDDING, check_answer, resubmittable
 from mmirage_beam.run.discovery import ReceiptEntry
 from mmirage_beam.run.receipts import (
     ReceiptLocation,
@@ -421,17 +421,25 @@ def build_failures_pipeline(
     resubmittable under ``only``) to ``ids_path``, one per line.
 
     ``outputs`` (the config's outputs): a JSON output's answer that is not valid JSON or
-    does not match its schema counts as failed, exactly as merge counts it
+    does not match its schema, or an embedding that is not a vector of its
+    ``dimensions``, counts as failed, exactly as merge counts it
     (:func:`mmirage_beam.results.check_answer`), so ``--only all`` re-sends it.
     """
-    json_outputs = {
-        o.name: json_schema_for(o.output_schema) for o in outputs if o.output_type == "JSON"
+    checked = {
+        o.name: (
+            o.output_type,
+            json_schema_for(o.output_schema) if o.output_type == "JSON" else None,
+            getattr(o, "dimensions", None),
+        )
+        for o in outputs
+        if o.output_type in ("JSON", EMBEDDING)
     }
 
     def with_answer_check(r: Any) -> Any:
-        if r.error is not None or r.output_name not in json_outputs:
+        if r.error is not None or r.output_name not in checked:
             return r
-        _value, err = check_answer("JSON", r.text, json_outputs[r.output_name])
+        output_type, schema, dimensions = checked[r.output_name]
+        _value, err = check_answer(output_type, r.text, schema, dimensions)
         return r if err is None else r._replace(error=err)
 
     def best(results: Any) -> Any:

@@ -431,6 +431,7 @@ def test_every_served_endpoint_is_covered_here():
         "gemini_files_get": "files.get",
         "gemini_files_download": "files.download",
         "gemini_batches_create": "batches.create",
+        "gemini_batches_create_embeddings": "batches.create_embeddings",
         "gemini_batches_list": "batches.list",
         "gemini_batches_get": "batches.get",
         "gemini_batches_cancel": "batches.cancel",

@@ -307,6 +307,46 @@ def test_fake_refuses_what_the_service_refuses(fake_provider):
     assert client.batches.get(name=failed.name).state.name == "JOB_STATE_FAILED"
 
 
+def test_sdk_create_embeddings_answers_vectors_of_their_output_dimensionality(fake_provider):
+    """An embeddings job (asyncBatchEmbedContent) as google-genai makes and reads it:
+    one vector per line, of its output_dimensionality (8 without), a marked line's
+    failure and a line without content refused, each as an SDK type."""
+    from google.genai import types
+
+    from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+
+    client = _client(fake_provider)
+
+    def line(key, request):
+        return (json.dumps({"key": key, "request": request}) + "\n").encode()
+
+    def content(text):
+        return {"content": {"parts": [{"text": text}]}}
+
+    data = (
+        line("four", {**content("first text"), "output_dimensionality": 4})
+        + line("eight", content("second text"))
+        + line("bad", content("third FAKE_ERROR:invalid_request"))
+        + line("empty", {"output_dimensionality": 4})
+    )
+    uploaded = client.files.upload(file=io.BytesIO(data), config={"mime_type": "jsonl"})
+    with pytest.warns(Warning, match="experimental"):
+        job = client.batches.create_embeddings(
+            model="gemini-embedding-001", src={"file_name": uploaded.name}
+        )
+    job = client.batches.get(name=job.name)
+    assert job.state.name == "JOB_STATE_SUCCEEDED"
+    lines = client.files.download(file=job.dest.file_name)
+    by_key = {x["key"]: x for x in (json.loads(r) for r in lines.split(b"\n") if r)}
+    for key, text, n in (("four", "first text", 4), ("eight", "second text", 8)):
+        response = types.SingleEmbedContentResponse.model_validate(by_key[key]["response"])
+        assert response.embedding.values == embedding_vector(text, n)
+        assert response.token_count == 2
+        assert normalise_result_line(by_key[key]).input_tokens == 2
+    assert by_key["bad"]["error"]["status"] == "INVALID_ARGUMENT"
+    assert by_key["empty"]["error"]["status"] == "INVALID_ARGUMENT"
+
+
 def test_config_is_checked_at_load_and_the_sdk_extra_is_named(monkeypatch):
     with pytest.raises(ConfigError, match="vertexai"):
         GeminiBatchConfig(vertexai=True)

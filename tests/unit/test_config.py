@@ -402,7 +402,6 @@ def test_plugin_config_value_error_is_a_config_error(tmp_path):
 @pytest.mark.parametrize(
     "endpoint",
     [
-        "/v1/embeddings",
         "/v1/completions",
         "/v1/moderations",
         "/v1/images/generations",
@@ -412,7 +411,8 @@ def test_plugin_config_value_error_is_a_config_error(tmp_path):
     ],
 )
 def test_non_generative_endpoints_are_refused_at_load(tmp_path, endpoint):
-    """Only prompt -> text endpoints are built; the rest would fail every request."""
+    """Only prompt -> text endpoints (and /v1/embeddings for embedding outputs:
+    tests/cli/test_embeddings.py) are built; the rest would fail every request."""
     cfg = base_config(tmp_path, batch_endpoint=endpoint)
     with pytest.raises(ConfigError) as info:
         config_from_dict(cfg)

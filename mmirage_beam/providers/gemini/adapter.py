@@ -52,12 +52,13 @@ from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timest
 from mmirage_beam.providers.chat import generation_options
 from mmirage_beam.providers.gemini.config import MAX_INLINE_BYTES, GeminiBatchConfig
 from mmirage_beam.providers.gemini.outcomes import FINISH_OUTCOMES, normalise_result_line
-from mmirage_beam.providers.gemini.requests import prompt_text, response_schema
+from mmirage_beam.providers.gemini.requests import embed_request, prompt_text, response_schema
 from mmirage_beam.providers.gemini.tokens import GeminiExactCounter, count_gemini_request
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.providers.uploads import FileUploadAdapter
 from mmirage_beam.records import ProviderResult
 from mmirage_beam.results import (
+    EMBEDDING,
     results_from_lines,
 )
 
@@ -211,12 +212,16 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         self, custom_id: str, payload: Dict[str, Any], config: GeminiBatchConfig
     ) -> Dict[str, Any]:
         """``{"key": custom_id, "request": {"contents": [{"role": "user", "parts"}],
-        "generation_config"?}}``: the prompt text, then each image as ``inline_data``.
+        "generation_config"?}}``: the prompt text, then each image as ``inline_data``; an
+        embedding output's line holds an embeddings request instead
+        (:func:`~mmirage_beam.providers.gemini.requests.embed_request`).
 
         Raises:
             mmirage_beam.errors.RequestBuildError: an image given by URL, of a type
                 Gemini refuses, or a request whose inline images pass 20 MB.
         """
+        if payload.get("output_type") == EMBEDDING:
+            return {"key": custom_id, "request": embed_request(payload)}
         parts: list[Dict[str, Any]] = [{"text": prompt_text(payload["messages"])}]
         images = payload.get("images") or []
         total = 0
@@ -267,17 +272,22 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
     def create_batch(
         self, chunk_id: str, uploaded: Any, config: GeminiBatchConfig
     ) -> SubmittedBatch:
-        """``batches.create`` from the uploaded file, the job named :func:`display_name`
-        (what :meth:`find_batch` looks for).
+        """``batches.create`` (``batches.create_embeddings`` for embedding outputs) from
+        the uploaded file, the job named :func:`display_name` (what :meth:`find_batch`
+        looks for).
 
         Raises:
             google.genai.errors.APIError: a non-retryable answer (e.g. 400).
         """
-        job = self._client.batches.create(
-            model=config.model,
-            src=uploaded.name,
-            config={"display_name": display_name(self.run_id, chunk_id)},
-        )
+        job_config = {"display_name": display_name(self.run_id, chunk_id)}
+        if getattr(config, "embedding_job", False):  # models/{model}:asyncBatchEmbedContent
+            job = self._client.batches.create_embeddings(
+                model=config.model, src={"file_name": uploaded.name}, config=job_config
+            )
+        else:
+            job = self._client.batches.create(
+                model=config.model, src=uploaded.name, config=job_config
+            )
         submitted = self.submitted_batch(_job_dict(job))
         # the SDK's BatchJob of the Developer API leaves ``src`` out: the file is ours
         return dataclasses.replace(

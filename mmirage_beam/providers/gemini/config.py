@@ -15,8 +15,9 @@ until it is implemented (see docs/providers.md for what it needs).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar, Collection, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.config import BatchProviderConfig, check_range
@@ -48,6 +49,8 @@ class GeminiBatchConfig(BatchProviderConfig):
         timeout_seconds: optional per-call timeout of the SDK client.
         vertexai: reserved: Vertex AI batch prediction (``gs://`` sources); refused at
             load until implemented.
+        embedding_job: the jobs are embeddings jobs (``asyncBatchEmbedContent``); set
+            from ``output_type: embedding`` outputs, never in YAML.
 
     Limits: 2 GB per batch input file (:data:`LIMITS_SOURCE`).
 
@@ -58,6 +61,10 @@ class GeminiBatchConfig(BatchProviderConfig):
     PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = None
     PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = MAX_FILE_BYTES
     PROVIDER_LIMITS_SOURCE: ClassVar[str] = LIMITS_SOURCE
+    #: embeddings jobs: ``models/{model}:asyncBatchEmbedContent`` (google-genai
+    #: ``batches.create_embeddings``, file source), for output_type: embedding outputs
+    EMBEDDINGS_ENDPOINT: ClassVar[Optional[str]] = "asyncBatchEmbedContent"
+    CHAT_ONLY_KEYS: ClassVar[tuple[str, ...]] = ("max_tokens", "temperature", "top_p")
 
     provider: str = "gemini"
     model: str = "gemini-2.5-flash"
@@ -67,6 +74,23 @@ class GeminiBatchConfig(BatchProviderConfig):
     base_url: Optional[str] = None
     timeout_seconds: Optional[float] = None
     vertexai: bool = False
+    #: set by :meth:`for_outputs` for ``output_type: embedding`` outputs (never in YAML):
+    #: the jobs are embeddings jobs (``batches.create_embeddings``)
+    embedding_job: bool = False
+
+    def for_outputs(self, embedding: bool, given: Collection[str]) -> GeminiBatchConfig:
+        """:meth:`BatchProviderConfig.for_outputs`; for embedding outputs a copy with
+        :attr:`embedding_job` set, which the YAML may not set itself.
+
+        Raises:
+            ConfigError: naming the key (see the base class; ``embedding_job``).
+        """
+        if "embedding_job" in given:
+            raise ConfigError(
+                "embedding_job", "is set by output_type: embedding outputs, not in the config"
+            )
+        checked = super().for_outputs(embedding, given)
+        return dataclasses.replace(self, embedding_job=True) if embedding else checked
 
     def __post_init__(self) -> None:
         super().__post_init__()

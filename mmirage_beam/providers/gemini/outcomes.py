@@ -13,8 +13,16 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping
 
+from mmirage_beam.providers.chat import malformed_200
 from mmirage_beam.records import ProviderResult, ResultError
-from mmirage_beam.results import CONTENT_FILTER, EMPTY, TRUNCATED, MalformedResult, line_id
+from mmirage_beam.results import (
+    CONTENT_FILTER,
+    EMPTY,
+    TRUNCATED,
+    MalformedResult,
+    embedding_text,
+    line_id,
+)
 
 __all__ = ["FINISH_OUTCOMES", "normalise_result_line"]
 
@@ -92,6 +100,8 @@ def normalise_result_line(line: Any) -> ProviderResult:
         return ProviderResult(cid, error=ResultError(kind, message, code))
     if not isinstance(response, dict):
         raise MalformedResult("neither 'response' nor 'error'", cid)
+    if "embedding" in response and "candidates" not in response:
+        return _embedding_outcome(response, cid)
     tokens: Dict[str, int] = {}
     usage = _get(response, "usage_metadata")
     if isinstance(usage, dict) and _get(usage, "prompt_token_count") is not None:
@@ -128,3 +138,22 @@ def normalise_result_line(line: Any) -> ProviderResult:
     else:
         return ProviderResult(cid, generated_text=text, **tokens)
     return ProviderResult(cid, error=error, **tokens)
+
+
+def _embedding_outcome(response: Dict[str, Any], cid: str) -> ProviderResult:
+    """An embeddings job's response (google-genai ``SingleEmbedContentResponse``:
+    ``{"embedding": {"values": [float]}, "tokenCount"?}``, ``tokenCount`` an int64, a
+    string in JSON) -> the vector as ``generated_text`` (its JSON text,
+    :func:`~mmirage_beam.results.embedding_text`) with ``tokenCount`` as its input
+    tokens when given, or a ``malformed_response``."""
+    tokens: Dict[str, int] = {}
+    count = _get(response, "token_count")
+    if isinstance(count, (int, str)) and not isinstance(count, bool) and str(count).isdigit():
+        tokens = {"input_tokens": int(count), "output_tokens": 0}
+    embedding = response.get("embedding")
+    values = embedding.get("values") if isinstance(embedding, dict) else None
+    text = embedding_text(values)
+    if text is None:
+        error = malformed_200("HTTP 200 but embedding.values is not a list of numbers")
+        return ProviderResult(cid, error=error, **tokens)
+    return ProviderResult(cid, generated_text=text, **tokens)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Sequence
 
-__all__ = ["prompt_text", "response_schema"]
+__all__ = ["embed_request", "prompt_text", "response_schema"]
 
 
 def prompt_text(messages: Sequence[Dict[str, Any]]) -> str:
@@ -66,3 +66,16 @@ def response_schema(schema: Mapping[str, Any]) -> Dict[str, Any]:
     if isinstance(schema.get("anyOf"), list):
         out["any_of"] = [response_schema(s) for s in schema["anyOf"]]
     return out
+
+
+def embed_request(payload: Dict[str, Any]) -> Dict[str, Any]:
+    """The ``request`` of an embeddings-job line for an embedding output's payload:
+    ``{"content": {"parts": [{"text"}]}, "output_dimensionality"?}``, the file form of
+    Gemini batch embeddings ("Gemini Batch API now supports Embeddings", Google
+    Developers Blog, 2025-09-10:
+    https://developers.googleblog.com/gemini-batch-api-now-supports-embeddings-and-openai-compatibility;
+    google-genai ``EmbedContentConfig.output_dimensionality``)."""
+    request: Dict[str, Any] = {"content": {"parts": [{"text": payload["text"]}]}}
+    if payload.get("dimensions") is not None:
+        request["output_dimensionality"] = int(payload["dimensions"])
+    return request

@@ -63,6 +63,12 @@ def count_gemini_request(request: dict[str, Any], model_hint: Optional[str] = No
         raise ValueError("a Gemini batch line needs a 'request' object")
     tally = _Tally()
     tally.estimate("Gemini has no offline tokenizer (cl100k_base used as a proxy)")
+    content = body.get("content")
+    if isinstance(content, dict) and "contents" not in body:  # an embeddings request
+        for part in _get(content, "parts") or ():
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                tally.tokens += count_proxy_text(part["text"])
+        return TokenCount(tally.tokens, 0, False, tuple(tally.notes))
     for content in _get(body, "contents") or ():
         for part in _get(content, "parts") or ():
             if not isinstance(part, dict):
@@ -124,5 +130,8 @@ class GeminiExactCounter:
             self._client = genai.Client(api_key=key, http_options=options)
         body = request.get("request") or {}
         model = str(request.get("model") or self.model or "")
-        answer = self._client.models.count_tokens(model=model, contents=_get(body, "contents"))
+        contents = _get(body, "contents")
+        if contents is None and isinstance(body.get("content"), dict):  # an embeddings request
+            contents = [body["content"]]
+        answer = self._client.models.count_tokens(model=model, contents=contents)
         return int(answer.total_tokens or 0)

@@ -38,13 +38,13 @@ from mmirage_beam.providers.batch_status import (
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.mistral.config import MistralBatchConfig
 from mmirage_beam.providers.mistral.outcomes import normalise_result_line
-from mmirage_beam.providers.mistral.requests import chat_body
+from mmirage_beam.providers.mistral.requests import chat_body, embeddings_body
 from mmirage_beam.providers.mistral.tokens import count_mistral_request
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.providers.uploads import FileUploadAdapter
 from mmirage_beam.records import ProviderResult
-from mmirage_beam.results import results_from_lines
+from mmirage_beam.results import EMBEDDING, results_from_lines
 
 _LOG = logging.getLogger(__name__)
 
@@ -147,7 +147,10 @@ class MistralBatchAdapter(FileUploadAdapter[MistralBatchConfig]):
         image parts as ``image_url`` chunks, data URLs or http(s)), ``response_format``
         ``json_schema`` for a JSON output, and the config's optional ``max_tokens``,
         ``temperature`` and ``top_p``. The model is the job's (``jobs.create(model=)``),
-        not repeated in every body."""
+        not repeated in every body. An embedding output's line holds an embeddings body
+        (:func:`~mmirage_beam.providers.mistral.requests.embeddings_body`)."""
+        if payload.get("output_type") == EMBEDDING:
+            return {"custom_id": custom_id, "body": embeddings_body(payload)}
         return {"custom_id": custom_id, "body": chat_body(payload, config)}
 
     def count_request_tokens(

@@ -39,10 +39,12 @@ LIMITS_SOURCE = (
     "Mistral known limitations (docs.mistral.ai/resources/known-limitations): 100,000 "
     "requests and 512 MB per batch file; the stricter holds"
 )
-#: The batch endpoint mmirage-beam builds requests for (prompt -> text). Mistral's batch
-#: API also takes embeddings, FIM, moderations, OCR... (mistralai 3.7 ``APIEndpoint``),
-#: whose bodies and results have nothing in common with a prompt -> text job.
-SUPPORTED_ENDPOINTS = ("/v1/chat/completions",)
+#: The batch endpoints mmirage-beam builds requests for: prompt -> text, and embeddings
+#: (``output_type: embedding``). Mistral's batch API also takes FIM, moderations, OCR...
+#: (mistralai 3.7 ``APIEndpoint``), whose bodies and results have nothing in common
+#: with these jobs.
+EMBEDDINGS_ENDPOINT = "/v1/embeddings"
+SUPPORTED_ENDPOINTS = ("/v1/chat/completions", EMBEDDINGS_ENDPOINT)
 #: metadata keys mmirage-beam adds to every batch job (adoption after a lost create).
 RESERVED_METADATA_KEYS = ("mmirage_run_id", "mmirage_chunk_id")
 
@@ -53,7 +55,8 @@ class MistralBatchConfig(BatchProviderConfig):
 
     Attributes:
         model: the model of every request (``client.batch.jobs.create(model=...)``).
-        batch_endpoint: ``/v1/chat/completions`` (anything else: ConfigError).
+        batch_endpoint: ``/v1/chat/completions``, or ``/v1/embeddings`` (set by
+            itself for ``output_type: embedding`` outputs); anything else: ConfigError.
         base_url: the API's server URL (``Mistral(server_url=...)``); None: the SDK's
             default, ``https://api.mistral.ai``.
         metadata: extra string pairs for every batch job (``mmirage_run_id`` and
@@ -72,6 +75,8 @@ class MistralBatchConfig(BatchProviderConfig):
     )
     PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = FILE_MAX_BYTES
     PROVIDER_LIMITS_SOURCE: ClassVar[str] = LIMITS_SOURCE
+    EMBEDDINGS_ENDPOINT: ClassVar[Optional[str]] = EMBEDDINGS_ENDPOINT
+    CHAT_ONLY_KEYS: ClassVar[tuple[str, ...]] = ("max_tokens", "temperature", "top_p")
 
     provider: str = "mistral"
     model: str = "mistral-small-latest"
@@ -93,7 +98,8 @@ class MistralBatchConfig(BatchProviderConfig):
             raise ConfigError(
                 "batch_endpoint",
                 f"{self.batch_endpoint!r} is not supported: mmirage-beam builds prompt -> text "
-                "requests for Mistral's /v1/chat/completions only",
+                "requests for Mistral's /v1/chat/completions and embeddings for "
+                "/v1/embeddings (output_type: embedding) only",
             )
         if self.base_url is not None:
             check_str("base_url", self.base_url)

@@ -6,6 +6,10 @@ A line of a job's ``output_file`` or ``error_file`` (PROVIDERS.md, Mistral batch
     {"id", "custom_id", "response": {"status_code", "body": <chat completion>} | null,
      "error": {"message", "code"?} | null}
 
+An embeddings line's body is mistralai 3.7's ``EmbeddingResponse`` (``{"id", "object",
+"model", "usage", "data": [{"object", "embedding": [float], "index"}]}``): its
+``data[0].embedding`` becomes the answer (:func:`_embedding_outcome`).
+
 The chat completion is mistralai 3.7's ``ChatCompletionResponse``: ``choices[0].message``
 (``content`` a string or a list of chunks: ``text``, ``thinking``, ...),
 ``finish_reason`` in ``stop | length | model_length | error | tool_calls``, usage in
@@ -32,6 +36,7 @@ from mmirage_beam.results import (
     EMPTY,
     TRUNCATED,
     MalformedResult,
+    embedding_text,
     split_batch_line,
 )
 
@@ -60,6 +65,8 @@ def normalise_result_line(line: Any) -> ProviderResult:
             return ProviderResult(cid, error=_malformed(f"HTTP 200 with an error body: {message}"))
         if not isinstance(body, dict) or not body:
             return ProviderResult(cid, error=_malformed("HTTP 200 with an empty body"))
+        if "choices" not in body and "data" in body:
+            return _embedding_outcome(body, cid)
         return _chat_outcome(body, cid)
     if response is not None:
         err = _error_fields(response.get("body"))
@@ -137,3 +144,21 @@ def _chat_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
     else:
         return ProviderResult(cid, generated_text=text, **tokens)
     return ProviderResult(cid, error=error, **tokens)
+
+
+def _embedding_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
+    """An ``EmbeddingResponse`` body -> the vector as ``generated_text`` (its JSON text,
+    :func:`~mmirage_beam.results.embedding_text`) with its input tokens, or a
+    ``malformed_response``."""
+    tokens: Dict[str, int] = {}
+    usage = body.get("usage")
+    if isinstance(usage, dict) and "prompt_tokens" in usage:
+        tokens["input_tokens"] = int(usage.get("prompt_tokens") or 0)
+        tokens["output_tokens"] = 0  # embeddings bill input tokens only
+    data = body.get("data")
+    first = data[0] if isinstance(data, list) and data else None
+    text = embedding_text(first.get("embedding") if isinstance(first, dict) else None)
+    if text is None:
+        error = _malformed("HTTP 200 but data[0].embedding is not a list of numbers")
+        return ProviderResult(cid, error=error, **tokens)
+    return ProviderResult(cid, generated_text=text, **tokens)

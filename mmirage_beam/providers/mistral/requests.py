@@ -14,7 +14,7 @@ from typing import Any, Dict
 from mmirage_beam.providers.chat import generation_options, json_schema_format, schema_name
 from mmirage_beam.providers.config import BatchProviderConfig
 
-__all__ = ["chat_body", "schema_name"]
+__all__ = ["chat_body", "embeddings_body", "schema_name"]
 
 
 def chat_body(payload: Dict[str, Any], config: BatchProviderConfig) -> Dict[str, Any]:
@@ -40,4 +40,16 @@ def chat_body(payload: Dict[str, Any], config: BatchProviderConfig) -> Dict[str,
     response_format = json_schema_format(payload, strict_first=False)
     if response_format is not None:
         body["response_format"] = response_format
+    return body
+
+
+def embeddings_body(payload: Dict[str, Any]) -> Dict[str, Any]:
+    """The ``/v1/embeddings`` body of an embedding output's payload: ``{"input": text,
+    "encoding_format": "float", "output_dimension"?}`` (mistralai 3.7
+    ``EmbeddingRequest``: ``input``, ``output_dimension`` "The dimension of the output
+    embeddings when feature available", ``encoding_format`` ``float | base64``); the
+    model is the job's, as for chat lines."""
+    body: Dict[str, Any] = {"input": payload["text"], "encoding_format": "float"}
+    if payload.get("dimensions") is not None:
+        body["output_dimension"] = int(payload["dimensions"])
     return body

@@ -51,6 +51,8 @@ def count_mistral_request(request: dict[str, Any], model_hint: Optional[str] = N
     body = request.get("body")
     if not isinstance(body, dict):
         raise ValueError("a Mistral batch line needs a 'body' object")
+    if "messages" not in body and isinstance(body.get("input"), str):  # an embeddings line
+        return TokenCount(count_text(body["input"], ENCODING), 0, False, (NOTE,))
     tokens = 0
     for message in body.get("messages") or ():
         tokens += TOKENS_PER_MESSAGE

@@ -45,10 +45,12 @@ from mmirage_beam.providers.uploads import FileUploadAdapter
 from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import (
     CONTENT_FILTER,
+    EMBEDDING,
     EMPTY,
     REFUSAL,
     TRUNCATED,
     MalformedResult,
+    embedding_text,
     kind_text,
     message_text,
     results_from_lines,
@@ -132,14 +134,22 @@ class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
         self, custom_id: str, payload: Dict[str, Any], config: OpenAIBatchConfig
     ) -> Dict[str, Any]:
         """One batch input line for ``config.batch_endpoint``: a chat-completions body
-        (``messages``, ``response_format``) or a Responses body
-        (:func:`~mmirage_beam.providers.openai.responses.build_responses_body`).
+        (``messages``, ``response_format``), a Responses body
+        (:func:`~mmirage_beam.providers.openai.responses.build_responses_body`), or for
+        an embedding output a ``/v1/embeddings`` body (:func:`embeddings_body`).
 
         Raises:
             RequestBuildError: an image OpenAI refuses (type, animation), more than
                 :data:`MAX_IMAGES_PER_REQUEST` images, or a body above
                 :data:`MAX_REQUEST_PAYLOAD_BYTES`; ``input_name`` names the image input.
         """
+        if payload.get("output_type") == EMBEDDING:
+            return {
+                "custom_id": custom_id,
+                "method": "POST",
+                "url": config.batch_endpoint,
+                "body": embeddings_body(payload, config),
+            }
         images = list(payload.get("images") or ())
         for img in images:
             if img.get("data") is None:
@@ -341,7 +351,9 @@ def normalise_result_line(line: Any) -> ProviderResult:
 
     Success needs HTTP 200 *and* a body shaped like the endpoint's response: for chat
     completions ``choices[0].message`` (OpenAI API reference, "The chat completion
-    object"); for ``/v1/responses`` bodies (``object: "response"``) the Responses parser.
+    object"); for ``/v1/embeddings`` bodies (``object: "list"``) ``data[0].embedding``
+    (:func:`_embedding_outcome`); for ``/v1/responses`` bodies (``object:
+    "response"``) the Responses parser.
     A 200 whose body is an error object or empty is ``malformed_response``. A usable
     body can still be no answer: ``message.refusal`` -> ``refusal``, ``finish_reason``
     ``length`` -> ``truncated``, ``content_filter`` -> ``content_filter``, no text ->
@@ -362,6 +374,8 @@ def normalise_result_line(line: Any) -> ProviderResult:
             return ProviderResult(cid, error=_malformed(f"HTTP 200 with an error body: {message}"))
         if not isinstance(body, dict) or not body:
             return ProviderResult(cid, error=_malformed("HTTP 200 with an empty body"))
+        if body.get("object") == "list" and "choices" not in body:
+            return _embedding_outcome(body, cid)
         return _chat_outcome(body, cid)
     if response is not None:
         body = response.get("body")
@@ -483,3 +497,38 @@ def _chat_body(
     if response_format is not None:
         body["response_format"] = response_format
     return body
+
+
+def embeddings_body(payload: Dict[str, Any], config: OpenAIBatchConfig) -> Dict[str, Any]:
+    """The ``/v1/embeddings`` body of an embedding output's payload: ``{"model", "input":
+    text, "encoding_format": "float", "dimensions"?}`` (openai-python 3.57
+    ``EmbeddingCreateParams``; ``dimensions`` only when the processor sets it)."""
+    body: Dict[str, Any] = {
+        "model": config.model,
+        "input": payload["text"],
+        "encoding_format": "float",
+    }
+    if payload.get("dimensions") is not None:
+        body["dimensions"] = int(payload["dimensions"])
+    return body
+
+
+def _embedding_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
+    """A ``/v1/embeddings`` body (``CreateEmbeddingResponse``: ``{"object": "list",
+    "data": [{"object": "embedding", "index", "embedding": [float]}], "model", "usage":
+    {"prompt_tokens", "total_tokens"}}``) -> the vector as ``generated_text`` (its JSON
+    text, :func:`~mmirage_beam.results.embedding_text`) with its input tokens, or a
+    ``malformed_response``."""
+    tokens: Dict[str, int] = {}
+    usage = body.get("usage")
+    if isinstance(usage, dict) and "prompt_tokens" in usage:
+        tokens["input_tokens"] = token_count(usage.get("prompt_tokens")) or 0
+        tokens["output_tokens"] = 0  # embeddings bill input tokens only
+    data = body.get("data")
+    first = data[0] if isinstance(data, list) and data else None
+    vector = first.get("embedding") if isinstance(first, dict) else None
+    text = embedding_text(vector)
+    if text is None:
+        error = _malformed("HTTP 200 but data[0].embedding is not a list of numbers")
+        return ProviderResult(cid, error=error, **tokens)
+    return ProviderResult(cid, generated_text=text, **tokens)

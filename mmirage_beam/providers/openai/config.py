@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import ClassVar, Collection, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.config import BatchProviderConfig, check_range
 from mmirage_beam.providers.config import check_str as _check_str
 
-# The OpenAI batch endpoints mmirage-beam builds requests for (generation from a prompt:
-# chat completions and the Responses API). The Batch API also takes /v1/embeddings,
-# /v1/completions, /v1/moderations, /v1/images/generations, /v1/images/edits and
-# /v1/videos (openai-python 3.57 ``batch_create_params.endpoint``), whose bodies and
-# results have nothing in common with a prompt -> text job: refused at load.
-OPENAI_SUPPORTED_ENDPOINTS = ("/v1/chat/completions", "/v1/responses")
+# The OpenAI batch endpoints mmirage-beam builds requests for: generation from a prompt
+# (chat completions and the Responses API) and, for ``output_type: embedding`` outputs,
+# /v1/embeddings. The Batch API also takes /v1/completions, /v1/moderations,
+# /v1/images/generations, /v1/images/edits and /v1/videos (openai-python 3.57
+# ``batch_create_params.endpoint``), whose bodies and results have nothing in common
+# with these jobs: refused at load.
+OPENAI_EMBEDDINGS_ENDPOINT = "/v1/embeddings"
+OPENAI_SUPPORTED_ENDPOINTS = ("/v1/chat/completions", "/v1/responses", OPENAI_EMBEDDINGS_ENDPOINT)
+#: openai-python 3.57 ``embedding_create_params.dimensions``: "Only supported in
+#: ``text-embedding-3`` and later models."
+OPENAI_DIMENSIONS_MODELS = ("text-embedding-3",)
 # The Responses API refuses a smaller ``max_output_tokens`` ("Invalid 'max_output_tokens':
 # integer below minimum value. Expected a value >= 16", code integer_below_min_value,
 # quoted in vectorize-io/hindsight#58 and earendil-works/pi#6265).
@@ -44,6 +49,13 @@ class OpenAIBatchConfig(BatchProviderConfig):
 
     #: the service's name in the ``completion_window`` message
     WINDOW_SERVICE: ClassVar[str] = "OpenAI"
+    EMBEDDINGS_ENDPOINT: ClassVar[Optional[str]] = OPENAI_EMBEDDINGS_ENDPOINT
+    CHAT_ONLY_KEYS: ClassVar[tuple[str, ...]] = (
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "image_detail",
+    )
 
     provider: str = "openai"
     model: str = "gpt-4.1-mini"
@@ -77,6 +89,27 @@ class OpenAIBatchConfig(BatchProviderConfig):
                 f"{self.WINDOW_SERVICE} only supports '24h', got {self.completion_window!r}",
             )
 
+    def for_outputs(self, embedding: bool, given: Collection[str]) -> OpenAIBatchConfig:
+        """:meth:`BatchProviderConfig.for_outputs`, and ``dimensions`` only for the
+        models that take it (:data:`OPENAI_DIMENSIONS_MODELS`).
+
+        Raises:
+            ConfigError: naming the key (see the base class; ``dimensions``).
+        """
+        checked = super().for_outputs(embedding, given)
+        if (
+            embedding
+            and self.dimensions is not None
+            and not self.model.startswith(OPENAI_DIMENSIONS_MODELS)
+        ):
+            raise ConfigError(
+                "dimensions",
+                f"model {self.model!r} has a fixed vector length; OpenAI takes dimensions "
+                "only for text-embedding-3 and later models (openai-python "
+                "EmbeddingCreateParams.dimensions)",
+            )
+        return checked  # type: ignore[return-value]
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.base_url == "":
@@ -99,8 +132,9 @@ class OpenAIBatchConfig(BatchProviderConfig):
             raise ConfigError(
                 "batch_endpoint",
                 f"{self.batch_endpoint!r} is not supported: mmirage-beam builds prompt -> text "
-                "requests, for /v1/chat/completions (the default) and /v1/responses only "
-                "(embeddings, legacy completions, moderations, images and videos are refused)",
+                "requests for /v1/chat/completions (the default) and /v1/responses, and "
+                "embeddings for /v1/embeddings (output_type: embedding) only (legacy "
+                "completions, moderations, images and videos are refused)",
             )
         if (
             self.batch_endpoint == "/v1/responses"

@@ -65,6 +65,8 @@ class _ChatProfileConfig(OpenAIBatchConfig):
 
     #: the service's name in messages
     SERVICE: ClassVar[str] = ""
+    #: chat completions only: no embeddings batches (output_type: embedding refused)
+    EMBEDDINGS_ENDPOINT: ClassVar[Optional[str]] = None
     DEFAULT_BASE_URL: ClassVar[Optional[str]] = None
     BASE_URL_HINT: ClassVar[str] = ""
 

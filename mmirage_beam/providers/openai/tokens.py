@@ -1,4 +1,7 @@
-"""Token counts of OpenAI batch lines (chat completions and the Responses API).
+"""Token counts of OpenAI batch lines (chat completions, the Responses API, embeddings).
+
+**Embeddings** (``/v1/embeddings`` lines): the ``input`` text's tokens, no framing, no
+output tokens.
 
 **Text** is counted by tiktoken (OpenAI's tokenizer) with the model's own encoding
 (``o200k_base`` or ``cl100k_base``, :func:`encoding_for_model`), built offline
@@ -43,6 +46,10 @@ _MODEL_ENCODINGS = {
     "gpt-3.5-turbo": "cl100k_base",
     "gpt-3.5": "cl100k_base",
     "gpt-35-turbo": "cl100k_base",
+    # embeddings (the same MODEL_TO_ENCODING)
+    "text-embedding-ada-002": "cl100k_base",
+    "text-embedding-3-small": "cl100k_base",
+    "text-embedding-3-large": "cl100k_base",
 }
 _PREFIX_ENCODINGS = (
     ("o1-", "o200k_base"),
@@ -164,6 +171,13 @@ def count_openai_request(request: dict[str, Any], model_hint: Optional[str] = No
     if encoding is None:
         encoding = DEFAULT_ENCODING
         tally.estimate(f"model {model!r} has no known encoding ({DEFAULT_ENCODING} assumed)")
+    if request.get("url") == "/v1/embeddings":
+        # the input text alone, no framing: an embedding bills its input tokens only
+        text = body.get("input")
+        if not isinstance(text, str):
+            raise ValueError("an OpenAI /v1/embeddings line needs an 'input' string")
+        tally.text(text, encoding)
+        return TokenCount(tally.tokens, 0, not tally.notes, tuple(tally.notes))
     if "messages" in body:
         _count_chat(body, model, encoding, tally)
         max_out = _first_int(body, "max_completion_tokens", "max_tokens")

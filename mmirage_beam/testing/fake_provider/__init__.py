@@ -231,6 +231,11 @@ it is the ``prompt``/``input`` (list items joined by ``"\\n"``).
   ``text.format.schema``; Anthropic ``output_config.format.schema``):
   ``json.dumps(fake_answer_json(prompt, schema))``. ``response_format: json_object``
   gets ``{"answer": fake_answer_text(prompt)}``.
+- Embeddings (OpenAI ``/v1/embeddings``, Mistral ``/v1/embeddings`` jobs, Gemini
+  ``asyncBatchEmbedContent`` jobs): per input, ``openai_bodies.embedding_vector``:
+  ``dimensions`` (OpenAI ``dimensions``, Mistral ``output_dimension``, Gemini
+  ``output_dimensionality``; 8 when unset) numbers in [-0.5, 0.5] from the SHA-256 of
+  the input's JSON.
 - Usage: input tokens = words of the prompt + 10 per image; output tokens = words of the
   answer text. OpenAI ``usage.{prompt_tokens, completion_tokens, total_tokens}`` (the
   Responses API ``input_tokens``/``output_tokens``); Anthropic ``usage.{input_tokens,

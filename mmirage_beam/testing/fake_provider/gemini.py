@@ -17,6 +17,10 @@ Paths and headers are those of the installed SDK (``google/genai/files.py``,
   "inputConfig": {"fileName": "files/..."}}}``: the job (an operation whose ``metadata``
   is the ``GenerateContentBatch``: ``state`` ``BATCH_STATE_*``, ``createTime``,
   ``output.responsesFile`` once succeeded). Inline requests are not emulated (400).
+- ``POST /v1beta/models/{model}:asyncBatchEmbedContent`` (``batches.create_embeddings``),
+  the same body: an embeddings job (``EmbedContentBatch``), whose lines ``{"key",
+  "request": {"content", "output_dimensionality"?}}`` are answered ``{"key", "response":
+  {"embedding": {"values"}, "tokenCount"}}`` (:func:`embed_response_line`).
 - ``GET /v1beta/batches/{id}``, ``GET /v1beta/batches?pageSize=&pageToken=`` (newest
   first, ``{"operations", "nextPageToken"}``), ``POST /v1beta/batches/{id}:cancel``,
   ``DELETE /v1beta/batches/{id}``.
@@ -95,6 +99,11 @@ def routes() -> list[Rule]:
             "/v1beta/models/<model>:batchGenerateContent",
             methods=["POST"],
             endpoint="gemini_batches_create",
+        ),
+        Rule(
+            "/v1beta/models/<model>:asyncBatchEmbedContent",
+            methods=["POST"],
+            endpoint="gemini_batches_create_embeddings",
         ),
         Rule(
             "/v1beta/models/<model>:countTokens", methods=["POST"], endpoint="gemini_count_tokens"
@@ -267,7 +276,16 @@ class GeminiApi:
 
     # -- batches --------------------------------------------------------------------------
 
-    def gemini_batches_create(self, request: Request, model: str) -> Response:
+    def gemini_batches_create_embeddings(self, request: Request, model: str) -> Response:
+        """``POST /v1beta/models/{model}:asyncBatchEmbedContent`` (file mode, google-genai
+        ``batches.create_embeddings``): an embeddings job, whose lines
+        ``{"key", "request": {"content", "output_dimensionality"?}}`` are answered by
+        :func:`embed_response_line`."""
+        return self.gemini_batches_create(request, model, endpoint=EMBED_ENDPOINT)
+
+    def gemini_batches_create(
+        self, request: Request, model: str, endpoint: str = "batchGenerateContent"
+    ) -> Response:
         """``POST /v1beta/models/{model}:batchGenerateContent`` (file mode)."""
         payload = json_payload(request)
         batch_body = payload.get("batch")
@@ -289,6 +307,7 @@ class GeminiApi:
             now = self.store.clock()
             batch = self.store.new_batch(GEMINI, "", now)
             batch.model = model
+            batch.endpoint = endpoint
             batch.input_file_id = file_name
             batch.metadata = {"displayName": str(get_field(batch_body, "display_name") or "")}
             batch.items = self._process_file(batch, stored["content"])
@@ -316,10 +335,28 @@ class GeminiApi:
                 return []
             seen.add(key)
             self.store.record(batch, key, line)
+            if batch.endpoint == EMBED_ENDPOINT:
+                items.append(self._process_embed_request(key, line.get("request")))
+                continue
             items.append(self._process_request(key, line.get("request"), batch.model or ""))
         if not items:
             batch.errors = [{"message": "The input file holds no requests."}]
         return items
+
+    def _process_embed_request(self, key: str, body: Any) -> Item:
+        """One embeddings-job line: its vector (:func:`embed_response_line`), or the
+        failure its text's error marker scripts (``FAILURES``)."""
+        content = get_field(body, "content") if isinstance(body, Mapping) else None
+        prompt, _images = prompt_of([content] if isinstance(content, Mapping) else None)
+        if not isinstance(content, Mapping) or not prompt:
+            line = error_line(key, 400, "INVALID_ARGUMENT", "Invalid request: content: required.")
+            return Item(key, line, False)
+        marker = self.store.resolve_transient(error_marker(prompt), key)
+        if marker in FAILURES:
+            code, status, message = FAILURES[marker]
+            return Item(key, error_line(key, code, status, message), False)
+        dims = get_field(body, "output_dimensionality")
+        return Item(key, embed_response_line(key, prompt, dims), True)
 
     def _process_request(self, key: str, body: Any, model: str) -> Item:
         try:
@@ -477,8 +514,9 @@ class GeminiApi:
         total = len(batch.items)
         finished = lifecycle.processed(batch, now) if not done else total
         ok = sum(1 for it in batch.items[:finished] if it.ok)
+        kind = "EmbedContentBatch" if batch.endpoint == EMBED_ENDPOINT else "GenerateContentBatch"
         meta: dict[str, Any] = {
-            "@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
+            "@type": f"type.googleapis.com/google.ai.generativelanguage.v1main.{kind}",
             "model": f"models/{batch.model}"
             if not str(batch.model).startswith("models/")
             else batch.model,
@@ -502,13 +540,36 @@ class GeminiApi:
             self._finish(batch, host_url)
             meta["output"] = {"responsesFile": batch.output_file_id}
             out["response"] = {
-                "@type": "type.googleapis.com/google.ai.generativelanguage.v1main."
-                "GenerateContentBatchOutput",
+                "@type": f"type.googleapis.com/google.ai.generativelanguage.v1main.{kind}Output",
                 "responsesFile": batch.output_file_id,
             }
         elif state == "BATCH_STATE_FAILED":
             out["error"] = {"code": 3, "message": (batch.errors or [{}])[0].get("message", "")}
         return out
+
+
+#: the fake's name of embeddings jobs (``Batch.endpoint``), after the REST method
+EMBED_ENDPOINT = "asyncBatchEmbedContent"
+
+
+def embed_response_line(key: str, text: str, dimensions: Any) -> dict[str, Any]:
+    """The responses-file line of one embedded text: ``{"key", "response": {"embedding":
+    {"values"}, "tokenCount"}}``, google-genai's ``SingleEmbedContentResponse`` (the
+    response of one request of an embeddings batch; ``tokenCount`` an int64, a string in
+    JSON, here the text's word count), ``dimensions`` numbers (8 when unset; the OpenAI
+    fake's vector of the same text,
+    :func:`~mmirage_beam.testing.fake_provider.openai_bodies.embedding_vector`),
+    checked with that SDK type."""
+    from google.genai import types  # an optional extra, see gemini_bodies.request_model
+
+    from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+
+    response = {
+        "embedding": {"values": embedding_vector(text, dimensions)},
+        "tokenCount": str(len(text.split())),
+    }
+    types.SingleEmbedContentResponse.model_validate(response)
+    return {"key": key, "response": response}
 
 
 _TERMINAL = (

@@ -16,7 +16,10 @@ Endpoints (``Authorization: Bearer <any non-empty key>``, else 401):
   SDK's ``ChatCompletionRequest`` refuses (with the job's model) becomes a 400 line in
   the error file; an unreadable line, a line without ``custom_id`` or ``body`` and a
   repeated ``custom_id`` are counted in the job's ``errors`` (``{message, count}``) and
-  not run; an empty file or more than 100,000 lines fails the job (``FAILED``).
+  not run; an empty file or more than 100,000 lines fails the job (``FAILED``). A job
+  of ``endpoint: /v1/embeddings`` checks each body with ``EmbeddingRequest`` instead
+  and answers ``EmbeddingResponse`` bodies of ``output_dimension`` numbers
+  (:func:`~mmirage_beam.testing.fake_provider.mistral_bodies.embeddings_response`).
 - ``GET /v1/batch/jobs`` (``page``, ``page_size``, ``model``, ``status`` (repeated),
   ``created_after``, ``order_by`` (``created | -created``); every other query parameter
   is a metadata filter, as the SDK sends ``metadata={k: v}`` one pair per parameter):
@@ -68,6 +71,7 @@ from mmirage_beam.testing.fake_provider.mistral_bodies import (
     FAILURES,
     api_error,
     completion_body,
+    embeddings_response,
     error_body,
     error_line,
     http_line,
@@ -95,7 +99,8 @@ PREFIX = "/mistral"
 MAX_BATCH_FILE_BYTES = 512 * 1000 * 1000
 MAX_REQUESTS = 100_000
 FILE_PURPOSES = ("fine-tune", "batch", "ocr", "agentic_safety")
-ENDPOINTS = ("/v1/chat/completions",)  # the fake answers chat completions only
+#: the fake answers chat completions and embeddings
+ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings")
 TERMINAL = ("SUCCESS", "FAILED", "TIMEOUT_EXCEEDED", "CANCELLED")
 #: endpoint names of ``leading_errors.paths`` and ``call_counts()``.
 ENDPOINT_NAMES = scripting.MISTRAL_ENDPOINT_NAMES
@@ -325,7 +330,37 @@ class MistralApi:
         batch.errors = [{"message": m, "count": n} for m, n in problems.items()] or None
         batch.prompt_tokens = sum(it.input_tokens for it in batch.items)
 
+    def _process_embedding(self, batch: Batch, cid: str, body: dict[str, Any]) -> Item:
+        """One ``/v1/embeddings`` line: an ``EmbeddingResponse`` of the requested
+        ``output_dimension`` (:func:`embeddings_response`); the error markers of chat
+        lines that fail a request (``FAILURES``, ``timeout``) apply as well."""
+        reason = validate_with_sdk("EmbeddingRequest", {"model": batch.model, **body}, raise_=False)
+        if reason is not None:
+            return Item(cid, http_line(cid, 400, f"Invalid request body: {reason}"), ok=False)
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        prompt = "\n".join(str(x) for x in inputs)
+        tokens = len(prompt.split())
+        marker = self.store.resolve_transient(error_marker(prompt), cid)
+        if marker == "timeout":
+            line = error_line(cid, "request_timeout", "The request timed out.")
+            return Item(cid, line, ok=False, input_tokens=tokens)
+        if marker in FAILURES:
+            status, kind, message = FAILURES[marker]
+            return failed_response_item(marker, cid, http_line(cid, status, message, kind), tokens)
+        response_body = embeddings_response(
+            batch.model or "", inputs, body.get("output_dimension"), tokens
+        )
+        line = {
+            "id": new_id("batch-req-"),
+            "custom_id": cid,
+            "response": {"status_code": 200, "body": response_body},
+            "error": None,
+        }
+        return Item(cid, line, ok=True, input_tokens=tokens)
+
     def _process(self, batch: Batch, cid: str, body: dict[str, Any], now: float) -> Item:
+        if batch.endpoint == "/v1/embeddings":
+            return self._process_embedding(batch, cid, body)
         reason = validate_with_sdk(
             "ChatCompletionRequest", {"model": batch.model, **body}, raise_=False
         )

@@ -20,6 +20,7 @@ __all__ = [
     "error_body",
     "prompt_of",
     "completion_body",
+    "embeddings_response",
     "http_line",
     "error_line",
     "FAILURES",
@@ -85,6 +86,27 @@ def completion_body(model: str, answer: Any, now: float) -> dict[str, Any]:
                 },
                 "finish_reason": finish,
             }
+        ],
+    }
+
+
+def embeddings_response(
+    model: str, inputs: list[Any], dimensions: Any, tokens: int
+) -> dict[str, Any]:
+    """An ``EmbeddingResponse`` body (mistralai 3.7: ``{"id", "object", "model",
+    "usage", "data": [{"object": "embedding", "embedding", "index"}]}``), one vector of
+    ``dimensions`` numbers per input (8 when unset; the same vectors as the OpenAI fake's,
+    :func:`~mmirage_beam.testing.fake_provider.openai_bodies.embedding_vector`)."""
+    from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+
+    return {
+        "id": uuid.uuid4().hex,
+        "object": "list",
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "completion_tokens": 0, "total_tokens": tokens},
+        "data": [
+            {"object": "embedding", "embedding": embedding_vector(item, dimensions), "index": i}
+            for i, item in enumerate(inputs)
         ],
     }
 

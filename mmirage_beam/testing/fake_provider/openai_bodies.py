@@ -350,8 +350,7 @@ def success_body(
     inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
     data = []
     for index, item in enumerate(inputs):
-        digest = sha256_hex(json.dumps(item))
-        vector = [round(int(digest[i : i + 4], 16) / 65535 - 0.5, 6) for i in range(0, 32, 4)]
+        vector = embedding_vector(item, body.get("dimensions"))
         data.append({"object": "embedding", "index": index, "embedding": vector})
     return {
         "object": "list",
@@ -359,6 +358,20 @@ def success_body(
         "model": model,
         "usage": {"prompt_tokens": answer.input_tokens, "total_tokens": answer.input_tokens},
     }
+
+
+def embedding_vector(item: Any, dimensions: Any = None) -> list[float]:
+    """The fake's vector of one embeddings input: ``dimensions`` numbers in [-0.5, 0.5]
+    (8 when it is not a positive int), 6 decimals, derived from the SHA-256 of the
+    input's JSON (the same input always gets the same vector)."""
+    n = dimensions if isinstance(dimensions, int) and dimensions > 0 else 8
+    seed = json.dumps(item)
+    digest = ""
+    block = 0
+    while len(digest) < 4 * n:
+        digest += sha256_hex(seed if block == 0 else f"{seed}#{block}")
+        block += 1
+    return [round(int(digest[i : i + 4], 16) / 65535 - 0.5, 6) for i in range(0, 4 * n, 4)]
 
 
 def http_line(custom_id: str, failure: HttpFailure) -> dict[str, Any]:
