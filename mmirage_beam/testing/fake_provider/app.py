@@ -164,13 +164,13 @@ class FakeProviderServer:
                     methods=["GET"],
                     endpoint="messages_batches_results",
                 ),
-                *gemini.routes(),
                 Rule("/_fake/script", methods=["GET", "POST"], endpoint="admin_script"),
                 Rule("/_fake/state", methods=["GET"], endpoint="admin_state"),
                 Rule("/_fake/reset", methods=["POST"], endpoint="admin_reset"),
             ],
             strict_slashes=False,
         )
+        self._gemini_map = Map(gemini.routes(), strict_slashes=False)
 
     # -- lifecycle ------------------------------------------------------------------------
     # -- lifecycle ------------------------------------------------------------------------
@@ -244,7 +244,8 @@ class FakeProviderServer:
     @property
     def gemini_base_url(self) -> str:
         """``base_url``, for ``genai.Client(http_options={"base_url": ...})`` (the SDK
-        adds ``v1beta/...`` and ``upload/v1beta/files``)."""
+        adds ``v1beta/...`` and ``upload/v1beta/files`` (google-genai 2.x) or ``v1/...``
+        (3.x); the fake serves both)."""
         return self.base_url
 
     @property
@@ -401,11 +402,13 @@ class FakeProviderServer:
             if request.path.startswith(profile_api.profile.api_prefix + "/"):
                 return profile_api.handle(request)
         provider = ANTHROPIC if request.path.startswith("/v1/messages") else OPENAI
-        if request.path.startswith(("/v1beta/", "/upload/v1beta/")):
-            provider = GEMINI
-        adapter = self._url_map.bind_to_environ(request.environ)
+        url_map = self._url_map
+        if gemini.serves(request):  # /v1beta/..., or a Gemini-shaped /v1/... call
+            provider, url_map = GEMINI, self._gemini_map
+        adapter = url_map.bind_to_environ(request.environ)
         try:
             endpoint, args = adapter.match()
+            args.pop("api_version", None)  # Gemini's v1beta or v1: the same handlers
         except HTTPException as exc:
             status = exc.code or 404
             kind = {ANTHROPIC: "not_found_error", GEMINI: "NOT_FOUND"}.get(
