@@ -399,7 +399,7 @@ class FakeProviderServer:
         if request.path.startswith(MISTRAL_PREFIX + "/"):
             return self._mistral.handle(request)
         for profile_api in self._profiles:  # /azure/openai/v1/..., /groq/..., /together/...
-            if request.path.startswith(profile_api.profile.api_prefix + "/"):
+            if profile_api.serves(request.path):
                 return profile_api.handle(request)
         provider = ANTHROPIC if request.path.startswith("/v1/messages") else OPENAI
         url_map = self._url_map

@@ -146,6 +146,9 @@ class Batch:
     # OpenAI only.
     profile: str | None = None  # an OpenAI-compatible profile's name (azure-openai, ...)
     endpoint: str = ""
+    #: the ``endpoint`` as the create gave it (Azure's ``/chat/completions``), if not
+    #: ``endpoint`` itself
+    endpoint_shown: str | None = None
     input_file_id: str = ""
     completion_window: str = "24h"
     metadata: dict[str, str] | None = None
