@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
+from mmirage_beam.providers.model_rules import ModelRules
 from mmirage_beam.providers.registry import ProviderRegistry
 
 __all__ = [
@@ -70,6 +71,9 @@ class BatchProviderConfig:
     PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = None
     PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = None
     PROVIDER_LIMITS_SOURCE: ClassVar[str] = ""
+    #: the service's model and parameter table (:class:`~mmirage_beam.providers.
+    #: model_rules.ModelRules`), checked at config load; None: not checked.
+    MODEL_RULES: ClassVar[Optional[ModelRules]] = None
 
     provider: str = ""
     max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES

@@ -21,6 +21,8 @@ from typing import ClassVar, Optional
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.config import BatchProviderConfig, check_range
 from mmirage_beam.providers.config import check_str as _check_str
+from mmirage_beam.providers.gemini.rules import RULES
+from mmirage_beam.providers.model_rules import ModelRules
 
 #: Gemini batch mode docs: the input file of a batch job, at most 2 GB (taken as
 #: 2 * 10**9 bytes, the stricter reading).
@@ -58,6 +60,7 @@ class GeminiBatchConfig(BatchProviderConfig):
     PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = None
     PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = MAX_FILE_BYTES
     PROVIDER_LIMITS_SOURCE: ClassVar[str] = LIMITS_SOURCE
+    MODEL_RULES: ClassVar[Optional[ModelRules]] = RULES
 
     provider: str = "gemini"
     model: str = "gemini-2.5-flash"

@@ -8,6 +8,8 @@ from typing import ClassVar, Optional
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.config import BatchProviderConfig, check_range
 from mmirage_beam.providers.config import check_str as _check_str
+from mmirage_beam.providers.model_rules import ModelRules
+from mmirage_beam.providers.openai.rules import RULES
 
 # The OpenAI batch endpoints mmirage-beam builds requests for (generation from a prompt:
 # chat completions and the Responses API). The Batch API also takes /v1/embeddings,
@@ -44,6 +46,7 @@ class OpenAIBatchConfig(BatchProviderConfig):
 
     #: the service's name in the ``completion_window`` message
     WINDOW_SERVICE: ClassVar[str] = "OpenAI"
+    MODEL_RULES: ClassVar[Optional[ModelRules]] = RULES
 
     provider: str = "openai"
     model: str = "gpt-4.1-mini"

@@ -60,7 +60,7 @@ from typing import Any, Optional
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
+from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
 from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
 from mmirage_beam.testing.fake_provider.gemini_bodies import (
     FAILURES,
@@ -310,6 +310,9 @@ class GeminiApi:
         file_name = get_field(input_config, "file_name")
         if not isinstance(file_name, str) or not file_name.startswith("files/"):
             raise _gemini_error(400, "batch.input_config.file_name must be 'files/<id>'.")
+        unknown_model = rules.gemini_model_error(model, self.store.models)
+        if unknown_model is not None:
+            raise unknown_model
         with self.store.lock:
             stored = self._file(file_name.split("/", 1)[1])
             failure = self.store.take_create_failure()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
+from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
 from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
 from mmirage_beam.testing.fake_provider.openai_bodies import (
     HttpFailure,
@@ -289,6 +289,8 @@ class OpenAIApi:
             )
             return Item(custom_id, http_line(custom_id, failure), ok=False)
         failure = check_body(endpoint, body)
+        if failure is None and self.profile is None:  # profiles: other services' models
+            failure = rules.openai_failure(endpoint, body, self.store.models)
         if failure is not None:
             return Item(custom_id, http_line(custom_id, failure), ok=False)
         prompt, images, mode, schema = prompt_of(endpoint, body)

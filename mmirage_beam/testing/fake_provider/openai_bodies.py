@@ -282,8 +282,16 @@ def success_body(
             "object": "chat.completion",
             "created": created,
             "model": model,
+            # ``n`` choices (CompletionCreateParamsBase.n: "How many chat completion
+            # choices to generate"); the fake's answer is deterministic, so all alike.
             "choices": [
-                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+                {
+                    "index": i,
+                    "message": dict(message),
+                    "logprobs": None,
+                    "finish_reason": finish_reason,
+                }
+                for i in range(_n(body))
             ],
             "usage": usage,
             "service_tier": "default",
@@ -340,25 +348,51 @@ def success_body(
             "choices": [
                 {
                     "text": answer.text,
-                    "index": 0,
+                    "index": i,
                     "logprobs": None,
                     "finish_reason": finish_reason,
                 }
+                for i in range(_n(body))
             ],
             "usage": {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
         }
     inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+    size = body.get("dimensions") or EMBEDDING_DIMENSIONS.get(model, 8)
     data = []
     for index, item in enumerate(inputs):
-        digest = sha256_hex(json.dumps(item))
-        vector = [round(int(digest[i : i + 4], 16) / 65535 - 0.5, 6) for i in range(0, 32, 4)]
-        data.append({"object": "embedding", "index": index, "embedding": vector})
+        data.append({"object": "embedding", "index": index, "embedding": _vector(item, size)})
     return {
         "object": "list",
         "data": data,
         "model": model,
         "usage": {"prompt_tokens": answer.input_tokens, "total_tokens": answer.input_tokens},
     }
+
+
+#: Embeddings guide (https://platform.openai.com/docs/guides/embeddings): the default
+#: length of each model's vectors; ``dimensions`` shortens text-embedding-3 vectors.
+EMBEDDING_DIMENSIONS = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+
+
+def _n(body: Mapping[str, Any]) -> int:
+    n = body.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+
+
+def _vector(item: Any, size: int) -> list[float]:
+    """``size`` deterministic floats in [-0.5, 0.5] from the input's SHA-256 chain."""
+    seed = json.dumps(item)
+    out: list[float] = []
+    block = 0
+    while len(out) < size:
+        digest = sha256_hex(f"{block}:{seed}")
+        out += [round(int(digest[i : i + 4], 16) / 65535 - 0.5, 6) for i in range(0, 64, 4)]
+        block += 1
+    return out[:size]
 
 
 def http_line(custom_id: str, failure: HttpFailure) -> dict[str, Any]:

@@ -190,6 +190,8 @@ class Store:
         self.max_batch_file_bytes = max_batch_file_bytes
         self.lock = threading.RLock()
         self.results_base_url = ""  # base_url of the last start(), kept after stop()
+        #: model names admitted beside the rule table's (``--models``); kept by reset()
+        self.models: frozenset[str] = frozenset()
         self.reset()
 
     def reset(self) -> None:
