@@ -28,6 +28,7 @@ from mmirage_beam.config.pipeline_config import (
 )
 from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.errors import ConfigError, require_int
+from mmirage_beam.providers import model_rules
 from mmirage_beam.providers.config import BatchProviderConfig, BatchProviderConfigRegistry
 
 __all__ = ["expand_env", "config_from_dict"]
@@ -237,11 +238,18 @@ def _processor(value: Any) -> BatchProviderConfig:
             + ", ".join(sorted(cls.field_names())),
         )
     try:
-        return cls(**kwargs)
+        config = cls(**kwargs)
     except ConfigError as exc:
         raise exc.under(key) from None
     except (TypeError, ValueError) as exc:  # a plugin's own __post_init__ checks
         raise ConfigError(key, str(exc)) from None
+    # The model and parameter rules the services apply (the fake provider's table too):
+    # an unlisted model is warned about, a setting the model family refuses is refused.
+    for message in model_rules.check_config(
+        config.MODEL_RULES, getattr(config, "model", None), kwargs, key
+    ):
+        _LOG.warning("%s", message)
+    return config
 
 
 def _list_entries(value: Any, key: str) -> list[tuple[str, Any]]:
