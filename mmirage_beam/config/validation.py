@@ -32,6 +32,7 @@ from mmirage_beam.config.pipeline_config import (
 )
 from mmirage_beam.config.schema import json_schema_for
 from mmirage_beam.errors import ConfigError, require_int
+from mmirage_beam.providers import model_rules
 from mmirage_beam.providers.config import BatchProviderConfig, BatchProviderConfigRegistry
 from mmirage_beam.results import EMBEDDING
 
@@ -249,11 +250,18 @@ def _processor(value: Any) -> tuple[BatchProviderConfig, str, frozenset[str]]:
             + ", ".join(sorted(cls.field_names())),
         )
     try:
-        return cls(**kwargs), key, frozenset(str(k) for k in kwargs)
+        config = cls(**kwargs)
     except ConfigError as exc:
         raise exc.under(key) from None
     except (TypeError, ValueError) as exc:  # a plugin's own __post_init__ checks
         raise ConfigError(key, str(exc)) from None
+    # The model and parameter rules the services apply (the fake provider's table too):
+    # an unlisted model is warned about, a setting the model family refuses is refused.
+    for message in model_rules.check_config(
+        config.MODEL_RULES, getattr(config, "model", None), kwargs, key
+    ):
+        _LOG.warning("%s", message)
+    return config, key, frozenset(str(k) for k in kwargs)
 
 
 def _embedding_outputs(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Collection, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
+from mmirage_beam.providers.model_rules import ModelRules
 from mmirage_beam.providers.registry import ProviderRegistry
 
 __all__ = [
@@ -80,6 +81,9 @@ class BatchProviderConfig:
     EMBEDDINGS_ENDPOINT: ClassVar[Optional[str]] = None
     #: the keys that only generation (chat) requests use, refused with embedding outputs
     CHAT_ONLY_KEYS: ClassVar[tuple[str, ...]] = ()
+    #: the service's model and parameter table (:class:`~mmirage_beam.providers.
+    #: model_rules.ModelRules`), checked at config load; None: not checked.
+    MODEL_RULES: ClassVar[Optional[ModelRules]] = None
 
     provider: str = ""
     max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES

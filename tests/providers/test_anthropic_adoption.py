@@ -108,7 +108,7 @@ def test_an_ambiguous_match_is_sent_again_never_guessed(tmp_path, provider_env):
         {
             "custom_id": f"x{i}",
             "params": {
-                "model": "m",
+                "model": "claude-haiku-4-5",
                 "max_tokens": 5,
                 "messages": [{"role": "user", "content": "hi"}],
             },

@@ -114,12 +114,16 @@ def test_profile_limits_match_the_adapter_configs():
 
 
 def test_azure_refusals(fake_provider):
+    import httpx
+
     fake = fake_provider
-    bare = openai.OpenAI(api_key="k", base_url=fake.base_url_for("azure-openai"), max_retries=0)
-    with pytest.raises(openai.AuthenticationError) as err:
-        bare.batches.list()
-    assert err.value.body["code"] == "401"  # Azure's {"error": {"code", "message"}}
-    assert "Access denied" in err.value.body["message"]
+    no_key = httpx.get(fake.base_url_for("azure-openai") + "/batches")
+    assert no_key.status_code == 401  # neither api-key nor Bearer
+    body = no_key.json()["error"]
+    assert body["code"] == "401"  # Azure's {"error": {"code", "message"}}
+    assert "Access denied" in body["message"]
+    legacy = httpx.get(fake.base_url + "/azure/openai/batches", headers={"api-key": "k"})
+    assert legacy.status_code == 404  # the data-plane paths need ?api-version=
     az = _client(fake, "azure-openai")
     with pytest.raises(openai.BadRequestError, match="completion_window|48h"):
         _batch(az, [_line("a")], window="48h")
@@ -134,6 +138,57 @@ def test_azure_refusals(fake_provider):
     assert root.batches.list().data == []
     with pytest.raises(openai.NotFoundError):
         root.batches.retrieve(two.id)
+
+
+def _bare_chat_batch(client) -> object:
+    """A batch the way Azure's guide writes it: endpoint and url "/chat/completions"."""
+    line = {**_line("a", "my-deployment"), "url": "/chat/completions"}
+    uploaded = client.files.create(file=("in.jsonl", json.dumps(line).encode()), purpose="batch")
+    created = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/chat/completions", completion_window="24h"
+    )
+    assert created.endpoint == "/chat/completions"  # echoed as given, as Azure's sample
+    return client.batches.retrieve(created.id)
+
+
+def _azure_output(client, batch) -> dict:
+    assert batch.status == "completed" and batch.request_counts.completed == 1, batch
+    return json.loads(client.files.content(batch.output_file_id).text.splitlines()[0])
+
+
+def test_azure_accepts_what_azure_accepts(fake_provider):
+    """Azure's v1 API takes the plain OpenAI client with a Bearer key (API version
+    lifecycle page); AzureOpenAI sends api-key (or a Bearer Entra token), on the v1 base
+    URL or on the data-plane paths with ?api-version=; endpoint "/chat/completions"."""
+    fake = fake_provider
+    v1 = fake.base_url_for("azure-openai")
+    clients = {
+        "openai-bearer": openai.OpenAI(api_key="azure-key", base_url=v1, max_retries=0),
+        "azure-v1-api-key": openai.AzureOpenAI(
+            api_key="azure-key", base_url=v1, api_version="preview", max_retries=0
+        ),
+        "azure-endpoint-api-key": openai.AzureOpenAI(
+            api_key="azure-key",
+            azure_endpoint=fake.base_url + "/azure",
+            api_version="2024-10-21",
+            max_retries=0,
+        ),
+        "azure-endpoint-entra-token": openai.AzureOpenAI(
+            azure_ad_token="entra-token",
+            azure_endpoint=fake.base_url + "/azure",
+            api_version="2024-10-21",
+            max_retries=0,
+        ),
+    }
+    for name, client in clients.items():
+        out = _azure_output(client, _bare_chat_batch(client))
+        assert out["custom_id"] == "a" and out["response"]["status_code"] == 200, name
+    # OpenAI's own API keeps its enum: "/chat/completions" is refused there.
+    root = openai.OpenAI(api_key="k", base_url=fake.openai_base_url, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="/chat/completions"):
+        _bare_chat_batch(root)
+    counts = fake.call_counts()
+    assert counts["azure-openai:batches_create"] == 4 and counts["batches_create"] == 1
 
 
 def test_profile_file_limits(fake_provider, monkeypatch):

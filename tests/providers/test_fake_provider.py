@@ -78,7 +78,7 @@ def _an(fake: FakeProviderServer, **kwargs: Any) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=fake.anthropic_base_url, **kwargs)
 
 
-def _chat_line(custom_id: str, prompt: str | list, model: str = "gpt-test", **body: Any) -> dict:
+def _chat_line(custom_id: str, prompt: str | list, model: str = "gpt-4o-mini", **body: Any) -> dict:
     return {
         "custom_id": custom_id,
         "method": "POST",
@@ -89,7 +89,7 @@ def _chat_line(custom_id: str, prompt: str | list, model: str = "gpt-test", **bo
 
 def _anthropic_request(custom_id: str, content: str | list, **params: Any) -> dict:
     merged = {
-        "model": "claude-test",
+        "model": "claude-haiku-4-5",
         "max_tokens": 64,
         "messages": [{"role": "user", "content": content}],
         **params,
@@ -177,7 +177,7 @@ def test_openai_upload_create_retrieve_and_plain_answers(fake):
     uploaded = oa.files.retrieve(file_id)
     assert uploaded.purpose == "batch" and uploaded.bytes > 0
     batch = _run_openai(oa, lines)
-    assert batch.status == "completed" and batch.model == "gpt-test"
+    assert batch.status == "completed" and batch.model == "gpt-4o-mini"
     assert batch.request_counts.total == 3 and batch.request_counts.completed == 3
     assert batch.request_counts.failed == 0
     assert batch.error_file_id is None and batch.output_file_id
@@ -189,7 +189,7 @@ def test_openai_upload_create_retrieve_and_plain_answers(fake):
         line = out[cid]
         assert line["error"] is None and line["response"]["status_code"] == 200
         body = line["response"]["body"]
-        assert body["object"] == "chat.completion" and body["model"] == "gpt-test"
+        assert body["object"] == "chat.completion" and body["model"] == "gpt-4o-mini"
         choice = body["choices"][0]
         assert choice["finish_reason"] == "stop" and choice["message"]["role"] == "assistant"
         assert choice["message"]["content"] == fake_answer_text(prompt)
@@ -242,7 +242,7 @@ def test_openai_responses_endpoint_json_schema(fake):
         "method": "POST",
         "url": "/v1/responses",
         "body": {
-            "model": "gpt-test",
+            "model": "gpt-4o-mini",
             "input": [{"role": "user", "content": [{"type": "input_text", "text": "hello"}]}],
             "text": {"format": {"type": "json_schema", "name": "A", "schema": SCHEMA}},
         },
@@ -263,9 +263,9 @@ def test_openai_responses_input_may_be_carried_by_a_stored_prompt(fake):
         return {"custom_id": cid, "method": "POST", "url": "/v1/responses", "body": body}
 
     lines = [
-        line("stored", model="gpt-test", prompt={"id": "pmpt_123", "version": "2"}),
-        line("follow", model="gpt-test", previous_response_id="resp_1"),
-        line("nothing", model="gpt-test"),
+        line("stored", model="gpt-4o-mini", prompt={"id": "pmpt_123", "version": "2"}),
+        line("follow", model="gpt-4o-mini", previous_response_id="resp_1"),
+        line("nothing", model="gpt-4o-mini"),
     ]
     batch = _run_openai(oa, lines, endpoint="/v1/responses")
     assert {x["custom_id"] for x in _jsonl(oa, batch.output_file_id)} == {"stored", "follow"}
@@ -309,7 +309,7 @@ def test_openai_per_request_errors_fill_both_files(fake):
         _chat_line("ir", "x FAKE_ERROR:invalid_request"),
         _chat_line("rl", "x FAKE_ERROR:rate_limit"),
         _chat_line("to", "x FAKE_ERROR:timeout"),
-        {"custom_id": "nomsg", "method": "POST", "url": CHAT, "body": {"model": "gpt-test"}},
+        {"custom_id": "nomsg", "method": "POST", "url": CHAT, "body": {"model": "gpt-4o-mini"}},
         _chat_line(
             "bmp",
             [
@@ -353,7 +353,7 @@ def test_openai_line_level_validation_fails_the_batch(fake):
         "{not json",
         _chat_line("a", "dup"),
         {**_chat_line("u", "url"), "url": "/v1/embeddings"},
-        _chat_line("m", "other model", model="gpt-other"),
+        _chat_line("m", "other model", model="gpt-4.1-mini"),
     ]
     batch = _run_openai(oa, lines)
     assert batch.status == "failed" and batch.failed_at
@@ -580,7 +580,7 @@ def test_anthropic_create_retrieve_results_and_delete(fake):
     assert {cid: r.type for cid, r in results.items()} == dict.fromkeys(results, "succeeded")
     plain = results["plain"].message
     assert plain.content[0].text == fake_answer_text("Tell me a fact")
-    assert plain.stop_reason == "end_turn" and plain.model == "claude-test"
+    assert plain.stop_reason == "end_turn" and plain.model == "claude-haiku-4-5"
     assert plain.usage.input_tokens == 4
     assert plain.usage.output_tokens == len(fake_answer_text("Tell me a fact").split())
     assert results["blocks"].message.content[0].text == fake_answer_text("part one\ntwo")
@@ -632,6 +632,8 @@ def test_anthropic_bad_custom_ids_and_sizes_are_http_errors(fake, monkeypatch):
 
 def test_anthropic_bad_params_and_markers_are_errored_results(fake):
     an = _an(fake)
+    # Claude 3.5 Haiku is no longer in anthropic.types.Model: admitted as --models does.
+    fake.admit_models("claude-3-5-haiku-20241022")
 
     def image(path: Path, media_type: str) -> list:
         source = {"type": "base64", "media_type": media_type, "data": _b64(path)}
@@ -644,7 +646,7 @@ def test_anthropic_bad_params_and_markers_are_errored_results(fake):
     requests = [
         no_tokens,
         no_model,
-        {"custom_id": "no_messages", "params": {"model": "claude-test", "max_tokens": 5}},
+        {"custom_id": "no_messages", "params": {"model": "claude-haiku-4-5", "max_tokens": 5}},
         _anthropic_request("temp_and_top_p", "x", temperature=0.5, top_p=0.9),
         # Claude 3 models take both (only the newer ones refuse); see anthropic.py.
         _anthropic_request(

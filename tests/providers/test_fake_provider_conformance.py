@@ -114,7 +114,7 @@ def test_openai_result_bodies_validate_as_sdk_models(fake, endpoint, body, model
     markers += [" FAKE_ERROR:empty"]
     lines = []
     for i, marker in enumerate(markers):
-        b = json.loads(json.dumps({"model": "gpt-test", **body}))
+        b = json.loads(json.dumps({"model": "gpt-4o-mini", **body}))
         for key in ("prompt", "input"):
             if isinstance(b.get(key), str):
                 b[key] += marker
@@ -127,7 +127,7 @@ def test_openai_result_bodies_validate_as_sdk_models(fake, endpoint, body, model
     assert len(outputs) == len(markers)
     for out in outputs:
         parsed = _strict(model, json.dumps(out["response"]["body"]))
-        assert parsed.model == "gpt-test"
+        assert parsed.model == "gpt-4o-mini"
     if model is ResponsesResponse:
         first = _strict(model, json.dumps(outputs[0]["response"]["body"]))
         assert first.output_text and first.usage.input_tokens_details.cached_tokens == 0
@@ -145,7 +145,11 @@ def test_openai_files_and_batches_validate_as_sdk_models(fake):
         file=(
             "in.jsonl",
             json.dumps(
-                _line("a", CHAT, {"model": "m", "messages": [{"role": "user", "content": "x"}]})
+                _line(
+                    "a",
+                    CHAT,
+                    {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x"}]},
+                )
             ).encode(),
         ),
         purpose="batch",
@@ -170,7 +174,7 @@ def test_anthropic_bodies_validate_as_sdk_models(fake):
         {
             "custom_id": c,
             "params": {
-                "model": "claude-test",
+                "model": "claude-haiku-4-5",
                 "max_tokens": 16,
                 "messages": [{"role": "user", "content": p}],
             },
@@ -205,7 +209,12 @@ def test_every_response_carries_a_request_id(fake):
     assert raw.request_id == raw.http_response.headers["x-request-id"]
     assert page.data == []
     uploaded = _upload(
-        oa, [_line("a", CHAT, {"model": "m", "messages": [{"role": "user", "content": "x"}]})]
+        oa,
+        [
+            _line(
+                "a", CHAT, {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x"}]}
+            )
+        ],
     )
     assert uploaded._request_id and uploaded._request_id.startswith("req_")
     batch = oa.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h")
@@ -218,7 +227,7 @@ def test_every_response_carries_a_request_id(fake):
             {
                 "custom_id": "a",
                 "params": {
-                    "model": "c",
+                    "model": "claude-haiku-4-5",
                     "max_tokens": 4,
                     "messages": [{"role": "user", "content": "x"}],
                 },
@@ -238,7 +247,12 @@ def test_every_response_carries_a_request_id(fake):
 def test_cancelling_a_finished_openai_batch_is_409(fake):
     oa = _oa(fake)
     uploaded = _upload(
-        oa, [_line("a", CHAT, {"model": "m", "messages": [{"role": "user", "content": "x"}]})]
+        oa,
+        [
+            _line(
+                "a", CHAT, {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x"}]}
+            )
+        ],
     )
     batch = oa.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h")
     assert oa.batches.retrieve(batch.id).status == "completed"
@@ -252,9 +266,13 @@ def test_expired_batch_does_not_count_unrun_requests_as_failed(fake):
     oa = _oa(fake)
     fake.script(expire_after_requests=1)
     lines = [
-        _line("ok", CHAT, {"model": "m", "messages": [{"role": "user", "content": "x"}]}),
-        _line("bad", CHAT, {"model": "m", "messages": [{"role": "user", "content": "y"}]}),
-        _line("late", CHAT, {"model": "m", "messages": [{"role": "user", "content": "z"}]}),
+        _line("ok", CHAT, {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x"}]}),
+        _line(
+            "bad", CHAT, {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "y"}]}
+        ),
+        _line(
+            "late", CHAT, {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "z"}]}
+        ),
     ]
     batch = oa.batches.create(
         input_file_id=_upload(oa, lines).id, endpoint=CHAT, completion_window="24h"
@@ -291,11 +309,14 @@ def test_upload_limits_and_file_expiry():
 def test_output_expires_after_is_validated_and_honoured(fake):
     oa = _oa(fake)
     lines = [
-        _line("ok", CHAT, {"model": "m", "messages": [{"role": "user", "content": "x"}]}),
+        _line("ok", CHAT, {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x"}]}),
         _line(
             "err",
             CHAT,
-            {"model": "m", "messages": [{"role": "user", "content": "FAKE_ERROR:server_error"}]},
+            {
+                "model": "gpt-4o-mini",
+                "messages": [{"role": "user", "content": "FAKE_ERROR:server_error"}],
+            },
         ),
     ]
     file_id = _upload(oa, lines).id

@@ -47,7 +47,10 @@ def _an(fake: FakeProviderServer) -> anthropic.Anthropic:
 
 
 def _chat(custom_id: str, prompt: str, schema: bool = False) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": "gpt-test", "messages": [{"role": "user", "content": prompt}]}
+    body: dict[str, Any] = {
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": prompt}],
+    }
     if schema:
         body["response_format"] = {
             "type": "json_schema",
@@ -57,7 +60,7 @@ def _chat(custom_id: str, prompt: str, schema: bool = False) -> dict[str, Any]:
 
 
 def _resp(custom_id: str, prompt: str) -> dict[str, Any]:
-    body = {"model": "gpt-test", "input": prompt}
+    body = {"model": "gpt-4o-mini", "input": prompt}
     return {"custom_id": custom_id, "method": "POST", "url": RESPONSES, "body": body}
 
 
@@ -92,7 +95,7 @@ def _anthropic_raw(fake: FakeProviderServer, requests: list[dict]) -> bytes:
 
 def _an_req(custom_id: str, prompt: str, schema: bool = False) -> dict[str, Any]:
     params: dict[str, Any] = {
-        "model": "claude-test",
+        "model": "claude-haiku-4-5",
         "max_tokens": 64,
         "messages": [{"role": "user", "content": prompt}],
     }

@@ -198,7 +198,7 @@ def _body(endpoint: str, prompt: str, variant: int) -> dict[str, Any]:
         body = {"prompt": prompt}
     else:
         body = {"input": [prompt, "second"]}
-    return {"model": "gpt-test", **body}
+    return {"model": "gpt-4o-mini", **body}
 
 
 @pytest.mark.parametrize("endpoint", sorted(RESULT_SCHEMAS))
@@ -336,7 +336,7 @@ def test_anthropic_bodies_match_the_sdk_types():
             {
                 "custom_id": f"r{i}",
                 "params": {
-                    "model": "claude-test",
+                    "model": "claude-haiku-4-5",
                     "max_tokens": 32,
                     "messages": [{"role": "user", "content": f"Question {i} {marker}"}],
                 },
@@ -401,20 +401,23 @@ def test_anthropic_count_tokens_matches_the_sdk_type():
     with FakeProviderServer() as fake:
         an = anthropic.Anthropic(api_key="sk-ant-test", base_url=fake.anthropic_base_url)
         messages = [{"role": "user", "content": "Count these five words"}]
+        system = "five more words counted too"  # the system prompt is input too
         raw = an.messages.with_raw_response.count_tokens(
-            model="claude-haiku-4-5", messages=messages, system="ignored by the fake count"
+            model="claude-haiku-4-5", messages=messages, system=system
         )
-        assert _strict(MessageTokensCount, raw.http_response.content).input_tokens == 4
+        assert _strict(MessageTokensCount, raw.http_response.content).input_tokens == 4 + 5
+        params = {"model": "claude-haiku-4-5", "max_tokens": 8, "messages": messages}
         batch = an.messages.batches.create(
             requests=[
-                {
-                    "custom_id": "c1",
-                    "params": {"model": "claude-haiku-4-5", "max_tokens": 8, "messages": messages},
-                }
+                {"custom_id": "c1", "params": params},
+                {"custom_id": "c2", "params": {**params, "system": system}},
             ]
         )
-        (result,) = list(an.messages.batches.results(batch.id))
-        assert result.result.message.usage.input_tokens == 4
+        usage = {
+            r.custom_id: r.result.message.usage.input_tokens
+            for r in an.messages.batches.results(batch.id)
+        }
+        assert usage == {"c1": 4, "c2": 4 + 5}
         with pytest.raises(anthropic.BadRequestError) as caught:
             an.messages.count_tokens(model="claude-haiku-4-5", messages=[])
         _strict(AnthropicErrorResponse, json.dumps(_error_body(caught.value)))
@@ -424,6 +427,7 @@ def test_every_served_endpoint_is_covered_here():
     """The fake's routes are exactly the endpoints the tests above drive."""
     with FakeProviderServer() as fake:
         routes = {rule.endpoint for rule in fake._url_map.iter_rules()}  # noqa: SLF001
+        routes |= {rule.endpoint for rule in fake._gemini_map.iter_rules()}  # noqa: SLF001
     assert {r for r in routes if not r.startswith(("admin_", "gemini_"))} == SERVED
     # Gemini's endpoints are driven by google-genai in tests/providers/test_gemini.py
     gemini_calls = {

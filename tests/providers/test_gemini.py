@@ -406,3 +406,48 @@ def test_a_run_without_the_sdk_stops_before_reading_data(tmp_path, monkeypatch, 
     cfg = write_config(tmp_path, base_config(tmp_path, "gemini"))
     assert submit_main(["--config", cfg]) == 2
     assert "pip install 'mmirage-beam[gemini]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("api_version", ["v1beta", "v1"])
+def test_both_api_versions_are_served_beside_openai_v1(fake_provider, api_version):
+    """google-genai 2.x calls v1beta, 3.x v1 (GOOGLE_AI_API_DEFAULT_VERSION): the whole
+    lifecycle works under either, and OpenAI's /v1/files and /v1/batches on the same port
+    still answer OpenAI's objects."""
+    import openai
+    from google import genai
+    from google.genai import types
+
+    fake = fake_provider
+    client = genai.Client(
+        api_key="gemini-test",
+        http_options=types.HttpOptions(base_url=fake.gemini_base_url, api_version=api_version),
+    )
+    uploaded = client.files.upload(
+        file=io.BytesIO(_line("k1") + _line("k2")), config={"mime_type": "jsonl"}
+    )
+    assert client.files.get(name=uploaded.name).size_bytes == len(_line("k1") + _line("k2"))
+    job = client.batches.create(model="gemini-2.5-flash", src=uploaded.name)
+    done = client.batches.get(name=job.name)
+    assert done.state.name == "JOB_STATE_SUCCEEDED"
+    lines = client.files.download(file=done.dest.file_name).split(b"\n")
+    assert sorted(json.loads(x)["key"] for x in lines if x) == ["k1", "k2"]
+    assert any(j.name == job.name for j in client.batches.list())
+    contents = [{"role": "user", "parts": [{"text": "one two three"}]}]
+    assert client.models.count_tokens(model="gemini-2.5-flash", contents=contents).total_tokens == 3
+
+    oai = openai.OpenAI(api_key="sk-test", base_url=fake.openai_base_url)
+    line = {
+        "custom_id": "o1",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
+    }
+    file = oai.files.create(file=("in.jsonl", json.dumps(line).encode()), purpose="batch")
+    assert file.id.startswith("file-") and oai.files.retrieve(file.id).id == file.id
+    batch = oai.batches.create(
+        input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    assert oai.batches.retrieve(batch.id).status == "completed"
+    assert [b.id for b in oai.batches.list()] == [batch.id]
+    counts = fake.call_counts()
+    assert counts["gemini_batches_get"] >= 1 and counts["batches_retrieve"] == 1

@@ -173,7 +173,10 @@ def test_the_fake_answers_in_the_sdk_types(fake_provider):
     data = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
     uploaded = client.files.upload(file={"file_name": "in.jsonl", "content": data}, purpose="batch")
     job = client.batch.jobs.create(
-        input_files=[uploaded.id], model="m", endpoint="/v1/chat/completions", metadata={"k": "v"}
+        input_files=[uploaded.id],
+        model="mistral-small-latest",
+        endpoint="/v1/chat/completions",
+        metadata={"k": "v"},
     )
     assert job.status == "QUEUED"
     job = client.batch.jobs.get(job_id=job.id)
@@ -212,7 +215,9 @@ def test_the_fake_answers_in_the_sdk_types(fake_provider):
     assert exc.value.status_code == 404
     assert json.loads(exc.value.body)["object"] == "error"
     with pytest.raises(mistralai.errors.SDKError) as exc:
-        client.batch.jobs.create(input_files=["nope"], model="m", endpoint="/v1/chat/completions")
+        client.batch.jobs.create(
+            input_files=["nope"], model="mistral-small-latest", endpoint="/v1/chat/completions"
+        )
     assert exc.value.status_code == 404
     with pytest.raises(urllib.error.HTTPError) as no_key:
         urllib.request.urlopen(fake.mistral_base_url + "/v1/batch/jobs")

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
+from mmirage_beam.providers.anthropic.rules import RULES
 from mmirage_beam.providers.config import BatchProviderConfig, check_range
 from mmirage_beam.providers.config import check_str as _check_str
+from mmirage_beam.providers.model_rules import ModelRules
 
 
 @dataclass
@@ -23,6 +25,7 @@ class AnthropicBatchConfig(BatchProviderConfig):
     PROVIDER_LIMITS_SOURCE: ClassVar[str] = (
         "Anthropic Message Batches docs: 100,000 requests and 256 MB per batch"
     )
+    MODEL_RULES: ClassVar[Optional[ModelRules]] = RULES
 
     provider: str = "anthropic"
     model: str = "claude-haiku-4-5"

@@ -22,6 +22,8 @@ from typing import ClassVar, Collection, Optional
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.config import BatchProviderConfig, check_range
 from mmirage_beam.providers.config import check_str as _check_str
+from mmirage_beam.providers.gemini.rules import RULES
+from mmirage_beam.providers.model_rules import ModelRules
 
 #: Gemini batch mode docs: the input file of a batch job, at most 2 GB (taken as
 #: 2 * 10**9 bytes, the stricter reading).
@@ -65,6 +67,7 @@ class GeminiBatchConfig(BatchProviderConfig):
     #: ``batches.create_embeddings``, file source), for output_type: embedding outputs
     EMBEDDINGS_ENDPOINT: ClassVar[Optional[str]] = "asyncBatchEmbedContent"
     CHAT_ONLY_KEYS: ClassVar[tuple[str, ...]] = ("max_tokens", "temperature", "top_p")
+    MODEL_RULES: ClassVar[Optional[ModelRules]] = RULES
 
     provider: str = "gemini"
     model: str = "gemini-2.5-flash"

@@ -26,6 +26,8 @@ from mmirage_beam.providers.config import (
     check_range,
     check_str,
 )
+from mmirage_beam.providers.mistral.rules import RULES
+from mmirage_beam.providers.model_rules import ModelRules
 
 #: 1,000,000 requests per batch job (Mistral batch guide).
 BATCH_GUIDE_MAX_REQUESTS = 1_000_000
@@ -77,6 +79,7 @@ class MistralBatchConfig(BatchProviderConfig):
     PROVIDER_LIMITS_SOURCE: ClassVar[str] = LIMITS_SOURCE
     EMBEDDINGS_ENDPOINT: ClassVar[Optional[str]] = EMBEDDINGS_ENDPOINT
     CHAT_ONLY_KEYS: ClassVar[tuple[str, ...]] = ("max_tokens", "temperature", "top_p")
+    MODEL_RULES: ClassVar[Optional[ModelRules]] = RULES
 
     provider: str = "mistral"
     model: str = "mistral-small-latest"

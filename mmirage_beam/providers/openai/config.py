@@ -8,6 +8,8 @@ from typing import ClassVar, Collection, Optional
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.config import BatchProviderConfig, check_range
 from mmirage_beam.providers.config import check_str as _check_str
+from mmirage_beam.providers.model_rules import ModelRules
+from mmirage_beam.providers.openai.rules import RULES
 
 # The OpenAI batch endpoints mmirage-beam builds requests for: generation from a prompt
 # (chat completions and the Responses API) and, for ``output_type: embedding`` outputs,
@@ -56,6 +58,7 @@ class OpenAIBatchConfig(BatchProviderConfig):
         "top_p",
         "image_detail",
     )
+    MODEL_RULES: ClassVar[Optional[ModelRules]] = RULES
 
     provider: str = "openai"
     model: str = "gpt-4.1-mini"

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Mapping, Optional
 
 from mmirage_beam.errors import ConfigError
+from mmirage_beam.providers.model_rules import ModelRules
 from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from mmirage_beam.providers.openai.config import OpenAIBatchConfig
 
@@ -67,6 +68,8 @@ class _ChatProfileConfig(OpenAIBatchConfig):
     SERVICE: ClassVar[str] = ""
     #: chat completions only: no embeddings batches (output_type: embedding refused)
     EMBEDDINGS_ENDPOINT: ClassVar[Optional[str]] = None
+    #: deployments (Azure) and other services' catalogues: OpenAI's names do not apply
+    MODEL_RULES: ClassVar[Optional[ModelRules]] = None
     DEFAULT_BASE_URL: ClassVar[Optional[str]] = None
     BASE_URL_HINT: ClassVar[str] = ""
 

@@ -13,6 +13,13 @@ base URL (Gemini: ``fake.gemini_base_url``; its endpoints are described in
 State (files, batches, results, recorded requests) lives in memory and is lost on
 ``stop()``. Only loopback hosts can be bound.
 
+Models and parameters are checked as each service checks them (``rules``: a typo'd
+model, an unknown request key, ``stream`` in a batch line, the reasoning-model and
+thinking-budget rules; the tables are the providers' own
+``mmirage_beam/providers/<name>/rules.py``, listed with sources in
+``docs/fake-provider.md``). ``FakeProviderServer(models=[...])``,
+``fake.admit_models(...)`` or ``--models a,b`` serve other names too.
+
 Endpoints
 ---------
 OpenAI (``Authorization: Bearer <any non-empty key>`` required, else 401 with
@@ -245,11 +252,11 @@ Modules
 -------
 ``app`` (server, routing, admin endpoints), ``openai`` (Files + Batches handlers, input
 file validation, output/error files), ``openai_bodies`` (per-line body checks, prompt,
-result bodies and lines), ``anthropic`` (Message Batches), ``gemini`` (Gemini v1beta),
-``store`` (files, batches, records), ``lifecycle`` (status from the clock), ``scripting``
-(script keys, markers), ``answers`` (deterministic answers), ``media`` (image bytes),
-``wire`` (error shapes, JSON responses), ``limits`` (the real services' limits),
-``command`` (the command line).
+result bodies and lines), ``anthropic`` (Message Batches), ``gemini`` (Gemini v1beta and
+v1), ``rules`` (model and parameter refusals), ``store`` (files, batches, records),
+``lifecycle`` (status from the clock), ``scripting`` (script keys, markers), ``answers``
+(deterministic answers), ``media`` (image bytes), ``wire`` (error shapes, JSON
+responses), ``limits`` (the real services' limits), ``command`` (the command line).
 
 Command line::
 

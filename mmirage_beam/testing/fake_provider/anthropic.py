@@ -3,12 +3,13 @@ listing, cancellation, deletion and the results JSONL."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
+from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
 from mmirage_beam.testing.fake_provider.answers import (
     count_parts,
     count_words,
@@ -72,7 +73,8 @@ def _check_block(block: Any, where: str) -> str | None:
 # "`temperature` and `top_p` cannot both be specified for this model" (reported against
 # the real API in https://github.com/BerriAI/litellm/issues/15097 and
 # https://github.com/cloud-apim/otoroshi-llm-extension/issues/140: "With previous models
-# it's OK"). A name the fake does not know (``claude-test``) is taken as a newer model.
+# it's OK"). A name outside this list (``claude-haiku-4-5``, or one admitted with
+# ``--models``) is taken as a newer model.
 _BOTH_SAMPLING_PARAMS_PREFIXES = (
     "claude-2",
     "claude-instant",
@@ -156,6 +158,19 @@ def prompt_of(params: Mapping[str, Any]) -> tuple[str, int, str, Any]:
     return "\n".join(texts), images, "text", None
 
 
+def context_tokens(params: Mapping[str, Any]) -> int:
+    """Input tokens of what the request carries beside its user turns: the words of the
+    ``system`` prompt (a string or text blocks) and of the ``tools`` (their JSON). The
+    Messages API counts both as input ("The token count includes the system prompt,
+    tools, images", token counting docs:
+    https://docs.anthropic.com/en/docs/build-with-claude/token-counting)."""
+    system = params.get("system")
+    texts = [system] if isinstance(system, str) else text_parts(system, ("text",))
+    tools = params.get("tools")
+    tool_words = count_words(json.dumps(tools)) if isinstance(tools, list) and tools else 0
+    return count_words("\n".join(texts)) + tool_words
+
+
 def errored_line(custom_id: str, kind: str, message: str) -> dict[str, Any]:
     """An ``errored`` results line with error ``kind`` and ``message``."""
     return {
@@ -184,17 +199,22 @@ class AnthropicApi:
         ``MessageTokensCount``). Invalid params are a 400 ``invalid_request_error`` here
         (not an ``errored`` result); ``max_tokens`` is not needed. N is what this fake
         reports as the request's ``usage.input_tokens`` in a batch: words of the user
-        text plus 10 per image."""
+        text, plus 10 per image, plus :func:`context_tokens` (system prompt and tools).
+        An unknown model is a 404 ``not_found_error``, an unknown key a 400."""
         params = json_payload(request)
         problem = check_params(
             {"max_tokens": 1, **params} if isinstance(params, Mapping) else params
         )
         if problem is not None:
             raise ApiError(400, "invalid_request_error", problem)
-        prompt, images, _mode, _schema = prompt_of(params)
-        return json_response(
-            {"input_tokens": count_words(prompt) + limits.TOKENS_PER_IMAGE * images}
+        rule = rules.anthropic_problem(
+            {k: v for k, v in params.items() if k != "max_tokens"}, self.store.models
         )
+        if rule is not None:
+            raise ApiError(404 if rule[0] == "not_found_error" else 400, *rule)
+        prompt, images, _mode, _schema = prompt_of(params)
+        words = count_words(prompt) + limits.TOKENS_PER_IMAGE * images
+        return json_response({"input_tokens": words + context_tokens(params)})
 
     def messages_batches_create(self, request: Request) -> Response:
         """``POST /v1/messages/batches``: checks the requests, creates the batch."""
@@ -258,6 +278,9 @@ class AnthropicApi:
         problem = check_params(params)
         if problem is not None:
             return Item(custom_id, errored_line(custom_id, "invalid_request_error", problem), False)
+        rule = rules.anthropic_problem(params, self.store.models)
+        if rule is not None:
+            return Item(custom_id, errored_line(custom_id, *rule), False)
         prompt, images, mode, schema = prompt_of(params)
         marker = self.store.resolve_transient(error_marker(prompt), custom_id, prompt)
         if marker in _FAILURES:
@@ -289,7 +312,7 @@ class AnthropicApi:
             "stop_reason": stop_reason,
             "stop_sequence": None,
             "usage": {
-                "input_tokens": answer.input_tokens,
+                "input_tokens": answer.input_tokens + context_tokens(params),
                 "output_tokens": answer.output_tokens,
                 "cache_creation_input_tokens": 0,
                 "cache_read_input_tokens": 0,

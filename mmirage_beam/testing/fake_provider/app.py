@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from werkzeug.exceptions import HTTPException
@@ -97,6 +97,10 @@ class FakeProviderServer:
         max_batch_file_bytes: the largest ``purpose=batch`` upload accepted, in bytes
             (default 200 MiB, OpenAI's batch input limit); larger uploads get 400 "File
             is too large.". Tests lower it to avoid uploading 200 MB.
+        models: model names served beside those the rule table knows
+            (:mod:`mmirage_beam.providers.model_rules`; ``--models`` on the command
+            line); any other name is refused as its service refuses it
+            (:mod:`~mmirage_beam.testing.fake_provider.rules`).
 
     Raises:
         ValueError: for a non-loopback host or a negative delay.
@@ -110,6 +114,7 @@ class FakeProviderServer:
         *,
         clock: Callable[[], float] = time.time,
         max_batch_file_bytes: int = limits.OPENAI_MAX_FILE_BYTES,
+        models: Iterable[str] = (),
     ) -> None:
         check_loopback(host)
         if isinstance(max_batch_file_bytes, bool) or not isinstance(max_batch_file_bytes, int):
@@ -121,6 +126,8 @@ class FakeProviderServer:
             parse_delay("processing_delay_secs", processing_delay_secs),
             max_batch_file_bytes,
         )
+        self._models = frozenset(models)
+        self._store.models = self._models
         self._openai = OpenAIApi(self._store)
         self._anthropic = AnthropicApi(self._store)
         self._gemini = gemini.GeminiApi(self._store)
@@ -164,13 +171,13 @@ class FakeProviderServer:
                     methods=["GET"],
                     endpoint="messages_batches_results",
                 ),
-                *gemini.routes(),
                 Rule("/_fake/script", methods=["GET", "POST"], endpoint="admin_script"),
                 Rule("/_fake/state", methods=["GET"], endpoint="admin_state"),
                 Rule("/_fake/reset", methods=["POST"], endpoint="admin_reset"),
             ],
             strict_slashes=False,
         )
+        self._gemini_map = Map(gemini.routes(), strict_slashes=False)
 
     # -- lifecycle ------------------------------------------------------------------------
     # -- lifecycle ------------------------------------------------------------------------
@@ -244,7 +251,8 @@ class FakeProviderServer:
     @property
     def gemini_base_url(self) -> str:
         """``base_url``, for ``genai.Client(http_options={"base_url": ...})`` (the SDK
-        adds ``v1beta/...`` and ``upload/v1beta/files``)."""
+        adds ``v1beta/...`` and ``upload/v1beta/files`` (google-genai 2.x) or ``v1/...``
+        (3.x); the fake serves both)."""
         return self.base_url
 
     @property
@@ -366,10 +374,17 @@ class FakeProviderServer:
                 out[key] = value.view() if hasattr(value, "view") else value
             return out
 
+    def admit_models(self, *names: str) -> None:
+        """Serves ``names`` too (beside the rule table's models and ``models=``), until
+        :meth:`reset`."""
+        with self._store.lock:
+            self._store.models = self._store.models | frozenset(names)
+
     def reset(self) -> None:
         """Clears the script and forgets every file, batch, record and counter."""
         with self._store.lock:
             self._store.reset()
+            self._store.models = self._models
 
     def _view(self, batch: Batch, now: float) -> dict[str, Any]:
         """The batch object at time ``now`` (materialising results once it is done)."""
@@ -398,14 +413,16 @@ class FakeProviderServer:
         if request.path.startswith(MISTRAL_PREFIX + "/"):
             return self._mistral.handle(request)
         for profile_api in self._profiles:  # /azure/openai/v1/..., /groq/..., /together/...
-            if request.path.startswith(profile_api.profile.api_prefix + "/"):
+            if profile_api.serves(request.path):
                 return profile_api.handle(request)
         provider = ANTHROPIC if request.path.startswith("/v1/messages") else OPENAI
-        if request.path.startswith(("/v1beta/", "/upload/v1beta/")):
-            provider = GEMINI
-        adapter = self._url_map.bind_to_environ(request.environ)
+        url_map = self._url_map
+        if gemini.serves(request):  # /v1beta/..., or a Gemini-shaped /v1/... call
+            provider, url_map = GEMINI, self._gemini_map
+        adapter = url_map.bind_to_environ(request.environ)
         try:
             endpoint, args = adapter.match()
+            args.pop("api_version", None)  # Gemini's v1beta or v1: the same handlers
         except HTTPException as exc:
             status = exc.code or 404
             kind = {ANTHROPIC: "not_found_error", GEMINI: "NOT_FOUND"}.get(

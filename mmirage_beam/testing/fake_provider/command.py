@@ -94,6 +94,13 @@ def _parser() -> argparse.ArgumentParser:
         help='fail batch creations, e.g. \'{"nth": 2, "permanent": true}\'',
     )
     parser.add_argument(
+        "--models",
+        default="",
+        metavar="A,B",
+        help="comma-separated model names served beside the SDK-listed ones (any other "
+        "name is refused as the service refuses it: docs/fake-provider.md)",
+    )
+    parser.add_argument(
         "--verbose", action="store_true", help="log every request (DEBUG) to stderr"
     )
     return parser
@@ -138,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
     try:
-        fake = FakeProviderServer(host=args.host, port=args.port, processing_delay_secs=args.delay)
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        fake = FakeProviderServer(
+            host=args.host, port=args.port, processing_delay_secs=args.delay, models=models
+        )
         fake.script(**_script_from_args(args))
     except ValueError as exc:  # includes json.JSONDecodeError
         parser.error(str(exc))

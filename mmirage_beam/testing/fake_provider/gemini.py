@@ -1,4 +1,5 @@
-"""The Gemini API (Developer API, ``v1beta``) as google-genai 2.34 speaks it: resumable
+"""The Gemini API (Developer API, ``v1beta`` and ``v1``) as google-genai 2.34 (``v1beta``)
+and 3.x (``v1`` by default) speak it: resumable
 file uploads, batch jobs (``models/{model}:batchGenerateContent``, ``batches/{id}`` get,
 list, cancel, delete), file download and ``countTokens``.
 
@@ -28,6 +29,10 @@ Paths and headers are those of the installed SDK (``google/genai/files.py``,
   generated files, as the real service).
 - ``POST /v1beta/models/{model}:countTokens`` ``{"contents"}``: ``{"totalTokens": N}``,
   N being the ``usageMetadata.promptTokenCount`` a batch reports for the same contents.
+
+Every path is served under ``v1`` too (``/v1/batches/{id}``, ``/upload/v1/files``...),
+which google-genai 3.x calls by default; :func:`serves` tells those from OpenAI's
+``/v1/files`` and ``/v1/batches`` on the same port.
 
 Each input line is ``{"key", "request"}``; ``request`` is validated against the SDK's
 own pydantic types (``types.Content`` for ``contents`` / ``system_instruction``,
@@ -59,7 +64,7 @@ from typing import Any, Optional
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
+from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
 from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
 from mmirage_beam.testing.fake_provider.gemini_bodies import (
     FAILURES,
@@ -88,33 +93,57 @@ _STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 500: "INTERNAL", 429: "RES
 _UPLOAD_ID = re.compile(r"^[a-z0-9]{1,64}$")
 
 
+#: The API versions served: google-genai 2.x calls ``v1beta``, 3.x ``v1`` (its
+#: ``GOOGLE_AI_API_DEFAULT_VERSION``; ``http_options.api_version`` picks another).
+API_VERSIONS = ("v1beta", "v1")
+_VERSION = "<any(v1beta, v1):api_version>"
+
+
 def routes() -> list[Rule]:
-    """New URL rules of the Gemini endpoints (a rule binds to one map: one set per
-    server); the endpoint names are :class:`GeminiApi`'s handlers."""
+    """New URL rules of the Gemini endpoints under ``v1beta`` and ``v1`` (a rule binds to
+    one map: one set per server); the endpoint names are :class:`GeminiApi`'s handlers and
+    each match carries an ``api_version`` argument that :func:`serves`'s caller drops."""
+    v = _VERSION
     return [
-        Rule("/upload/v1beta/files", methods=["POST"], endpoint="gemini_files_upload"),
-        Rule("/v1beta/files/<file_id>:download", methods=["GET"], endpoint="gemini_files_download"),
-        Rule("/v1beta/files/<file_id>", methods=["GET"], endpoint="gemini_files_get"),
+        Rule(f"/upload/{v}/files", methods=["POST"], endpoint="gemini_files_upload"),
+        Rule(f"/{v}/files/<file_id>:download", methods=["GET"], endpoint="gemini_files_download"),
+        Rule(f"/{v}/files/<file_id>", methods=["GET"], endpoint="gemini_files_get"),
         Rule(
-            "/v1beta/models/<model>:batchGenerateContent",
+            f"/{v}/models/<model>:batchGenerateContent",
             methods=["POST"],
             endpoint="gemini_batches_create",
         ),
         Rule(
-            "/v1beta/models/<model>:asyncBatchEmbedContent",
+            f"/{v}/models/<model>:asyncBatchEmbedContent",
             methods=["POST"],
             endpoint="gemini_batches_create_embeddings",
         ),
-        Rule(
-            "/v1beta/models/<model>:countTokens", methods=["POST"], endpoint="gemini_count_tokens"
-        ),
-        Rule("/v1beta/batches", methods=["GET"], endpoint="gemini_batches_list"),
-        Rule(
-            "/v1beta/batches/<batch_id>:cancel", methods=["POST"], endpoint="gemini_batches_cancel"
-        ),
-        Rule("/v1beta/batches/<batch_id>", methods=["GET"], endpoint="gemini_batches_get"),
-        Rule("/v1beta/batches/<batch_id>", methods=["DELETE"], endpoint="gemini_batches_delete"),
+        Rule(f"/{v}/models/<model>:countTokens", methods=["POST"], endpoint="gemini_count_tokens"),
+        Rule(f"/{v}/batches", methods=["GET"], endpoint="gemini_batches_list"),
+        Rule(f"/{v}/batches/<batch_id>:cancel", methods=["POST"], endpoint="gemini_batches_cancel"),
+        Rule(f"/{v}/batches/<batch_id>", methods=["GET"], endpoint="gemini_batches_get"),
+        Rule(f"/{v}/batches/<batch_id>", methods=["DELETE"], endpoint="gemini_batches_delete"),
     ]
+
+
+def serves(request: Request) -> bool:
+    """Whether ``request`` is a Gemini call rather than an OpenAI one on the shared port.
+
+    ``/v1beta/...`` and ``/upload/...`` are Gemini's alone. Under ``/v1/`` (OpenAI's
+    ``/v1/files``, ``/v1/batches`` too) a call is Gemini's when it carries Gemini's
+    credential (the ``x-goog-api-key`` header google-genai sends, or the REST docs'
+    ``?key=``), or has Gemini's shape: a ``/v1/models/...`` path or a ``:verb`` suffix
+    (``:download``, ``:cancel``), which OpenAI's ids (``file-...``, ``batch_...``) never
+    have. ``/v1/messages...`` is Anthropic's.
+    """
+    path = request.path
+    if path.startswith(("/v1beta/", "/upload/")):
+        return True
+    if not path.startswith("/v1/") or path.startswith("/v1/messages"):
+        return False
+    if request.headers.get("x-goog-api-key", "").strip() or request.args.get("key"):
+        return True
+    return path.startswith("/v1/models/") or ":" in path.rsplit("/", 1)[-1]
 
 
 def _gemini_error(status: int, message: str) -> ApiError:
@@ -299,6 +328,9 @@ class GeminiApi:
         file_name = get_field(input_config, "file_name")
         if not isinstance(file_name, str) or not file_name.startswith("files/"):
             raise _gemini_error(400, "batch.input_config.file_name must be 'files/<id>'.")
+        unknown_model = rules.gemini_model_error(model, self.store.models)
+        if unknown_model is not None:
+            raise unknown_model
         with self.store.lock:
             stored = self._file(file_name.split("/", 1)[1])
             failure = self.store.take_create_failure()

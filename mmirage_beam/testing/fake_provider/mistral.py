@@ -65,7 +65,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
+from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
 from mmirage_beam.testing.fake_provider.answers import make_answer
 from mmirage_beam.testing.fake_provider.mistral_bodies import (
     FAILURES,
@@ -268,6 +268,9 @@ class MistralApi:
         model = payload.get("model")
         if not file_ids or not isinstance(model, str) or not model:
             raise api_error(400, "input_files and model are required.")
+        unknown_model = rules.mistral_model_error(model, self.store.models)
+        if unknown_model is not None:
+            raise api_error(400, unknown_model)
         with self.store.lock:
             files = [self._get_file(fid) for fid in file_ids]
             for stored in files:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
+from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
 from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
 from mmirage_beam.testing.fake_provider.openai_bodies import (
     HttpFailure,
@@ -173,14 +173,15 @@ class OpenAIApi:
         """``POST /v1/batches``: checks the arguments, creates and validates the batch."""
         payload = json_payload(request)
         input_file_id = payload.get("input_file_id")
-        endpoint = payload.get("endpoint")
+        shown = payload.get("endpoint")  # echoed as given (Azure: "/chat/completions")
+        endpoint = shown if self.profile is None else self.profile.canonical_endpoint(shown)
         window = payload.get("completion_window")
         metadata = payload.get("metadata")
         if endpoint not in limits.OPENAI_ENDPOINTS:
             raise ApiError(
                 400,
                 "invalid_request_error",
-                f"Invalid value: {endpoint!r}. Supported values are: "
+                f"Invalid value: {shown!r}. Supported values are: "
                 + ", ".join(repr(e) for e in limits.OPENAI_ENDPOINTS)
                 + ".",
                 param="endpoint",
@@ -220,6 +221,7 @@ class OpenAIApi:
             if failure is not None and not failure.created:
                 raise status_error(OPENAI, failure.status, failure.retry_after_ms, "create")
             batch = self._create_batch(stored, endpoint, metadata)
+            batch.endpoint_shown = shown
             batch.completion_window = window
             batch.output_expires_after = output_expires_after
             if failure is not None:
@@ -287,6 +289,8 @@ class OpenAIApi:
             )
             return Item(custom_id, http_line(custom_id, failure), ok=False)
         failure = check_body(endpoint, body)
+        if failure is None and self.profile is None:  # profiles: other services' models
+            failure = rules.openai_failure(endpoint, body, self.store.models)
         if failure is not None:
             return Item(custom_id, http_line(custom_id, failure), ok=False)
         prompt, images, mode, schema = prompt_of(endpoint, body)
@@ -451,7 +455,7 @@ class OpenAIApi:
         view: dict[str, Any] = {
             "id": batch.id,
             "object": "batch",
-            "endpoint": batch.endpoint,
+            "endpoint": batch.endpoint_shown or batch.endpoint,
             "model": batch.model,
             "errors": (
                 {"object": "list", "data": copy.deepcopy(batch.errors)}

@@ -282,8 +282,16 @@ def success_body(
             "object": "chat.completion",
             "created": created,
             "model": model,
+            # ``n`` choices (CompletionCreateParamsBase.n: "How many chat completion
+            # choices to generate"); the fake's answer is deterministic, so all alike.
             "choices": [
-                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+                {
+                    "index": i,
+                    "message": dict(message),
+                    "logprobs": None,
+                    "finish_reason": finish_reason,
+                }
+                for i in range(_n(body))
             ],
             "usage": usage,
             "service_tier": "default",
@@ -340,18 +348,19 @@ def success_body(
             "choices": [
                 {
                     "text": answer.text,
-                    "index": 0,
+                    "index": i,
                     "logprobs": None,
                     "finish_reason": finish_reason,
                 }
+                for i in range(_n(body))
             ],
             "usage": {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
         }
     inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+    size = body.get("dimensions") or EMBEDDING_DIMENSIONS.get(model, 8)
     data = []
     for index, item in enumerate(inputs):
-        vector = embedding_vector(item, body.get("dimensions"))
-        data.append({"object": "embedding", "index": index, "embedding": vector})
+        data.append({"object": "embedding", "index": index, "embedding": _vector(item, size)})
     return {
         "object": "list",
         "data": data,
@@ -360,18 +369,38 @@ def success_body(
     }
 
 
-def embedding_vector(item: Any, dimensions: Any = None) -> list[float]:
-    """The fake's vector of one embeddings input: ``dimensions`` numbers in [-0.5, 0.5]
-    (8 when it is not a positive int), 6 decimals, derived from the SHA-256 of the
-    input's JSON (the same input always gets the same vector)."""
-    n = dimensions if isinstance(dimensions, int) and dimensions > 0 else 8
+#: Embeddings guide (https://platform.openai.com/docs/guides/embeddings): the default
+#: length of each model's vectors; ``dimensions`` shortens text-embedding-3 vectors.
+EMBEDDING_DIMENSIONS = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+
+
+def _n(body: Mapping[str, Any]) -> int:
+    n = body.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+
+
+def _vector(item: Any, size: int) -> list[float]:
+    """``size`` deterministic floats in [-0.5, 0.5] from the input's SHA-256 chain."""
     seed = json.dumps(item)
-    digest = ""
+    out: list[float] = []
     block = 0
-    while len(digest) < 4 * n:
-        digest += sha256_hex(seed if block == 0 else f"{seed}#{block}")
+    while len(out) < size:
+        digest = sha256_hex(f"{block}:{seed}")
+        out += [round(int(digest[i : i + 4], 16) / 65535 - 0.5, 6) for i in range(0, 64, 4)]
         block += 1
-    return [round(int(digest[i : i + 4], 16) / 65535 - 0.5, 6) for i in range(0, 4 * n, 4)]
+    return out[:size]
+
+
+def embedding_vector(item: Any, dimensions: Any = None) -> list[float]:
+    """The fake's vector of one embeddings input for the services without a default
+    length table here (Mistral, Gemini): ``dimensions`` numbers (8 when it is not a
+    positive int), the same chain as OpenAI's vectors (:func:`_vector`)."""
+    ok = isinstance(dimensions, int) and not isinstance(dimensions, bool) and dimensions > 0
+    return _vector(item, dimensions if ok else 8)
 
 
 def http_line(custom_id: str, failure: HttpFailure) -> dict[str, Any]:

@@ -163,7 +163,10 @@ def parse_input_file(
                     "invalid_method", "The only supported method is 'POST'.", number, "method"
                 )
             )
-        if "url" in line and line["url"] != endpoint:
+        url = line.get("url")
+        if profile is not None:
+            url = profile.canonical_endpoint(url)  # Azure: "/chat/completions" too
+        if "url" in line and url != endpoint:
             errors.append(
                 _line_error(
                     "url_mismatch",

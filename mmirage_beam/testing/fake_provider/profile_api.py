@@ -51,9 +51,23 @@ class ProfileApi:
         self.profile = profile
         self.api = OpenAIApi(store, profile=profile)
 
+    def serves(self, path: str) -> bool:
+        """Whether ``path`` is this profile's: under its ``api_prefix`` or, for a profile
+        with ``data_plane_paths``, under its ``prefix``."""
+        prefix = self.profile.prefix if self.profile.data_plane_paths else self.profile.api_prefix
+        return path.startswith(prefix + "/")
+
     def handle(self, request: Request) -> Response:
-        """Answers a request whose path starts with the profile's ``api_prefix``."""
-        path = request.path[len(self.profile.api_prefix) :] or "/"
+        """Answers a request :meth:`serves` accepted."""
+        if request.path.startswith(self.profile.api_prefix + "/"):
+            path = request.path[len(self.profile.api_prefix) :]
+        else:  # Azure's data plane: /openai/files?api-version=..., /openai/batches...
+            path = request.path[len(self.profile.prefix) :]
+            if not request.args.get("api-version"):
+                # REST reference: api-version is a required query parameter there.
+                return json_response(
+                    {"error": {"code": "404", "message": "Resource not found"}}, 404
+                )
         try:
             endpoint, args = _ROUTES.bind("fake").match(path, method=request.method)
         except HTTPException as exc:
@@ -66,15 +80,16 @@ class ProfileApi:
         name = f"{self.profile.name}:{endpoint}"
         with self.store.lock:
             self.store.call_counts[name] = self.store.call_counts.get(name, 0) + 1
-        if self.profile.api_key_header and not request.headers.get("api-key", "").strip():
-            # Azure's 401 object: {"error": {"code": "401", "message": ...}}
-            return json_response({"error": {"code": "401", "message": AZURE_401_MESSAGE}}, 401)
-        if not self.profile.api_key_header:
-            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
-                return error_response(
-                    OPENAI, ApiError(401, "invalid_request_error", "Invalid API Key")
-                )
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        bearer = scheme.lower() == "bearer" and bool(token.strip())
+        if self.profile.api_key_header:
+            # Azure: the api-key header or a Bearer key/Entra token (the v1 API's OpenAI
+            # client sends the key as Bearer); without either, Azure's 401 object
+            # {"error": {"code": "401", "message": ...}}.
+            if not (bearer or request.headers.get("api-key", "").strip()):
+                return json_response({"error": {"code": "401", "message": AZURE_401_MESSAGE}}, 401)
+        elif not bearer:
+            return error_response(OPENAI, ApiError(401, "invalid_request_error", "Invalid API Key"))
         try:
             leading = self.store.take_leading_error(endpoint)
             if leading is not None:

@@ -5,9 +5,16 @@ port by the OpenAI Files + Batches handlers with that service's rules.
 =================  =========================  ==========================================
 profile            SDK base URL               rules that differ from OpenAI's
 =================  =========================  ==========================================
-``azure-openai``   ``<base>/azure/openai/v1``  ``api-key`` header required (401 in Azure's
+``azure-openai``   ``<base>/azure/openai/v1``  ``api-key`` header or ``Authorization:
+                                               Bearer`` (401 in Azure's
                                                ``{"error": {"code": "401", "message"}}``
-                                               shape without it); every line's
+                                               shape without either); the data-plane
+                                               paths ``<base>/azure/openai/files``,
+                                               ``/batches`` with ``?api-version=`` too
+                                               (``AzureOpenAI(azure_endpoint=...)``);
+                                               ``endpoint`` and line ``url`` with or
+                                               without ``/v1`` (``/chat/completions``);
+                                               every line's
                                                ``body.model`` names the one deployment of
                                                the file; ``completion_window`` ``24h``;
                                                100,000 requests, 200 MB per file; an
@@ -33,8 +40,18 @@ Sources (also rows of the refusal table in ``tests/spec/README.md``):
   batch requests within 24 hours; we don't expire the jobs that take longer. You can
   cancel the job anytime"; the ``model`` of each line is the global batch deployment's
   name, the same on every line; 100,000 requests and 200 MB per file; the ``api-key``
-  header. The 401 body is Azure's widely quoted "Access denied due to invalid
-  subscription key or wrong API endpoint" object.
+  header; its examples create batches with ``endpoint="/chat/completions"`` and lines
+  with ``"url": "/chat/completions"``, as does the REST reference's sample ("Batch -
+  Create", https://learn.microsoft.com/rest/api/azureopenai/batch/create, api-version
+  2024-10-21: ``POST {endpoint}/openai/batches?api-version=...`` answering
+  ``"endpoint": "/chat/completions"``; ``api-version`` is a required query parameter of
+  those data-plane paths). The 401 body is Azure's widely quoted "Access denied due to
+  invalid subscription key or wrong API endpoint" object.
+- Azure v1 API: "API version lifecycle"
+  (https://learn.microsoft.com/azure/ai-foundry/openai/api-version-lifecycle): the plain
+  ``OpenAI(api_key=..., base_url="https://RESOURCE.openai.azure.com/openai/v1/")`` client
+  works with an API key (the openai SDK sends it as ``Authorization: Bearer``), and
+  Entra ID tokens go in the same header; so Bearer is accepted beside ``api-key``.
 - Groq: Groq Batch API docs (https://console.groq.com/docs/batch) and the groq SDK's
   ``batches.create`` (``completion_window``: "24h" to "7d"); lines carry ``custom_id``,
   ``method``, ``url`` and ``body`` ("The structure for each line must include"), as
@@ -80,7 +97,12 @@ class Profile:
         window_text: the accepted windows, as the refusal names them.
         max_lines: most requests per input file.
         max_file_bytes: largest ``purpose=batch`` upload, bytes (decimal MB as documented).
-        api_key_header: whether the ``api-key`` header is required (Azure).
+        api_key_header: whether the ``api-key`` header is accepted beside
+            ``Authorization: Bearer`` (Azure; a missing key gets Azure's 401 object).
+        bare_endpoints: whether a batch ``endpoint`` and a line ``url`` may leave out
+            ``/v1`` (Azure: ``/chat/completions``).
+        data_plane_paths: whether ``prefix + "/files"``, ``"/batches"`` are served too,
+            with a required ``api-version`` query (Azure's versioned data-plane API).
         deployment_model: whether every line must name the one deployment (Azure).
         optional_line_keys: line keys OpenAI requires that this service does not.
         expires: whether a job that overruns its window is expired.
@@ -94,6 +116,8 @@ class Profile:
     max_lines: int
     max_file_bytes: int
     api_key_header: bool = False
+    bare_endpoints: bool = False
+    data_plane_paths: bool = False
     deployment_model: bool = False
     optional_line_keys: frozenset[str] = frozenset()
     expires: bool = True
@@ -102,6 +126,14 @@ class Profile:
     def api_prefix(self) -> str:
         """``prefix + "/v1"``: where the SDK's paths (``/files``, ``/batches``) start."""
         return self.prefix + "/v1"
+
+    def canonical_endpoint(self, endpoint: Any) -> Any:
+        """``endpoint`` as OpenAI spells it: ``/chat/completions`` -> ``/v1/chat/completions``
+        where this service accepts the bare form; anything else unchanged."""
+        if self.bare_endpoints and isinstance(endpoint, str) and endpoint.startswith("/"):
+            if not endpoint.startswith("/v1/"):
+                return "/v1" + endpoint
+        return endpoint
 
     def check_window(self, window: Any) -> None:
         """Raises a 400 :class:`ApiError` for a window this service refuses."""
@@ -125,6 +157,8 @@ AZURE = Profile(
     max_lines=100_000,  # Azure batch guide: "100,000 requests" per file
     max_file_bytes=200 * 1000 * 1000,  # Azure batch guide: 200 MB per file
     api_key_header=True,  # Azure batch guide (REST tab): the api-key header
+    bare_endpoints=True,  # Azure batch guide + REST sample: endpoint "/chat/completions"
+    data_plane_paths=True,  # REST reference: {endpoint}/openai/batches?api-version=
     deployment_model=True,  # "the same Global Batch deployment name ... on each line"
     expires=False,  # "we don't expire the jobs that take longer"
 )

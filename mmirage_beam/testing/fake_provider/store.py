@@ -146,6 +146,9 @@ class Batch:
     # OpenAI only.
     profile: str | None = None  # an OpenAI-compatible profile's name (azure-openai, ...)
     endpoint: str = ""
+    #: the ``endpoint`` as the create gave it (Azure's ``/chat/completions``), if not
+    #: ``endpoint`` itself
+    endpoint_shown: str | None = None
     input_file_id: str = ""
     completion_window: str = "24h"
     metadata: dict[str, str] | None = None
@@ -187,6 +190,8 @@ class Store:
         self.max_batch_file_bytes = max_batch_file_bytes
         self.lock = threading.RLock()
         self.results_base_url = ""  # base_url of the last start(), kept after stop()
+        #: model names admitted beside the rule table's (``--models``); kept by reset()
+        self.models: frozenset[str] = frozenset()
         self.reset()
 
     def reset(self) -> None:
