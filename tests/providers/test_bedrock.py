@@ -242,15 +242,18 @@ def _bundled(tmp_path: Path, rows: int, **proc) -> str:
     return write_config(tmp_path, cfg)
 
 
-def _sdk_outputs(s3) -> dict[str, dict]:
-    """recordId -> modelOutput of every .out file in the bucket, read back with boto3."""
+def _sdk_outputs(s3) -> tuple[dict[str, dict], int]:
+    """recordId -> modelOutput of every .out file in the bucket, read back with boto3,
+    and the number of lines read."""
     out: dict[str, dict] = {}
+    n = 0
     for key in s3.keys("runs/"):
         if key.endswith(".jsonl.out"):
             for raw in s3.read(key).splitlines():
                 line = json.loads(raw)
                 out[line["recordId"]] = line["modelOutput"]
-    return out
+                n += 1
+    return out, n
 
 
 def test_a_small_run_is_padded_merged_in_order_and_matches_what_boto3_reads(
@@ -269,8 +272,9 @@ def test_a_small_run_is_padded_merged_in_order_and_matches_what_boto3_reads(
     assert "batch price anthropic.claude-3-5-haiku-20241022-v1:0: $0.4 in / $2 out" in text.out
     merged = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines() if x]
     rows = [json.loads(x) for x in GSM8K.read_text(encoding="utf-8").splitlines()[:20]]
-    outputs = _sdk_outputs(s3)
-    assert len(outputs) == 2 * 100  # 20 records + 80 padding records per job
+    outputs, lines = _sdk_outputs(s3)
+    assert lines == 2 * 100  # 20 records + 80 padding records per job
+    assert sorted(r for r in outputs if r.startswith("ZP")) == [f"ZP{i:06d}" for i in range(1, 81)]
     assert [m["source_index"] for m in merged] == list(range(20))
     for i, (row, m) in enumerate(zip(rows, merged)):
         assert m["question"] == row["question"] and "mmirage_errors" not in m
@@ -298,8 +302,20 @@ def test_a_lost_create_answer_replays_the_same_token(tmp_path, capsys, bedrock_e
     assert submit_main(["--config", cfg, "--run-id", "b2"]) == 0
     jobs = list(fake.registered_fake("bedrock")._state["jobs"].values())
     assert len(jobs) == 2  # one per output (solution, grading): no duplicate
-    assert fake.call_counts()["bedrock_create_job"] == 3
+    assert fake.call_counts()["bedrock_create_job"] == 3  # the retry replayed the token
+    assert "bedrock_list_jobs" not in fake.call_counts()  # ... and looked nothing up
     assert set(fake.create_counts().values()) == {1}
+    # A resumed run finds a chunk's job by its name (a crash lost the receipt).
+    from mmirage_beam.config.loader import load_config
+    from mmirage_beam.providers.base import opened_adapter
+    from mmirage_beam.providers.bedrock import BedrockBatchAdapter
+
+    config = load_config(cfg).processor
+    with opened_adapter(BedrockBatchAdapter, config, run_id="b2") as adapter:
+        found = adapter.find_batch("b2", "grading-chunk-000001")
+        assert found is not None and found.status == "completed"
+        assert found.raw["jobName"] == "mmirage-b2-grading-chunk-000001"
+        assert adapter.find_batch("b2", "grading-chunk-000002") is None
     assert merge_main(["--config", cfg, "--output-path", str(tmp_path / "m.jsonl")]) == 0
 
 

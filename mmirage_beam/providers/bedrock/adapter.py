@@ -360,6 +360,19 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
             request_count=len(lines),
         )
 
+    def adopt_lost_create(
+        self,
+        what: str,
+        chunk_id: str,
+        first_attempt_at: float,
+        request_count: Optional[int] = None,
+    ) -> Optional[SubmittedBatch]:
+        """None: a retried create needs no lookup, it sends the same
+        ``clientRequestToken`` and Bedrock answers the job the lost attempt made (no
+        listing, so no window where a list has not seen the job yet). :meth:`find_batch`
+        is still what a resumed run uses for a chunk whose receipt a crash lost."""
+        return None
+
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None
     ) -> Optional[FoundBatch]:
