@@ -369,3 +369,86 @@ def test_record_ids_and_job_names_follow_the_model():
     token = client_request_token("run", "chunk")
     assert token == client_request_token("run", "chunk") != client_request_token("run", "c2")
     assert re.fullmatch(r"[a-zA-Z0-9]{1,256}(-*[a-zA-Z0-9]){0,256}", token)
+
+
+# -- every outcome in one output file (as tests/transforms/test_verdicts.py does for the
+# other providers) ------------------------------------------------------------------------
+
+_EVERY = {
+    "FAKE_ERROR:refusal": "refusal",
+    "FAKE_ERROR:length": "truncated",  # a cut JSON answer: truncated, not invalid_json
+    "FAKE_ERROR:empty": "empty",
+    "FAKE_ERROR:malformed_line": "malformed_response",
+    "FAKE_ERROR:truncated_line": "malformed_response",
+    "FAKE_ERROR:wrong_shape": "malformed_response",
+    "FAKE_ERROR:invalid_utf8": "malformed_response",
+    "FAKE_ERROR:u2028": "invalid_request_error",
+    "FAKE_ERROR:not_json": "invalid_json",
+    "FAKE_ERROR:error_body_200": "malformed_response",
+    "FAKE_ERROR:empty_body_200": "malformed_response",
+    "FAKE_ERROR:server_error": "server_error",
+    "FAKE_ERROR:rate_limit": "rate_limit_error",
+    "FAKE_ERROR:timeout": "request_timeout",
+}
+_RETRYABLE = {"malformed_response", "empty", "server_error", "rate_limit_error", "request_timeout"}
+
+
+@pytest.mark.parametrize("model", [CLAUDE, LLAMA])
+def test_verdicts_merge_of_every_outcome(tmp_path, capsys, bedrock_env, s3, model):
+    """One output file mixing every outcome, shuffled: every row written, in order, with
+    typed errors (Llama has no refusal: its refusal row is an answer), exit 1."""
+    from tests.conftest import base_config
+
+    fake = bedrock_env
+    expected = dict(_EVERY)
+    if model == LLAMA:
+        del expected["FAKE_ERROR:refusal"]
+    markers = {i + 1: m for i, m in enumerate(expected)}
+    n = len(markers) + 3
+    rows = [json.loads(x) for x in GSM8K.read_text(encoding="utf-8").split("\n")[:n]]
+    for i, marker in markers.items():
+        rows[i]["question"] += f" {marker}"
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    cfg = base_config(
+        tmp_path,
+        "bedrock",
+        model=model,
+        role_arn=ROLE,
+        s3_staging_uri=s3.uri("verdicts"),
+        endpoint_url=fake.base_url,
+        region=REGION,
+    )
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    cfg["processing_params"]["outputs"][0].update(
+        output_type="JSON", output_schema={"value": "str"}
+    )
+    cfg["processing_params"]["output_schema"]["answer"] = "{{ answer.value }}"
+    cfg = write_config(tmp_path, cfg)
+    fake.script(shuffle_results=True)
+    assert submit_main(["--config", cfg, "--run-id", "v1"]) == 0
+    capsys.readouterr()
+    out_path = tmp_path / "merged.jsonl"
+    code = merge_main(["--config", cfg, "--output-path", str(out_path)])
+    out = " ".join(capsys.readouterr().out.split())
+    merged = [json.loads(x) for x in out_path.read_bytes().split(b"\n") if x.strip()]
+    errors_path = tmp_path / "merged.errors.jsonl"
+    errors = [json.loads(x) for x in errors_path.read_bytes().split(b"\n") if x.strip()]
+    assert code == 1, out
+    assert [m["source_index"] for m in merged] == list(range(n))
+    by_index = {e["source_index"]: e for e in errors}
+    assert sorted(by_index) == sorted(markers), errors
+    for i, m in enumerate(merged):
+        if i not in markers:
+            assert "mmirage_errors" not in m and isinstance(m["answer"], str)
+            continue
+        kind = expected[markers[i]]
+        err = m["mmirage_errors"]["answer"]
+        assert err["type"] == kind == by_index[i]["error_type"], (markers[i], err)
+        assert err["retryable"] is (kind in _RETRYABLE), (markers[i], err)
+        if kind == "malformed_response":
+            assert "line " in err["message"] and "byte offset" in err["message"]
+    u2028 = by_index[next(i for i, mk in markers.items() if mk == "FAKE_ERROR:u2028")]
+    assert "\u2028" in u2028["message"]
+    assert f"rows written: {n}" in out and "outputs succeeded: 3" in out
+    assert "unknown custom_ids: 0" in out and "unreadable lines: 0" in out
