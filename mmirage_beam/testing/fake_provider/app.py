@@ -266,6 +266,8 @@ class FakeProviderServer:
         """
         if provider in PROFILES:  # OpenAI-compatible services: <base>/<prefix>/v1
             return self.base_url + PROFILES[provider].api_prefix
+        if provider in self._registered:  # a registered fake's routes: at the root
+            return self.base_url
         if provider not in PROVIDERS:
             known = (*PROVIDERS, *PROFILES)
             raise ValueError(f"provider must be one of {known}, got {provider!r}")
