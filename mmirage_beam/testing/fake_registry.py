@@ -11,7 +11,9 @@ A registered class is built as ``cls(store)`` (the fake's
 :class:`~mmirage_beam.testing.fake_provider.store.Store`) and has
 ``claims(path: str) -> bool`` (whether a request path is its) and
 ``handle(request: werkzeug.Request) -> werkzeug.Response``; it keeps its state in
-``store.provider_state[<name>]``, which ``reset()`` empties.
+``store.provider_state[<name>]``, which ``reset()`` empties. It may have
+``demo(base_url: str, rows: int)``, a context manager yielding the processor keys of
+``mmirage demo --provider <name>`` (starting whatever else the demo needs).
 """
 
 from __future__ import annotations

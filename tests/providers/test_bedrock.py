@@ -6,6 +6,7 @@ idempotent create; the minimum records per job."""
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -452,3 +453,26 @@ def test_verdicts_merge_of_every_outcome(tmp_path, capsys, bedrock_env, s3, mode
     assert "\u2028" in u2028["message"]
     assert f"rows written: {n}" in out and "outputs succeeded: 3" in out
     assert "unknown custom_ids: 0" in out and "unreadable lines: 0" in out
+
+
+def test_demo_runs_offline_against_the_fakes(tmp_path, capsys, monkeypatch):
+    """``mmirage demo --provider bedrock``: the fake control plane and moto's S3 in
+    this process, no account; 20 rows (padded to the minimum) merged in order."""
+    pytest.importorskip("moto.server")
+    from pipelines.cli import main as cli_main
+
+    for key in ("AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    argv = ["demo", "--provider", "bedrock", "--workdir", str(tmp_path), "--rows", "20"]
+    code = cli_main([*argv, "--delay", "0.5"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    merged = [
+        json.loads(x) for x in (tmp_path / "bedrock" / "merged.jsonl").read_text().splitlines()
+    ]
+    rows = [json.loads(x) for x in GSM8K.read_text(encoding="utf-8").splitlines()[:20]]
+    assert [m["source_index"] for m in merged] == list(range(20))
+    assert [m["question"] for m in merged] == [r["question"] for r in rows]
+    assert all(m["solution"].startswith("FAKE:") and 1 <= m["difficulty"] <= 5 for m in merged)
+    assert "rows written:        20" in out
+    assert "AWS_ENDPOINT_URL_S3" not in os.environ  # restored

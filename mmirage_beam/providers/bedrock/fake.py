@@ -53,6 +53,7 @@ Script keys honoured: ``processing_delay_secs``, ``expire_after_requests``,
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as _dt
 import json
@@ -60,7 +61,7 @@ import logging
 import re
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
@@ -181,6 +182,58 @@ class BedrockFake:
         )
 
     # -- the registry's contract ------------------------------------------------------
+    @contextlib.contextmanager
+    def demo(self, base_url: str, rows: int) -> Iterator[dict[str, Any]]:
+        """What ``mmirage demo --provider bedrock`` needs besides the fake: moto's S3
+        server in this process (a thread on a free loopback port, with a bucket), test
+        credentials and ``AWS_ENDPOINT_URL_S3`` in the environment; yields the processor
+        keys of the demo's config.
+
+        Raises:
+            RuntimeError: moto is not installed (naming ``pip install 'moto[server]'``).
+        """
+        try:
+            from moto.server import ThreadedMotoServer
+        except ImportError:
+            raise RuntimeError(
+                "mmirage demo --provider bedrock runs S3 in-process with moto: "
+                "pip install 'moto[server]'"
+            ) from None
+        import os
+
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        env = {
+            "AWS_ACCESS_KEY_ID": "mmirage-demo",
+            "AWS_SECRET_ACCESS_KEY": "mmirage-demo-not-a-real-key",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL_S3": f"http://{host}:{port}",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            self._s3().create_bucket(Bucket="mmirage-demo")
+            yield {
+                "endpoint_url": base_url,
+                "region": "us-east-1",
+                "role_arn": f"arn:aws:iam::{ACCOUNT}:role/mmirage-demo",
+                "s3_staging_uri": "s3://mmirage-demo/runs",
+                # one job per output: at least Bedrock's minimum of 100 records (a
+                # smaller --rows is padded, see docs/providers.md)
+                "max_requests_per_chunk": max(self.min_records, rows),
+            }
+        finally:
+            server.stop()
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
     def claims(self, path: str) -> bool:
         """Whether ``path`` is one of Bedrock's routes."""
         return path.startswith(self.PREFIXES)
