@@ -219,7 +219,12 @@ def test_terminal_states_map_to_the_typed_outcomes(bedrock_env, s3, setup, statu
         assert results == [] and progress.error_code == "batch_failed"
         assert "records" in progress.detail
     elif status in ("Expired", "Stopped"):
-        assert len(results) == 50 and progress.error_code in ("expired", "cancelled")
+        # 50 answered, then the 70 never run, each a retryable error of the job's kind
+        assert len(results) == 120 and progress.error_code in ("expired", "cancelled")
+        assert (progress.completed, progress.failed, progress.total) == (50, 70, 120)
+        never = [r for r in results if r.error is not None]
+        assert len(never) == 70 and {r.error.type for r in never} == {progress.error_code}
+        assert {r.custom_id for r in never} == {f"REC{i:05d}" for i in range(50, 120)}
     else:
         assert len(results) == 120
     if "marker" in setup:
@@ -291,6 +296,37 @@ def test_a_small_run_is_padded_merged_in_order_and_matches_what_boto3_reads(
         "mmirage-b1-grading-chunk-000001",
     }
     assert check_main(["--config", cfg]) == 0
+
+
+@pytest.mark.parametrize("kind", ["expire", "cancel"])
+def test_an_expired_or_stopped_job_is_a_failure_everywhere(tmp_path, capsys, bedrock_env, kind):
+    """check (exit 1), merge and resubmit count the same failures: the records the job
+    never ran are retryable ``expired`` / ``cancelled`` errors, the rest merge."""
+    from pipelines.resubmit import main as resubmit_main
+
+    fake = bedrock_env
+    fake.registered_fake("bedrock").min_records = 1
+    cfg = _bundled(tmp_path, 10, min_records_per_job=1)
+    raw = yaml.safe_load(Path(cfg).read_text(encoding="utf-8"))
+    raw["processing_params"]["outputs"] = raw["processing_params"]["outputs"][:1]
+    raw["processing_params"]["output_schema"] = {"solution": "{{ solution }}"}
+    cfg = write_config(tmp_path, raw)
+    fake.script(**{f"{kind}_after_requests": 6})
+    assert submit_main(["--config", cfg, "--run-id", "x1"]) == 0
+    capsys.readouterr()
+    assert check_main(["--config", cfg]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "requests done 6, failed 4, total 10" in out
+    merged_path = tmp_path / "merged.jsonl"
+    assert merge_main(["--config", cfg, "--output-path", str(merged_path)]) == 1
+    merged = [json.loads(x) for x in merged_path.read_text(encoding="utf-8").splitlines()]
+    assert [m["source_index"] for m in merged] == list(range(10))
+    errors = [m["mmirage_errors"]["solution"] for m in merged if "mmirage_errors" in m]
+    word = {"expire": "expired", "cancel": "cancelled"}[kind]
+    assert len(errors) == 4 and {(e["type"], e["retryable"]) for e in errors} == {(word, True)}
+    capsys.readouterr()
+    assert resubmit_main(["--config", cfg, "--only", "all", "--new-run-id", "x2"]) == 0
+    assert "re-sending 4 failed request(s) (all)" in capsys.readouterr().err
 
 
 def test_a_lost_create_answer_replays_the_same_token(tmp_path, capsys, bedrock_env, s3):

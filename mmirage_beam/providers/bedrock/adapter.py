@@ -62,7 +62,7 @@ from mmirage_beam.providers.bedrock.tokens import count_bedrock_request
 from mmirage_beam.providers.chunk_files import iter_chunk_lines
 from mmirage_beam.providers.retrying import transport_errors
 from mmirage_beam.providers.tokens import TokenCount
-from mmirage_beam.records import ProviderResult
+from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import results_from_lines
 
 _LOG = logging.getLogger(__name__)
@@ -80,6 +80,12 @@ STATUS_MAP: Dict[str, str] = {
     "failed": "failed",
     "stopped": "failed",
     "expired": "failed",
+}
+#: job states that end with records never run -> (their outcome type, why): both
+#: retryable (:data:`mmirage_beam.results.RETRYABLE_ERROR_TYPES`).
+NEVER_RAN: Dict[str, tuple[str, str]] = {
+    "Expired": ("expired", "the job's timeout_hours passed before this record ran"),
+    "Stopped": ("cancelled", "the job was stopped before this record ran"),
 }
 #: error codes of botocore ``ClientError`` worth another attempt (the model's
 #: ``ThrottlingException`` and ``InternalServerException``, and S3's 5xx codes).
@@ -431,16 +437,22 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
         return self.check_batch_status(provider_batch_id, config)
 
     def describe_batch(self, result: _Result) -> _Progress:
-        """``status``; done = ``successRecordCount``, failed = ``errorRecordCount``,
-        total = ``totalRecordCount``; ``message`` as detail."""
+        """``status``; done = ``successRecordCount``, failed = ``errorRecordCount`` (for a
+        ``Stopped`` or ``Expired`` job, every record not answered), total =
+        ``totalRecordCount``; ``message`` as detail."""
         raw = result.raw_response or {}
         status = str(raw.get("status") or result.status)
         codes = {"Failed": "batch_failed", "Expired": "expired", "Stopped": "cancelled"}
+        done = whole_count(raw.get("successRecordCount"))
+        failed = whole_count(raw.get("errorRecordCount"))
+        total = whole_count(raw.get("totalRecordCount"))
+        if status in NEVER_RAN and done is not None and total is not None:
+            failed = total - done  # the records never run failed with the job
         return _Progress(
             provider_status=status,
-            completed=whole_count(raw.get("successRecordCount")),
-            failed=whole_count(raw.get("errorRecordCount")),
-            total=whole_count(raw.get("totalRecordCount")),
+            completed=done,
+            failed=failed,
+            total=total,
             created_at=_parse_timestamp(raw.get("submitTime")),
             detail=" ".join(str(raw.get("message") or "").split()),
             error_code=codes.get(status),
@@ -460,14 +472,17 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
     ) -> Iterator[ProviderResult]:
         """Stream the job's ``.out`` file from S3, one result per line, joined on
         ``recordId`` (turned back into the custom_id; padding records dropped), each line
-        parsed on its own. A ``Failed``, ``Stopped`` or ``Expired`` job that wrote no output
-        yields nothing. The
+        parsed on its own; then, for a ``Stopped`` or ``Expired`` job, an ``expired`` /
+        ``cancelled`` error for every record that has no line (:data:`NEVER_RAN`). A
+        ``Failed`` job that wrote no output yields nothing. The
         line count is checked against ``manifest.json.out`` (a mismatch is logged).
         Memory: one line."""
         job = self._get_job(provider_batch_id)
         bucket, key, manifest_key = self.output_location(job)
         ended_early = job.get("status") in ("Failed", "Stopped", "Expired")
         if ended_early and not self._exists(bucket, key):
+            if job.get("status") in NEVER_RAN:  # stopped or expired before any output
+                yield from self._never_ran(job, set())
             return
 
         @contextlib.contextmanager
@@ -484,16 +499,49 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
             self.is_retryable_lookup,
         )
         seen = 0
+        answered: set[str] = set()
         for result in results_from_lines(
             lines, normalise_result_line, f"output s3://{bucket}/{key}", id_key="recordId"
         ):
             seen += 1
             rid = result.custom_id
+            if rid is not None:
+                answered.add(rid)
             if rid is not None and rid.startswith(PAD_PREFIX):
                 continue
             cid = custom_id_of(rid) if rid is not None else None
             yield result._replace(custom_id=cid or rid)
         self._check_manifest(bucket, manifest_key, seen, provider_batch_id)
+        if job.get("status") in NEVER_RAN:
+            yield from self._never_ran(job, answered)
+
+    def _never_ran(self, job: Mapping[str, Any], answered: set[str]) -> Iterator[ProviderResult]:
+        """A ``Stopped`` or ``Expired`` job's records that have no output line: each an
+        ``expired`` / ``cancelled`` error (retryable), read from the job's input file."""
+        kind, why = NEVER_RAN[job["status"]]
+        bucket, key = _split_s3(job["inputDataConfig"]["s3InputDataConfig"]["s3Uri"])
+
+        @contextlib.contextmanager
+        def open_stream() -> Iterator[Iterator[bytes]]:
+            body = self._s3.get_object(Bucket=bucket, Key=key)["Body"]
+            try:
+                yield body.iter_chunks(1 << 16)
+            finally:
+                body.close()
+
+        lines = self.stream_lines_with_retries(
+            f"S3 get_object (s3://{bucket}/{key})", open_stream, self.is_retryable_lookup
+        )
+        for line in lines:
+            if not line.data.strip():
+                continue
+            try:
+                rid = json.loads(line.data).get("recordId")
+            except (ValueError, AttributeError):
+                continue
+            if not isinstance(rid, str) or rid in answered or rid.startswith(PAD_PREFIX):
+                continue
+            yield ProviderResult(custom_id_of(rid) or rid, error=ResultError(kind, why))
 
     def _exists(self, bucket: str, key: str) -> bool:
         try:
