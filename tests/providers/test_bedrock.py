@@ -329,7 +329,9 @@ def test_an_expired_or_stopped_job_is_a_failure_everywhere(tmp_path, capsys, bed
     assert "re-sending 4 failed request(s) (all)" in capsys.readouterr().err
 
 
-def test_a_lost_create_answer_replays_the_same_token(tmp_path, capsys, bedrock_env, s3):
+def test_a_lost_create_answer_replays_the_same_token(
+    tmp_path, capsys, bedrock_env, s3, fast_provider_retries
+):
     """The create makes the job but answers 500: the retry, with the same
     clientRequestToken, gets the same job back; no second job."""
     fake = bedrock_env
@@ -342,6 +344,12 @@ def test_a_lost_create_answer_replays_the_same_token(tmp_path, capsys, bedrock_e
     assert fake.call_counts()["bedrock_create_job"] == 3  # the retry replayed the token
     assert "bedrock_list_jobs" not in fake.call_counts()  # ... and looked nothing up
     assert set(fake.create_counts().values()) == {1}
+    # Transient not-founds on a receipted job, and a throttle, are retried.
+    fake.script(leading_errors={"status": 404, "count": 2, "paths": ["bedrock_get_job"]})
+    assert check_main(["--config", cfg]) == 0
+    fake.script(leading_errors={"status": 429, "count": 1, "paths": ["bedrock_get_job"]})
+    assert check_main(["--config", cfg]) == 0
+    assert fake.script_view()["leading_errors"]["count"] == 0
     # A resumed run finds a chunk's job by its name (a crash lost the receipt).
     from mmirage_beam.config.loader import load_config
     from mmirage_beam.providers.base import opened_adapter
