@@ -60,7 +60,7 @@ import json
 import logging
 import re
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 from werkzeug.exceptions import HTTPException
@@ -144,12 +144,14 @@ def _patterns(value: Any, shape: Any, where: str, problems: list[str]) -> None:
 
 @dataclass
 class _Job:
+    """One job: its lifecycle and records (``batch``), ARN, create parameters without
+    the token, the token, and a ``message`` once validation failed."""
+
     batch: Batch
     arn: str
     params: dict[str, Any]
+    token: Optional[str] = None
     message: Optional[str] = None
-    records: list[dict[str, Any]] = field(default_factory=list)
-    written: bool = False
 
 
 class BedrockFake:
@@ -260,7 +262,8 @@ class BedrockFake:
             problems = check_shape(body, self._model.operation_model(op).output_shape)
             if problems:
                 raise AssertionError(f"the fake's {op} answer breaks the model: {problems}")
-            return Response(json.dumps(_wire(body)), 200, mimetype="application/json")
+            # timestamps are epoch seconds already: rest-json's default format
+            return Response(json.dumps(body), 200, mimetype="application/json")
         except BedrockError as err:
             return _error(err)
         except Exception:  # a bug in the fake: answer 500 rather than drop the connection
@@ -303,6 +306,7 @@ class BedrockFake:
                 raise _scripted(failure.status, "create")
             job = self._new_job(params, same, region)
             if token:
+                job.token = token
                 self._state["tokens"][token] = job.batch.id
             if failure is not None:
                 raise _scripted(failure.status, "create (the job was made)")
@@ -509,8 +513,8 @@ class BedrockFake:
             "jobExpirationTime": batch.created
             + 3600 * job.params.get("timeoutDurationInHours", 24),
         }
-        if "clientRequestToken" in self._tokens_of(job):
-            out["clientRequestToken"] = self._tokens_of(job)["clientRequestToken"]
+        if job.token:
+            out["clientRequestToken"] = job.token
         if ended is not None:
             out["endTime"] = ended
         if job.message:
@@ -527,12 +531,6 @@ class BedrockFake:
                 errorRecordCount=done - ok,
             )
         return out
-
-    def _tokens_of(self, job: _Job) -> dict[str, str]:
-        for token, job_id in self._state["tokens"].items():
-            if job_id == job.batch.id:
-                return {"clientRequestToken": token}
-        return {}
 
     def _write(self, job: _Job, done: list[Item]) -> None:
         """Write ``<out>/<jobId>/<input name>.out`` and ``manifest.json.out``."""
@@ -561,7 +559,6 @@ class BedrockFake:
         s3.put_object(
             Bucket=bucket, Key=f"{folder}/manifest.json.out", Body=json.dumps(manifest).encode()
         )
-        job.written = True
 
 
 def _phase(batch: Batch, now: float) -> tuple[str, Optional[float]]:
@@ -691,10 +688,6 @@ def _parse_time(name: str, raw: str) -> float:
     if when.tzinfo is None:
         when = when.replace(tzinfo=_dt.timezone.utc)
     return when.timestamp()
-
-
-def _wire(value: Any) -> Any:
-    return value  # timestamps are already epoch seconds, rest-json's default format
 
 
 def _error(err: BedrockError) -> Response:
