@@ -178,6 +178,9 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
         input_file_id=("inputDataConfig", "s3InputDataConfig", "s3Uri"),
     )
     FIND_BATCH_PAGE_SIZE: ClassVar[int] = 100
+    #: find_batch finds a chunk's job by its name (a resumed run); a retried create
+    #: needs no lookup: it replays the chunk's clientRequestToken (adopt_lost_create)
+    adopts_by_metadata: ClassVar[bool] = True
 
     @classmethod
     def check_dependencies(cls) -> None:
