@@ -181,6 +181,8 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
     #: find_batch finds a chunk's job by its name (a resumed run); a retried create
     #: needs no lookup: it replays the chunk's clientRequestToken (adopt_lost_create)
     adopts_by_metadata: ClassVar[bool] = True
+    #: botocore's connection errors, set in setup (before it: the builtins')
+    _connection_errors: tuple[type[BaseException], ...] = ()
 
     @classmethod
     def check_dependencies(cls) -> None:
@@ -217,7 +219,7 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
         code, status = _client_error_code(exc)
         if code is not None:
             return code in RETRYABLE_CODES or status == 429 or (status or 0) >= 500
-        return isinstance(exc, getattr(self, "_connection_errors", transport_errors()))
+        return isinstance(exc, self._connection_errors or transport_errors())
 
     def is_retryable_lookup(self, exc: BaseException) -> bool:
         """:meth:`is_retryable`, plus not-found answers (a receipted job exists)."""
