@@ -3,10 +3,11 @@ their sources.
 
 Limits of one batch inference job (``CreateModelInvocationJob``). AWS publishes them as
 *default service quotas* per account, region and model (Amazon Bedrock endpoints and
-quotas, https://docs.aws.amazon.com/general/latest/gr/bedrock.html#limits_bedrock; the
-quota names are listed in "Format and upload your batch inference data",
-https://docs.aws.amazon.com/bedrock/latest/userguide/batch-inference-data.html, read
-2026-12):
+quotas, https://docs.aws.amazon.com/general/latest/gr/bedrock.html#limits_bedrock). The
+quota names below are quoted from "Format and upload your batch inference data"
+(https://docs.aws.amazon.com/bedrock/latest/userguide/batch-inference-data.html, read
+2026-12-06); their default values are the quotas page's as we know them, not re-read
+today (the page was not reachable from here): check Service Quotas for your account.
 
 - "Minimum number of records per batch inference job": 100;
 - "Records per batch inference job" and "Records per input file per batch inference
