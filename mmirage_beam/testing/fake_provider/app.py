@@ -399,6 +399,11 @@ class FakeProviderServer:
         response.headers[header] = new_id("req_")
         return response(environ, start_response)
 
+    @property
+    def registered_names(self) -> list[str]:
+        """The names of the fakes registered from their provider's package, sorted."""
+        return sorted(self._registered)
+
     def registered_fake(self, name: str) -> Any:
         """The handler of the fake registered as ``name`` (KeyError: none)."""
         return self._registered[name]
