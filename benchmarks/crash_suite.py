@@ -193,8 +193,9 @@ class Trial:
                 region="us-east-1",
                 min_records_per_job=1,  # the fake's minimum is lowered too (run_suite)
             )
-            if "base_url" in processor:
-                processor = {**processor, "endpoint_url": processor.pop("base_url")}
+            if "base_url" in processor:  # a proxy in front of the fake
+                processor = dict(processor)
+                processor["endpoint_url"] = processor.pop("base_url")
         proc.update(processor)
         cfg = {
             "processors": [proc],
