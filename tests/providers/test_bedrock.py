@@ -520,3 +520,44 @@ def test_demo_runs_offline_against_the_fakes(tmp_path, capsys, monkeypatch):
     assert all(m["solution"].startswith("FAKE:") and 1 <= m["difficulty"] <= 5 for m in merged)
     assert "rows written:        20" in out
     assert "AWS_ENDPOINT_URL_S3" not in os.environ  # restored
+
+
+def test_bodies_of_both_families_images_and_json():
+    """Claude: Messages body, base64 images, output_config for JSON; Llama: the chat
+    template, the schema in the prompt, no images."""
+    from mmirage_beam.errors import RequestBuildError
+    from mmirage_beam.providers.bedrock import BedrockBatchAdapter, BedrockBatchConfig
+    from mmirage_beam.providers.bedrock.requests import LLAMA_JSON_INSTRUCTION
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    image = {"source": "a.png", "url": None, "media_type": "image/png", "data": "iVBORw0KGgo="}
+    payload = {
+        "messages": [{"role": "user", "content": "How many?"}],
+        "images": [image],
+        "output_name": "count",
+        "json_schema": schema,
+    }
+    adapter = BedrockBatchAdapter()
+    claude = BedrockBatchConfig(role_arn=ROLE, s3_staging_uri="s3://bkt/p", temperature=0.5)
+    rec = adapter.build_request("count-text-7", payload, claude)
+    assert rec["recordId"] == "countZDtextZD7"
+    body = rec["modelInput"]
+    assert body["anthropic_version"] == "bedrock-2023-05-31" and body["max_tokens"] == 1024
+    assert body["temperature"] == 0.5 and "model" not in body
+    assert body["messages"][0]["content"][1]["source"] == {
+        "type": "base64",
+        "media_type": "image/png",
+        "data": "iVBORw0KGgo=",
+    }
+    assert body["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+    assert adapter.request_without_id(rec) == {"modelInput": body}
+    count = adapter.count_request_tokens(rec)
+    assert count.input_tokens > 0 and count.max_output_tokens == 1024 and not count.exact
+    with pytest.raises(RequestBuildError, match="base64 images only"):
+        adapter.build_request("c-1", {**payload, "images": [{**image, "data": None}]}, claude)
+    llama = BedrockBatchConfig(role_arn=ROLE, s3_staging_uri="s3://bkt/p", model=LLAMA)
+    with pytest.raises(RequestBuildError, match="text only"):
+        adapter.build_request("c-1", payload, llama)
+    body = adapter.build_request("c-1", {**payload, "images": []}, llama)["modelInput"]
+    assert body["prompt"].startswith("<|begin_of_text|><|start_header_id|>user")
+    assert LLAMA_JSON_INSTRUCTION in body["prompt"] and body["max_gen_len"] == 1024
