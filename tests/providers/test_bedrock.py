@@ -561,3 +561,28 @@ def test_bodies_of_both_families_images_and_json():
     body = adapter.build_request("c-1", {**payload, "images": []}, llama)["modelInput"]
     assert body["prompt"].startswith("<|begin_of_text|><|start_header_id|>user")
     assert LLAMA_JSON_INSTRUCTION in body["prompt"] and body["max_gen_len"] == 1024
+
+
+def test_the_manifest_counts_are_checked_against_the_output(bedrock_env, s3, caplog):
+    from mmirage_beam.providers.base import opened_adapter
+    from mmirage_beam.providers.bedrock import BedrockBatchAdapter, BedrockBatchConfig
+
+    fake = bedrock_env
+    s3.client().put_object(Bucket=s3.bucket, Key="in/m.jsonl", Body=_records(100))
+    arn = _client(fake).create_model_invocation_job(**_create_args(s3, "in/m.jsonl"))["jobArn"]
+    config = BedrockBatchConfig(
+        role_arn=ROLE, s3_staging_uri=s3.uri("runs"), endpoint_url=fake.base_url, region=REGION
+    )
+    with opened_adapter(BedrockBatchAdapter, config, run_id="m1") as adapter:
+        assert adapter.check_batch_status(arn, config).status == "completed"
+        assert len(list(adapter.retrieve_results(arn, config))) == 100
+        assert "manifest.json.out counts" not in caplog.text
+        key = f"out/{arn.rsplit('/', 1)[-1]}/manifest.json.out"
+        manifest = json.loads(s3.read(key))
+        s3.client().put_object(
+            Bucket=s3.bucket, Key=key, Body=json.dumps({**manifest, "processedRecordCount": 101})
+        )
+        assert len(list(adapter.retrieve_results(arn, config))) == 100
+    assert "manifest.json.out counts 101 processed records, the output holds 100 lines" in (
+        caplog.text
+    )
