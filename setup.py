@@ -30,6 +30,9 @@ _GEMINI = "google-genai>=2.34,<4"
 # provider: mistral (mmirage_beam/providers/mistral/), tested with mistralai 3.7.0; 3.x
 # is where `mistralai.client.Mistral` lives.
 _MISTRAL = "mistralai>=3.7.0,<4"
+# provider: bedrock (mmirage_beam/providers/bedrock/): boto3's "bedrock" client with the
+# batch inference operations (CreateModelInvocationJob...) and "s3".
+_BEDROCK = "boto3>=1.34.150"
 
 setup(
     name="mmirage-beam",
@@ -102,6 +105,8 @@ setup(
         ],
         # provider: mistral, through the official SDK.
         "mistral": [_MISTRAL],
+        # provider: bedrock, through boto3 (the test extra has it through apache-beam[aws]).
+        "bedrock": [_BEDROCK],
     },
     entry_points={"console_scripts": ["mmirage=pipelines.cli:main"]},
 )

@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/crash_suite.py [--trials N] [--rows R] [--chunk C]
-        [--providers openai,anthropic,gemini,mistral] [--experiments a,b,...] [--seed S]
+        [--providers openai,anthropic,gemini,mistral,bedrock] [--experiments a,b,...] [--seed S]
 
 Every trial submits the first R rows of the bundled GSM8K sample (chunks of C requests)
 to the embedded fake provider as a subprocess (`python -m pipelines.submit`), injures
@@ -184,6 +184,18 @@ class Trial:
             "metadata_output_path": str(self.meta / "batch_metadata.jsonl"),
             "max_requests_per_chunk": self.chunk,
         }
+        if self.provider == "bedrock":  # boto3's endpoint_url; inputs on the S3 server
+            del proc["base_url"]
+            proc.update(
+                endpoint_url=self.base_url,
+                role_arn="arn:aws:iam::123456789012:role/crash-suite",
+                s3_staging_uri=f"s3://{os.environ['MMIRAGE_CRASH_S3_BUCKET']}/{self.dir.name}",
+                region="us-east-1",
+                min_records_per_job=1,  # the fake's minimum is lowered too (run_suite)
+            )
+            if "base_url" in processor:  # a proxy in front of the fake
+                processor = dict(processor)
+                processor["endpoint_url"] = processor.pop("base_url")
         proc.update(processor)
         cfg = {
             "processors": [proc],
@@ -296,12 +308,18 @@ class Trial:
 
     def count(self) -> tuple[int, int, int]:
         """(duplicated requests, lost rows, unsent rows)."""
+        from mmirage_beam.providers.bedrock.requests import custom_id_of
         from mmirage_beam.run.receipts import MODALITIES, adoption_rejected, read_receipts
 
+        def cid(r: dict) -> str:  # Bedrock's fake records the escaped recordId
+            return str(
+                custom_id_of(r["custom_id"]) if self.provider == "bedrock" else r["custom_id"]
+            )
+
         sent = collections.Counter(
-            r["custom_id"]
-            for r in self.fake.submitted_requests(self.provider)
-            if str(r["custom_id"]).startswith("answer-")
+            cid(r)
+            for r in self.fake.submitted_requests()
+            if r["provider"] == self.provider and cid(r).startswith("answer-")
         )
         duplicates = sum(n - 1 for n in sent.values())
         receipted: set[str] = set()
@@ -630,6 +648,7 @@ def run_trial(
             # the default model
             "gemini": ("/v1beta/models/gemini-2.5-flash:batchGenerateContent", ""),
             "mistral": ("/mistral/v1/batch/jobs", "/mistral"),
+            "bedrock": ("/model-invocation-job", ""),
         }[trial.provider]
         with SlowProxy(trial.fake.base_url) as proxy:
             proxy.delay("POST", path, 2.5, count=rng.randint(1, 2))
@@ -759,8 +778,17 @@ def run_suite(
     root = Path(tempfile.mkdtemp(prefix="mmirage-crash-"))
     portable = Portable(root)
     flink = Flink(root)
+    s3 = None
     try:
         with FakeProviderServer() as fake:
+            if "bedrock" in providers:  # its inputs and outputs live on a real S3 server
+                sys.path.insert(0, str(REPO))
+                from tests.storage_servers import S3Server
+
+                s3 = S3Server(root / "s3")
+                s3.start()
+                os.environ.update(s3.endpoint_env, MMIRAGE_CRASH_S3_BUCKET=s3.bucket)
+                fake.registered_fake("bedrock").min_records = 1
             for experiment in experiments:
                 for provider in providers:
                     o = Outcome(experiment, provider)
@@ -798,6 +826,8 @@ def run_suite(
     finally:
         portable.stop()
         flink.stop()
+        if s3 is not None:
+            s3.stop()
         shutil.rmtree(root, ignore_errors=True)
     return out
 

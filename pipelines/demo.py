@@ -25,9 +25,7 @@ CONFIG = """\
 processors:
   - type: batch_api
     provider: {provider}
-    base_url: {base_url}
-    max_requests_per_chunk: {per_chunk}
-    metadata_output_path: {work}/receipts/batch_metadata.jsonl
+{processor}    metadata_output_path: {work}/receipts/batch_metadata.jsonl
 
 loading_params:
   datasets:
@@ -81,8 +79,11 @@ def parser() -> argparse.ArgumentParser:
         "fake provider (no key, no network).",
     )
     from mmirage_beam.testing.fake_provider.wire import PROVIDERS  # what the fake serves
+    from mmirage_beam.testing.fake_registry import registered_fakes
 
-    ap.add_argument("--provider", choices=PROVIDERS, default=PROVIDERS[0])
+    # and the fakes that live in their provider's package and have a demo
+    own = [name for name, cls in registered_fakes().items() if hasattr(cls, "demo")]
+    ap.add_argument("--provider", choices=[*PROVIDERS, *own], default=PROVIDERS[0])
     ap.add_argument(
         "--workdir",
         default="mmirage-demo",
@@ -136,14 +137,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             file=sys.stderr,
         )
 
-    with FakeProviderServer(processing_delay_secs=args.delay) as fake:
+    import contextlib
+
+    with (
+        FakeProviderServer(processing_delay_secs=args.delay) as fake,
+        contextlib.ExitStack() as stack,
+    ):
         base_url = fake.base_url_for(args.provider)
+        processor = {"base_url": base_url, "max_requests_per_chunk": max(10, n_rows // 4)}
+        own = getattr(fake, "registered_fake", None)
+        try:
+            registered = own(args.provider) if own is not None else None
+        except KeyError:
+            registered = None
+        if registered is not None:  # its demo says what else it needs (e.g. S3)
+            try:
+                processor = stack.enter_context(registered.demo(base_url, n_rows))
+            except RuntimeError as exc:
+                print(f"mmirage demo: {exc}", file=sys.stderr)
+                return 2
         config = work / f"demo_{args.provider}.yaml"
         config.write_text(
             CONFIG.format(
                 provider=args.provider,
-                base_url=base_url,
-                per_chunk=max(10, n_rows // 4),
+                processor="".join(f"    {k}: {json.dumps(v)}\n" for k, v in processor.items()),
                 work=work,
                 data=data,
             ),

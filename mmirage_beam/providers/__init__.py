@@ -8,6 +8,7 @@ stays cheap, and :mod:`mmirage_beam.providers.base` itself imports none of them.
 
 # The built-ins, registered here rather than from the contract module.
 from mmirage_beam.providers import anthropic as _anthropic  # noqa: E402, F401
+from mmirage_beam.providers import bedrock as _bedrock  # noqa: E402, F401
 from mmirage_beam.providers import gemini as _gemini  # noqa: E402, F401
 from mmirage_beam.providers import mistral as _mistral  # noqa: E402, F401
 from mmirage_beam.providers import openai as _openai  # noqa: E402, F401

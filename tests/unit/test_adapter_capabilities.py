@@ -33,7 +33,16 @@ class _Minimal(BatchSubmissionAdapter):
 def test_the_built_in_providers_declare_how_they_adopt_a_lost_create():
     got = {
         name: (cls.adopts_by_metadata, cls.adopts_by_shape)
-        for name in ("openai", "anthropic", "gemini", "mistral", "azure-openai", "groq", "together")
+        for name in (
+            "openai",
+            "anthropic",
+            "gemini",
+            "mistral",
+            "bedrock",
+            "azure-openai",
+            "groq",
+            "together",
+        )
         for cls in [BatchAdapterRegistry.get(name)]
     }
     assert got["anthropic"] == (False, True)

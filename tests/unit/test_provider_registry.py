@@ -39,15 +39,19 @@ def test_builtins_registered_through_the_package():
         "import sys\n"
         "print(R.names())\n"
         "print(R.get('openai').__module__, R.get('anthropic').__module__)\n"
-        "print(*(m in sys.modules for m in ('openai', 'anthropic', 'google.genai', 'mistralai')))\n"
+        "print(*(m in sys.modules for m in ('openai', 'anthropic', 'google.genai', 'mistralai',"
+        " 'mmirage_beam.providers.bedrock.fake')))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split("\n")
     assert (
-        out[0] == "['anthropic', 'azure-openai', 'gemini', 'groq', 'mistral', 'openai', 'together']"
+        out[0] == "['anthropic', 'azure-openai', 'bedrock', 'gemini', 'groq', 'mistral', "
+        "'openai', 'together']"
     )
     assert (
         out[1] == "mmirage_beam.providers.openai.adapter mmirage_beam.providers.anthropic.adapter"
     )
-    assert out[2] == "False False False False"  # registering imports no SDK
+    # registering imports no SDK (boto3 is Beam's own S3 filesystem's import), nor
+    # Bedrock's fake (registered by its path only)
+    assert out[2] == "False False False False False"

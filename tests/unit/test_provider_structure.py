@@ -1,7 +1,8 @@
 """A provider is one package: shared code never names a provider.
 
-Counts, over every module of ``mmirage_beam/`` and ``pipelines/`` outside the provider's
-own package (``mmirage_beam/providers/<name>/``) and the fake
+Counts, over every module of ``mmirage_beam/`` and ``pipelines/`` outside the provider
+packages (``mmirage_beam/providers/<name>/``: a package is no shared code, and Bedrock's
+names the model vendors it serves, ``anthropic.*`` and ``meta.*``) and the fake
 (``mmirage_beam/testing/fake_provider/``), the modules whose code names the provider:
 identifiers, attributes, imports and string constants that are not docstrings (case
 folded, as a substring: ``OpenAIBatchConfig`` names openai). Issue 16's target is at
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PROVIDERS = ("openai", "anthropic", "gemini", "mistral")
+PROVIDERS = ("openai", "anthropic", "gemini", "mistral", "bedrock")
 MAX_MODULES = 2
 
 
@@ -54,8 +55,8 @@ def modules_naming(provider: str) -> dict[str, int]:
     files = sorted([*(REPO / "mmirage_beam").rglob("*.py"), *(REPO / "pipelines").rglob("*.py")])
     for path in files:
         rel = path.relative_to(REPO).as_posix()
-        if rel.startswith(
-            ("mmirage_beam/testing/fake_provider/", f"mmirage_beam/providers/{provider}/")
+        if rel.startswith("mmirage_beam/testing/fake_provider/") or (
+            rel.startswith("mmirage_beam/providers/") and rel.count("/") > 2
         ):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -69,6 +70,16 @@ def modules_naming(provider: str) -> dict[str, int]:
 def test_a_provider_is_named_by_at_most_two_shared_modules(provider):
     found = modules_naming(provider)
     assert len(found) <= MAX_MODULES, found
+
+
+def test_the_fakes_core_names_no_provider_whose_fake_lives_in_its_package():
+    """Bedrock's fake registers itself (``mmirage_beam/testing/fake_registry.py``): no
+    module of the fake's core, nor the registry, names it."""
+    core = sorted((REPO / "mmirage_beam" / "testing").rglob("*.py"))
+    assert core
+    for path in core:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        assert not any("bedrock" in w.lower() for w in _words(tree)), path
 
 
 def test_the_counter_sees_a_name():

@@ -42,6 +42,7 @@ from mmirage_beam.testing.fake_provider.wire import (
     new_id,
     status_error,
 )
+from mmirage_beam.testing.fake_registry import registered_fakes
 
 __all__ = ["FakeProviderServer"]
 
@@ -133,6 +134,8 @@ class FakeProviderServer:
         self._gemini = gemini.GeminiApi(self._store)
         self._mistral = MistralApi(self._store)
         self._profiles = [ProfileApi(self._store, profile) for profile in PROFILES.values()]
+        # fakes that live in their provider's package (mmirage_beam.testing.fake_registry)
+        self._registered = {name: cls(self._store) for name, cls in registered_fakes().items()}
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._url_map = Map(
@@ -271,6 +274,8 @@ class FakeProviderServer:
         """
         if provider in PROFILES:  # OpenAI-compatible services: <base>/<prefix>/v1
             return self.base_url + PROFILES[provider].api_prefix
+        if provider in self._registered:  # a registered fake's routes: at the root
+            return self.base_url
         if provider not in PROVIDERS:
             known = (*PROVIDERS, *PROFILES)
             raise ValueError(f"provider must be one of {known}, got {provider!r}")
@@ -409,7 +414,19 @@ class FakeProviderServer:
         response.headers[header] = new_id("req_")
         return response(environ, start_response)
 
+    @property
+    def registered_names(self) -> list[str]:
+        """The names of the fakes registered from their provider's package, sorted."""
+        return sorted(self._registered)
+
+    def registered_fake(self, name: str) -> Any:
+        """The handler of the fake registered as ``name`` (KeyError: none)."""
+        return self._registered[name]
+
     def _dispatch(self, request: Request) -> Response:
+        for fake in self._registered.values():
+            if fake.claims(request.path):
+                return fake.handle(request)
         if request.path.startswith(MISTRAL_PREFIX + "/"):
             return self._mistral.handle(request)
         for profile_api in self._profiles:  # /azure/openai/v1/..., /groq/..., /together/...

@@ -168,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             f"Groq: {fake.base_url_for('groq')}, Together: {fake.base_url_for('together')})",
             flush=True,
         )
+        for name in fake.registered_names:  # fakes that live in their provider's package
+            print(f"  and {name}: {fake.base_url_for(name)}", flush=True)
         while not stop.wait(0.2):
             pass
     except KeyboardInterrupt:

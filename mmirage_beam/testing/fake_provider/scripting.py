@@ -234,11 +234,13 @@ def _parse_leading_errors(value: Any) -> LeadingErrors:
     if paths is not None:
         if isinstance(paths, str) or not isinstance(paths, Sequence):
             raise ValueError("leading_errors.paths must be a list of endpoint names")
-        bad = [p for p in paths if p not in API_ENDPOINT_NAMES]
+        from mmirage_beam.testing.fake_registry import registered_endpoint_names
+
+        known = API_ENDPOINT_NAMES | registered_endpoint_names()
+        bad = [p for p in paths if p not in known]
         if bad:
             raise ValueError(
-                f"leading_errors.paths has unknown endpoint names {bad}; "
-                f"known: {sorted(API_ENDPOINT_NAMES)}"
+                f"leading_errors.paths has unknown endpoint names {bad}; known: {sorted(known)}"
             )
         paths = frozenset(paths)
     return LeadingErrors(
