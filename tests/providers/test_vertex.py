@@ -1,0 +1,309 @@
+"""provider: vertex: Vertex AI batch prediction through google-genai (``vertexai=True``)
+against the fake Vertex service (:mod:`mmirage_beam.providers.vertex.fake`), whose job
+files live in a real GCS protocol server (the ``gcp-storage-emulator``, in its own
+process: tests/storage_servers.py).
+
+The SDK parses every job the fake answers into its own ``types.BatchJob`` (through its
+``_BatchJob_from_vertex`` converter), so a body the SDK cannot read fails here. Tests:
+the SDK's create / get / list / cancel and the terminal states; the markers as failed
+rows; a lost create answer adopted by ``display_name``; ``mmirage run --wait`` on 20
+rows merging every row in order, as the SDK's own readers read the predictions.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mmirage_beam.errors import ConfigError
+from mmirage_beam.providers.vertex import VertexBatchAdapter, VertexBatchConfig
+from mmirage_beam.providers.vertex.adapter import TOKEN_ENV_VAR, input_uri
+from mmirage_beam.providers.vertex.fake import FakeVertexServer
+from mmirage_beam.providers.vertex.outcomes import (
+    id_from_labels,
+    id_labels,
+    normalise_prediction_line,
+)
+from tests.storage_servers import GCSServer, skip_unless_gcs_emulator
+
+PROJECT, LOCATION = "mmirage-test", "us-central1"
+TOKEN = "vertex-test-token"
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+    """A GCS emulator in its own process, for the module."""
+    skip_unless_gcs_emulator()
+    server = GCSServer(tmp_path_factory.mktemp("gcs"))
+    server.start()
+    yield server
+    assert server.stop() == [], "the emulator's process group was not reaped"
+
+
+@pytest.fixture
+def vertex(gcs, monkeypatch):
+    """The fake Vertex service on the emulator, and the environment a worker needs:
+    the emulator for Beam's GCS filesystem, the offline ADC, the fake's token."""
+    for name, value in gcs.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(TOKEN_ENV_VAR, TOKEN)
+    with FakeVertexServer(gcs.endpoint) as fake:
+        yield fake
+
+
+def _client(fake):
+    from google import genai
+    from google.genai import types
+    from google.oauth2.credentials import Credentials
+
+    return genai.Client(
+        vertexai=True,
+        project=PROJECT,
+        location=LOCATION,
+        credentials=Credentials(token=TOKEN),
+        http_options=types.HttpOptions(base_url=fake.base_url, api_version="v1"),
+    )
+
+
+def _config(fake, gcs, **cfg):
+    return VertexBatchConfig(
+        project=PROJECT,
+        location=LOCATION,
+        gcs_staging_uri=gcs.uri("staging"),
+        base_url=fake.base_url,
+        **cfg,
+    )
+
+
+def _adapter(fake, gcs, run_id="r1", **cfg):
+    config = _config(fake, gcs, **cfg)
+    adapter = VertexBatchAdapter({})
+    adapter.RETRY_SLEEP = lambda s: None
+    adapter.run_id = run_id
+    adapter.setup(config)
+    return adapter, config
+
+
+def _payload(text):
+    return {"messages": [{"role": "user", "content": text}], "images": []}
+
+
+def _lines(adapter, config, texts, output="a"):
+    return [
+        adapter.serialize_request(adapter.build_request(f"{output}-text-{i}", _payload(t), config))
+        for i, t in enumerate(texts)
+    ]
+
+
+def _put(gcs, key, lines):
+    gcs.client().bucket(gcs.bucket).blob(key).upload_from_string(b"".join(lines))
+    return gcs.uri(key)
+
+
+# -- the SDK against the fake ------------------------------------------------------------------
+
+
+def test_sdk_create_get_list_cancel_and_terminal_states(vertex, gcs):
+    from google.genai import errors, types
+
+    fake = vertex
+    client = _client(fake)
+    body = {"contents": [{"role": "user", "parts": [{"text": "What is 2 + 2?"}]}]}
+    line = json.dumps({"request": {**body, "labels": {"mmirage_id": "q-text-0"}}}).encode() + b"\n"
+    src = _put(gcs, "sdk/input.jsonl", [line])
+    job = client.batches.create(
+        model="gemini-2.5-flash",
+        src=src,
+        config=types.CreateBatchJobConfig(display_name="sdk-job", dest=gcs.uri("sdk/out")),
+    )
+    assert isinstance(job, types.BatchJob) and job.state.name == "JOB_STATE_SUCCEEDED"
+    assert job.name.startswith(f"projects/{PROJECT}/locations/{LOCATION}/batchPredictionJobs/")
+    assert job.src.gcs_uri == [src] and job.dest.gcs_uri == gcs.uri("sdk/out")
+    assert job.model == "publishers/google/models/gemini-2.5-flash"
+    got = client.batches.get(name=job.name)
+    assert got.completion_stats.successful_count == 1 and got.completion_stats.failed_count == 0
+    folder = got.output_info.gcs_output_directory
+    assert folder.startswith(gcs.uri("sdk/out/prediction-model-"))
+    (key,) = gcs.keys(folder)
+    (row,) = [json.loads(x) for x in gcs.read(key).splitlines()]
+    assert row["status"] == "" and row["request"]["labels"] == {"mmirage_id": "q-text-0"}
+    answer = types.GenerateContentResponse.model_validate(row["response"])
+    assert answer.text.startswith("FAKE:")
+    # list: newest first, paged, filtered by display_name
+    fake.script(processing_delay_secs=3600)
+    running = client.batches.create(
+        model="gemini-2.5-flash", src=src, config={"display_name": "slow", "dest": gcs.uri("s")}
+    )
+    assert running.state.name == "JOB_STATE_PENDING"
+    names = [j.name for j in client.batches.list(config={"page_size": 1})]
+    assert names == [running.name, job.name]
+    (only,) = list(client.batches.list(config={"filter": 'display_name="sdk-job"'}))
+    assert only.name == job.name
+    # cancel: cancelling, then cancelled; a second cancel of an ended job is refused
+    client.batches.cancel(name=running.name)
+    assert client.batches.get(name=running.name).state.name == "JOB_STATE_CANCELLING"
+    with pytest.raises(errors.ClientError) as refused:
+        client.batches.cancel(name=job.name)
+    assert refused.value.code == 400
+    with pytest.raises(errors.ClientError) as missing:
+        client.batches.get(name="123")
+    assert missing.value.code == 404
+
+
+def test_markers_give_failed_rows_and_cancel_keeps_the_processed_ones(vertex, gcs):
+    fake = vertex
+    adapter, config = _adapter(fake, gcs)
+    texts = [
+        "plain question",
+        "FAKE_ERROR:invalid_request",
+        "FAKE_ERROR:server_error",
+        "FAKE_ERROR:rate_limit",
+        "FAKE_ERROR:length",
+        "FAKE_ERROR:refusal",
+        "FAKE_ERROR:malformed_line",
+        "FAKE_ERROR:truncated_line",
+    ]
+    batch = adapter.submit_chunk_lines("c1", _lines(adapter, config, texts), config)
+    assert batch.input_file_id == input_uri(config, "r1", "c1")
+    assert adapter.check_batch_status(batch.batch_id, config).status == "completed"
+    got = {r.custom_id: r for r in adapter.retrieve_results(batch.batch_id, config)}
+    kinds = {cid: (r.error.type if r.error else "ok") for cid, r in got.items()}
+    assert kinds == {
+        "a-text-0": "ok",
+        "a-text-1": "invalid_request_error",
+        "a-text-2": "server_error",
+        "a-text-3": "rate_limit_exceeded",
+        "a-text-4": "truncated",
+        "a-text-5": "content_filter",
+        "a-text-6": "malformed_response",
+        "a-text-7": "malformed_response",
+    }
+    assert got["a-text-0"].generated_text.startswith("FAKE:")
+    progress = adapter.describe_batch(adapter.check_batch_status(batch.batch_id, config))
+    assert (progress.completed, progress.failed, progress.total) == (5, 3, 8)
+    # a job cancelled half-way keeps the rows it processed, the rest is incomplete
+    fake.script(cancel_after_requests=2)
+    stopped = adapter.submit_chunk_lines(
+        "c2", _lines(adapter, config, ["x", "y", "z"], "b"), config
+    )
+    status = adapter.check_batch_status(stopped.batch_id, config)
+    assert status.status == "failed" and status.raw_response["state"] == "JOB_STATE_CANCELLED"
+    assert sorted(r.custom_id for r in adapter.retrieve_results(stopped.batch_id, config)) == [
+        "b-text-0",
+        "b-text-1",
+    ]
+    assert adapter.describe_batch(status).error_code == "batch_cancelled"
+    adapter.teardown()
+
+
+def test_a_lost_create_answer_is_adopted_by_display_name(vertex, gcs, monkeypatch):
+    fake = vertex
+    adapter, config = _adapter(fake, gcs, run_id="r1")
+    fake.script(fail_batch_creates={"nth": 1, "status": 500, "created": True})
+    batch = adapter.submit_chunk_lines("c1", _lines(adapter, config, ["p", "q"]), config)
+    jobs = fake.jobs()
+    assert len(jobs) == 1 and batch.batch_id == jobs[0]["name"]  # adopted, not created again
+    assert jobs[0]["displayName"] == "mmirage-r1-c1"
+    assert fake.create_counts() == {"a-text-0": 1, "a-text-1": 1}
+    for i in range(3):  # other runs' jobs: the lookup pages through them
+        adapter.run_id = f"other{i}"
+        adapter.submit_chunk_lines("c1", _lines(adapter, config, [f"o{i}"], "b"), config)
+    adapter.FIND_BATCH_PAGE_SIZE = 1
+    assert adapter.find_batch("r1", "c1").batch_id == batch.batch_id
+    assert adapter.find_batch("r1", "c2") is None
+    assert sorted(r.custom_id for r in adapter.retrieve_results(batch.batch_id, config)) == [
+        "a-text-0",
+        "a-text-1",
+    ]
+    adapter.teardown()
+
+
+# -- lines, ids and config ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cid", ["answer-text-0", "Answer-text-12", "x" * 64, "A_b-C"])
+def test_custom_ids_round_trip_through_labels(cid):
+    labels = id_labels(cid)
+    assert all(len(v) <= 63 and v == v.lower() for v in labels.values())
+    assert id_from_labels(labels) == cid
+
+
+def test_prediction_lines_read_status_errors_and_wrong_shapes():
+    from mmirage_beam.results import MalformedResult
+
+    request = {"labels": {"mmirage_id": "a-text-0"}, "contents": []}
+    status = 'Bad Request: {"error": {"code": 400, "message": "no", "status": "INVALID_ARGUMENT"}}'
+    failed = normalise_prediction_line({"status": status, "request": request})
+    assert (failed.error.type, failed.error.status_code) == ("invalid_request_error", 400)
+    odd = normalise_prediction_line({"status": "something odd", "request": request})
+    assert odd.error.type == "unknown_error" and odd.custom_id == "a-text-0"
+    with pytest.raises(MalformedResult):
+        normalise_prediction_line({"status": "", "request": {"contents": []}})
+
+
+def test_config_keys_are_checked_naming_the_key():
+    good = {"project": "p-1", "location": "us-central1", "gcs_staging_uri": "gs://b/x/"}
+    assert VertexBatchConfig(**good).gcs_staging_uri == "gs://b/x"
+    for key, bad in (("project", ""), ("location", "US Central"), ("gcs_staging_uri", "/tmp/x")):
+        with pytest.raises(ConfigError) as err:
+            VertexBatchConfig(**{**good, key: bad})
+        assert err.value.key == key
+
+
+# -- mmirage run --wait ---------------------------------------------------------------------------
+
+ROWS = 20
+FLAKY = {3, 11}  # rate-limited the first time the fake sees the prompt, then answered
+
+
+def test_run_wait_merges_every_row_in_order_as_the_sdk_reads_them(vertex, gcs, tmp_path, capsys):
+    """``mmirage run --wait`` on 20 GSM8K rows (two of them flaky: failed once, re-sent by
+    the cycle): every row merged, in order, its answer the text google-genai's own
+    ``GenerateContentResponse`` reads from the job's predictions file in the emulator."""
+    from google.genai import types
+
+    from pipelines.submit import main as submit_main
+    from tests.conftest import GSM8K_JSONL, base_config, write_config
+
+    fake = vertex
+    rows = [json.loads(x) for x in GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:ROWS]]
+    for i in FLAKY:
+        rows[i]["question"] += " FAKE_ERROR:flaky"
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    cfg = base_config(
+        tmp_path,
+        "vertex",
+        base_url=fake.base_url,
+        project=PROJECT,
+        location=LOCATION,
+        gcs_staging_uri=gcs.uri("cycle"),
+        max_requests_per_chunk=8,
+    )
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    out = tmp_path / "merged.jsonl"
+    argv = ["--config", write_config(tmp_path, cfg), "--wait", "--retries", "1"]
+    code = submit_main([*argv, "--poll-interval", "0.2", "--output-path", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "every row succeeded" in text
+    merged = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines() if x]
+    assert [m["source_index"] for m in merged] == list(range(ROWS))
+    # What the SDK reads back: every job's predictions, through google-genai's types.
+    client = _client(fake)
+    texts: dict[str, str] = {}
+    jobs = list(client.batches.list())
+    assert len(jobs) == 4  # 3 chunks of at most 8, then one for the two flaky rows
+    for job in jobs:
+        assert job.state.name == "JOB_STATE_SUCCEEDED" and job.display_name.startswith("mmirage-")
+        for key in gcs.keys(job.output_info.gcs_output_directory):
+            for raw in gcs.read(key).splitlines():
+                line = json.loads(raw)
+                if line["status"] == "":
+                    response = types.GenerateContentResponse.model_validate(line["response"])
+                    texts[id_from_labels(line["request"]["labels"])] = response.text
+    assert len(texts) == ROWS
+    assert [m["answer"] for m in merged] == [texts[f"answer-text-{i}"] for i in range(ROWS)]
+    sent = fake.create_counts()
+    assert {c for c, n in sent.items() if n == 2} == {f"answer-text-{i}" for i in FLAKY}
