@@ -9,11 +9,12 @@ ended), and ``mmirage merge``; prints where the merged file is and its first row
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import mmirage_beam
 
@@ -25,7 +26,7 @@ CONFIG = """\
 processors:
   - type: batch_api
     provider: {provider}
-    base_url: {base_url}
+    base_url: {base_url}{extra}
     max_requests_per_chunk: {per_chunk}
     metadata_output_path: {work}/receipts/batch_metadata.jsonl
 
@@ -82,7 +83,8 @@ def parser() -> argparse.ArgumentParser:
     )
     from mmirage_beam.testing.fake_provider.wire import PROVIDERS  # what the fake serves
 
-    ap.add_argument("--provider", choices=PROVIDERS, default=PROVIDERS[0])
+    # vertex: its own fake (mmirage_beam/providers/vertex/fake.py) on a GCS emulator
+    ap.add_argument("--provider", choices=(*PROVIDERS, "vertex"), default=PROVIDERS[0])
     ap.add_argument(
         "--workdir",
         default="mmirage-demo",
@@ -103,7 +105,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import shutil
 
     from mmirage_beam.ids import new_run_id
-    from mmirage_beam.testing import FakeProviderServer
     from pipelines.check import main as check_main
     from pipelines.merge import main as merge_main
     from pipelines.submit import main as submit_main
@@ -136,13 +137,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             file=sys.stderr,
         )
 
-    with FakeProviderServer(processing_delay_secs=args.delay) as fake:
-        base_url = fake.base_url_for(args.provider)
+    with _fake_services(args.provider, args.delay, work) as keys:
+        base_url = keys.pop("base_url")
         config = work / f"demo_{args.provider}.yaml"
         config.write_text(
             CONFIG.format(
                 provider=args.provider,
                 base_url=base_url,
+                extra="".join(f"\n    {k}: {v}" for k, v in keys.items()),
                 per_chunk=max(10, n_rows // 4),
                 work=work,
                 data=data,
@@ -177,6 +179,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for _, line in zip(range(3), f):
             print(json.dumps(json.loads(line), ensure_ascii=False, indent=2))
     return code
+
+
+@contextlib.contextmanager
+def _fake_services(provider: str, delay: float, work: Path) -> Iterator[dict[str, str]]:
+    """The fake(s) ``provider``'s demo talks to, as the processor keys that reach them:
+    ``base_url`` (and, for vertex, ``project``, ``location``, ``gcs_staging_uri``)."""
+    if provider == "vertex":
+        from mmirage_beam.providers.vertex.fake import demo_services
+
+        with demo_services(work, delay) as keys:
+            yield dict(keys)
+        return
+    from mmirage_beam.testing import FakeProviderServer
+
+    with FakeProviderServer(processing_delay_secs=delay) as fake:
+        yield {"base_url": fake.base_url_for(provider)}
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ rows merging every row in order, as the SDK's own readers read the predictions.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -307,3 +308,41 @@ def test_run_wait_merges_every_row_in_order_as_the_sdk_reads_them(vertex, gcs, t
     assert [m["answer"] for m in merged] == [texts[f"answer-text-{i}"] for i in range(ROWS)]
     sent = fake.create_counts()
     assert {c for c, n in sent.items() if n == 2} == {f"answer-text-{i}" for i in FLAKY}
+
+
+def test_demo_runs_for_vertex_offline(tmp_path, capsys, monkeypatch):
+    """``mmirage demo --provider vertex``: the emulator and the fake in this process,
+    submit, watch, merge; the environment it set is put back afterwards."""
+    from mmirage_beam.testing.fake_provider.answers import fake_answer_text
+    from pipelines.cli import main as cli_main
+    from tests.conftest import GSM8K_JSONL
+
+    skip_unless_gcs_emulator()
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    code = cli_main(
+        [
+            "demo",
+            "--provider",
+            "vertex",
+            "--workdir",
+            str(tmp_path),
+            "--rows",
+            "12",
+            "--delay",
+            "0.5",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    merged = [
+        json.loads(x) for x in (tmp_path / "vertex" / "merged.jsonl").read_text().splitlines()
+    ]
+    rows = [json.loads(x) for x in GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:12]]
+    assert [m["source_index"] for m in merged] == list(range(12))
+    for m, row in zip(merged, rows):
+        prompt = (
+            "Solve this grade-school maths problem step by step, then give the final number.\n"
+            + row["question"]
+        )
+        assert m["solution"] == fake_answer_text(prompt) and 1 <= m["difficulty"] <= 5
+    assert "STORAGE_EMULATOR_HOST" not in os.environ
