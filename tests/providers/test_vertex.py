@@ -346,3 +346,111 @@ def test_demo_runs_for_vertex_offline(tmp_path, capsys, monkeypatch):
         )
         assert m["solution"] == fake_answer_text(prompt) and 1 <= m["difficulty"] <= 5
     assert "STORAGE_EMULATOR_HOST" not in os.environ
+
+
+# -- verdicts: merge, check and resubmit agree (as tests/transforms/test_verdicts.py) ---------
+
+OUTCOMES = {
+    1: ("FAKE_ERROR:invalid_request", "invalid_request_error", False),
+    2: ("FAKE_ERROR:server_error", "server_error", True),
+    3: ("FAKE_ERROR:rate_limit", "rate_limit_exceeded", True),
+    4: ("FAKE_ERROR:timeout", "timeout", True),
+    5: ("FAKE_ERROR:length", "truncated", False),
+    6: ("FAKE_ERROR:refusal", "content_filter", False),
+    7: ("FAKE_ERROR:content_filter", "content_filter", False),
+    8: ("FAKE_ERROR:empty", "empty", True),
+    9: ("FAKE_ERROR:malformed_line", "malformed_response", True),
+    10: ("FAKE_ERROR:truncated_line", "malformed_response", True),
+    11: ("FAKE_ERROR:wrong_shape", "malformed_response", True),
+    12: ("FAKE_ERROR:invalid_utf8", "malformed_response", True),
+}
+
+
+def _verdict_config(fake, gcs, tmp_path, rows, prefix):
+    from tests.conftest import base_config, write_config
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    cfg = base_config(
+        tmp_path,
+        "vertex",
+        base_url=fake.base_url,
+        project=PROJECT,
+        location=LOCATION,
+        gcs_staging_uri=gcs.uri(prefix),
+    )
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    return write_config(tmp_path, cfg)
+
+
+def _gsm8k(n, markers):
+    from tests.conftest import GSM8K_JSONL
+
+    rows = [json.loads(x) for x in GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:n]]
+    for i, marker in markers.items():
+        rows[i]["question"] += f" {marker}"
+    return rows
+
+
+def _merged(tmp_path, cfg):
+    from pipelines.merge import main as merge_main
+
+    out = tmp_path / "merged.jsonl"
+    code = merge_main(["--config", cfg, "--output-path", str(out)])
+    merged = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines() if x]
+    errors_file = tmp_path / "merged.errors.jsonl"
+    errors = [json.loads(x) for x in errors_file.read_text(encoding="utf-8").splitlines() if x]
+    return code, merged, errors
+
+
+def test_verdicts_every_outcome_merges_typed_and_resubmit_resends_the_retryable(
+    vertex, gcs, tmp_path, capsys, fast_provider_retries
+):
+    """Every marker's row merged with its type and retryability, every other row
+    answered, all in order; ``resubmit`` re-sends exactly the retryable ones."""
+    from mmirage_beam.testing import fake_answer_text
+    from pipelines.resubmit import main as resubmit_main
+    from pipelines.submit import main as submit_main
+
+    fake = vertex
+    rows = _gsm8k(14, {i: m for i, (m, _, _) in OUTCOMES.items()})
+    cfg = _verdict_config(fake, gcs, tmp_path, rows, "verdicts")
+    assert submit_main(["--config", cfg, "--run-id", "r1"]) == 0
+    code, merged, errors = _merged(tmp_path, cfg)
+    assert code == 1 and [m["source_index"] for m in merged] == list(range(14))
+    got = {e["source_index"]: (e["error_type"], e["retryable"]) for e in errors}
+    assert got == {i: (kind, retry) for i, (_, kind, retry) in OUTCOMES.items()}
+    for i in (0, 13):
+        prompt = "Answer concisely:\n" + rows[i]["question"]
+        assert merged[i]["answer"] == fake_answer_text(prompt)
+    capsys.readouterr()
+    before = fake.create_counts()
+    assert resubmit_main(["--config", cfg, "--run-id", "r1", "--new-run-id", "r2"]) == 0
+    resent = {c for c, n in fake.create_counts().items() if n > before.get(c, 0)}
+    assert resent == {f"answer-text-{i}" for i, (_, _, retry) in OUTCOMES.items() if retry}
+
+
+@pytest.mark.parametrize("kind", ["expire", "cancel"])
+def test_expired_or_cancelled_job_keeps_its_processed_rows_and_fails_the_rest(
+    vertex, gcs, tmp_path, capsys, kind
+):
+    from pipelines.check import main as check_main
+    from pipelines.resubmit import main as resubmit_main
+    from pipelines.submit import main as submit_main
+
+    fake = vertex
+    cfg = _verdict_config(fake, gcs, tmp_path, _gsm8k(10, {}), f"stop-{kind}")
+    fake.script(**{f"{kind}_after_requests": 6})
+    assert submit_main(["--config", cfg, "--run-id", "r1"]) == 0
+    capsys.readouterr()
+    assert check_main(["--config", cfg]) == 1
+    out = capsys.readouterr().out
+    assert "what this means:" in out and "mmirage resubmit --config" in out
+    code, merged, errors = _merged(tmp_path, cfg)
+    assert code == 1 and [m["source_index"] for m in merged] == list(range(10))
+    assert len([m for m in merged if "mmirage_errors" not in m]) == 6
+    word = {"expire": "batch_expired", "cancel": "batch_cancelled"}[kind]
+    assert len(errors) == 4 and {e["error_type"] for e in errors} == {word}
+    assert all(e["retryable"] for e in errors)
+    assert resubmit_main(["--config", cfg, "--only", "all", "--new-run-id", "r2"]) == 0
+    assert "re-sending 4 failed request(s) (all)" in capsys.readouterr().err
