@@ -249,7 +249,8 @@ class FakeVertexServer:
 
     # -- what tests read and script -------------------------------------------------------
     def script(self, **keys: Any) -> None:
-        """Set script keys (the shared fake's, see :mod:`...scripting`).
+        """Set script keys (the shared fake's, see :mod:`...scripting`); None puts a key
+        back to its default.
 
         Raises:
             ValueError: an unknown key or a bad value.
@@ -260,7 +261,8 @@ class FakeVertexServer:
                     raise ValueError(
                         f"unknown script key {key!r}; known: {sorted(SCRIPT_DEFAULTS)}"
                     )
-                self._store.script[key] = SCRIPT_PARSERS[key](value)
+                parsed = SCRIPT_DEFAULTS[key] if value is None else SCRIPT_PARSERS[key](value)
+                self._store.script[key] = parsed
 
     def reset(self) -> None:
         """Forget every job, record and script key (the bucket is left as it is)."""
@@ -268,12 +270,22 @@ class FakeVertexServer:
             self._store.reset()
             self._jobs.clear()
 
-    def submitted_requests(self) -> list[dict[str, Any]]:
+    def submitted_requests(self, provider: Optional[str] = None) -> list[dict[str, Any]]:
         """Every request line accepted into a created job, in order: ``{"provider":
         "vertex", "batch_id", "custom_id", "request"}`` (custom_id: the ``mmirage_id``
-        label, or ``line-<n>`` when there is none)."""
+        label, or ``line-<n>`` when there is none). ``provider``: ``vertex`` or None (the
+        shared fake's signature)."""
         with self._store.lock:
-            return [dict(entry) for entry in self._store.submitted]
+            return [
+                dict(entry)
+                for entry in self._store.submitted
+                if provider in (None, entry["provider"])
+            ]
+
+    def call_counts(self) -> dict[str, int]:
+        """Route name (``vertex_create``, ``vertex_get``...) -> HTTP calls received."""
+        with self._store.lock:
+            return dict(self._store.call_counts)
 
     def create_counts(self) -> dict[str, int]:
         """custom_id -> number of created jobs that held it."""
@@ -292,6 +304,9 @@ class FakeVertexServer:
         adapter = self._url_map.bind_to_environ(environ)
         try:
             endpoint, args = adapter.match()
+            with self._store.lock:
+                name = f"vertex_{endpoint}"
+                self._store.call_counts[name] = self._store.call_counts.get(name, 0) + 1
             if not request.headers.get("Authorization", "").startswith("Bearer "):
                 raise ApiError(
                     401, "UNAUTHENTICATED", "Request is missing required authentication credential."
