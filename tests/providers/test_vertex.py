@@ -454,3 +454,77 @@ def test_expired_or_cancelled_job_keeps_its_processed_rows_and_fails_the_rest(
     assert all(e["retryable"] for e in errors)
     assert resubmit_main(["--config", cfg, "--only", "all", "--new-run-id", "r2"]) == 0
     assert "re-sending 4 failed request(s) (all)" in capsys.readouterr().err
+
+
+# -- Claude on Vertex AI ----------------------------------------------------------------------
+
+
+def test_claude_lines_carry_custom_id_and_anthropic_bodies_with_typed_outcomes(vertex, gcs):
+    """``model: claude-...``: ``{"custom_id", "request": Anthropic params without model,
+    anthropic_version}`` lines, a job on ``publishers/anthropic/models/...``, results read
+    as Anthropic messages, markers as failed or typed rows."""
+    fake = vertex
+    adapter, config = _adapter(fake, gcs, model="claude-haiku-4-5", max_tokens=64)
+    texts = ["plain", "FAKE_ERROR:invalid_request", "FAKE_ERROR:rate_limit", "FAKE_ERROR:length"]
+    texts += ["FAKE_ERROR:refusal", "FAKE_ERROR:malformed_line"]
+    line = adapter.build_request("a-text-0", _payload("plain"), config)
+    assert line == {
+        "custom_id": "a-text-0",
+        "request": {
+            "anthropic_version": "vertex-2023-10-16",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "plain"}],
+        },
+    }
+    assert adapter.request_without_id(line) == {"request": line["request"]}
+    batch = adapter.submit_chunk_lines("c1", _lines(adapter, config, texts), config)
+    (job,) = fake.jobs()
+    assert job["model"] == "publishers/anthropic/models/claude-haiku-4-5"
+    assert adapter.check_batch_status(batch.batch_id, config).status == "completed"
+    got = {r.custom_id: r for r in adapter.retrieve_results(batch.batch_id, config)}
+    kinds = {cid: (r.error.type if r.error else "ok") for cid, r in got.items()}
+    assert kinds == {
+        "a-text-0": "ok",
+        "a-text-1": "invalid_request_error",
+        "a-text-2": "rate_limit_exceeded",
+        "a-text-3": "truncated",
+        "a-text-4": "refusal",
+        "a-text-5": "malformed_response",
+    }
+    from mmirage_beam.testing.fake_provider.answers import fake_answer_text
+
+    assert got["a-text-0"].generated_text == fake_answer_text("plain")
+    assert got["a-text-0"].input_tokens == 1
+    adapter.teardown()
+
+
+def test_claude_run_wait_merges_every_row_in_order(vertex, gcs, tmp_path, capsys):
+    from mmirage_beam.testing.fake_provider.answers import fake_answer_text
+    from pipelines.submit import main as submit_main
+    from tests.conftest import base_config, write_config
+
+    fake = vertex
+    rows = _gsm8k(12, {4: "FAKE_ERROR:flaky"})
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    cfg = base_config(
+        tmp_path,
+        "vertex",
+        model="claude-haiku-4-5",
+        base_url=fake.base_url,
+        project=PROJECT,
+        location=LOCATION,
+        gcs_staging_uri=gcs.uri("claude-cycle"),
+        max_requests_per_chunk=5,
+    )
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    out = tmp_path / "merged.jsonl"
+    argv = ["--config", write_config(tmp_path, cfg), "--wait", "--retries", "1"]
+    code = submit_main([*argv, "--poll-interval", "0.2", "--output-path", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    merged = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines() if x]
+    assert [m["source_index"] for m in merged] == list(range(12))
+    for m, row in zip(merged, rows):
+        assert m["answer"] == fake_answer_text("Answer concisely:\n" + row["question"])
+    assert fake.create_counts()["answer-text-4"] == 2

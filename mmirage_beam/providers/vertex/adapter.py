@@ -43,6 +43,8 @@ import logging
 import os
 from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
+from mmirage_beam.providers.anthropic.adapter import message_params
+from mmirage_beam.providers.anthropic.tokens import count_anthropic_request
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
@@ -63,7 +65,15 @@ from mmirage_beam.providers.vertex.outcomes import (
 from mmirage_beam.records import ProviderResult
 from mmirage_beam.results import results_from_lines
 
-__all__ = ["TOKEN_ENV_VAR", "VertexBatchAdapter", "input_uri", "output_prefix"]
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "TOKEN_ENV_VAR",
+    "VertexBatchAdapter",
+    "input_uri",
+    "is_claude",
+    "job_model",
+    "output_prefix",
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -71,6 +81,23 @@ _LOG = logging.getLogger(__name__)
 TOKEN_ENV_VAR = "VERTEX_ACCESS_TOKEN"
 #: bytes read at a time from a result file
 _BLOCK = 1 << 20
+#: Claude on Vertex AI: the ``anthropic_version`` of every request body (Vertex AI's
+#: "Batch predictions with Anthropic Claude models" input example)
+ANTHROPIC_VERSION = "vertex-2023-10-16"
+#: Claude on Vertex AI needs ``max_tokens``; the ``anthropic`` provider's default
+CLAUDE_DEFAULT_MAX_TOKENS = 8192
+
+
+def is_claude(model: str) -> bool:
+    """Whether ``model`` is a Claude model on Vertex AI (``claude-...``,
+    ``anthropic/claude-...`` or ``publishers/anthropic/models/...``)."""
+    return model.startswith(("claude", "anthropic/", "publishers/anthropic/"))
+
+
+def job_model(model: str) -> str:
+    """The model a job names: a bare ``claude-...`` as ``publishers/anthropic/models/...``
+    (the SDK would make it a Google publisher model); anything else as the SDK makes it."""
+    return f"publishers/anthropic/models/{model}" if model.startswith("claude") else model
 
 
 def input_uri(config: VertexBatchConfig, run_id: Optional[str], chunk_id: str) -> str:
@@ -153,7 +180,12 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
         self, request: Dict[str, Any], model: Optional[str] = None
     ) -> Optional[TokenCount]:
         """The Gemini adapter's labelled estimate
-        (:func:`mmirage_beam.providers.gemini.tokens.count_gemini_request`)."""
+        (:func:`mmirage_beam.providers.gemini.tokens.count_gemini_request`); for Claude,
+        the Anthropic adapter's
+        (:func:`~mmirage_beam.providers.anthropic.tokens.count_anthropic_request`)."""
+        if "custom_id" in request:
+            body = request.get("request")
+            return count_anthropic_request({"params": body}, model)
         return count_gemini_request(request, model)
 
     # -- requests -------------------------------------------------------------------------
@@ -168,13 +200,34 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
             mmirage_beam.errors.RequestBuildError: as the Gemini adapter's (an image by
                 URL, of a refused type, or over 20 MB inline).
         """
+        if is_claude(config.model):
+            return {"custom_id": custom_id, "request": self._claude_body(payload, config)}
         # the labels first: a result line cut short still names its row
         return {
             "request": {"labels": id_labels(custom_id), **generate_content_request(payload, config)}
         }
 
+    def _claude_body(self, payload: Dict[str, Any], config: VertexBatchConfig) -> Dict[str, Any]:
+        """Claude on Vertex AI: the Anthropic adapter's Messages ``params`` without
+        ``model`` (the job names it) and with ``anthropic_version``; ``max_tokens``
+        defaults to :data:`CLAUDE_DEFAULT_MAX_TOKENS`."""
+        import types as _types
+
+        settings = _types.SimpleNamespace(
+            model=config.model,
+            max_tokens=config.max_tokens or CLAUDE_DEFAULT_MAX_TOKENS,
+            temperature=config.temperature,
+            top_p=config.top_p,
+        )
+        params = message_params(payload, settings)
+        params.pop("model")
+        return {"anthropic_version": ANTHROPIC_VERSION, **params}
+
     def request_without_id(self, request: Dict[str, Any]) -> Dict[str, Any]:
-        """The line without the labels that carry its custom_id."""
+        """The line without the labels that carry its custom_id (Claude: without its
+        ``custom_id``)."""
+        if "custom_id" in request:
+            return {k: v for k, v in request.items() if k != "custom_id"}
         body = dict(request.get("request") or {})
         labels = {
             k: v
@@ -213,7 +266,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
             google.genai.errors.APIError: a non-retryable answer (e.g. 400).
         """
         job = self._client.batches.create(
-            model=config.model,
+            model=job_model(config.model),
             src=str(uploaded),
             config={
                 "display_name": display_name(self.run_id, chunk_id),
@@ -346,7 +399,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
                 lines,
                 normalise_prediction_line,
                 f"predictions file {path} of batch {provider_batch_id}",
-                id_key=ID_LABEL,
+                id_key="custom_id" if is_claude(config.model) else ID_LABEL,
             )
 
 

@@ -335,8 +335,10 @@ class FakeVertexServer:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise _error(400, "model: required.")
-        if not model.startswith("publishers/google/models/"):
-            raise _error(400, f"model {model!r}: only Gemini publisher models are emulated.")
+        if not model.startswith(("publishers/google/models/", "publishers/anthropic/models/")):
+            raise _error(
+                400, f"model {model!r}: only Gemini and Claude publisher models are emulated."
+            )
         display = body.get("displayName")
         if not isinstance(display, str) or not display:
             raise _error(400, "displayName: required.")
@@ -415,6 +417,15 @@ class FakeVertexServer:
             if not isinstance(body, dict):
                 batch.errors = [{"code": 3, "message": f"Line {number} has no request object."}]
                 return []
+            if _is_claude(str(batch.model)):
+                cid = line.get("custom_id")
+                if not isinstance(cid, str) or not cid:
+                    message = f"Line {number} has no custom_id."
+                    batch.errors = [{"code": 3, "message": message}]
+                    return []
+                self._store.record(batch, cid, body)
+                items.append(self._claude_answer(cid, body, str(batch.model)))
+                continue
             labels = body.get("labels") if isinstance(body.get("labels"), dict) else {}
             cid = str(labels.get(_ID_LABEL) or f"line-{number}")
             self._store.record(batch, cid, body)
@@ -476,6 +487,63 @@ class FakeVertexServer:
         if marker in scripting.LINE_MARKERS:
             line = _broken(marker, cid, line, answer.text)
         return Item(cid, line, True, answer.input_tokens, output_tokens)
+
+    def _claude_answer(self, cid: str, body: dict[str, Any], model: str) -> Item:
+        """A Claude row (``{"custom_id", "request"}``): the request checked as the shared
+        fake checks Anthropic params (with the job's model) plus ``anthropic_version``;
+        the answer an Anthropic ``Message`` (checked with the anthropic SDK's type when
+        it is installed) in ``response``."""
+        from mmirage_beam.testing.fake_provider.anthropic import check_params
+        from mmirage_beam.testing.fake_provider.anthropic import prompt_of as claude_prompt
+
+        model_id = model.rsplit("/", 1)[-1]
+        version = body.get("anthropic_version")
+        problem = None
+        if not isinstance(version, str) or not version.startswith("vertex-"):
+            problem = "anthropic_version: Field required (e.g. vertex-2023-10-16)"
+        problem = problem or check_params({**body, "model": model_id})
+        if problem is not None:
+            line = _failed_line(body, 400, "INVALID_ARGUMENT", problem, cid)
+            return Item(cid, line, False)
+        prompt, images, mode, schema = claude_prompt(body)
+        marker = self._store.resolve_transient(error_marker(prompt), cid, prompt)
+        if marker in FAILURES:
+            code, status, message = FAILURES[marker]
+            failed: dict[str, Any] | bytes = _failed_line(body, code, status, message, cid)
+            if marker == "u2028":
+                failed = json.dumps(failed, ensure_ascii=False).encode("utf-8")
+            return Item(cid, failed, False)
+        try:
+            answer = make_answer(prompt, images, mode, schema, marker)
+        except ValueError as exc:
+            line = _failed_line(body, 400, "INVALID_ARGUMENT", f"Invalid schema: {exc}", cid)
+            return Item(cid, line, False)
+        if answer.finish == "content_filter":  # Claude has no such finish: it answers
+            answer = make_answer(prompt, images, mode, schema)
+        stop = {"refusal": "refusal", "length": "max_tokens"}.get(answer.finish, "end_turn")
+        text_blocks = [{"type": "text", "text": answer.text}]
+        message = {
+            "id": f"msg_vrtx_{secrets.token_hex(12)}",
+            "type": "message",
+            "role": "assistant",
+            "model": model_id,
+            "content": [] if answer.finish in ("empty", "refusal") else text_blocks,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {"input_tokens": answer.input_tokens, "output_tokens": answer.output_tokens},
+        }
+        _check_message(message)
+        line = {"custom_id": cid, "status": "", "request": body, "response": message}
+        if marker in scripting.LINE_MARKERS:
+            line = scripting.broken_line(
+                marker,
+                cid,
+                line,
+                body_key="response",
+                answer_text=answer.text,
+                wrong_shape={"custom_id": cid, "status": "", "unexpected": True},
+            )
+        return Item(cid, line, True, answer.input_tokens, answer.output_tokens)
 
     def _get(
         self, request: Request, version: str, project: str, location: str, job_id: str
@@ -565,7 +633,11 @@ class FakeVertexServer:
             if isinstance(line, dict):
                 line = {"status": line["status"], "processed_time": processed_at, **line}
             lines.append(line)
-        if batch.unknown_custom_id:
+        if batch.unknown_custom_id and _is_claude(str(batch.model)):
+            body = {"anthropic_version": "vertex-2023-10-16", "max_tokens": 8}
+            body["messages"] = [{"role": "user", "content": "?"}]
+            lines.append(self._claude_answer(UNKNOWN_CUSTOM_ID, body, str(batch.model)).line)
+        elif batch.unknown_custom_id:
             body = {"contents": [{"role": "user", "parts": [{"text": ""}]}]}
             body["labels"] = {_ID_LABEL: UNKNOWN_CUSTOM_ID}
             lines.append(self._answer(UNKNOWN_CUSTOM_ID, body, str(batch.model)).line)
@@ -623,12 +695,29 @@ def _is_gs(uri: Any) -> bool:
     return isinstance(uri, str) and uri.startswith("gs://") and len(uri) > len("gs://")
 
 
-def _failed_line(body: Mapping[str, Any], code: int, status: str, message: str) -> dict[str, Any]:
+def _failed_line(
+    body: Mapping[str, Any], code: int, status: str, message: str, custom_id: Optional[str] = None
+) -> dict[str, Any]:
     """A failed row: ``status`` holds the HTTP reason and the JSON error, as the service
-    writes a failed request's error text."""
+    writes a failed request's error text (a Claude row keeps its ``custom_id`` first)."""
     error = json.dumps({"error": {"code": code, "message": message, "status": status}})
     reason = _HTTP_REASON.get(code, "Error")
-    return {"status": f"{reason}: {error}", "request": dict(body)}
+    line = {"status": f"{reason}: {error}", "request": dict(body)}
+    return line if custom_id is None else {"custom_id": custom_id, **line}
+
+
+def _is_claude(model: str) -> bool:
+    return model.startswith("publishers/anthropic/")
+
+
+def _check_message(message: Mapping[str, Any]) -> None:
+    """Raises if ``message`` is not an Anthropic ``Message`` the anthropic SDK reads
+    (skipped without the SDK: the fake needs only google-genai)."""
+    try:
+        from anthropic.types import Message
+    except ImportError:  # pragma: no cover - the anthropic SDK is a base dependency
+        return
+    Message.model_validate(dict(message))
 
 
 def _broken(marker: str, cid: str, line: Mapping[str, Any], text: str) -> bytes:

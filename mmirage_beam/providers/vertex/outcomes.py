@@ -29,6 +29,7 @@ import json
 import re
 from typing import Any, Dict, Mapping
 
+from mmirage_beam.providers.anthropic.adapter import normalise_result as _claude_line
 from mmirage_beam.providers.gemini.outcomes import normalise_result_line as _gemini_line
 from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import MalformedResult
@@ -104,10 +105,13 @@ def _status_error(status: str) -> Dict[str, Any]:
 def normalise_prediction_line(line: Any) -> ProviderResult:
     """One ``predictions.jsonl`` line (parsed JSON) -> its :class:`ProviderResult`.
 
-    The custom_id comes from the echoed ``request.labels`` (:func:`id_from_labels`); a
-    non-empty ``status`` is the row's error (its HTTP code typed as the Gemini adapter
-    types it; no code: ``unknown_error``), else ``response`` (a
-    ``GenerateContentResponse``) is read by the Gemini adapter's
+    A Claude line (``{"custom_id", "request", "response": Message, "status"}``: Vertex AI
+    "Batch predictions with Anthropic Claude models", whose input lines carry a
+    ``custom_id``) is read by :func:`_claude_prediction`. Otherwise the custom_id comes
+    from the echoed ``request.labels`` (:func:`id_from_labels`); a non-empty ``status``
+    is the row's error (its HTTP code typed as the Gemini adapter types it; no code:
+    ``unknown_error``), else ``response`` (a ``GenerateContentResponse``) is read by the
+    Gemini adapter's
     :func:`~mmirage_beam.providers.gemini.outcomes.normalise_result_line`.
 
     Raises:
@@ -115,6 +119,8 @@ def normalise_prediction_line(line: Any) -> ProviderResult:
     """
     if not isinstance(line, dict):
         raise MalformedResult(f"a JSON {type(line).__name__}, not an object")
+    if "custom_id" in line:
+        return _claude_prediction(line)
     request = line.get("request")
     if not isinstance(request, dict):
         raise MalformedResult("no echoed 'request'")
@@ -126,3 +132,21 @@ def normalise_prediction_line(line: Any) -> ProviderResult:
             return ProviderResult(cid, error=ResultError("unknown_error", status, None))
         return _gemini_line({"key": cid, "error": error})
     return _gemini_line({"key": cid, "response": line.get("response")})
+
+
+def _claude_prediction(line: Dict[str, Any]) -> ProviderResult:
+    """A Claude prediction line: a non-empty ``status`` is the error (typed by its HTTP
+    code, as for Gemini lines), else ``response`` (an Anthropic ``Message``) is read by
+    the Anthropic adapter's
+    :func:`~mmirage_beam.providers.anthropic.adapter.normalise_result`."""
+    cid = line.get("custom_id")
+    if not isinstance(cid, str) or not cid:
+        raise MalformedResult("no custom_id")
+    status = line.get("status")
+    if isinstance(status, str) and status.strip():
+        error = _status_error(status)
+        if error.get("code") is None:
+            return ProviderResult(cid, error=ResultError("unknown_error", status, None))
+        return _gemini_line({"key": cid, "error": error})
+    response = line.get("response")
+    return _claude_line({"custom_id": cid, "result": {"type": "succeeded", "message": response}})
