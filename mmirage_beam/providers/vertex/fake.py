@@ -8,9 +8,11 @@ Routes (``<v>`` is ``v1`` or ``v1beta1``; google-genai ``batches.py``: ``batchPr
 - ``POST /<v>/projects/{p}/locations/{l}/batchPredictionJobs`` ``{"displayName", "model",
   "inputConfig": {"instancesFormat": "jsonl", "gcsSource": {"uris": ["gs://..."]}},
   "outputConfig": {"predictionsFormat": "jsonl", "gcsDestination": {"outputUriPrefix"}}}``:
-  the job (``JOB_STATE_PENDING``), its input read from the emulator at once. Only
-  Gemini models (``publishers/google/models/...``) are emulated; a BigQuery source or
-  destination is a 400.
+  the job (``JOB_STATE_PENDING``), its input read from the emulator at once. Gemini
+  (``publishers/google/models/...``) and Claude (``publishers/anthropic/models/...``:
+  lines ``{"custom_id", "request": Anthropic params with anthropic_version}``, answers
+  ``{"custom_id", "status", "request", "response": Message}``) models are emulated; a
+  BigQuery source or destination is a 400.
 - ``GET .../batchPredictionJobs/{id}``; ``GET .../batchPredictionJobs?pageSize=&pageToken=&filter=``
   (newest first; the only filter understood is ``display_name="..."``, anything else is
   a 400 naming it); ``POST .../batchPredictionJobs/{id}:cancel`` (``{}``; 400
