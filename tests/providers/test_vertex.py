@@ -528,3 +528,55 @@ def test_claude_run_wait_merges_every_row_in_order(vertex, gcs, tmp_path, capsys
     for m, row in zip(merged, rows):
         assert m["answer"] == fake_answer_text("Answer concisely:\n" + row["question"])
     assert fake.create_counts()["answer-text-4"] == 2
+
+
+def test_the_fake_refuses_what_the_service_documents(vertex, gcs):
+    """Labels outside the documented rules make a failed row (400); a line that is not
+    JSON, or an input file that does not exist, fails the job (``error``), which the
+    adapter reports as ``batch_failed``; a BigQuery source and a call without a token
+    are refused."""
+    import httpx
+    from google.genai import errors
+
+    fake = vertex
+    client = _client(fake)
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    good = json.dumps({"request": {**body, "labels": {"mmirage_id": "ok-1"}}}).encode()
+    upper = json.dumps({"request": {**body, "labels": {"mmirage_id": "Not-OK"}}}).encode()
+    src = _put(gcs, "refuse/labels.jsonl", [good + b"\n", upper + b"\n"])
+    job = client.batches.create(model="gemini-2.5-flash", src=src, config={"dest": gcs.uri("r1")})
+    job = client.batches.get(name=job.name)
+    assert (job.completion_stats.successful_count, job.completion_stats.failed_count) == (1, 1)
+    rows = [
+        json.loads(x)
+        for k in gcs.keys(job.output_info.gcs_output_directory)
+        for x in gcs.read(k).splitlines()
+    ]
+    (bad,) = [r for r in rows if r["status"]]
+    assert bad["status"].startswith("Bad Request: ") and '"code": 400' in bad["status"]
+    assert "response" not in bad
+    adapter, config = _adapter(fake, gcs)
+    for name, lines in (("notjson", [b"{not json\n"]), ("missing", None)):
+        uri = (
+            gcs.uri(f"refuse/{name}.jsonl")
+            if lines is None
+            else _put(gcs, f"refuse/{name}.jsonl", lines)
+        )
+        failed = client.batches.create(
+            model="gemini-2.5-flash", src=uri, config={"dest": gcs.uri(name)}
+        )
+        status = adapter.check_batch_status(failed.name, config)
+        assert status.status == "failed" and status.raw_response["state"] == "JOB_STATE_FAILED"
+        progress = adapter.describe_batch(status)
+        assert progress.error_code == "batch_failed" and progress.detail
+        assert list(adapter.retrieve_results(failed.name, config)) == []
+    with pytest.raises(errors.ClientError) as bq:
+        client.batches.create(
+            model="gemini-2.5-flash", src="bq://p.d.t", config={"dest": gcs.uri("x")}
+        )
+    assert bq.value.code == 400
+    unauthenticated = httpx.get(
+        f"{fake.base_url}/v1/projects/{PROJECT}/locations/{LOCATION}/batchPredictionJobs"
+    )
+    assert unauthenticated.status_code == 401
+    adapter.teardown()

@@ -372,25 +372,30 @@ class FakeVertexServer:
                 "inputConfig": source,
                 "outputConfig": dest,
             }
-            if missing:
-                batch.errors = [{"code": 5, "message": f"Input file not found: {missing}"}]
-            else:
-                batch.items = self._process(batch, content)
+            try:
+                if missing:
+                    batch.errors = [{"code": 5, "message": f"Input file not found: {missing}"}]
+                else:
+                    batch.items = self._process(batch, content)
+            except Exception:  # a bug of the fake: no half-made job is left behind
+                del self._store.batches[batch.id]
+                del self._jobs[batch.id]
+                raise
             if failure is not None:  # created, then the answer is lost
                 raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
             return json_response(self._view(batch, now))
 
     def _read_inputs(self, uris: list[str]) -> tuple[bytes, Optional[str]]:
+        from google.api_core.exceptions import NotFound
+
         chunks = []
         for uri in uris:
             bucket, _, key = uri[len("gs://") :].partition("/")
             blob = self._gcs_client().bucket(bucket).blob(key)
             try:
                 chunks.append(blob.download_as_bytes())
-            except Exception as exc:  # google.api_core NotFound: the job fails
-                if "404" in str(exc) or type(exc).__name__ == "NotFound":
-                    return b"", uri
-                raise
+            except NotFound:  # the job is created, then fails
+                return b"", uri
         return b"\n".join(chunks), None
 
     def _gcs_client(self) -> Any:
