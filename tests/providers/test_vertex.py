@@ -580,3 +580,24 @@ def test_the_fake_refuses_what_the_service_documents(vertex, gcs):
     )
     assert unauthenticated.status_code == 401
     adapter.teardown()
+
+
+def test_mmirage_cancel_cancels_each_job_once(vertex, gcs, tmp_path, capsys):
+    """``mmirage cancel --yes`` of a run still processing: every job asked once
+    (``batchPredictionJobs/{id}:cancel``), then ``JOB_STATE_CANCELLING`` / ``CANCELLED``;
+    a second cancel sends nothing."""
+    from pipelines.cancel import main as cancel_main
+    from pipelines.submit import main as submit_main
+
+    fake = vertex
+    cfg = _verdict_config(fake, gcs, tmp_path, _gsm8k(6, {}), "cancel")
+    fake.script(processing_delay_secs=3600)
+    assert submit_main(["--config", cfg, "--run-id", "slow"]) == 0
+    capsys.readouterr()
+    assert cancel_main(["--config", cfg, "--yes"]) == 0
+    assert "was JOB_STATE_PENDING): now JOB_STATE_CANCELLING" in capsys.readouterr().out
+    assert fake.call_counts()["vertex_cancel"] == 1
+    assert [j["state"] for j in fake.jobs()] == ["JOB_STATE_CANCELLING"]
+    assert cancel_main(["--config", cfg, "--yes"]) == 0
+    assert "not cancelled again" in capsys.readouterr().out
+    assert fake.call_counts()["vertex_cancel"] == 1
