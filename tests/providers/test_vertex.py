@@ -118,11 +118,12 @@ def test_sdk_create_get_list_cancel_and_terminal_states(vertex, gcs):
         src=src,
         config=types.CreateBatchJobConfig(display_name="sdk-job", dest=gcs.uri("sdk/out")),
     )
-    assert isinstance(job, types.BatchJob) and job.state.name == "JOB_STATE_SUCCEEDED"
+    assert isinstance(job, types.BatchJob) and job.state.name == "JOB_STATE_PENDING"
     assert job.name.startswith(f"projects/{PROJECT}/locations/{LOCATION}/batchPredictionJobs/")
     assert job.src.gcs_uri == [src] and job.dest.gcs_uri == gcs.uri("sdk/out")
     assert job.model == "publishers/google/models/gemini-2.5-flash"
     got = client.batches.get(name=job.name)
+    assert got.state.name == "JOB_STATE_SUCCEEDED"
     assert got.completion_stats.successful_count == 1 and got.completion_stats.failed_count == 0
     folder = got.output_info.gcs_output_directory
     assert folder.startswith(gcs.uri("sdk/out/prediction-model-"))

@@ -383,7 +383,8 @@ class FakeVertexServer:
                 raise
             if failure is not None:  # created, then the answer is lost
                 raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
-            return json_response(self._view(batch, now))
+            # the create answers the job as it starts (pending), even with no delay
+            return json_response(self._view(batch, batch.created - 1e-6))
 
     def _read_inputs(self, uris: list[str]) -> tuple[bytes, Optional[str]]:
         from google.api_core.exceptions import NotFound
