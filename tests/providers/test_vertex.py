@@ -602,3 +602,23 @@ def test_mmirage_cancel_cancels_each_job_once(vertex, gcs, tmp_path, capsys):
     assert cancel_main(["--config", cfg, "--yes"]) == 0
     assert "not cancelled again" in capsys.readouterr().out
     assert fake.call_counts()["vertex_cancel"] == 1
+
+
+def test_exact_tokens_come_from_vertex_count_tokens(vertex, gcs):
+    """``--exact-tokens``: Vertex AI's ``countTokens`` through the SDK (contents and the
+    generation config), the number a job's ``promptTokenCount`` reports; none for
+    Claude (the estimate stays)."""
+    import pickle
+
+    fake = vertex
+    adapter, config = _adapter(fake, gcs, max_tokens=32)
+    counter = pickle.loads(pickle.dumps(adapter.exact_token_counter(config)))
+    plain = adapter.build_request("a-text-0", _payload("What is two plus two?"), config)
+    assert counter(plain) == 5
+    payload = {**_payload("Name a colour"), "json_schema": {"type": "object"}}
+    payload["json_schema"]["properties"] = {"colour": {"type": "string"}}
+    assert counter(adapter.build_request("a-text-1", payload, config)) == 3
+    assert fake.call_counts()["vertex_count_tokens"] == 2
+    claude = _config(fake, gcs, model="claude-haiku-4-5")
+    assert adapter.exact_token_counter(claude) is None
+    adapter.teardown()

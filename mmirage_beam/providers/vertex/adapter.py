@@ -69,6 +69,8 @@ __all__ = [
     "ANTHROPIC_VERSION",
     "TOKEN_ENV_VAR",
     "VertexBatchAdapter",
+    "VertexExactCounter",
+    "vertex_client",
     "input_uri",
     "is_claude",
     "job_model",
@@ -98,6 +100,64 @@ def job_model(model: str) -> str:
     """The model a job names: a bare ``claude-...`` as ``publishers/anthropic/models/...``
     (the SDK would make it a Google publisher model); anything else as the SDK makes it."""
     return f"publishers/anthropic/models/{model}" if model.startswith("claude") else model
+
+
+def vertex_client(config: VertexBatchConfig) -> Any:
+    """``google.genai.Client(vertexai=True, project, location)`` of ``config``: its
+    ``base_url``, ``api_version`` and ``timeout_seconds``; credentials from
+    ``$VERTEX_ACCESS_TOKEN`` when set (a fake), else the SDK's Application Default
+    Credentials.
+
+    Raises:
+        mmirage_beam.errors.ConfigError: google-genai is not installed (naming the extra).
+    """
+    genai = import_sdk()
+    from google.genai import types
+
+    options: Dict[str, Any] = {"api_version": config.api_version}
+    if config.base_url:
+        options["base_url"] = config.base_url
+    if config.timeout_seconds:
+        options["timeout"] = int(float(config.timeout_seconds) * 1000)  # milliseconds
+    credentials = None
+    token = os.environ.get(TOKEN_ENV_VAR, "").strip()
+    if token:
+        from google.oauth2.credentials import Credentials
+
+        credentials = Credentials(token=token)
+    return genai.Client(
+        vertexai=True,
+        project=config.project,
+        location=config.location,
+        credentials=credentials,
+        http_options=types.HttpOptions(**options),
+    )
+
+
+class VertexExactCounter:
+    """Exact input tokens of a Gemini line through Vertex AI's free ``countTokens``
+    (``models.count_tokens``: ``POST .../publishers/google/models/{m}:countTokens`` with
+    the request's ``contents`` and, as Vertex AI accepts it, its ``generation_config``).
+    Built without a client (it is pickled with the DoFn); the client is opened on first
+    use with :func:`vertex_client`."""
+
+    def __init__(self, config: VertexBatchConfig) -> None:
+        self.config = config
+        self._client: Any = None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"config": self.config, "_client": None}
+
+    def __call__(self, request: Dict[str, Any]) -> int:
+        if self._client is None:
+            self._client = vertex_client(self.config)
+        body = request.get("request") or {}
+        generation = body.get("generation_config")
+        extra = {"config": {"generation_config": generation}} if generation else {}
+        answer = self._client.models.count_tokens(
+            model=self.config.model, contents=body.get("contents"), **extra
+        )
+        return int(answer.total_tokens or 0)
 
 
 def input_uri(config: VertexBatchConfig, run_id: Optional[str], chunk_id: str) -> str:
@@ -146,27 +206,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
         import_sdk()
 
     def setup(self, config: VertexBatchConfig) -> None:
-        genai = import_sdk()
-        from google.genai import types
-
-        options: Dict[str, Any] = {"api_version": config.api_version}
-        if config.base_url:
-            options["base_url"] = config.base_url
-        if config.timeout_seconds:
-            options["timeout"] = int(float(config.timeout_seconds) * 1000)  # milliseconds
-        credentials = None
-        token = os.environ.get(TOKEN_ENV_VAR, "").strip()
-        if token:
-            from google.oauth2.credentials import Credentials
-
-            credentials = Credentials(token=token)
-        self._client = genai.Client(
-            vertexai=True,
-            project=config.project,
-            location=config.location,
-            credentials=credentials,
-            http_options=types.HttpOptions(**options),
-        )
+        self._client = vertex_client(config)
 
     def teardown(self) -> None:
         """Close the ``google.genai.Client`` (a failure to close ignored)."""
@@ -187,6 +227,11 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
             body = request.get("request")
             return count_anthropic_request({"params": body}, model)
         return count_gemini_request(request, model)
+
+    def exact_token_counter(self, config: VertexBatchConfig) -> Optional[VertexExactCounter]:
+        """Gemini: Vertex AI's free ``countTokens`` (:class:`VertexExactCounter`); Claude:
+        none (the offline estimate is kept)."""
+        return None if is_claude(config.model) else VertexExactCounter(config)
 
     # -- requests -------------------------------------------------------------------------
     def build_request(

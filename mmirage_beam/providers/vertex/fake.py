@@ -17,6 +17,9 @@ Routes (``<v>`` is ``v1`` or ``v1beta1``; google-genai ``batches.py``: ``batchPr
   (newest first; the only filter understood is ``display_name="..."``, anything else is
   a 400 naming it); ``POST .../batchPredictionJobs/{id}:cancel`` (``{}``; 400
   ``FAILED_PRECONDITION`` once ended); ``DELETE .../batchPredictionJobs/{id}``.
+- ``POST /<v>/projects/{p}/locations/{l}/publishers/google/models/{m}:countTokens``
+  ``{"contents", "generationConfig"?}``: ``{"totalTokens": N}``, N the
+  ``promptTokenCount`` a job reports for the same contents.
 - Every call needs ``Authorization: Bearer <token>`` (any token: 401 without one).
 
 Input: each line ``{"request": GenerateContentRequest}``, the request checked against
@@ -196,6 +199,12 @@ class FakeVertexServer:
                 Rule(_ROUTE + "/<job_id>:cancel", methods=["POST"], endpoint="cancel"),
                 Rule(_ROUTE + "/<job_id>", methods=["GET"], endpoint="get"),
                 Rule(_ROUTE + "/<job_id>", methods=["DELETE"], endpoint="delete"),
+                Rule(
+                    "/<version>/projects/<project>/locations/<location>/publishers/google/"
+                    "models/<model>:countTokens",
+                    methods=["POST"],
+                    endpoint="count_tokens",
+                ),
             ],
             strict_slashes=False,
         )
@@ -552,6 +561,25 @@ class FakeVertexServer:
                 wrong_shape={"custom_id": cid, "status": "", "unexpected": True},
             )
         return Item(cid, line, True, answer.input_tokens, answer.output_tokens)
+
+    def _count_tokens(
+        self, request: Request, version: str, project: str, location: str, model: str
+    ) -> Response:
+        """``countTokens`` ``{"contents", "generationConfig"?}``: ``{"totalTokens": N}``,
+        N the prompt's words plus 10 per image, as a job's ``promptTokenCount`` says."""
+        from mmirage_beam.testing.fake_provider import limits
+        from mmirage_beam.testing.fake_provider.answers import count_words
+
+        payload = json_payload(request)
+        contents = get_field(payload, "contents")
+        try:
+            request_model().model_validate({"contents": contents})
+        except Exception as exc:  # pydantic.ValidationError
+            raise _error(400, f"Invalid contents: {' '.join(str(exc).split())}") from None
+        prompt, images = prompt_of(contents)
+        return json_response(
+            {"totalTokens": count_words(prompt) + limits.TOKENS_PER_IMAGE * images}
+        )
 
     def _get(
         self, request: Request, version: str, project: str, location: str, job_id: str
