@@ -2,7 +2,8 @@
 
 Usage:
     python benchmarks/crash_suite.py [--trials N] [--rows R] [--chunk C]
-        [--providers openai,anthropic,gemini,mistral,bedrock] [--experiments a,b,...] [--seed S]
+        [--providers openai,anthropic,gemini,mistral,bedrock,vertex]
+        [--experiments a,b,...] [--seed S]
 
 Every trial submits the first R rows of the bundled GSM8K sample (chunks of C requests)
 to the embedded fake provider as a subprocess (`python -m pipelines.submit`), injures
@@ -170,6 +171,11 @@ class Trial:
         else:
             self.meta = self.dir / "meta"
         self.base_url = fake.base_url_for(provider)
+        #: more processor keys and environment the provider's fake needs (vertex: the
+        #: project, location and a gs:// staging folder of this trial's own; the GCS
+        #: emulator's endpoint and credentials)
+        self.keys: dict[str, Any] = getattr(fake, "processor_keys", lambda d: {})(self.dir.name)
+        self.extra_env: dict[str, str] = dict(getattr(fake, "env", {}))
         self.chunk = chunk
         self.data = data
         self.run_id = "crash"
@@ -183,6 +189,7 @@ class Trial:
             "base_url": self.base_url,
             "metadata_output_path": str(self.meta / "batch_metadata.jsonl"),
             "max_requests_per_chunk": self.chunk,
+            **self.keys,
         }
         if self.provider == "bedrock":  # boto3's endpoint_url; inputs on the S3 server
             del proc["base_url"]
@@ -225,7 +232,7 @@ class Trial:
         return [sys.executable, "-m", "pipelines.submit", "--config", config]
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = dict(os.environ, PYTHONPATH=str(REPO), **extra)
+        env = dict(os.environ, PYTHONPATH=str(REPO), **{**self.extra_env, **extra})
         env.setdefault("OPENAI_API_KEY", "sk-crash-suite")
         env.setdefault("ANTHROPIC_API_KEY", "sk-ant-crash-suite")
         env.setdefault("GEMINI_API_KEY", "gemini-crash-suite")
@@ -649,6 +656,7 @@ def run_trial(
             "gemini": ("/v1beta/models/gemini-2.5-flash:batchGenerateContent", ""),
             "mistral": ("/mistral/v1/batch/jobs", "/mistral"),
             "bedrock": ("/model-invocation-job", ""),
+            "vertex": (VertexServices.CREATE_PATH, ""),
         }[trial.provider]
         with SlowProxy(trial.fake.base_url) as proxy:
             proxy.delay("POST", path, 2.5, count=rng.randint(1, 2))
@@ -761,6 +769,68 @@ def _flink_trial(
     return notes
 
 
+class VertexServices:
+    """``provider: vertex``'s fakes for the suite, started on first use: a GCS emulator
+    (its own process, ``tests/storage_servers.py``) and the fake Vertex service on it
+    (``mmirage_beam/providers/vertex/fake.py``), with what :class:`Trial` asks of the
+    shared fake (``base_url_for``, ``reset``, ``script``, ``submitted_requests``,
+    ``call_counts``), plus the processor keys and environment a run needs."""
+
+    PROJECT, LOCATION = "crash-suite", "us-central1"
+    CREATE_PATH = f"/v1/projects/{PROJECT}/locations/{LOCATION}/batchPredictionJobs"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.gcs: Any = None
+        self.fake: Any = None
+        self.error = ""
+
+    def start(self) -> bool:
+        if self.fake is not None or self.error:
+            return self.fake is not None
+        sys.path.insert(0, str(REPO))
+        from mmirage_beam.providers.vertex.fake import FakeVertexServer
+        from tests.storage_servers import GCSServer, gcs_emulator_available
+
+        self.error = gcs_emulator_available() or ""
+        if self.error:
+            return False
+        self.gcs = GCSServer(self.root / "gcs")
+        self.gcs.start()
+        self.fake = FakeVertexServer(self.gcs.endpoint).start()
+        return True
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**self.gcs.env, "VERTEX_ACCESS_TOKEN": "vertex-crash-suite"}
+
+    def processor_keys(self, trial: str) -> dict[str, str]:
+        return {
+            "project": self.PROJECT,
+            "location": self.LOCATION,
+            "gcs_staging_uri": self.gcs.uri(trial),
+        }
+
+    @property
+    def base_url(self) -> str:
+        return self.fake.base_url
+
+    def base_url_for(self, provider: str) -> str:
+        return self.fake.base_url
+
+    def __getattr__(self, name: str) -> Any:  # reset, script, submitted_requests...
+        if name in ("reset", "script", "submitted_requests", "call_counts"):
+            return getattr(self.fake, name)
+        raise AttributeError(name)
+
+    def stop(self) -> None:
+        if self.fake is not None:
+            self.fake.stop()
+        if self.gcs is not None:
+            self.gcs.stop()
+        self.fake = self.gcs = None
+
+
 def run_suite(
     experiments: tuple[str, ...] = EXPERIMENTS,
     providers: tuple[str, ...] = ("openai", "anthropic", "gemini", "mistral"),
@@ -779,8 +849,9 @@ def run_suite(
     portable = Portable(root)
     flink = Flink(root)
     s3 = None
+    vertex = VertexServices(root)
     try:
-        with FakeProviderServer() as fake:
+        with FakeProviderServer() as shared:
             if "bedrock" in providers:  # its inputs and outputs live on a real S3 server
                 sys.path.insert(0, str(REPO))
                 from tests.storage_servers import S3Server
@@ -788,7 +859,7 @@ def run_suite(
                 s3 = S3Server(root / "s3")
                 s3.start()
                 os.environ.update(s3.endpoint_env, MMIRAGE_CRASH_S3_BUCKET=s3.bucket)
-                fake.registered_fake("bedrock").min_records = 1
+                shared.registered_fake("bedrock").min_records = 1
             for experiment in experiments:
                 for provider in providers:
                     o = Outcome(experiment, provider)
@@ -805,6 +876,12 @@ def run_suite(
                     if experiment in FLINK_EXPERIMENTS and not flink.start():
                         o.skipped = f"the Flink cluster did not start: {flink.error}"
                         continue
+                    fake: Any = shared
+                    if provider == "vertex":
+                        if not vertex.start():
+                            o.skipped = f"the GCS emulator is missing: {vertex.error}"
+                            continue
+                        fake = vertex
                     for _ in range(trials):
                         trial = Trial(fake, provider, rows, chunk, root, meta_root)
                         started = time.monotonic()
@@ -828,6 +905,7 @@ def run_suite(
         flink.stop()
         if s3 is not None:
             s3.stop()
+        vertex.stop()
         shutil.rmtree(root, ignore_errors=True)
     return out
 

@@ -9,6 +9,7 @@ ended), and ``mmirage merge``; prints where the merged file is and its first row
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -83,7 +84,8 @@ def parser() -> argparse.ArgumentParser:
 
     # and the fakes that live in their provider's package and have a demo
     own = [name for name, cls in registered_fakes().items() if hasattr(cls, "demo")]
-    ap.add_argument("--provider", choices=[*PROVIDERS, *own], default=PROVIDERS[0])
+    # vertex: its own fake server (mmirage_beam/providers/vertex/fake.py) on a GCS emulator
+    ap.add_argument("--provider", choices=[*PROVIDERS, *own, "vertex"], default=PROVIDERS[0])
     ap.add_argument(
         "--workdir",
         default="mmirage-demo",
@@ -104,7 +106,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import shutil
 
     from mmirage_beam.ids import new_run_id
-    from mmirage_beam.testing import FakeProviderServer
     from pipelines.check import main as check_main
     from pipelines.merge import main as merge_main
     from pipelines.submit import main as submit_main
@@ -137,25 +138,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             file=sys.stderr,
         )
 
-    import contextlib
-
-    with (
-        FakeProviderServer(processing_delay_secs=args.delay) as fake,
-        contextlib.ExitStack() as stack,
-    ):
-        base_url = fake.base_url_for(args.provider)
-        processor = {"base_url": base_url, "max_requests_per_chunk": max(10, n_rows // 4)}
-        own = getattr(fake, "registered_fake", None)
+    with contextlib.ExitStack() as stack:
         try:
-            registered = own(args.provider) if own is not None else None
-        except KeyError:
-            registered = None
-        if registered is not None:  # its demo says what else it needs (e.g. S3)
-            try:
-                processor = stack.enter_context(registered.demo(base_url, n_rows))
-            except RuntimeError as exc:
-                print(f"mmirage demo: {exc}", file=sys.stderr)
-                return 2
+            base_url, processor = _fake_services(stack, args.provider, args.delay, work, n_rows)
+        except RuntimeError as exc:
+            print(f"mmirage demo: {exc}", file=sys.stderr)
+            return 2
         config = work / f"demo_{args.provider}.yaml"
         config.write_text(
             CONFIG.format(
@@ -194,6 +182,38 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for _, line in zip(range(3), f):
             print(json.dumps(json.loads(line), ensure_ascii=False, indent=2))
     return code
+
+
+def _fake_services(
+    stack: contextlib.ExitStack, provider: str, delay: float, work: Path, n_rows: int
+) -> tuple[str, dict[str, object]]:
+    """Start the fake(s) ``provider``'s demo talks to, on ``stack``: ``(base_url,
+    processor keys)``. The embedded fake serves the built-in providers; a fake that lives
+    in its provider's package and registered itself (``testing/fake_registry``) says in
+    its ``demo`` what else it needs (Bedrock: S3); Vertex's fake is a server of its own
+    on a GCS emulator (``project``, ``location``, ``gcs_staging_uri`` too).
+
+    Raises:
+        RuntimeError: a demo's own service cannot start (its message says why).
+    """
+    per_chunk = max(10, n_rows // 4)
+    if provider == "vertex":
+        from mmirage_beam.providers.vertex.fake import demo_services
+
+        keys = dict(stack.enter_context(demo_services(work, delay)))
+        return keys["base_url"], {**keys, "max_requests_per_chunk": per_chunk}
+    from mmirage_beam.testing import FakeProviderServer
+
+    fake = stack.enter_context(FakeProviderServer(processing_delay_secs=delay))
+    base_url = fake.base_url_for(provider)
+    processor: dict[str, object] = {"base_url": base_url, "max_requests_per_chunk": per_chunk}
+    try:
+        registered = fake.registered_fake(provider)
+    except KeyError:
+        registered = None
+    if registered is not None:  # its demo says what else it needs (e.g. S3)
+        processor = stack.enter_context(registered.demo(base_url, n_rows))
+    return base_url, processor
 
 
 if __name__ == "__main__":

@@ -276,7 +276,7 @@ SLOW_FILES_SECS = {
     "test_engines.py": 800,
     "test_s3_storage.py": 120,
     "test_gcs_storage.py": 90,
-    "test_crash_suite.py": 215,
+    "test_crash_suite.py": 250,  # + 35 s of vertex trials (2026-12-06)
     "test_runners.py": 205,
     "test_verdicts.py": 165,
     "test_merge.py": 140,
@@ -288,6 +288,7 @@ SLOW_FILES_SECS = {
     "test_cycle.py": 85,
     "test_merge_golden.py": 75,
     "test_check.py": 60,
+    "test_vertex.py": 60,  # run alone, 2026-12-06: a GCS emulator and 18 tests
     "test_submit_e2e.py": 56,
     "test_credentials.py": 56,
     "test_anthropic_adoption.py": 55,

@@ -39,6 +39,15 @@ _ADVICE = {
     ),
 }
 _ADVICE["canceled"] = _ADVICE["cancelled"]
+# the batch_<word> codes of the adapters whose jobs end expired or cancelled as a whole
+# (Gemini, Vertex AI): the same meaning, and the same fix
+_ADVICE["batch_expired"] = (
+    "the batch expired before every request ran; the results that exist are kept (merge "
+    "them) and only the rest needs re-sending"
+)
+_ADVICE["batch_cancelled"] = _ADVICE["cancelled"]
+#: error codes whose batch a resubmission fixes (besides a failure without a code)
+_RETRYABLE_CODES = (None, "token_limit_exceeded", "batch_expired", "batch_cancelled")
 _FILE_REJECTED = (
     "the provider rejected the uploaded file ({code}); this is a request-building problem, "
     "not a transient one: check the config (model, batch_endpoint) and report it"
@@ -90,7 +99,7 @@ def advice_lines(report: StatusReport, config_arg: Optional[str]) -> List[str]:
                 text = _ADVICE[outcome]
             else:
                 continue
-            retry = code in (None, "token_limit_exceeded")
+            retry = code in _RETRYABLE_CODES
             text += (
                 f".\n    Fix: mmirage merge --config {config} --run-id {run} --output-path "
                 f"OUT.jsonl, then mmirage resubmit --config {config} --run-id {run}"

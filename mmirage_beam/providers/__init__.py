@@ -12,6 +12,7 @@ from mmirage_beam.providers import bedrock as _bedrock  # noqa: E402, F401
 from mmirage_beam.providers import gemini as _gemini  # noqa: E402, F401
 from mmirage_beam.providers import mistral as _mistral  # noqa: E402, F401
 from mmirage_beam.providers import openai as _openai  # noqa: E402, F401
+from mmirage_beam.providers import vertex as _vertex  # noqa: E402, F401
 from mmirage_beam.providers.base import (
     BatchAdapterRegistry,
     BatchSubmissionAdapter,

@@ -45,6 +45,9 @@ CI_EXPERIMENTS = ("kill_at_batch_created", "fault_500_after_accept")
         # Bedrock: S3 on moto's server; the kill inside the acceptance window and a
         # create stored but answered 500 (its retry replays the clientRequestToken).
         ("bedrock", CI_EXPERIMENTS),
+        # Vertex AI: the lost create (killed after it, or stored but answered 500) is
+        # adopted by its display_name; its fake and a GCS emulator (skipped without it)
+        ("vertex", CI_EXPERIMENTS),
     ],
 )
 def test_crashes_faults_and_concurrent_runs_lose_nothing_and_duplicate_nothing(
@@ -54,6 +57,10 @@ def test_crashes_faults_and_concurrent_runs_lose_nothing_and_duplicate_nothing(
         from tests.storage_servers import skip_unless_moto
 
         skip_unless_moto()
+    if provider == "vertex":
+        from tests.storage_servers import skip_unless_gcs_emulator
+
+        skip_unless_gcs_emulator()
     outcomes = crash_suite.run_suite(experiments, (provider,), trials=1, rows=60, chunk=6)
     print(crash_suite.table(outcomes))
     assert [o.trials for o in outcomes] == [1] * len(experiments)

@@ -24,7 +24,7 @@ def _imported_modules(path: Path) -> set[str]:
 def test_base_imports_no_adapter():
     imported = _imported_modules(BASE)
     packages = {p.name for p in BASE.parent.iterdir() if (p / "__init__.py").is_file()}
-    assert packages >= {"openai", "anthropic", "gemini", "mistral"}, packages
+    assert packages >= {"openai", "anthropic", "gemini", "mistral", "vertex"}, packages
     adapters = {
         m
         for m in imported
@@ -46,8 +46,8 @@ def test_builtins_registered_through_the_package():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split("\n")
     assert (
-        out[0] == "['anthropic', 'azure-openai', 'bedrock', 'gemini', 'groq', 'mistral', "
-        "'openai', 'together']"
+        out[0] == "['anthropic', 'azure-openai', 'bedrock', 'gemini', 'groq', 'mistral', 'openai', "
+        "'together', 'vertex']"
     )
     assert (
         out[1] == "mmirage_beam.providers.openai.adapter mmirage_beam.providers.anthropic.adapter"

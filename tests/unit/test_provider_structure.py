@@ -1,8 +1,10 @@
 """A provider is one package: shared code never names a provider.
 
 Counts, over every module of ``mmirage_beam/`` and ``pipelines/`` outside the provider
-packages (``mmirage_beam/providers/<name>/``: a package is no shared code, and Bedrock's
-names the model vendors it serves, ``anthropic.*`` and ``meta.*``) and the fake
+packages (``mmirage_beam/providers/<name>/``: a package is no shared code: Bedrock's
+names the model vendors it serves, ``anthropic.*`` and ``meta.*``, and one provider
+may build on another's, as ``vertex`` reuses ``gemini``'s request bodies and result
+lines) and the fake
 (``mmirage_beam/testing/fake_provider/``), the modules whose code names the provider:
 identifiers, attributes, imports and string constants that are not docstrings (case
 folded, as a substring: ``OpenAIBatchConfig`` names openai). Issue 16's target is at
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PROVIDERS = ("openai", "anthropic", "gemini", "mistral", "bedrock")
+PROVIDERS = ("openai", "anthropic", "gemini", "mistral", "bedrock", "vertex")
 MAX_MODULES = 2
 
 
@@ -49,7 +51,7 @@ def _words(tree: ast.AST):
 
 
 def modules_naming(provider: str) -> dict[str, int]:
-    """``{module path: mentions}`` of the modules outside ``provider``'s package and the
+    """``{module path: mentions}`` of the modules outside the provider packages and the
     fake whose code names ``provider``."""
     out: dict[str, int] = {}
     files = sorted([*(REPO / "mmirage_beam").rglob("*.py"), *(REPO / "pipelines").rglob("*.py")])

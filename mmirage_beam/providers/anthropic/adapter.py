@@ -179,35 +179,8 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter[AnthropicBatchConfig]):
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: AnthropicBatchConfig
     ) -> Dict[str, Any]:
-        text = _prompt_text(payload["messages"])
-        images = payload.get("images") or []
-        if len(images) > MAX_IMAGES_PER_REQUEST:
-            raise images_error(
-                images,
-                f"the request holds {len(images)} images; Anthropic accepts at most "
-                f"{MAX_IMAGES_PER_REQUEST} per request ({VISION_LIMITS_SOURCE})",
-            )
-        max_side = (
-            MANY_IMAGES_MAX_SIDE_PX if len(images) > MANY_IMAGES_THRESHOLD else MAX_IMAGE_SIDE_PX
-        )
-        if images:
-            content: Any = [{"type": "text", "text": text}]
-            content += [_image_block(img, max_side, len(images)) for img in images]
-        else:
-            content = text
-        params: Dict[str, Any] = {
-            "model": config.model,
-            "max_tokens": config.max_tokens,
-            "messages": [{"role": "user", "content": content}],
-        }
-        if config.temperature is not None:
-            params["temperature"] = config.temperature
-        if config.top_p is not None:
-            params["top_p"] = config.top_p
-        schema = payload.get("json_schema")
-        if schema is not None:
-            params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
-        return {"custom_id": custom_id, "params": params}
+        """``{"custom_id", "params"}``: :func:`message_params` of the payload."""
+        return {"custom_id": custom_id, "params": message_params(payload, config)}
 
     def submit_chunk(
         self, chunk_id: str, requests: Sequence[Dict[str, Any]], config: AnthropicBatchConfig
@@ -551,6 +524,45 @@ def normalise_result(item: Any) -> ProviderResult:
         }[kind]
         return ProviderResult(cid, error=ResultError(kind, why))
     raise MalformedResult(f"unknown result type {kind!r}", cid)
+
+
+def message_params(payload: Dict[str, Any], config: Any) -> Dict[str, Any]:
+    """The Messages API ``params`` of a neutral payload: ``model``, ``max_tokens``,
+    one user message (the prompt text, then the images as blocks), ``temperature`` /
+    ``top_p`` when set, a JSON schema as ``output_config.format``. ``config`` is an
+    :class:`AnthropicBatchConfig` or any object with those fields (Claude on Vertex AI).
+
+    Raises:
+        mmirage_beam.errors.RequestBuildError: more images than a request may hold, or
+            an image Anthropic refuses.
+    """
+    text = _prompt_text(payload["messages"])
+    images = payload.get("images") or []
+    if len(images) > MAX_IMAGES_PER_REQUEST:
+        raise images_error(
+            images,
+            f"the request holds {len(images)} images; Anthropic accepts at most "
+            f"{MAX_IMAGES_PER_REQUEST} per request ({VISION_LIMITS_SOURCE})",
+        )
+    max_side = MANY_IMAGES_MAX_SIDE_PX if len(images) > MANY_IMAGES_THRESHOLD else MAX_IMAGE_SIDE_PX
+    if images:
+        content: Any = [{"type": "text", "text": text}]
+        content += [_image_block(img, max_side, len(images)) for img in images]
+    else:
+        content = text
+    params: Dict[str, Any] = {
+        "model": config.model,
+        "max_tokens": config.max_tokens,
+        "messages": [{"role": "user", "content": content}],
+    }
+    if config.temperature is not None:
+        params["temperature"] = config.temperature
+    if config.top_p is not None:
+        params["top_p"] = config.top_p
+    schema = payload.get("json_schema")
+    if schema is not None:
+        params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+    return params
 
 
 def _prompt_text(messages: Sequence[Dict[str, Any]]) -> str:

@@ -43,16 +43,20 @@ import tempfile
 from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.errors import ConfigError
-from mmirage_beam.images import image_error, images_error
 from mmirage_beam.providers import retrying
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
-from mmirage_beam.providers.chat import generation_options
-from mmirage_beam.providers.gemini.config import MAX_INLINE_BYTES, GeminiBatchConfig
+from mmirage_beam.providers.gemini.config import GeminiBatchConfig
 from mmirage_beam.providers.gemini.outcomes import FINISH_OUTCOMES, normalise_result_line
-from mmirage_beam.providers.gemini.requests import embed_request, prompt_text, response_schema
+from mmirage_beam.providers.gemini.requests import (
+    ACCEPTED_IMAGE_TYPES,
+    VISION_LIMITS_SOURCE,
+    embed_request,
+    generate_content_request,
+    response_schema,
+)
 from mmirage_beam.providers.gemini.tokens import GeminiExactCounter, count_gemini_request
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.providers.uploads import FileUploadAdapter
@@ -78,12 +82,6 @@ _LOG = logging.getLogger(__name__)
 
 #: the ``[gemini]`` extra: ``pip install 'mmirage-beam[gemini]'``.
 SDK_EXTRA = "gemini"
-
-# Image understanding guide (https://ai.google.dev/gemini-api/docs/image-understanding,
-# read 2026-12): "Gemini supports the following image format MIME types: PNG, JPEG,
-# WEBP, HEIC, HEIF"; inline data only (an http(s) URL is not fetched by the API).
-ACCEPTED_IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp", "image/heic", "image/heif")
-VISION_LIMITS_SOURCE = "Gemini image understanding guide"
 
 
 def display_name(run_id: Optional[str], chunk_id: str) -> str:
@@ -222,40 +220,7 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         """
         if payload.get("output_type") == EMBEDDING:
             return {"key": custom_id, "request": embed_request(payload)}
-        parts: list[Dict[str, Any]] = [{"text": prompt_text(payload["messages"])}]
-        images = payload.get("images") or []
-        total = 0
-        for img in images:
-            if img.get("data") is None:
-                raise image_error(
-                    img,
-                    f"image {img.get('source')!r} is a URL; Gemini batch requests take images "
-                    "as inline data only (give a local path or a storage path instead)",
-                )
-            if img.get("media_type") not in ACCEPTED_IMAGE_TYPES:
-                raise image_error(
-                    img,
-                    f"image {img.get('source')!r} is {img.get('media_type')}; Gemini accepts "
-                    f"only PNG, JPEG, WEBP, HEIC and HEIF ({VISION_LIMITS_SOURCE})",
-                )
-            total += len(img["data"])
-            parts.append({"inline_data": {"mime_type": img["media_type"], "data": img["data"]}})
-        if total > MAX_INLINE_BYTES:
-            raise images_error(
-                images,
-                f"the request's images are {total} bytes of base64, over Gemini's 20 MB "
-                f"({MAX_INLINE_BYTES} bytes) per request with inline data "
-                f"({VISION_LIMITS_SOURCE})",
-            )
-        generation = generation_options(config, "max_output_tokens")
-        schema = payload.get("json_schema")
-        if schema is not None:
-            generation["response_mime_type"] = "application/json"
-            generation["response_schema"] = response_schema(schema)
-        request: Dict[str, Any] = {"contents": [{"role": "user", "parts": parts}]}
-        if generation:
-            request["generation_config"] = generation
-        return {"key": custom_id, "request": request}
+        return {"key": custom_id, "request": generate_content_request(payload, config)}
 
     # -- submission -----------------------------------------------------------------------
     def request_without_id(self, request: Dict[str, Any]) -> Dict[str, Any]:

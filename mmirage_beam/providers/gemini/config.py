@@ -6,11 +6,9 @@ inline requests are for batches "under 20MB" in total. mmirage-beam always uploa
 file (one per chunk), so the per-batch byte limit is the file's; no request count per
 batch is documented. A batch job that stays pending or running for 48 hours expires.
 
-Vertex AI is a config switch (``vertexai: true``) reserved for later: the same SDK
-(``genai.Client(vertexai=True, project, location)``) takes ``gs://`` (or ``bq://``)
-sources and destinations instead of File API uploads, with lines ``{"request": ...}``
-and results in ``predictions.jsonl`` under the destination. It is refused at load
-until it is implemented (see docs/providers.md for what it needs).
+Vertex AI batch prediction is its own provider, ``provider: vertex``
+(:mod:`mmirage_beam.providers.vertex`); ``vertexai: true`` here is refused at load,
+naming it.
 """
 
 from __future__ import annotations
@@ -49,8 +47,7 @@ class GeminiBatchConfig(BatchProviderConfig):
         temperature: optional, in [0, 2]; top_p: optional, in [0, 1].
         base_url: optional API root (``http_options.base_url``), e.g. the fake's.
         timeout_seconds: optional per-call timeout of the SDK client.
-        vertexai: reserved: Vertex AI batch prediction (``gs://`` sources); refused at
-            load until implemented.
+        vertexai: must stay false: Vertex AI batch prediction is ``provider: vertex``.
         embedding_job: the jobs are embeddings jobs (``asyncBatchEmbedContent``); set
             from ``output_type: embedding`` outputs, never in YAML.
 
@@ -112,7 +109,7 @@ class GeminiBatchConfig(BatchProviderConfig):
         if self.vertexai:
             raise ConfigError(
                 "vertexai",
-                "Vertex AI batch prediction is not implemented yet (it needs gs:// input and "
-                "output locations, a project and a location; see docs/providers.md); use "
-                "the Gemini Developer API (vertexai: false, GEMINI_API_KEY)",
+                "Vertex AI batch prediction is its own provider: use provider: vertex with "
+                "project, location and gcs_staging_uri (see docs/providers.md); or the "
+                "Gemini Developer API here (vertexai: false, GEMINI_API_KEY)",
             )

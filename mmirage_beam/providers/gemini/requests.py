@@ -1,14 +1,79 @@
-"""Gemini batch request parts built from the neutral payload: the prompt's text, and
-a JSON schema as Gemini's ``response_schema`` (an OpenAPI 3.0 subset, google-genai 2.34
-``types.Schema``). :mod:`mmirage_beam.providers.gemini.adapter` builds each line with
-them.
+"""Gemini ``GenerateContentRequest`` bodies built from the neutral payload
+(:func:`generate_content_request`): the prompt's text, inline images, and a JSON schema
+as Gemini's ``response_schema`` (an OpenAPI 3.0 subset, google-genai 2.34
+``types.Schema``). :mod:`mmirage_beam.providers.gemini.adapter` (the Developer API) and
+:mod:`mmirage_beam.providers.vertex.adapter` (Vertex AI) build each line with them.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Sequence
 
-__all__ = ["embed_request", "prompt_text", "response_schema"]
+from mmirage_beam.images import image_error, images_error
+from mmirage_beam.providers.chat import generation_options
+from mmirage_beam.providers.gemini.config import MAX_INLINE_BYTES
+
+__all__ = [
+    "ACCEPTED_IMAGE_TYPES",
+    "VISION_LIMITS_SOURCE",
+    "embed_request",
+    "generate_content_request",
+    "prompt_text",
+    "response_schema",
+]
+
+# Image understanding guide (https://ai.google.dev/gemini-api/docs/image-understanding,
+# read 2026-12): "Gemini supports the following image format MIME types: PNG, JPEG,
+# WEBP, HEIC, HEIF"; inline data only (an http(s) URL is not fetched by the API).
+ACCEPTED_IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp", "image/heic", "image/heif")
+VISION_LIMITS_SOURCE = "Gemini image understanding guide"
+
+
+def generate_content_request(payload: Dict[str, Any], config: Any) -> Dict[str, Any]:
+    """``{"contents": [{"role": "user", "parts"}], "generation_config"?}`` of a neutral
+    payload: the prompt text, then each image as ``inline_data``; ``config``'s
+    ``max_tokens`` / ``temperature`` / ``top_p`` (as ``max_output_tokens``...) and the
+    payload's JSON schema (``response_mime_type``, ``response_schema``) in
+    ``generation_config``.
+
+    Raises:
+        mmirage_beam.errors.RequestBuildError: an image given by URL, of a type
+            Gemini refuses, or a request whose inline images pass 20 MB.
+    """
+    parts: list[Dict[str, Any]] = [{"text": prompt_text(payload["messages"])}]
+    images = payload.get("images") or []
+    total = 0
+    for img in images:
+        if img.get("data") is None:
+            raise image_error(
+                img,
+                f"image {img.get('source')!r} is a URL; Gemini batch requests take images "
+                "as inline data only (give a local path or a storage path instead)",
+            )
+        if img.get("media_type") not in ACCEPTED_IMAGE_TYPES:
+            raise image_error(
+                img,
+                f"image {img.get('source')!r} is {img.get('media_type')}; Gemini accepts "
+                f"only PNG, JPEG, WEBP, HEIC and HEIF ({VISION_LIMITS_SOURCE})",
+            )
+        total += len(img["data"])
+        parts.append({"inline_data": {"mime_type": img["media_type"], "data": img["data"]}})
+    if total > MAX_INLINE_BYTES:
+        raise images_error(
+            images,
+            f"the request's images are {total} bytes of base64, over Gemini's 20 MB "
+            f"({MAX_INLINE_BYTES} bytes) per request with inline data "
+            f"({VISION_LIMITS_SOURCE})",
+        )
+    generation = generation_options(config, "max_output_tokens")
+    schema = payload.get("json_schema")
+    if schema is not None:
+        generation["response_mime_type"] = "application/json"
+        generation["response_schema"] = response_schema(schema)
+    request: Dict[str, Any] = {"contents": [{"role": "user", "parts": parts}]}
+    if generation:
+        request["generation_config"] = generation
+    return request
 
 
 def prompt_text(messages: Sequence[Dict[str, Any]]) -> str:

@@ -1,0 +1,21 @@
+"""``provider: vertex``: Vertex AI batch prediction for Gemini models (google-genai SDK
+with ``vertexai=True``; input and output in Cloud Storage).
+
+Everything specific to it lives here: ``config`` (the config dataclass, its limits and
+their sources), ``adapter`` (staging, submission, status, results), ``outcomes`` (the
+custom_id in ``request.labels``, prediction lines read), ``prices.json`` (its dated
+price rows) and ``fake`` (the fake Vertex AI service the tests and the demo talk to,
+its job files in a GCS emulator). Importing the package registers the config and the
+adapter under ``vertex``; the SDK is imported only when a client is built (``pip install
+'mmirage-beam[gemini,gcp]'``).
+"""
+
+from mmirage_beam.providers.base import BatchAdapterRegistry
+from mmirage_beam.providers.config import BatchProviderConfigRegistry
+from mmirage_beam.providers.vertex.adapter import VertexBatchAdapter
+from mmirage_beam.providers.vertex.config import VertexBatchConfig
+
+BatchProviderConfigRegistry.register("vertex", VertexBatchConfig)
+BatchAdapterRegistry.register("vertex", VertexBatchAdapter)
+
+__all__ = ["VertexBatchAdapter", "VertexBatchConfig"]

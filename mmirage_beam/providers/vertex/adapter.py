@@ -1,0 +1,454 @@
+"""Vertex AI batch prediction adapter (google-genai SDK with ``vertexai=True``).
+
+Contract facts (checked against google-genai 2.34 ``batches.py`` /
+``_transformers.py`` / ``_api_client.py`` and the Vertex AI batch docs, see
+:mod:`~mmirage_beam.providers.vertex.config`):
+
+- A chunk is a JSONL file of ``{"request": GenerateContentRequest}`` lines, the
+  request built by the Gemini adapter (the same parts, generation config and response
+  schema) plus ``labels`` that carry the custom_id
+  (:func:`~mmirage_beam.providers.vertex.outcomes.id_labels`). It is written to
+  ``<gcs_staging_uri>/<run_id>/<chunk_id>/input.jsonl`` through Beam's file systems
+  (Beam's GCS filesystem: google-cloud-storage, which honours
+  ``$STORAGE_EMULATOR_HOST``), then one job is created:
+  ``client.batches.create(model=, src="gs://.../input.jsonl", config={"display_name",
+  "dest": "gs://.../output"})`` (``POST v1/projects/{p}/locations/{l}/batchPredictionJobs``
+  ``{"displayName", "model": "publishers/google/models/...", "inputConfig":
+  {"instancesFormat": "jsonl", "gcsSource": {"uris"}}, "outputConfig":
+  {"predictionsFormat": "jsonl", "gcsDestination": {"outputUriPrefix"}}}``).
+- States: ``JOB_STATE_QUEUED | PENDING | RUNNING | SUCCEEDED | FAILED | CANCELLING |
+  CANCELLED | EXPIRED | PARTIALLY_SUCCEEDED | PAUSED | UPDATING``.
+- Results: the job's ``outputInfo.gcsOutputDirectory`` (a folder under the output
+  prefix) holds ``predictions*.jsonl``: one line per request, the request echoed, and
+  ``response`` (a ``GenerateContentResponse``) or an error text in ``status``
+  (:func:`~mmirage_beam.providers.vertex.outcomes.normalise_prediction_line`).
+
+Exactly-once creation: every job's ``display_name`` is ``mmirage-<run_id>-<chunk_id>``
+(the Gemini adapter's :func:`~mmirage_beam.providers.gemini.adapter.display_name`); a
+retried create, and a resumed run whose create answer was lost, first lists the jobs
+with the filter ``display_name="..."`` (:meth:`VertexBatchAdapter.find_batch`) and adopts
+the one found instead of creating a second. The input file is written once per chunk and
+reused by every create attempt.
+
+Credentials: Application Default Credentials, as the SDK finds them. Only for a fake
+(or a short test), ``$VERTEX_ACCESS_TOKEN`` gives a bare OAuth access token
+(``google.oauth2.credentials.Credentials(token=...)``), never refreshed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
+
+from mmirage_beam.providers.anthropic.adapter import message_params
+from mmirage_beam.providers.anthropic.tokens import count_anthropic_request
+from mmirage_beam.providers.base import BatchProgress as _Progress
+from mmirage_beam.providers.base import BatchSubmissionResult as _Result
+from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
+from mmirage_beam.providers.batch_status import optional_int as _optional_int
+from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.gemini.adapter import GeminiBatchAdapter, display_name, import_sdk
+from mmirage_beam.providers.gemini.requests import generate_content_request
+from mmirage_beam.providers.gemini.tokens import count_gemini_request
+from mmirage_beam.providers.tokens import TokenCount
+from mmirage_beam.providers.uploads import FileUploadAdapter
+from mmirage_beam.providers.vertex.config import VertexBatchConfig
+from mmirage_beam.providers.vertex.outcomes import (
+    ID_LABEL,
+    ID_PART_LABEL,
+    id_labels,
+    normalise_prediction_line,
+)
+from mmirage_beam.records import ProviderResult
+from mmirage_beam.results import results_from_lines
+
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "TOKEN_ENV_VAR",
+    "VertexBatchAdapter",
+    "VertexExactCounter",
+    "vertex_client",
+    "input_uri",
+    "is_claude",
+    "job_model",
+    "output_prefix",
+]
+
+_LOG = logging.getLogger(__name__)
+
+#: a bare OAuth access token for a fake (real use: Application Default Credentials)
+TOKEN_ENV_VAR = "VERTEX_ACCESS_TOKEN"
+#: bytes read at a time from a result file
+_BLOCK = 1 << 20
+#: Claude on Vertex AI: the ``anthropic_version`` of every request body (Vertex AI's
+#: "Batch predictions with Anthropic Claude models" input example)
+ANTHROPIC_VERSION = "vertex-2023-10-16"
+#: Claude on Vertex AI needs ``max_tokens``; the ``anthropic`` provider's default
+CLAUDE_DEFAULT_MAX_TOKENS = 8192
+
+
+def is_claude(model: str) -> bool:
+    """Whether ``model`` is a Claude model on Vertex AI (``claude-...``,
+    ``anthropic/claude-...`` or ``publishers/anthropic/models/...``)."""
+    return model.startswith(("claude", "anthropic/", "publishers/anthropic/"))
+
+
+def job_model(model: str) -> str:
+    """The model a job names: a bare ``claude-...`` as ``publishers/anthropic/models/...``
+    (the SDK would make it a Google publisher model); anything else as the SDK makes it."""
+    return f"publishers/anthropic/models/{model}" if model.startswith("claude") else model
+
+
+def vertex_client(config: VertexBatchConfig) -> Any:
+    """``google.genai.Client(vertexai=True, project, location)`` of ``config``: its
+    ``base_url``, ``api_version`` and ``timeout_seconds``; credentials from
+    ``$VERTEX_ACCESS_TOKEN`` when set (a fake), else the SDK's Application Default
+    Credentials.
+
+    Raises:
+        mmirage_beam.errors.ConfigError: google-genai is not installed (naming the extra).
+    """
+    genai = import_sdk()
+    from google.genai import types
+
+    options: Dict[str, Any] = {"api_version": config.api_version}
+    if config.base_url:
+        options["base_url"] = config.base_url
+    if config.timeout_seconds:
+        options["timeout"] = int(float(config.timeout_seconds) * 1000)  # milliseconds
+    credentials = None
+    token = os.environ.get(TOKEN_ENV_VAR, "").strip()
+    if token:
+        from google.oauth2.credentials import Credentials
+
+        credentials = Credentials(token=token)
+    return genai.Client(
+        vertexai=True,
+        project=config.project,
+        location=config.location,
+        credentials=credentials,
+        http_options=types.HttpOptions(**options),
+    )
+
+
+class VertexExactCounter:
+    """Exact input tokens of a Gemini line through Vertex AI's free ``countTokens``
+    (``models.count_tokens``: ``POST .../publishers/google/models/{m}:countTokens`` with
+    the request's ``contents`` and, as Vertex AI accepts it, its ``generation_config``).
+    Built without a client (it is pickled with the DoFn); the client is opened on first
+    use with :func:`vertex_client`."""
+
+    def __init__(self, config: VertexBatchConfig) -> None:
+        self.config = config
+        self._client: Any = None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"config": self.config, "_client": None}
+
+    def __call__(self, request: Dict[str, Any]) -> int:
+        if self._client is None:
+            self._client = vertex_client(self.config)
+        body = request.get("request") or {}
+        generation = body.get("generation_config")
+        extra = {"config": {"generation_config": generation}} if generation else {}
+        answer = self._client.models.count_tokens(
+            model=self.config.model, contents=body.get("contents"), **extra
+        )
+        return int(answer.total_tokens or 0)
+
+
+def input_uri(config: VertexBatchConfig, run_id: Optional[str], chunk_id: str) -> str:
+    """``<gcs_staging_uri>/<run_id>/<chunk_id>/input.jsonl``: a chunk's input file."""
+    return f"{config.gcs_staging_uri}/{run_id or 'norun'}/{chunk_id}/input.jsonl"
+
+
+def output_prefix(config: VertexBatchConfig, run_id: Optional[str], chunk_id: str) -> str:
+    """``<gcs_staging_uri>/<run_id>/<chunk_id>/output``: a chunk's job output prefix."""
+    return f"{config.gcs_staging_uri}/{run_id or 'norun'}/{chunk_id}/output"
+
+
+class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
+    """``provider: vertex``: builds batch lines, stages them in Cloud Storage and drives
+    Vertex AI batch prediction jobs.
+
+    The client (``google.genai.Client(vertexai=True, project, location)``) is built in
+    :meth:`setup`; the SDK retries nothing by default, so every call is retried by
+    :meth:`call_with_retries`, and a retried create first adopts the job an earlier
+    attempt may have made (:meth:`find_batch`).
+    """
+
+    #: the custom_id is encoded into labels (not a verbatim string value)
+    verbatim_prompt: ClassVar[bool] = False
+    #: Application Default Credentials: no key is read from the environment
+    required_credentials: ClassVar[Sequence[str]] = ()
+    chunk_overhead_bytes: ClassVar[int] = 0
+    #: a retried create looks only at jobs created since its first attempt (no margin)
+    FIND_BATCH_MARGIN_SECS: ClassVar[float] = 0.0
+    FIND_BATCH_PAGE_SIZE: ClassVar[int] = 100
+    STATUS_MAP: ClassVar[Mapping[str, str]] = GeminiBatchAdapter.STATUS_MAP
+    #: a job is named ``projects/.../batchPredictionJobs/<n>``, reads ``src.gcs_uri[0]``
+    BATCH_FIELDS: ClassVar[BatchFields] = BatchFields(
+        batch_id=("name",),
+        status=("state",),
+        created_at=("create_time",),
+        input_file_id=("src", "gcs_uri", 0),
+    )
+    UPLOAD_CALL: ClassVar[str] = "Cloud Storage write"
+    CREATE_CALL: ClassVar[str] = "Vertex AI batches.create"
+    UPLOAD_IN_MEMORY: ClassVar[Callable[[bytes], Any]] = bytes
+
+    @classmethod
+    def check_dependencies(cls) -> None:
+        """google-genai must be importable (the ``[gemini]`` extra)."""
+        import_sdk()
+
+    def setup(self, config: VertexBatchConfig) -> None:
+        self._client = vertex_client(config)
+
+    def teardown(self) -> None:
+        """Close the ``google.genai.Client`` (a failure to close ignored)."""
+        self._close_client(quietly=True)
+
+    is_retryable = GeminiBatchAdapter.is_retryable
+    is_retryable_lookup = GeminiBatchAdapter.is_retryable_lookup
+
+    # -- provider knowledge ---------------------------------------------------------------
+    def count_request_tokens(
+        self, request: Dict[str, Any], model: Optional[str] = None
+    ) -> Optional[TokenCount]:
+        """The Gemini adapter's labelled estimate
+        (:func:`mmirage_beam.providers.gemini.tokens.count_gemini_request`); for Claude,
+        the Anthropic adapter's
+        (:func:`~mmirage_beam.providers.anthropic.tokens.count_anthropic_request`)."""
+        if "custom_id" in request:
+            body = request.get("request")
+            return count_anthropic_request({"params": body}, model)
+        return count_gemini_request(request, model)
+
+    def exact_token_counter(self, config: VertexBatchConfig) -> Optional[VertexExactCounter]:
+        """Gemini: Vertex AI's free ``countTokens`` (:class:`VertexExactCounter`); Claude:
+        none (the offline estimate is kept)."""
+        return None if is_claude(config.model) else VertexExactCounter(config)
+
+    # -- requests -------------------------------------------------------------------------
+    def build_request(
+        self, custom_id: str, payload: Dict[str, Any], config: VertexBatchConfig
+    ) -> Dict[str, Any]:
+        """``{"request": {"labels", "contents", "generation_config"?}}``: the Gemini
+        adapter's request, with the custom_id in ``labels``
+        (:func:`~mmirage_beam.providers.vertex.outcomes.id_labels`).
+
+        Raises:
+            mmirage_beam.errors.RequestBuildError: as the Gemini adapter's (an image by
+                URL, of a refused type, or over 20 MB inline).
+        """
+        if is_claude(config.model):
+            return {"custom_id": custom_id, "request": self._claude_body(payload, config)}
+        # the labels first: a result line cut short still names its row
+        return {
+            "request": {"labels": id_labels(custom_id), **generate_content_request(payload, config)}
+        }
+
+    def _claude_body(self, payload: Dict[str, Any], config: VertexBatchConfig) -> Dict[str, Any]:
+        """Claude on Vertex AI: the Anthropic adapter's Messages ``params`` without
+        ``model`` (the job names it) and with ``anthropic_version``; ``max_tokens``
+        defaults to :data:`CLAUDE_DEFAULT_MAX_TOKENS`."""
+        import types as _types
+
+        settings = _types.SimpleNamespace(
+            model=config.model,
+            max_tokens=config.max_tokens or CLAUDE_DEFAULT_MAX_TOKENS,
+            temperature=config.temperature,
+            top_p=config.top_p,
+        )
+        params = message_params(payload, settings)
+        params.pop("model")
+        return {"anthropic_version": ANTHROPIC_VERSION, **params}
+
+    def request_without_id(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        """The line without the labels that carry its custom_id (Claude: without its
+        ``custom_id``)."""
+        if "custom_id" in request:
+            return {k: v for k, v in request.items() if k != "custom_id"}
+        body = dict(request.get("request") or {})
+        labels = {
+            k: v
+            for k, v in (body.get("labels") or {}).items()
+            if k != ID_LABEL and not k.startswith(ID_PART_LABEL)
+        }
+        if labels:
+            body["labels"] = labels
+        else:
+            body.pop("labels", None)
+        return {**request, "request": body}
+
+    # -- submission -----------------------------------------------------------------------
+    def upload_file(self, chunk_id: str, content: Any, config: VertexBatchConfig) -> str:
+        """Write the chunk's JSONL to :func:`input_uri` (bytes, or a binary file object
+        copied in blocks) through Beam's file systems; returns that ``gs://`` URI."""
+        from apache_beam.io.filesystem import CompressionTypes
+        from apache_beam.io.filesystems import FileSystems
+
+        uri = input_uri(config, self.run_id, chunk_id)
+        with FileSystems.create(uri, compression_type=CompressionTypes.UNCOMPRESSED) as out:
+            if isinstance(content, (bytes, bytearray)):
+                out.write(content)
+            else:
+                for block in iter(lambda: content.read(_BLOCK), b""):
+                    out.write(block)
+        return uri
+
+    def create_batch(
+        self, chunk_id: str, uploaded: Any, config: VertexBatchConfig
+    ) -> SubmittedBatch:
+        """``batches.create`` from the staged file, the job named :func:`display_name`
+        (what :meth:`find_batch` looks for), its output under :func:`output_prefix`.
+
+        Raises:
+            google.genai.errors.APIError: a non-retryable answer (e.g. 400).
+        """
+        job = self._client.batches.create(
+            model=job_model(config.model),
+            src=str(uploaded),
+            config={
+                "display_name": display_name(self.run_id, chunk_id),
+                "dest": output_prefix(config, self.run_id, chunk_id),
+            },
+        )
+        submitted = self.submitted_batch(_job_dict(job))
+        return dataclasses.replace(
+            submitted, input_file_id=submitted.input_file_id or str(uploaded)
+        )
+
+    adopts_by_metadata = True  # find_batch reads the job's display_name
+
+    def find_batch(
+        self, run_id: str, chunk_id: str, created_after: Optional[float] = None
+    ) -> Optional[FoundBatch]:
+        """The newest job whose ``display_name`` is :func:`display_name` of ``run_id``
+        and ``chunk_id``, or None.
+
+        Lists the jobs with the filter ``display_name="..."`` (``GET
+        .../batchPredictionJobs?filter=``, ``FIND_BATCH_PAGE_SIZE`` per page, every page);
+        the name is compared again here. Each page is fetched with retries, so a lookup
+        that cannot complete raises instead of answering "none".
+
+        Raises:
+            mmirage_beam.providers.retrying.ProviderRetriesExhausted: a page still failed
+                after the last attempt.
+        """
+        wanted = display_name(run_id, chunk_id)
+        what = f"Vertex AI batches.list (looking for run {run_id} chunk {chunk_id})"
+        list_config = {"page_size": self.FIND_BATCH_PAGE_SIZE, "filter": f'display_name="{wanted}"'}
+        pager = self.call_with_retries(what, lambda: self._client.batches.list(config=list_config))
+        best: Optional[FoundBatch] = None
+        while True:
+            for job in pager.page:
+                if job.display_name == wanted:
+                    found = self.found_batch(_job_dict(job))
+                    if best is None or (found.created_at or 0) > (best.created_at or 0):
+                        best = found
+            if not pager.page or not (pager.config or {}).get("page_token"):
+                return best
+            self.call_with_retries(what, pager.next_page)
+
+    # -- status ---------------------------------------------------------------------------
+    def _get_job(self, provider_batch_id: str) -> Any:
+        """``batches.get`` of a receipted job (a 404 retried too)."""
+        return self.call_lookup_with_retries(
+            f"Vertex AI batches.get ({provider_batch_id})",
+            lambda: self._client.batches.get(name=provider_batch_id),
+        )
+
+    def check_batch_status(self, provider_batch_id: str, config: VertexBatchConfig) -> _Result:
+        """``batches.get``, its ``state`` normalised."""
+        return self.parse_submission_result(_job_dict(self._get_job(provider_batch_id)))
+
+    def cancel_batch(self, provider_batch_id: str, config: VertexBatchConfig) -> _Result:
+        """``batches.cancel`` (``POST .../batchPredictionJobs/{id}:cancel``, it answers
+        nothing), then ``batches.get``: the job goes through ``JOB_STATE_CANCELLING`` to
+        ``JOB_STATE_CANCELLED``, keeping the predictions already written."""
+        self.call_with_retries(
+            f"Vertex AI batches.cancel ({provider_batch_id})",
+            lambda: self._client.batches.cancel(name=provider_batch_id),
+        )
+        return self.check_batch_status(provider_batch_id, config)
+
+    def describe_batch(self, result: _Result) -> _Progress:
+        """``state``, ``completion_stats`` (successful, failed; total with the
+        incomplete), ``create_time``; a failed, expired or cancelled job's code
+        (``batch_failed`` / ``batch_expired`` / ``batch_cancelled``) and its error."""
+        raw = result.raw_response or {}
+        state = str(raw.get("state") or result.status)
+        word = state.rsplit("_", 1)[-1].lower()
+        error = raw.get("error") or {}
+        detail = str(error.get("message") or "") if isinstance(error, dict) else str(error)
+        stats = raw.get("completion_stats") or {}
+        ok = _optional_int(stats.get("successful_count"))
+        failed = _optional_int(stats.get("failed_count"))
+        incomplete = _optional_int(stats.get("incomplete_count"))
+        total = None
+        if ok is not None or failed is not None:
+            total = (ok or 0) + (failed or 0) + (incomplete or 0)
+        code = f"batch_{word}" if word in ("failed", "expired", "cancelled") else None
+        return _Progress(
+            provider_status=state,
+            completed=ok,
+            failed=failed,
+            total=total,
+            created_at=_parse_timestamp(raw.get("create_time")),
+            detail=detail,
+            error_code=code,
+        )
+
+    # -- results --------------------------------------------------------------------------
+    def prediction_files(self, provider_batch_id: str) -> list[str]:
+        """The job's ``predictions*.jsonl`` files, sorted: under
+        ``output_info.gcs_output_directory`` (none yet: ``[]``)."""
+        from mmirage_beam.io.fs import list_files
+
+        job = self._get_job(provider_batch_id)
+        info = job.output_info
+        folder = getattr(info, "gcs_output_directory", None) if info is not None else None
+        if not folder:
+            return []
+        return list_files(folder, "predictions*.jsonl")
+
+    def retrieve_results(
+        self, provider_batch_id: str, config: VertexBatchConfig
+    ) -> Iterator[ProviderResult]:
+        """Stream every ``predictions*.jsonl`` file of the job (Beam's file systems), one
+        result per line (:func:`~mmirage_beam.providers.vertex.outcomes.normalise_prediction_line`);
+        a damaged line is a ``malformed_response`` for its custom_id when the plain
+        ``mmirage_id`` label can be read from its bytes, else an unknown line. A failed
+        read is retried from the start of that file; lines already yielded are skipped.
+        """
+        from apache_beam.io.filesystems import FileSystems
+
+        for path in self.prediction_files(provider_batch_id):
+
+            @contextlib.contextmanager
+            def open_stream(path: str = path) -> Iterator[Iterator[bytes]]:
+                with FileSystems.open(path, compression_type="uncompressed") as f:
+                    yield iter(lambda: f.read(_BLOCK), b"")
+
+            lines = self.stream_lines_with_retries(
+                f"Cloud Storage read ({path} of {provider_batch_id})",
+                open_stream,
+                self.is_retryable_lookup,
+            )
+            yield from results_from_lines(
+                lines,
+                normalise_prediction_line,
+                f"predictions file {path} of batch {provider_batch_id}",
+                id_key="custom_id" if is_claude(config.model) else ID_LABEL,
+            )
+
+
+def _job_dict(job: Any) -> Dict[str, Any]:
+    raw = job.model_dump(mode="json", exclude_none=True)
+    raw.pop("sdk_http_response", None)
+    return raw
