@@ -383,3 +383,36 @@ def run_states(base: str, receipts: Any, config_arg: str) -> RunStates:
             f"--run-id {run}"
         )
     return RunStates(lines, tuple(unfinished.runs))
+
+
+class JudgedRuns(NamedTuple):
+    """The receipts ``mmirage check`` judges (:func:`judged_runs`).
+
+    Attributes:
+        receipts: the judged runs' receipts (a ``ReceiptSet``).
+        runs: the runs asked for (or the newest), before linking.
+        others: the runs found under the same base and left out, newest first.
+    """
+
+    receipts: Any
+    runs: list[str]
+    others: list[str]
+
+
+def judged_runs(receipts: Any, newest_only: bool) -> JudgedRuns:
+    """The receipts of the newest run and the runs linked to it by ``parent_run_id``
+    (its resubmissions), as ``mmirage merge`` selects them (:func:`select_run`), when
+    ``newest_only``; else every run of ``receipts`` (a ``ReceiptSet``: ``--run-id`` or
+    ``--metadata-path`` already chose). An old cancelled or failed run then no longer
+    makes the newest run's check FAILED (issue 38).
+    """
+    from mmirage_beam.run.discovery import ReceiptSet
+
+    every = list(receipts.run_ids)
+    if not newest_only or len(every) <= 1:
+        return JudgedRuns(receipts, every, [])
+    linked, _rank = linked_runs(receipts.receipts, every[0])
+    kept = tuple(e for e in receipts.receipts if e.run_id in linked)
+    files = tuple(f for f in receipts.files if any(e.path == f for e in kept))
+    others = [r for r in every if r not in linked]
+    return JudgedRuns(ReceiptSet(kept, files, receipts.skipped_dry_run), [every[0]], others)

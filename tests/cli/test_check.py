@@ -130,7 +130,7 @@ def test_completed_batches(tmp_path, capsys, provider_env, provider):
         if provider == "anthropic":
             assert row["detail"] == "succeeded 10"
     assert "4 batch(es): completed 4; requests done 40, failed 0, total 40" in out
-    assert "result: ok (every batch completed)" in out
+    assert "result: ok (every batch completed and the provider reports no failed request" in out
     assert "sk-test-openai" not in out + err and "sk-ant-test" not in out + err
 
 
@@ -249,6 +249,13 @@ def test_run_id_filter_and_newest_run_first(tmp_path, capsys, provider_env, monk
     older_ids = [b["id"] for b in fake.batches("anthropic")]
 
     code, out, err = _check(capsys, "--config", cfg)
+    assert code == 0, out + err  # the newest run only (issue 38), the other one named
+    assert set(_batch_order(out)) == set(newer_ids)
+    assert "also found run(s) older" in err
+    newer = tmp_path / "meta" / "batch_metadata.text.newer.jsonl"
+    code, out, err = _check(
+        capsys, "--config", cfg, "--metadata-path", str(newer), "--metadata-path", str(older)
+    )
     assert code == 0, out + err
     order = _batch_order(out)
     assert set(order[:4]) == set(newer_ids) and set(order[4:]) == set(older_ids)
@@ -312,7 +319,7 @@ def test_watch_until_every_batch_is_terminal(tmp_path, capsys, provider_env):
     assert "requests done 40/40, failed 0" in polls[-1]
     rows = _rows(out)
     assert [r["status"] for r in rows.values()] == ["completed"] * 4
-    assert "result: ok (every batch completed)" in out
+    assert "result: ok (every batch completed and the provider reports no failed request" in out
 
 
 def test_rich_report_and_progress_render(tmp_path):
@@ -345,3 +352,51 @@ def test_describe_batch_default_reads_common_fields():
     result = BatchSubmissionResult("b", "in_progress", raw)
     default = super(OpenAIBatchAdapter, OpenAIBatchAdapter()).describe_batch(result)
     assert default == BatchProgress("running", 2, 1, 5, 1767225600.0, "")
+
+
+def test_check_judges_the_newest_run_not_every_run(tmp_path, capsys, provider_env):
+    """Issue 38: an old failed run made every later check FAILED. ``check`` judges the run
+    it is asked about, by default the newest (as ``merge`` does), and names the others."""
+    fake = provider_env
+    fake.script(token_limit_exceeded=True)
+    cfg = _config(tmp_path, fake, "openai")
+    older = _submit(capsys, cfg, "older")
+    past = time.time() - 3600
+    os.utime(older, (past, past))
+    fake.script(token_limit_exceeded=None)
+    _submit(capsys, cfg, "newer")
+
+    code, out, err = _check(capsys, "--config", cfg)
+    assert code == 0, out + err
+    assert "run newer 4 batch(es): completed 4" in _squeeze(out) and "run older" not in out
+    assert "checking run newer (the newest); also found run(s) older: pass --run-id" in err
+    code, out, err = _check(capsys, "--config", cfg, "--run-id", "older")
+    assert code == 1, out + err
+    assert "result: FAILED (4 batch(es) failed at the provider" in out
+
+
+def test_reused_receipts_count_their_own_requests(tmp_path, capsys, provider_env):
+    """Issue 38: a run whose answers were reused showed the earlier batch's failures (of
+    requests it sent again); a reused receipt counts the answers it reuses, all done."""
+    fake = provider_env
+    cfg_path = _config(tmp_path, fake, "openai")
+    data = tmp_path / "gsm8k40.jsonl"
+    rows = [json.loads(x) for x in data.read_text(encoding="utf-8").splitlines()]
+    rows[0]["question"] += " FAKE_ERROR:invalid_request"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    from pipelines.merge import main as merge_main
+
+    _submit(capsys, cfg_path, "first")
+    merge_main(["--config", cfg_path, "--output-path", str(tmp_path / "m1.jsonl")])
+    capsys.readouterr()
+    code, out, err = _check(capsys, "--config", cfg_path)
+    assert "requests done 39, failed 1, total 40" in out, out + err
+    _submit(capsys, cfg_path, "second")  # the 39 answers reused, the failed one sent again
+    code, out, err = _check(capsys, "--config", cfg_path)
+    assert code == 1, out + err  # the request sent again fails again
+    table = _rows(out)
+    reused = [r for r in table.values() if r["detail"].startswith("reused:")]
+    assert reused and all(r["failed"] == "0" for r in reused), out
+    assert sum(int(r["done"]) for r in reused) == 39
+    assert "run second 5 batch(es)" in _squeeze(out) and "run first 4" not in _squeeze(out)
+    assert "requests done 39, failed 1, total 40" in _squeeze(out)

@@ -148,7 +148,7 @@ def test_transient_404_on_lookup_is_retried(tmp_path, capsys, provider_env, prov
     fake.script(leading_errors={"status": 404, "count": 2, "paths": [endpoint]})
     code, out, err = _check(capsys, "--config", cfg)
     assert code == 0, out + err
-    assert "result: ok (every batch completed)" in out
+    assert "result: ok (every batch completed and the provider reports no failed request" in out
     fake.script(leading_errors={"status": 404, "count": 2, "paths": [endpoint]})
     code, merged, errors = _merge(tmp_path, cfg)
     assert code == 0 and errors == []
@@ -168,7 +168,7 @@ def test_watch_keeps_watching_through_a_failed_lookup(tmp_path, capsys, provider
     polls = [ln for ln in out.split("\n") if ln.startswith("poll ")]
     assert "lookup_failed 1" in polls[0]
     assert len(polls) >= 2 and "completed 1" in polls[-1]
-    assert "result: ok (every batch completed)" in out
+    assert "result: ok (every batch completed and the provider reports no failed request" in out
 
 
 # -- unfinished runs ------------------------------------------------------------------------
