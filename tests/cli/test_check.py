@@ -163,9 +163,13 @@ def test_unresolvable_batch_id_does_not_hide_the_others(tmp_path, capsys, provid
     assert len(rows) == 4
     lost = rows.pop("batch_doesnotexist")
     assert lost["status"] == "lookup_failed"
-    # A 404 on a receipted batch is retried first (it may be transient), then reported.
-    assert lost["detail"].startswith("lookup failed: ProviderRetriesExhausted (HTTP 404)")
-    assert "failed after 6 attempts" in lost["detail"] and "No batch found" in lost["detail"]
+    # A 404 on a receipted batch is retried once (it may be a replica that has not seen
+    # it yet), then final, and said for what it is (issue 38: not "expired", not 6 tries).
+    assert lost["detail"].startswith(
+        "lookup failed: NotFoundError (HTTP 404: not found on this endpoint or account)"
+    )
+    assert "No batch found" in lost["detail"]
+    assert fake.call_counts()["batches_retrieve"] == 3 + 2  # the lost one: 2 attempts
     assert lost["done"] == lost["failed"] == "-" and lost["total"] == str(PER_CHUNK)
     assert [r["status"] for r in rows.values()] == ["completed"] * 3
     assert "4 batch(es): completed 3, lookup_failed 1; requests done 30, failed 0, total 40" in out
@@ -184,7 +188,7 @@ def test_receipts_of_the_original_mmirage_tool(tmp_path, capsys, provider_env):
     assert sorted(rows) == ["batch_orig00001", "batch_orig00002", "batch_orig00003"]
     for row in rows.values():
         assert (row["run"], row["modality"], row["status"]) == ("3aa41d", "text", "lookup_failed")
-        assert "(HTTP 404)" in row["detail"] and "failed after 6 attempts" in row["detail"]
+        assert "(HTTP 404: not found on this endpoint or account)" in row["detail"]
     assert [r["total"] for r in rows.values()] == ["10", "10", "5"]
     assert f"skipped dry-run receipts (nothing was submitted): {dry}" in out
     assert "run 3aa41d 3 batch(es): lookup_failed 3" in _squeeze(out)
@@ -400,3 +404,29 @@ def test_reused_receipts_count_their_own_requests(tmp_path, capsys, provider_env
     assert sum(int(r["done"]) for r in reused) == 39
     assert "run second 5 batch(es)" in _squeeze(out) and "run first 4" not in _squeeze(out)
     assert "requests done 39, failed 1, total 40" in _squeeze(out)
+
+
+def test_every_lookup_404_stops_the_watch_at_once_and_quietly(
+    tmp_path, capsys, provider_env, caplog
+):
+    """Issue 38: against the wrong account, every lookup retried its 404 six times, each
+    retry a warning, and ``check --watch`` polled on for minutes. A 404 is final after one
+    retry, logged at debug only, and a poll where every lookup answered 404 ends the
+    watch with what it means."""
+    fake = provider_env
+    cfg = _config(tmp_path, fake, "openai")
+    receipt = _submit(capsys, cfg, "elsewhere")
+    lines = _receipt_lines(receipt)
+    for i, line in enumerate(lines):
+        line["provider_batch_id"] = f"batch_of_another_account_{i}"
+    receipt.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    before = fake.call_counts().get("batches_retrieve", 0)
+    caplog.set_level("WARNING")
+    code, out, err = _check(capsys, "--config", cfg, "--watch", "--interval", "3600")
+    assert code == 1, out + err
+    assert fake.call_counts()["batches_retrieve"] - before == 4 * 2  # one retry each
+    polls = [ln for ln in out.splitlines() if ln.startswith("poll ")]
+    assert len(polls) == 1 and "lookup_failed 4" in polls[0]  # no second poll (1 h away)
+    assert out.count("not found on this endpoint or account") == 4
+    assert "retrying" not in caplog.text + err  # no retry warning per lookup
+    assert "does not know some batches" in out  # the advice: key and base_url

@@ -287,3 +287,43 @@ def test_merge_checks_from_the_request_dict_equal_the_lines(provider):
     line = plain.serialize_request(request)
     expected = (request_line_hash(line), answer_key(plain, line, settings))
     assert hash_and_answer_key(plain, request, canonical_settings(settings)) == expected
+
+
+def test_answers_of_other_settings_are_not_looked_up(tmp_path, provider_env, capsys):
+    """Issue 38: reuse asked the provider about every earlier batch, also those made with
+    another base_url or endpoint, whose answers can never match (each 404 retried for a
+    minute, then blamed on "expired"). Answers carry their settings' key: the others are
+    not looked up; a 404 on the batch itself says "not found", not "expired"."""
+    fake = provider_env
+    cfg = _config(tmp_path, fake)
+    cfg_path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", cfg_path]) == 0
+    assert _merge(tmp_path, cfg_path, "first.jsonl")[0] == 0
+    answers = _read_jsonl(next((tmp_path / "meta").glob("batch_metadata.answers.*.jsonl")))
+    assert len(answers) == ROWS and all(len(a["settings_key"]) == 16 for a in answers)
+    capsys.readouterr()
+
+    # the same requests to another endpoint: nothing can match, no batch is looked up
+    other = json.loads(json.dumps(cfg))
+    other["processors"][0]["base_url"] = fake.openai_base_url.rstrip("/") + "/"
+    write_config(tmp_path, other)
+    lookups = dict(fake.call_counts())
+    assert submit_main(["--config", cfg_path, "--new-run"]) == 0
+    out = capsys.readouterr()
+    counts = fake.call_counts()
+    for call in ("batches_retrieve", "files_retrieve"):
+        assert counts.get(call, 0) == lookups.get(call, 0), call
+    assert f"{ROWS} earlier answer(s) were made with other provider settings" in out.err
+    assert len(_sent(fake)) == 2 * ROWS  # sent again
+
+    # an answers line of these settings whose batch this account does not know
+    write_config(tmp_path, cfg)
+    for path in (tmp_path / "meta").glob("batch_metadata.answers.*.jsonl"):
+        lines = _read_jsonl(path)
+        for a in lines:
+            a["provider_batch_id"] = "batch_of_another_account"
+        path.write_text("".join(json.dumps(a) + "\n" for a in lines), encoding="utf-8")
+    assert submit_main(["--config", cfg_path, "--new-run"]) == 0
+    err = capsys.readouterr().err
+    assert "batch batch_of_another_account not found on this endpoint or account" in err
+    assert "expired" not in err

@@ -145,24 +145,24 @@ def test_transient_404_on_lookup_is_retried(tmp_path, capsys, provider_env, prov
         "anthropic": "messages_batches_retrieve",
         "gemini": "gemini_batches_get",
     }[provider]
-    fake.script(leading_errors={"status": 404, "count": 2, "paths": [endpoint]})
+    fake.script(leading_errors={"status": 404, "count": 1, "paths": [endpoint]})
     code, out, err = _check(capsys, "--config", cfg)
     assert code == 0, out + err
     assert "result: ok (every batch completed and the provider reports no failed request" in out
-    fake.script(leading_errors={"status": 404, "count": 2, "paths": [endpoint]})
+    fake.script(leading_errors={"status": 404, "count": 1, "paths": [endpoint]})
     code, merged, errors = _merge(tmp_path, cfg)
     assert code == 0 and errors == []
     assert [m["answer"] for m in merged] == [fake_answer_text(PROMPT + r["question"]) for r in rows]
 
 
 def test_watch_keeps_watching_through_a_failed_lookup(tmp_path, capsys, provider_env):
-    """More 404s than one lookup's retries: that poll fails, the watch goes on."""
+    """More 5xx than one lookup's retries: that poll fails, the watch goes on."""
     fake = provider_env
     cfg = _setup(tmp_path, "openai", fake, _rows(4))
     fake.script(processing_delay_secs=0.6)
     assert submit_main(["--config", cfg, "--run-id", "r1"]) == 0
     capsys.readouterr()
-    fake.script(leading_errors={"status": 404, "count": 7, "paths": ["batches_retrieve"]})
+    fake.script(leading_errors={"status": 503, "count": 7, "paths": ["batches_retrieve"]})
     code, out, err = _check(capsys, "--config", cfg, "--watch", "--interval", "0.3")
     assert code == 0, out + err
     polls = [ln for ln in out.split("\n") if ln.startswith("poll ")]

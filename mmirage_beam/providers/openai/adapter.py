@@ -315,6 +315,7 @@ class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
         or ``output_expires_after`` after creation, and answers 404 ``No such File
         object``), and its ``expires_at`` has not passed. Two metadata calls, no
         download."""
+        file_id = None
         try:
             batch = self._retrieve(provider_batch_id)
             file_id = batch.output_file_id
@@ -326,8 +327,10 @@ class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
             )
         except Exception as exc:  # noqa: BLE001 - 404 and any other failure: not reused
             status = getattr(exc, "status_code", None)
+            if status == 404 and file_id is None:  # the batch itself: not here, not expired
+                return f"batch {provider_batch_id} not found on this endpoint or account (404)"
             if status == 404:
-                return f"results file of batch {provider_batch_id} is gone (404: expired)"
+                return f"results file {file_id} of batch {provider_batch_id} is gone (404: expired)"
             text = str(exc).strip().splitlines()
             return f"{type(exc).__name__}: {text[-1] if text else ''}"
         expires = getattr(meta, "expires_at", None)
