@@ -193,6 +193,10 @@ def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
                 if fresh and code in (2, 3):  # nothing was sent: no cycle to continue
                     _remove(ctx, state)
                     return code
+                if _read_nothing(ctx, state.run_id):  # an empty source: nothing to wait for
+                    _remove(ctx, state)
+                    ctx.say("no row was read, so there is nothing to wait for or merge")
+                    return code
                 ctx.say(f"the submission stopped (exit {code}); continue with:")
                 print(f"  {ctx.continue_command(state)}", file=ctx.out)
                 return code
@@ -251,6 +255,18 @@ def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
             state.retry_run = None
         else:  # pragma: no cover - load() refuses unknown phases
             raise ConfigError("--run-id", f"unknown cycle phase {state.phase!r}")
+
+
+def _read_nothing(ctx: _Context, run_id: str) -> bool:
+    """The run finished its submission having read no row (empty datasets, said by the
+    submission): continuing it would read nothing again (issue 38)."""
+    from mmirage_beam.run.store import RunStore
+
+    try:
+        record = RunStore(ctx.base, run_id).read_run_record()
+    except Exception:  # an unreadable record: the usual advice
+        return False
+    return record is not None and bool(record.finished) and record.rows_read == 0
 
 
 def _remove(ctx: _Context, state: CycleState) -> None:

@@ -116,6 +116,33 @@ def nothing_read_message(run_id: str, datasets: Sequence[Any], dry_run: bool) ->
     )
 
 
+def empty_datasets_message(
+    run_id: str, datasets: Sequence[Any], stats: Mapping[str, int]
+) -> Optional[str]:
+    """The datasets that read no row while others did (the job's ``empty_dataset:<i>``
+    counters, :data:`mmirage_beam.io.readers.EMPTY_DATASET_PREFIX`), each with its path;
+    None when every dataset read rows."""
+    from mmirage_beam.io.readers import EMPTY_DATASET_PREFIX
+
+    empty = sorted(
+        int(k[len(EMPTY_DATASET_PREFIX) :])
+        for k, v in stats.items()
+        if k.startswith(EMPTY_DATASET_PREFIX) and v and k[len(EMPTY_DATASET_PREFIX) :].isdigit()
+    )
+    if not empty:
+        return None
+    where = "; ".join(
+        f"loading_params.datasets[{i}]: {getattr(datasets[i], 'type', '?')} "
+        f"{getattr(datasets[i], 'path', '?')}"
+        for i in empty
+        if i < len(datasets)
+    )
+    return (
+        f"mmirage run {run_id}: warning: {len(empty)} dataset(s) read 0 rows ({where}); "
+        "check their paths (a glob or folder that matches no file, or files with no rows)"
+    )
+
+
 def already_run_message(
     config_path: str,
     beam_args: Sequence[str],
@@ -227,6 +254,8 @@ def submit_summary_lines(
         lines.append(f"batches exported:    {stats.get('batches_submitted', 0):,}")
         if invalid and not skipped:
             lines.append("exported prompts:    none (invalid rows stopped the dry run)")
+        elif not _exists(plan.export_file):  # no request was built: no file (issue 38)
+            lines.append(f"exported prompts:    none ({_why_no_export(stats)})")
         else:
             lines.append(f"exported prompts:    {plan.export_file}")
     else:
@@ -444,3 +473,19 @@ def merge_unfinished_lines(
         f"Resume it (only what has no receipt is sent), then merge again:\n  {resume_command}"
     )
     return lines
+
+
+def _exists(path: Optional[str]) -> bool:
+    if not path:
+        return False
+    try:
+        return FileSystems.exists(path)
+    except Exception:  # noqa: BLE001 - a store that cannot say: name the path as before
+        return True
+
+
+def _why_no_export(stats: Mapping[str, int]) -> str:
+    """Why a dry run wrote no export file: no row read, or no request left to export."""
+    if not stats.get("rows_read", 0) and not stats.get("row_errors", 0):
+        return "no row was read"
+    return "no request was built"

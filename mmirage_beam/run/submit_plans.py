@@ -313,4 +313,7 @@ def finish_run(
     if read == 0 and start.config.num_shards == 1:  # an empty source (a shard may be empty)
         text = reports.nothing_read_message(run_id, start.config.datasets, flags.dry_run)
         return SubmitReport((Message("error", text),), ("\n".join(summary),), 1)
-    return SubmitReport((), ("\n".join(summary), *estimate), 1 if invalid and not skipping else 0)
+    empty = reports.empty_datasets_message(run_id, start.config.datasets, stats)
+    messages = (Message("warning", empty),) if empty else ()
+    code = 1 if invalid and not skipping else 0
+    return SubmitReport(messages, ("\n".join(summary), *estimate), code)

@@ -327,3 +327,23 @@ def test_answers_of_other_settings_are_not_looked_up(tmp_path, provider_env, cap
     err = capsys.readouterr().err
     assert "batch batch_of_another_account not found on this endpoint or account" in err
     assert "expired" not in err
+
+
+def test_runs_calls_an_all_reused_run_by_its_state(tmp_path, provider_env, capsys):
+    """Issue 38: ``mmirage runs`` called a run whose answers were all reused
+    "unfinished", even after its merge."""
+    from pipelines.runs import main as runs_main
+
+    fake = provider_env
+    cfg_path = write_config(tmp_path, _config(tmp_path, fake))
+    assert submit_main(["--config", cfg_path, "--run-id", "paid"]) == 0
+    assert _merge(tmp_path, cfg_path, "first.jsonl")[0] == 0
+    assert submit_main(["--config", cfg_path, "--run-id", "reused"]) == 0
+    assert len(_sent(fake)) == ROWS  # nothing sent the second time
+    assert _merge(tmp_path, cfg_path, "second.jsonl")[0] == 0
+    capsys.readouterr()
+    assert runs_main(["--config", cfg_path]) == 0
+    rows = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[1:-1]}
+    assert set(rows) == {"paid", "reused"}
+    for line in rows.values():
+        assert " merged " in line and "unfinished" not in line, rows
