@@ -100,6 +100,8 @@ def _submit(start: SubmitStart, flags: SubmitFlags, held: RunHold, options: Any)
         report = submit_plans.job_failed(start, flags, plan, exc, outcome)
     else:
         report = submit_plans.finish_run(start, flags, plan, held, metric_counters(result))
+        if outcome.stop_requested and not flags.dry_run:  # the stop came too late to stop
+            report = submit_plans.stopped_after_all_sent(start, flags, report)
     say(report.messages)
     show(report.lines)
     return report.exit_code

@@ -248,6 +248,28 @@ class SubmitReport:
     exit_code: int = 0
 
 
+def stopped_after_all_sent(
+    start: SubmitStart, flags: SubmitFlags, report: SubmitReport
+) -> SubmitReport:
+    """A Ctrl-C or SIGTERM that came when every chunk was already being submitted: the
+    job could stop nothing more and ended as usual (its batches sent and receipted, the
+    finish steps run), yet the user asked to stop: said, exit 130, so that ``run
+    --wait`` goes no further and a script sees the interrupt (issue 38: exit 0, no
+    line). A report that already failed keeps its own status."""
+    text = (
+        f"mmirage run {start.run_id}: stopped (Ctrl-C or SIGTERM), but every chunk was "
+        "already being submitted: each batch was sent and is receipted, and the run is "
+        "complete; follow it with:\n"
+        "  "
+        + reports.command_line(
+            ["mmirage check", "--config", flags.config, "--run-id", start.run_id, "--watch"],
+            list(flags.beam_args),
+        )
+    )
+    code = report.exit_code or 130
+    return SubmitReport((*report.messages, Message("warning", text)), report.lines, code)
+
+
 def nothing_in_flight(start: SubmitStart, flags: SubmitFlags) -> Callable[[], bool]:
     """Whether a stop may end the job at once: a dry run, or a run still reading (no
     chunk submitted or being submitted: ``run.plans.nothing_submitted``)."""

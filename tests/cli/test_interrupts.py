@@ -161,3 +161,43 @@ def test_ctrl_c_while_rows_are_read_stops_within_seconds(tmp_path, provider_env)
     assert "the pipeline failed" not in err and "Traceback" not in err
     assert f"mmirage run --config {path} --run-id cc" in err
     assert fake.batches() == []
+
+
+def test_ctrl_c_when_every_chunk_is_in_flight_is_said_and_exits_130(tmp_path, provider_env):
+    """Issue 38: a Ctrl-C that came when every chunk was already being submitted was
+    ignored (exit 0, no "stopped" line): the job ends as usual, every batch receipted,
+    and the run says it was stopped too late to stop anything, exit 130."""
+    fake = provider_env
+    lines = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:4]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = base_config(tmp_path, base_url=fake.openai_base_url)
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    path = write_config(tmp_path, cfg)
+    # the one chunk's upload answers 503 once, retry after 3 s: the chunk is in flight
+    fake.script(
+        leading_errors={
+            "status": 503,
+            "count": 1,
+            "retry_after_ms": 3000,
+            "paths": ["files_create"],
+        }
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "pipelines.submit", "--config", path, "--run-id", "late"]
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    err = ""
+    for line in proc.stderr:  # the 503 was answered and its retry is waiting
+        err += line
+        if "files.create" in line and "retrying in" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=120)
+    err += rest
+    assert proc.returncode == 130, err
+    assert "waiting for the provider calls in flight to be receipted" in err
+    assert "mmirage run late: stopped (Ctrl-C or SIGTERM), but every chunk was already" in err
+    assert f"mmirage check --config {path} --run-id late --watch" in err
+    assert len(fake.batches()) == 1 and "Traceback" not in err
+    receipt = tmp_path / "meta" / "batch_metadata.text.late.jsonl"
+    assert receipt.exists()
