@@ -179,19 +179,26 @@ def _retries(ctx: _Context) -> int:
 
 def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
     """The state machine: one step per phase, the state saved after each."""
-    if fresh:
+
+    def announce(_run_id: str) -> None:  # once held: not before a refusal (exit 3)
         ctx.say(
             f"run {state.run_id}: submit, wait, merge into {state.output_path}, "
             f"at most {state.retries} retr{'y' if state.retries == 1 else 'ies'}"
         )
+
     merged: Optional[MergeRecord] = None  # the record of the merge just run
     while True:
         if state.phase == SUBMITTING:
             state.save(ctx.base)
-            code = ctx.submit.run(state.run_id if fresh else None).exit_code
+            code = ctx.submit.run(
+                state.run_id if fresh else None, on_held=announce if fresh else None
+            ).exit_code
             if code != 0:
                 if fresh and code in (2, 3):  # nothing was sent: no cycle to continue
                     _remove(ctx, state)
+                    return code
+                if fresh and code == 130 and not _has_record(ctx, state.run_id):
+                    _remove(ctx, state)  # stopped before sending: the run was forgotten
                     return code
                 if _read_nothing(ctx, state.run_id):  # an empty source: nothing to wait for
                     _remove(ctx, state)
@@ -255,6 +262,17 @@ def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
             state.retry_run = None
         else:  # pragma: no cover - load() refuses unknown phases
             raise ConfigError("--run-id", f"unknown cycle phase {state.phase!r}")
+
+
+def _has_record(ctx: _Context, run_id: str) -> bool:
+    """Whether the run still has its run record (a run stopped before sending anything
+    has none: :meth:`RunStore.forget_unsent`)."""
+    from mmirage_beam.run.store import RunStore
+
+    try:
+        return RunStore(ctx.base, run_id).read_run_record() is not None
+    except Exception:  # cannot tell: keep the cycle's state and its advice
+        return True
 
 
 def _read_nothing(ctx: _Context, run_id: str) -> bool:

@@ -150,17 +150,20 @@ def already_run_message(
     wait: bool = False,
     held: bool = False,
     limit: Optional[int] = None,
+    wait_args: Sequence[str] = (),
 ) -> str:
     """Exit 3: an earlier run (``earlier``, its run record) submitted the same config
     and data; how to resume it or to submit again on purpose. ``wait``: the command was
     ``run --wait``, so the commands named keep ``--wait``. ``held``: a live process holds
     the earlier run's lease (it is being submitted now), so resuming it would be refused:
     the advice is to follow it instead. ``limit``: the run's ``--limit``, kept in the
-    commands named."""
+    commands named, as are ``wait_args`` (the cycle's ``--output-path``, ``--retries``...
+    as given)."""
     run_id = earlier.run_id
     words = ["mmirage run", "--config", config_path, *(["--wait"] if wait else [])]
     # a --limit run: "submit again" must not send the whole dataset
     words += ["--limit", str(limit)] if limit is not None else []
+    words += [shlex.quote(w) for w in wait_args]
     cmd = command_line(words, beam_args)
     state = "finished" if earlier.finished else "not finished"
     head = (

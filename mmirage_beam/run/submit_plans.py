@@ -32,6 +32,7 @@ from mmirage_beam.run.storage import (
     probe_location,
     translation_only,
 )
+from mmirage_beam.run.store import RunStore
 from mmirage_beam.run.submit_flags import SubmitFlags
 from mmirage_beam.settings import SubmitSettings
 
@@ -41,12 +42,15 @@ __all__ = [
     "SubmitStart",
     "check_space",
     "finish_run",
+    "forgot_unsent",
     "hold_run",
     "job_failed",
     "job_line",
     "nothing_in_flight",
     "resume_command",
     "start_submit",
+    "stopped_after_all_sent",
+    "stopped_before_sending_text",
     "submit_settings",
 ]
 
@@ -159,6 +163,7 @@ def hold_run(start: SubmitStart, flags: SubmitFlags) -> RunHold:
             plan.earlier,
             wait=bool(flags.wait),
             limit=flags.limit,
+            wait_args=flags.wait_args if flags.wait else (),
             held=is_held(start.base, earlier_run),
         )
         return RunHold(plan, 3, (Message("error", text),))
@@ -270,6 +275,22 @@ def stopped_after_all_sent(
     return SubmitReport((*report.messages, Message("warning", text)), report.lines, code)
 
 
+def stopped_before_sending_text(run_id: str) -> str:
+    """What a fresh run stopped before it sent anything says (its record is deleted)."""
+    return (
+        f"mmirage run {run_id}: stopped (Ctrl-C or SIGTERM) before anything was sent; "
+        "nothing to resume: run the same command again to start over"
+    )
+
+
+def forgot_unsent(start: SubmitStart) -> bool:
+    """:meth:`RunStore.forget_unsent` of the run; False when the storage cannot say."""
+    try:
+        return RunStore(start.base, start.run_id).forget_unsent()
+    except Exception:  # noqa: BLE001 - keep the record: the usual resume advice
+        return False
+
+
 def nothing_in_flight(start: SubmitStart, flags: SubmitFlags) -> Callable[[], bool]:
     """Whether a stop may end the job at once: a dry run, or a run still reading (no
     chunk submitted or being submitted: ``run.plans.nothing_submitted``)."""
@@ -289,6 +310,10 @@ def job_failed(
     if _sends_nothing(start, flags):
         what = "stopped" if stopped else f"error: the dry run failed: {reports.short_error(exc)}"
         return SubmitReport((Message("error", f"mmirage: {what}"),), (), code)
+    if stopped and not flags.run_id and forgot_unsent(start):
+        return SubmitReport(
+            (Message("warning", stopped_before_sending_text(start.run_id)),), (), 130
+        )
     text = reports.failure_report(
         job_plan, start.run_id, exc, resume_command(start, flags), stopped
     )

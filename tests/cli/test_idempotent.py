@@ -212,3 +212,21 @@ def test_empty_datasets_in_dry_runs_wait_runs_and_beside_others(tmp_path, provid
     out, err = capsys.readouterr()
     assert f"1 dataset(s) read 0 rows (loading_params.datasets[1]: JSONL {data})" in out + err
     assert len(fake.submitted_requests()) == N
+
+
+def test_a_refused_wait_run_names_no_run_and_keeps_the_cycle_flags(tmp_path, provider_env, capsys):
+    """Issue 38: ``run --wait`` announced a run ("run X: submit, wait, merge into ...")
+    before it was refused (exit 3), and the advice dropped ``--retries`` and
+    ``--output-path``."""
+    fake = provider_env
+    path, base, first = _submitted_once(tmp_path, fake)
+    capsys.readouterr()
+    out_path = tmp_path / "out dir" / "merged.jsonl"
+    argv = ["--config", path, "--wait", "--retries", "2", "--output-path", str(out_path)]
+    assert submit_main(argv) == 3
+    out, err = capsys.readouterr()
+    assert "submit, wait, merge" not in out + err
+    assert len(run_records(base)) == 1  # no second run named or recorded
+    wait = f"--wait --output-path '{out_path}' --retries 2"
+    assert f"{wait} --run-id {first.run_id}" in err, err
+    assert f"{wait} --new-run --no-reuse" in err, err

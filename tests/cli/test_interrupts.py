@@ -201,3 +201,37 @@ def test_ctrl_c_when_every_chunk_is_in_flight_is_said_and_exits_130(tmp_path, pr
     assert len(fake.batches()) == 1 and "Traceback" not in err
     receipt = tmp_path / "meta" / "batch_metadata.text.late.jsonl"
     assert receipt.exists()
+
+
+def test_early_ctrl_c_of_run_wait_leaves_no_run_behind(tmp_path, provider_env, capsys):
+    """Issue 38: a Ctrl-C before anything was sent printed a generic message and left a
+    run record, so the next run of the config was refused as "already submitted". The
+    stop says nothing was sent, and the run is forgotten."""
+    from mmirage_beam.run.store import run_records
+
+    fake = provider_env
+    lines = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:4]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = base_config(tmp_path, base_url=fake.openai_base_url)
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    path = write_config(tmp_path, cfg)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "pipelines.submit", "--config", path, "--wait"]
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    out = ""
+    for line in proc.stdout:  # the run is held: its job is being built
+        out += line
+        if "submit, wait, merge into" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=120)
+    out += rest
+    assert proc.returncode == 130, out
+    assert "stopped (Ctrl-C or SIGTERM) before anything was sent; nothing to resume" in out, out
+    assert "mmirage: interrupted" not in out and "Traceback" not in out
+    assert fake.batches() == []
+    assert run_records(str(tmp_path / "meta" / "batch_metadata")) == []
+    assert submit_main(["--config", path]) == 0  # not refused as "already submitted"
