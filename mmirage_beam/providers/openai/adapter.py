@@ -37,7 +37,11 @@ from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timest
 from mmirage_beam.providers.chat import first_choice, generation_options, json_schema_format
 from mmirage_beam.providers.chat import malformed_200 as _malformed
 from mmirage_beam.providers.openai.config import OpenAIBatchConfig
-from mmirage_beam.providers.openai.responses import build_responses_body, normalise_responses_body
+from mmirage_beam.providers.openai.responses import (
+    build_responses_body,
+    detail_tokens,
+    normalise_responses_body,
+)
 from mmirage_beam.providers.openai.tokens import count_openai_request
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
@@ -428,6 +432,7 @@ def _chat_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
     if isinstance(usage, dict) and "prompt_tokens" in usage:
         tokens["input_tokens"] = token_count(usage.get("prompt_tokens")) or 0
         tokens["output_tokens"] = token_count(usage.get("completion_tokens")) or 0
+        tokens.update(detail_tokens(usage, "prompt_tokens_details", "completion_tokens_details"))
     found = first_choice(body)
     if found is None:
         error = _malformed("HTTP 200 but the body has no choices[0].message")
