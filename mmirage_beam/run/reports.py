@@ -21,7 +21,7 @@ from mmirage_beam.costs.report import estimate_lines, usage_lines
 from mmirage_beam.jsonl import iter_jsonl_file
 from mmirage_beam.launch.failures import describe_failure
 from mmirage_beam.progress.text import human_bytes
-from mmirage_beam.reuse import merge_reuse_lines, savings_lines, sent_stats
+from mmirage_beam.reuse import REUSED_REQUESTS, merge_reuse_lines, savings_lines, sent_stats
 from mmirage_beam.run.receipts import consolidate_run, pending_intents, submission_complete
 from mmirage_beam.run.selection import finish_pending_lines
 
@@ -261,6 +261,12 @@ def submit_summary_lines(
             lines.append(f"exported prompts:    none ({_why_no_export(stats)})")
         else:
             lines.append(f"exported prompts:    {plan.export_file}")
+            reused = int(stats.get(REUSED_REQUESTS, 0))
+            if reused:  # not in the file: say so, and how to export them too
+                lines.append(
+                    f"  not exported:      {reused:,} request(s) that would reuse an earlier "
+                    "answer (--no-reuse exports every request)"
+                )
     else:
         lines.append(f"batches submitted:   {stats.get('batches_submitted', 0):,}")
         if stats.get("batches_already_receipted"):
@@ -491,4 +497,10 @@ def _why_no_export(stats: Mapping[str, int]) -> str:
     """Why a dry run wrote no export file: no row read, or no request left to export."""
     if not stats.get("rows_read", 0) and not stats.get("row_errors", 0):
         return "no row was read"
+    reused = int(stats.get(REUSED_REQUESTS, 0))
+    if reused:
+        return (
+            f"each of the {reused:,} request(s) would reuse an earlier answer; --no-reuse "
+            "exports every request"
+        )
     return "no request was built"

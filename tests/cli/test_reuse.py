@@ -347,3 +347,34 @@ def test_runs_calls_an_all_reused_run_by_its_state(tmp_path, provider_env, capsy
     assert set(rows) == {"paid", "reused"}
     for line in rows.values():
         assert " merged " in line and "unfinished" not in line, rows
+
+
+def test_a_dry_run_says_which_requests_reuse_leaves_out(tmp_path, provider_env, capsys):
+    """Issue 38: a dry run whose requests all had reusable answers exported nothing yet
+    printed an ``exported prompts:`` path that did not exist. The summary says the
+    reused requests are not exported, and the flag that exports them all."""
+    fake = provider_env
+    cfg = _config(tmp_path, fake)
+    cfg_path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", cfg_path]) == 0
+    assert _merge(tmp_path, cfg_path, "first.jsonl")[0] == 0
+    capsys.readouterr()
+
+    def dry(name, *flags):
+        assert (
+            submit_main(["--config", cfg_path, "--new-run", "--export-prompts", name, *flags]) == 0
+        )
+        return capsys.readouterr().out
+
+    out = dry(str(tmp_path / "all.jsonl"))
+    assert list(tmp_path.glob("all.*")) == []
+    assert (
+        f"exported prompts:    none (each of the {ROWS} request(s) would reuse an earlier "
+        "answer; --no-reuse exports every request)"
+    ) in out, out
+    out = dry(str(tmp_path / "every.jsonl"), "--no-reuse")
+    assert len(_read_jsonl(next(tmp_path.glob("every.*.jsonl")))) == ROWS
+    write_config(tmp_path, _second_output(json.loads(json.dumps(cfg))))
+    out = dry(str(tmp_path / "half.jsonl"))
+    assert len(_read_jsonl(next(tmp_path.glob("half.*.jsonl")))) == ROWS  # the hints
+    assert f"not exported:      {ROWS} request(s) that would reuse an earlier answer" in out
