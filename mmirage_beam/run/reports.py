@@ -432,18 +432,30 @@ def merge_outcome_lines(
     unfinished: Any,
     config_arg: str,
     resume_command: str,
+    runs: Sequence[str] = (),
 ) -> list[str]:
     """What a merge says after its totals: the runs cancelled (``cancelled``, a line or
     None), the usage, the reused answers, the runs whose finish steps are pending and
-    what is unfinished (``unfinished``: ``run.selection.Unfinished``)."""
+    what is unfinished (``unfinished``: ``run.selection.Unfinished``). Rows never
+    submitted by runs that did finish (``runs``, the merged runs) were not in the data
+    when they were submitted: said so, not "UNFINISHED" (issue 38)."""
     lines = [cancelled] if cancelled else []
     lines += [*usage_lines(stats, provider_config), *merge_reuse_lines(stats)]
     if unfinished.finish_pending:
         lines += finish_pending_lines(unfinished.finish_pending, config_arg)
     never = [e for e in errors if e["error_type"] == "never_submitted"]
-    if unfinished or never:
-        rows = len({e["source_index"] for e in never})
+    rows = len({e["source_index"] for e in never})
+    if unfinished:
         lines += merge_unfinished_lines(unfinished, len(never), rows, resume_command)
+    elif never:
+        who = f"run {', '.join(runs)}" if runs else "the merged run"
+        lines += [
+            f"NOT SUBMITTED: {rows} row(s) ({len(never)} request(s)) were not in the data when "
+            f"{who} was submitted (rows added or changed since); they are in the merged "
+            "file marked never_submitted. Send them with a new run (the answers merged "
+            "here are reused: only those rows are sent), then merge it:",
+            f"  mmirage run --config {config_arg}",
+        ]
     return lines
 
 

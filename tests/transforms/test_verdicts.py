@@ -389,3 +389,29 @@ def test_a_line_without_a_recoverable_custom_id_is_reported(tmp_path, capsys, pr
     assert "line 2 (byte offset" in unreadable[0]["message"]
     assert [e["error_type"] for e in errors if e["source_index"] is not None] == ["missing_result"]
     assert "unreadable lines: 1" in out and "unknown custom_ids: 0" in out
+
+
+def test_rows_added_after_submit_are_not_called_an_unfinished_run(tmp_path, capsys, provider_env):
+    """Issue 38: rows added to the dataset after a finished submission made the merge
+    print "UNFINISHED: ... stopped before all its chunks were submitted". The run did
+    finish: the merge says the rows are new since it was submitted, and how to send
+    them."""
+    fake = provider_env
+    rows = _rows(6)
+    cfg = _setup(tmp_path, "openai", fake, rows[:4])
+    assert submit_main(["--config", cfg, "--run-id", "r1"]) == 0
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8"
+    )
+    capsys.readouterr()
+    code, merged, errors = _merge(tmp_path, cfg)
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "UNFINISHED" not in out and "stopped before" not in out, out
+    assert "2 row(s) (2 request(s)) were not in the data when run r1 was submitted" in out
+    assert f"mmirage run --config {cfg}" in out
+    assert sum(1 for e in errors if e["error_type"] == "never_submitted") == 2
+    # the advice holds: a new run sends only the 2 new rows (the 4 answers are reused)
+    sent = len(fake.submitted_requests("openai"))
+    assert submit_main(["--config", cfg]) == 0
+    assert len(fake.submitted_requests("openai")) == sent + 2
