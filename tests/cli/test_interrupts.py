@@ -235,3 +235,25 @@ def test_early_ctrl_c_of_run_wait_leaves_no_run_behind(tmp_path, provider_env, c
     assert fake.batches() == []
     assert run_records(str(tmp_path / "meta" / "batch_metadata")) == []
     assert submit_main(["--config", path]) == 0  # not refused as "already submitted"
+
+
+def test_sigterm_during_start_up_is_a_stop_with_a_message(tmp_path, provider_env):
+    """Issue 38: a SIGTERM before the job's own handlers were in place ended the process
+    with -15 and no word. It is a stop like a Ctrl-C: one line, exit 130."""
+    fake = provider_env
+    lines = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[:4]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = base_config(tmp_path, base_url=fake.openai_base_url)
+    cfg["loading_params"]["datasets"][0]["path"] = str(data)
+    path = write_config(tmp_path, cfg)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "pipelines.submit", "--config", path]
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    err = proc.stderr.readline()  # its first line: the run has started up
+    proc.send_signal(signal.SIGTERM)
+    _, rest = proc.communicate(timeout=120)
+    err += rest
+    assert proc.returncode == 130, err
+    assert "SIGTERM" in err and "Traceback" not in err
+    assert fake.batches() == []
