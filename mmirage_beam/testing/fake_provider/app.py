@@ -95,8 +95,8 @@ class FakeProviderServer:
             means finished on the first read after creation.
         clock: returns the current Unix time in seconds; injectable for tests.
         max_batch_file_bytes: the largest ``purpose=batch`` upload accepted, in bytes
-            (default 200 MiB, OpenAI's batch input limit); larger uploads get 400 "File
-            is too large.". Tests lower it to avoid uploading 200 MB.
+            (default 200,000,000 bytes: 200 MB, OpenAI's batch input limit); larger
+            uploads get 400 "File is too large.". Tests lower it to avoid uploading 200 MB.
 
     Raises:
         ValueError: for a non-loopback host or a negative delay.
