@@ -62,7 +62,7 @@ from mmirage_beam.progress.text import waiting_tokens_text
 from mmirage_beam.run import lookup
 from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
 from mmirage_beam.run.layout import receipts_base
-from mmirage_beam.run.lease import acquire
+from mmirage_beam.run.lease import acquire, cycle_lease
 from mmirage_beam.run.receipts import MODALITIES, receipt_path
 from mmirage_beam.run.records import MergeRecord
 from mmirage_beam.run.selection import linked_runs
@@ -149,7 +149,7 @@ def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], submit: Submit
             f"run {run_id}: continuing the cycle at {state.phase!r}"
             + (f" (retry {state.retries_used} of {state.retries})" if state.retries_used else "")
         )
-    lease = acquire(base, "cycle-" + run_id)
+    lease = acquire(base, cycle_lease(run_id))
     lease.start_refreshing()
     try:
         return _drive(ctx, state, fresh)

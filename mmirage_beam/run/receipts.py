@@ -383,7 +383,9 @@ def find_receipt_files(
                 continue
             rest = path[len(base) + 1 :]
             if rest.startswith("dry-run."):
-                if path not in skipped:
+                dry = rest.split(".")  # dry-run.<modality>.<run_id>.jsonl
+                other_run = run_id is not None and (len(dry) != 4 or dry[2] != run_id)
+                if path not in skipped and not other_run:  # --run-id: its own only
                     skipped.append(path)
                 continue
             parts = rest.split(".")

@@ -201,6 +201,10 @@ def test_receipts_of_the_original_mmirage_tool(tmp_path, capsys, provider_env):
     code, out, err = _check(capsys, "--config", cfg)
     assert code == 1 and sorted(_rows(out)) == sorted(rows)
     assert "skipped dry-run receipts" in out and dry.name in out
+    # --run-id: only that run's dry-run receipts are named (issue 38: every run's were)
+    shutil.copy(dry, meta / "batch_metadata.dry-run.text.other1.jsonl")
+    code, out, err = _check(capsys, "--config", cfg, "--run-id", "3aa41d")
+    assert code == 1 and dry.name in out and "other1" not in out, out
 
 
 def test_our_receipts_rewritten_to_the_original_format(tmp_path, capsys, provider_env):
