@@ -221,6 +221,8 @@ _RESULT_FIELDS = (
     "cache_creation_input_tokens",
     "line",
     "offset",
+    "cached_input_tokens",
+    "reasoning_tokens",
 )
 
 
@@ -238,6 +240,13 @@ class ProviderResult(NamedTuple):
             reported and non-zero.
         line: the 1-based line number in the provider's file, for an unreadable line.
         offset: the line's byte offset in the provider's file, for an unreadable line.
+        cached_input_tokens / reasoning_tokens: OpenAI's ``cached_tokens`` (of the
+            input, included in ``input_tokens``, billed at the cached-input price) and
+            ``reasoning_tokens`` (included in ``output_tokens``), when reported and
+            non-zero (chat ``usage.prompt_tokens_details`` /
+            ``completion_tokens_details``; Responses ``usage.input_tokens_details`` /
+            ``output_tokens_details``; openai-python ``CompletionUsage`` and
+            ``ResponseUsage``).
     """
 
     custom_id: Optional[str]
@@ -249,11 +258,14 @@ class ProviderResult(NamedTuple):
     cache_creation_input_tokens: Optional[int] = None
     line: Optional[int] = None
     offset: Optional[int] = None
+    cached_input_tokens: Optional[int] = None
+    reasoning_tokens: Optional[int] = None
 
     def to_json(self) -> dict[str, Any]:
         """The neutral dict: ``{"custom_id", "generated_text"?, "error"?: {...},
         "input_tokens"?, "output_tokens"?, "cache_read_input_tokens"?,
-        "cache_creation_input_tokens"?, "line"?, "offset"?}``, the optional keys only
+        "cache_creation_input_tokens"?, "line"?, "offset"?, "cached_input_tokens"?,
+        "reasoning_tokens"?}``, the optional keys only
         when set."""
         out: dict[str, Any] = {"custom_id": self.custom_id}
         for key in _RESULT_FIELDS:

@@ -15,7 +15,7 @@ copies the earlier answer, marked ``mmirage_reused_from: {<output>: <run_id>}``.
   that merged without any error::
 
       {"answer_key": str, "provider": str, "provider_batch_id": str,
-       "custom_id": str, "run_id": str}
+       "custom_id": str, "run_id": str, "settings_key": str}
 
   ``run_id``, ``provider_batch_id`` and ``custom_id`` say where the answer is: for an
   answer that was itself reused, the run and batch that paid for it.
@@ -209,16 +209,35 @@ def hash_and_answer_key(
 
 
 def answer_record(
-    key: str, provider: str, provider_batch_id: str, custom_id: str, run_id: str
+    key: str,
+    provider: str,
+    provider_batch_id: str,
+    custom_id: str,
+    run_id: str,
+    settings_key: str = "",
 ) -> dict[str, str]:
-    """One answers-file line (see the module docstring)."""
-    return {
+    """One answers-file line (see the module docstring); ``settings_key``
+    (:func:`settings_key`) when given."""
+    record = {
         "answer_key": key,
         "provider": provider,
         "provider_batch_id": provider_batch_id,
         "custom_id": custom_id,
         "run_id": run_id,
     }
+    if settings_key:
+        record["settings_key"] = settings_key
+    return record
+
+
+def settings_key(provider_config: Any) -> str:
+    """16 hex digits of the SHA-256 of :func:`canonical_settings` of ``provider_config``:
+    the part of every answer key that its provider settings make (``base_url``, model,
+    endpoint...). An answer whose ``settings_key`` differs from the run's can never
+    match one of its requests, so its batch is not looked up (issue 38: reuse asked
+    another endpoint about its batches, each 404 retried for a minute)."""
+    text = canonical_settings(key_settings(provider_config))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def earlier_answer_files(base: str, run_id: Optional[str] = None) -> list[str]:
@@ -251,19 +270,29 @@ class Staleness:
     batches: int = 0
     stale: dict[str, str] = dataclasses.field(default_factory=dict)
     answers: int = 0
+    #: answer lines of this provider made with other settings (another ``base_url``,
+    #: model, endpoint...): they cannot match, and their batches are not looked up
+    other_settings: int = 0
 
 
-def earlier_batches(files: Sequence[str], provider: str) -> tuple[dict[str, str], int]:
-    """``({provider_batch_id: run_id}, answer lines)`` of ``provider`` in ``files``: read
-    one line at a time (memory: one entry per batch, not per answer)."""
+def earlier_batches(
+    files: Sequence[str], provider: str, settings: Optional[str] = None
+) -> tuple[dict[str, str], int, int]:
+    """``({provider_batch_id: run_id}, answer lines, lines of other settings)`` of
+    ``provider`` in ``files``: read one line at a time (memory: one entry per batch, not
+    per answer). A line whose ``settings_key`` is not ``settings`` (when given) cannot
+    match and is only counted; a line without one (written before it existed) is kept."""
     batches: dict[str, str] = {}
-    count = 0
+    count = other = 0
     for path in files:
         for _raw, a in iter_jsonl_file(path):
             if isinstance(a, dict) and a.get("provider") == provider:
+                if settings and a.get("settings_key") not in (None, settings):
+                    other += 1
+                    continue
                 count += 1
                 batches.setdefault(str(a.get("provider_batch_id")), str(a.get("run_id")))
-    return batches, count
+    return batches, count, other
 
 
 def check_staleness(
@@ -284,8 +313,8 @@ def check_staleness(
     from mmirage_beam.providers.base import opened_adapter
 
     provider = provider_config.provider
-    batches, count = earlier_batches(files, provider)
-    out = Staleness(checked=ask_provider, batches=len(batches), answers=count)
+    batches, count, other = earlier_batches(files, provider, settings_key(provider_config))
+    out = Staleness(checked=ask_provider, batches=len(batches), answers=count, other_settings=other)
     if not ask_provider or not batches:
         return out
     with opened_adapter(adapter_cls, provider_config) as adapter:
@@ -299,12 +328,19 @@ def check_staleness(
 def staleness_lines(run_id: str, st: Staleness) -> list[str]:
     """What the launcher prints about the earlier answers before the pipeline."""
     head = f"mmirage run {run_id}: reuse:"
+    lines = []
+    if st.other_settings:
+        lines.append(
+            f"{head} {st.other_settings:,} earlier answer(s) were made with other provider "
+            "settings (base_url, model, endpoint...): they cannot match, and their batches "
+            "are not looked up"
+        )
     if not st.answers:
-        return []
-    lines = [
+        return lines
+    lines.append(
         f"{head} {st.answers:,} earlier answer(s) in {st.batches:,} batch(es) can be "
         "reused (requests with the same body are not sent; --no-reuse sends them)"
-    ]
+    )
     if not st.checked:
         lines.append(
             f"{head} staleness not checked (dry run without the provider's key): an "

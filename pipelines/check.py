@@ -5,8 +5,9 @@ Usage:
         [--watch [--interval SECS] [--timeout SECS]]
         [Beam filesystem options, e.g. --s3_endpoint_url URL]
 
-Reads the receipts (every run of the config's ``metadata_output_path``, newest first, or
-the given files / ``.parts`` folders), looks every distinct provider batch up and prints
+Reads the receipts of the run asked about (``--run-id``; default: the newest run of the
+config's ``metadata_output_path`` and its resubmissions, as ``merge`` selects; every run
+of the given files / ``.parts`` folders), looks every distinct provider batch up and prints
 one line per batch (status, the provider's own status word, requests done / failed /
 total, age) and a summary per provider and per run: ``rich`` tables on a terminal, plain
 aligned text otherwise. ``--watch`` polls until every batch is terminal, then tells the
@@ -98,7 +99,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.run import discovery, lookup
     from mmirage_beam.run.cancel import cancelled_note
     from mmirage_beam.run.layout import receipts_base
-    from mmirage_beam.run.selection import RunStates, run_states
+    from mmirage_beam.run.selection import RunStates, judged_runs, run_states
 
     if args.run_id is not None:
         try:
@@ -113,6 +114,15 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     # 1. find the receipts of the config's runs (or the given files)
     config = load_config(args.config) if args.config is not None else None
     receipts = discovery.collect_receipts(config, args.metadata_path or (), run_id=args.run_id)
+    # the run asked about (default: the newest and its resubmissions), as merge judges
+    judged = judged_runs(receipts, newest_only=args.run_id is None and not args.metadata_path)
+    receipts = judged.receipts
+    if judged.others:
+        print(
+            f"mmirage check: checking run {', '.join(judged.runs)} (the newest); also found "
+            f"run(s) {', '.join(judged.others)}: pass --run-id to check another",
+            file=sys.stderr,
+        )
     tty = sys.stdout.isatty()
     # 2. look every batch up once, or until all are terminal (--watch)
     running_at_start: set = set()  # runs with a batch not ended at the first poll

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 CUSTOM_ID_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-LIMITS = {"openai": (50_000, 200 * 1024 * 1024), "anthropic": (100_000, 256 * 1024 * 1024)}
+LIMITS = {"openai": (50_000, 200_000_000), "anthropic": (100_000, 256 * 1024 * 1024)}
 MAGIC = {
     "image/jpeg": (b"\xff\xd8\xff",),
     "image/png": (b"\x89PNG\r\n\x1a\n",),

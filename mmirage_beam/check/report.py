@@ -3,6 +3,7 @@ text (stdout not a terminal) or ``rich`` tables."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass
@@ -111,10 +112,25 @@ def summarize(label: str, statuses: Sequence[BatchStatus]) -> GroupSummary:
     )
 
 
+def reused_view(s: BatchStatus) -> BatchStatus:
+    """A reused receipt's status (:mod:`mmirage_beam.reuse`) over its own requests: the
+    earlier batch's answers it reuses are successful ones by construction, so its
+    requests are done, never the earlier batch's failures of requests this run sent
+    again (issue 38); other statuses as they are."""
+    n = s.receipt.request_count
+    if not s.receipt.record.reused_from or s.progress is None or s.status != "completed":
+        return s
+    return dataclasses.replace(
+        s, progress=dataclasses.replace(s.progress, completed=n, failed=0, total=n)
+    )
+
+
 def build_report(
     receipts: ReceiptSet, statuses: Sequence[BatchStatus], now: Optional[float] = None
 ) -> StatusReport:
-    """Summaries per provider and per run of ``statuses`` (from ``receipts``)."""
+    """Summaries per provider and per run of ``statuses`` (from ``receipts``); a reused
+    receipt counts its own requests only (:func:`reused_view`)."""
+    statuses = [reused_view(s) for s in statuses]
     providers = sorted({s.receipt.provider for s in statuses})
     runs = list(dict.fromkeys(s.receipt.run_id for s in statuses))
     return StatusReport(
@@ -231,7 +247,11 @@ def _verdict(report: StatusReport) -> str:
         return f"result: still running ({running} batch(es) not finished; {so_far})"
     if failed_requests:
         return f"result: completed with failures (every batch ended; {note})"
-    return "result: ok (every batch completed)"
+    return (
+        "result: ok (every batch completed and the provider reports no failed request; "
+        "the answers themselves (refusals, truncations, invalid JSON) are judged by "
+        "mmirage merge)"
+    )
 
 
 def _summary_line(g: GroupSummary, width: int) -> str:

@@ -46,7 +46,9 @@ def watch_statuses(
     failed (each lookup is already retried with the adapter's backoff) is looked up
     again at the next poll: the watch keeps going through a transient failure, and a
     batch counts as terminal only once its lookup has failed on ``lookup_failure_polls``
-    polls in a row.
+    polls in a row. When every lookup of a poll answered 404 (``not_found``: none of the
+    batches is on this endpoint or account), the watch stops at once (issue 38: it took
+    minutes to say so).
 
     Args:
         checker: an opened checker.
@@ -83,6 +85,8 @@ def watch_statuses(
             for s, n in zip(statuses, failing)
         ):
             return statuses, False
+        if statuses and all(s.not_found for s in statuses):
+            return statuses, False  # nothing here to watch: another endpoint or account
         if timeout_secs is not None and elapsed >= timeout_secs:
             return statuses, True
         wait = interval_secs

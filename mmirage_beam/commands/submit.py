@@ -5,7 +5,7 @@ them: a dry run), what ``mmirage run`` runs once its flags are parsed; ``mmirage
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from mmirage_beam.commands import say, show
 from mmirage_beam.launch.flags import beam_options
@@ -40,13 +40,19 @@ class SubmitCommand:
     flags: SubmitFlags
     verbose: bool = False
 
-    def run(self, preset_run_id: Optional[str] = None) -> SubmitOutcome:
+    def run(
+        self,
+        preset_run_id: Optional[str] = None,
+        on_held: Optional[Callable[[str], None]] = None,
+    ) -> SubmitOutcome:
         """Check the flags against the config, hold the run (its lease), build and run
         the submit job, and print what ``mmirage run`` prints.
 
         Args:
             preset_run_id: the id of a fresh run chosen by the caller (the cycle);
                 ``flags.run_id`` still means "resume this run".
+            on_held: called with the run id once the run is held and will be submitted
+                (not for a run refused with exit 3): the cycle announces it then.
 
         Raises:
             mmirage_beam.errors.MmirageError: bad config, a missing key, the run held by
@@ -65,9 +71,38 @@ class SubmitCommand:
             say(held.messages)
             if held.exit_code is not None:  # already submitted: nothing sent (exit 3)
                 return SubmitOutcome(held.exit_code, start.run_id)
-            return SubmitOutcome(_submit(start, flags, held, options), start.run_id)
+            try:
+                if on_held is not None:
+                    on_held(start.run_id)
+                return SubmitOutcome(_submit(start, flags, held, options), start.run_id)
+            except KeyboardInterrupt:  # before the job started: nothing was sent
+                return SubmitOutcome(_stopped_before_sending(start, flags), start.run_id)
         finally:
             held.release()
+
+
+def _stopped_before_sending(start: SubmitStart, flags: SubmitFlags) -> int:
+    """A Ctrl-C or SIGTERM before the submit job started (while it was being built):
+    said as such, and the run record of a run that sent nothing deleted, so that the
+    next run of the config is not refused as "already submitted" (issue 38: a generic
+    "interrupted" line and an empty run record). Exit 130."""
+    from mmirage_beam.run.plans import Message
+    from mmirage_beam.run.submit_plans import (
+        forgot_unsent,
+        resume_command,
+        stopped_before_sending_text,
+    )
+
+    # a fresh run only: a resumed one (--run-id) keeps its record
+    if flags.dry_run or (not flags.run_id and forgot_unsent(start)):
+        text = stopped_before_sending_text(start.run_id)
+    else:
+        text = (
+            f"mmirage run {start.run_id}: stopped (Ctrl-C or SIGTERM) before its job "
+            f"started; resume it with:\n  {resume_command(start, flags)}"
+        )
+    say([Message("warning", text)])
+    return 130
 
 
 def _submit(start: SubmitStart, flags: SubmitFlags, held: RunHold, options: Any) -> int:
@@ -100,6 +135,8 @@ def _submit(start: SubmitStart, flags: SubmitFlags, held: RunHold, options: Any)
         report = submit_plans.job_failed(start, flags, plan, exc, outcome)
     else:
         report = submit_plans.finish_run(start, flags, plan, held, metric_counters(result))
+        if outcome.stop_requested and not flags.dry_run:  # the stop came too late to stop
+            report = submit_plans.stopped_after_all_sent(start, flags, report)
     say(report.messages)
     show(report.lines)
     return report.exit_code

@@ -41,6 +41,14 @@ class BatchPrice(NamedTuple):
     input_per_million: float
     output_per_million: float
     source: str
+    #: USD per 1,000,000 cached input tokens (OpenAI prompt caching), None: unknown
+    cached_input_per_million: Optional[float] = None
+
+    def cached_input_usd(self, tokens: int) -> float:
+        """USD for ``tokens`` cached input tokens: at the cached-input price, else (no
+        such price known) at the input price, never below what they cost."""
+        per = self.cached_input_per_million
+        return tokens * (self.input_per_million if per is None else per) / 1_000_000
 
     def cost_usd(self, input_tokens: int, output_tokens: int = 0) -> float:
         """USD for ``input_tokens`` and ``output_tokens`` at this price."""
@@ -116,11 +124,13 @@ def batch_price(
         discount = (table.get("batch_discount") or {}).get("fraction", 0.0)
         factor = 1.0 - float(discount)
         where = row.get("official_page", "")
+        cached = row.get("cached_input")
         found = BatchPrice(
             float(row["input"]) * factor,
             float(row["output"]) * factor,
             f"prices.json {row['model']} ({where}, checked {row.get('checked')}), "
             f"batch discount {discount:.0%}",
+            float(cached) * factor if cached is not None else None,
         )
     if override_in is None and override_out is None:
         return found
@@ -130,4 +140,5 @@ def batch_price(
         float(override_in) if override_in is not None else found.input_per_million,
         float(override_out) if override_out is not None else found.output_per_million,
         "config (price_per_million_*_tokens)",
+        None if override_in is not None or found is None else found.cached_input_per_million,
     )

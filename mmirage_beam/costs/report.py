@@ -20,6 +20,8 @@ __all__ = [
     "USED_OUTPUT_TOKENS",
     "USED_CACHE_READ",
     "USED_CACHE_WRITE",
+    "USED_CACHED_INPUT",
+    "USED_REASONING",
     "CACHE_READ_PRICE_FACTOR",
     "CACHE_WRITE_PRICE_FACTOR",
     "per_output",
@@ -37,6 +39,12 @@ USED_CACHE_WRITE = "used_cache_creation_input_tokens"
 #: cache reads cost 0.1x and 5-minute cache writes 1.25x the base input price
 #: (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching#pricing)
 CACHE_READ_PRICE_FACTOR = 0.1
+#: OpenAI prompt caching and reasoning, per output: ``cached_tokens`` are part of the
+#: input tokens, billed at the model's cached-input price (``BatchPrice.cached_input``;
+#: the input price where the table has none, an upper bound); ``reasoning_tokens`` are
+#: part of the output tokens (shown, priced as output)
+USED_CACHED_INPUT = "used_cached_input_tokens"
+USED_REASONING = "used_reasoning_tokens"
 CACHE_WRITE_PRICE_FACTOR = 1.25
 
 
@@ -209,7 +217,14 @@ def _estimate_line(
 def usage_lines(stats: Mapping[str, int], provider_config: Any) -> list[str]:
     """Per output and in total: the input and output tokens the provider reported, and
     their cost at the batch price (for ``mmirage merge``). Empty without usage."""
-    metrics = (USED_INPUT_TOKENS, USED_OUTPUT_TOKENS, USED_CACHE_READ, USED_CACHE_WRITE)
+    metrics = (
+        USED_INPUT_TOKENS,
+        USED_OUTPUT_TOKENS,
+        USED_CACHE_READ,
+        USED_CACHE_WRITE,
+        USED_CACHED_INPUT,
+        USED_REASONING,
+    )
     rows = per_output(stats, metrics)
     if not rows:
         return []
@@ -228,19 +243,34 @@ def usage_lines(stats: Mapping[str, int], provider_config: Any) -> list[str]:
 
 
 def _usage_line(
-    name: str, i: int, o: int, cache_read: int = 0, cache_write: int = 0, *, price: Any = None
+    name: str,
+    i: int,
+    o: int,
+    cache_read: int = 0,
+    cache_write: int = 0,
+    cached_input: int = 0,
+    reasoning: int = 0,
+    *,
+    price: Any = None,
 ) -> str:
-    """One output's usage and cost; cached prompt tokens (Anthropic) priced at their
-    factors of the input price."""
+    """One output's usage and cost; cached prompt tokens (Anthropic, not in ``i``)
+    priced at their factors of the input price; OpenAI's cached input tokens (of ``i``)
+    at the cached-input price, and its reasoning tokens (of ``o``) shown."""
     cached = ""
     if cache_read or cache_write:
         cached = f", cache read {cache_read:,}, cache write {cache_write:,}"
+    if cached_input:
+        cached += f", of which cached input {cached_input:,}"
+    if reasoning:
+        cached += f", of which reasoning {reasoning:,}"
     if price is None:
         cost = "price unknown"
     else:
-        usd = price.cost_usd(i, o) + price.cost_usd(
+        discounted = min(cached_input, i)
+        usd = price.cost_usd(i - discounted, o) + price.cost_usd(
             cache_read * CACHE_READ_PRICE_FACTOR + cache_write * CACHE_WRITE_PRICE_FACTOR
         )
+        usd += price.cached_input_usd(discounted)
         cost = _usd(usd)
     return f"  {name}: input tokens {i:,}, output tokens {o:,}{cached}, cost {cost}"
 

@@ -62,7 +62,7 @@ from mmirage_beam.progress.text import waiting_tokens_text
 from mmirage_beam.run import lookup
 from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
 from mmirage_beam.run.layout import receipts_base
-from mmirage_beam.run.lease import acquire
+from mmirage_beam.run.lease import acquire, cycle_lease
 from mmirage_beam.run.receipts import MODALITIES, receipt_path
 from mmirage_beam.run.records import MergeRecord
 from mmirage_beam.run.selection import linked_runs
@@ -149,7 +149,7 @@ def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], submit: Submit
             f"run {run_id}: continuing the cycle at {state.phase!r}"
             + (f" (retry {state.retries_used} of {state.retries})" if state.retries_used else "")
         )
-    lease = acquire(base, "cycle-" + run_id)
+    lease = acquire(base, cycle_lease(run_id))
     lease.start_refreshing()
     try:
         return _drive(ctx, state, fresh)
@@ -179,19 +179,30 @@ def _retries(ctx: _Context) -> int:
 
 def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
     """The state machine: one step per phase, the state saved after each."""
-    if fresh:
+
+    def announce(_run_id: str) -> None:  # once held: not before a refusal (exit 3)
         ctx.say(
             f"run {state.run_id}: submit, wait, merge into {state.output_path}, "
             f"at most {state.retries} retr{'y' if state.retries == 1 else 'ies'}"
         )
+
     merged: Optional[MergeRecord] = None  # the record of the merge just run
     while True:
         if state.phase == SUBMITTING:
             state.save(ctx.base)
-            code = ctx.submit.run(state.run_id if fresh else None).exit_code
+            code = ctx.submit.run(
+                state.run_id if fresh else None, on_held=announce if fresh else None
+            ).exit_code
             if code != 0:
                 if fresh and code in (2, 3):  # nothing was sent: no cycle to continue
                     _remove(ctx, state)
+                    return code
+                if fresh and code == 130 and not _has_record(ctx, state.run_id):
+                    _remove(ctx, state)  # stopped before sending: the run was forgotten
+                    return code
+                if _read_nothing(ctx, state.run_id):  # an empty source: nothing to wait for
+                    _remove(ctx, state)
+                    ctx.say("no row was read, so there is nothing to wait for or merge")
                     return code
                 ctx.say(f"the submission stopped (exit {code}); continue with:")
                 print(f"  {ctx.continue_command(state)}", file=ctx.out)
@@ -253,6 +264,29 @@ def _drive(ctx: _Context, state: CycleState, fresh: bool) -> int:
             state.retry_run = None
         else:  # pragma: no cover - load() refuses unknown phases
             raise ConfigError("--run-id", f"unknown cycle phase {state.phase!r}")
+
+
+def _has_record(ctx: _Context, run_id: str) -> bool:
+    """Whether the run still has its run record (a run stopped before sending anything
+    has none: :meth:`RunStore.forget_unsent`)."""
+    from mmirage_beam.run.store import RunStore
+
+    try:
+        return RunStore(ctx.base, run_id).read_run_record() is not None
+    except Exception:  # cannot tell: keep the cycle's state and its advice
+        return True
+
+
+def _read_nothing(ctx: _Context, run_id: str) -> bool:
+    """The run finished its submission having read no row (empty datasets, said by the
+    submission): continuing it would read nothing again (issue 38)."""
+    from mmirage_beam.run.store import RunStore
+
+    try:
+        record = RunStore(ctx.base, run_id).read_run_record()
+    except Exception:  # an unreadable record: the usual advice
+        return False
+    return record is not None and bool(record.finished) and record.rows_read == 0
 
 
 def _remove(ctx: _Context, state: CycleState) -> None:

@@ -65,6 +65,9 @@ __all__ = [
 
 _LOGGER = logging.getLogger(__name__)
 
+#: counter ``empty_dataset:<i>``: 1 when dataset ``i`` of the config holds no row
+EMPTY_DATASET_PREFIX = "empty_dataset:"
+
 DEFAULT_DESIRED_SPLIT_BYTES = 64 * 1024 * 1024  # 64 MiB
 _PARQUET_BATCH_ROWS = 1024  # rows per record batch read from a Parquet row group
 _ERRORS_TAG = "errors"
@@ -215,6 +218,8 @@ class ReadDatasets(beam.PTransform):
                 num_shards=self._num_shards,
                 shard_id=self._shard_id,
                 max_rows=self._max_rows,
+                split_datasets=tuple(s.dataset_index for s in self._splits),
+                dataset_count=len(self._datasets),
             )
         )
         outputs = splits | "ReadRows" >> beam.ParDo(
@@ -275,6 +280,8 @@ def _compute_offsets(
     num_shards: int,
     shard_id: int,
     max_rows: Optional[int] = None,
+    split_datasets: tuple[int, ...] = (),
+    dataset_count: int = 0,
 ) -> _Offsets:
     by_id: dict[int, tuple[int, int]] = {}
     for split_id, rows, lines in counts:
@@ -296,6 +303,12 @@ def _compute_offsets(
         lines_before.append(line_total)
         total += rows
         line_total += lines
+    per_dataset = [0] * dataset_count
+    for split_id, index in enumerate(split_datasets):
+        per_dataset[index] += by_id[split_id][0]
+    for index, rows in enumerate(per_dataset):
+        if not rows:  # said by the launcher, naming the dataset (issue 38: it was silent)
+            Metrics.counter(METRICS_NAMESPACE, f"{EMPTY_DATASET_PREFIX}{index}").inc()
     start, end = shard_id * total // num_shards, (shard_id + 1) * total // num_shards
     if max_rows is not None:  # mmirage run --limit N: the shard's first N rows
         end = min(end, start + max_rows)

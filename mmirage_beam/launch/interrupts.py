@@ -62,15 +62,25 @@ def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int
     Ctrl-C: 130 and one line saying how to continue (never a traceback). In the main
     thread, while Python's default SIGINT handler is in place, the driver's own handler
     records each Ctrl-C (:func:`interrupt_requested`) before raising KeyboardInterrupt.
+    A SIGTERM is taken the same way while its default action (ending the process at
+    once, status -15, without a word) is in place: a SIGTERM during start-up, before a
+    job's own handlers (:func:`~mmirage_beam.launch.jobs.run_pipeline`), is a stop said
+    in one line with exit 130 (issue 38).
     """
 
     def wrapper(argv: Optional[Sequence[str]] = None) -> int:
         previous = None
+        previous_term = None
         if (
             threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler
         ):
             previous = signal.signal(signal.SIGINT, _on_sigint)
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        ):
+            previous_term = signal.signal(signal.SIGTERM, _on_sigint)
         _INTERRUPTED.clear()
         try:
             code = main(argv)
@@ -89,15 +99,17 @@ def guarded(main: Callable[[Optional[Sequence[str]]], int]) -> Callable[..., int
             code = 1
         except KeyboardInterrupt:
             print(
-                "mmirage: interrupted (a pipeline it was running is cancelled; batches "
-                "already submitted keep running at the provider); run the same command "
-                "again to continue",
+                "mmirage: interrupted (Ctrl-C or SIGTERM; a pipeline it was running is "
+                "cancelled; batches already submitted keep running at the provider); run "
+                "the same command again to continue",
                 file=sys.stderr,
             )
             code = 130
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
+            if previous_term is not None:
+                signal.signal(signal.SIGTERM, previous_term)
             _INTERRUPTED.clear()
         _forget_handled_interrupt()
         return code

@@ -325,6 +325,31 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
             sleep=type(self).RETRY_SLEEP or time.sleep,
         )
 
+    #: a 404 on looking up a receipted batch (or its results) is retried this many
+    #: times, then final: a batch of another endpoint or account is never found there,
+    #: and six attempts of each cost about a minute (issue 38)
+    LOOKUP_404_RETRIES = 1
+
+    def lookup_retry_filter(self) -> Callable[[BaseException], bool]:
+        """A fresh predicate for one lookup: :meth:`is_retryable`, plus HTTP 404 for
+        :attr:`LOOKUP_404_RETRIES` retries (a receipted batch exists, so a first 404 may
+        be a replica that has not seen it yet); the next 404 is raised unchanged, and
+        the report says "not found on this endpoint or account"."""
+        left = [type(self).LOOKUP_404_RETRIES]
+
+        def retry(exc: BaseException) -> bool:
+            if self.http_status(exc) == 404:
+                left[0] -= 1
+                return left[0] >= 0
+            return self.is_retryable(exc)
+
+        return retry
+
+    def http_status(self, exc: BaseException) -> Optional[int]:
+        """The HTTP status of an error of this service's SDK, else None. Default: the
+        ``status_code`` attribute (openai, anthropic, mistralai errors)."""
+        return retrying.status_code_of(exc)
+
     def is_retryable_lookup(self, exc: BaseException) -> bool:
         """:meth:`is_retryable`, plus HTTP 404: a batch that was receipted exists, so a
         404 on looking it up (or its results) is transient on the provider's side (e.g.
@@ -334,8 +359,9 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
 
     def call_lookup_with_retries(self, what: str, fn: Callable[[], _T]) -> _T:
         """:meth:`call_with_retries` for a lookup of a receipted batch: a 404 is retried
-        too (:meth:`is_retryable_lookup`), with the same policy."""
-        return self._retried(what, fn, self.is_retryable_lookup)
+        too, :attr:`LOOKUP_404_RETRIES` times (:meth:`lookup_retry_filter`), with the
+        same policy."""
+        return self._retried(what, fn, self.lookup_retry_filter())
 
     def stream_lines_with_retries(
         self,

@@ -305,7 +305,11 @@ def call_with_retries(
                 raise
             attempts = f"{attempt} attempt{'s' if attempt != 1 else ''}"
             summary, delay = _summary_and_delay(exc, what, attempt, attempts, policy, rand)
-            logger.warning(
+            # a lookup's one retry of a 404 is said once, by its caller's report (issue
+            # 38: 925 retry warnings in 3 minutes against the wrong account)
+            level = logging.DEBUG if status_code_of(exc) == 404 else logging.WARNING
+            logger.log(
+                level,
                 "%s failed (attempt %d of %d: %s); retrying in %.3f s",
                 what,
                 attempt,

@@ -368,9 +368,23 @@ def _take_over_local(path: str, stale: LeaseRecord, stale_after: float) -> None:
         _delete(guard)
 
 
+#: the lease of a ``run --wait`` cycle is ``<CYCLE_LEASE_PREFIX><run_id>``
+CYCLE_LEASE_PREFIX = "cycle-"
+
+
+def cycle_lease(run_id: str) -> str:
+    """The lease name of ``run --wait``'s cycle of ``run_id``."""
+    return CYCLE_LEASE_PREFIX + run_id
+
+
 def _locked(run_id: str, path: str, holder: LeaseRecord) -> RunLocked:
+    who = (  # a cycle's lease is said as the cycle of its run (issue 38: "run cycle-<id>")
+        f"the run --wait cycle of run {run_id[len(CYCLE_LEASE_PREFIX) :]}"
+        if run_id.startswith(CYCLE_LEASE_PREFIX)
+        else f"run {run_id}"
+    )
     return RunLocked(
-        f"run {run_id} is in use by another process ({describe_holder(holder)}; lease "
+        f"{who} is in use by another process ({describe_holder(holder)}; lease "
         f"{path}); nothing was sent. Wait for it to end, or stop it; a lease whose holder "
         f"died is taken over at once on the same host, or after "
         f"{STALE_AFTER_SECS:.0f} s without a refresh elsewhere"

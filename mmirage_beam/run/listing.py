@@ -14,8 +14,10 @@ beside the receipts and one status lookup per batch:
 State, first that applies: ``submitting`` (its launcher holds the run's lease now),
 ``unfinished`` (the submission stopped before every chunk was sent: resume it),
 ``in progress`` (a batch has not ended), ``merged`` (merged after its newest batch was
-submitted), ``ended`` (every batch ended; not merged since). ``cancelled`` is added when
-``mmirage cancel`` was used on it.
+submitted), ``ended`` (every batch ended; not merged since), ``empty`` (its submission
+finished having read no row: nothing was sent). A run whose answers were all reused
+holds reused receipts of the earlier batches, whose states are its own. ``cancelled`` is
+added when ``mmirage cancel`` was used on it.
 """
 
 from __future__ import annotations
@@ -172,7 +174,8 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
     rows: list[RunRow] = []
     for root in roots:
         chain, _rank = linked_runs(entries, [root]) if root in parent else ([root], {root: 0})
-        mine = [e for e in batches if e.run_id in chain]
+        # its own receipts, one per batch: a reused receipt names an earlier run's batch
+        mine = list({e.key: e for e in entries if e.run_id in chain}.values())
         record: Optional[RunRecord] = records.get(root)
         first = min((e.submitted_at for e in mine if e.submitted_at), default=None)
         newest = max((e.submitted_at for e in mine if e.submitted_at), default=None)
@@ -206,8 +209,10 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
             row.state = "submitting"
         elif find_unfinished(base, chain, [e for e in entries if e.run_id in chain]):
             row.state = "unfinished"
+        elif not mine and record is not None and record.finished and not record.rows_read:
+            row.state = "empty"  # it read no row: nothing was sent, nothing to merge
         elif not mine:
-            row.state = "unfinished" if record else "ended"
+            row.state = "unfinished" if record and not record.finished else "ended"
         elif not lookup and not merged:
             row.state = "submitted"
         elif lookup and not ended:

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LOOKUP_FAILED",
+    "NOT_FOUND_HERE",
+    "is_not_found",
     "TERMINAL_STATUSES",
     "STATUS_ORDER",
     "BatchStatus",
@@ -78,6 +80,8 @@ class BatchStatus:
         progress: the provider's view (None for a lookup failure).
         error: why the lookup failed (None otherwise); never contains a key.
         checked_at: when it was looked up, Unix seconds.
+        not_found: the lookup failed with HTTP 404 after its one retry: the batch is not
+            on this endpoint or account (another ``base_url``, key or project).
     """
 
     receipt: ReceiptEntry
@@ -85,6 +89,7 @@ class BatchStatus:
     progress: Optional[BatchProgress] = None
     error: Optional[str] = None
     checked_at: float = 0.0
+    not_found: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -256,11 +261,14 @@ class BatchStatusChecker:
             result = adapter.check_batch_status(entry.provider_batch_id, config)
             progress = _with_usage(adapter.describe_batch(result), result.raw_response)
         except Exception as exc:
-            message = self._redact(exc)
+            not_found = is_not_found(exc, adapter)
+            message = self._redact(exc, not_found)
             _LOG.debug(
                 "lookup of %s %s failed: %s", entry.provider, entry.provider_batch_id, message
             )
-            return BatchStatus(entry, LOOKUP_FAILED, None, message, self._clock())
+            return BatchStatus(
+                entry, LOOKUP_FAILED, None, message, self._clock(), not_found=not_found
+            )
         return BatchStatus(entry, result.status, progress, None, self._clock())
 
     def cancel_one(self, entry: ReceiptEntry) -> BatchStatus:
@@ -279,8 +287,8 @@ class BatchStatusChecker:
             return BatchStatus(entry, LOOKUP_FAILED, None, self._redact(exc), self._clock())
         return BatchStatus(entry, result.status, progress, None, self._clock())
 
-    def _redact(self, exc: BaseException) -> str:
-        text = _short_error(exc)
+    def _redact(self, exc: BaseException, not_found: bool = False) -> str:
+        text = _short_error(exc, not_found)
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
@@ -341,8 +349,27 @@ def _provider_config(provider: str, config: Optional[PipelineConfig]) -> BatchPr
         ) from None
 
 
-def _short_error(exc: BaseException) -> str:
-    """``<ExceptionType> (HTTP <code>): <provider message>``, on one line, cut short."""
+#: what a 404 on looking a receipted batch up means (it was created, so not "expired")
+NOT_FOUND_HERE = "not found on this endpoint or account"
+
+
+def is_not_found(exc: BaseException, adapter: Any = None) -> bool:
+    """True when ``exc`` (or an error it wraps) is an HTTP 404, by ``status_code`` or the
+    adapter's ``http_status`` (Gemini's errors carry ``code``)."""
+    seen: Optional[BaseException] = exc
+    for _ in range(5):
+        if seen is None:
+            break
+        status = adapter.http_status(seen) if adapter is not None else None
+        if status == 404 or getattr(seen, "status_code", None) == 404:
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _short_error(exc: BaseException, not_found: bool = False) -> str:
+    """``<ExceptionType> (HTTP <code>): <provider message>``, on one line, cut short; a
+    404 (``not_found``) says what it means (:data:`NOT_FOUND_HERE`), not "expired"."""
     name = type(exc).__name__
     status = getattr(exc, "status_code", None)
     message = ""
@@ -357,4 +384,6 @@ def _short_error(exc: BaseException) -> str:
     if len(message) > _MAX_ERROR_CHARS:
         message = message[: _MAX_ERROR_CHARS - 3] + "..."
     head = f"{name} (HTTP {status})" if isinstance(status, int) else name
+    if not_found or is_not_found(exc):
+        head = f"{name} (HTTP 404: {NOT_FOUND_HERE})"
     return f"{head}: {message}" if message else head

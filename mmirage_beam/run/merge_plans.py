@@ -469,6 +469,7 @@ def finish_merge(
         unfinished,
         start.config_arg,
         start.resume_command,
+        sel.starts,
     )
     code = merge_exit_code(unfinished, stats, errors)
     return MergeReport(messages, tuple(lines), code, record)

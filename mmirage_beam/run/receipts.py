@@ -23,7 +23,13 @@ import uuid
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Optional
 
 from mmirage_beam.crashpoints import crash_point
-from mmirage_beam.io.fs import delete_folder, list_files, replace_file, write_durably
+from mmirage_beam.io.fs import (
+    delete_files,
+    delete_folder,
+    list_files,
+    replace_file,
+    write_durably,
+)
 from mmirage_beam.jsonl import iter_jsonl_file
 from mmirage_beam.request_hashes import (  # noqa: F401 (public here too)
     REQUEST_HASH_CHARS,
@@ -136,7 +142,10 @@ def consolidate(receipt_file: str) -> int:
     Receipts already in ``receipt_file`` are kept; parts win for the same chunk_id; the
     file is in chunk_id order. Unresolved intents (``*.intent``) are kept, and with them
     the parts folder. Returns the number of receipts in the file. A missing parts folder
-    is a no-op.
+    is a no-op. The temporary files of a durable write that died before its rename
+    (``<receipt_file>.tmp-*``, ``<parts>/*.tmp-*``: never read, the write's target kept
+    its old content) are deleted first (issue 38: one was left after a crash); the run's
+    lease is held, so no write of it is under way.
 
     Streamed: one receipt is in memory at a time (a first pass notes each receipt's
     chunk_id and where it is, the second copies them in order into a temporary file that
@@ -146,6 +155,7 @@ def consolidate(receipt_file: str) -> int:
     from apache_beam.io.filesystems import FileSystems
 
     pdir = parts_dir(receipt_file)
+    _delete_leftover_temps(receipt_file, pdir)
     matches = list_files(pdir, "*.json")
     exists = FileSystems.exists(receipt_file)
     if not matches:
@@ -178,6 +188,17 @@ def consolidate(receipt_file: str) -> int:
     if not list_files(pdir, "**"):
         delete_folder(pdir)
     return len(where)
+
+
+def _delete_leftover_temps(receipt_file: str, pdir: str) -> None:
+    """Delete what :func:`~mmirage_beam.io.fs.write_durably` and :func:`consolidate`
+    left of a write that died between its temporary file and its rename."""
+    from apache_beam.io.filesystems import FileSystems
+
+    found = FileSystems.match([f"{receipt_file}.tmp-*"])[0].metadata_list
+    leftovers = [m.path for m in found] + list_files(pdir, "*.tmp-*")
+    if leftovers:
+        delete_files(leftovers)
 
 
 def _part_line(path: str) -> bytes:
@@ -362,7 +383,9 @@ def find_receipt_files(
                 continue
             rest = path[len(base) + 1 :]
             if rest.startswith("dry-run."):
-                if path not in skipped:
+                dry = rest.split(".")  # dry-run.<modality>.<run_id>.jsonl
+                other_run = run_id is not None and (len(dry) != 4 or dry[2] != run_id)
+                if path not in skipped and not other_run:  # --run-id: its own only
                     skipped.append(path)
                 continue
             parts = rest.split(".")

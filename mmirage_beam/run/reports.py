@@ -21,7 +21,7 @@ from mmirage_beam.costs.report import estimate_lines, usage_lines
 from mmirage_beam.jsonl import iter_jsonl_file
 from mmirage_beam.launch.failures import describe_failure
 from mmirage_beam.progress.text import human_bytes
-from mmirage_beam.reuse import merge_reuse_lines, savings_lines, sent_stats
+from mmirage_beam.reuse import REUSED_REQUESTS, merge_reuse_lines, savings_lines, sent_stats
 from mmirage_beam.run.receipts import consolidate_run, pending_intents, submission_complete
 from mmirage_beam.run.selection import finish_pending_lines
 
@@ -116,6 +116,33 @@ def nothing_read_message(run_id: str, datasets: Sequence[Any], dry_run: bool) ->
     )
 
 
+def empty_datasets_message(
+    run_id: str, datasets: Sequence[Any], stats: Mapping[str, int]
+) -> Optional[str]:
+    """The datasets that read no row while others did (the job's ``empty_dataset:<i>``
+    counters, :data:`mmirage_beam.io.readers.EMPTY_DATASET_PREFIX`), each with its path;
+    None when every dataset read rows."""
+    from mmirage_beam.io.readers import EMPTY_DATASET_PREFIX
+
+    empty = sorted(
+        int(k[len(EMPTY_DATASET_PREFIX) :])
+        for k, v in stats.items()
+        if k.startswith(EMPTY_DATASET_PREFIX) and v and k[len(EMPTY_DATASET_PREFIX) :].isdigit()
+    )
+    if not empty:
+        return None
+    where = "; ".join(
+        f"loading_params.datasets[{i}]: {getattr(datasets[i], 'type', '?')} "
+        f"{getattr(datasets[i], 'path', '?')}"
+        for i in empty
+        if i < len(datasets)
+    )
+    return (
+        f"mmirage run {run_id}: warning: {len(empty)} dataset(s) read 0 rows ({where}); "
+        "check their paths (a glob or folder that matches no file, or files with no rows)"
+    )
+
+
 def already_run_message(
     config_path: str,
     beam_args: Sequence[str],
@@ -123,17 +150,20 @@ def already_run_message(
     wait: bool = False,
     held: bool = False,
     limit: Optional[int] = None,
+    wait_args: Sequence[str] = (),
 ) -> str:
     """Exit 3: an earlier run (``earlier``, its run record) submitted the same config
     and data; how to resume it or to submit again on purpose. ``wait``: the command was
     ``run --wait``, so the commands named keep ``--wait``. ``held``: a live process holds
     the earlier run's lease (it is being submitted now), so resuming it would be refused:
     the advice is to follow it instead. ``limit``: the run's ``--limit``, kept in the
-    commands named."""
+    commands named, as are ``wait_args`` (the cycle's ``--output-path``, ``--retries``...
+    as given)."""
     run_id = earlier.run_id
     words = ["mmirage run", "--config", config_path, *(["--wait"] if wait else [])]
     # a --limit run: "submit again" must not send the whole dataset
     words += ["--limit", str(limit)] if limit is not None else []
+    words += [shlex.quote(w) for w in wait_args]
     cmd = command_line(words, beam_args)
     state = "finished" if earlier.finished else "not finished"
     head = (
@@ -227,8 +257,16 @@ def submit_summary_lines(
         lines.append(f"batches exported:    {stats.get('batches_submitted', 0):,}")
         if invalid and not skipped:
             lines.append("exported prompts:    none (invalid rows stopped the dry run)")
+        elif not _exists(plan.export_file):  # no request was built: no file (issue 38)
+            lines.append(f"exported prompts:    none ({_why_no_export(stats)})")
         else:
             lines.append(f"exported prompts:    {plan.export_file}")
+            reused = int(stats.get(REUSED_REQUESTS, 0))
+            if reused:  # not in the file: say so, and how to export them too
+                lines.append(
+                    f"  not exported:      {reused:,} request(s) that would reuse an earlier "
+                    "answer (--no-reuse exports every request)"
+                )
     else:
         lines.append(f"batches submitted:   {stats.get('batches_submitted', 0):,}")
         if stats.get("batches_already_receipted"):
@@ -394,18 +432,30 @@ def merge_outcome_lines(
     unfinished: Any,
     config_arg: str,
     resume_command: str,
+    runs: Sequence[str] = (),
 ) -> list[str]:
     """What a merge says after its totals: the runs cancelled (``cancelled``, a line or
     None), the usage, the reused answers, the runs whose finish steps are pending and
-    what is unfinished (``unfinished``: ``run.selection.Unfinished``)."""
+    what is unfinished (``unfinished``: ``run.selection.Unfinished``). Rows never
+    submitted by runs that did finish (``runs``, the merged runs) were not in the data
+    when they were submitted: said so, not "UNFINISHED" (issue 38)."""
     lines = [cancelled] if cancelled else []
     lines += [*usage_lines(stats, provider_config), *merge_reuse_lines(stats)]
     if unfinished.finish_pending:
         lines += finish_pending_lines(unfinished.finish_pending, config_arg)
     never = [e for e in errors if e["error_type"] == "never_submitted"]
-    if unfinished or never:
-        rows = len({e["source_index"] for e in never})
+    rows = len({e["source_index"] for e in never})
+    if unfinished:
         lines += merge_unfinished_lines(unfinished, len(never), rows, resume_command)
+    elif never:
+        who = f"run {', '.join(runs)}" if runs else "the merged run"
+        lines += [
+            f"NOT SUBMITTED: {rows} row(s) ({len(never)} request(s)) were not in the data when "
+            f"{who} was submitted (rows added or changed since); they are in the merged "
+            "file marked never_submitted. Send them with a new run (the answers merged "
+            "here are reused: only those rows are sent), then merge it:",
+            f"  mmirage run --config {config_arg}",
+        ]
     return lines
 
 
@@ -444,3 +494,25 @@ def merge_unfinished_lines(
         f"Resume it (only what has no receipt is sent), then merge again:\n  {resume_command}"
     )
     return lines
+
+
+def _exists(path: Optional[str]) -> bool:
+    if not path:
+        return False
+    try:
+        return FileSystems.exists(path)
+    except Exception:  # noqa: BLE001 - a store that cannot say: name the path as before
+        return True
+
+
+def _why_no_export(stats: Mapping[str, int]) -> str:
+    """Why a dry run wrote no export file: no row read, or no request left to export."""
+    if not stats.get("rows_read", 0) and not stats.get("row_errors", 0):
+        return "no row was read"
+    reused = int(stats.get(REUSED_REQUESTS, 0))
+    if reused:
+        return (
+            f"each of the {reused:,} request(s) would reuse an earlier answer; --no-reuse "
+            "exports every request"
+        )
+    return "no request was built"

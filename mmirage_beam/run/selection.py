@@ -13,7 +13,12 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.run.discovery import collect_receipts
-from mmirage_beam.run.lookup import LOOKUP_FAILED, TERMINAL_STATUSES, BatchStatusChecker
+from mmirage_beam.run.lookup import (
+    LOOKUP_FAILED,
+    NOT_FOUND_HERE,
+    TERMINAL_STATUSES,
+    BatchStatusChecker,
+)
 from mmirage_beam.run.receipts import read_receipt_at
 from mmirage_beam.run.records import RunState
 from mmirage_beam.run.store import RunStore
@@ -165,11 +170,34 @@ def select_run(
         f"{sum(e.request_count for e in entries)} request(s)",
         file=sys.stderr,
     )
-    for st in lookup_failed:
-        print(f"  cannot look up {st.receipt.provider_batch_id}: {st.error}", file=sys.stderr)
+    for line in lookup_failure_lines(lookup_failed):
+        print(line, file=sys.stderr)
     return RunSelection(
         run, linked, entries, batches, pending, lookup_failed, providers, list(starts)
     )
+
+
+#: lookup failures named one by one (the rest are counted in one line)
+LOOKUP_FAILURES_SHOWN = 5
+
+
+def lookup_failure_lines(failed: Sequence[Any]) -> list[str]:
+    """The lines that name the batches whose lookup failed (``BatchStatus``): the first
+    :data:`LOOKUP_FAILURES_SHOWN`, then one line for the rest, and when every one was a
+    404 what that means (issue 38: a merge against the wrong account printed a line, and
+    retries, per batch)."""
+    lines = [
+        f"  cannot look up {st.receipt.provider_batch_id}: {st.error}"
+        for st in failed[:LOOKUP_FAILURES_SHOWN]
+    ]
+    if len(failed) > LOOKUP_FAILURES_SHOWN:
+        lines.append(f"  ... and {len(failed) - LOOKUP_FAILURES_SHOWN:,} more batch(es)")
+    if failed and all(getattr(st, "not_found", False) for st in failed):
+        lines.append(
+            f"  every lookup that failed answered 404: those batches are {NOT_FOUND_HERE} "
+            "(is base_url, the API key or the project the one the run was submitted with?)"
+        )
+    return lines
 
 
 def linked_runs(
@@ -383,3 +411,36 @@ def run_states(base: str, receipts: Any, config_arg: str) -> RunStates:
             f"--run-id {run}"
         )
     return RunStates(lines, tuple(unfinished.runs))
+
+
+class JudgedRuns(NamedTuple):
+    """The receipts ``mmirage check`` judges (:func:`judged_runs`).
+
+    Attributes:
+        receipts: the judged runs' receipts (a ``ReceiptSet``).
+        runs: the runs asked for (or the newest), before linking.
+        others: the runs found under the same base and left out, newest first.
+    """
+
+    receipts: Any
+    runs: list[str]
+    others: list[str]
+
+
+def judged_runs(receipts: Any, newest_only: bool) -> JudgedRuns:
+    """The receipts of the newest run and the runs linked to it by ``parent_run_id``
+    (its resubmissions), as ``mmirage merge`` selects them (:func:`select_run`), when
+    ``newest_only``; else every run of ``receipts`` (a ``ReceiptSet``: ``--run-id`` or
+    ``--metadata-path`` already chose). An old cancelled or failed run then no longer
+    makes the newest run's check FAILED (issue 38).
+    """
+    from mmirage_beam.run.discovery import ReceiptSet
+
+    every = list(receipts.run_ids)
+    if not newest_only or len(every) <= 1:
+        return JudgedRuns(receipts, every, [])
+    linked, _rank = linked_runs(receipts.receipts, every[0])
+    kept = tuple(e for e in receipts.receipts if e.run_id in linked)
+    files = tuple(f for f in receipts.files if any(e.path == f for e in kept))
+    others = [r for r in every if r not in linked]
+    return JudgedRuns(ReceiptSet(kept, files, receipts.skipped_dry_run), [every[0]], others)

@@ -159,6 +159,25 @@ class RunStore:
                 return True
         return bool(self.pending_intents())
 
+    def forget_unsent(self) -> bool:
+        """Delete the run record of a run that sent nothing (:meth:`has_started` is
+        False), e.g. one stopped by a Ctrl-C before its job started: a record left there
+        would make the same config's next run "already submitted" (exit 3) and ``runs``
+        list it as unfinished. Returns whether the record was deleted.
+
+        Raises:
+            OSError / BeamIOError: the storage failed.
+        """
+        from apache_beam.io.filesystems import FileSystems
+
+        if self.has_started():
+            return False
+        path = self.layout.run_record
+        if not FileSystems.exists(path):
+            return False
+        FileSystems.delete([path])
+        return True
+
     def pending_intents(self) -> list[str]:
         """Paths of the intents still present (a provider call started, no receipt
         written), sorted."""

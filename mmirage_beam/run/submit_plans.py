@@ -32,6 +32,7 @@ from mmirage_beam.run.storage import (
     probe_location,
     translation_only,
 )
+from mmirage_beam.run.store import RunStore
 from mmirage_beam.run.submit_flags import SubmitFlags
 from mmirage_beam.settings import SubmitSettings
 
@@ -41,12 +42,15 @@ __all__ = [
     "SubmitStart",
     "check_space",
     "finish_run",
+    "forgot_unsent",
     "hold_run",
     "job_failed",
     "job_line",
     "nothing_in_flight",
     "resume_command",
     "start_submit",
+    "stopped_after_all_sent",
+    "stopped_before_sending_text",
     "submit_settings",
 ]
 
@@ -159,6 +163,7 @@ def hold_run(start: SubmitStart, flags: SubmitFlags) -> RunHold:
             plan.earlier,
             wait=bool(flags.wait),
             limit=flags.limit,
+            wait_args=flags.wait_args if flags.wait else (),
             held=is_held(start.base, earlier_run),
         )
         return RunHold(plan, 3, (Message("error", text),))
@@ -248,6 +253,44 @@ class SubmitReport:
     exit_code: int = 0
 
 
+def stopped_after_all_sent(
+    start: SubmitStart, flags: SubmitFlags, report: SubmitReport
+) -> SubmitReport:
+    """A Ctrl-C or SIGTERM that came when every chunk was already being submitted: the
+    job could stop nothing more and ended as usual (its batches sent and receipted, the
+    finish steps run), yet the user asked to stop: said, exit 130, so that ``run
+    --wait`` goes no further and a script sees the interrupt (issue 38: exit 0, no
+    line). A report that already failed keeps its own status."""
+    text = (
+        f"mmirage run {start.run_id}: stopped (Ctrl-C or SIGTERM), but every chunk was "
+        "already being submitted: each batch was sent and is receipted, and the run is "
+        "complete; follow it with:\n"
+        "  "
+        + reports.command_line(
+            ["mmirage check", "--config", flags.config, "--run-id", start.run_id, "--watch"],
+            list(flags.beam_args),
+        )
+    )
+    code = report.exit_code or 130
+    return SubmitReport((*report.messages, Message("warning", text)), report.lines, code)
+
+
+def stopped_before_sending_text(run_id: str) -> str:
+    """What a fresh run stopped before it sent anything says (its record is deleted)."""
+    return (
+        f"mmirage run {run_id}: stopped (Ctrl-C or SIGTERM) before anything was sent; "
+        "nothing to resume: run the same command again to start over"
+    )
+
+
+def forgot_unsent(start: SubmitStart) -> bool:
+    """:meth:`RunStore.forget_unsent` of the run; False when the storage cannot say."""
+    try:
+        return RunStore(start.base, start.run_id).forget_unsent()
+    except Exception:  # noqa: BLE001 - keep the record: the usual resume advice
+        return False
+
+
 def nothing_in_flight(start: SubmitStart, flags: SubmitFlags) -> Callable[[], bool]:
     """Whether a stop may end the job at once: a dry run, or a run still reading (no
     chunk submitted or being submitted: ``run.plans.nothing_submitted``)."""
@@ -267,6 +310,10 @@ def job_failed(
     if _sends_nothing(start, flags):
         what = "stopped" if stopped else f"error: the dry run failed: {reports.short_error(exc)}"
         return SubmitReport((Message("error", f"mmirage: {what}"),), (), code)
+    if stopped and not flags.run_id and forgot_unsent(start):
+        return SubmitReport(
+            (Message("warning", stopped_before_sending_text(start.run_id)),), (), 130
+        )
     text = reports.failure_report(
         job_plan, start.run_id, exc, resume_command(start, flags), stopped
     )
@@ -313,4 +360,7 @@ def finish_run(
     if read == 0 and start.config.num_shards == 1:  # an empty source (a shard may be empty)
         text = reports.nothing_read_message(run_id, start.config.datasets, flags.dry_run)
         return SubmitReport((Message("error", text),), ("\n".join(summary),), 1)
-    return SubmitReport((), ("\n".join(summary), *estimate), 1 if invalid and not skipping else 0)
+    empty = reports.empty_datasets_message(run_id, start.config.datasets, stats)
+    messages = (Message("warning", empty),) if empty else ()
+    code = 1 if invalid and not skipping else 0
+    return SubmitReport(messages, ("\n".join(summary), *estimate), code)

@@ -43,7 +43,14 @@ class _AssembleFn(beam.DoFn):
     ``"changed"`` (chunk keys, sorted), ``"skipped"`` (reasons), ``"keys"`` (custom_id
     -> answer key)."""
 
-    def __init__(self, outputs: Sequence[OutputConfig], schema: Any, remove_columns: bool):
+    def __init__(
+        self,
+        outputs: Sequence[OutputConfig],
+        schema: Any,
+        remove_columns: bool,
+        settings_key: str = "",
+    ):
+        self._settings_key = settings_key  # of the answers' keys (reuse.settings_key)
         self._outputs = tuple(outputs)
         self._schema = schema
         self._remove = remove_columns
@@ -242,6 +249,7 @@ class _AssembleFn(beam.DoFn):
                         r.provider_batch_id,
                         r.reused_custom_id or r.custom_id,
                         r.reused_from or r.run_id,
+                        self._settings_key,
                     ),
                 )
         if errors:

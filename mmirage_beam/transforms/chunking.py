@@ -165,9 +165,8 @@ class _ChunkFn(beam.DoFn):
         key, staged = element
         end_of_input.set(window.max_timestamp())
         state = (pending, pending_bytes, pending_count, chunk_seq)
-        if staged.flush_reason:
-            if staged.flush_reason == FLUSH_OVERSIZED_REQUEST:
-                yield from self._flush(key, FLUSH_FULL_CHUNK, *state)
+        if staged.flush_reason:  # a complete chunk; an oversized request's alone, while
+            # the pending fragments wait for more (issue 38: they were flushed early)
             yield self._emit(key, [staged], staged.flush_reason, chunk_seq)
             return
         metas = read_meta(staged.path, staged.start, staged.end)
@@ -324,7 +323,7 @@ class ChunkRequests(beam.PTransform):
     sum of the requests' ``nbytes`` (the overhead is not included).
 
     A request whose ``nbytes + chunk_overhead_bytes`` exceeds ``max_chunk_bytes`` is, with
-    policy ``"isolate"``, emitted alone (after flushing the current buffer) with
+    policy ``"isolate"``, emitted alone (the requests gathered so far go on filling theirs) with
     ``has_oversized_request=True`` and reason ``"oversized_request"``; with ``"reject"`` it
     becomes a ``RowError`` on ``rejected`` and is in no chunk.
 

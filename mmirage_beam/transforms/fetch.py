@@ -44,7 +44,12 @@ UNKNOWN_TAG = "unknown"
 NEVER_SUBMITTED = "never_submitted"
 
 #: the usage fields of cached prompt tokens kept in merged rows and priced (Anthropic)
-CACHE_TOKEN_FIELDS = ("cache_read_input_tokens", "cache_creation_input_tokens")
+CACHE_TOKEN_FIELDS = (
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "cached_input_tokens",  # OpenAI: of input_tokens, at the cached-input price
+    "reasoning_tokens",  # OpenAI: of output_tokens
+)
 
 
 class OutputResult(NamedTuple):

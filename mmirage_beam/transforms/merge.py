@@ -322,9 +322,10 @@ class _JoinPartitionFn(beam.DoFn):
         schema: Any,
         remove_columns: bool,
         unsubmitted_run: Optional[tuple[str, str]],
+        answers_settings_key: str = "",
     ) -> None:
         self._dir = temp_dir
-        self._assemble = _AssembleFn(outputs, schema, remove_columns)
+        self._assemble = _AssembleFn(outputs, schema, remove_columns, answers_settings_key)
         self._unsubmitted_run = unsubmitted_run
 
     def setup(self) -> None:
@@ -503,12 +504,13 @@ class JoinPartitions(beam.PTransform):
         remove_columns: bool,
         unsubmitted_run: Optional[tuple[str, str]] = None,
         answers_path: Optional[str] = None,
+        answers_settings_key: str = "",
     ) -> None:
         super().__init__()
         self._dir, self._out, self._errors = temp_dir, output_path, errors_path
         self._answers = answers_path
         self._join = _JoinPartitionFn(
-            temp_dir, outputs, output_schema, remove_columns, unsubmitted_run
+            temp_dir, outputs, output_schema, remove_columns, unsubmitted_run, answers_settings_key
         )
 
     def expand(self, files: beam.PCollection) -> beam.PCollection:

@@ -27,6 +27,7 @@ from mmirage_beam.progress.counters import (
     reported_usage,
 )
 from mmirage_beam.results import EMBEDDING, check_answer, resubmittable
+from mmirage_beam.reuse import settings_key
 from mmirage_beam.run.discovery import ReceiptEntry
 from mmirage_beam.run.receipts import (
     ReceiptLocation,
@@ -267,6 +268,7 @@ class MergeRows(beam.PTransform):
             config.remove_columns,
             unsubmitted_run,
             settings.answers_path if verifiable else None,
+            settings_key(config.processor),
         )
         self.plan = MergePlan(output_path, errors_path, len(bounds), len(verifiable), temp_dir)
         return out

@@ -59,15 +59,25 @@ def assemble_output_row(
 
     The schema is rendered with the row's inputs and outputs (outputs win); with no
     schema, the row is the inputs and outputs themselves. Unless ``remove_columns``, the
-    original columns come first and rendered keys override them. ``source_index`` is
-    always set.
+    original columns come first and rendered keys override them; with no schema, only
+    the outputs do: an input is a template variable, so its value (a ``default``
+    standing in for a null) never replaces the source column of the same name, which
+    comes out as it went in, as in MMIRAGE, whose inputs live in the templates'
+    variable environment and whose rows keep their columns (issue 38). ``source_index``
+    is always set.
 
     Raises:
         jinja2.UndefinedError: a schema template uses an unknown variable.
     """
     variables = dict(values)
     variables.update(outputs)
-    rendered = renderer.render(variables) if renderer is not None else variables
+    if renderer is not None:
+        rendered = renderer.render(variables)
+    elif remove_columns:
+        rendered = variables
+    else:  # the row's own columns stay as they went in; new input names and outputs added
+        rendered = {k: v for k, v in values.items() if k not in row}
+        rendered.update(outputs)
     if not isinstance(rendered, dict):
         rendered = {"output": rendered}
     out: dict[str, Any] = {} if remove_columns else dict(row)

@@ -191,17 +191,28 @@ class _StageChunksFn(beam.DoFn):
                 self._s.chunk_overhead_bytes,
                 self._s.max_chunk_bytes,
             )
-            closed = self._close(key, FLUSH_FULL_CHUNK)
-            if closed is not None:
-                yield closed
-            self._writer(key).write(
+            # alone in a staged file of its own: the requests being gathered stay open,
+            # not cut in two chunks around it (issue 38)
+            lone = StagedChunkWriter(new_stem(self._s.staging_dir, "staged"))
+            lone.write(
                 request.custom_id,
                 request.source_index,
                 request.line,
                 request.nbytes,
                 request.canonical,
             )
-            yield self._close(key, FLUSH_OVERSIZED_REQUEST)
+            digest = lone.close()
+            yield (
+                key,
+                _Staged(
+                    lone.path,
+                    0,
+                    lone.request_count,
+                    lone.total_bytes,
+                    digest,
+                    FLUSH_OVERSIZED_REQUEST,
+                ),
+            )
             return
         writer = self._open.get(key)
         if writer is not None and would_overflow(

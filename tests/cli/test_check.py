@@ -130,7 +130,7 @@ def test_completed_batches(tmp_path, capsys, provider_env, provider):
         if provider == "anthropic":
             assert row["detail"] == "succeeded 10"
     assert "4 batch(es): completed 4; requests done 40, failed 0, total 40" in out
-    assert "result: ok (every batch completed)" in out
+    assert "result: ok (every batch completed and the provider reports no failed request" in out
     assert "sk-test-openai" not in out + err and "sk-ant-test" not in out + err
 
 
@@ -163,9 +163,13 @@ def test_unresolvable_batch_id_does_not_hide_the_others(tmp_path, capsys, provid
     assert len(rows) == 4
     lost = rows.pop("batch_doesnotexist")
     assert lost["status"] == "lookup_failed"
-    # A 404 on a receipted batch is retried first (it may be transient), then reported.
-    assert lost["detail"].startswith("lookup failed: ProviderRetriesExhausted (HTTP 404)")
-    assert "failed after 6 attempts" in lost["detail"] and "No batch found" in lost["detail"]
+    # A 404 on a receipted batch is retried once (it may be a replica that has not seen
+    # it yet), then final, and said for what it is (issue 38: not "expired", not 6 tries).
+    assert lost["detail"].startswith(
+        "lookup failed: NotFoundError (HTTP 404: not found on this endpoint or account)"
+    )
+    assert "No batch found" in lost["detail"]
+    assert fake.call_counts()["batches_retrieve"] == 3 + 2  # the lost one: 2 attempts
     assert lost["done"] == lost["failed"] == "-" and lost["total"] == str(PER_CHUNK)
     assert [r["status"] for r in rows.values()] == ["completed"] * 3
     assert "4 batch(es): completed 3, lookup_failed 1; requests done 30, failed 0, total 40" in out
@@ -184,7 +188,7 @@ def test_receipts_of_the_original_mmirage_tool(tmp_path, capsys, provider_env):
     assert sorted(rows) == ["batch_orig00001", "batch_orig00002", "batch_orig00003"]
     for row in rows.values():
         assert (row["run"], row["modality"], row["status"]) == ("3aa41d", "text", "lookup_failed")
-        assert "(HTTP 404)" in row["detail"] and "failed after 6 attempts" in row["detail"]
+        assert "(HTTP 404: not found on this endpoint or account)" in row["detail"]
     assert [r["total"] for r in rows.values()] == ["10", "10", "5"]
     assert f"skipped dry-run receipts (nothing was submitted): {dry}" in out
     assert "run 3aa41d 3 batch(es): lookup_failed 3" in _squeeze(out)
@@ -197,6 +201,10 @@ def test_receipts_of_the_original_mmirage_tool(tmp_path, capsys, provider_env):
     code, out, err = _check(capsys, "--config", cfg)
     assert code == 1 and sorted(_rows(out)) == sorted(rows)
     assert "skipped dry-run receipts" in out and dry.name in out
+    # --run-id: only that run's dry-run receipts are named (issue 38: every run's were)
+    shutil.copy(dry, meta / "batch_metadata.dry-run.text.other1.jsonl")
+    code, out, err = _check(capsys, "--config", cfg, "--run-id", "3aa41d")
+    assert code == 1 and dry.name in out and "other1" not in out, out
 
 
 def test_our_receipts_rewritten_to_the_original_format(tmp_path, capsys, provider_env):
@@ -249,6 +257,13 @@ def test_run_id_filter_and_newest_run_first(tmp_path, capsys, provider_env, monk
     older_ids = [b["id"] for b in fake.batches("anthropic")]
 
     code, out, err = _check(capsys, "--config", cfg)
+    assert code == 0, out + err  # the newest run only (issue 38), the other one named
+    assert set(_batch_order(out)) == set(newer_ids)
+    assert "also found run(s) older" in err
+    newer = tmp_path / "meta" / "batch_metadata.text.newer.jsonl"
+    code, out, err = _check(
+        capsys, "--config", cfg, "--metadata-path", str(newer), "--metadata-path", str(older)
+    )
     assert code == 0, out + err
     order = _batch_order(out)
     assert set(order[:4]) == set(newer_ids) and set(order[4:]) == set(older_ids)
@@ -312,7 +327,7 @@ def test_watch_until_every_batch_is_terminal(tmp_path, capsys, provider_env):
     assert "requests done 40/40, failed 0" in polls[-1]
     rows = _rows(out)
     assert [r["status"] for r in rows.values()] == ["completed"] * 4
-    assert "result: ok (every batch completed)" in out
+    assert "result: ok (every batch completed and the provider reports no failed request" in out
 
 
 def test_rich_report_and_progress_render(tmp_path):
@@ -345,3 +360,77 @@ def test_describe_batch_default_reads_common_fields():
     result = BatchSubmissionResult("b", "in_progress", raw)
     default = super(OpenAIBatchAdapter, OpenAIBatchAdapter()).describe_batch(result)
     assert default == BatchProgress("running", 2, 1, 5, 1767225600.0, "")
+
+
+def test_check_judges_the_newest_run_not_every_run(tmp_path, capsys, provider_env):
+    """Issue 38: an old failed run made every later check FAILED. ``check`` judges the run
+    it is asked about, by default the newest (as ``merge`` does), and names the others."""
+    fake = provider_env
+    fake.script(token_limit_exceeded=True)
+    cfg = _config(tmp_path, fake, "openai")
+    older = _submit(capsys, cfg, "older")
+    past = time.time() - 3600
+    os.utime(older, (past, past))
+    fake.script(token_limit_exceeded=None)
+    _submit(capsys, cfg, "newer")
+
+    code, out, err = _check(capsys, "--config", cfg)
+    assert code == 0, out + err
+    assert "run newer 4 batch(es): completed 4" in _squeeze(out) and "run older" not in out
+    assert "checking run newer (the newest); also found run(s) older: pass --run-id" in err
+    code, out, err = _check(capsys, "--config", cfg, "--run-id", "older")
+    assert code == 1, out + err
+    assert "result: FAILED (4 batch(es) failed at the provider" in out
+
+
+def test_reused_receipts_count_their_own_requests(tmp_path, capsys, provider_env):
+    """Issue 38: a run whose answers were reused showed the earlier batch's failures (of
+    requests it sent again); a reused receipt counts the answers it reuses, all done."""
+    fake = provider_env
+    cfg_path = _config(tmp_path, fake, "openai")
+    data = tmp_path / "gsm8k40.jsonl"
+    rows = [json.loads(x) for x in data.read_text(encoding="utf-8").splitlines()]
+    rows[0]["question"] += " FAKE_ERROR:invalid_request"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    from pipelines.merge import main as merge_main
+
+    _submit(capsys, cfg_path, "first")
+    merge_main(["--config", cfg_path, "--output-path", str(tmp_path / "m1.jsonl")])
+    capsys.readouterr()
+    code, out, err = _check(capsys, "--config", cfg_path)
+    assert "requests done 39, failed 1, total 40" in out, out + err
+    _submit(capsys, cfg_path, "second")  # the 39 answers reused, the failed one sent again
+    code, out, err = _check(capsys, "--config", cfg_path)
+    assert code == 1, out + err  # the request sent again fails again
+    table = _rows(out)
+    reused = [r for r in table.values() if r["detail"].startswith("reused:")]
+    assert reused and all(r["failed"] == "0" for r in reused), out
+    assert sum(int(r["done"]) for r in reused) == 39
+    assert "run second 5 batch(es)" in _squeeze(out) and "run first 4" not in _squeeze(out)
+    assert "requests done 39, failed 1, total 40" in _squeeze(out)
+
+
+def test_every_lookup_404_stops_the_watch_at_once_and_quietly(
+    tmp_path, capsys, provider_env, caplog
+):
+    """Issue 38: against the wrong account, every lookup retried its 404 six times, each
+    retry a warning, and ``check --watch`` polled on for minutes. A 404 is final after one
+    retry, logged at debug only, and a poll where every lookup answered 404 ends the
+    watch with what it means."""
+    fake = provider_env
+    cfg = _config(tmp_path, fake, "openai")
+    receipt = _submit(capsys, cfg, "elsewhere")
+    lines = _receipt_lines(receipt)
+    for i, line in enumerate(lines):
+        line["provider_batch_id"] = f"batch_of_another_account_{i}"
+    receipt.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    before = fake.call_counts().get("batches_retrieve", 0)
+    caplog.set_level("WARNING")
+    code, out, err = _check(capsys, "--config", cfg, "--watch", "--interval", "3600")
+    assert code == 1, out + err
+    assert fake.call_counts()["batches_retrieve"] - before == 4 * 2  # one retry each
+    polls = [ln for ln in out.splitlines() if ln.startswith("poll ")]
+    assert len(polls) == 1 and "lookup_failed 4" in polls[0]  # no second poll (1 h away)
+    assert out.count("not found on this endpoint or account") == 4
+    assert "retrying" not in caplog.text + err  # no retry warning per lookup
+    assert "does not know some batches" in out  # the advice: key and base_url

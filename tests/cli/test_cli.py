@@ -65,3 +65,15 @@ def test_usage(capsys):
     assert cli_main(["--help"]) == 0
     assert "resubmit" in capsys.readouterr().out
     assert cli_main(["nonsense"]) == 2
+
+
+def test_fake_provider_help_names_every_api_it_serves(capsys):
+    """Issue 38: the first line of ``mmirage fake-provider --help`` named OpenAI and
+    Anthropic only; it serves the batch APIs of all seven providers."""
+    with pytest.raises(SystemExit) as done:
+        cli_main(["fake-provider", "--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    first = text.split("\n\n")[1].splitlines()[0]  # the description's first line
+    for name in ("OpenAI", "Anthropic", "Gemini", "Mistral", "Azure OpenAI", "Groq", "Together"):
+        assert name in first, first

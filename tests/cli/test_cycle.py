@@ -166,7 +166,11 @@ def test_cancel_a_delayed_run_once_then_merge_marks_it_cancelled(
     assert "not cancelled again" in capsys.readouterr().out
     record = json.loads((tmp_path / "meta" / "batch_metadata.cancel.slow.json").read_text())
     assert len(record["batches"]) == 3
-    time.sleep(1.5)
+    # the cancels land at the fake (an event, not a fixed sleep: issue 38)
+    deadline = time.monotonic() + 60
+    while any(b["status"] != "cancelled" for b in fake.batches("openai")):
+        assert time.monotonic() < deadline, [b["status"] for b in fake.batches("openai")]
+        time.sleep(0.05)
     out = tmp_path / "merged.jsonl"
     code = submit_main(
         ["--config", cfg, "--wait", "--run-id", "slow", "--retries", "2"]

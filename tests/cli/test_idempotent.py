@@ -175,3 +175,58 @@ def test_an_empty_dataset_says_nothing_was_read_and_where_from(tmp_path, provide
         assert "no row was read: the datasets hold no rows" in err, err
         assert f"loading_params.datasets[0]: JSONL {data}" in err
     assert fake.submitted_requests() == []
+
+
+def test_empty_datasets_in_dry_runs_wait_runs_and_beside_others(tmp_path, provider_env, capsys):
+    """Issue 38: with an empty dataset the dry run named an export file it never wrote,
+    ``run --wait`` advised continuing a run that reads nothing, ``runs`` called the run
+    "unfinished", and an empty second dataset beside a full one was silent."""
+    from pipelines.runs import main as runs_main
+
+    fake = provider_env
+    cfg, data = _setup(tmp_path, fake)
+    full = tmp_path / "full.jsonl"
+    full.write_text(data.read_text(encoding="utf-8"), encoding="utf-8")
+    data.write_text("", encoding="utf-8")
+    path = write_config(tmp_path, cfg)
+    export = tmp_path / "x.jsonl"
+    assert submit_main(["--config", path, "--export-prompts", str(export)]) == 1
+    out = capsys.readouterr().out
+    assert "exported prompts:    none (no row was read)" in out, out
+    assert list(tmp_path.glob("x.*")) == []
+
+    assert submit_main(["--config", path, "--wait", "--poll-interval", "0.1"]) == 1
+    out, err = capsys.readouterr()
+    assert "no row was read, so there is nothing to wait for or merge" in out + err
+    assert "continue with" not in out + err
+
+    assert runs_main(["--config", path]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 3 and " empty " in table[1] and "unfinished" not in table[1], table
+
+    # an empty dataset beside a full one: the run goes on and names the empty one
+    cfg["loading_params"]["datasets"].insert(0, {**cfg["loading_params"]["datasets"][0]})
+    cfg["loading_params"]["datasets"][0]["path"] = str(full)
+    path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", path, "--new-run"]) == 0
+    out, err = capsys.readouterr()
+    assert f"1 dataset(s) read 0 rows (loading_params.datasets[1]: JSONL {data})" in out + err
+    assert len(fake.submitted_requests()) == N
+
+
+def test_a_refused_wait_run_names_no_run_and_keeps_the_cycle_flags(tmp_path, provider_env, capsys):
+    """Issue 38: ``run --wait`` announced a run ("run X: submit, wait, merge into ...")
+    before it was refused (exit 3), and the advice dropped ``--retries`` and
+    ``--output-path``."""
+    fake = provider_env
+    path, base, first = _submitted_once(tmp_path, fake)
+    capsys.readouterr()
+    out_path = tmp_path / "out dir" / "merged.jsonl"
+    argv = ["--config", path, "--wait", "--retries", "2", "--output-path", str(out_path)]
+    assert submit_main(argv) == 3
+    out, err = capsys.readouterr()
+    assert "submit, wait, merge" not in out + err
+    assert len(run_records(base)) == 1  # no second run named or recorded
+    wait = f"--wait --output-path '{out_path}' --retries 2"
+    assert f"{wait} --run-id {first.run_id}" in err, err
+    assert f"{wait} --new-run --no-reuse" in err, err

@@ -287,3 +287,94 @@ def test_merge_checks_from_the_request_dict_equal_the_lines(provider):
     line = plain.serialize_request(request)
     expected = (request_line_hash(line), answer_key(plain, line, settings))
     assert hash_and_answer_key(plain, request, canonical_settings(settings)) == expected
+
+
+def test_answers_of_other_settings_are_not_looked_up(tmp_path, provider_env, capsys):
+    """Issue 38: reuse asked the provider about every earlier batch, also those made with
+    another base_url or endpoint, whose answers can never match (each 404 retried for a
+    minute, then blamed on "expired"). Answers carry their settings' key: the others are
+    not looked up; a 404 on the batch itself says "not found", not "expired"."""
+    fake = provider_env
+    cfg = _config(tmp_path, fake)
+    cfg_path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", cfg_path]) == 0
+    assert _merge(tmp_path, cfg_path, "first.jsonl")[0] == 0
+    answers = _read_jsonl(next((tmp_path / "meta").glob("batch_metadata.answers.*.jsonl")))
+    assert len(answers) == ROWS and all(len(a["settings_key"]) == 16 for a in answers)
+    capsys.readouterr()
+
+    # the same requests to another endpoint: nothing can match, no batch is looked up
+    other = json.loads(json.dumps(cfg))
+    other["processors"][0]["base_url"] = fake.openai_base_url.rstrip("/") + "/"
+    write_config(tmp_path, other)
+    lookups = dict(fake.call_counts())
+    assert submit_main(["--config", cfg_path, "--new-run"]) == 0
+    out = capsys.readouterr()
+    counts = fake.call_counts()
+    for call in ("batches_retrieve", "files_retrieve"):
+        assert counts.get(call, 0) == lookups.get(call, 0), call
+    assert f"{ROWS} earlier answer(s) were made with other provider settings" in out.err
+    assert len(_sent(fake)) == 2 * ROWS  # sent again
+
+    # an answers line of these settings whose batch this account does not know
+    write_config(tmp_path, cfg)
+    for path in (tmp_path / "meta").glob("batch_metadata.answers.*.jsonl"):
+        lines = _read_jsonl(path)
+        for a in lines:
+            a["provider_batch_id"] = "batch_of_another_account"
+        path.write_text("".join(json.dumps(a) + "\n" for a in lines), encoding="utf-8")
+    assert submit_main(["--config", cfg_path, "--new-run"]) == 0
+    err = capsys.readouterr().err
+    assert "batch batch_of_another_account not found on this endpoint or account" in err
+    assert "expired" not in err
+
+
+def test_runs_calls_an_all_reused_run_by_its_state(tmp_path, provider_env, capsys):
+    """Issue 38: ``mmirage runs`` called a run whose answers were all reused
+    "unfinished", even after its merge."""
+    from pipelines.runs import main as runs_main
+
+    fake = provider_env
+    cfg_path = write_config(tmp_path, _config(tmp_path, fake))
+    assert submit_main(["--config", cfg_path, "--run-id", "paid"]) == 0
+    assert _merge(tmp_path, cfg_path, "first.jsonl")[0] == 0
+    assert submit_main(["--config", cfg_path, "--run-id", "reused"]) == 0
+    assert len(_sent(fake)) == ROWS  # nothing sent the second time
+    assert _merge(tmp_path, cfg_path, "second.jsonl")[0] == 0
+    capsys.readouterr()
+    assert runs_main(["--config", cfg_path]) == 0
+    rows = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[1:-1]}
+    assert set(rows) == {"paid", "reused"}
+    for line in rows.values():
+        assert " merged " in line and "unfinished" not in line, rows
+
+
+def test_a_dry_run_says_which_requests_reuse_leaves_out(tmp_path, provider_env, capsys):
+    """Issue 38: a dry run whose requests all had reusable answers exported nothing yet
+    printed an ``exported prompts:`` path that did not exist. The summary says the
+    reused requests are not exported, and the flag that exports them all."""
+    fake = provider_env
+    cfg = _config(tmp_path, fake)
+    cfg_path = write_config(tmp_path, cfg)
+    assert submit_main(["--config", cfg_path]) == 0
+    assert _merge(tmp_path, cfg_path, "first.jsonl")[0] == 0
+    capsys.readouterr()
+
+    def dry(name, *flags):
+        assert (
+            submit_main(["--config", cfg_path, "--new-run", "--export-prompts", name, *flags]) == 0
+        )
+        return capsys.readouterr().out
+
+    out = dry(str(tmp_path / "all.jsonl"))
+    assert list(tmp_path.glob("all.*")) == []
+    assert (
+        f"exported prompts:    none (each of the {ROWS} request(s) would reuse an earlier "
+        "answer; --no-reuse exports every request)"
+    ) in out, out
+    out = dry(str(tmp_path / "every.jsonl"), "--no-reuse")
+    assert len(_read_jsonl(next(tmp_path.glob("every.*.jsonl")))) == ROWS
+    write_config(tmp_path, _second_output(json.loads(json.dumps(cfg))))
+    out = dry(str(tmp_path / "half.jsonl"))
+    assert len(_read_jsonl(next(tmp_path.glob("half.*.jsonl")))) == ROWS  # the hints
+    assert f"not exported:      {ROWS} request(s) that would reuse an earlier answer" in out

@@ -688,3 +688,45 @@ def test_parallel_list_detection():
     # Lists used side by side, not in step, are free to differ.
     assert parallel_list_inputs("{{ a | join(', ') }} {% for x in b %}{{ x }}{% endfor %}") == ()
     assert parallel_list_inputs("{% for x in a %}{{ b[0] }}{% endfor %}") == ()
+
+
+def test_input_defaults_leave_the_source_columns_as_they_were(tmp_path, capsys, provider_env):
+    """Issue 38: with ``remove_columns: false`` and no ``output_schema``, an input's
+    ``default`` was written over the source row's null column of the same name, in the
+    placeholders and the merged rows. As in MMIRAGE (inputs are variables of the
+    templates, the row keeps its columns), a row's own columns come out as they went in;
+    the default fills the prompt only."""
+    from pipelines.merge import main as merge_main
+
+    fake = provider_env
+    data = _write_lines(
+        tmp_path,
+        [
+            {"question": "first", "score": None, "ts": None, "note": None},
+            {"question": "second", "score": 7, "ts": "2026-01-01", "note": "kept"},
+        ],
+    )
+    cfg = _config(tmp_path, data, base_url=fake.openai_base_url)
+    cfg["processing_params"]["remove_columns"] = False
+    cfg["processing_params"]["output_schema"] = None
+    cfg["processing_params"]["inputs"] += [
+        {"name": "score", "key": "score", "default": -1},
+        {"name": "ts", "key": "ts", "default": "never"},
+        {"name": "note", "key": "note", "default": ""},
+        {"name": "extra", "key": "note", "default": "none"},
+    ]
+    cfg["processing_params"]["outputs"][0]["prompt"] = "{{ question }} {{ score }} {{ ts }}"
+    assert _run(tmp_path, cfg, "dflt", dry=False) == 0, capsys.readouterr()
+    placeholders = _placeholders(tmp_path)
+    merged_path = tmp_path / "merged.jsonl"
+    cfg_path = str(tmp_path / "config.yaml")
+    assert merge_main(["--config", cfg_path, "--output-path", str(merged_path)]) == 0
+    merged = sorted(_read_jsonl(merged_path), key=lambda r: r["source_index"])
+    for rows in (placeholders, merged):
+        assert [(r["score"], r["ts"], r["note"]) for r in rows] == [
+            (None, None, None),
+            (7, "2026-01-01", "kept"),
+        ]
+        assert [r["extra"] for r in rows] == ["none", "kept"]  # an input of a new name
+    prompts = sorted(_content(e["request"]) for e in fake.submitted_requests("openai"))
+    assert prompts == ["first -1 never", "second 7 2026-01-01"]  # the defaults fill the prompt

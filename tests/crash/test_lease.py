@@ -91,14 +91,21 @@ def test_a_failing_run_releases_its_lease(tmp_path, provider_env, capsys):
     assert not (tmp_path / "meta" / "batch_metadata.lease.r3").exists()
 
 
+def _until(condition, limit_secs: float = 30.0) -> None:  # noqa: ANN001
+    """Wait for ``condition()`` (an event of the refresher thread), checking often."""
+    deadline = time.monotonic() + limit_secs
+    while not condition():
+        assert time.monotonic() < deadline, "the refresher never got there"
+        time.sleep(0.01)
+
+
 def test_refresh_keeps_the_lease_and_notices_when_it_was_lost(tmp_path):
     base = str(tmp_path / "b")
     lost = []
     lease = acquire(base, "r", refresh_secs=0.05, on_lost=lost.append)
     first = read_lease(lease.path).refreshed_at
     lease.start_refreshing()
-    time.sleep(0.3)
-    assert read_lease(lease.path).refreshed_at > first
+    _until(lambda: read_lease(lease.path).refreshed_at > first)  # a refresh, not a sleep
     with pytest.raises(RunLocked):
         acquire(base, "r")
     # Another holder's token in the file (the object-store race): refresh gives up. The
@@ -108,8 +115,8 @@ def test_refresh_keeps_the_lease_and_notices_when_it_was_lost(tmp_path):
     with open(other, "w") as f:
         json.dump({"token": "someone-else", "host": "h", "pid": 7, "refreshed_at": time.time()}, f)
     os.replace(other, lease.path)
-    time.sleep(0.3)
-    assert lease.lost and lost and lost[0]["token"] == "someone-else"
+    _until(lambda: lease.lost and lost)  # the next refresh notices
+    assert lost[0]["token"] == "someone-else"
     lease.release()
     assert read_lease(lease.path).token == "someone-else"  # not ours: left alone
 

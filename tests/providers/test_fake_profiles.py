@@ -107,6 +107,12 @@ def test_profile_limits_match_the_adapter_configs():
         together.PROVIDER_MAX_REQUESTS_PER_BATCH,
         together.PROVIDER_MAX_BATCH_BYTES,
     )
+    # one documented "200 MB" (OpenAI's and Azure's API references), one number: issue 38
+    from mmirage_beam.providers.openai import OpenAIBatchConfig
+    from mmirage_beam.testing.fake_provider.limits import OPENAI_MAX_FILE_BYTES
+
+    assert OpenAIBatchConfig.PROVIDER_MAX_BATCH_BYTES == azure.PROVIDER_MAX_BATCH_BYTES
+    assert OPENAI_MAX_FILE_BYTES == OpenAIBatchConfig.PROVIDER_MAX_BATCH_BYTES == 200_000_000
     assert (profiles.GROQ.min_window_hours, profiles.GROQ.max_window_hours) == (
         adapter_profiles.GROQ_MIN_WINDOW_HOURS,
         adapter_profiles.GROQ_MAX_WINDOW_HOURS,

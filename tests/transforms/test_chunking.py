@@ -225,8 +225,8 @@ def test_chunk_overhead_bytes_are_counted_against_the_limit():
             ("a-chunk-000001", ids(0, 1, output_name="a"), 90, False, "end_of_input"),
             ("b-chunk-000001", ids(0, output_name="b"), 45, False, "full_chunk"),
             ("b-chunk-000002", ids(1, output_name="b"), 46, False, "end_of_input"),
-            ("c-chunk-000001", ids(0, output_name="c"), 90, False, "full_chunk"),
-            ("c-chunk-000002", ids(1, output_name="c"), 91, True, "oversized_request"),
+            ("c-chunk-000001", ids(1, output_name="c"), 91, True, "oversized_request"),
+            ("c-chunk-000002", ids(0, output_name="c"), 90, False, "end_of_input"),
         ],
         max_chunk_bytes=100,
         max_requests_per_chunk=None,
@@ -266,18 +266,35 @@ def test_count_and_byte_limits_together_and_no_empty_final_chunk():
 
 
 def test_isolate_oversized_request_in_the_middle_of_a_stream():
+    """The oversized request is alone; the others fill chunks as if it were not there."""
     sizes = [30, 30, 500, 30, 30]
     requests = [make_request(i, n) for i, n in enumerate(sizes)]
     check_stream(
         requests,
         [
-            ("out-chunk-000001", ids(0, 1), 60, False, "full_chunk"),
-            ("out-chunk-000002", ids(2), 500, True, "oversized_request"),
-            ("out-chunk-000003", ids(3, 4), 60, False, "end_of_input"),
+            ("out-chunk-000001", ids(2), 500, True, "oversized_request"),
+            ("out-chunk-000002", ids(0, 1, 3), 90, False, "full_chunk"),
+            ("out-chunk-000003", ids(4), 30, False, "end_of_input"),
         ],
         max_chunk_bytes=100,
         max_requests_per_chunk=None,
         oversized_request_policy="isolate",
+    )
+
+
+def test_isolating_a_request_does_not_split_the_others():
+    """Issue 38: the rows before an oversized one were closed into a chunk of their own
+    (3 chunks here); they share one with the rows after it (2 chunks)."""
+    sizes = [30, 500, 30, 30]
+    requests = [make_request(i, n) for i, n in enumerate(sizes)]
+    check_stream(
+        requests,
+        [
+            ("out-chunk-000001", ids(1), 500, True, "oversized_request"),
+            ("out-chunk-000002", ids(0, 2, 3), 90, False, "end_of_input"),
+        ],
+        max_chunk_bytes=100,
+        max_requests_per_chunk=None,
     )
 
 
@@ -623,10 +640,10 @@ def test_streaming_greedy_fill_matches_a_sequential_reference():
     buffers: dict[tuple[str, str], list[BatchRequest]] = defaultdict(list)
     seqs: Counter = Counter()
 
-    def flush(key, reason):
-        if buffers[key]:
+    def flush(key, reason, reqs=None):
+        if reqs is not None or buffers[key]:
             seqs[key] += 1
-            reqs = tuple(buffers.pop(key))
+            reqs = tuple(buffers.pop(key)) if reqs is None else reqs
             total = sum(r.nbytes for r in reqs)
             chunk_id = f"{key[0]}-chunk-{seqs[key]:06d}"
             expected.append(
@@ -641,10 +658,8 @@ def test_streaming_greedy_fill_matches_a_sequential_reference():
 
     for r in requests:
         key = (r.output_name, r.modality)
-        if r.nbytes + overhead > max_chunk_bytes:
-            flush(key, "full_chunk")
-            buffers[key] = [r]
-            flush(key, "oversized_request")
+        if r.nbytes + overhead > max_chunk_bytes:  # alone; the buffer goes on filling
+            flush(key, "oversized_request", (r,))
             continue
         if (
             buffers[key]

@@ -145,30 +145,30 @@ def test_transient_404_on_lookup_is_retried(tmp_path, capsys, provider_env, prov
         "anthropic": "messages_batches_retrieve",
         "gemini": "gemini_batches_get",
     }[provider]
-    fake.script(leading_errors={"status": 404, "count": 2, "paths": [endpoint]})
+    fake.script(leading_errors={"status": 404, "count": 1, "paths": [endpoint]})
     code, out, err = _check(capsys, "--config", cfg)
     assert code == 0, out + err
-    assert "result: ok (every batch completed)" in out
-    fake.script(leading_errors={"status": 404, "count": 2, "paths": [endpoint]})
+    assert "result: ok (every batch completed and the provider reports no failed request" in out
+    fake.script(leading_errors={"status": 404, "count": 1, "paths": [endpoint]})
     code, merged, errors = _merge(tmp_path, cfg)
     assert code == 0 and errors == []
     assert [m["answer"] for m in merged] == [fake_answer_text(PROMPT + r["question"]) for r in rows]
 
 
 def test_watch_keeps_watching_through_a_failed_lookup(tmp_path, capsys, provider_env):
-    """More 404s than one lookup's retries: that poll fails, the watch goes on."""
+    """More 5xx than one lookup's retries: that poll fails, the watch goes on."""
     fake = provider_env
     cfg = _setup(tmp_path, "openai", fake, _rows(4))
     fake.script(processing_delay_secs=0.6)
     assert submit_main(["--config", cfg, "--run-id", "r1"]) == 0
     capsys.readouterr()
-    fake.script(leading_errors={"status": 404, "count": 7, "paths": ["batches_retrieve"]})
+    fake.script(leading_errors={"status": 503, "count": 7, "paths": ["batches_retrieve"]})
     code, out, err = _check(capsys, "--config", cfg, "--watch", "--interval", "0.3")
     assert code == 0, out + err
     polls = [ln for ln in out.split("\n") if ln.startswith("poll ")]
     assert "lookup_failed 1" in polls[0]
     assert len(polls) >= 2 and "completed 1" in polls[-1]
-    assert "result: ok (every batch completed)" in out
+    assert "result: ok (every batch completed and the provider reports no failed request" in out
 
 
 # -- unfinished runs ------------------------------------------------------------------------
@@ -389,3 +389,29 @@ def test_a_line_without_a_recoverable_custom_id_is_reported(tmp_path, capsys, pr
     assert "line 2 (byte offset" in unreadable[0]["message"]
     assert [e["error_type"] for e in errors if e["source_index"] is not None] == ["missing_result"]
     assert "unreadable lines: 1" in out and "unknown custom_ids: 0" in out
+
+
+def test_rows_added_after_submit_are_not_called_an_unfinished_run(tmp_path, capsys, provider_env):
+    """Issue 38: rows added to the dataset after a finished submission made the merge
+    print "UNFINISHED: ... stopped before all its chunks were submitted". The run did
+    finish: the merge says the rows are new since it was submitted, and how to send
+    them."""
+    fake = provider_env
+    rows = _rows(6)
+    cfg = _setup(tmp_path, "openai", fake, rows[:4])
+    assert submit_main(["--config", cfg, "--run-id", "r1"]) == 0
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8"
+    )
+    capsys.readouterr()
+    code, merged, errors = _merge(tmp_path, cfg)
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "UNFINISHED" not in out and "stopped before" not in out, out
+    assert "2 row(s) (2 request(s)) were not in the data when run r1 was submitted" in out
+    assert f"mmirage run --config {cfg}" in out
+    assert sum(1 for e in errors if e["error_type"] == "never_submitted") == 2
+    # the advice holds: a new run sends only the 2 new rows (the 4 answers are reused)
+    sent = len(fake.submitted_requests("openai"))
+    assert submit_main(["--config", cfg]) == 0
+    assert len(fake.submitted_requests("openai")) == sent + 2

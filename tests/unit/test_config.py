@@ -290,10 +290,19 @@ def test_json_output_schema_error_names_field(tmp_path):
 
 
 def test_shipped_configs_load(monkeypatch):
+    """Every shipped config loads, and there is one for every built-in provider (issue
+    38: none for azure-openai, groq and together)."""
+    from mmirage_beam.providers.base import BatchAdapterRegistry
     from tests.conftest import REPO
 
+    for name in ("AZURE_OPENAI_BASE_URL", "MMIRAGE_OPENAI_BASE_URL", "MMIRAGE_MISTRAL_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)  # the configs' own defaults
+    providers = set()
     for path in sorted((REPO / "configs").glob("*.yaml")):
-        load_config(path)
+        providers.add(load_config(path).processor.provider)
+    built_in = {"openai", "anthropic", "gemini", "mistral", "azure-openai", "groq", "together"}
+    assert built_in <= set(BatchAdapterRegistry.names())
+    assert providers >= built_in, sorted(built_in - providers)
 
 
 @pytest.mark.parametrize(

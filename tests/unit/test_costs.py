@@ -627,3 +627,59 @@ def test_a_sampled_cost_says_it_is_the_95_percent_upper_bound_even_without_outpu
     text = "\n".join(estimate_lines(stats, OpenAIBatchConfig(model="gpt-4.1-mini")))
     line = next(x for x in text.splitlines() if x.startswith("  c: "))
     assert "output unbounded" in line and "at the 95% upper bound" in line, line
+
+
+def test_openai_cached_and_reasoning_tokens_are_kept_and_priced():
+    """Issue 38: OpenAI's ``cached_tokens`` and ``reasoning_tokens`` were dropped from
+    the merged usage, and the cost ignored the cached-input price. Result lines as the
+    API writes them (chat ``CompletionUsage``, Responses ``ResponseUsage``) keep both;
+    the merge's cost prices the cached part of the input at the cached-input price."""
+    from mmirage_beam.providers.openai import OpenAIBatchConfig
+    from mmirage_beam.providers.openai.adapter import normalise_result_line
+    from mmirage_beam.transforms.fetch import CACHE_TOKEN_FIELDS
+
+    chat = {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}}],
+        "usage": {
+            "prompt_tokens": 1200,
+            "completion_tokens": 300,
+            "prompt_tokens_details": {"cached_tokens": 1024, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 256, "audio_tokens": 0},
+        },
+    }
+    responses = {
+        "object": "response",
+        "status": "completed",
+        "output": [
+            {"type": "message", "content": [{"type": "output_text", "text": "4"}]},
+        ],
+        "usage": {
+            "input_tokens": 1200,
+            "output_tokens": 300,
+            "input_tokens_details": {"cached_tokens": 1024},
+            "output_tokens_details": {"reasoning_tokens": 256},
+        },
+    }
+    for body in (chat, responses):
+        line = {"custom_id": "c", "response": {"status_code": 200, "body": body}, "error": None}
+        r = normalise_result_line(line)
+        assert r.generated_text == "4" and (r.input_tokens, r.output_tokens) == (1200, 300)
+        assert (r.cached_input_tokens, r.reasoning_tokens) == (1024, 256)
+        assert r.to_json()["cached_input_tokens"] == 1024
+        kept = {k: getattr(r, k) for k in CACHE_TOKEN_FIELDS if getattr(r, k)}
+        assert kept == {"cached_input_tokens": 1024, "reasoning_tokens": 256}
+
+    stats = {
+        "used_input_tokens:a": 1_000_000,
+        "used_output_tokens:a": 0,
+        "used_cached_input_tokens:a": 800_000,
+        "used_reasoning_tokens:a": 0,
+    }
+    used = usage_lines(stats, OpenAIBatchConfig(model="gpt-4.1-mini"))
+    # 200,000 at the batch input price ($0.20/M) + 800,000 cached at $0.05/M
+    assert used[-1] == (
+        "  a: input tokens 1,000,000, output tokens 0, of which cached input 800,000, cost $0.0800"
+    ), used
+    # a model whose cached price is not in the table: priced as input, never less
+    uncached = usage_lines(stats, OpenAIBatchConfig(model="gpt-4o"))
+    assert uncached[-1].endswith("cost $1.25"), uncached

@@ -111,7 +111,7 @@ def test_unfinished_lines_name_the_runs_and_how_to_resume():
 
 
 def test_outcome_lines_in_order_cancelled_finish_pending_unfinished(config):
-    unfinished = _unfinished(finish_pending=["r0"])
+    unfinished = _unfinished(finish_pending=["r0"], short_by={"r1": 2})
     errors = [
         {"source_index": 7, "error_type": "never_submitted"},
         {"source_index": 7, "error_type": "never_submitted"},
@@ -124,9 +124,17 @@ def test_outcome_lines_in_order_cancelled_finish_pending_unfinished(config):
     assert lines[0] == "cancelled with 'mmirage cancel': run r1"
     assert lines[1].startswith("finish step pending: run r0:")
     assert lines[1].endswith("  mmirage run --config c.yaml --run-id r0")
-    assert lines[2] == "UNFINISHED: the merged run stopped before all its chunks were submitted:"
+    assert lines[2] == "UNFINISHED: run r1 stopped before all its chunks were submitted:"
     assert "1 row(s) (2 request(s)) were never submitted" in lines[3]
     assert lines[-1].endswith("\n  RESUME")
+    # never-submitted rows of runs that did finish: new in the data, not "UNFINISHED"
+    late = reports.merge_outcome_lines(
+        None, {}, errors, config.processor, _unfinished(), "c.yaml", "RESUME", ["r2"]
+    )
+    assert late[0].startswith(
+        "NOT SUBMITTED: 1 row(s) (2 request(s)) were not in the data when run r2 was submitted"
+    )
+    assert late[1] == "  mmirage run --config c.yaml" and "UNFINISHED" not in "".join(late)
     assert (
         reports.merge_outcome_lines(None, {}, [], config.processor, _unfinished(), "c", "R") == []
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,22 @@ def test_check_and_merge_skip_a_withdrawn_adoption(tmp_path):
     path.write_text(json.dumps(ok) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
     found = collect_receipts(metadata_paths=[str(path)])
     assert [e.provider_batch_id for e in found.receipts] == ["msgbatch_a"]
+
+
+def test_consolidation_deletes_the_temporary_files_of_a_write_that_died(tmp_path):
+    """Issue 38: a crash between a durable write's temporary file and its rename left a
+    ``.tmp-`` file beside the receipts (and kept the parts folder for ever); the next
+    consolidation of the run deletes them, and keeps what the writes' targets hold."""
+    from mmirage_beam.io.fs import write_durably
+    from mmirage_beam.run.layout import part_path, parts_dir
+    from mmirage_beam.run.receipts import consolidate, receipt_line, receipt_path
+
+    rfile = receipt_path(str(tmp_path / "batch_metadata"), "text", "r1")
+    receipt = {"chunk_id": "answer-chunk-000001", "provider_batch_id": "b1", "run_id": "r1"}
+    write_durably(part_path(rfile, "answer-chunk-000001"), receipt_line(receipt))
+    # what a write killed at its crash point "tmp_written" leaves, in both places
+    (Path(parts_dir(rfile)) / "answer-chunk-000002.json.tmp-0123abcd").write_bytes(b"{")
+    Path(f"{rfile}.tmp-4567ef01").write_bytes(b"half a receipt file")
+    assert consolidate(rfile) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [Path(rfile).name]  # no .tmp-, no .parts
+    assert json.loads(Path(rfile).read_text(encoding="utf-8"))["provider_batch_id"] == "b1"

@@ -315,3 +315,21 @@ def test_receipt_values_kept_as_read():
     assert record.attempt == "2" and record.total_bytes == 1.5
     assert record.encode() == receipts.receipt_line(line)
     assert "\u2028".encode() in record.encode()  # written raw, as receipt_line does
+
+
+def test_a_held_cycle_lease_is_named_as_the_cycle_of_its_run(tmp_path):
+    """Issue 38: a ``run --wait`` whose cycle another process held said "run
+    cycle-<id> is in use"; it names the cycle of the run."""
+    import pytest
+
+    from mmirage_beam.run.lease import RunLocked, acquire, cycle_lease
+
+    base = str(tmp_path / "batch_metadata")
+    held = acquire(base, cycle_lease("r1"))
+    try:
+        with pytest.raises(RunLocked) as info:
+            acquire(base, cycle_lease("r1"))
+    finally:
+        held.release()
+    assert str(info.value).startswith("the run --wait cycle of run r1 is in use by another")
+    assert "run cycle-r1" not in str(info.value)

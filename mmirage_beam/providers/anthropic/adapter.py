@@ -441,7 +441,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter[AnthropicBatchConfig]):
         lines = self.stream_lines_with_retries(
             f"Anthropic messages.batches.results ({provider_batch_id})",
             open_stream,
-            self.is_retryable_lookup,  # results() looks the batch up first
+            self.lookup_retry_filter(),  # results() looks the batch up first
         )
         yield from results_from_lines(
             lines, normalise_result, f"results file of batch {provider_batch_id}"

@@ -184,6 +184,10 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
 
         return isinstance(exc, (httpx.TransportError, *retrying.transport_errors()))
 
+    def http_status(self, exc: BaseException) -> Optional[int]:
+        """``google.genai.errors.APIError.code`` (it has no ``status_code``)."""
+        return _error_code(exc)
+
     def is_retryable_lookup(self, exc: BaseException) -> bool:
         """:meth:`is_retryable`, plus a 404 (a receipted job exists)."""
         return self.is_retryable(exc) or _error_code(exc) == 404
@@ -360,7 +364,7 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         lines = self.stream_lines_with_retries(
             f"Gemini files.download ({file_name} of {provider_batch_id})",
             open_stream,
-            self.is_retryable_lookup,
+            self.lookup_retry_filter(),
         )
         yield from results_from_lines(
             lines,

@@ -304,7 +304,7 @@ class MistralBatchAdapter(FileUploadAdapter[MistralBatchConfig]):
             lines = self.stream_lines_with_retries(
                 f"Mistral files.download ({file_id} of {provider_batch_id})",
                 open_stream,
-                self.is_retryable_lookup,
+                self.lookup_retry_filter(),
             )
             yield from results_from_lines(
                 lines, normalise_result_line, f"{kind} {file_id} of job {provider_batch_id}"

@@ -37,7 +37,11 @@ from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timest
 from mmirage_beam.providers.chat import first_choice, generation_options, json_schema_format
 from mmirage_beam.providers.chat import malformed_200 as _malformed
 from mmirage_beam.providers.openai.config import OpenAIBatchConfig
-from mmirage_beam.providers.openai.responses import build_responses_body, normalise_responses_body
+from mmirage_beam.providers.openai.responses import (
+    build_responses_body,
+    detail_tokens,
+    normalise_responses_body,
+)
 from mmirage_beam.providers.openai.tokens import count_openai_request
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
@@ -325,6 +329,7 @@ class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
         or ``output_expires_after`` after creation, and answers 404 ``No such File
         object``), and its ``expires_at`` has not passed. Two metadata calls, no
         download."""
+        file_id = None
         try:
             batch = self._retrieve(provider_batch_id)
             file_id = batch.output_file_id
@@ -336,8 +341,10 @@ class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
             )
         except Exception as exc:  # noqa: BLE001 - 404 and any other failure: not reused
             status = getattr(exc, "status_code", None)
+            if status == 404 and file_id is None:  # the batch itself: not here, not expired
+                return f"batch {provider_batch_id} not found on this endpoint or account (404)"
             if status == 404:
-                return f"results file of batch {provider_batch_id} is gone (404: expired)"
+                return f"results file {file_id} of batch {provider_batch_id} is gone (404: expired)"
             text = str(exc).strip().splitlines()
             return f"{type(exc).__name__}: {text[-1] if text else ''}"
         expires = getattr(meta, "expires_at", None)
@@ -439,6 +446,7 @@ def _chat_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
     if isinstance(usage, dict) and "prompt_tokens" in usage:
         tokens["input_tokens"] = token_count(usage.get("prompt_tokens")) or 0
         tokens["output_tokens"] = token_count(usage.get("completion_tokens")) or 0
+        tokens.update(detail_tokens(usage, "prompt_tokens_details", "completion_tokens_details"))
     found = first_choice(body)
     if found is None:
         error = _malformed("HTTP 200 but the body has no choices[0].message")

@@ -40,13 +40,21 @@ class OpenAIBatchConfig(BatchProviderConfig):
     ``timeout_seconds``: the SDK client's per-call timeout (default: the SDK's 600 s);
     a create that times out is looked up by its metadata before it is retried.
 
-    Limits: 50,000 requests and 200 MB per batch input file (OpenAI Batch API guide).
+    Limits: 50,000 requests and 200 MB per batch input file: "The file can contain up
+    to 50,000 requests, and can be up to 200 MB in size" (OpenAI API reference, Create
+    batch, ``input_file_id``, https://platform.openai.com/docs/api-reference/batch/create;
+    the same words in openai-python 3.57's ``batches.create`` docstring). The reference
+    gives no byte count: 200 MB is taken as 200,000,000 bytes (SI megabytes, the smaller
+    reading, so a file within it fits whichever the service means), the number Azure
+    OpenAI states in the same words for the same API (issue 38: 209,715,200 here and
+    200,000,000 there).
     """
 
     PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = 50_000
-    PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = 200 * 1024 * 1024
+    PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = 200_000_000
     PROVIDER_LIMITS_SOURCE: ClassVar[str] = (
-        "OpenAI Batch API guide: 50,000 requests and 200 MB per input file"
+        "OpenAI API reference, Create batch (platform.openai.com/docs/api-reference/batch/"
+        "create): 50,000 requests and 200 MB (200,000,000 bytes) per input file"
     )
 
     #: the service's name in the ``completion_window`` message

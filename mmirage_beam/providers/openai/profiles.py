@@ -37,7 +37,9 @@ from mmirage_beam.providers.openai.config import OpenAIBatchConfig
 
 AZURE_SOURCE = (
     "Azure OpenAI batch guide (learn.microsoft.com/azure/ai-foundry/openai/how-to/batch): "
-    "100,000 requests and 200 MB per file"
+    "100,000 requests and 200 MB (200,000,000 bytes) per file; the Foundry REST reference, "
+    "Create batch (learn.microsoft.com/azure/foundry/reference/rest/batches-create-batch), "
+    "says 'up to 200 MB in size' as OpenAI's does"
 )
 GROQ_SOURCE = "Groq batch docs (console.groq.com/docs/batch): no per-file limit recorded"
 TOGETHER_SOURCE = (

@@ -36,6 +36,24 @@ EMPTY = "empty"
 MALFORMED = "malformed_response"
 
 
+def detail_tokens(usage: Dict[str, Any], input_details: str, output_details: str) -> Dict[str, int]:
+    """``cached_input_tokens`` and ``reasoning_tokens`` of an OpenAI ``usage`` object
+    (``<input_details>.cached_tokens``, ``<output_details>.reasoning_tokens``: chat
+    ``prompt_tokens_details`` / ``completion_tokens_details``, Responses
+    ``input_tokens_details`` / ``output_tokens_details``; openai-python
+    ``CompletionUsage`` / ``ResponseUsage``), the non-zero ones only."""
+    out: Dict[str, int] = {}
+    for details, key, name in (
+        (input_details, "cached_tokens", "cached_input_tokens"),
+        (output_details, "reasoning_tokens", "reasoning_tokens"),
+    ):
+        block = usage.get(details)
+        n = token_count(block.get(key)) if isinstance(block, dict) else None
+        if n:
+            out[name] = n
+    return out
+
+
 def build_responses_body(
     payload: Mapping[str, Any], config: Any, image_detail: str = "auto"
 ) -> Dict[str, Any]:
@@ -126,6 +144,7 @@ def normalise_responses_body(body: Dict[str, Any]) -> ProviderResult:
     if isinstance(usage, dict) and token_count(usage.get("input_tokens")) is not None:
         tokens["input_tokens"] = usage["input_tokens"]
         tokens["output_tokens"] = token_count(usage.get("output_tokens")) or 0
+        tokens.update(detail_tokens(usage, "input_tokens_details", "output_tokens_details"))
     texts: list[str] = []
     refusals: list[str] = []
     for item in body["output"]:

@@ -26,8 +26,9 @@ OpenAI (``Authorization: Bearer <any non-empty key>`` required, else 401 with
 ``{"error": {"message", "type", "param", "code"}}``):
 
 - ``POST /v1/files`` multipart (``file``, ``purpose``): upload; returns a file object.
-  400 ``"File is too large."`` for a ``purpose=batch`` upload over 200 MiB (the
-  ``max_batch_file_bytes`` constructor argument lowers it) or any upload over 512 MiB;
+  400 ``"File is too large."`` for a ``purpose=batch`` upload over 200 MB, 200,000,000
+  bytes (the ``max_batch_file_bytes`` constructor argument lowers it) or any upload over
+  512 MiB;
   400 ``"Invalid file format for Batch API. Must be .jsonl"`` (``param`` and ``code``
   null, as the real service answers) for a ``purpose=batch`` file of another declared
   format (``notes.txt``, ``input.json``); a name with no extension (the SDK names a

@@ -96,8 +96,8 @@ class FakeProviderServer:
             means finished on the first read after creation.
         clock: returns the current Unix time in seconds; injectable for tests.
         max_batch_file_bytes: the largest ``purpose=batch`` upload accepted, in bytes
-            (default 200 MiB, OpenAI's batch input limit); larger uploads get 400 "File
-            is too large.". Tests lower it to avoid uploading 200 MB.
+            (default 200,000,000 bytes: 200 MB, OpenAI's batch input limit); larger
+            uploads get 400 "File is too large.". Tests lower it to avoid uploading 200 MB.
         models: model names served beside those the rule table knows
             (:mod:`mmirage_beam.providers.model_rules`; ``--models`` on the command
             line); any other name is refused as its service refuses it
@@ -182,7 +182,6 @@ class FakeProviderServer:
         )
         self._gemini_map = Map(gemini.routes(), strict_slashes=False)
 
-    # -- lifecycle ------------------------------------------------------------------------
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> FakeProviderServer:

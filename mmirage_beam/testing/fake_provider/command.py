@@ -19,13 +19,14 @@ __all__ = ["main"]
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mmirage fake-provider",
-        description="Serve a fake OpenAI (Files + Batches) and Anthropic (Message Batches) "
-        "API on one loopback port, in memory. Point the SDKs or a config's base_url at it: "
-        "OpenAI http://HOST:PORT/v1, Anthropic http://HOST:PORT, Mistral "
+        description="A fake of the batch APIs of OpenAI, Anthropic, Gemini, Mistral, Azure "
+        "OpenAI, Groq and Together, in memory on one loopback port, for tests and "
+        "rehearsals (nothing reaches a real provider).\n"
+        "Point the SDKs or a config's base_url at it: "
+        "OpenAI http://HOST:PORT/v1, Anthropic and Gemini http://HOST:PORT, Mistral "
         "http://HOST:PORT/mistral, the OpenAI-compatible Azure OpenAI, Groq and Together "
         "APIs http://HOST:PORT/azure/openai/v1, /groq/openai/v1, /together/v1. Any non-empty "
-        "key is "
-        "accepted. Script failures at start with the flags below, or later with "
+        "key is accepted. Script failures at start with the flags below, or later with "
         "POST /_fake/script (same keys as --script); GET /_fake/state shows what it holds.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Markers in a prompt script single requests (see the package docstring of "

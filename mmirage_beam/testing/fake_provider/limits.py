@@ -32,7 +32,7 @@ OPENAI_UNFAKED_ENDPOINTS = (
 OPENAI_MAX_LINES = 50_000
 # "The file can contain up to 50,000 requests, and can be up to 200 MB in size" (Batch
 # guide); a larger upload is refused with 400 "File is too large.".
-OPENAI_MAX_FILE_BYTES = 200 * 1024 * 1024  # 200 MiB
+OPENAI_MAX_FILE_BYTES = 200_000_000  # 200 MB, as the adapter reads it (openai/config.py)
 # Files API: "Individual files can be up to 512 MB" (files create reference).
 OPENAI_MAX_UPLOAD_BYTES = 512 * 1024 * 1024
 # Batch input and output files expire 30 days after creation by default; a batch's

@@ -170,7 +170,7 @@ GROQ = Profile(
     window_text="'24h' to '7d'",
     # The Groq docs record no per-file limit; OpenAI's count and size stand in.
     max_lines=50_000,
-    max_file_bytes=200 * 1024 * 1024,
+    max_file_bytes=200_000_000,
 )
 TOGETHER = Profile(
     name="together",
