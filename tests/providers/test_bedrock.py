@@ -344,8 +344,9 @@ def test_a_lost_create_answer_replays_the_same_token(
     assert fake.call_counts()["bedrock_create_job"] == 3  # the retry replayed the token
     assert "bedrock_list_jobs" not in fake.call_counts()  # ... and looked nothing up
     assert set(fake.create_counts().values()) == {1}
-    # Transient not-founds on a receipted job, and a throttle, are retried.
-    fake.script(leading_errors={"status": 404, "count": 2, "paths": ["bedrock_get_job"]})
+    # A transient not-found on a receipted job (a 404 is final after one retry, as for
+    # every provider), and a throttle, are retried.
+    fake.script(leading_errors={"status": 404, "count": 1, "paths": ["bedrock_get_job"]})
     assert check_main(["--config", cfg]) == 0
     fake.script(leading_errors={"status": 429, "count": 1, "paths": ["bedrock_get_job"]})
     assert check_main(["--config", cfg]) == 0

@@ -221,6 +221,13 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
             return code in RETRYABLE_CODES or status == 429 or (status or 0) >= 500
         return isinstance(exc, self._connection_errors or transport_errors())
 
+    def http_status(self, exc: BaseException) -> Optional[int]:
+        """The HTTP status of a botocore ``ClientError`` (``ResponseMetadata``), so a 404
+        on a lookup is retried once and then final, as for every provider
+        (:meth:`~mmirage_beam.providers.base.BatchSubmissionAdapter.lookup_retry_filter`)."""
+        _code, status = _client_error_code(exc)
+        return status if status is not None else super().http_status(exc)
+
     def is_retryable_lookup(self, exc: BaseException) -> bool:
         """:meth:`is_retryable`, plus not-found answers (a receipted job exists)."""
         code, status = _client_error_code(exc)

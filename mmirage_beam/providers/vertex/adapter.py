@@ -214,6 +214,8 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
 
     is_retryable = GeminiBatchAdapter.is_retryable
     is_retryable_lookup = GeminiBatchAdapter.is_retryable_lookup
+    #: ``google.genai.errors.APIError.code``: a 404 on a lookup is retried once, then final
+    http_status = GeminiBatchAdapter.http_status
 
     # -- provider knowledge ---------------------------------------------------------------
     def count_request_tokens(
