@@ -79,6 +79,7 @@ def parser() -> argparse.ArgumentParser:
         description="Submit, watch and merge the bundled GSM8K sample against the embedded "
         "fake provider (no key, no network).",
     )
+    import mmirage_beam.providers  # noqa: F401 - the built-ins register their fakes
     from mmirage_beam.testing.fake_provider.wire import PROVIDERS  # what the fake serves
     from mmirage_beam.testing.fake_registry import registered_fakes
 

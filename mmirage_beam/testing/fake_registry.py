@@ -49,10 +49,10 @@ def registered_endpoint_names() -> frozenset[str]:
 
 
 def registered_fakes() -> Dict[str, Any]:
-    """Provider name -> its fake's class, for every registered fake (the built-in
-    providers are imported first, so theirs are registered)."""
-    import mmirage_beam.providers  # noqa: F401 - the built-ins register their fakes
-
+    """Provider name -> its fake's class, for every registered fake. A provider's
+    package registers its fake when it is imported; this module imports no provider
+    (they import it), so the caller imports them first: the fake server imports
+    :mod:`mmirage_beam.providers`, which registers the built-ins'."""
     out: Dict[str, Any] = {}
     for name, path in sorted(_FAKES.items()):
         module, _, attr = path.partition(":")

@@ -18,6 +18,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+import mmirage_beam.providers  # noqa: F401 - the built-in providers register their fakes
 from mmirage_beam.testing.fake_provider import gemini, limits
 from mmirage_beam.testing.fake_provider.anthropic import AnthropicApi
 from mmirage_beam.testing.fake_provider.mistral import MISTRAL, MistralApi
