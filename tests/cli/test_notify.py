@@ -159,6 +159,20 @@ def test_a_notify_mistake_stops_the_run_before_anything_is_sent(tmp_path, capsys
     assert provider_env.submitted_requests() == []
 
 
+def test_reading_commands_do_not_need_the_signing_secret(tmp_path, capsys, provider_env):
+    """``runs``, ``check`` and ``cancel`` load the same config from shells that need not
+    hold the webhook's secret; only ``mmirage run`` refuses without it (newcomer trial:
+    ``mmirage runs`` stopped with the config error)."""
+    from pipelines.runs import main as runs_main
+
+    notify = [{"url": "https://hooks.example/x", "secret_env": "MMIRAGE_TEST_UNSET_SECRET"}]
+    cfg = _config(tmp_path, provider_env, notify)
+    assert runs_main(["--config", cfg]) == 0
+    assert check_main(["--config", cfg]) == 2  # no run yet: "submit first", not the secret
+    err = capsys.readouterr().err
+    assert "secret_env" not in err and "MMIRAGE_TEST_UNSET_SECRET" not in err
+
+
 def _plain_config(tmp_path, fake, notify, rows: slice, name: str) -> str:
     """A config without the cycle (``mmirage run`` only submits) over ``rows`` of GSM8K."""
     lines = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[rows]
