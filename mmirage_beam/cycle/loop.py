@@ -440,7 +440,7 @@ def _notify(ctx: _Context, state: CycleState) -> None:
         return
     for d in result.deliveries:
         if d.status == "delivered":
-            ctx.say(f"notify: {d.event} sent to {d.url}")
+            ctx.say(f"notify: event '{d.event}' sent to {d.url}")
     for warning in result.warnings:
         ctx.say(warning)
 

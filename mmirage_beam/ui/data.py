@@ -262,7 +262,7 @@ def _notify(source: Source, chain: Sequence[str], statuses: Sequence[Any]) -> li
             _LOG.warning("notify: run %s: not sent (%s: %s)", run_id, type(exc).__name__, exc)
             continue
         sent += [
-            f"{d.event} of run {run_id} sent to {d.url}"
+            f"event '{d.event}' of run {run_id} sent to {d.url}"
             for d in result.deliveries
             if d.status == "delivered"
         ]
