@@ -39,6 +39,8 @@ from mmirage_beam.results import EMBEDDING
 __all__ = ["check_notify_secrets", "config_from_dict", "expand_env"]
 
 _LOG = logging.getLogger(__name__)
+#: the model-rule warnings given in this process (each is said once)
+_WARNED: set[str] = set()
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _SECRET_KEY_RE = re.compile(r"^(api_key|.*_api_key|token|.*_token|secret|.*_secret)$", re.I)
 
@@ -260,7 +262,9 @@ def _processor(value: Any) -> tuple[BatchProviderConfig, str, frozenset[str]]:
     for message in model_rules.check_config(
         config.MODEL_RULES, getattr(config, "model", None), kwargs, key
     ):
-        _LOG.warning("%s", message)
+        if message not in _WARNED:  # a command may load its config twice: said once
+            _WARNED.add(message)
+            _LOG.warning("%s", message)
     return config, key, frozenset(str(k) for k in kwargs)
 
 
