@@ -21,11 +21,12 @@ _GCP = _beam_requirement().replace("apache-beam", "apache-beam[gcp]", 1)
 _AWS = _beam_requirement().replace("apache-beam", "apache-beam[aws]", 1)
 # Beam YAML (python -m apache_beam.yaml.main): Beam's own extra (pandas, jsonschema, ...).
 _YAML = _beam_requirement().replace("apache-beam", "apache-beam[yaml]", 1)
-# google-genai for provider: gemini, tested with 2.34.0 (the lowest; the test extra resolves to it) and
-# 3.6.1 (batches, files, count_tokens as the adapter and the fake use them; 3.x calls the
-# API's v1 paths, 2.x v1beta, and the fake serves both). apache-beam[gcp]'s
-# google-cloud-aiplatform 1.x still asks for google-genai<3, so the test extra resolves
-# to 2.x; the gemini extra alone takes 3.x.
+# google-genai for provider: gemini and vertex, tested with 2.34.0 (the lowest; the test
+# extra resolves to it) and 3.6.1 (batches, files, count_tokens as the adapters and the
+# fake use them; 3.x calls the API's v1 paths, 2.x v1beta, and the fake serves both).
+# apache-beam[gcp]'s google-cloud-aiplatform 1.x still asks for google-genai<3, so the
+# test extra resolves to 2.x (.ci/run then runs the Gemini tests on 3.x too); the gemini
+# extra alone takes 3.x.
 _GEMINI = "google-genai>=2.34,<4"
 # provider: mistral (mmirage_beam/providers/mistral/), tested with mistralai 3.7.0; 3.x
 # is where `mistralai.client.Mistral` lives.

@@ -203,7 +203,7 @@ def _notify(
             continue
         for d in result.deliveries:
             if d.status == "delivered":
-                print(f"notify: {d.event} of run {run_id} sent to {d.url}")
+                print(f"notify: event '{d.event}' of run {run_id} sent to {d.url}")
         for warning in result.warnings:
             print(f"run {run_id}: {warning}", file=sys.stderr)
 

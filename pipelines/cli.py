@@ -28,6 +28,21 @@ Run 'mmirage <command> --help' for a command's options; 'mmirage --version' for 
 installed version."""
 
 
+#: the commands of USAGE, for "did you mean" on a typo
+COMMANDS = (
+    "run",
+    "check",
+    "merge",
+    "resubmit",
+    "cancel",
+    "runs",
+    "ui",
+    "demo",
+    "fake-provider",
+    "cluster",
+)
+
+
 def version() -> str:
     """The installed distribution's version (package metadata), or a note when the code
     runs from a source tree that was never installed."""
@@ -90,7 +105,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from pipelines.cluster import main as cluster_main
 
         return cluster_main(rest)
-    print(f"mmirage: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    import difflib
+
+    close = difflib.get_close_matches(command, COMMANDS, n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    print(f"mmirage: unknown command {command!r}{hint}\n\n{USAGE}", file=sys.stderr)
     return 2
 
 

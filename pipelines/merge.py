@@ -42,9 +42,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     ap.add_argument(
         "--output-format",
         choices=("jsonl", "parquet", "hf"),
-        default="jsonl",
-        help="jsonl (default); parquet: one Parquet file; hf: a folder that "
-        "datasets.load_from_disk opens. The errors file stays JSONL (OUT.errors.jsonl)",
+        default=None,
+        help="jsonl (default; parquet when OUT ends in .parquet); parquet: one Parquet file; "
+        "hf: a folder that datasets.load_from_disk opens. The errors file stays JSONL "
+        "(OUT.errors.jsonl)",
     )
     ap.add_argument(
         "--metadata-path",
@@ -82,10 +83,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
 
 def command_of(args: argparse.Namespace) -> MergeCommand:
     """The :class:`MergeCommand` of ``mmirage merge``'s parsed flags."""
+    from mmirage_beam.io.formats import format_for_path  # after the flags: it loads Beam
+
     return MergeCommand(
         config_path=args.config,
         output_path=args.output_path,
-        output_format=args.output_format,
+        output_format=args.output_format or format_for_path(args.output_path),
         metadata_paths=tuple(args.metadata_path),
         run_ids=tuple(args.run_id),
         allow_partial=args.allow_partial,

@@ -254,6 +254,15 @@ def pytest_configure(config):  # noqa: ARG001
 
 
 @pytest.fixture(autouse=True)
+def _model_warnings_said_anew():
+    """Each test sees the model-rule warnings its own config loads give (the process says
+    each once: ``config.validation._WARNED``)."""
+    from mmirage_beam.config import validation
+
+    validation._WARNED.clear()
+
+
+@pytest.fixture(autouse=True)
 def _no_real_keys(monkeypatch):
     for var in list(os.environ):
         if var.endswith("_API_KEY") or var.endswith("_API_KEY_FILE"):

@@ -36,9 +36,11 @@ from mmirage_beam.providers import model_rules
 from mmirage_beam.providers.config import BatchProviderConfig, BatchProviderConfigRegistry
 from mmirage_beam.results import EMBEDDING
 
-__all__ = ["expand_env", "config_from_dict"]
+__all__ = ["check_notify_secrets", "config_from_dict", "expand_env"]
 
 _LOG = logging.getLogger(__name__)
+#: the model-rule warnings given in this process (each is said once)
+_WARNED: set[str] = set()
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _SECRET_KEY_RE = re.compile(r"^(api_key|.*_api_key|token|.*_token|secret|.*_secret)$", re.I)
 
@@ -260,7 +262,9 @@ def _processor(value: Any) -> tuple[BatchProviderConfig, str, frozenset[str]]:
     for message in model_rules.check_config(
         config.MODEL_RULES, getattr(config, "model", None), kwargs, key
     ):
-        _LOG.warning("%s", message)
+        if message not in _WARNED:  # a command may load its config twice: said once
+            _WARNED.add(message)
+            _LOG.warning("%s", message)
     return config, key, frozenset(str(k) for k in kwargs)
 
 
@@ -505,7 +509,8 @@ def _notify(value: Any) -> tuple[NotifyTarget, ...]:
     Raises:
         ConfigError: naming ``execution_params.notify[i].<key>``: an unknown key (with
             "did you mean"), a URL that is not http(s), an unknown event or format, a
-            ``secret_env`` variable that is not set.
+            ``secret_env`` that is not a variable name (whether it is set is checked by
+            ``mmirage run``: :func:`check_notify_secrets`).
     """
     from urllib.parse import urlsplit
 
@@ -556,12 +561,6 @@ def _notify(value: Any) -> tuple[NotifyTarget, ...]:
                     f"{key}.secret_env",
                     f"must name an environment variable (not hold the secret), got "
                     f"{'a non-name string' if isinstance(secret_env, str) else repr(secret_env)}",
-                )
-            if not os.environ.get(secret_env):
-                raise ConfigError(
-                    f"{key}.secret_env",
-                    f"environment variable {secret_env} is not set (it holds the webhook's "
-                    "signing secret)",
                 )
         targets.append(
             NotifyTarget(
@@ -668,3 +667,23 @@ def _check_json_fields(value: Any, key: str, outputs: tuple[OutputConfig, ...]) 
                     f"{target.name}.{attr}: output {target.name!r} has no field {attr!r}; "
                     f"its output_schema declares {', '.join(sorted(fields[target.name]))}",
                 )
+
+
+def check_notify_secrets(config: PipelineConfig, environ: Any = None) -> None:
+    """Every ``execution_params.notify`` entry's ``secret_env`` variable is set. Checked
+    by ``mmirage run`` before anything is read or sent (a run whose end could not be
+    signed is refused at once), not at config load: ``check``, ``runs``, ``cancel`` and
+    the dashboard read the same config from shells that need not hold the secret (their
+    deliveries without it are warnings).
+
+    Raises:
+        ConfigError: naming ``execution_params.notify[i].secret_env``.
+    """
+    env = os.environ if environ is None else environ
+    for i, target in enumerate(getattr(config.execution, "notify", ()) or ()):
+        if target.secret_env and not env.get(target.secret_env):
+            raise ConfigError(
+                f"execution_params.notify[{i}].secret_env",
+                f"environment variable {target.secret_env} is not set (it holds the "
+                "webhook's signing secret)",
+            )

@@ -368,8 +368,13 @@ def _merge(ctx: _Context, state: CycleState) -> tuple[int, Optional[MergeRecord]
     """Merge the cycle's run (its linked runs come along) into ``state.output_path``, as
     ``mmirage merge --run-id <run>`` would: the exit status and the merge record it
     wrote (None when it refused, failed or could not write it)."""
+    from mmirage_beam.io.formats import format_for_path
+
     command = MergeCommand(
-        config_path=ctx.args.config, output_path=state.output_path, run_ids=(state.run_id,)
+        config_path=ctx.args.config,
+        output_path=state.output_path,
+        output_format=format_for_path(state.output_path),  # .parquet: Parquet
+        run_ids=(state.run_id,),
     )
     verbose = bool(ctx.args.verbose)
     again = [*command.command_line(verbose), *ctx.beam_args]
@@ -435,7 +440,7 @@ def _notify(ctx: _Context, state: CycleState) -> None:
         return
     for d in result.deliveries:
         if d.status == "delivered":
-            ctx.say(f"notify: {d.event} sent to {d.url}")
+            ctx.say(f"notify: event '{d.event}' sent to {d.url}")
     for warning in result.warnings:
         ctx.say(warning)
 

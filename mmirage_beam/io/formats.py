@@ -32,6 +32,7 @@ from mmirage_beam.io.fs import delete_files, list_files
 __all__ = [
     "OUTPUT_FORMATS",
     "DEFAULT_BATCH_ROWS",
+    "format_for_path",
     "HF_MAX_SHARD_BYTES",
     "declared_types",
     "derive_schema",
@@ -42,6 +43,15 @@ __all__ = [
 
 
 OUTPUT_FORMATS = ("jsonl", "parquet", "hf")
+
+
+def format_for_path(path: str) -> str:
+    """The merged file's format when none is given: ``parquet`` for a ``.parquet`` path,
+    else ``jsonl`` (an ``hf`` folder has no extension to tell it by: ``--output-format
+    hf``). A ``.parquet`` path got JSONL bytes before, which pyarrow then refused."""
+    return "parquet" if str(path).rstrip("/").lower().endswith(".parquet") else "jsonl"
+
+
 #: rows per converted batch (about 1.6 KB of JSON per merged row: some 16 MB per batch)
 DEFAULT_BATCH_ROWS = 10_000
 #: datasets' ``config.MAX_SHARD_SIZE`` ("500MB"): a new .arrow shard past it

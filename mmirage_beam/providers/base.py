@@ -647,6 +647,19 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
             mmirage_beam.errors.ConfigError: naming the extra that installs the SDK.
         """
 
+    @classmethod
+    def check_credentials(cls) -> None:
+        """Fail early, in the launcher, when credentials that are not environment keys
+        (``required_credentials``) cannot be found: a cloud SDK's own chain (Google's
+        Application Default Credentials, boto3's). Called by
+        :func:`~mmirage_beam.providers.credentials.resolve_credentials`, before any data
+        is read by a run that will talk to the provider. Default: nothing to check.
+
+        Raises:
+            mmirage_beam.errors.CredentialsError: saying where the SDK looked and how to
+                give it credentials.
+        """
+
     def count_request_tokens(
         self, request: Dict[str, Any], model: Optional[str] = None
     ) -> Optional[TokenCount]:

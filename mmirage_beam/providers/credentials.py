@@ -41,10 +41,12 @@ def resolve_credentials(
     named by ``<PROVIDER>_<K>_FILE`` (mounted secrets); surrounding whitespace is stripped.
 
     Raises:
-        CredentialsError: naming the variable(s) to set; never includes a value.
+        CredentialsError: naming the variable(s) to set, or from the adapter's
+            ``check_credentials()``; never includes a value.
         ConfigError: the adapter's ``check_dependencies()`` found its SDK missing.
     """
     adapter_cls.check_dependencies()  # an optional SDK that is missing names its extra
+    adapter_cls.check_credentials()  # a cloud SDK's own chain (ADC, boto3) finds some
     env = os.environ if environ is None else environ
     found: Dict[str, str] = {}
     missing = []

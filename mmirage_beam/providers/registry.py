@@ -139,9 +139,17 @@ class ProviderRegistry:
         try:
             return cls._registry[name]
         except KeyError:
+            import difflib
+
             known = ", ".join(sorted(cls._registry)) or "none"
+            close = (
+                difflib.get_close_matches(name, sorted(cls._registry), n=1, cutoff=0.6)
+                if isinstance(name, str)
+                else []
+            )
+            hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(
-                "provider", cls.unknown_message.format(name=name, known=known)
+                "provider", cls.unknown_message.format(name=name, known=known) + hint
             ) from None
 
     @classmethod

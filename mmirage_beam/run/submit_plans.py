@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any, Callable, Optional
 
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.config.validation import check_notify_secrets
 from mmirage_beam.errors import ConfigError, MmirageError
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.run import plans, reports
@@ -94,6 +95,8 @@ def start_submit(
     if flags.exact_tokens:
         processor = dataclasses.replace(config.processor, exact_tokens=True)
         config = dataclasses.replace(config, processor=processor)
+    if not flags.dry_run:  # the run's end must be signable before anything is sent
+        check_notify_secrets(config)
     adapter_cls = plans.submit_adapter(config, flags.dry_run)
     run_id = plans.choose_run_id(flags.run_id, preset_run_id)
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)

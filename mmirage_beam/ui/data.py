@@ -22,6 +22,7 @@ import logging
 from typing import Any, Optional, Sequence
 
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.errors import CredentialsError
 from mmirage_beam.jsonl import iter_jsonl_file
 from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
 from mmirage_beam.run.layout import receipts_base
@@ -129,13 +130,25 @@ def runs_view(sources: Sequence[Source], lookup: bool = True) -> dict[str, Any]:
     created, ended (ISO 8601 UTC or None), batches, by_status {status: batches},
     requests, done, failures, estimated_tokens {input, max_output}, used_tokens {input,
     output}, estimated_usd, estimate_is_lower_bound, actual_usd (USD or None), cells
-    (the ``mmirage runs`` line's cells)}``.
+    (the ``mmirage runs`` line's cells)}``; ``notices``: one line per source whose
+    batches could not be looked up.
 
-    Raises:
-        mmirage_beam.errors.CredentialsError: with ``lookup``, a provider key is missing.
+    A source whose provider key is missing is listed without lookups (its batches "not
+    looked up"), and ``notices`` says so, with the variable to set: one missing key
+    must not hide every run (the demo's configs, opened later without their keys).
     """
-    runs = [_run_json(s, row) for s in sources for row in list_runs(s.config, lookup=lookup)]
-    return {"columns": list(COLUMNS), "runs": runs}
+    runs: list[dict[str, Any]] = []
+    notices: list[str] = []
+    for s in sources:
+        try:
+            rows = list_runs(s.config, lookup=lookup)
+        except CredentialsError as exc:
+            rows = list_runs(s.config, lookup=False)
+            notices.append(
+                f"{s.label}: batches not looked up: {exc} (or start mmirage ui with --no-lookup)"
+            )
+        runs += [_run_json(s, row) for row in rows]
+    return {"columns": list(COLUMNS), "runs": runs, "notices": notices}
 
 
 def _chain(source: Source, run_id: str) -> tuple[list[str], list[Any]]:
@@ -249,7 +262,7 @@ def _notify(source: Source, chain: Sequence[str], statuses: Sequence[Any]) -> li
             _LOG.warning("notify: run %s: not sent (%s: %s)", run_id, type(exc).__name__, exc)
             continue
         sent += [
-            f"{d.event} of run {run_id} sent to {d.url}"
+            f"event '{d.event}' of run {run_id} sent to {d.url}"
             for d in result.deliveries
             if d.status == "delivered"
         ]

@@ -65,6 +65,16 @@ def test_usage(capsys):
     assert cli_main(["--help"]) == 0
     assert "resubmit" in capsys.readouterr().out
     assert cli_main(["nonsense"]) == 2
+    capsys.readouterr()
+    assert cli_main(["rn"]) == 2  # a typo of a command gets its did-you-mean
+    assert "unknown command 'rn'; did you mean 'run'?" in capsys.readouterr().err
+
+
+def test_usage_lists_every_command():
+    from pipelines.cli import COMMANDS, USAGE
+
+    listed = [line.split()[0] for line in USAGE.split("commands:")[1].splitlines() if line.strip()]
+    assert tuple(listed[: len(COMMANDS)]) == COMMANDS
 
 
 def test_fake_provider_help_names_every_api_it_serves(capsys):

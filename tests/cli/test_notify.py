@@ -68,7 +68,7 @@ def test_run_wait_sends_completed_once_after_a_retry_and_a_restart_sends_nothing
         assert code == 0, text
         run_id = _run_id(text)
         assert "every row succeeded" in text
-        assert "notify: completed sent to http://127.0.0.1:" in text
+        assert "notify: event 'completed' sent to http://127.0.0.1:" in text
         # the first delivery answered 500, the retry 200; both signed and verified
         assert [s.answered for s in hook.seen] == [500, 200]
         assert all(s.signature_ok for s in hook.seen)
@@ -101,7 +101,7 @@ def test_run_wait_sends_completed_once_after_a_retry_and_a_restart_sends_nothing
             ["--config", cfg, "--wait", "--run-id", run_id, "--poll-interval", "0.2"]
         )
         assert code == 0
-        assert "notify: completed sent" not in capsys.readouterr().out
+        assert "notify: event 'completed' sent" not in capsys.readouterr().out
         assert len(hook.seen) == 2
 
 
@@ -159,6 +159,20 @@ def test_a_notify_mistake_stops_the_run_before_anything_is_sent(tmp_path, capsys
     assert provider_env.submitted_requests() == []
 
 
+def test_reading_commands_do_not_need_the_signing_secret(tmp_path, capsys, provider_env):
+    """``runs``, ``check`` and ``cancel`` load the same config from shells that need not
+    hold the webhook's secret; only ``mmirage run`` refuses without it (newcomer trial:
+    ``mmirage runs`` stopped with the config error)."""
+    from pipelines.runs import main as runs_main
+
+    notify = [{"url": "https://hooks.example/x", "secret_env": "MMIRAGE_TEST_UNSET_SECRET"}]
+    cfg = _config(tmp_path, provider_env, notify)
+    assert runs_main(["--config", cfg]) == 0
+    assert check_main(["--config", cfg]) == 2  # no run yet: "submit first", not the secret
+    err = capsys.readouterr().err
+    assert "secret_env" not in err and "MMIRAGE_TEST_UNSET_SECRET" not in err
+
+
 def _plain_config(tmp_path, fake, notify, rows: slice, name: str) -> str:
     """A config without the cycle (``mmirage run`` only submits) over ``rows`` of GSM8K."""
     lines = GSM8K_JSONL.read_text(encoding="utf-8").splitlines()[rows]
@@ -194,7 +208,7 @@ def test_check_watch_reports_the_runs_it_saw_running_and_the_run_it_is_named(
         # every run of the config: B was running at the first poll, A had ended
         assert check_main(["--config", cfg_b, "--watch", "--interval", "0.2"]) == 1
         out = capsys.readouterr().out
-        assert f"notify: expired of run {run_b} sent" in out
+        assert f"notify: event 'expired' of run {run_b} sent" in out
         assert [(d["event"], d["run_id"]) for d in hook.accepted] == [("expired", run_b)]
         doc = hook.accepted[0]
         assert doc["requests"]["counted_from"] == "provider"
@@ -205,7 +219,7 @@ def test_check_watch_reports_the_runs_it_saw_running_and_the_run_it_is_named(
         # named with --run-id, the run that ended before is reported too, once
         argv = ["--config", cfg_b, "--run-id", run_a, "--watch", "--interval", "0.2"]
         assert check_main(argv) == 0
-        assert f"notify: completed of run {run_a} sent" in capsys.readouterr().out
+        assert f"notify: event 'completed' of run {run_a} sent" in capsys.readouterr().out
         assert check_main(argv) == 0
         assert check_main(["--config", cfg_b, "--run-id", run_b, "--watch"]) == 1
         assert "notify:" not in capsys.readouterr().out
@@ -260,7 +274,7 @@ def test_the_dashboards_poller_notifies_the_run_it_shows_once(tmp_path, capsys, 
         assert hook.seen == []
         view = run_view(source, run_id)
         redacted = webhooks.redact_url(hook.url)  # a webhook's path is often its secret
-        assert view["notified"] == [f"completed of run {run_id} sent to {redacted}"]
+        assert view["notified"] == [f"event 'completed' of run {run_id} sent to {redacted}"]
         assert run_view(source, run_id)["notified"] == []  # polled again: not sent twice
         assert [s.answered for s in hook.seen] == [500, 200]  # the first delivery failed
         assert all(s.signature_ok for s in hook.seen)

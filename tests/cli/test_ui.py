@@ -143,6 +143,20 @@ def test_runs_table_matches_mmirage_runs(world, page, capsys):
     expect(merged).to_contain_text("completed 2")  # batches by status, looked up
 
 
+def test_a_missing_key_lists_the_runs_unlooked_with_a_notice(world, page, monkeypatch):
+    """Opened without the provider's key (the demo's configs, later), the runs page
+    still lists every run, its batches "not looked up", and says which key to set; it
+    showed only the key error before (newcomer trial)."""
+    monkeypatch.delenv("OPENAI_API_KEY")
+    page.goto(world.server.url + "/#/runs")
+    expect(page.locator("#runs-table")).to_be_visible()
+    expect(page.locator("p.notice")).to_contain_text("OPENAI_API_KEY")
+    expect(page.locator("p.notice")).to_contain_text("--no-lookup")
+    merged = page.locator("tr[data-run=merged1]")
+    expect(merged.locator("td[data-col=state]")).to_have_text("merged")
+    expect(merged).to_contain_text("not looked up 2")
+
+
 def test_spend_totals_match_the_ledger_of_mmirage_runs(world, page, capsys):
     page.goto(world.server.url + "/#/spend")
     expect(page.locator("#by-day rect")).not_to_have_count(0)

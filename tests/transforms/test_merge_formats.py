@@ -60,6 +60,19 @@ def merged_run(tmp_path, provider_env):
     return path, _read_jsonl(out), _read_jsonl(tmp_path / "merged.errors.jsonl")
 
 
+def test_a_parquet_path_without_the_flag_is_written_as_parquet(tmp_path, capsys, merged_run):
+    """``--output-path OUT.parquet`` without ``--output-format``: Parquet, not JSONL bytes
+    in a file that pyarrow then refuses (newcomer trial)."""
+    import pyarrow.parquet as pq
+
+    path, expected, _errors = merged_run
+    parquet = tmp_path / "inferred.parquet"
+    assert merge_main(["--config", path, "--output-path", str(parquet)]) == 1
+    capsys.readouterr()
+    rows = pq.read_table(parquet).to_pylist()
+    assert [r["source_index"] for r in rows] == [m["source_index"] for m in expected]
+
+
 def test_parquet_and_hf_read_back_as_the_jsonl_merge(tmp_path, capsys, merged_run):
     import datasets
     import pyarrow as pa

@@ -84,6 +84,23 @@ def test_an_unlisted_model_is_warned_with_did_you_mean(tmp_path, caplog):
     assert "did you mean 'gpt-4o-mini'?" in caplog.text
 
 
+def test_a_config_loaded_twice_warns_once(tmp_path, caplog):
+    """``mmirage run`` loads its config twice (the cycle's flags, then the command):
+    the typo is said once (newcomer trial: printed twice)."""
+    cfg = base_config(tmp_path, model="gpt-4o-minii")
+    with caplog.at_level(logging.WARNING):
+        config_from_dict(cfg)
+        config_from_dict(cfg)
+    assert caplog.text.count("gpt-4o-minii") == 1
+
+
+def test_a_misspelled_provider_gets_did_you_mean(tmp_path):
+    cfg = base_config(tmp_path, provider="opanai")
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(cfg)
+    assert "did you mean 'openai'?" in str(err.value)
+
+
 def test_a_listed_model_is_not_warned(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         config_from_dict(base_config(tmp_path, model="gpt-4o-mini"))

@@ -297,11 +297,6 @@ def test_config_defaults_and_short_form(tmp_path):
             "did you mean 'slack'",
         ),
         (
-            [{"url": "https://h/x", "secret_env": "MMIRAGE_TEST_UNSET_SECRET"}],
-            "execution_params.notify[0].secret_env",
-            "MMIRAGE_TEST_UNSET_SECRET is not set",
-        ),
-        (
             [{"url": "https://h/x", "secret_env": "abc def"}],
             "execution_params.notify[0].secret_env",
             "must name an environment variable",
@@ -315,6 +310,20 @@ def test_config_errors_name_the_key(tmp_path, monkeypatch, notify, key, words):
     with pytest.raises(ConfigError) as err:
         _load(tmp_path, notify)
     assert err.value.key == key and words in str(err.value), str(err.value)
+
+
+def test_an_unset_secret_is_refused_by_run_not_at_load(tmp_path, monkeypatch):
+    """The config loads (``check``, ``runs``, ``cancel`` read it from any shell);
+    :func:`check_notify_secrets`, which ``mmirage run`` calls first, names the key."""
+    from mmirage_beam.config.validation import check_notify_secrets
+
+    monkeypatch.delenv("MMIRAGE_TEST_UNSET_SECRET", raising=False)
+    config = _load(tmp_path, [{"url": "https://h/x", "secret_env": "MMIRAGE_TEST_UNSET_SECRET"}])
+    with pytest.raises(ConfigError) as err:
+        check_notify_secrets(config)
+    assert err.value.key == "execution_params.notify[0].secret_env"
+    assert "MMIRAGE_TEST_UNSET_SECRET is not set" in str(err.value)
+    check_notify_secrets(config, {"MMIRAGE_TEST_UNSET_SECRET": "s"})  # set: nothing raised
 
 
 def test_a_bad_url_is_not_echoed(tmp_path):

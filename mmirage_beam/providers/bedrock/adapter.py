@@ -41,7 +41,7 @@ import json
 import logging
 from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
-from mmirage_beam.errors import ConfigError
+from mmirage_beam.errors import ConfigError, CredentialsError
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
@@ -188,6 +188,23 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
     def check_dependencies(cls) -> None:
         """Raises :class:`MissingExtraError` when boto3 is missing."""
         import_boto3()
+
+    @classmethod
+    def check_credentials(cls) -> None:
+        """boto3's credential chain finds some (environment, shared files, SSO, the
+        instance or task role).
+
+        Raises:
+            mmirage_beam.errors.CredentialsError: it finds none, with where to put them.
+        """
+        boto3 = import_boto3()
+        if boto3.session.Session().get_credentials() is None:
+            raise CredentialsError(
+                "provider 'bedrock' uses boto3's credential chain and found no "
+                "credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
+                "AWS_PROFILE, an SSO login, an instance or task role). ('mmirage run "
+                "--export-prompts P' is a dry run that needs none.)"
+            )
 
     def setup(self, config: BedrockBatchConfig) -> None:
         boto3 = import_boto3()

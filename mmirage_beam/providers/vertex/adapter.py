@@ -43,6 +43,7 @@ import logging
 import os
 from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
+from mmirage_beam.errors import CredentialsError
 from mmirage_beam.providers.anthropic.adapter import message_params
 from mmirage_beam.providers.anthropic.tokens import count_anthropic_request
 from mmirage_beam.providers.base import BatchProgress as _Progress
@@ -204,6 +205,34 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
     def check_dependencies(cls) -> None:
         """google-genai must be importable (the ``[gemini]`` extra)."""
         import_sdk()
+
+    @classmethod
+    def check_credentials(cls) -> None:
+        """``$VERTEX_ACCESS_TOKEN``, else Google's Application Default Credentials
+        (``google.auth.default()``: ``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's
+        application-default login, the metadata server). Without this check a run with
+        none read its data, then retried Cloud Storage anonymously for minutes.
+
+        Raises:
+            mmirage_beam.errors.CredentialsError: none found, with how to give some.
+        """
+        if os.environ.get(TOKEN_ENV_VAR, "").strip():
+            return
+        try:
+            import google.auth
+            from google.auth.exceptions import DefaultCredentialsError
+        except ImportError:  # google-auth comes with google-genai: check_dependencies
+            return
+        try:
+            google.auth.default()
+        except DefaultCredentialsError:
+            raise CredentialsError(
+                "provider 'vertex' uses Google's Application Default Credentials and "
+                "found none: run 'gcloud auth application-default login', or set "
+                "GOOGLE_APPLICATION_CREDENTIALS to a service account key file "
+                f"(${TOKEN_ENV_VAR}: a bare OAuth access token, e.g. for the fake). "
+                "('mmirage run --export-prompts P' is a dry run that needs none.)"
+            ) from None
 
     def setup(self, config: VertexBatchConfig) -> None:
         self._client = vertex_client(config)

@@ -95,6 +95,7 @@ async function showRuns(me) {
     el("td", {}, tokens(r.used_tokens, "input", "output")),
     el("td", {}, when(r.ended))));
   main.replaceChildren(el("h1", {}, "Runs"),
+    ...(view.notices || []).map((n) => el("p", { class: "notice" }, n)),
     view.runs.length ? el("table", { id: "runs-table" }, el("thead", {}, head), el("tbody", {}, rows))
       : el("p", { class: "muted", id: "no-runs" }, "No run under these configs' state yet."));
 }
