@@ -45,6 +45,7 @@ from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, S
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.providers import retrying
 from mmirage_beam.providers.base import BatchProgress as _Progress
+from mmirage_beam.providers.base import BatchSubmissionAdapter
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
@@ -285,16 +286,7 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         pager = self.call_with_retries(
             what, lambda: self._client.batches.list(config={"page_size": self.FIND_BATCH_PAGE_SIZE})
         )
-        best: Optional[FoundBatch] = None
-        while True:
-            for job in pager.page:
-                if job.display_name == wanted:
-                    found = self.found_batch(_job_dict(job))
-                    if best is None or (found.created_at or 0) > (best.created_at or 0):
-                        best = found
-            if not pager.page or not (pager.config or {}).get("page_token"):
-                return best
-            self.call_with_retries(what, pager.next_page)
+        return newest_named_job(self, what, pager, wanted, _job_dict)
 
     # -- status ---------------------------------------------------------------------------
     def _get_job(self, provider_batch_id: str) -> Any:
@@ -382,6 +374,31 @@ def _error_code(exc: BaseException) -> Optional[int]:
     if isinstance(exc, errors.APIError) and isinstance(exc.code, int):
         return exc.code
     return None
+
+
+def newest_named_job(
+    adapter: BatchSubmissionAdapter, what: str, pager: Any, wanted: str, as_dict: Any
+) -> Optional[FoundBatch]:
+    """The newest job named ``wanted`` (its ``display_name``) over every page of a
+    google-genai ``batches.list`` pager, as the adapter's :class:`FoundBatch`
+    (``as_dict(job)`` -> the job's fields); None: none. The next pages are fetched with
+    the adapter's retries (``what`` names the call). Shared by the Gemini API and
+    Vertex AI adapters, whose jobs google-genai lists alike.
+
+    Raises:
+        mmirage_beam.providers.retrying.ProviderRetriesExhausted: a page still failed
+            after the last attempt.
+    """
+    best: Optional[FoundBatch] = None
+    while True:
+        for job in pager.page:
+            if job.display_name == wanted:
+                found = adapter.found_batch(as_dict(job))
+                if best is None or (found.created_at or 0) > (best.created_at or 0):
+                    best = found
+        if not pager.page or not (pager.config or {}).get("page_token"):
+            return best
+        adapter.call_with_retries(what, pager.next_page)
 
 
 def _job_dict(job: Any) -> Dict[str, Any]:

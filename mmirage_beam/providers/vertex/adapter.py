@@ -51,7 +51,12 @@ from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
 from mmirage_beam.providers.batch_status import optional_int as _optional_int
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
-from mmirage_beam.providers.gemini.adapter import GeminiBatchAdapter, display_name, import_sdk
+from mmirage_beam.providers.gemini.adapter import (
+    GeminiBatchAdapter,
+    display_name,
+    import_sdk,
+    newest_named_job,
+)
 from mmirage_beam.providers.gemini.requests import generate_content_request
 from mmirage_beam.providers.gemini.tokens import count_gemini_request
 from mmirage_beam.providers.tokens import TokenCount
@@ -375,16 +380,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
         what = f"Vertex AI batches.list (looking for run {run_id} chunk {chunk_id})"
         list_config = {"page_size": self.FIND_BATCH_PAGE_SIZE, "filter": f'display_name="{wanted}"'}
         pager = self.call_with_retries(what, lambda: self._client.batches.list(config=list_config))
-        best: Optional[FoundBatch] = None
-        while True:
-            for job in pager.page:
-                if job.display_name == wanted:
-                    found = self.found_batch(_job_dict(job))
-                    if best is None or (found.created_at or 0) > (best.created_at or 0):
-                        best = found
-            if not pager.page or not (pager.config or {}).get("page_token"):
-                return best
-            self.call_with_retries(what, pager.next_page)
+        return newest_named_job(self, what, pager, wanted, _job_dict)
 
     # -- status ---------------------------------------------------------------------------
     def _get_job(self, provider_batch_id: str) -> Any:
