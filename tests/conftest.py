@@ -282,7 +282,8 @@ def _no_real_keys(monkeypatch):
 SLOW_FILES_SECS = {
     # the engine tests: Flink clusters and their jobs (2026-12-06, run alone); first, so
     # their waits on the JVMs overlap the CPU-bound files
-    "test_engines.py": 800,
+    "test_engines_s3.py": 600,  # the S3 lifecycle on a Flink cluster of its own
+    "test_engines.py": 450,  # the rest of the Flink tests and Prism, on another worker
     "test_s3_storage.py": 120,
     "test_gcs_storage.py": 90,
     "test_crash_suite.py": 250,  # + 35 s of vertex trials (2026-12-06)

@@ -1,14 +1,75 @@
-"""The storage servers and the local reference the engine and storage tests share, one
-per test module (``tests/storage_lifecycle.py`` runs the lifecycle on them)."""
+"""The storage servers, the local reference and the Flink cluster the engine and storage
+tests share, one per test module (``tests/storage_lifecycle.py`` runs the lifecycle on
+them): a module that asks for ``flink`` gets a cluster of its own, so the engine tests
+split over two files run on two xdist workers at once."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from mmirage_beam.engines.cluster import stop_cluster
+from mmirage_beam.engines.processes import EngineError
 from tests import storage_lifecycle as lc
+from tests.lifecycle import PLUGIN_SITE, TRACER_WORKER_KEY, WORKER_KEY
+from tests.runners import start_or_skip, worker_env
 from tests.storage_servers import GCSServer, S3Server, skip_unless_gcs_emulator, skip_unless_moto
+
+#: The longer engine tests run with ``MMIRAGE_ENGINE_CAMPAIGN=1`` (README, Development);
+#: CI runs the S3 lifecycle on Flink (a submit and merge compared with the DirectRunner,
+#: with resubmit and cancel), both TaskManagers' work, a TaskManager kill and Prism,
+#: within its 20 minutes.
+CAMPAIGN = os.environ.get("MMIRAGE_ENGINE_CAMPAIGN") == "1"
+campaign = pytest.mark.skipif(
+    not CAMPAIGN, reason="a longer engine test: MMIRAGE_ENGINE_CAMPAIGN=1 runs it"
+)
+
+
+def start_engine_or_skip(start, *args, **kwargs):  # noqa: ANN001, ANN202
+    return start_or_skip(lambda: start(*args, **kwargs), (EngineError,), "the engine")
+
+
+@pytest.fixture(scope="module")
+def engine_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("engines")
+    secrets = root / "secrets"
+    secrets.mkdir()
+    (secrets / "tracer_key").write_text(TRACER_WORKER_KEY + "\n", encoding="utf-8")
+    return root
+
+
+def engine_worker_env(root: Path) -> dict:
+    """The TaskManagers' (so their SDK workers') environment: the workers' own keys, the
+    S3 credentials of the moto server (any credentials do for moto; the endpoint comes in
+    the pipeline options), the tracer plugin on PYTHONPATH, the trace file."""
+    from tests.storage_servers import S3Server
+
+    return worker_env(
+        {
+            **S3Server(root).env,
+            "OPENAI_API_KEY": WORKER_KEY,
+            "ANTHROPIC_API_KEY": WORKER_KEY,
+            "TRACER_API_KEY_FILE": str(root / "secrets" / "tracer_key"),
+            "MMIRAGE_TRACE_FILE": str(root / "trace.jsonl"),
+        },
+        pythonpath=[PLUGIN_SITE],
+    )
+
+
+@pytest.fixture(scope="module")
+def flink(engine_root):
+    """A Flink cluster for the module: JobManager, 2 TaskManagers (1 slot each), job
+    server. Stopped at the end; every process must be gone."""
+    from mmirage_beam.engines.flink import start_flink
+
+    env = engine_worker_env(engine_root)
+    state = start_engine_or_skip(start_flink, engine_root / "flink", taskmanagers=2, env=env)
+    state.env = env
+    yield state
+    stop_cluster(Path(state.dir))
+    assert not any(d.alive() for d in state.daemons)
 
 
 @pytest.fixture(scope="module")

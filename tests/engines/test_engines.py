@@ -8,7 +8,8 @@ runner.
   sees each custom_id created once (``tests/lifecycle.py`` asserts it).
 - Both TaskManagers' SDK workers built requests and submitted chunks: the ``tracer``
   provider records each step's folder, and each TaskManager's workers run in its own.
-- With the receipts, staged chunks and outputs on S3 (moto's server), the whole
+- With the receipts, staged chunks and outputs on S3 (moto's server:
+  ``test_engines_s3.py``, on a cluster of its own so both files run at once), the whole
   lifecycle on Flink (resubmit and cancel included) gives the local disk's bytes; a burst
   of ``503 SlowDown`` and slow writes while the TaskManagers' workers publish receipts
   loses and repeats nothing (``tests/storage_lifecycle.py``, ``tests/engines/test_s3_storage.py``).
@@ -41,10 +42,11 @@ import pytest
 import yaml
 
 from mmirage_beam.engines.cluster import stop_cluster
-from mmirage_beam.engines.processes import EngineError, pid_alive, wait_until
+from mmirage_beam.engines.processes import pid_alive, wait_until
 from mmirage_beam.testing import FakeProviderServer
 from tests import storage_lifecycle as storage
 from tests.conftest import GSM8K_JSONL
+from tests.engines.conftest import CAMPAIGN, campaign, engine_worker_env, start_engine_or_skip
 from tests.lifecycle import (
     CONFIG,
     LAUNCHER_KEY,
@@ -52,69 +54,14 @@ from tests.lifecycle import (
     PLUGIN_SITE,
     TRACER_LAUNCHER_KEY,
     TRACER_WORKER_KEY,
-    WORKER_KEY,
     launcher_dir,
     lifecycle,
     read_jsonl,
     sha,
 )
-from tests.runners import REQUIRE_ENV_VAR, clean_env, run_cli, start_or_skip, worker_env
+from tests.runners import REQUIRE_ENV_VAR, clean_env, run_cli
 
 pytestmark = pytest.mark.timeout(900)
-
-#: The longer engine tests run with ``MMIRAGE_ENGINE_CAMPAIGN=1`` (README, Development);
-#: CI runs the S3 lifecycle on Flink (a submit and merge compared with the DirectRunner,
-#: with resubmit and cancel), both TaskManagers' work, a TaskManager kill and Prism,
-#: within its 20 minutes.
-CAMPAIGN = os.environ.get("MMIRAGE_ENGINE_CAMPAIGN") == "1"
-campaign = pytest.mark.skipif(
-    not CAMPAIGN, reason="a longer engine test: MMIRAGE_ENGINE_CAMPAIGN=1 runs it"
-)
-
-
-def _start_or_skip(start, *args, **kwargs):  # noqa: ANN001, ANN202
-    return start_or_skip(lambda: start(*args, **kwargs), (EngineError,), "the engine")
-
-
-@pytest.fixture(scope="module")
-def engine_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("engines")
-    secrets = root / "secrets"
-    secrets.mkdir()
-    (secrets / "tracer_key").write_text(TRACER_WORKER_KEY + "\n", encoding="utf-8")
-    return root
-
-
-def _worker_env(root: Path) -> dict:
-    """The TaskManagers' (so their SDK workers') environment: the workers' own keys, the
-    S3 credentials of the moto server (any credentials do for moto; the endpoint comes in
-    the pipeline options), the tracer plugin on PYTHONPATH, the trace file."""
-    from tests.storage_servers import S3Server
-
-    return worker_env(
-        {
-            **S3Server(root).env,
-            "OPENAI_API_KEY": WORKER_KEY,
-            "ANTHROPIC_API_KEY": WORKER_KEY,
-            "TRACER_API_KEY_FILE": str(root / "secrets" / "tracer_key"),
-            "MMIRAGE_TRACE_FILE": str(root / "trace.jsonl"),
-        },
-        pythonpath=[PLUGIN_SITE],
-    )
-
-
-@pytest.fixture(scope="module")
-def flink(engine_root):
-    """A Flink cluster for the module: JobManager, 2 TaskManagers (1 slot each), job
-    server. Stopped at the end; every process must be gone."""
-    from mmirage_beam.engines.flink import start_flink
-
-    env = _worker_env(engine_root)
-    state = _start_or_skip(start_flink, engine_root / "flink", taskmanagers=2, env=env)
-    state.env = env
-    yield state
-    stop_cluster(Path(state.dir))
-    assert not any(d.alive() for d in state.daemons)
 
 
 @pytest.fixture(scope="module")
@@ -184,42 +131,6 @@ def test_both_taskmanagers_built_and_submitted(flink, engine_root, tmp_path):
     assert {t["ppid"] for t in on_tms} <= tm_pids | {t["pid"] for t in on_tms}
 
 
-def test_flink_lifecycle_on_s3_matches_the_local_disk(
-    flink, s3, rows_file, local_reference, tmp_path
-):
-    """The receipts, staged chunks, placeholder rows, export and merged files on
-    ``s3://`` (a moto server, through Beam's S3 filesystem: ``--s3_endpoint_url`` in the
-    pipeline options reaches the TaskManagers' workers through the provision service,
-    the credentials come from their environment), every pipeline on Flink: the dry run,
-    submission, ``check``, merge, ``resubmit`` of the retryable failure, merge again,
-    ``runs``, and ``cancel`` of a run whose batch is still running give the same bytes as
-    the same config on the local disk on the DirectRunner, and each custom_id is created
-    once (``tests/storage_lifecycle.py``)."""
-    prefix = "flinklc"
-    store = s3.uri(prefix)
-    got = storage.lifecycle(
-        storage.launcher(tmp_path / "launch", rows_file, store),
-        store,
-        lambda rel: s3.read(f"{prefix}/{rel}"),
-        s3.flags,
-        s3.env,
-        {"AWS_ENDPOINT_URL_S3": s3.endpoint},
-        runner_flags=flink.flags,
-    )
-    storage.assert_matches_local(got, local_reference, s3.keys(prefix), prefix)
-
-
-@campaign
-def test_s3_faults_while_the_flink_workers_publish(flink, s3, rows_file, local_reference, tmp_path):
-    """A burst of S3 ``503 SlowDown`` and slow writes while the TaskManagers' SDK
-    workers write the intents and receipts (``test_s3_storage.publish_through_faults``,
-    the pipelines on Flink): the run survives or stops with one line and its resume
-    command, and ends with the local disk's files, each request created once."""
-    from tests.engines.test_s3_storage import publish_through_faults
-
-    publish_through_faults(s3, rows_file, local_reference, tmp_path, runner_flags=flink.flags)
-
-
 @campaign
 def test_run_wait_on_flink_with_its_state_on_gcs(engine_root, gcs, rows_file, tmp_path):
     """``mmirage run --wait`` (submit, wait, merge, re-send the retryable failure, merge
@@ -239,8 +150,10 @@ def test_run_wait_on_flink_with_its_state_on_gcs(engine_root, gcs, rows_file, tm
             root = storage.launcher(tmp_path / where, rows_file, store)
             flags: list[str] = []
             if where == "gcs":
-                env = {**_worker_env(engine_root), **gcs.env}
-                cluster = _start_or_skip(start_flink, tmp_path / "flink", taskmanagers=2, env=env)
+                env = {**engine_worker_env(engine_root), **gcs.env}
+                cluster = start_engine_or_skip(
+                    start_flink, tmp_path / "flink", taskmanagers=2, env=env
+                )
                 flags = cluster.flags
             with FakeProviderServer() as fake:
                 env = clean_env(
@@ -328,12 +241,12 @@ def test_a_taskmanager_killed_mid_submission_loses_and_repeats_nothing(
 
     crash = tmp_path / "crash"
     env = {
-        **_worker_env(engine_root),
+        **engine_worker_env(engine_root),
         "MMIRAGE_CRASH_AT": f"{step}:1",
         "MMIRAGE_CRASH_ONCE": str(crash),
         "MMIRAGE_CRASH_KILL": "group",
     }
-    flink = _start_or_skip(start_flink, tmp_path / "flink", taskmanagers=2, env=env)
+    flink = start_engine_or_skip(start_flink, tmp_path / "flink", taskmanagers=2, env=env)
     root = _many_chunks_dir(tmp_path / "launch", provider)
     rows = 120
     try:
@@ -354,7 +267,7 @@ def test_a_taskmanager_killed_mid_submission_loses_and_repeats_nothing(
             assert [d.name for d in died] in (["taskmanager-1"], ["taskmanager-2"])
             index = int(died[0].name.rsplit("-", 1)[1])
             flink.daemons[flink.daemons.index(died[0])] = start_taskmanager(
-                flink, index, {**_worker_env(engine_root), "MMIRAGE_CRASH_ONCE": str(crash)}
+                flink, index, {**engine_worker_env(engine_root), "MMIRAGE_CRASH_ONCE": str(crash)}
             )
             flink.save()
             wait_until(
@@ -386,7 +299,9 @@ def test_prism_gives_the_directrunner_files(engine_root, reference, tmp_path):
     """``mmirage cluster up --engine prism``'s service and flags: the same files."""
     from mmirage_beam.engines.prism import start_prism
 
-    state = _start_or_skip(start_prism, engine_root / "prism", env=_worker_env(engine_root))
+    state = start_engine_or_skip(
+        start_prism, engine_root / "prism", env=engine_worker_env(engine_root)
+    )
     try:
         got = lifecycle(launcher_dir(tmp_path / "launch"), state.flags)
     finally:
