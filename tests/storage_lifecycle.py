@@ -100,6 +100,7 @@ def lifecycle(
     env_extra: dict,
     runs_env: dict,
     runner_flags: Sequence[str] = (),
+    engine_steps: Optional[frozenset] = None,
 ) -> dict:
     """Dry run, submission, check, merge, resubmission of the retryable failure, merge
     again, ``runs`` and ``cancel``, each ``mmirage`` command in this process on the
@@ -108,7 +109,9 @@ def lifecycle(
     ``runner_flags`` (a portable runner's: ``mmirage cluster up``'s last line), the
     commands that run a pipeline (the dry run, submissions, merges and the resubmission)
     run as ``mmirage`` processes with those flags too, so their pipelines run on that
-    engine. Returns what the files hold and what the fake saw."""
+    engine; ``engine_steps`` (of ``dry``, ``submit``, ``merge``, ``resubmit``, ``merge2``,
+    ``slow``) keeps the others on the DirectRunner, over the same stored state. Returns
+    what the files hold and what the fake saw."""
     out: dict = {}
     with FakeProviderServer() as fake:
         env = clean_env(
@@ -116,11 +119,12 @@ def lifecycle(
         )
 
         def mmirage(
-            *args: str, expect: int = 0, more_env: Optional[dict] = None
+            *args: str, expect: int = 0, more_env: Optional[dict] = None, step: str = ""
         ) -> subprocess.CompletedProcess:
             start = time.monotonic()
             full_env = {**env, **(more_env or {})}
-            if runner_flags and args[0] in ("run", "merge", "resubmit"):
+            on_engine = engine_steps is None or step in engine_steps
+            if runner_flags and on_engine and args[0] in ("run", "merge", "resubmit"):
                 proc = run_cli([*args, *runner_flags], cwd=root, env=full_env, timeout=600)
             else:
                 proc = run_cli_in_process(args, cwd=root, env=full_env)
@@ -131,9 +135,9 @@ def lifecycle(
 
         cfg = ("--config", "config.yaml")
         mmirage("run", *cfg, "--export-prompts", f"{store}/out/export.jsonl", "--run-id", DRY,
-                "--skip-invalid-rows", *flags)  # fmt: skip
+                "--skip-invalid-rows", *flags, step="dry")  # fmt: skip
         assert fake.batches() == []
-        run = mmirage("run", *cfg, "--run-id", RUN, "--skip-invalid-rows", *flags)
+        run = mmirage("run", *cfg, "--run-id", RUN, "--skip-invalid-rows", *flags, step="submit")
         assert f"receipts:            {store}/meta/batch_metadata.text.{RUN}.jsonl" in run.stdout
         out["submitted"] = collections.Counter(r["custom_id"] for r in fake.submitted_requests())
         out["creates"] = dict(fake.create_counts())
@@ -143,15 +147,15 @@ def lifecycle(
         batches = fake.batches("openai")
         assert len(batches) >= 4 and all(b["id"] in check.stdout for b in batches), check.stdout
         mmirage("merge", *cfg, "--run-id", RUN, "--output-path", f"{store}/out/merged.jsonl",
-                *flags, expect=1)  # fmt: skip  # rows 3 and 11 failed
+                *flags, expect=1, step="merge")  # fmt: skip  # rows 3 and 11 failed
         out["merged"] = read("out/merged.jsonl")
         out["errors"] = read("out/merged.errors.jsonl")
-        mmirage("resubmit", *cfg, "--run-id", RUN, "--new-run-id", RESUB, *flags)
+        mmirage("resubmit", *cfg, "--run-id", RUN, "--new-run-id", RESUB, *flags, step="resubmit")
         out["resent"] = [r["custom_id"] for r in fake.submitted_requests()][
             sum(out["submitted"].values()) :
         ]
         mmirage("merge", *cfg, "--run-id", RUN, "--output-path", f"{store}/out/merged2.jsonl",
-                *flags, expect=1)  # fmt: skip  # row 11 still failed
+                *flags, expect=1, step="merge2")  # fmt: skip  # row 11 still failed
         out["merged2"] = read("out/merged2.jsonl")
         out["errors2"] = read("out/merged2.errors.jsonl")
         runs = mmirage("runs", *cfg, more_env=runs_env)
@@ -160,7 +164,7 @@ def lifecycle(
         assert "nothing to cancel" in cancel.stdout, cancel.stdout
         # a run whose batch is still running (4 rows, answers not reused), then cancelled
         fake.script(processing_delay_secs=300)
-        mmirage("run", *cfg, "--run-id", SLOW, "--limit", "4", "--no-reuse", *flags)
+        mmirage("run", *cfg, "--run-id", SLOW, "--limit", "4", "--no-reuse", *flags, step="slow")
         cancel = mmirage("cancel", *cfg, "--run-id", SLOW, "--yes", *flags)
         assert "now cancelling" in cancel.stdout, cancel.stdout
         record = json.loads(read(f"meta/batch_metadata.cancel.{SLOW}.json"))
