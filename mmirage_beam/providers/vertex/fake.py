@@ -73,7 +73,7 @@ from typing import Any, Optional
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
 from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.testing.fake_provider import lifecycle, scripting
@@ -92,6 +92,7 @@ from mmirage_beam.testing.fake_provider.scripting import (
     UNKNOWN_CUSTOM_ID,
     error_marker,
 )
+from mmirage_beam.testing.fake_provider.serving import serve_in_thread, stop_serving
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
     GEMINI,
@@ -215,17 +216,9 @@ class FakeVertexServer:
         with self._store.lock:
             if self._server is not None:
                 return self
-            server = make_server(
-                self._host, self._requested_port, self._wsgi, threaded=True, request_handler=_Quiet
+            self._server, self._thread = serve_in_thread(
+                self._host, self._requested_port, self._wsgi, _Quiet, "fake-vertex"
             )
-            thread = threading.Thread(
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name=f"fake-vertex-{server.server_port}",
-                daemon=True,
-            )
-            thread.start()
-            self._server, self._thread = server, thread
         return self
 
     def stop(self) -> None:
@@ -233,12 +226,7 @@ class FakeVertexServer:
         with self._store.lock:
             server, thread = self._server, self._thread
             self._server = self._thread = None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
+        stop_serving(server, thread)
 
     def __enter__(self) -> FakeVertexServer:
         return self.start()

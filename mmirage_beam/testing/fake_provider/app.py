@@ -15,7 +15,7 @@ from typing import Any
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
 from werkzeug.wrappers import Request, Response
 
 import mmirage_beam.providers  # noqa: F401 - the built-in providers register their fakes
@@ -31,6 +31,7 @@ from mmirage_beam.testing.fake_provider.scripting import (
     SCRIPT_PARSERS,
     parse_delay,
 )
+from mmirage_beam.testing.fake_provider.serving import serve_in_thread, stop_serving
 from mmirage_beam.testing.fake_provider.store import Batch, Store
 from mmirage_beam.testing.fake_provider.wire import (
     ANTHROPIC,
@@ -190,21 +191,13 @@ class FakeProviderServer:
         with self._store.lock:
             if self._server is not None:
                 return self
-            server = make_server(
+            self._server, self._thread = serve_in_thread(
                 self._host,
                 self._requested_port,
                 self._wsgi_app,
-                threaded=True,
-                request_handler=_QuietRequestHandler,
+                _QuietRequestHandler,
+                "fake-provider",
             )
-            thread = threading.Thread(
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name=f"fake-provider-{server.server_port}",
-                daemon=True,
-            )
-            thread.start()
-            self._server, self._thread = server, thread
             self._store.results_base_url = self.base_url
         _LOG.info("fake provider listening on %s", self.base_url)
         return self
@@ -214,12 +207,7 @@ class FakeProviderServer:
         with self._store.lock:
             server, thread = self._server, self._thread
             self._server = self._thread = None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
+        stop_serving(server, thread)
 
     def __enter__(self) -> FakeProviderServer:
         return self.start()
