@@ -39,6 +39,7 @@ def watch_statuses(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     lookup_failure_polls: int = 3,
+    first_interval_secs: Optional[float] = None,
 ) -> Tuple[List[BatchStatus], bool]:
     """Poll every ``interval_secs`` until every batch is terminal (or ``timeout_secs``).
 
@@ -59,6 +60,9 @@ def watch_statuses(
         sleep, clock: injectable for tests.
         lookup_failure_polls: consecutive failed polls after which a batch whose lookup
             keeps failing stops the watch (>= 1).
+        first_interval_secs: when given, the first wait is this many seconds and each
+            next one doubles, up to ``interval_secs`` (a small run that ends in seconds
+            is merged in seconds; a long one is polled every ``interval_secs``).
 
     Returns:
         ``(last statuses, True if the timeout stopped the watch)``.
@@ -90,6 +94,8 @@ def watch_statuses(
         if timeout_secs is not None and elapsed >= timeout_secs:
             return statuses, True
         wait = interval_secs
+        if first_interval_secs is not None:
+            wait = min(interval_secs, first_interval_secs * 2 ** (poll - 1))
         if timeout_secs is not None:
             wait = max(0.0, min(wait, timeout_secs - elapsed))
         sleep(wait)

@@ -12,10 +12,19 @@ import argparse
 from mmirage_beam.config.pipeline_config import DEFAULT_RETRIES, PipelineConfig
 from mmirage_beam.errors import ConfigError
 
-__all__ = ["DEFAULT_POLL_INTERVAL_SECS", "add_cycle_arguments", "cycle_wanted"]
+__all__ = [
+    "DEFAULT_POLL_INTERVAL_SECS",
+    "FIRST_POLL_INTERVAL_SECS",
+    "add_cycle_arguments",
+    "cycle_wanted",
+]
 
 #: seconds between status polls while waiting (``--poll-interval``).
 DEFAULT_POLL_INTERVAL_SECS = 60.0
+#: without ``--poll-interval``, the first wait after the first poll, in seconds; each
+#: next wait doubles up to :data:`DEFAULT_POLL_INTERVAL_SECS` (5, 10, 20, 40, 60, 60 ...),
+#: so a run that ends in seconds is merged in seconds.
+FIRST_POLL_INTERVAL_SECS = 5.0
 
 
 def add_cycle_arguments(ap: argparse.ArgumentParser) -> None:
@@ -50,7 +59,8 @@ def add_cycle_arguments(ap: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="SECS",
-        help=f"seconds between status polls (default {DEFAULT_POLL_INTERVAL_SECS:g})",
+        help=f"seconds between status polls (default: {FIRST_POLL_INTERVAL_SECS:g}, doubling "
+        f"each poll up to {DEFAULT_POLL_INTERVAL_SECS:g})",
     )
     g.add_argument(
         "--timeout",

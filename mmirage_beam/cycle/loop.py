@@ -43,7 +43,7 @@ from mmirage_beam.config.loader import PipelineConfig, load_config
 from mmirage_beam.costs.prices import batch_price
 from mmirage_beam.costs.report import usage_lines
 from mmirage_beam.costs.tokens import INPUT_TOKENS
-from mmirage_beam.cycle.flags import DEFAULT_POLL_INTERVAL_SECS
+from mmirage_beam.cycle.flags import DEFAULT_POLL_INTERVAL_SECS, FIRST_POLL_INTERVAL_SECS
 from mmirage_beam.cycle.state import (
     DONE,
     MERGED,
@@ -320,7 +320,11 @@ def _wait(ctx: _Context, state: CycleState) -> bool:
     timeout = None
     if ctx.deadline is not None:
         timeout = max(0.0, ctx.deadline - time.monotonic())
-    ctx.say(f"waiting for {len(batches)} batch(es), polling every {ctx.poll_interval_secs:g}s")
+    first = None if ctx.args.poll_interval else FIRST_POLL_INTERVAL_SECS
+    every = f"every {ctx.poll_interval_secs:g}s"
+    if first is not None and first < ctx.poll_interval_secs:
+        every = f"after {first:g}s, then twice as long each time up to {every}"
+    ctx.say(f"waiting for {len(batches)} batch(es), polling {every}")
     tty = ctx.out.isatty() if hasattr(ctx.out, "isatty") else False
     with lookup.BatchStatusChecker({e.provider for e in batches}, ctx.config) as checker:
         tokens = _tokens_note(ctx, state)
@@ -334,6 +338,7 @@ def _wait(ctx: _Context, state: CycleState) -> bool:
                 checker,
                 batches,
                 interval_secs=ctx.poll_interval_secs,
+                first_interval_secs=first,
                 timeout_secs=timeout,
                 on_poll=display.update,
             )
