@@ -44,6 +44,10 @@ from mmirage_beam.run.records import JsonRecord, RunRecord
 from mmirage_beam.run.selection import find_unfinished, linked_runs
 from mmirage_beam.run.store import RunStore, run_records
 
+#: ``by_status`` of a chain merged whole (:func:`_merged_whole`): its batches are not
+#: looked up again.
+MERGED_WHOLE = "ended (merged)"
+
 
 @dataclass
 class RunRow:
@@ -166,16 +170,29 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
     parent = {e.run_id: e.record.parent_run_id for e in entries}
     every_run = list(dict.fromkeys([*records, *(e.run_id for e in entries)]))
     roots = [r for r in every_run if not parent.get(r)]
+    chains: dict[str, tuple[list[str], list[Any]]] = {}
+    for root in roots:
+        chain, _rank = linked_runs(entries, [root]) if root in parent else ([root], {root: 0})
+        # its own receipts, one per batch: a reused receipt names an earlier run's batch
+        chains[root] = (chain, list({e.key: e for e in entries if e.run_id in chain}.values()))
     statuses: dict[tuple[str, str], Any] = {}
-    batches = list({e.key: e for e in entries}.values())
+    # a chain merged whole after its last batch was submitted has only ended batches (merge
+    # refuses while any runs, unless --allow-partial, whose rows are "pending"): its
+    # batches are not looked up again (a dashboard over old runs of a provider, or a fake,
+    # that is gone answered only after every lookup's retries, issue 38)
+    batches = [
+        e
+        for root, (_chain, mine) in chains.items()
+        if not _merged_whole(RunStore(base, root), mine)
+        for e in mine
+    ]
+    batches = list({e.key: e for e in batches}.values())
     if lookup and batches:
         with BatchStatusChecker({e.provider for e in batches}, config) as checker:
             statuses = {s.receipt.key: s for s in checker.check(batches)}
     rows: list[RunRow] = []
     for root in roots:
-        chain, _rank = linked_runs(entries, [root]) if root in parent else ([root], {root: 0})
-        # its own receipts, one per batch: a reused receipt names an earlier run's batch
-        mine = list({e.key: e for e in entries if e.run_id in chain}.values())
+        chain, mine = chains[root]
         record: Optional[RunRecord] = records.get(root)
         first = min((e.submitted_at for e in mine if e.submitted_at), default=None)
         newest = max((e.submitted_at for e in mine if e.submitted_at), default=None)
@@ -201,6 +218,9 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
         merged = merged if _holds(merged) else None
         looked = [statuses.get(e.key) for e in mine]
         ended = bool(mine) and all(s is not None and s.status in TERMINAL_STATUSES for s in looked)
+        if merged is not None and _merged_whole(store, mine):
+            looked, ended = [], True
+            row.by_status[MERGED_WHOLE] = len(mine)
         for s in looked:
             name = s.status if s is not None else "not looked up"
             row.by_status[name] = row.by_status.get(name, 0) + 1
@@ -233,6 +253,18 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
         rows.append(row)
     rows.sort(key=lambda r: r.created or "", reverse=True)
     return rows
+
+
+def _merged_whole(store: RunStore, mine: list[Any]) -> bool:
+    """True when the chain's merge record is newer than its last submitted batch and
+    holds no ``pending`` row: every batch had ended when it was merged."""
+    merged = store.read_merge_record()
+    if not _holds(merged) or not mine:
+        return False
+    newest = max((e.submitted_at for e in mine if e.submitted_at), default=None)
+    if float(merged.merged_at_unix or 0) < (newest or 0):
+        return False
+    return not (merged.failed_by_type or {}).get("pending")
 
 
 def _usd(x: Optional[float], lower_bound: bool = False) -> str:

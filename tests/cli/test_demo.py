@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+from mmirage_beam.config.loader import load_config
+from mmirage_beam.run.listing import MERGED_WHOLE, list_runs
 from mmirage_beam.testing import fake_answer_text
 from pipelines.cli import main as cli_main
 from tests.conftest import GSM8K_JSONL
 
 
-def test_demo_runs_submit_check_merge(tmp_path, capsys):
+def test_demo_runs_submit_check_merge(tmp_path, capsys, monkeypatch):
     code = cli_main(["demo", "--workdir", str(tmp_path), "--rows", "20", "--delay", "0.5"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -30,3 +32,11 @@ def test_demo_runs_submit_check_merge(tmp_path, capsys):
     assert "rows written:        20" in out
     # the fake's usage (words) cannot match the estimate (tokens): labelled, not hidden
     assert "the fake provider's token usage is synthetic" in out
+
+    # The demo's fake has stopped: a run merged whole is listed from its records, its
+    # batches not looked up again (each lookup of a gone provider retried for minutes).
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-demo")
+    config = load_config(str(tmp_path / "openai" / "demo_openai.yaml"))
+    (row,) = list_runs(config, lookup=True)
+    assert row.state == "merged"
+    assert row.by_status == {MERGED_WHOLE: row.batches}
