@@ -44,7 +44,7 @@ from mmirage_beam.run.records import JsonRecord, RunRecord
 from mmirage_beam.run.selection import find_unfinished, linked_runs
 from mmirage_beam.run.store import RunStore, run_records
 
-#: ``by_status`` of a chain merged whole (:func:`_merged_whole`): its batches are not
+#: ``by_status`` of a chain merged whole (:func:`merged_whole`): its batches are not
 #: looked up again.
 MERGED_WHOLE = "ended (merged)"
 
@@ -183,7 +183,7 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
     batches = [
         e
         for root, (_chain, mine) in chains.items()
-        if not _merged_whole(RunStore(base, root), mine)
+        if not merged_whole(RunStore(base, root), mine)
         for e in mine
     ]
     batches = list({e.key: e for e in batches}.values())
@@ -218,7 +218,7 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
         merged = merged if _holds(merged) else None
         looked = [statuses.get(e.key) for e in mine]
         ended = bool(mine) and all(s is not None and s.status in TERMINAL_STATUSES for s in looked)
-        if merged is not None and _merged_whole(store, mine):
+        if merged is not None and merged_whole(store, mine):
             looked, ended = [], True
             row.by_status[MERGED_WHOLE] = len(mine)
         for s in looked:
@@ -255,7 +255,7 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
     return rows
 
 
-def _merged_whole(store: RunStore, mine: list[Any]) -> bool:
+def merged_whole(store: RunStore, mine: list[Any]) -> bool:
     """True when the chain's merge record is newer than its last submitted batch and
     holds no ``pending`` row: every batch had ended when it was merged."""
     merged = store.read_merge_record()

@@ -26,7 +26,14 @@ from mmirage_beam.errors import CredentialsError
 from mmirage_beam.jsonl import iter_jsonl_file
 from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
 from mmirage_beam.run.layout import receipts_base
-from mmirage_beam.run.listing import COLUMNS, RunRow, list_runs, row_cells
+from mmirage_beam.run.listing import (
+    COLUMNS,
+    MERGED_WHOLE,
+    RunRow,
+    list_runs,
+    merged_whole,
+    row_cells,
+)
 from mmirage_beam.run.lookup import TERMINAL_STATUSES, BatchStatusChecker
 from mmirage_beam.run.selection import linked_runs
 from mmirage_beam.run.store import RunStore
@@ -182,7 +189,8 @@ def run_view(source: Source, run_id: str, lookup: bool = True) -> dict[str, Any]
 
     A batch is ``{run_id, provider, provider_batch_id, chunk_id, output_name, status,
     provider_status, done, failed, total, age_secs, detail, submitted_at}`` (status as
-    ``mmirage check`` reports it; ``not looked up`` without ``lookup``). ``in_flight``:
+    ``mmirage check`` reports it; ``not looked up`` without ``lookup``; ``ended (merged)``,
+    not looked up, once the chain was merged whole). ``in_flight``:
     some batch has not ended (the page refreshes while it is true).
 
     Raises:
@@ -191,7 +199,9 @@ def run_view(source: Source, run_id: str, lookup: bool = True) -> dict[str, Any]
     """
     chain, batches = _chain(source, run_id)
     statuses: dict[Any, Any] = {}
-    if lookup and batches:
+    # merged whole: every batch had ended, nothing to look up (as mmirage runs lists it)
+    settled = merged_whole(RunStore(source.base, chain[0]), batches)
+    if lookup and batches and not settled:
         with BatchStatusChecker({e.provider for e in batches}, source.config) as checker:
             statuses = {s.receipt.key: s for s in checker.check(batches)}
     rows = []
@@ -204,7 +214,7 @@ def run_view(source: Source, run_id: str, lookup: bool = True) -> dict[str, Any]
                 "provider_batch_id": e.provider_batch_id,
                 "chunk_id": e.chunk_id,
                 "output_name": e.output_name,
-                "status": s.status if s else "not looked up",
+                "status": s.status if s else MERGED_WHOLE if settled else "not looked up",
                 "provider_status": s.progress.provider_status if s and s.progress else None,
                 "done": s.done if s else None,
                 "failed": s.failed if s else None,
@@ -233,7 +243,9 @@ def run_view(source: Source, run_id: str, lookup: bool = True) -> dict[str, Any]
         "run_id": run_id,
         "runs": chain,
         "batches": rows,
-        "in_flight": lookup and any(r["status"] not in TERMINAL_STATUSES for r in rows),
+        "in_flight": lookup
+        and not settled
+        and any(r["status"] not in TERMINAL_STATUSES for r in rows),
         "failures": failures,
         "notified": notified,
     }
