@@ -290,7 +290,20 @@ def submit_summary_lines(
             )
         if invalid.count > len(invalid.first):
             lines.append(f"  ... and {invalid.count - len(invalid.first)} more")
-        if skipped:
+        rows = stats.get("rows_read", 0) + stats.get("row_errors", 0)
+        reasons = {(e.get("input_name"), e.get("reason")) for e in invalid.first}
+        key_typo = None
+        if invalid.count == rows > 1 and len(reasons) == 1:
+            ((name, reason),) = reasons
+            if name and "the row has no key" in str(reason):  # a typo'd key, not bad rows
+                key_typo = name
+        if key_typo:
+            lines.append(
+                f"Every row was refused for the same missing key: fix the key of input "
+                f"{key_typo!r} in processing_params.inputs, not the rows. Nothing was "
+                "submitted."
+            )
+        elif skipped:
             lines.append("These rows were skipped (skip_invalid_rows); the rest was processed.")
         else:
             lines.append(

@@ -8,7 +8,9 @@ BuildRequests (:mod:`mmirage_beam.transforms.build`) renders the prompts from th
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence
+import difflib
+import re
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -114,6 +116,23 @@ def _input_error(
     )
 
 
+def _missing(row: Any, key: str) -> str:
+    """Why a row's input is None: null, or (a plain key the row does not have) absent,
+    with the row's nearest key, so a typo'd YAML key is told from a bad row."""
+    if not isinstance(row, Mapping) or not _PLAIN_KEY.match(key) or key in row:
+        return "is missing or null"
+    names = [str(k) for k in row]
+    near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    if near:
+        return f"is missing: the row has no key {key!r} (did you mean {near[0]!r}?)"
+    shown = ", ".join(repr(n) for n in sorted(names)[:8]) + (", ..." if len(names) > 8 else "")
+    return f"is missing: the row has no key {key!r} (its keys: {shown or 'none'})"
+
+
+#: a JMESPath key that names one top-level field (no dots, brackets or functions).
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 @dataclasses.dataclass(frozen=True)
 class _ExtractSettings:
     """:class:`ExtractInputs`'s arguments once checked (their meaning is documented
@@ -165,7 +184,7 @@ class _ExtractInputsFn(beam.DoFn):
                 continue
             if value is None:
                 if not spec.has_default:
-                    yield _input_error(element, ds, spec, "is missing or null")
+                    yield _input_error(element, ds, spec, _missing(element.row, spec.key))
                     return
                 value = spec.default
             if not self._s.lenient:

@@ -113,7 +113,7 @@ def test_every_invalid_row_is_listed_and_nothing_is_submitted(tmp_path, capsys, 
     assert all(e["dataset_path"] == str(data) for e in invalid)
     by_index = {e["source_index"]: e for e in invalid}
     assert by_index[1]["location"] == "line 2" and "not valid JSON" in by_index[1]["reason"]
-    assert by_index[3]["input_name"] == "question" and "missing or null" in by_index[3]["reason"]
+    assert by_index[3]["input_name"] == "question" and "is missing" in by_index[3]["reason"]
     assert by_index[4]["input_name"] == "question" and "missing or null" in by_index[4]["reason"]
     assert by_index[6]["location"] == "line 7" and "JSON array" in by_index[6]["reason"]
     assert by_index[7]["input_name"] == "answer" and "whitespace only" in by_index[7]["reason"]
@@ -172,7 +172,8 @@ BAD_LINES = [
     ("null-line", "null", True, None, "line is a JSON null, not a JSON object"),
     ("latin1", b'{"question": "caf\xe9"}', True, None, "line is not valid UTF-8: byte 0xe9"),
     ("missing", {"other": 1}, False, "question",
-     "input 'question' (key 'question') is missing or null"),
+     "input 'question' (key 'question') is missing: the row has no key 'question' "
+     "(its keys: 'other')"),
     ("null-value", {"question": None}, False, "question", "is missing or null"),
     ("whitespace", {"question": "  \t\n "}, False, "answer",
      "output 'answer' renders to whitespace only"),
@@ -730,3 +731,21 @@ def test_input_defaults_leave_the_source_columns_as_they_were(tmp_path, capsys, 
         assert [r["extra"] for r in rows] == ["none", "kept"]  # an input of a new name
     prompts = sorted(_content(e["request"]) for e in fake.submitted_requests("openai"))
     assert prompts == ["first -1 never", "second 7 2026-01-01"]  # the defaults fill the prompt
+
+
+def test_a_typod_input_key_is_named_as_the_yaml_keys_fault(tmp_path, capsys):
+    """Every row refused for the same absent key (issue 38's newcomer: ``key: questoin``
+    blamed 1,319 rows): each row's reason names the nearest key of the row, and the
+    summary sends the user to ``processing_params.inputs``, not to the rows."""
+    data = _write_lines(tmp_path, GOOD)
+    cfg = _config(tmp_path, data)
+    cfg["processing_params"]["inputs"][0]["key"] = "questoin"
+    assert _run(tmp_path, cfg, "typo") == 1
+    out = capsys.readouterr().out
+    reasons = {e["reason"] for e in _invalid(tmp_path, "typo")}
+    assert reasons == {
+        "input 'question' (key 'questoin') is missing: the row has no key 'questoin' "
+        "(did you mean 'question'?)"
+    }
+    assert "fix the key of input 'question' in processing_params.inputs, not the rows" in out
+    assert "Fix these rows" not in out
