@@ -500,9 +500,10 @@ def test_verdicts_merge_of_every_outcome(tmp_path, capsys, bedrock_env, s3, mode
     assert "unknown custom_ids: 0" in out and "unreadable lines: 0" in out
 
 
-def test_demo_runs_offline_against_the_fakes(tmp_path, capsys, monkeypatch):
+def test_demo_runs_offline_against_the_fakes(tmp_path, capsys, monkeypatch, caplog):
     """``mmirage demo --provider bedrock``: the fake control plane and moto's S3 in
-    this process, no account; 20 rows (padded to the minimum) merged in order."""
+    this process, no account; 20 rows (padded to the minimum) merged in order. moto's
+    request lines stay out of the demo's output (werkzeug logged each one at INFO)."""
     pytest.importorskip("moto.server")
     from pipelines.cli import main as cli_main
 
@@ -521,6 +522,8 @@ def test_demo_runs_offline_against_the_fakes(tmp_path, capsys, monkeypatch):
     assert all(m["solution"].startswith("FAKE:") and 1 <= m["difficulty"] <= 5 for m in merged)
     assert "rows written:        20" in out
     assert "AWS_ENDPOINT_URL_S3" not in os.environ  # restored
+    noise = [r.getMessage() for r in caplog.records if r.name == "werkzeug"]
+    assert noise == []
 
 
 def test_bodies_of_both_families_images_and_json():

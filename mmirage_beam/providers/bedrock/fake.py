@@ -195,7 +195,7 @@ class BedrockFake:
             RuntimeError: moto is not installed (naming ``pip install 'moto[server]'``).
         """
         try:
-            from moto.server import ThreadedMotoServer
+            from moto.server import DomainDispatcherApplication, create_backend_app
         except ImportError:
             raise RuntimeError(
                 "mmirage demo --provider bedrock runs S3 in-process with moto: "
@@ -203,9 +203,17 @@ class BedrockFake:
             ) from None
         import os
 
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        host, port = server.get_host_and_port()
+        from mmirage_beam.testing.fake_provider.serving import (
+            QuietRequestHandler,
+            serve_in_thread,
+            stop_serving,
+        )
+
+        # moto's S3 app on our quiet werkzeug server: moto's ThreadedMotoServer prints a
+        # request line on stderr per call, in the middle of the demo's output
+        app = DomainDispatcherApplication(create_backend_app)
+        server, thread = serve_in_thread("127.0.0.1", 0, app, QuietRequestHandler, "moto-s3")
+        host, port = "127.0.0.1", server.server_port
         env = {
             "AWS_ACCESS_KEY_ID": "mmirage-demo",
             "AWS_SECRET_ACCESS_KEY": "mmirage-demo-not-a-real-key",
@@ -229,7 +237,7 @@ class BedrockFake:
                 "max_requests_per_chunk": max(self.min_records, rows),
             }
         finally:
-            server.stop()
+            stop_serving(server, thread)
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)

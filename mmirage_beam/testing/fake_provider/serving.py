@@ -4,12 +4,29 @@ and the fakes that live in a provider's package (Vertex AI's) run their werkzeug
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Callable, Optional
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-__all__ = ["serve_in_thread", "stop_serving"]
+__all__ = ["QuietRequestHandler", "serve_in_thread", "stop_serving"]
+
+_LOG = logging.getLogger(__name__)
+
+
+class QuietRequestHandler(WSGIRequestHandler):
+    """Sends Werkzeug's per-request lines to this module's logger at DEBUG (Werkzeug
+    prints them on stderr, one per request, unless told otherwise)."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """Logs the request line at DEBUG."""
+        _LOG.debug("%s %r %s %s", self.address_string(), self.requestline, code, size)
+
+    def log(self, type: str, message: str, *args: Any) -> None:
+        """Logs Werkzeug's messages (info at DEBUG, others at WARNING)."""
+        level = logging.DEBUG if type == "info" else logging.WARNING
+        _LOG.log(level, "%s - " + message.rstrip(), self.address_string(), *args)
 
 
 def serve_in_thread(
