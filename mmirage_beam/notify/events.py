@@ -161,7 +161,7 @@ def snapshot_of(
     )
     budget = any(s.progress and s.progress.error_code == BUDGET_ERROR_CODE for s in mine)
     batch_failed = any(s.is_failure for s in mine)
-    merged = _merge_of(store, run_id, running)
+    merged = _merge_of(base, run_id, running, statuses)
     cfg = shlex.quote(config_arg) if config_arg else "C.yaml"
     if merged is not None:
         stats = merged.stats or {}
@@ -200,13 +200,27 @@ def snapshot_of(
     return _with_next_command(snapshot, cfg, advice, merged)
 
 
-def _merge_of(store: RunStore, run_id: str, running: int) -> Optional[MergeRecord]:
-    """The run's merge record once its batches ended (a merge of a running run is never
-    the run's outcome)."""
+def _merge_of(
+    base: str, run_id: str, running: int, statuses: Sequence[BatchStatus]
+) -> Optional[MergeRecord]:
+    """The merge record that holds the run once its batches ended (a merge of a running
+    run is never the run's outcome): its own, else that of the run it resubmits (up its
+    chain, by the receipts' ``parent_run_id`` in ``statuses``) when that merge took it
+    in. A resubmission merged with its chain was told ``failed`` from its own batches'
+    counts, with a next command that disagreed with the chain's (issue 38)."""
     if running:
         return None
-    record = store.read_merge_record()
-    return record if record is not None and record.run_id == run_id else None
+    parent = {s.receipt.run_id: s.receipt.record.parent_run_id for s in statuses}
+    current: Optional[str] = run_id
+    seen: set[str] = set()
+    while current and current not in seen:
+        seen.add(current)
+        record = RunStore(base, current).read_merge_record()
+        if record is not None and record.run_id == current:
+            if current == run_id or run_id in (record.runs or ()):
+                return record
+        current = parent.get(current)
+    return None
 
 
 def _tokens_and_cost(
@@ -251,7 +265,8 @@ def _with_next_command(
         command = None  # merged, nothing failed: done
     elif merged is not None:
         errors = shlex.quote(errors_path_for(merged.output_path or "OUT.jsonl"))
-        command = f"mmirage resubmit --config {cfg} --from {errors} --run-id {run}"
+        root = merged.run_id or run  # a resubmission's chain is merged under its root
+        command = f"mmirage resubmit --config {cfg} --from {errors} --run-id {root}"
     else:
         fixes = [line.split("Fix: ", 1)[1] for line in advice if "Fix: " in line]
         command = (

@@ -35,7 +35,9 @@ from tests.webhook_receiver import WebhookReceiver
 RUN = "20261206-120000-abcdef"
 
 
-def _status(status, word, done=None, failed=None, total=10, code=None, detail="", run=RUN, n=0):
+def _status(
+    status, word, done=None, failed=None, total=10, code=None, detail="", run=RUN, n=0, parent=None
+):
     entry = ReceiptEntry(
         provider="openai",
         provider_batch_id=f"batch_{n}",
@@ -46,7 +48,7 @@ def _status(status, word, done=None, failed=None, total=10, code=None, detail=""
         request_count=total,
         submitted_at=None,
         path="x.jsonl",
-        receipt={},
+        receipt={"parent_run_id": parent} if parent else {},
     )
     progress = None
     if status != LOOKUP_FAILED:
@@ -114,6 +116,45 @@ def test_cancel_record_and_merge_record_decide(base, tmp_path):
     )
     store.write_cancel_record(CancelRecord(run_id=RUN))
     assert _events(base, tmp_path, clean) == ["cancelled"]
+
+
+def test_a_resubmission_merged_with_its_chain_takes_the_chains_merge(base, tmp_path):
+    """A resubmission whose own batches failed requests, merged with the run it
+    resubmits (the merge record is the chain root's, naming both runs): its event and
+    next command are the chain's merge's, not its own batches' (issue 38: a late
+    ``failed`` event, and a next command that disagreed with check's)."""
+    child = "20261206-130000-fedcba"
+    again = [_status("completed", "completed", 1, 1, 2, run=child, parent=RUN)]
+    before = snapshot_of(base, child, _config(tmp_path), again, "c.yaml")
+    assert [e.name for e in events_for(before)] == ["failed"]  # not merged yet: its own
+    RunStore(base, RUN).write_merge_record(
+        MergeRecord(
+            RUN, [RUN, child], "/out/m.jsonl", stats={"rows_written": 10, "rows_with_failures": 0}
+        )
+    )
+    snap = snapshot_of(base, child, _config(tmp_path), again, "c.yaml")
+    assert [e.name for e in events_for(snap)] == ["completed"]
+    assert (snap.counted_from, snap.next_command, snap.merged_file) == (
+        "merge",
+        None,
+        "/out/m.jsonl",
+    )
+    RunStore(base, RUN).write_merge_record(
+        MergeRecord(
+            RUN, [RUN, child], "/out/m.jsonl", stats={"rows_written": 10, "rows_with_failures": 1}
+        )
+    )
+    snap = snapshot_of(base, child, _config(tmp_path), again, "c.yaml")
+    assert [e.name for e in events_for(snap)] == ["failed"]
+    assert snap.next_command == (
+        f"mmirage resubmit --config c.yaml --from /out/m.errors.jsonl --run-id {RUN}"
+    )
+    # a merge of the root alone, before the resubmission existed, is not the child's
+    RunStore(base, RUN).write_merge_record(
+        MergeRecord(RUN, [RUN], "/out/m.jsonl", stats={"rows_written": 10, "rows_with_failures": 0})
+    )
+    alone = snapshot_of(base, child, _config(tmp_path), again, "c.yaml")
+    assert alone.counted_from == "provider" and [e.name for e in events_for(alone)] == ["failed"]
 
 
 def test_snapshot_counts_tokens_cost_and_next_command(base, tmp_path):
