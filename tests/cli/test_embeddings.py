@@ -443,3 +443,164 @@ def test_an_added_embedding_output_reuses_the_vectors_already_paid_for(
         assert row["vec"] == embedding_vector(q, DIMS)
         assert row["vec2"] == embedding_vector(f"Topic: {q}", DIMS)
         assert row["mmirage_reused_from"] == {"vec": "first"}
+
+
+# -- provider: vertex (a text embedding model's batch prediction job) --------------------------
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+    """A GCS emulator in its own process, for the module's Vertex AI tests."""
+    from tests.storage_servers import GCSServer, skip_unless_gcs_emulator
+
+    skip_unless_gcs_emulator()
+    server = GCSServer(tmp_path_factory.mktemp("gcs"))
+    server.start()
+    yield server
+    assert server.stop() == [], "the emulator's process group was not reaped"
+
+
+@pytest.fixture
+def vertex(gcs, monkeypatch):
+    """The fake Vertex AI service on the emulator, with the environment a worker needs."""
+    from mmirage_beam.providers.vertex.adapter import TOKEN_ENV_VAR
+    from mmirage_beam.providers.vertex.fake import FakeVertexServer
+
+    for name, value in gcs.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(TOKEN_ENV_VAR, "vertex-test-token")
+    with FakeVertexServer(gcs.endpoint) as fake:
+        yield fake
+
+
+def _vertex(tmp_path, fake, gcs, **extra):
+    extra.setdefault("model", "text-embedding-005")
+    return _embedding_config(
+        tmp_path,
+        "vertex",
+        base_url=fake.base_url,
+        project="mmirage-test",
+        location="us-central1",
+        gcs_staging_uri=gcs.uri("embed"),
+        dimensions=DIMS,
+        **extra,
+    )
+
+
+def test_vertex_embeddings_run_wait_merges_vectors_of_the_requested_dimensions(
+    tmp_path, capsys, vertex, gcs
+):
+    """Jobs made by google-genai's batches.create (vertexai=True) with the embedding
+    model, the dimensions in modelParameters and the custom_id's field named by
+    instanceConfig.keyField; the instances are what the docs show plus that field."""
+    fake = vertex
+    cfg = write_config(tmp_path, _vertex(tmp_path, fake, gcs))
+    out = tmp_path / "merged.jsonl"
+    argv = ["--config", cfg, "--wait", "--retries", "0", "--poll-interval", "0.2"]
+    code = submit_main([*argv, "--output-path", str(out)])
+    text = capsys.readouterr().out
+    assert code == 1, text  # the marked row failed and is named
+
+    questions = _questions()
+    sent = fake.submitted_requests("vertex")
+    assert sorted(e["custom_id"] for e in sent) == [f"vec-text-{i}" for i in range(ROWS)]
+    for entry in sent:
+        i = int(entry["custom_id"].rsplit("-", 1)[1])
+        assert entry["request"] == {"mmirage_id": entry["custom_id"], "content": questions[i]}
+    jobs = fake.jobs()
+    assert len(jobs) == 1
+    job = jobs[0]
+    assert job["model"] == "publishers/google/models/text-embedding-005"
+    assert job["modelParameters"] == {"outputDimensionality": DIMS}
+    assert job["instanceConfig"] == {"keyField": "mmirage_id"}
+    # the predictions file holds documented lines: key (keyField), predictions, status
+    lines = [
+        json.loads(raw)
+        for key in gcs.keys(job["outputInfo"]["gcsOutputDirectory"])
+        for raw in gcs.read(key).splitlines()
+    ]
+    assert len(lines) == ROWS and all("instance" not in x for x in lines)
+    ok = [x for x in lines if x["status"] == ""]
+    assert len(ok) == ROWS - 1
+    for x in ok:
+        emb = x["predictions"][0]["embeddings"]
+        assert len(emb["values"]) == DIMS and emb["statistics"]["token_count"] > 0
+
+    expected = [None if i == FAILED else embedding_vector(q, DIMS) for i, q in enumerate(questions)]
+    merged = _read_jsonl(out)
+    assert [m["source_index"] for m in merged] == list(range(ROWS))
+    for i, m in enumerate(merged):
+        assert m["question"] == questions[i]
+        if i == FAILED:
+            assert m["vec"] is None
+            assert m["mmirage_errors"]["vec"]["type"] == "invalid_request_error"
+            continue
+        assert m["vec"] == expected[i] and "mmirage_errors" not in m
+        assert m["input_tokens"] == len(questions[i].split()) and m["output_tokens"] == 0
+    _check_formats(tmp_path, cfg, expected)
+
+
+@pytest.mark.parametrize(
+    "model, words",
+    [
+        ("claude-haiku-4-5", "Claude model"),
+        ("gemini-embedding-001", "except Gemini embeddings"),
+        ("gemini-2.5-flash", "not a Vertex AI text embedding model"),
+    ],
+)
+def test_vertex_embedding_config_refuses_models_it_cannot_embed_with(tmp_path, model, words):
+    cfg = _embedding_config(
+        tmp_path,
+        "vertex",
+        model=model,
+        project="p",
+        location="us-central1",
+        gcs_staging_uri="gs://b/x",
+    )
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(cfg)
+    assert info.value.key == "processors[0].model" and words in str(info.value), str(info.value)
+
+
+def test_vertex_embedding_config_sets_the_job_kind_and_its_limit(tmp_path):
+    base = {"project": "p", "location": "us-central1", "gcs_staging_uri": "gs://b/x"}
+    config = config_from_dict(_cfg(tmp_path, "vertex", model="text-embedding-005", **base))
+    assert config.processor.embedding_job is True
+    assert config.processor.max_requests_per_chunk == 30_000
+    for extra, key in (
+        ({"max_requests_per_chunk": 30_001}, "max_requests_per_chunk"),
+        ({"embedding_job": True}, "embedding_job"),
+        ({"temperature": 0.5}, "temperature"),
+    ):
+        cfg = _cfg(tmp_path, "vertex", model="text-embedding-005", **base, **extra)
+        with pytest.raises(ConfigError) as info:
+            config_from_dict(cfg)
+        assert info.value.key == f"processors[0].{key}", str(info.value)
+
+
+def test_vertex_embedding_result_lines():
+    from mmirage_beam.providers.vertex.outcomes import normalise_prediction_line
+
+    emb = {"statistics": {"token_count": 4, "truncated": False}, "values": [0.5, -1]}
+    keyed = normalise_prediction_line(
+        {"key": "vec-text-0", "predictions": [{"embeddings": emb}], "status": ""}
+    )
+    assert keyed.custom_id == "vec-text-0" and json.loads(keyed.generated_text) == [0.5, -1.0]
+    assert (keyed.input_tokens, keyed.output_tokens) == (4, 0)
+    # keyField not applied: the echoed instance still names the row
+    echoed = normalise_prediction_line(
+        {
+            "instance": {"mmirage_id": "vec-text-1", "content": "x"},
+            "predictions": [{"embeddings": emb}],
+            "status": "",
+        }
+    )
+    assert echoed.custom_id == "vec-text-1" and echoed.error is None
+    error = json.dumps({"error": {"code": 429, "message": "slow", "status": "RESOURCE_EXHAUSTED"}})
+    failed = normalise_prediction_line({"key": "k", "status": f"Too Many Requests: {error}"})
+    assert failed.error is not None and failed.error.status_code == 429
+    assert failed.error.type == "rate_limit_exceeded"
+    bad = normalise_prediction_line(
+        {"key": "k", "predictions": [{"embeddings": {"values": ["x"]}}], "status": ""}
+    )
+    assert bad.error is not None and bad.error.type == "malformed_response"
