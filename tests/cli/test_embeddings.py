@@ -563,10 +563,15 @@ def test_vertex_embedding_config_refuses_models_it_cannot_embed_with(tmp_path, m
 
 
 def test_vertex_embedding_config_sets_the_job_kind_and_its_limit(tmp_path):
+    from mmirage_beam.costs.prices import batch_price
+
     base = {"project": "p", "location": "us-central1", "gcs_staging_uri": "gs://b/x"}
     config = config_from_dict(_cfg(tmp_path, "vertex", model="text-embedding-005", **base))
     assert config.processor.embedding_job is True
     assert config.processor.max_requests_per_chunk == 30_000
+    # the batch price per million tokens: $0.02 per million characters at ~4 per token
+    price = batch_price("vertex", "text-embedding-005", config.processor)
+    assert (price.input_per_million, price.output_per_million) == (0.08, 0.0)
     for extra, key in (
         ({"max_requests_per_chunk": 30_001}, "max_requests_per_chunk"),
         ({"embedding_job": True}, "embedding_job"),
