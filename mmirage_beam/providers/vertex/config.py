@@ -44,7 +44,9 @@ class VertexBatchConfig(BatchProviderConfig):
 
     Attributes:
         model: the Gemini model (``gemini-2.5-flash``; the SDK makes it
-            ``publishers/google/models/gemini-2.5-flash``).
+            ``publishers/google/models/gemini-2.5-flash``), a Claude model, or with
+            ``output_type: embedding`` outputs a Google text embedding model
+            (``text-embedding-005``; :mod:`~mmirage_beam.providers.vertex.embeddings`).
         project: the Google Cloud project id the jobs run in (required).
         location: the region of the jobs (``us-central1``; required). Input and output
             must be in the same region (Vertex AI batch docs).
@@ -57,6 +59,7 @@ class VertexBatchConfig(BatchProviderConfig):
             use leaves it unset (``https://<location>-aiplatform.googleapis.com``).
         api_version: the REST version (default ``v1``).
         timeout_seconds: optional per-call timeout of the SDK client.
+        embedding_job: set by :meth:`for_outputs` for embedding outputs (never in YAML).
 
     Credentials are Google's Application Default Credentials (``gcloud auth
     application-default login``, a service account, the metadata server); only a fake
