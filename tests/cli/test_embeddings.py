@@ -443,3 +443,177 @@ def test_an_added_embedding_output_reuses_the_vectors_already_paid_for(
         assert row["vec"] == embedding_vector(q, DIMS)
         assert row["vec2"] == embedding_vector(f"Topic: {q}", DIMS)
         assert row["mmirage_reused_from"] == {"vec": "first"}
+
+
+# -- provider: vertex (a text embedding model's batch prediction job) --------------------------
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+    """A GCS emulator in its own process, for the module's Vertex AI tests."""
+    from tests.storage_servers import GCSServer, skip_unless_gcs_emulator
+
+    skip_unless_gcs_emulator()
+    server = GCSServer(tmp_path_factory.mktemp("gcs"))
+    server.start()
+    yield server
+    assert server.stop() == [], "the emulator's process group was not reaped"
+
+
+@pytest.fixture
+def vertex(gcs, monkeypatch):
+    """The fake Vertex AI service on the emulator, with the environment a worker needs."""
+    from mmirage_beam.providers.vertex.adapter import TOKEN_ENV_VAR
+    from mmirage_beam.providers.vertex.fake import FakeVertexServer
+
+    for name, value in gcs.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(TOKEN_ENV_VAR, "vertex-test-token")
+    with FakeVertexServer(gcs.endpoint) as fake:
+        yield fake
+
+
+def _vertex(tmp_path, fake, gcs, **extra):
+    extra.setdefault("model", "text-embedding-005")
+    return _embedding_config(
+        tmp_path,
+        "vertex",
+        base_url=fake.base_url,
+        project="mmirage-test",
+        location="us-central1",
+        gcs_staging_uri=gcs.uri("embed"),
+        dimensions=DIMS,
+        **extra,
+    )
+
+
+def test_vertex_embeddings_run_wait_merges_vectors_of_the_requested_dimensions(
+    tmp_path, capsys, vertex, gcs
+):
+    """Jobs made by google-genai's batches.create (vertexai=True) with the embedding
+    model, the dimensions in modelParameters and the custom_id's field named by
+    instanceConfig.keyField; the instances are what the docs show plus that field. One
+    row is rate-limited once (a 429 in its line's status), re-sent by the cycle in a
+    second job, so every row has its vector and Parquet's column is fixed-size."""
+    fake = vertex
+    cfg_dict = _vertex(tmp_path, fake, gcs, failed=None)
+    questions = _questions(None)
+    questions[FAILED] += " FAKE_ERROR:flaky"
+    rows = Path(cfg_dict["loading_params"]["datasets"][0]["path"])
+    rows.write_text("".join(json.dumps({"question": q}) + "\n" for q in questions), "utf-8")
+    cfg = write_config(tmp_path, cfg_dict)
+    out = tmp_path / "merged.jsonl"
+    argv = ["--config", cfg, "--wait", "--retries", "1", "--poll-interval", "0.2"]
+    code = submit_main([*argv, "--output-path", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+
+    sent = fake.submitted_requests("vertex")
+    ids = sorted(e["custom_id"] for e in sent)
+    assert ids == sorted([f"vec-text-{i}" for i in range(ROWS)] + [f"vec-text-{FAILED}"])
+    for entry in sent:
+        i = int(entry["custom_id"].rsplit("-", 1)[1])
+        assert entry["request"] == {"mmirage_id": entry["custom_id"], "content": questions[i]}
+    jobs = fake.jobs()
+    assert len(jobs) == 2  # the first, then the re-sent row's
+    lines = []
+    for job in jobs:
+        assert job["model"] == "publishers/google/models/text-embedding-005"
+        assert job["modelParameters"] == {"outputDimensionality": DIMS}
+        assert job["instanceConfig"] == {"keyField": "mmirage_id"}
+        lines += [
+            json.loads(raw)
+            for key in gcs.keys(job["outputInfo"]["gcsOutputDirectory"])
+            for raw in gcs.read(key).splitlines()
+        ]
+    # the predictions files hold documented lines: key (keyField), predictions, status
+    assert len(lines) == ROWS + 1 and all("instance" not in x for x in lines)
+    (limited,) = [x for x in lines if x["status"]]
+    assert limited["key"] == f"vec-text-{FAILED}" and '"code": 429' in limited["status"]
+    for x in lines:
+        if not x["status"]:
+            emb = x["predictions"][0]["embeddings"]
+            assert len(emb["values"]) == DIMS and emb["statistics"]["token_count"] > 0
+
+    expected = [embedding_vector(q, DIMS) for q in questions]
+    merged = _read_jsonl(out)
+    assert [m["source_index"] for m in merged] == list(range(ROWS))
+    for i, m in enumerate(merged):
+        assert m["question"] == questions[i]
+        assert m["vec"] == expected[i] and "mmirage_errors" not in m
+        assert m["input_tokens"] == len(questions[i].split()) and m["output_tokens"] == 0
+    _check_formats(tmp_path, cfg, expected)  # Parquet and HF: fixed-size list<float32>[16]
+
+
+@pytest.mark.parametrize(
+    "model, words",
+    [
+        ("claude-haiku-4-5", "Claude model"),
+        ("gemini-embedding-001", "except Gemini embeddings"),
+        ("gemini-2.5-flash", "not a Vertex AI text embedding model"),
+    ],
+)
+def test_vertex_embedding_config_refuses_models_it_cannot_embed_with(tmp_path, model, words):
+    cfg = _embedding_config(
+        tmp_path,
+        "vertex",
+        model=model,
+        project="p",
+        location="us-central1",
+        gcs_staging_uri="gs://b/x",
+    )
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(cfg)
+    assert info.value.key == "processors[0].model" and words in str(info.value), str(info.value)
+
+
+def test_vertex_embedding_config_sets_the_job_kind_and_its_limit(tmp_path):
+    from mmirage_beam.costs.prices import batch_price
+
+    base = {"project": "p", "location": "us-central1", "gcs_staging_uri": "gs://b/x"}
+    config = config_from_dict(_cfg(tmp_path, "vertex", model="text-embedding-005", **base))
+    assert config.processor.embedding_job is True
+    assert config.processor.max_requests_per_chunk == 30_000
+    # the batch price per million tokens: $0.02 per million characters at ~4 per token
+    price = batch_price("vertex", "text-embedding-005", config.processor)
+    assert (price.input_per_million, price.output_per_million) == (0.08, 0.0)
+    for extra, key in (
+        ({"max_requests_per_chunk": 30_001}, "max_requests_per_chunk"),
+        ({"embedding_job": True}, "embedding_job"),
+        ({"temperature": 0.5}, "temperature"),
+    ):
+        cfg = _cfg(tmp_path, "vertex", model="text-embedding-005", **base, **extra)
+        with pytest.raises(ConfigError) as info:
+            config_from_dict(cfg)
+        assert info.value.key == f"processors[0].{key}", str(info.value)
+
+
+def test_vertex_embedding_result_lines():
+    from mmirage_beam.providers.vertex.outcomes import normalise_prediction_line
+
+    emb = {"statistics": {"token_count": 4, "truncated": False}, "values": [0.5, -1]}
+    keyed = normalise_prediction_line(
+        {"key": "vec-text-0", "predictions": [{"embeddings": emb}], "status": ""}
+    )
+    assert keyed.custom_id == "vec-text-0" and json.loads(keyed.generated_text) == [0.5, -1.0]
+    assert (keyed.input_tokens, keyed.output_tokens) == (4, 0)
+    # keyField not applied: the echoed instance still names the row
+    echoed = normalise_prediction_line(
+        {
+            "instance": {"mmirage_id": "vec-text-1", "content": "x"},
+            "predictions": [{"embeddings": emb}],
+            "status": "",
+        }
+    )
+    assert echoed.custom_id == "vec-text-1" and echoed.error is None
+    error = json.dumps({"error": {"code": 429, "message": "slow", "status": "RESOURCE_EXHAUSTED"}})
+    failed = normalise_prediction_line({"key": "k", "status": f"Too Many Requests: {error}"})
+    assert failed.error is not None and failed.error.status_code == 429
+    assert failed.error.type == "rate_limit_exceeded"
+    error = json.dumps({"error": {"code": 400, "message": "no", "status": "INVALID_ARGUMENT"}})
+    refused = normalise_prediction_line({"key": "k", "status": f"Bad Request: {error}"})
+    assert refused.error is not None and refused.error.type == "invalid_request_error"
+    bad = normalise_prediction_line(
+        {"key": "k", "predictions": [{"embeddings": {"values": ["x"]}}], "status": ""}
+    )
+    assert bad.error is not None and bad.error.type == "malformed_response"

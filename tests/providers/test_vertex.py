@@ -622,3 +622,40 @@ def test_exact_tokens_come_from_vertex_count_tokens(vertex, gcs):
     claude = _config(fake, gcs, model="claude-haiku-4-5")
     assert adapter.exact_token_counter(claude) is None
     adapter.teardown()
+
+
+def test_the_fake_embeds_text_embedding_instances_and_refuses_bad_ones(vertex, gcs):
+    """A text embedding job through the SDK's batches.create: without
+    ``instanceConfig.keyField`` the output echoes ``instance`` and an extra instance field
+    is a failed row (the fake's strictness); a bad ``outputDimensionality`` is a 400."""
+    from google.genai import errors
+
+    client = _client(vertex)
+    lines = [
+        json.dumps({"content": "a question"}).encode() + b"\n",
+        json.dumps({"content": "b", "mmirage_id": "x"}).encode() + b"\n",
+        json.dumps({"content": "c FAKE_ERROR:server_error"}).encode() + b"\n",
+    ]
+    src = _put(gcs, "embed/plain.jsonl", lines)
+    extra = {"modelParameters": {"outputDimensionality": 4}}
+    config = {"dest": gcs.uri("e1"), "http_options": {"extra_body": extra}}
+    job = client.batches.create(model="text-embedding-005", src=src, config=config)
+    job = client.batches.get(name=job.name)
+    assert (job.completion_stats.successful_count, job.completion_stats.failed_count) == (1, 2)
+    rows = [
+        json.loads(x)
+        for k in gcs.keys(job.output_info.gcs_output_directory)
+        for x in gcs.read(k).splitlines()
+    ]
+    by_content = {r["instance"]["content"]: r for r in rows}
+    ok = by_content["a question"]
+    assert ok["status"] == "" and len(ok["predictions"][0]["embeddings"]["values"]) == 4
+    assert (
+        "'mmirage_id'" in by_content["b"]["status"] and '"code": 400' in by_content["b"]["status"]
+    )
+    assert '"code": 500' in by_content["c FAKE_ERROR:server_error"]["status"]
+    bad = {"dest": gcs.uri("e2"), "http_options": {"extra_body": {"modelParameters": {}}}}
+    bad["http_options"]["extra_body"]["modelParameters"]["outputDimensionality"] = 0
+    with pytest.raises(errors.ClientError) as info:
+        client.batches.create(model="text-embedding-005", src=src, config=bad)
+    assert info.value.code == 400

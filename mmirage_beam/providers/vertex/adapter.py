@@ -61,6 +61,7 @@ from mmirage_beam.providers.gemini.requests import generate_content_request
 from mmirage_beam.providers.gemini.tokens import count_gemini_request
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.providers.uploads import FileUploadAdapter
+from mmirage_beam.providers.vertex import embeddings
 from mmirage_beam.providers.vertex.config import VertexBatchConfig
 from mmirage_beam.providers.vertex.outcomes import (
     ID_LABEL,
@@ -69,7 +70,7 @@ from mmirage_beam.providers.vertex.outcomes import (
     normalise_prediction_line,
 )
 from mmirage_beam.records import ProviderResult
-from mmirage_beam.results import results_from_lines
+from mmirage_beam.results import EMBEDDING, results_from_lines
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -262,12 +263,16 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
         if "custom_id" in request:
             body = request.get("request")
             return count_anthropic_request({"params": body}, model)
+        if "request" not in request:  # a text embedding instance
+            return embeddings.count_embedding_instance(request)
         return count_gemini_request(request, model)
 
     def exact_token_counter(self, config: VertexBatchConfig) -> Optional[VertexExactCounter]:
         """Gemini: Vertex AI's free ``countTokens`` (:class:`VertexExactCounter`); Claude:
-        none (the offline estimate is kept)."""
-        return None if is_claude(config.model) else VertexExactCounter(config)
+        none, nor for embeddings jobs (the offline estimate is kept)."""
+        if is_claude(config.model) or getattr(config, "embedding_job", False):
+            return None
+        return VertexExactCounter(config)
 
     # -- requests -------------------------------------------------------------------------
     def build_request(
@@ -275,12 +280,16 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
     ) -> Dict[str, Any]:
         """``{"request": {"labels", "contents", "generation_config"?}}``: the Gemini
         adapter's request, with the custom_id in ``labels``
-        (:func:`~mmirage_beam.providers.vertex.outcomes.id_labels`).
+        (:func:`~mmirage_beam.providers.vertex.outcomes.id_labels`); an embedding
+        output's line is a text embedding instance ``{"mmirage_id", "content"}``
+        (:func:`~mmirage_beam.providers.vertex.embeddings.embedding_instance`).
 
         Raises:
             mmirage_beam.errors.RequestBuildError: as the Gemini adapter's (an image by
                 URL, of a refused type, or over 20 MB inline).
         """
+        if payload.get("output_type") == EMBEDDING:  # a text embedding model's instance
+            return embeddings.embedding_instance(custom_id, payload)
         if is_claude(config.model):
             return {"custom_id": custom_id, "request": self._claude_body(payload, config)}
         # the labels first: a result line cut short still names its row
@@ -306,7 +315,9 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
 
     def request_without_id(self, request: Dict[str, Any]) -> Dict[str, Any]:
         """The line without the labels that carry its custom_id (Claude: without its
-        ``custom_id``)."""
+        ``custom_id``; an embedding instance: without its ``mmirage_id``)."""
+        if "request" not in request and embeddings.ID_FIELD in request:
+            return embeddings.instance_without_id(request)
         if "custom_id" in request:
             return {k: v for k, v in request.items() if k != "custom_id"}
         body = dict(request.get("request") or {})
@@ -341,18 +352,23 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
         self, chunk_id: str, uploaded: Any, config: VertexBatchConfig
     ) -> SubmittedBatch:
         """``batches.create`` from the staged file, the job named :func:`display_name`
-        (what :meth:`find_batch` looks for), its output under :func:`output_prefix`.
+        (what :meth:`find_batch` looks for), its output under :func:`output_prefix`; an
+        embeddings job adds ``instanceConfig`` and ``modelParameters`` to the body
+        (:func:`~mmirage_beam.providers.vertex.embeddings.create_config`).
 
         Raises:
             google.genai.errors.APIError: a non-retryable answer (e.g. 400).
         """
+        job_config: Dict[str, Any] = {
+            "display_name": display_name(self.run_id, chunk_id),
+            "dest": output_prefix(config, self.run_id, chunk_id),
+        }
+        if getattr(config, "embedding_job", False):  # keyField, outputDimensionality
+            job_config = embeddings.create_config(
+                job_config["display_name"], job_config["dest"], config.dimensions
+            )
         job = self._client.batches.create(
-            model=job_model(config.model),
-            src=str(uploaded),
-            config={
-                "display_name": display_name(self.run_id, chunk_id),
-                "dest": output_prefix(config, self.run_id, chunk_id),
-            },
+            model=job_model(config.model), src=str(uploaded), config=job_config
         )
         submitted = self.submitted_batch(_job_dict(job))
         return dataclasses.replace(
@@ -471,7 +487,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
                 lines,
                 normalise_prediction_line,
                 f"predictions file {path} of batch {provider_batch_id}",
-                id_key="custom_id" if is_claude(config.model) else ID_LABEL,
+                id_key=_id_key(config),
             )
 
 
@@ -479,3 +495,10 @@ def _job_dict(job: Any) -> Dict[str, Any]:
     raw = job.model_dump(mode="json", exclude_none=True)
     raw.pop("sdk_http_response", None)
     return raw
+
+
+def _id_key(config: VertexBatchConfig) -> str:
+    """The field a damaged predictions line's custom_id is read from."""
+    if getattr(config, "embedding_job", False):
+        return "key"  # instanceConfig.keyField's output field
+    return "custom_id" if is_claude(config.model) else ID_LABEL

@@ -12,9 +12,10 @@ were read.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar, Collection, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.config import BatchProviderConfig, check_range
@@ -43,7 +44,9 @@ class VertexBatchConfig(BatchProviderConfig):
 
     Attributes:
         model: the Gemini model (``gemini-2.5-flash``; the SDK makes it
-            ``publishers/google/models/gemini-2.5-flash``).
+            ``publishers/google/models/gemini-2.5-flash``), a Claude model, or with
+            ``output_type: embedding`` outputs a Google text embedding model
+            (``text-embedding-005``; :mod:`~mmirage_beam.providers.vertex.embeddings`).
         project: the Google Cloud project id the jobs run in (required).
         location: the region of the jobs (``us-central1``; required). Input and output
             must be in the same region (Vertex AI batch docs).
@@ -56,6 +59,7 @@ class VertexBatchConfig(BatchProviderConfig):
             use leaves it unset (``https://<location>-aiplatform.googleapis.com``).
         api_version: the REST version (default ``v1``).
         timeout_seconds: optional per-call timeout of the SDK client.
+        embedding_job: set by :meth:`for_outputs` for embedding outputs (never in YAML).
 
     Credentials are Google's Application Default Credentials (``gcloud auth
     application-default login``, a service account, the metadata server); only a fake
@@ -68,6 +72,10 @@ class VertexBatchConfig(BatchProviderConfig):
     PROVIDER_MAX_REQUESTS_PER_BATCH: ClassVar[Optional[int]] = MAX_REQUESTS_PER_JOB
     PROVIDER_MAX_BATCH_BYTES: ClassVar[Optional[int]] = MAX_FILE_BYTES
     PROVIDER_LIMITS_SOURCE: ClassVar[str] = LIMITS_SOURCE
+    #: embeddings jobs: a ``batchPredictionJobs`` job of a text embedding model
+    #: (:mod:`~mmirage_beam.providers.vertex.embeddings`), for output_type: embedding
+    EMBEDDINGS_ENDPOINT: ClassVar[Optional[str]] = "batchPredictionJobs"
+    CHAT_ONLY_KEYS: ClassVar[tuple[str, ...]] = ("max_tokens", "temperature", "top_p")
 
     provider: str = "vertex"
     model: str = "gemini-2.5-flash"
@@ -80,6 +88,46 @@ class VertexBatchConfig(BatchProviderConfig):
     base_url: Optional[str] = None
     api_version: str = DEFAULT_API_VERSION
     timeout_seconds: Optional[float] = None
+    #: set by :meth:`for_outputs` for ``output_type: embedding`` outputs (never in YAML):
+    #: the jobs embed (:mod:`~mmirage_beam.providers.vertex.embeddings`)
+    embedding_job: bool = False
+
+    def for_outputs(self, embedding: bool, given: Collection[str]) -> VertexBatchConfig:
+        """:meth:`BatchProviderConfig.for_outputs`; for embedding outputs the model is
+        checked (:func:`~mmirage_beam.providers.vertex.embeddings.check_embedding_model`)
+        and the copy has :attr:`embedding_job` set and at most
+        :data:`~mmirage_beam.providers.vertex.embeddings.MAX_PROMPTS_PER_JOB` requests
+        per chunk (the embeddings jobs' limit).
+
+        Raises:
+            ConfigError: naming the key (see the base class; ``embedding_job``;
+                ``model``: a Claude, Gemini or other model that is not a text embedding
+                model; ``max_requests_per_chunk`` above 30,000).
+        """
+        from mmirage_beam.providers.vertex.embeddings import (
+            BATCH_EMBEDDINGS_DOC,
+            MAX_PROMPTS_PER_JOB,
+            check_embedding_model,
+        )
+
+        if "embedding_job" in given:
+            raise ConfigError(
+                "embedding_job", "is set by output_type: embedding outputs, not in the config"
+            )
+        checked = super().for_outputs(embedding, given)
+        if not embedding:
+            return checked
+        check_embedding_model(self.model)
+        cap = self.max_requests_per_chunk
+        if cap is not None and cap > MAX_PROMPTS_PER_JOB:
+            raise ConfigError(
+                "max_requests_per_chunk",
+                f"{cap} is above the {MAX_PROMPTS_PER_JOB} prompts a Vertex AI batch "
+                f"embeddings job takes ({BATCH_EMBEDDINGS_DOC})",
+            )
+        return dataclasses.replace(
+            checked, embedding_job=True, max_requests_per_chunk=cap or MAX_PROMPTS_PER_JOB
+        )
 
     def __post_init__(self) -> None:
         super().__post_init__()

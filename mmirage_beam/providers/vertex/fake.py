@@ -11,8 +11,10 @@ Routes (``<v>`` is ``v1`` or ``v1beta1``; google-genai ``batches.py``: ``batchPr
   the job (``JOB_STATE_PENDING``), its input read from the emulator at once. Gemini
   (``publishers/google/models/...``) and Claude (``publishers/anthropic/models/...``:
   lines ``{"custom_id", "request": Anthropic params with anthropic_version}``, answers
-  ``{"custom_id", "status", "request", "response": Message}``) models are emulated; a
-  BigQuery source or destination is a 400.
+  ``{"custom_id", "status", "request", "response": Message}``) models are emulated, and
+  Google's text embedding models (``text-embedding-005``...: instance lines, the body's
+  ``modelParameters`` and ``instanceConfig``,
+  :mod:`~mmirage_beam.providers.vertex.fake_embeddings`); a BigQuery source or destination is a 400.
 - ``GET .../batchPredictionJobs/{id}``; ``GET .../batchPredictionJobs?pageSize=&pageToken=&filter=``
   (newest first; the only filter understood is ``display_name="..."``, anything else is
   a 400 naming it); ``POST .../batchPredictionJobs/{id}:cancel`` (``{}``; 400
@@ -76,6 +78,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
 from werkzeug.wrappers import Request, Response
 
+from mmirage_beam.providers.vertex import fake_embeddings
 from mmirage_beam.testing.fake_provider import lifecycle, scripting
 from mmirage_beam.testing.fake_provider.answers import make_answer
 from mmirage_beam.testing.fake_provider.gemini_bodies import (
@@ -338,6 +341,10 @@ class FakeVertexServer:
             raise _error(
                 400, f"model {model!r}: only Gemini and Claude publisher models are emulated."
             )
+        embedding_job = fake_embeddings.is_text_embedding(model)
+        refusal = fake_embeddings.check_job(body) if embedding_job else None
+        if refusal:
+            raise _error(400, refusal)
         display = body.get("displayName")
         if not isinstance(display, str) or not display:
             raise _error(400, "displayName: required.")
@@ -369,6 +376,10 @@ class FakeVertexServer:
                 "inputConfig": source,
                 "outputConfig": dest,
             }
+            if embedding_job:  # a text embedding job's settings
+                for name in ("modelParameters", "instanceConfig"):
+                    if name in body:
+                        self._jobs[batch.id][name] = body[name]
             try:
                 if missing:
                     batch.errors = [{"code": 5, "message": f"Input file not found: {missing}"}]
@@ -409,6 +420,13 @@ class FakeVertexServer:
         return self._gcs
 
     def _process(self, batch: Batch, content: bytes) -> list[Item]:
+        if fake_embeddings.is_text_embedding(str(batch.model)):
+
+            def fail_job(message: str) -> None:
+                batch.errors = [{"code": 3, "message": message}]
+
+            job = self._jobs[batch.id]
+            return fake_embeddings.embedding_items(self._store, batch, content, job, fail_job)
         items: list[Item] = []
         for number, raw in enumerate(content.split(b"\n"), start=1):
             if not raw.strip():
@@ -688,6 +706,7 @@ class FakeVertexServer:
             "createTime": rfc3339(batch.created),
             "updateTime": rfc3339(now),
         }
+        out.update({k: job[k] for k in ("modelParameters", "instanceConfig") if k in job})
         if state != "JOB_STATE_PENDING":
             out["startTime"] = rfc3339(batch.created + batch.delay_secs / 3)
         if state in _TERMINAL:

@@ -31,6 +31,7 @@ from typing import Any, Dict, Mapping
 
 from mmirage_beam.providers.anthropic.adapter import normalise_result as _claude_line
 from mmirage_beam.providers.gemini.outcomes import normalise_result_line as _gemini_line
+from mmirage_beam.providers.vertex.embeddings import is_embedding_line, normalise_embedding_line
 from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import MalformedResult
 
@@ -107,11 +108,13 @@ def normalise_prediction_line(line: Any) -> ProviderResult:
 
     A Claude line (``{"custom_id", "request", "response": Message, "status"}``: Vertex AI
     "Batch predictions with Anthropic Claude models", whose input lines carry a
-    ``custom_id``) is read by :func:`_claude_prediction`. Otherwise the custom_id comes
-    from the echoed ``request.labels`` (:func:`id_from_labels`); a non-empty ``status``
-    is the row's error (its HTTP code typed as the Gemini adapter types it; no code:
-    ``unknown_error``), else ``response`` (a ``GenerateContentResponse``) is read by the
-    Gemini adapter's
+    ``custom_id``) is read by :func:`_claude_prediction`; a text embedding line (``key``
+    or ``instance``, ``predictions``) by
+    :func:`~mmirage_beam.providers.vertex.embeddings.normalise_embedding_line`. Otherwise
+    the custom_id comes from the echoed ``request.labels`` (:func:`id_from_labels`); a
+    non-empty ``status`` is the row's error (its HTTP code typed as the Gemini adapter
+    types it; no code: ``unknown_error``), else ``response`` (a
+    ``GenerateContentResponse``) is read by the Gemini adapter's
     :func:`~mmirage_beam.providers.gemini.outcomes.normalise_result_line`.
 
     Raises:
@@ -121,6 +124,8 @@ def normalise_prediction_line(line: Any) -> ProviderResult:
         raise MalformedResult(f"a JSON {type(line).__name__}, not an object")
     if "custom_id" in line:
         return _claude_prediction(line)
+    if is_embedding_line(line):
+        return normalise_embedding_line(line, _status_result)
     request = line.get("request")
     if not isinstance(request, dict):
         raise MalformedResult("no echoed 'request'")
@@ -132,6 +137,15 @@ def normalise_prediction_line(line: Any) -> ProviderResult:
             return ProviderResult(cid, error=ResultError("unknown_error", status, None))
         return _gemini_line({"key": cid, "error": error})
     return _gemini_line({"key": cid, "response": line.get("response")})
+
+
+def _status_result(cid: str, status: str) -> ProviderResult:
+    """A failed row's result from its ``status`` text, typed by its HTTP code as the
+    Gemini adapter types it (no code: ``unknown_error``)."""
+    error = _status_error(status)
+    if error.get("code") is None:
+        return ProviderResult(cid, error=ResultError("unknown_error", status, None))
+    return _gemini_line({"key": cid, "error": error})
 
 
 def _claude_prediction(line: Dict[str, Any]) -> ProviderResult:
