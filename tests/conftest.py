@@ -299,6 +299,7 @@ SLOW_FILES_SECS = {
     "test_merge_golden.py": 75,
     "test_check.py": 60,
     "test_vertex.py": 60,  # run alone, 2026-12-06: a GCS emulator and 18 tests
+    "test_embeddings.py": 60,  # a run --wait per provider + Vertex on a GCS emulator
     "test_submit_e2e.py": 56,
     "test_credentials.py": 56,
     "test_anthropic_adoption.py": 55,
