@@ -70,6 +70,7 @@ __all__ = [
     "begin",
     "finish",
     "estimate_file",
+    "told_estimate",
     "announce_estimate",
     "reported_usage",
     "CountProgress",
@@ -91,6 +92,7 @@ _FIRST_SEEN: dict[str, float] = {}  # monotonic time of each counter's first cou
 _TOTALS: dict[str, Optional[int]] = {}  # None: the total is not known ("of ?")
 _STATE: dict[str, Any] = {"thread": None, "started": 0.0, "active": False}
 _JOB: dict[str, Any] = {}  # the launcher's job: price, estimate file, display (begin())
+_TOLD: dict[str, Optional[str]] = {}  # the estimate the launcher's job logged (kept after finish())
 
 
 def interval_secs() -> float:
@@ -216,6 +218,7 @@ def begin(options: Any = None, stream: Any = None) -> None:
     live = mode not in ("lines", "off") and tty and runs_in_process(options)
     with _LOCK:
         _JOB.update(launcher=True, told=False, quiet=mode == "off")
+        _TOLD["text"] = None
         if live:
             _JOB["bar"] = LiveBar(stream)
         _ensure_thread()
@@ -273,6 +276,7 @@ def announce_estimate(
         here = bool(_JOB.get("launcher"))
         if here:
             _JOB["told"] = True
+            _TOLD["text"] = text
     if not here and path and _exists(path + _LISTENING):
         _write_text(path, text)
     else:
@@ -315,7 +319,18 @@ def _announce_from_file(force: bool = False) -> None:  # holding _LOCK, in the l
         return
     if text:
         _JOB["told"] = True
+        _TOLD["text"] = text
         _LOG.info("%s", text)
+
+
+def told_estimate() -> Optional[list[str]]:
+    """The estimate lines (:func:`mmirage_beam.costs.report.estimate_lines`) this
+    launcher logged before the job's first batch, None when it logged none."""
+    with _LOCK:
+        text = _TOLD.get("text")
+    if not text:
+        return None
+    return text.removeprefix("before submitting: ").split("\n")
 
 
 # --------------------------------------------------------------------------------------

@@ -313,10 +313,15 @@ def submit_summary_lines(
 
 
 def estimate_summary_lines(
-    stats: Mapping[str, int], provider_config: Any, dry_run: bool
+    stats: Mapping[str, int],
+    provider_config: Any,
+    dry_run: bool,
+    told: Optional[Sequence[str]] = None,
 ) -> list[str]:
     """The tokens and estimated cost of what the job sent, a resume's "sent now" line
-    before them, then what reused answers saved."""
+    before them, then what reused answers saved. When ``told`` (the lines logged before
+    the first batch, :func:`mmirage_beam.progress.counters.told_estimate`) are the same
+    estimate, one line says so with the total instead of printing them twice."""
     lines: list[str] = []
     already = stats.get("requests_not_selected", 0)
     estimate = estimate_lines(sent_stats(stats), provider_config)  # what is sent
@@ -328,6 +333,11 @@ def estimate_summary_lines(
         )
         if not now:
             estimate = ["tokens and estimated cost: nothing sent now ($0)"]
+    if estimate and estimate == told and len(estimate) > 2:
+        # the same lines were logged before the first batch: say so, keep the total (or
+        # the one output's line) and what follows it (the max_enqueued_tokens warning)
+        at = next((i for i, x in enumerate(estimate) if x.startswith("  total: ")), 2)
+        estimate = ["tokens and estimated cost (as logged before submitting):", *estimate[at:]]
     lines += estimate
     lines += savings_lines(stats, provider_config, dry_run)
     return lines

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.config.validation import check_notify_secrets
 from mmirage_beam.errors import ConfigError, MmirageError
+from mmirage_beam.progress.counters import told_estimate
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.run import plans, reports
 from mmirage_beam.run.layout import receipts_base
@@ -358,7 +359,9 @@ def finish_run(
     invalid = reports.InvalidRows.read(job_plan.invalid_rows_path)
     skipping = bool(flags.skip_invalid_rows or start.config.execution.skip_invalid_rows)
     summary = reports.submit_summary_lines(job_plan, stats, written, invalid, skipping)
-    estimate = reports.estimate_summary_lines(stats, start.config.processor, flags.dry_run)
+    estimate = reports.estimate_summary_lines(
+        stats, start.config.processor, flags.dry_run, told_estimate()
+    )
     read = stats.get("rows_read", 0) + stats.get("row_errors", 0)
     if read == 0 and start.config.num_shards == 1:  # an empty source (a shard may be empty)
         text = reports.nothing_read_message(run_id, start.config.datasets, flags.dry_run)
