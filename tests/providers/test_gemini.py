@@ -451,3 +451,112 @@ def test_both_api_versions_are_served_beside_openai_v1(fake_provider, api_versio
     assert [b.id for b in oai.batches.list()] == [batch.id]
     counts = fake.call_counts()
     assert counts["gemini_batches_get"] >= 1 and counts["batches_retrieve"] == 1
+
+
+# -- inline batches, files.list / files.delete, the download path ---------------------------
+
+
+def _inline(text, **extra):
+    return {"contents": [{"role": "user", "parts": [{"text": text}]}], **extra}
+
+
+def test_sdk_inline_batch_runs_the_state_machine_and_answers_in_order():
+    """batches.create(src=[InlinedRequest]) as google-genai sends it: PENDING, RUNNING,
+    then SUCCEEDED with dest.inlined_responses in request order, each with its metadata;
+    a FAKE_ERROR marker fails its request exactly as the same line of a file does."""
+    from google.genai import types
+
+    from mmirage_beam.testing import FakeProviderServer
+
+    clock = [1000.0]
+    texts = ["one two", "x FAKE_ERROR:invalid_request", "y FAKE_ERROR:server_error", "three"]
+    with FakeProviderServer(processing_delay_secs=30, clock=lambda: clock[0]) as fake:
+        client = _client(fake)
+        src = [_inline(t, metadata={"row": str(i)}) for i, t in enumerate(texts)]
+        job = client.batches.create(model="gemini-2.5-flash", src=src)
+        assert job.state.name == "JOB_STATE_PENDING" and job.dest is None
+        clock[0] += 15
+        assert client.batches.get(name=job.name).state.name == "JOB_STATE_RUNNING"
+        clock[0] += 16
+        done = client.batches.get(name=job.name)
+        assert done.state.name == "JOB_STATE_SUCCEEDED" and done.dest.file_name is None
+        answers = done.dest.inlined_responses
+        assert [a.metadata for a in answers] == [{"row": str(i)} for i in range(4)]
+        assert answers[0].response.usage_metadata.prompt_token_count == 2
+        assert answers[0].response.text and answers[3].response.text
+        assert (answers[1].error.code, answers[2].error.code) == (400, 500)
+        assert answers[1].response is None and answers[2].response is None
+        # the same requests in a file: the same outcomes
+        data = b"".join(_line(f"k{i}", t) for i, t in enumerate(texts))
+        uploaded = client.files.upload(file=io.BytesIO(data), config={"mime_type": "jsonl"})
+        file_job = client.batches.create(model="gemini-2.5-flash", src=uploaded.name)
+        clock[0] += 31
+        lines = client.files.download(file=client.batches.get(name=file_job.name).dest.file_name)
+        by_key = {x["key"]: x for x in (json.loads(r) for r in lines.split(b"\n") if r)}
+        for i, answer in enumerate(answers):
+            line = by_key[f"k{i}"]
+            if answer.error is None:
+                assert "error" not in line
+                assert types.GenerateContentResponse.model_validate(line["response"]).text == (
+                    answer.response.text
+                )
+            else:
+                assert (answer.error.code, answer.error.message) == (
+                    line["error"]["code"],
+                    line["error"]["message"],
+                )
+        recorded = fake.submitted_requests("gemini")
+        assert [r["request"]["metadata"] for r in recorded[:4]] == [m["metadata"] for m in src]
+        # scripted expiry: no responses, as with a file
+        fake.script(expire_after_requests=1)
+        expired = client.batches.create(model="gemini-2.5-flash", src=src[:2])
+        clock[0] += 31
+        gone = client.batches.get(name=expired.name)
+        assert gone.state.name == "JOB_STATE_EXPIRED" and gone.dest is None
+
+
+def test_inline_requests_over_the_size_limit_or_empty_are_refused(fake_provider, monkeypatch):
+    from google.genai import errors
+
+    from mmirage_beam.testing.fake_provider import gemini
+
+    client = _client(fake_provider)
+    monkeypatch.setattr(gemini, "MAX_INLINE_BYTES", 2000)  # the service's is 20 MB
+    with pytest.raises(errors.ClientError, match="upload a file instead") as big:
+        client.batches.create(model="gemini-2.5-flash", src=[_inline("word " * 500)])
+    assert big.value.code == 400
+    job = client.batches.create(model="gemini-2.5-flash", src=[_inline("small")])
+    assert client.batches.get(name=job.name).dest.inlined_responses[0].response.text
+    with pytest.raises(errors.ClientError, match="model"):
+        client.batches.create(model="no-such-model", src=[_inline("small")])
+
+
+def test_sdk_files_list_and_delete_and_the_download_path(fake_provider):
+    """files.list pages newest first, files.delete forgets the file (404 after), and a
+    generated file's downloadUri (/download/v1beta/...:download?alt=media, the path
+    litellm reads) answers its bytes."""
+    import httpx
+    from google.genai import errors
+
+    client = _client(fake_provider)
+    names = [
+        client.files.upload(file=io.BytesIO(_line(f"k{i}")), config={"mime_type": "jsonl"}).name
+        for i in range(3)
+    ]
+    assert [f.name for f in client.files.list(config={"page_size": 2})] == names[::-1]
+    client.files.delete(name=names[1])
+    assert [f.name for f in client.files.list()] == [names[2], names[0]]
+    with pytest.raises(errors.ClientError) as gone:
+        client.files.get(name=names[1])
+    assert gone.value.code == 404
+    with pytest.raises(errors.ClientError) as again:
+        client.files.delete(name=names[1])
+    assert again.value.code == 404
+    job = client.batches.create(model="gemini-2.5-flash", src=names[0])
+    result = client.files.get(name=client.batches.get(name=job.name).dest.file_name)
+    assert result.download_uri.startswith(f"{fake_provider.base_url}/download/v1beta/files/")
+    via_uri = httpx.get(result.download_uri, headers={"x-goog-api-key": "gemini-test"})
+    assert via_uri.status_code == 200
+    assert via_uri.content == client.files.download(file=result.name)
+    assert json.loads(via_uri.content)["key"] == "k0"
+    assert httpx.get(result.download_uri).status_code == 401
