@@ -92,6 +92,8 @@ MISTRAL_ENDPOINT_NAMES = (
     "mistral_jobs_get",
     "mistral_jobs_cancel",
     "mistral_jobs_delete",
+    "mistral_files_signed_url",
+    "mistral_signed_download",
 )
 API_ENDPOINT_NAMES = frozenset(
     OPENAI_ENDPOINT_NAMES
