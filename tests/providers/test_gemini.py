@@ -85,17 +85,23 @@ def test_gsm8k_config_run_check_merge_matches_what_the_sdk_reads(tmp_path, monke
         assert check_main(["--config", config]) == 0
         out = tmp_path / "merged.jsonl"
         assert merge_main(["--config", config, "--output-path", str(out)]) == 0
-        # What google-genai itself reads back: every job's responses file.
+        # What google-genai itself reads back: every job's responses file, or its inlined
+        # responses (a chunk under INLINE_MAX_BYTES is sent inline, without an upload).
+        from google.genai import types
+
         client = _client(fake)
         texts, usage = {}, {}
         for job in client.batches.list(config={"page_size": 2}):
             assert job.state.name == "JOB_STATE_SUCCEEDED"
             assert job.display_name.startswith("mmirage-g1-")
+            if job.dest.inlined_responses:
+                for answer in job.dest.inlined_responses:
+                    texts[answer.metadata["key"]] = answer.response.text
+                    usage[answer.metadata["key"]] = answer.response.usage_metadata
+                continue
             for raw in client.files.download(file=job.dest.file_name).split(b"\n"):
                 if raw:
                     line = json.loads(raw)
-                    from google.genai import types
-
                     response = types.GenerateContentResponse.model_validate(line["response"])
                     texts[line["key"]] = response.text
                     usage[line["key"]] = response.usage_metadata
@@ -212,8 +218,13 @@ def test_a_create_stored_but_answered_500_is_adopted_not_sent_twice(fake_provide
     adapter.teardown()
 
 
-def test_expired_job_has_no_results_and_every_request_is_a_retryable_failure(fake_provider):
+def test_expired_job_has_no_results_and_every_request_is_a_retryable_failure(
+    fake_provider, monkeypatch
+):
+    from mmirage_beam.providers.gemini import adapter as gemini_adapter
+
     fake = fake_provider
+    monkeypatch.setattr(gemini_adapter, "INLINE_MAX_BYTES", 0)  # upload even a small chunk
     adapter, config = _adapter(fake)
     fake.script(expire_after_requests=1)
     batch = adapter.submit_chunk_lines("c1", [_line("a-text-0"), _line("a-text-1")], config)
@@ -560,3 +571,49 @@ def test_sdk_files_list_and_delete_and_the_download_path(fake_provider):
     assert via_uri.content == client.files.download(file=result.name)
     assert json.loads(via_uri.content)["key"] == "k0"
     assert httpx.get(result.download_uri).status_code == 401
+
+
+def test_a_small_chunk_goes_inline_without_an_upload_and_a_large_one_is_uploaded(
+    fake_provider, monkeypatch
+):
+    """The adapter sends a chunk of at most INLINE_MAX_BYTES inline (no files.upload),
+    reads its answers from dest.inlined_responses by their metadata key (markers and
+    the generation config included), adopts a lost inline create like a file one, and
+    uploads a larger chunk."""
+    from mmirage_beam.providers.gemini import adapter as gemini_adapter
+
+    fake = fake_provider
+    adapter, config = _adapter(fake, max_tokens=3)
+    adapter.run_id = "r1"
+    fake.script(fail_batch_creates={"nth": 1, "status": 500, "created": True})
+    lines = [
+        _line("a-text-0", "one two three four five"),
+        _line("a-text-1", "FAKE_ERROR:rate_limit"),
+    ]
+    lines.append(
+        _line("a-text-2", "x", generation_config={"response_mime_type": "application/json"})
+    )
+    batch = adapter.submit_chunk_lines("c1", lines, config)
+    assert batch.input_file_id is None and len(fake.batches("gemini")) == 1  # adopted
+    assert "gemini_files_upload" not in fake.call_counts()
+    sent = fake.submitted_requests("gemini")
+    assert [r["request"]["metadata"] for r in sent] == [{"key": f"a-text-{i}"} for i in range(3)]
+    assert sent[2]["request"]["request"]["generationConfig"]["responseMimeType"] == (
+        "application/json"
+    )
+    results = {r.custom_id: r for r in adapter.retrieve_results(batch.batch_id, config)}
+    assert sorted(results) == ["a-text-0", "a-text-1", "a-text-2"]
+    assert results["a-text-0"].generated_text.startswith("FAKE:")
+    assert results["a-text-0"].input_tokens == 5
+    assert results["a-text-1"].error.status_code == 429
+    assert json.loads(results["a-text-2"].generated_text) is not None  # JSON mode honoured
+    monkeypatch.setattr(gemini_adapter, "INLINE_MAX_BYTES", len(b"".join(lines)) - 1)
+    uploaded = adapter.submit_chunk_lines("c2", lines, config)
+    assert uploaded.input_file_id.startswith("files/")
+    assert fake.call_counts()["gemini_files_upload"] >= 1
+    assert sorted(r.custom_id for r in adapter.retrieve_results(uploaded.batch_id, config)) == [
+        "a-text-0",
+        "a-text-1",
+        "a-text-2",
+    ]
+    adapter.teardown()

@@ -436,13 +436,17 @@ class GeminiApi:
                 "inline": "1",
             }
             for number, entry in enumerate(entries):
-                key = str(number)  # the answer's place is its key: responses keep the order
+                # the fake's name of the request (create_counts, submitted_requests, the
+                # transient markers): its metadata's "key" (mmirage sends the custom_id
+                # there), else its place; the answers keep the request order either way
+                meta = get_field(entry, "metadata") if isinstance(entry, Mapping) else None
+                named = meta.get("key") if isinstance(meta, Mapping) else None
+                key = named if isinstance(named, str) and named else str(number)
                 body = get_field(entry, "request") if isinstance(entry, Mapping) else None
                 if isinstance(body, Mapping):
                     body = {k: v for k, v in body.items() if k != "model"}
                 self.store.record(batch, key, dict(entry) if isinstance(entry, Mapping) else {})
                 item = self._process_request(key, body, model, inline=True)
-                meta = get_field(entry, "metadata") if isinstance(entry, Mapping) else None
                 item.line = _inlined_response(item.line, meta)
                 batch.items.append(item)
             if failure is not None:
