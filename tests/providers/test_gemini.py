@@ -617,3 +617,28 @@ def test_a_small_chunk_goes_inline_without_an_upload_and_a_large_one_is_uploaded
         "a-text-2",
     ]
     adapter.teardown()
+
+
+def test_sdk_inline_embeddings_batch_answers_vectors_and_markers(fake_provider):
+    """batches.create_embeddings(src={"inlined_requests": ...}): the vectors in
+    dest.inlined_embed_content_responses, in order, of the config's
+    output_dimensionality, a marked text failing as in a file."""
+    from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+
+    client = _client(fake_provider)
+    texts = ["first text", "x FAKE_ERROR:invalid_request", "third one here"]
+    src = {
+        "inlined_requests": {
+            "contents": [{"parts": [{"text": t}]} for t in texts],
+            "config": {"output_dimensionality": 4},
+        }
+    }
+    with pytest.warns(Warning, match="experimental"):
+        job = client.batches.create_embeddings(model="gemini-embedding-001", src=src)
+    done = client.batches.get(name=job.name)
+    assert done.state.name == "JOB_STATE_SUCCEEDED" and done.dest.file_name is None
+    first, marked, third = done.dest.inlined_embed_content_responses
+    assert first.response.embedding.values == embedding_vector("first text", 4)
+    assert third.response.embedding.values == embedding_vector("third one here", 4)
+    assert (first.response.token_count, third.response.token_count) == (2, 3)
+    assert marked.response is None and marked.error.code == 400

@@ -21,7 +21,8 @@ Paths and headers are those of the installed SDK (``google/genai/files.py``,
   {"requests": {"requests": [{"request", "metadata"?}]}}``, google-genai
   ``batches.create(src=[...])``, up to 20 MB in all) run through the same checks,
   markers and lifecycle and are answered in ``output.inlinedResponses.inlinedResponses``
-  (``GeminiApi._create_inline``); inline embeddings requests are not emulated (400).
+  (``GeminiApi._create_inline``); inline embeddings requests likewise, answered in
+  ``output.inlinedEmbedContentResponses.inlinedResponses``.
 - ``POST /v1beta/models/{model}:asyncBatchEmbedContent`` (``batches.create_embeddings``),
   the same body: an embeddings job (``EmbedContentBatch``), whose lines ``{"key",
   "request": {"content", "output_dimensionality"?}}`` are answered ``{"key", "response":
@@ -371,11 +372,7 @@ class GeminiApi:
             raise _gemini_error(400, "batch.input_config: required.")
         inline = get_field(input_config, "requests")
         if inline is not None:
-            if endpoint == EMBED_ENDPOINT:
-                raise _gemini_error(
-                    400, "Inline embeddings requests are not emulated by this fake."
-                )
-            return self._create_inline(request, model, batch_body, inline)
+            return self._create_inline(request, model, batch_body, inline, endpoint)
         file_name = get_field(input_config, "file_name")
         if not isinstance(file_name, str) or not file_name.startswith("files/"):
             raise _gemini_error(400, "batch.input_config.file_name must be 'files/<id>'.")
@@ -399,7 +396,12 @@ class GeminiApi:
             return json_response(self.view(batch, batch.created - 1e-6, request.host_url))
 
     def _create_inline(
-        self, request: Request, model: str, batch_body: Mapping[str, Any], inline: Any
+        self,
+        request: Request,
+        model: str,
+        batch_body: Mapping[str, Any],
+        inline: Any,
+        endpoint: str = "batchGenerateContent",
     ) -> Response:
         """``batchGenerateContent`` with ``inputConfig.requests.requests`` (google-genai
         ``batches.create(src=[InlinedRequest])``): each ``{"request", "metadata"?}`` is
@@ -409,7 +411,10 @@ class GeminiApi:
         (REST reference, ``GenerateContentBatchOutput.inlinedResponses``: "The responses
         will be in the same order as the input requests"; ``InlinedResponse``). The
         batch mode guide puts inline requests at 20 MB in total
-        (:data:`MAX_INLINE_BYTES`): a larger body is refused with 400."""
+        (:data:`MAX_INLINE_BYTES`): a larger body is refused with 400. An embeddings job
+        (``asyncBatchEmbedContent``, ``batches.create_embeddings(src={"inlined_requests":
+        {"contents", "config"?}})``) has ``{"request": {"content", ...}}`` entries and
+        answers in ``output.inlinedEmbedContentResponses.inlinedResponses``."""
         entries = get_field(inline, "requests") if isinstance(inline, Mapping) else None
         if not isinstance(entries, list) or not entries:
             raise _gemini_error(400, "batch.input_config.requests.requests: required.")
@@ -430,7 +435,7 @@ class GeminiApi:
             now = self.store.clock()
             batch = self.store.new_batch(GEMINI, "", now)
             batch.model = model
-            batch.endpoint = "batchGenerateContent"
+            batch.endpoint = endpoint
             batch.metadata = {
                 "displayName": str(get_field(batch_body, "display_name") or ""),
                 "inline": "1",
@@ -446,8 +451,11 @@ class GeminiApi:
                 if isinstance(body, Mapping):
                     body = {k: v for k, v in body.items() if k != "model"}
                 self.store.record(batch, key, dict(entry) if isinstance(entry, Mapping) else {})
-                item = self._process_request(key, body, model, inline=True)
-                item.line = _inlined_response(item.line, meta)
+                if endpoint == EMBED_ENDPOINT:
+                    item = self._process_embed_request(key, body)
+                else:
+                    item = self._process_request(key, body, model, inline=True)
+                item.line = _inlined_response(item.line, meta, endpoint == EMBED_ENDPOINT)
                 batch.items.append(item)
             if failure is not None:
                 raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
@@ -682,7 +690,12 @@ class GeminiApi:
         if _is_inline(batch):
             meta["inputConfig"] = {"requests": {"requests": []}}  # not echoed back here
         if state == "BATCH_STATE_SUCCEEDED" and _is_inline(batch):
-            output = {"inlinedResponses": {"inlinedResponses": [it.line for it in batch.items]}}
+            field = (
+                "inlinedEmbedContentResponses"
+                if batch.endpoint == EMBED_ENDPOINT
+                else "inlinedResponses"
+            )
+            output = {field: {"inlinedResponses": [it.line for it in batch.items]}}
             meta["output"] = output
             out["response"] = {
                 "@type": f"type.googleapis.com/google.ai.generativelanguage.v1main.{kind}Output",
@@ -711,10 +724,11 @@ def _is_inline(batch: Batch) -> bool:
     return (batch.metadata or {}).get("inline") == "1"
 
 
-def _inlined_response(line: Any, metadata: Any) -> dict[str, Any]:
+def _inlined_response(line: Any, metadata: Any, embedding: bool = False) -> dict[str, Any]:
     """A result line (``{"key", "response" | "error"}``) as an ``InlinedResponse``
-    (``{"response" | "error", "metadata"?}``, google-genai ``types.InlinedResponse``,
-    checked with it; its ``error`` a ``google.rpc.Status`` of ``code`` and ``message``)."""
+    (``{"response" | "error", "metadata"?}``, google-genai ``types.InlinedResponse``, or
+    ``types.InlinedEmbedContentResponse`` when ``embedding``, checked with it; its
+    ``error`` a ``google.rpc.Status`` of ``code`` and ``message``)."""
     from google.genai import types  # an optional extra, see gemini_bodies.request_model
 
     out = {k: v for k, v in dict(line).items() if k in ("response", "error")}
@@ -722,7 +736,8 @@ def _inlined_response(line: Any, metadata: Any) -> dict[str, Any]:
         out["error"] = {k: v for k, v in out["error"].items() if k in ("code", "message")}
     if metadata is not None:
         out["metadata"] = metadata
-    types.InlinedResponse.model_validate(out)
+    kind = types.InlinedEmbedContentResponse if embedding else types.InlinedResponse
+    kind.model_validate(out)
     return out
 
 
