@@ -441,10 +441,24 @@ def test_every_served_endpoint_is_covered_here():
         "gemini_batches_cancel": "batches.cancel",
         "gemini_batches_delete": "batches.delete",
         "gemini_count_tokens": "models.count_tokens",
+        "gemini_files_list": "files.list",
+        "gemini_files_delete": "files.delete",
     }
     assert {r for r in routes if r.startswith("gemini_")} == set(gemini_calls)
     gemini_source = (Path(__file__).parent / "test_gemini.py").read_text(encoding="utf-8")
     assert all(call + "(" in gemini_source for call in gemini_calls.values())
+    # Anthropic's Files API is driven by anthropic in tests/providers/test_anthropic_files.py
+    files_calls = {
+        "upload": "beta.files.upload",
+        "list": "beta.files.list",
+        "retrieve": "beta.files.retrieve_metadata",
+        "delete": "beta.files.delete",
+        "download": "beta.files.download",
+    }
+    files_map = fake.anthropic_files._url_map  # noqa: SLF001
+    assert {rule.endpoint for rule in files_map.iter_rules()} == set(files_calls)
+    files_source = (Path(__file__).parent / "test_anthropic_files.py").read_text(encoding="utf-8")
+    assert all(call + "(" in files_source for call in files_calls.values())
     source = Path(__file__).read_text(encoding="utf-8")
     calls = {
         "files_create": "files.with_raw_response.create",

@@ -85,17 +85,23 @@ def test_gsm8k_config_run_check_merge_matches_what_the_sdk_reads(tmp_path, monke
         assert check_main(["--config", config]) == 0
         out = tmp_path / "merged.jsonl"
         assert merge_main(["--config", config, "--output-path", str(out)]) == 0
-        # What google-genai itself reads back: every job's responses file.
+        # What google-genai itself reads back: every job's responses file, or its inlined
+        # responses (a chunk under INLINE_MAX_BYTES is sent inline, without an upload).
+        from google.genai import types
+
         client = _client(fake)
         texts, usage = {}, {}
         for job in client.batches.list(config={"page_size": 2}):
             assert job.state.name == "JOB_STATE_SUCCEEDED"
             assert job.display_name.startswith("mmirage-g1-")
+            if job.dest.inlined_responses:
+                for answer in job.dest.inlined_responses:
+                    texts[answer.metadata["key"]] = answer.response.text
+                    usage[answer.metadata["key"]] = answer.response.usage_metadata
+                continue
             for raw in client.files.download(file=job.dest.file_name).split(b"\n"):
                 if raw:
                     line = json.loads(raw)
-                    from google.genai import types
-
                     response = types.GenerateContentResponse.model_validate(line["response"])
                     texts[line["key"]] = response.text
                     usage[line["key"]] = response.usage_metadata
@@ -212,8 +218,13 @@ def test_a_create_stored_but_answered_500_is_adopted_not_sent_twice(fake_provide
     adapter.teardown()
 
 
-def test_expired_job_has_no_results_and_every_request_is_a_retryable_failure(fake_provider):
+def test_expired_job_has_no_results_and_every_request_is_a_retryable_failure(
+    fake_provider, monkeypatch
+):
+    from mmirage_beam.providers.gemini import adapter as gemini_adapter
+
     fake = fake_provider
+    monkeypatch.setattr(gemini_adapter, "INLINE_MAX_BYTES", 0)  # upload even a small chunk
     adapter, config = _adapter(fake)
     fake.script(expire_after_requests=1)
     batch = adapter.submit_chunk_lines("c1", [_line("a-text-0"), _line("a-text-1")], config)
@@ -451,3 +462,183 @@ def test_both_api_versions_are_served_beside_openai_v1(fake_provider, api_versio
     assert [b.id for b in oai.batches.list()] == [batch.id]
     counts = fake.call_counts()
     assert counts["gemini_batches_get"] >= 1 and counts["batches_retrieve"] == 1
+
+
+# -- inline batches, files.list / files.delete, the download path ---------------------------
+
+
+def _inline(text, **extra):
+    return {"contents": [{"role": "user", "parts": [{"text": text}]}], **extra}
+
+
+def test_sdk_inline_batch_runs_the_state_machine_and_answers_in_order():
+    """batches.create(src=[InlinedRequest]) as google-genai sends it: PENDING, RUNNING,
+    then SUCCEEDED with dest.inlined_responses in request order, each with its metadata;
+    a FAKE_ERROR marker fails its request exactly as the same line of a file does."""
+    from google.genai import types
+
+    from mmirage_beam.testing import FakeProviderServer
+
+    clock = [1000.0]
+    texts = ["one two", "x FAKE_ERROR:invalid_request", "y FAKE_ERROR:server_error", "three"]
+    with FakeProviderServer(processing_delay_secs=30, clock=lambda: clock[0]) as fake:
+        client = _client(fake)
+        src = [_inline(t, metadata={"row": str(i)}) for i, t in enumerate(texts)]
+        job = client.batches.create(model="gemini-2.5-flash", src=src)
+        assert job.state.name == "JOB_STATE_PENDING" and job.dest is None
+        clock[0] += 15
+        assert client.batches.get(name=job.name).state.name == "JOB_STATE_RUNNING"
+        clock[0] += 16
+        done = client.batches.get(name=job.name)
+        assert done.state.name == "JOB_STATE_SUCCEEDED" and done.dest.file_name is None
+        answers = done.dest.inlined_responses
+        assert [a.metadata for a in answers] == [{"row": str(i)} for i in range(4)]
+        assert answers[0].response.usage_metadata.prompt_token_count == 2
+        assert answers[0].response.text and answers[3].response.text
+        assert (answers[1].error.code, answers[2].error.code) == (400, 500)
+        assert answers[1].response is None and answers[2].response is None
+        # the same requests in a file: the same outcomes
+        data = b"".join(_line(f"k{i}", t) for i, t in enumerate(texts))
+        uploaded = client.files.upload(file=io.BytesIO(data), config={"mime_type": "jsonl"})
+        file_job = client.batches.create(model="gemini-2.5-flash", src=uploaded.name)
+        clock[0] += 31
+        lines = client.files.download(file=client.batches.get(name=file_job.name).dest.file_name)
+        by_key = {x["key"]: x for x in (json.loads(r) for r in lines.split(b"\n") if r)}
+        for i, answer in enumerate(answers):
+            line = by_key[f"k{i}"]
+            if answer.error is None:
+                assert "error" not in line
+                assert types.GenerateContentResponse.model_validate(line["response"]).text == (
+                    answer.response.text
+                )
+            else:
+                assert (answer.error.code, answer.error.message) == (
+                    line["error"]["code"],
+                    line["error"]["message"],
+                )
+        recorded = fake.submitted_requests("gemini")
+        assert [r["request"]["metadata"] for r in recorded[:4]] == [m["metadata"] for m in src]
+        # scripted expiry: no responses, as with a file
+        fake.script(expire_after_requests=1)
+        expired = client.batches.create(model="gemini-2.5-flash", src=src[:2])
+        clock[0] += 31
+        gone = client.batches.get(name=expired.name)
+        assert gone.state.name == "JOB_STATE_EXPIRED" and gone.dest is None
+
+
+def test_inline_requests_over_the_size_limit_or_empty_are_refused(fake_provider, monkeypatch):
+    from google.genai import errors
+
+    from mmirage_beam.testing.fake_provider import gemini
+
+    client = _client(fake_provider)
+    monkeypatch.setattr(gemini, "MAX_INLINE_BYTES", 2000)  # the service's is 20 MB
+    with pytest.raises(errors.ClientError, match="upload a file instead") as big:
+        client.batches.create(model="gemini-2.5-flash", src=[_inline("word " * 500)])
+    assert big.value.code == 400
+    job = client.batches.create(model="gemini-2.5-flash", src=[_inline("small")])
+    assert client.batches.get(name=job.name).dest.inlined_responses[0].response.text
+    with pytest.raises(errors.ClientError, match="model"):
+        client.batches.create(model="no-such-model", src=[_inline("small")])
+
+
+def test_sdk_files_list_and_delete_and_the_download_path(fake_provider):
+    """files.list pages newest first, files.delete forgets the file (404 after), and a
+    generated file's downloadUri (/download/v1beta/...:download?alt=media, the path
+    litellm reads) answers its bytes."""
+    import httpx
+    from google.genai import errors
+
+    client = _client(fake_provider)
+    names = [
+        client.files.upload(file=io.BytesIO(_line(f"k{i}")), config={"mime_type": "jsonl"}).name
+        for i in range(3)
+    ]
+    assert [f.name for f in client.files.list(config={"page_size": 2})] == names[::-1]
+    client.files.delete(name=names[1])
+    assert [f.name for f in client.files.list()] == [names[2], names[0]]
+    with pytest.raises(errors.ClientError) as gone:
+        client.files.get(name=names[1])
+    assert gone.value.code == 404
+    with pytest.raises(errors.ClientError) as again:
+        client.files.delete(name=names[1])
+    assert again.value.code == 404
+    job = client.batches.create(model="gemini-2.5-flash", src=names[0])
+    result = client.files.get(name=client.batches.get(name=job.name).dest.file_name)
+    assert result.download_uri.startswith(f"{fake_provider.base_url}/download/v1beta/files/")
+    via_uri = httpx.get(result.download_uri, headers={"x-goog-api-key": "gemini-test"})
+    assert via_uri.status_code == 200
+    assert via_uri.content == client.files.download(file=result.name)
+    assert json.loads(via_uri.content)["key"] == "k0"
+    assert httpx.get(result.download_uri).status_code == 401
+
+
+def test_a_small_chunk_goes_inline_without_an_upload_and_a_large_one_is_uploaded(
+    fake_provider, monkeypatch
+):
+    """The adapter sends a chunk of at most INLINE_MAX_BYTES inline (no files.upload),
+    reads its answers from dest.inlined_responses by their metadata key (markers and
+    the generation config included), adopts a lost inline create like a file one, and
+    uploads a larger chunk."""
+    from mmirage_beam.providers.gemini import adapter as gemini_adapter
+
+    fake = fake_provider
+    adapter, config = _adapter(fake, max_tokens=3)
+    adapter.run_id = "r1"
+    fake.script(fail_batch_creates={"nth": 1, "status": 500, "created": True})
+    lines = [
+        _line("a-text-0", "one two three four five"),
+        _line("a-text-1", "FAKE_ERROR:rate_limit"),
+    ]
+    lines.append(
+        _line("a-text-2", "x", generation_config={"response_mime_type": "application/json"})
+    )
+    batch = adapter.submit_chunk_lines("c1", lines, config)
+    assert batch.input_file_id is None and len(fake.batches("gemini")) == 1  # adopted
+    assert "gemini_files_upload" not in fake.call_counts()
+    sent = fake.submitted_requests("gemini")
+    assert [r["request"]["metadata"] for r in sent] == [{"key": f"a-text-{i}"} for i in range(3)]
+    assert sent[2]["request"]["request"]["generationConfig"]["responseMimeType"] == (
+        "application/json"
+    )
+    results = {r.custom_id: r for r in adapter.retrieve_results(batch.batch_id, config)}
+    assert sorted(results) == ["a-text-0", "a-text-1", "a-text-2"]
+    assert results["a-text-0"].generated_text.startswith("FAKE:")
+    assert results["a-text-0"].input_tokens == 5
+    assert results["a-text-1"].error.status_code == 429
+    assert json.loads(results["a-text-2"].generated_text) is not None  # JSON mode honoured
+    monkeypatch.setattr(gemini_adapter, "INLINE_MAX_BYTES", len(b"".join(lines)) - 1)
+    uploaded = adapter.submit_chunk_lines("c2", lines, config)
+    assert uploaded.input_file_id.startswith("files/")
+    assert fake.call_counts()["gemini_files_upload"] >= 1
+    assert sorted(r.custom_id for r in adapter.retrieve_results(uploaded.batch_id, config)) == [
+        "a-text-0",
+        "a-text-1",
+        "a-text-2",
+    ]
+    adapter.teardown()
+
+
+def test_sdk_inline_embeddings_batch_answers_vectors_and_markers(fake_provider):
+    """batches.create_embeddings(src={"inlined_requests": ...}): the vectors in
+    dest.inlined_embed_content_responses, in order, of the config's
+    output_dimensionality, a marked text failing as in a file."""
+    from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+
+    client = _client(fake_provider)
+    texts = ["first text", "x FAKE_ERROR:invalid_request", "third one here"]
+    src = {
+        "inlined_requests": {
+            "contents": [{"parts": [{"text": t}]} for t in texts],
+            "config": {"output_dimensionality": 4},
+        }
+    }
+    with pytest.warns(Warning, match="experimental"):
+        job = client.batches.create_embeddings(model="gemini-embedding-001", src=src)
+    done = client.batches.get(name=job.name)
+    assert done.state.name == "JOB_STATE_SUCCEEDED" and done.dest.file_name is None
+    first, marked, third = done.dest.inlined_embed_content_responses
+    assert first.response.embedding.values == embedding_vector("first text", 4)
+    assert third.response.embedding.values == embedding_vector("third one here", 4)
+    assert (first.response.token_count, third.response.token_count) == (2, 3)
+    assert marked.response is None and marked.error.code == 400

@@ -222,3 +222,186 @@ def test_the_fake_answers_in_the_sdk_types(fake_provider):
     with pytest.raises(urllib.error.HTTPError) as no_key:
         urllib.request.urlopen(fake.mistral_base_url + "/v1/batch/jobs")
     assert no_key.value.code == 401
+
+
+# -- inline jobs, the other endpoints, signed URLs, agent jobs ------------------------------
+
+
+def _chat(text):
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def _result_lines(client, job) -> dict[str, dict]:
+    out = {}
+    for fid in (job.output_file, job.error_file):
+        if fid:
+            for raw in client.files.download(file_id=fid).read().split(b"\n"):
+                if raw:
+                    out[json.loads(raw)["custom_id"]] = json.loads(raw)
+    return out
+
+
+def test_sdk_inline_job_runs_the_state_machine_like_a_file():
+    """jobs.create(requests=[...]): QUEUED, RUNNING, SUCCESS, its lines answered in the
+    output and error files (and in ``outputs`` with jobs.get(inline=True)), each marker
+    failing its request exactly as the same line of an uploaded file does."""
+    from mmirage_beam.testing import FakeProviderServer
+
+    clock = [1000.0]
+    texts = {"ok": "hi there", "err": "x FAKE_ERROR:server_error", "bad": "FAKE_ERROR:rate_limit"}
+    requests = [{"custom_id": k, "body": _chat(t)} for k, t in texts.items()]
+    requests.append({"body": _chat("no id given")})  # custom_id is optional
+    with FakeProviderServer(processing_delay_secs=30, clock=lambda: clock[0]) as fake:
+        client = mistralai.Mistral(api_key="k", server_url=fake.mistral_base_url)
+        job = client.batch.jobs.create(
+            requests=requests, model="mistral-small-latest", endpoint="/v1/chat/completions"
+        )
+        assert (job.status, job.input_files, job.total_requests) == ("QUEUED", [], 4)
+        clock[0] += 15
+        assert client.batch.jobs.get(job_id=job.id).status == "RUNNING"
+        clock[0] += 16
+        done = client.batch.jobs.get(job_id=job.id)
+        assert (done.status, done.succeeded_requests, done.failed_requests) == ("SUCCESS", 2, 2)
+        inline = _result_lines(client, done)
+        status = {k: v["response"]["status_code"] for k, v in inline.items()}
+        assert status == {"ok": 200, "err": 500, "bad": 429, "3": 200}
+        with_outputs = client.batch.jobs.get(job_id=job.id, inline=True)
+        assert sorted(o["custom_id"] for o in with_outputs.outputs) == sorted(status)
+        assert client.batch.jobs.get(job_id=job.id).outputs is None
+        # the same lines from a file: the same outcomes and bodies
+        data = b"".join(json.dumps(r).encode() + b"\n" for r in requests[:3])
+        uploaded = client.files.upload(
+            file={"file_name": "in.jsonl", "content": data}, purpose="batch"
+        )
+        file_job = client.batch.jobs.create(
+            input_files=[uploaded.id], model="mistral-small-latest", endpoint="/v1/chat/completions"
+        )
+        clock[0] += 31
+        from_file = _result_lines(client, client.batch.jobs.get(job_id=file_job.id))
+        for key in texts:
+            assert from_file[key]["response"]["status_code"] == status[key]
+        assert (
+            from_file["ok"]["response"]["body"]["choices"][0]["message"]["content"]
+            == inline["ok"]["response"]["body"]["choices"][0]["message"]["content"]
+        )
+        assert [r["custom_id"] for r in fake.submitted_requests("mistral")[:4]] == [
+            "ok",
+            "err",
+            "bad",
+            "3",
+        ]
+        # scripted cancellation: the rest of the requests are "cancelled" lines
+        fake.script(cancel_after_requests=1)
+        cancelled = client.batch.jobs.create(
+            requests=requests[:2], model="mistral-small-latest", endpoint="/v1/chat/completions"
+        )
+        clock[0] += 31
+        ended = client.batch.jobs.get(job_id=cancelled.id)
+        assert ended.status == "CANCELLED"
+        codes = {k: (v["error"] or {}).get("code") for k, v in _result_lines(client, ended).items()}
+        assert codes == {"ok": None, "err": "cancelled"}
+        with pytest.raises(mistralai.errors.SDKError, match="exactly one of input_files"):
+            client.batch.jobs.create(
+                requests=requests,
+                input_files=[uploaded.id],
+                model="mistral-small-latest",
+                endpoint="/v1/chat/completions",
+            )
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "model", "body", "response_type"),
+    [
+        (
+            "/v1/fim/completions",
+            "codestral-latest",
+            {"prompt": "def add(a, b):", "suffix": "return c"},
+            "FIMCompletionResponse",
+        ),
+        ("/v1/moderations", "mistral-moderation-latest", {"input": ["one", "two"]}, None),
+        (
+            "/v1/chat/moderations",
+            "mistral-moderation-latest",
+            {"input": [{"role": "user", "content": "one"}]},
+            None,
+        ),
+    ],
+)
+def test_sdk_jobs_of_the_other_endpoints_answer_in_their_own_shapes(
+    fake_provider, endpoint, model, body, response_type
+):
+    """FIM completions, moderations and chat moderations, each answered as the SDK's own
+    response type (FIMCompletionResponse, ModerationResponse), markers included."""
+    client = mistralai.Mistral(api_key="k", server_url=fake_provider.mistral_base_url)
+    marked = json.loads(json.dumps(body).replace("one", "one FAKE_ERROR:invalid_request"))
+    if endpoint == "/v1/fim/completions":
+        marked["prompt"] += " FAKE_ERROR:invalid_request"
+    requests = [{"custom_id": "a", "body": body}, {"custom_id": "b", "body": marked}]
+    if endpoint == "/v1/moderations":
+        requests.append({"custom_id": "c", "body": {"input": "x FAKE_ERROR:content_filter"}})
+    job = client.batch.jobs.create(requests=requests, model=model, endpoint=endpoint)
+    job = client.batch.jobs.get(job_id=job.id)
+    assert job.status == "SUCCESS" and job.failed_requests == 1
+    lines = _result_lines(client, job)
+    assert lines["b"]["response"]["status_code"] == 400
+    answer = lines["a"]["response"]["body"]
+    if response_type == "FIMCompletionResponse":
+        fim = mistralai.models.FIMCompletionResponse.model_validate(answer)
+        assert fim.model == model and fim.choices[0].message.content
+    else:
+        moderation = mistralai.models.ModerationResponse.model_validate(answer)
+        assert len(moderation.results) == (2 if endpoint == "/v1/moderations" else 1)
+        assert not any(any(r.categories.values()) for r in moderation.results)
+    if endpoint == "/v1/moderations":
+        flagged = mistralai.models.ModerationResponse.model_validate(lines["c"]["response"]["body"])
+        assert flagged.results[0].categories["dangerous_and_criminal_content"] is True
+    with pytest.raises(mistralai.errors.SDKError, match="/v1/ocr") as refused:
+        client.batch.jobs.create(requests=requests, model=model, endpoint="/v1/ocr")
+    assert refused.value.status_code == 400
+
+
+def test_sdk_signed_url_downloads_without_the_key_until_it_expires():
+    import httpx
+
+    from mmirage_beam.testing import FakeProviderServer
+
+    clock = [1000.0]
+    with FakeProviderServer(clock=lambda: clock[0]) as fake:
+        client = mistralai.Mistral(api_key="k", server_url=fake.mistral_base_url)
+        uploaded = client.files.upload(
+            file={"file_name": "in.jsonl", "content": b'{"a": 1}\n'}, purpose="batch"
+        )
+        signed = client.files.get_signed_url(file_id=uploaded.id, expiry=1)
+        assert httpx.get(signed.url).content == b'{"a": 1}\n'  # no Authorization header
+        assert httpx.get(signed.url.replace("signature=", "signature=0")).status_code == 403
+        clock[0] += 3601
+        assert httpx.get(signed.url).status_code == 403
+        with pytest.raises(mistralai.errors.SDKError) as bad_expiry:
+            client.files.get_signed_url(file_id=uploaded.id, expiry=169)
+        assert bad_expiry.value.status_code == 422
+        with pytest.raises(mistralai.errors.SDKError) as missing:
+            client.files.get_signed_url(file_id="nope")
+        assert missing.value.status_code == 404
+        assert fake.call_counts()["mistral_files_signed_url"] == 3
+
+
+def test_sdk_agent_job_has_no_model_and_answers_as_its_agent(fake_provider):
+    client = mistralai.Mistral(api_key="k", server_url=fake_provider.mistral_base_url)
+    requests = [
+        {"custom_id": "a", "body": _chat("hello agent")},
+        {"custom_id": "b", "body": {"messages": "not a list"}},
+    ]
+    job = client.batch.jobs.create(
+        requests=requests, agent_id="ag_0123", endpoint="/v1/chat/completions"
+    )
+    assert (job.model, job.agent_id) == (None, "ag_0123")
+    done = client.batch.jobs.get(job_id=job.id)
+    lines = _result_lines(client, done)
+    body = mistralai.models.ChatCompletionResponse.model_validate(lines["a"]["response"]["body"])
+    assert body.model == "ag_0123" and body.choices[0].message.content
+    assert lines["b"]["response"]["status_code"] == 400
+    assert [j.id for j in client.batch.jobs.list(agent_id="ag_0123").data] == [job.id]
+    assert client.batch.jobs.list(agent_id="ag_other").total == 0
+    for kwargs in ({}, {"model": "mistral-small-latest", "agent_id": "ag_0123"}):
+        with pytest.raises(mistralai.errors.SDKError, match="model and agent_id"):
+            client.batch.jobs.create(requests=requests, endpoint="/v1/chat/completions", **kwargs)

@@ -306,10 +306,14 @@ RETRYABLE = {"malformed_response", "empty", "server_error", "api_error"}
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini", "mistral"])
-def test_merge_of_every_outcome(tmp_path, capsys, provider_env, provider):
+def test_merge_of_every_outcome(tmp_path, capsys, provider_env, provider, monkeypatch):
     """One results file mixing every outcome: every row written, in order, with typed
     errors, tokens and the provider's text kept, correct totals, exit 1; the errors file
     (raw U+2028 inside) then drives resubmit."""
+    from mmirage_beam.providers.gemini import adapter as gemini_adapter
+
+    # a results file, not inline answers: the broken-line markers need a file to break
+    monkeypatch.setattr(gemini_adapter, "INLINE_MAX_BYTES", 0)
     fake = provider_env
     expected = MIXED[provider]
     markers = {i + 1: m for i, m in enumerate(expected)}  # rows 0 and the last two are fine

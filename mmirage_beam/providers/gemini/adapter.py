@@ -21,6 +21,13 @@ Contract facts (PROVIDERS.md, checked against google-genai 2.34 ``batches.py`` /
   ``RECITATION`` -> content_filter, the message naming the reason), usage from
   ``usage_metadata.prompt_token_count`` / ``candidates_token_count``.
 
+Small chunks go inline: a chunk of at most :data:`INLINE_MAX_BYTES` of request lines
+(generate-content jobs only) is not uploaded; its requests are sent in the create call
+itself (``batches.create(src=[InlinedRequest])``, each with ``metadata: {"key":
+custom_id}``), saving the upload, and the answers are read from the job's
+``dest.inlined_responses`` by that ``key`` (the docs promise request order, but
+googleapis/python-genai#1909 reports otherwise, so the order is not relied on).
+
 Exactly-once creation: "Creation of a batch job is not idempotent" (batch mode docs).
 Every job's ``display_name`` is ``mmirage-<run_id>-<chunk_id>`` (:func:`display_name`),
 and before every *retried* create the adapter lists the jobs
@@ -38,11 +45,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import logging
 import tempfile
 from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
 
 from mmirage_beam.errors import ConfigError
+from mmirage_beam.jsonl import iter_raw_lines
 from mmirage_beam.providers import retrying
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionAdapter
@@ -75,6 +84,9 @@ __all__ = [
     "display_name",
     "import_sdk",
     "GeminiBatchAdapter",
+    "INLINE_MAX_BYTES",
+    "InlineChunk",
+    "inlined_request",
     "normalise_result_line",
     "response_schema",
 ]
@@ -83,6 +95,35 @@ _LOG = logging.getLogger(__name__)
 
 #: the ``[gemini]`` extra: ``pip install 'mmirage-beam[gemini]'``.
 SDK_EXTRA = "gemini"
+#: a chunk of at most this many bytes of JSONL request lines (2 MB) is sent inline in the
+#: create call instead of being uploaded; well under the batch mode guide's 20 MB for
+#: inline requests (:data:`~mmirage_beam.providers.gemini.config.MAX_INLINE_BYTES`),
+#: since every ``batches.get`` of an inline job carries all its answers.
+INLINE_MAX_BYTES = 2_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class InlineChunk:
+    """A chunk sent inline instead of uploaded: ``requests`` are google-genai
+    ``InlinedRequest`` dicts (``{"contents", "config"?, "metadata": {"key"}}``)."""
+
+    requests: tuple
+
+
+def inlined_request(line: Mapping[str, Any]) -> Dict[str, Any]:
+    """One request line ``{"key", "request": GenerateContentRequest}`` as google-genai's
+    ``InlinedRequest``: ``contents``, the rest of the request (``generation_config``'s
+    fields, ``system_instruction``, ``safety_settings``, ``tools``) as its
+    ``GenerateContentConfig``, and ``metadata: {"key": key}``, which the job's
+    ``InlinedResponse`` carries back."""
+    request = dict(line["request"])
+    contents = request.pop("contents")
+    config: Dict[str, Any] = dict(request.pop("generation_config", None) or {})
+    config.update(request)  # system_instruction, safety_settings, tools... as-is
+    out: Dict[str, Any] = {"contents": contents, "metadata": {"key": str(line["key"])}}
+    if config:
+        out["config"] = config
+    return out
 
 
 def display_name(run_id: Optional[str], chunk_id: str) -> str:
@@ -233,7 +274,20 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         return {k: v for k, v in request.items() if k != "key"}
 
     def upload_file(self, chunk_id: str, content: Any, config: GeminiBatchConfig) -> Any:
-        """``files.upload`` of the JSONL input file, named :func:`display_name`."""
+        """``files.upload`` of the JSONL input file, named :func:`display_name`; a
+        generate-content chunk of at most :data:`INLINE_MAX_BYTES` is not uploaded but
+        returned as an :class:`InlineChunk` for :meth:`create_batch` to send inline.
+
+        Raises:
+            ValueError: an inline chunk's line is not a request line (the adapter's own
+                lines always are).
+        """
+        if not getattr(config, "embedding_job", False):
+            head = content.read(INLINE_MAX_BYTES + 1)
+            if len(head) <= INLINE_MAX_BYTES:
+                lines = [json.loads(raw) for raw in head.split(b"\n") if raw.strip()]
+                return InlineChunk(tuple(inlined_request(line) for line in lines))
+            content.seek(0)
         return self._client.files.upload(
             file=content,
             config={"mime_type": "jsonl", "display_name": display_name(self.run_id, chunk_id)},
@@ -250,6 +304,11 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
             google.genai.errors.APIError: a non-retryable answer (e.g. 400).
         """
         job_config = {"display_name": display_name(self.run_id, chunk_id)}
+        if isinstance(uploaded, InlineChunk):  # no file: the requests travel in the call
+            job = self._client.batches.create(
+                model=config.model, src=list(uploaded.requests), config=job_config
+            )
+            return self.submitted_batch(_job_dict(job))
         if getattr(config, "embedding_job", False):  # models/{model}:asyncBatchEmbedContent
             job = self._client.batches.create_embeddings(
                 model=config.model, src={"file_name": uploaded.name}, config=job_config
@@ -334,7 +393,9 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         self, provider_batch_id: str, config: GeminiBatchConfig
     ) -> Iterator[ProviderResult]:
         """Stream the job's responses file (``dest.file_name``; absent for a job that
-        ended without results), one neutral dict per line (:mod:`mmirage_beam.results`).
+        ended without results), one neutral dict per line (:mod:`mmirage_beam.results`);
+        an inline job's answers come from ``dest.inlined_responses`` instead, each named
+        by the ``metadata.key`` its request carried (a missing key: an unknown line).
 
         The SDK's ``files.download`` writes the file into a temporary file (spooled to
         disk past 16 MiB), which is then split on ``\\n`` only, each line parsed on its
@@ -342,6 +403,15 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         A failed download is retried from the start; lines already yielded are skipped.
         """
         dest = self._get_job(provider_batch_id).dest
+        inlined = getattr(dest, "inlined_responses", None) if dest is not None else None
+        if inlined:
+            yield from results_from_lines(
+                iter_raw_lines(_inlined_lines(inlined)),
+                normalise_result_line,
+                f"inlined responses of batch {provider_batch_id}",
+                id_key="key",
+            )
+            return
         file_name = getattr(dest, "file_name", None) if dest is not None else None
         if not file_name:
             return
@@ -364,6 +434,18 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
             f"responses file {file_name} of batch {provider_batch_id}",
             id_key="key",
         )
+
+
+def _inlined_lines(inlined: Sequence[Any]) -> Iterator[bytes]:
+    """google-genai ``InlinedResponse`` objects as responses-file lines (``{"key",
+    "response" | "error"}``, the key from the ``metadata`` the request carried)."""
+    for answer in inlined:
+        dumped = answer.model_dump(mode="json", exclude_none=True)
+        line: Dict[str, Any] = {"key": (dumped.get("metadata") or {}).get("key")}
+        for field in ("response", "error"):
+            if field in dumped:
+                line[field] = dumped[field]
+        yield json.dumps(line).encode("utf-8") + b"\n"
 
 
 def _error_code(exc: BaseException) -> Optional[int]:

@@ -2,9 +2,11 @@
 
 Gemini API batch mode (https://ai.google.dev/gemini-api/docs/batch-mode, read 2026-12):
 "The input file size limit is 2GB" for a JSONL file uploaded through the File API, and
-inline requests are for batches "under 20MB" in total. mmirage-beam always uploads a
-file (one per chunk), so the per-batch byte limit is the file's; no request count per
-batch is documented. A batch job that stays pending or running for 48 hours expires.
+inline requests are for batches "under 20MB" in total. mmirage-beam uploads a file per
+chunk, except that a chunk of at most 2 MB of requests is sent inline
+(:data:`mmirage_beam.providers.gemini.adapter.INLINE_MAX_BYTES`), so the per-batch byte
+limit is the file's; no request count per batch is documented. A batch job that stays
+pending or running for 48 hours expires.
 
 Vertex AI batch prediction is its own provider, ``provider: vertex``
 (:mod:`mmirage_beam.providers.vertex`); ``vertexai: true`` here is refused at load,

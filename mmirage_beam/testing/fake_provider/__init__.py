@@ -82,8 +82,14 @@ Anthropic (``x-api-key`` or ``Authorization: Bearer`` required, else 401 with
 - ``results_url`` is null until the batch has ended, then an absolute URL on this
   server; the four outcome counts stay 0 until then.
 
+Anthropic's Files API (beta; ``client.beta.files`` upload, list, retrieve_metadata,
+delete, download) on ``/v1/files`` beside OpenAI's, told apart by the
+``anthropic-beta: files-api-2025-04-14`` or ``anthropic-version`` header: see
+:mod:`mmirage_beam.testing.fake_provider.anthropic_files`.
+
 Mistral (files and batch jobs as the mistralai SDK calls them, under ``/mistral``:
-``Mistral(server_url=fake.mistral_base_url)``): see
+``Mistral(server_url=fake.mistral_base_url)``; inline jobs, chat and FIM completions,
+embeddings, moderations, signed URLs and ``agent_id`` jobs): see
 :mod:`mmirage_beam.testing.fake_provider.mistral` for its endpoints, lifecycle and markers.
 
 OpenAI-compatible services (the OpenAI Files + Batches endpoints with each service's
@@ -152,7 +158,11 @@ Values are captured by each batch when it is created.
   ``messages_batches_results``; Gemini ``gemini_files_upload``, ``gemini_files_get``,
   ``gemini_files_download``, ``gemini_batches_create``, ``gemini_batches_list``,
   ``gemini_batches_get``, ``gemini_batches_cancel``, ``gemini_batches_delete``,
-  ``gemini_count_tokens``. No ``paths``: every API endpoint.
+  ``gemini_count_tokens``, ``gemini_files_list``, ``gemini_files_delete``; Anthropic
+  files ``anthropic_files_upload``, ``anthropic_files_list``,
+  ``anthropic_files_retrieve``, ``anthropic_files_delete``, ``anthropic_files_download``;
+  Mistral :data:`~mmirage_beam.testing.fake_provider.scripting.MISTRAL_ENDPOINT_NAMES`.
+  No ``paths``: every API endpoint.
 - ``fail_batch_creates`` (dict): ``{"nth": K, "permanent": false, "status": 500,
   "retry_after_ms": 10, "created": false}``; the K-th valid batch create call (both
   providers counted together, from when this key was scripted) fails with ``status``,

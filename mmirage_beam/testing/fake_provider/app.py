@@ -19,7 +19,7 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
 from werkzeug.wrappers import Request, Response
 
 import mmirage_beam.providers  # noqa: F401 - the built-in providers register their fakes
-from mmirage_beam.testing.fake_provider import gemini, limits
+from mmirage_beam.testing.fake_provider import anthropic_files, gemini, limits
 from mmirage_beam.testing.fake_provider.anthropic import AnthropicApi
 from mmirage_beam.testing.fake_provider.mistral import MISTRAL, MistralApi
 from mmirage_beam.testing.fake_provider.mistral import PREFIX as MISTRAL_PREFIX
@@ -135,6 +135,7 @@ class FakeProviderServer:
         self._anthropic = AnthropicApi(self._store)
         self._gemini = gemini.GeminiApi(self._store)
         self._mistral = MistralApi(self._store)
+        self.anthropic_files = anthropic_files.AnthropicFilesApi(self._store)
         self._profiles = [ProfileApi(self._store, profile) for profile in PROFILES.values()]
         # fakes that live in their provider's package (mmirage_beam.testing.fake_registry)
         self._registered = {name: cls(self._store) for name, cls in registered_fakes().items()}
@@ -415,6 +416,8 @@ class FakeProviderServer:
         for fake in self._registered.values():
             if fake.claims(request.path):
                 return fake.handle(request)
+        if anthropic_files.serves(request):  # /v1/files with Anthropic's headers
+            return self.anthropic_files.handle(request)
         if request.path.startswith(MISTRAL_PREFIX + "/"):
             return self._mistral.handle(request)
         for profile_api in self._profiles:  # /azure/openai/v1/..., /groq/..., /together/...

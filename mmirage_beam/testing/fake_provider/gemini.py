@@ -17,7 +17,12 @@ Paths and headers are those of the installed SDK (``google/genai/files.py``,
 - ``POST /v1beta/models/{model}:batchGenerateContent`` ``{"batch": {"displayName",
   "inputConfig": {"fileName": "files/..."}}}``: the job (an operation whose ``metadata``
   is the ``GenerateContentBatch``: ``state`` ``BATCH_STATE_*``, ``createTime``,
-  ``output.responsesFile`` once succeeded). Inline requests are not emulated (400).
+  ``output.responsesFile`` once succeeded). Inline requests (``"inputConfig":
+  {"requests": {"requests": [{"request", "metadata"?}]}}``, google-genai
+  ``batches.create(src=[...])``, up to 20 MB in all) run through the same checks,
+  markers and lifecycle and are answered in ``output.inlinedResponses.inlinedResponses``
+  (``GeminiApi._create_inline``); inline embeddings requests likewise, answered in
+  ``output.inlinedEmbedContentResponses.inlinedResponses``.
 - ``POST /v1beta/models/{model}:asyncBatchEmbedContent`` (``batches.create_embeddings``),
   the same body: an embeddings job (``EmbedContentBatch``), whose lines ``{"key",
   "request": {"content", "output_dimensionality"?}}`` are answered ``{"key", "response":
@@ -25,8 +30,10 @@ Paths and headers are those of the installed SDK (``google/genai/files.py``,
 - ``GET /v1beta/batches/{id}``, ``GET /v1beta/batches?pageSize=&pageToken=`` (newest
   first, ``{"operations", "nextPageToken"}``), ``POST /v1beta/batches/{id}:cancel``,
   ``DELETE /v1beta/batches/{id}``.
-- ``GET /v1beta/files/{id}``, ``GET /v1beta/files/{id}:download?alt=media`` (only
-  generated files, as the real service).
+- ``GET /v1beta/files/{id}``, ``GET /v1beta/files/{id}:download?alt=media`` and the
+  ``downloadUri`` form ``GET /download/v1beta/files/{id}:download?alt=media`` (litellm's;
+  only generated files, as the real service), ``GET /v1beta/files?pageSize=&pageToken=``
+  (``files.list``), ``DELETE /v1beta/files/{id}`` (``files.delete``).
 - ``POST /v1beta/models/{model}:countTokens`` ``{"contents"}``: ``{"totalTokens": N}``,
   N being the ``usageMetadata.promptTokenCount`` a batch reports for the same contents.
 
@@ -107,7 +114,14 @@ def routes() -> list[Rule]:
     return [
         Rule(f"/upload/{v}/files", methods=["POST"], endpoint="gemini_files_upload"),
         Rule(f"/{v}/files/<file_id>:download", methods=["GET"], endpoint="gemini_files_download"),
+        Rule(
+            f"/download/{v}/files/<file_id>:download",
+            methods=["GET"],
+            endpoint="gemini_files_download",
+        ),
+        Rule(f"/{v}/files", methods=["GET"], endpoint="gemini_files_list"),
         Rule(f"/{v}/files/<file_id>", methods=["GET"], endpoint="gemini_files_get"),
+        Rule(f"/{v}/files/<file_id>", methods=["DELETE"], endpoint="gemini_files_delete"),
         Rule(
             f"/{v}/models/<model>:batchGenerateContent",
             methods=["POST"],
@@ -129,15 +143,15 @@ def routes() -> list[Rule]:
 def serves(request: Request) -> bool:
     """Whether ``request`` is a Gemini call rather than an OpenAI one on the shared port.
 
-    ``/v1beta/...`` and ``/upload/...`` are Gemini's alone. Under ``/v1/`` (OpenAI's
-    ``/v1/files``, ``/v1/batches`` too) a call is Gemini's when it carries Gemini's
-    credential (the ``x-goog-api-key`` header google-genai sends, or the REST docs'
+    ``/v1beta/...``, ``/upload/...`` and ``/download/...`` are Gemini's alone. Under
+    ``/v1/`` (OpenAI's ``/v1/files``, ``/v1/batches`` too) a call is Gemini's when it
+    carries Gemini's credential (the ``x-goog-api-key`` header google-genai sends, or the REST docs'
     ``?key=``), or has Gemini's shape: a ``/v1/models/...`` path or a ``:verb`` suffix
     (``:download``, ``:cancel``), which OpenAI's ids (``file-...``, ``batch_...``) never
     have. ``/v1/messages...`` is Anthropic's.
     """
     path = request.path
-    if path.startswith(("/v1beta/", "/upload/")):
+    if path.startswith(("/v1beta/", "/upload/", "/download/")):
         return True
     if not path.startswith("/v1/") or path.startswith("/v1/messages"):
         return False
@@ -260,7 +274,8 @@ class GeminiApi:
         if display_name:
             view["displayName"] = display_name
         if source == "GENERATED":
-            view["downloadUri"] = view["uri"] + ":download?alt=media"
+            base = host_url.rstrip("/")
+            view["downloadUri"] = f"{base}/download/v1beta/files/{fid}:download?alt=media"
         record = {"id": fid, "content": content, "view": view}
         self.store.gemini_files[fid] = record
         return record
@@ -276,8 +291,40 @@ class GeminiApi:
         with self.store.lock:
             return json_response(self._file(file_id)["view"])
 
+    def gemini_files_list(self, request: Request) -> Response:
+        """``GET /v1beta/files?pageSize=&pageToken=`` (google-genai ``files.list``):
+        ``{"files": [File], "nextPageToken"?}``, newest first, page size 1..100 (default
+        10), the token being the offset (REST reference ``files.list``,
+        https://ai.google.dev/api/files#method:-files.list: "pageSize ... Maximum 100";
+        uploaded and generated files alike)."""
+        try:
+            size = int(request.args.get("pageSize", "10"))
+            start = int(request.args.get("pageToken") or "0")
+        except ValueError:
+            raise _gemini_error(400, "pageSize and pageToken must be integers.") from None
+        if not 1 <= size <= 100 or start < 0:
+            raise _gemini_error(400, "pageSize must be in 1..100.")
+        with self.store.lock:
+            records = list(reversed(self.store.gemini_files.values()))
+            body: dict[str, Any] = {"files": [r["view"] for r in records[start : start + size]]}
+            if start + size < len(records):
+                body["nextPageToken"] = str(start + size)
+            return json_response(body)
+
+    def gemini_files_delete(self, request: Request, file_id: str) -> Response:
+        """``DELETE /v1beta/files/{id}`` (google-genai ``files.delete``): ``{}``; the
+        file is gone (404 on a later get, delete or download, as the REST reference's
+        ``files.delete`` says: "Deletes the File")."""
+        with self.store.lock:
+            self._file(file_id)
+            del self.store.gemini_files[file_id]
+        return json_response({})
+
     def gemini_files_download(self, request: Request, file_id: str) -> Response:
-        """``GET /v1beta/files/{id}:download?alt=media``: a generated file's bytes."""
+        """``GET /v1beta/files/{id}:download?alt=media`` (google-genai
+        ``files.download``) or ``GET /download/v1beta/files/{id}:download?alt=media``
+        (the ``downloadUri`` of a generated file, which litellm's Gemini batch
+        retrieval reads): a generated file's bytes."""
         with self.store.lock:
             record = self._file(file_id)
             if record["view"]["source"] != "GENERATED":
@@ -323,8 +370,9 @@ class GeminiApi:
         input_config = get_field(batch_body, "input_config")
         if not isinstance(input_config, Mapping):
             raise _gemini_error(400, "batch.input_config: required.")
-        if get_field(input_config, "requests") is not None:
-            raise _gemini_error(400, "Inline requests are not emulated by this fake.")
+        inline = get_field(input_config, "requests")
+        if inline is not None:
+            return self._create_inline(request, model, batch_body, inline, endpoint)
         file_name = get_field(input_config, "file_name")
         if not isinstance(file_name, str) or not file_name.startswith("files/"):
             raise _gemini_error(400, "batch.input_config.file_name must be 'files/<id>'.")
@@ -343,6 +391,72 @@ class GeminiApi:
             batch.input_file_id = file_name
             batch.metadata = {"displayName": str(get_field(batch_body, "display_name") or "")}
             batch.items = self._process_file(batch, stored["content"])
+            if failure is not None:
+                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
+            return json_response(self.view(batch, batch.created - 1e-6, request.host_url))
+
+    def _create_inline(
+        self,
+        request: Request,
+        model: str,
+        batch_body: Mapping[str, Any],
+        inline: Any,
+        endpoint: str = "batchGenerateContent",
+    ) -> Response:
+        """``batchGenerateContent`` with ``inputConfig.requests.requests`` (google-genai
+        ``batches.create(src=[InlinedRequest])``): each ``{"request", "metadata"?}`` is
+        run as a file line would be (same validation, markers and lifecycle); the
+        responses come back in the job's ``output.inlinedResponses.inlinedResponses``,
+        in request order, each ``{"response"}`` or ``{"error"}`` with its ``metadata``
+        (REST reference, ``GenerateContentBatchOutput.inlinedResponses``: "The responses
+        will be in the same order as the input requests"; ``InlinedResponse``). The
+        batch mode guide puts inline requests at 20 MB in total
+        (:data:`MAX_INLINE_BYTES`): a larger body is refused with 400. An embeddings job
+        (``asyncBatchEmbedContent``, ``batches.create_embeddings(src={"inlined_requests":
+        {"contents", "config"?}})``) has ``{"request": {"content", ...}}`` entries and
+        answers in ``output.inlinedEmbedContentResponses.inlinedResponses``."""
+        entries = get_field(inline, "requests") if isinstance(inline, Mapping) else None
+        if not isinstance(entries, list) or not entries:
+            raise _gemini_error(400, "batch.input_config.requests.requests: required.")
+        size = request.content_length or len(request.get_data())
+        if size > MAX_INLINE_BYTES:
+            raise _gemini_error(
+                400,
+                f"Inline requests hold {size} bytes, over the {MAX_INLINE_BYTES} bytes "
+                "allowed; upload a file instead.",
+            )
+        unknown_model = rules.gemini_model_error(model, self.store.models)
+        if unknown_model is not None:
+            raise unknown_model
+        with self.store.lock:
+            failure = self.store.take_create_failure()
+            if failure is not None and not failure.created:
+                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
+            now = self.store.clock()
+            batch = self.store.new_batch(GEMINI, "", now)
+            batch.model = model
+            batch.endpoint = endpoint
+            batch.metadata = {
+                "displayName": str(get_field(batch_body, "display_name") or ""),
+                "inline": "1",
+            }
+            for number, entry in enumerate(entries):
+                # the fake's name of the request (create_counts, submitted_requests, the
+                # transient markers): its metadata's "key" (mmirage sends the custom_id
+                # there), else its place; the answers keep the request order either way
+                meta = get_field(entry, "metadata") if isinstance(entry, Mapping) else None
+                named = meta.get("key") if isinstance(meta, Mapping) else None
+                key = named if isinstance(named, str) and named else str(number)
+                body = get_field(entry, "request") if isinstance(entry, Mapping) else None
+                if isinstance(body, Mapping):
+                    body = {k: v for k, v in body.items() if k != "model"}
+                self.store.record(batch, key, dict(entry) if isinstance(entry, Mapping) else {})
+                if endpoint == EMBED_ENDPOINT:
+                    item = self._process_embed_request(key, body)
+                else:
+                    item = self._process_request(key, body, model, inline=True)
+                item.line = _inlined_response(item.line, meta, endpoint == EMBED_ENDPOINT)
+                batch.items.append(item)
             if failure is not None:
                 raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
             return json_response(self.view(batch, batch.created - 1e-6, request.host_url))
@@ -390,7 +504,10 @@ class GeminiApi:
         dims = get_field(body, "output_dimensionality")
         return Item(key, embed_response_line(key, prompt, dims), True)
 
-    def _process_request(self, key: str, body: Any, model: str) -> Item:
+    def _process_request(self, key: str, body: Any, model: str, inline: bool = False) -> Item:
+        """One request: its response line (``{"key", "response"}``) or its error line.
+        ``inline``: no file line to break, so the line markers answer normally and
+        ``u2028``'s message stays a JSON string."""
         try:
             request_model().model_validate(body)
         except Exception as exc:  # pydantic.ValidationError: the request is refused
@@ -408,7 +525,7 @@ class GeminiApi:
         if marker in FAILURES:
             code, status, message = FAILURES[marker]
             line: dict[str, Any] | bytes = error_line(key, code, status, message)
-            if marker == "u2028":
+            if marker == "u2028" and not inline:
                 line = json.dumps(line, ensure_ascii=False).encode("utf-8")
             return Item(key, line, False)
         try:
@@ -443,7 +560,7 @@ class GeminiApi:
         }
         check_response(response)
         line = {"key": key, "response": response}
-        if marker in scripting.LINE_MARKERS:
+        if marker in scripting.LINE_MARKERS and not inline:
             line = broken_line(marker, key, line, answer.text)
         return Item(key, line, True, answer.input_tokens, output_tokens)
 
@@ -524,6 +641,8 @@ class GeminiApi:
         if batch.finished:
             return
         batch.finished = True
+        if _is_inline(batch):  # the responses are in the job itself (view)
+            return
         lines = [it.line for it in batch.items]
         if batch.unknown_custom_id:
             lines.append(self._process_request(UNKNOWN_CUSTOM_ID, _EMPTY_REQUEST, "x").line)
@@ -553,7 +672,7 @@ class GeminiApi:
             if not str(batch.model).startswith("models/")
             else batch.model,
             "displayName": (batch.metadata or {}).get("displayName", ""),
-            "inputConfig": {"fileName": batch.input_file_id},
+            "inputConfig": {"fileName": batch.input_file_id},  # inline: replaced below
             "createTime": rfc3339(batch.created),
             "updateTime": rfc3339(now),
             "state": state,
@@ -568,7 +687,21 @@ class GeminiApi:
         out: dict[str, Any] = {"name": f"batches/{batch.id}", "metadata": meta, "done": done}
         if done:
             meta["endTime"] = rfc3339(now)
-        if state == "BATCH_STATE_SUCCEEDED":
+        if _is_inline(batch):
+            meta["inputConfig"] = {"requests": {"requests": []}}  # not echoed back here
+        if state == "BATCH_STATE_SUCCEEDED" and _is_inline(batch):
+            field = (
+                "inlinedEmbedContentResponses"
+                if batch.endpoint == EMBED_ENDPOINT
+                else "inlinedResponses"
+            )
+            output = {field: {"inlinedResponses": [it.line for it in batch.items]}}
+            meta["output"] = output
+            out["response"] = {
+                "@type": f"type.googleapis.com/google.ai.generativelanguage.v1main.{kind}Output",
+                **output,
+            }
+        elif state == "BATCH_STATE_SUCCEEDED":
             self._finish(batch, host_url)
             meta["output"] = {"responsesFile": batch.output_file_id}
             out["response"] = {
@@ -582,6 +715,30 @@ class GeminiApi:
 
 #: the fake's name of embeddings jobs (``Batch.endpoint``), after the REST method
 EMBED_ENDPOINT = "asyncBatchEmbedContent"
+#: Gemini batch mode guide (https://ai.google.dev/gemini-api/docs/batch-mode): inline
+#: requests suit batches "under 20MB" in total, in bytes of the create body.
+MAX_INLINE_BYTES = 20_000_000
+
+
+def _is_inline(batch: Batch) -> bool:
+    return (batch.metadata or {}).get("inline") == "1"
+
+
+def _inlined_response(line: Any, metadata: Any, embedding: bool = False) -> dict[str, Any]:
+    """A result line (``{"key", "response" | "error"}``) as an ``InlinedResponse``
+    (``{"response" | "error", "metadata"?}``, google-genai ``types.InlinedResponse``, or
+    ``types.InlinedEmbedContentResponse`` when ``embedding``, checked with it; its
+    ``error`` a ``google.rpc.Status`` of ``code`` and ``message``)."""
+    from google.genai import types  # an optional extra, see gemini_bodies.request_model
+
+    out = {k: v for k, v in dict(line).items() if k in ("response", "error")}
+    if "error" in out:  # a google.rpc.Status: code, message (and details), no status name
+        out["error"] = {k: v for k, v in out["error"].items() if k in ("code", "message")}
+    if metadata is not None:
+        out["metadata"] = metadata
+    kind = types.InlinedEmbedContentResponse if embedding else types.InlinedResponse
+    kind.model_validate(out)
+    return out
 
 
 def embed_response_line(key: str, text: str, dimensions: Any) -> dict[str, Any]:

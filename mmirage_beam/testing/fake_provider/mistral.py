@@ -8,10 +8,17 @@ Endpoints (``Authorization: Bearer <any non-empty key>``, else 401):
   agentic_safety``), ``visibility``, ``expiry``: 400 without a file, 422 for an unknown
   purpose, 400 for a ``purpose=batch`` file over 512 MB (Mistral known limitations);
   ``GET /v1/files`` (``page``, ``page_size``, ``purpose``), ``GET /v1/files/{id}``,
-  ``DELETE /v1/files/{id}``, ``GET /v1/files/{id}/content`` (octet-stream).
+  ``DELETE /v1/files/{id}``, ``GET /v1/files/{id}/content`` (octet-stream),
+  ``GET /v1/files/{id}/url?expiry=H`` (``files.get_signed_url``: ``{"url"}``, a URL
+  under ``/_signed/`` that answers the bytes without a key for H hours, 1..168).
 - ``POST /v1/batch/jobs`` JSON, validated with the SDK's own ``CreateBatchJobRequest``
   (422 ``HTTPValidationError``-shaped ``detail`` otherwise); 404 for an unknown input
-  file, 400 for a file of another purpose or an endpoint the fake does not answer.
+  file, 400 for a file of another purpose or an endpoint the fake does not answer
+  (:data:`ENDPOINTS`: chat and FIM completions, embeddings, moderations and chat
+  moderations). Exactly one of ``input_files`` and ``requests`` (inline batching, each
+  ``{"custom_id"?, "body"}`` run as a line of a file, its index for a missing
+  ``custom_id``), and one of ``model`` and ``agent_id`` (an agent's job: bodies checked
+  with ``AgentsCompletionRequest``, answers named after the agent, ``model: null``).
   Each line ``{"custom_id", "body"}`` is checked like the service does: a body that the
   SDK's ``ChatCompletionRequest`` refuses (with the job's model) becomes a 400 line in
   the error file; an unreadable line, a line without ``custom_id`` or ``body`` and a
@@ -21,10 +28,12 @@ Endpoints (``Authorization: Bearer <any non-empty key>``, else 401):
   and answers ``EmbeddingResponse`` bodies of ``output_dimension`` numbers
   (:func:`~mmirage_beam.testing.fake_provider.mistral_bodies.embeddings_response`).
 - ``GET /v1/batch/jobs`` (``page``, ``page_size``, ``model``, ``status`` (repeated),
-  ``created_after``, ``order_by`` (``created | -created``); every other query parameter
+  ``agent_id``, ``created_after``, ``order_by`` (``created | -created``); every other
+  query parameter
   is a metadata filter, as the SDK sends ``metadata={k: v}`` one pair per parameter):
   ``{"object": "list", "data", "total"}``. ``GET /v1/batch/jobs/{id}``,
-  ``POST /v1/batch/jobs/{id}/cancel``, ``DELETE /v1/batch/jobs/{id}``.
+  ``POST /v1/batch/jobs/{id}/cancel``, ``DELETE /v1/batch/jobs/{id}``;
+  ``GET /v1/batch/jobs/{id}?inline=true`` adds the result lines as ``outputs``.
 - Errors are Mistral's flat error object ``{"object": "error", "message", "type",
   "param", "code"}`` (Mistral error glossary).
 
@@ -36,7 +45,10 @@ Lifecycle (``d`` the processing delay): ``QUEUED`` until ``d/3``, ``RUNNING``, t
 {"message", "code": "timeout_exceeded" | "cancelled"}``).
 
 Result lines: ``{"id", "custom_id", "response": {"status_code", "body"}, "error"}``;
-bodies of 200 lines validate as the SDK's ``ChatCompletionResponse``. Markers
+bodies of 200 lines validate as the SDK's type of their endpoint's answer
+(``ChatCompletionResponse``, ``FIMCompletionResponse``, ``EmbeddingResponse``,
+``ModerationResponse``: the batch docs, https://docs.mistral.ai/capabilities/batch, "A
+batch body object can be any valid request body for the endpoint you are using"). Markers
 (:mod:`~mmirage_beam.testing.fake_provider.scripting`): ``server_error`` (500
 ``server_error``), ``invalid_request`` (400), ``rate_limit`` (429 ``rate_limit_error``),
 ``timeout`` (``error.code: request_timeout``), ``transient``, ``not_json``, ``length``
@@ -56,7 +68,10 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import hashlib
+import hmac
 import json
+import secrets
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -75,8 +90,10 @@ from mmirage_beam.testing.fake_provider.mistral_bodies import (
     error_body,
     error_line,
     http_line,
+    moderation_response,
     prompt_of,
     scripted_error,
+    validate_response,
     validate_with_sdk,
 )
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
@@ -99,8 +116,20 @@ PREFIX = "/mistral"
 MAX_BATCH_FILE_BYTES = 512 * 1000 * 1000
 MAX_REQUESTS = 100_000
 FILE_PURPOSES = ("fine-tune", "batch", "ocr", "agentic_safety")
-#: the fake answers chat completions and embeddings
-ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings")
+#: the endpoints whose jobs the fake answers (each in its own response shape; the SDK's
+#: ``APIEndpoint`` also names ``/v1/ocr``, ``/v1/classifications``,
+#: ``/v1/chat/classifications``, ``/v1/conversations`` and ``/v1/audio/transcriptions``,
+#: which it refuses with 400)
+ENDPOINTS = (
+    "/v1/chat/completions",
+    "/v1/embeddings",
+    "/v1/fim/completions",
+    "/v1/moderations",
+    "/v1/chat/moderations",
+)
+#: files.get_signed_url's ``expiry``, in hours (mistralai 3.7 ``files.get_signed_url``:
+#: "Must be between 1h and 168h", default 24)
+SIGNED_URL_EXPIRY_HOURS = (1, 168)
 TERMINAL = ("SUCCESS", "FAILED", "TIMEOUT_EXCEEDED", "CANCELLED")
 #: endpoint names of ``leading_errors.paths`` and ``call_counts()``.
 ENDPOINT_NAMES = scripting.MISTRAL_ENDPOINT_NAMES
@@ -155,6 +184,8 @@ class MistralApi:
                 Rule("/v1/files/<file_id>", methods=["GET"], endpoint="files_retrieve"),
                 Rule("/v1/files/<file_id>", methods=["DELETE"], endpoint="files_delete"),
                 Rule("/v1/files/<file_id>/content", methods=["GET"], endpoint="files_download"),
+                Rule("/v1/files/<file_id>/url", methods=["GET"], endpoint="files_signed_url"),
+                Rule("/_signed/<file_id>", methods=["GET"], endpoint="signed_download"),
                 Rule("/v1/batch/jobs", methods=["POST"], endpoint="jobs_create"),
                 Rule("/v1/batch/jobs", methods=["GET"], endpoint="jobs_list"),
                 Rule("/v1/batch/jobs/<job_id>", methods=["GET"], endpoint="jobs_get"),
@@ -163,6 +194,11 @@ class MistralApi:
             ],
             strict_slashes=False,
         )
+
+    @property
+    def agents(self) -> dict[str, str]:
+        """Job id -> the ``agent_id`` the job was created with (jobs with no model)."""
+        return self.store.provider_state.setdefault(MISTRAL, {}).setdefault("agents", {})
 
     @property
     def files(self) -> dict[str, _File]:
@@ -183,7 +219,8 @@ class MistralApi:
             self.store.call_counts[name] = self.store.call_counts.get(name, 0) + 1
         try:
             scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
+            signed = endpoint == "signed_download"  # the URL's signature is its credential
+            if not signed and (scheme.lower() != "bearer" or not token.strip()):
                 raise api_error(401, "Unauthorized", "authentication_error")
             leading = self.store.take_leading_error(name)
             if leading is not None:
@@ -246,6 +283,50 @@ class MistralApi:
             content = self._get_file(file_id).content
         return Response(content, mimetype="application/octet-stream")
 
+    def _signature(self, file_id: str, expires: int) -> str:
+        secret = self.store.provider_state.setdefault(MISTRAL, {}).setdefault(
+            "url_secret", secrets.token_bytes(16)
+        )
+        message = f"{file_id}:{expires}".encode()
+        return hmac.new(secret, message, hashlib.sha256).hexdigest()[:32]
+
+    def _files_signed_url(self, request: Request, file_id: str) -> Response:
+        """``GET /v1/files/{id}/url?expiry=H`` (mistralai ``files.get_signed_url``):
+        ``{"url"}`` (the SDK's ``GetSignedURLResponse``), a URL that downloads the file
+        without the API key for ``expiry`` hours (1..168, default 24; 422 otherwise), as
+        the Files API reference describes "Get Signed Url"
+        (https://docs.mistral.ai/api/endpoint/files). Here it is
+        ``<base>/mistral/_signed/{id}?expires=<unix>&signature=<hmac>``."""
+        hours = _int_arg(request, "expiry", 24)
+        low, high = SIGNED_URL_EXPIRY_HOURS
+        if not low <= hours <= high:
+            raise api_error(422, f"expiry must be between {low} and {high} hours, got {hours}.")
+        with self.store.lock:
+            self._get_file(file_id)
+            expires = int(self.store.clock()) + hours * 3600
+            signature = self._signature(file_id, expires)
+        base = request.host_url.rstrip("/") + PREFIX
+        url = f"{base}/_signed/{file_id}?expires={expires}&signature={signature}"
+        validate_response("GetSignedURLResponse", {"url": url})
+        return json_response({"url": url})
+
+    def _signed_download(self, request: Request, file_id: str) -> Response:
+        """``GET /_signed/{id}?expires=&signature=``: the file's bytes while the signed
+        URL holds (403 for a wrong signature or after ``expires``, as a storage
+        service answers an expired signed URL)."""
+        try:
+            expires = int(request.args.get("expires", ""))
+        except ValueError:
+            raise api_error(403, "The signed URL is not valid.") from None
+        with self.store.lock:
+            good = hmac.compare_digest(
+                self._signature(file_id, expires), request.args.get("signature", "")
+            )
+            if not good or self.store.clock() > expires:
+                raise api_error(403, "The signed URL is not valid or has expired.")
+            content = self._get_file(file_id).content
+        return Response(content, mimetype="application/octet-stream")
+
     # -- jobs -------------------------------------------------------------------------
     def _get_job(self, job_id: str) -> Batch:
         batch = self.store.batches.get(job_id)
@@ -262,15 +343,19 @@ class MistralApi:
         endpoint = payload.get("endpoint")
         if endpoint not in ENDPOINTS:
             raise api_error(400, f"The fake answers only {ENDPOINTS}, not {endpoint!r}.")
-        if payload.get("requests"):
-            raise api_error(400, "The fake takes input_files only, not inline requests.")
+        inline = payload.get("requests") or []
         file_ids = payload.get("input_files") or []
-        model = payload.get("model")
-        if not file_ids or not isinstance(model, str) or not model:
-            raise api_error(400, "input_files and model are required.")
-        unknown_model = rules.mistral_model_error(model, self.store.models)
-        if unknown_model is not None:
-            raise api_error(400, unknown_model)
+        if bool(inline) == bool(file_ids):
+            raise api_error(400, "Give exactly one of input_files and requests.")
+        model, agent_id = payload.get("model"), payload.get("agent_id")
+        if bool(model) == bool(agent_id):
+            raise api_error(400, "Give exactly one of model and agent_id.")
+        if agent_id and endpoint != "/v1/chat/completions":
+            raise api_error(400, "An agent_id job runs /v1/chat/completions only.")
+        if model:
+            unknown_model = rules.mistral_model_error(model, self.store.models)
+            if unknown_model is not None:
+                raise api_error(400, unknown_model)
         with self.store.lock:
             files = [self._get_file(fid) for fid in file_ids]
             for stored in files:
@@ -286,11 +371,22 @@ class MistralApi:
             del self.store.batches[batch.id]
             batch.id = str(uuid.uuid4())
             self.store.batches[batch.id] = batch
-            batch.endpoint, batch.model = endpoint, model
+            batch.endpoint, batch.model = endpoint, model or None
+            if agent_id:
+                self.agents[batch.id] = agent_id
             batch.metadata = dict(payload.get("metadata") or {})
             batch.input_file_id = ",".join(file_ids)
             batch.completion_window = f"{int(payload.get('timeout_hours') or 24)}h"
-            self._fill(batch, b"\n".join(f.content for f in files), now)
+            if inline:  # inline batching: each {custom_id?, body} is a line of the input
+                content = jsonl(
+                    [
+                        {"custom_id": r.get("custom_id") or str(i), "body": r.get("body")}
+                        for i, r in enumerate(inline)
+                    ]
+                )
+            else:
+                content = b"\n".join(f.content for f in files)
+            self._fill(batch, content, now)
             if failure is not None:
                 raise scripted_error(failure.status, failure.retry_after_ms, "create")
             return json_response(self.view(batch, batch.created - 1e-6))
@@ -361,12 +457,64 @@ class MistralApi:
         }
         return Item(cid, line, ok=True, input_tokens=tokens)
 
+    def _process_moderation(self, batch: Batch, cid: str, body: dict[str, Any]) -> Item:
+        """One ``/v1/moderations`` line (``ClassificationRequest``: ``input`` a text or
+        texts) or ``/v1/chat/moderations`` line (``ChatModerationRequest``: ``input`` a
+        conversation or conversations): a ``ModerationResponse`` with one result per
+        text or conversation (:func:`moderation_response`); ``content_filter`` flags
+        its text, the failure markers fail it as a chat line."""
+        chat = batch.endpoint == "/v1/chat/moderations"
+        kind = "ChatModerationRequest" if chat else "ClassificationRequest"
+        reason = validate_with_sdk(kind, {"model": batch.model, **body}, raise_=False)
+        if reason is not None:
+            return Item(cid, http_line(cid, 400, f"Invalid request body: {reason}"), ok=False)
+        raw = body["input"]
+        if chat:  # one conversation (a list of messages) or a list of them
+            convos = raw if raw and isinstance(raw[0], list) else [raw]
+            texts = [prompt_of({"messages": c})[0] for c in convos]
+        else:
+            texts = [str(x) for x in (raw if isinstance(raw, list) else [raw])]
+        prompt = "\n".join(texts)
+        tokens = len(prompt.split())
+        marker = self.store.resolve_transient(error_marker(prompt), cid)
+        if marker == "timeout":
+            line = error_line(cid, "request_timeout", "The request timed out.")
+            return Item(cid, line, ok=False, input_tokens=tokens)
+        if marker in FAILURES:
+            status, kind, message = FAILURES[marker]
+            return failed_response_item(marker, cid, http_line(cid, status, message, kind), tokens)
+        flagged = [error_marker(t) == "content_filter" for t in texts]
+        response_body = moderation_response(batch.model or "", flagged)
+        line = {
+            "id": new_id("batch-req-"),
+            "custom_id": cid,
+            "response": {"status_code": 200, "body": response_body},
+            "error": None,
+        }
+        return Item(cid, line, ok=True, input_tokens=tokens)
+
     def _process(self, batch: Batch, cid: str, body: dict[str, Any], now: float) -> Item:
+        """One line of a job: answered in its endpoint's response shape (chat and FIM
+        completions, embeddings, moderations), or its error line."""
         if batch.endpoint == "/v1/embeddings":
             return self._process_embedding(batch, cid, body)
-        reason = validate_with_sdk(
-            "ChatCompletionRequest", {"model": batch.model, **body}, raise_=False
-        )
+        if batch.endpoint in ("/v1/moderations", "/v1/chat/moderations"):
+            return self._process_moderation(batch, cid, body)
+        fim = batch.endpoint == "/v1/fim/completions"
+        agent_id = self.agents.get(batch.id)
+        if fim:  # FIMCompletionRequest: the prompt (and suffix) to complete
+            reason = validate_with_sdk(
+                "FIMCompletionRequest", {"model": batch.model, **body}, raise_=False
+            )
+            body = {"messages": [{"role": "user", "content": str(body.get("prompt", ""))}]}
+        elif agent_id:  # AgentsCompletionRequest: the agent in place of a model
+            reason = validate_with_sdk(
+                "AgentsCompletionRequest", {"agent_id": agent_id, **body}, raise_=False
+            )
+        else:
+            reason = validate_with_sdk(
+                "ChatCompletionRequest", {"model": batch.model, **body}, raise_=False
+            )
         if reason is not None:
             return Item(cid, http_line(cid, 400, f"Invalid request body: {reason}"), ok=False)
         prompt, images, mode, schema = prompt_of(body)
@@ -386,7 +534,10 @@ class MistralApi:
         elif marker == "empty_body_200":
             response_body = {}
         else:
-            response_body = completion_body(batch.model or "", answer, now)
+            response_body = completion_body(batch.model or agent_id or "", answer, now)
+            validate_response(
+                "FIMCompletionResponse" if fim else "ChatCompletionResponse", {**response_body}
+            )
         line = {
             "id": new_id("batch-req-"),
             "custom_id": cid,
@@ -396,12 +547,32 @@ class MistralApi:
         return answered_response_item(marker, cid, line, answer)
 
     def _jobs_get(self, request: Request, job_id: str) -> Response:
+        """``GET /v1/batch/jobs/{id}`` (``?inline=true``: mistralai ``jobs.get(inline=
+        True)``, "return results inline in the response": once the job has ended its
+        ``outputs`` holds the result lines of its output file, then of its error file;
+        a line a marker broke, which no JSON answer can hold, is left out)."""
         with self.store.lock:
-            return json_response(self.view(self._get_job(job_id), self.store.clock()))
+            view = self.view(self._get_job(job_id), self.store.clock())
+            if request.args.get("inline", "").lower() == "true" and view["status"] in TERMINAL:
+                view["outputs"] = self._outputs(view)
+            return json_response(view)
+
+    def _outputs(self, view: dict[str, Any]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for file_id in (view["output_file"], view["error_file"]):
+            stored = self.files.get(file_id) if file_id else None
+            for raw in stored.content.split(b"\n") if stored is not None else ():
+                try:
+                    line = json.loads(raw)
+                except (ValueError, UnicodeDecodeError):
+                    continue
+                if isinstance(line, dict):
+                    out.append(line)
+        return out
 
     def _jobs_list(self, request: Request) -> Response:
         page, size = _int_arg(request, "page", 0), _int_arg(request, "page_size", 100)
-        model = request.args.get("model")
+        model, agent_id = request.args.get("model"), request.args.get("agent_id")
         statuses = set(request.args.getlist("status"))
         after = _parse_time(request.args.get("created_after"))
         meta = {k: v for k, v in request.args.items() if k not in _LIST_PARAMS}
@@ -416,6 +587,7 @@ class MistralApi:
             v
             for v in views
             if (model is None or v["model"] == model)
+            and (agent_id is None or v["agent_id"] == agent_id)
             and (not statuses or v["status"] in statuses)
             and (after is None or v["created_at"] >= after)
             and all((v["metadata"] or {}).get(k) == val for k, val in meta.items())
@@ -461,11 +633,11 @@ class MistralApi:
         return {
             "id": batch.id,
             "object": "batch",
-            "input_files": batch.input_file_id.split(","),
+            "input_files": batch.input_file_id.split(",") if batch.input_file_id else [],
             "metadata": copy.deepcopy(batch.metadata),
             "endpoint": batch.endpoint,
             "model": batch.model,
-            "agent_id": None,
+            "agent_id": self.agents.get(batch.id),
             "output_file": batch.output_file_id if status in TERMINAL else None,
             "error_file": batch.error_file_id if status in TERMINAL else None,
             "errors": errors,

@@ -21,6 +21,8 @@ __all__ = [
     "prompt_of",
     "completion_body",
     "embeddings_response",
+    "moderation_response",
+    "MODERATION_CATEGORIES",
     "http_line",
     "error_line",
     "FAILURES",
@@ -109,6 +111,57 @@ def embeddings_response(
             for i, item in enumerate(inputs)
         ],
     }
+
+
+#: Mistral's moderation categories (moderation docs,
+#: https://docs.mistral.ai/capabilities/guardrailing: "sexual", "hate_and_discrimination",
+#: "violence_and_threats", "dangerous_and_criminal_content", "selfharm", "health",
+#: "financial", "law", "pii").
+MODERATION_CATEGORIES = (
+    "sexual",
+    "hate_and_discrimination",
+    "violence_and_threats",
+    "dangerous_and_criminal_content",
+    "selfharm",
+    "health",
+    "financial",
+    "law",
+    "pii",
+)
+
+
+def moderation_response(model: str, flagged: list[bool]) -> dict[str, Any]:
+    """A ``ModerationResponse`` body (mistralai 3.7: ``{"id", "model", "results":
+    [{"categories": {name: bool}, "category_scores": {name: float}}]}``), the answer of
+    ``/v1/moderations`` (one result per input text) and ``/v1/chat/moderations`` (one
+    per conversation): ``flagged`` holds one bool per text or conversation. Checked
+    with that SDK type. A flagged text (its
+    ``FAKE_ERROR:content_filter`` marker) is ``dangerous_and_criminal_content`` at
+    0.99; every other score is 0.001 per category."""
+    results = []
+    for hit in flagged:
+        scores = {name: 0.001 for name in MODERATION_CATEGORIES}
+        if hit:
+            scores["dangerous_and_criminal_content"] = 0.99
+        results.append(
+            {
+                "categories": {name: score > 0.5 for name, score in scores.items()},
+                "category_scores": scores,
+            }
+        )
+    body = {"id": uuid.uuid4().hex, "model": model, "results": results}
+    validate_response("ModerationResponse", body)
+    return body
+
+
+def validate_response(model_name: str, body: Mapping[str, Any]) -> None:
+    """Raises ValueError unless ``body`` validates as the mistralai SDK's
+    ``model_name`` (a response type); without the SDK nothing is checked."""
+    try:
+        from mistralai.client import models
+    except ImportError:  # pragma: no cover - the SDK is a test dependency
+        return
+    getattr(models, model_name).model_validate(dict(body))
 
 
 def http_line(cid: str, status: int, message: str, kind: str | None = None) -> dict[str, Any]:

@@ -69,6 +69,11 @@ ANTHROPIC_ENDPOINT_NAMES = (
     "messages_batches_cancel",
     "messages_batches_delete",
     "messages_batches_results",
+    "anthropic_files_upload",
+    "anthropic_files_list",
+    "anthropic_files_retrieve",
+    "anthropic_files_delete",
+    "anthropic_files_download",
 )
 GEMINI_ENDPOINT_NAMES = (
     "gemini_files_upload",
@@ -80,6 +85,8 @@ GEMINI_ENDPOINT_NAMES = (
     "gemini_batches_cancel",
     "gemini_batches_delete",
     "gemini_count_tokens",
+    "gemini_files_list",
+    "gemini_files_delete",
 )
 MISTRAL_ENDPOINT_NAMES = (
     "mistral_files_upload",
@@ -92,6 +99,8 @@ MISTRAL_ENDPOINT_NAMES = (
     "mistral_jobs_get",
     "mistral_jobs_cancel",
     "mistral_jobs_delete",
+    "mistral_files_signed_url",
+    "mistral_signed_download",
 )
 API_ENDPOINT_NAMES = frozenset(
     OPENAI_ENDPOINT_NAMES
