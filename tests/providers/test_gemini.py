@@ -78,7 +78,10 @@ def test_gsm8k_config_run_check_merge_matches_what_the_sdk_reads(tmp_path, monke
         )
         assert run.returncode == 0, run.stderr[-3000:]
         assert "batches submitted:   6" in run.stdout
-        assert "input tokens 106,809 (estimate)" in run.stdout  # cl100k proxy, labelled
+        # cl100k proxy, labelled: logged before the first batch (the summary then says
+        # "as logged before submitting" and keeps the total)
+        assert "input tokens 106,809 (estimate)" in run.stderr
+        assert "tokens and estimated cost (as logged before submitting):" in run.stdout
         monkeypatch.chdir(tmp_path)
         monkeypatch.setenv("GEMINI_API_KEY", "gemini-test")
         monkeypatch.setenv("MMIRAGE_GEMINI_BASE_URL", fake.gemini_base_url)
