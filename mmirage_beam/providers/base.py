@@ -185,12 +185,38 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
     #: time and request count, then confirmed by its custom_ids (Anthropic, whose batches
     #: carry no metadata). Requires an override of :meth:`find_candidate_batches`.
     adopts_by_shape: ClassVar[bool] = False
+    #: :meth:`cancel_batch` answers (``mmirage cancel``). Set it with an override of
+    #: :meth:`cancel_batch` (an override without it sets it: plugins written before it);
+    #: shared code never calls the base class's, which cannot cancel.
+    cancels_batches: ClassVar[bool] = False
+    #: :meth:`exact_token_counter` gives a counter for some configs (the provider has a
+    #: free counting endpoint, used with ``exact_tokens``); it may still answer None for
+    #: a config it cannot count (Vertex AI's Claude). Set like :attr:`cancels_batches`.
+    counts_tokens_exactly: ClassVar[bool] = False
+    #: :meth:`build_request` builds the provider's embeddings request for
+    #: ``output_type: embedding`` payloads. Requires the adapter's config class (its
+    #: ``ConfigT``) to name its ``EMBEDDINGS_ENDPOINT``; when no class declares it, it
+    #: is that endpoint's presence (plugins written before it).
+    takes_embeddings: ClassVar[bool] = False
+    #: the batch create carries the requests in its own body (Anthropic's
+    #: ``messages.batches.create(requests=[...])``), not an uploaded input file: a
+    #: chunk's size limit is then the create call's (``chunk_overhead_bytes`` counts its
+    #: envelope) and the batch has no ``input_file_id``. An adapter declaring it keeps
+    #: no ``upload_file``.
+    sends_requests_inline: ClassVar[bool] = False
+    #: set for each subclass when it is defined: a class below the one that defines its
+    #: :meth:`submit_chunk_file` overrides :meth:`submit_chunk` or
+    #: :meth:`submit_chunk_lines`, so that faster ``submit_chunk_file`` must go through
+    #: the override (a plugin's override is always called).
+    submits_its_own_way: ClassVar[bool] = False
     #: set for each subclass when it is defined: it overrides :meth:`serialize_request`
     #: (its request lines are not the base class's JSON encoding of the request dict).
     serializes_its_own_way: ClassVar[bool] = False
     #: set for each subclass when it is defined: it overrides
     #: :meth:`estimate_request_bytes` (a chunk's size is not the sum of its lines).
     estimates_its_own_size: ClassVar[bool] = False
+    #: the capabilities :meth:`__init_subclass__` set for this class (not declared by it)
+    _derived_capabilities: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Derive the set-when-defined capabilities and refuse a declared one whose
@@ -198,30 +224,68 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
         that cannot work.
 
         Raises:
-            TypeError: ``adopts_by_metadata`` without a :meth:`find_batch` of its own, or
-                ``adopts_by_shape`` without a :meth:`find_candidate_batches`.
+            TypeError: a declared capability whose method is the base class's
+                (``adopts_by_metadata`` without a :meth:`find_batch` of its own,
+                ``adopts_by_shape`` without :meth:`find_candidate_batches`,
+                ``cancels_batches`` without :meth:`cancel_batch`,
+                ``counts_tokens_exactly`` without :meth:`exact_token_counter`);
+                ``takes_embeddings`` with a config class that names no
+                ``EMBEDDINGS_ENDPOINT``; ``sends_requests_inline`` with an
+                ``upload_file``.
         """
         super().__init_subclass__(**kwargs)
         base = BatchSubmissionAdapter
+        mro = cls.__mro__[: cls.__mro__.index(base)]
 
         def overrides(name: str) -> bool:
             return getattr(cls, name) is not getattr(base, name)
 
-        if overrides("find_batch") and not any(
-            "adopts_by_metadata" in k.__dict__ for k in cls.__mro__[:-1] if k is not base
-        ):
-            cls.adopts_by_metadata = True
-        for flag, method in (
+        derived: set[str] = set()  # set here, not declared: a subclass derives its own
+
+        def declared(flag: str) -> bool:
+            return any(
+                flag in k.__dict__ and flag not in k.__dict__.get("_derived_capabilities", ())
+                for k in mro
+            )
+
+        capabilities = (
             ("adopts_by_metadata", "find_batch"),
             ("adopts_by_shape", "find_candidate_batches"),
-        ):
+            ("cancels_batches", "cancel_batch"),
+            ("counts_tokens_exactly", "exact_token_counter"),
+        )
+        for flag, method in capabilities:
+            if flag != "adopts_by_shape" and overrides(method) and not declared(flag):
+                setattr(cls, flag, True)  # a plugin written before the flag
+                derived.add(flag)
             if getattr(cls, flag) and not overrides(method):
                 raise TypeError(
                     f"{cls.__qualname__} sets {flag} = True but keeps the base class's "
                     f"{method}(): define {method}() or leave {flag} False"
                 )
+        config_cls = _config_class(cls)
+        endpoint = getattr(config_cls, "EMBEDDINGS_ENDPOINT", None)
+        if not declared("takes_embeddings"):
+            cls.takes_embeddings = endpoint is not None
+            derived.add("takes_embeddings")
+        elif cls.takes_embeddings and config_cls is not None and endpoint is None:
+            raise TypeError(
+                f"{cls.__qualname__} sets takes_embeddings = True but its config class "
+                f"{config_cls.__qualname__} names no EMBEDDINGS_ENDPOINT"
+            )
+        if cls.sends_requests_inline and hasattr(cls, "upload_file"):
+            raise TypeError(
+                f"{cls.__qualname__} sets sends_requests_inline = True but uploads a file "
+                "(upload_file): leave sends_requests_inline False"
+            )
+        owner = next(k for k in cls.__mro__ if "submit_chunk_file" in k.__dict__)
+        below = cls.__mro__[: cls.__mro__.index(owner)]
+        cls.submits_its_own_way = any(
+            name in k.__dict__ for k in below for name in ("submit_chunk", "submit_chunk_lines")
+        )
         cls.serializes_its_own_way = overrides("serialize_request")
         cls.estimates_its_own_size = overrides("estimate_request_bytes")
+        cls._derived_capabilities = frozenset(derived)
 
     #: the run being submitted; set by the submit step before ``submit_chunk``.
     run_id: Optional[str] = None
@@ -779,15 +843,6 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
     #: adapters that upload a file (:func:`~mmirage_beam.providers.chunk_files.staged_upload`).
     _staged_upload = staticmethod(staged_upload)
 
-    def _submits_its_own_way(self, owner: type) -> bool:
-        """Whether a subclass of ``owner`` overrides ``submit_chunk_lines`` or
-        ``submit_chunk``: then ``owner``'s faster ``submit_chunk_file`` must not bypass
-        it (a plugin's override is always called)."""
-        return any(
-            getattr(type(self), name) is not getattr(owner, name)
-            for name in ("submit_chunk_lines", "submit_chunk")
-        )
-
     def parse_submission_result(self, raw_result: Dict[str, Any]) -> BatchSubmissionResult:
         """Wrap a raw submission/status response in a :class:`BatchSubmissionResult`.
 
@@ -858,6 +913,18 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
             total=optional_int(counts.get("total")),
             created_at=parse_timestamp(raw.get("created_at")),
         )
+
+
+def _config_class(adapter_cls: type) -> Optional[type]:
+    """The config class an adapter class is written for: the ``ConfigT`` argument of the
+    nearest parameterised base (``FileUploadAdapter[OpenAIBatchConfig]``), None when no
+    base names one (a plugin subclassing the bare ``BatchSubmissionAdapter``)."""
+    for klass in adapter_cls.__mro__:
+        for orig in klass.__dict__.get("__orig_bases__", ()):
+            for arg in getattr(orig, "__args__", ()):
+                if isinstance(arg, type) and issubclass(arg, BatchProviderConfig):
+                    return arg
+    return None
 
 
 _DUCK_TYPED_RETRY_FILTER = retrying.make_retry_filter((), (Exception,))

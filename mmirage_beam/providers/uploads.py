@@ -88,7 +88,7 @@ class FileUploadAdapter(BatchSubmissionAdapter[ConfigT]):
         """Upload the staged chunk file ``path`` as it is (streamed from a local disk, a
         fresh read for every upload attempt; object-store paths are read into memory),
         then create the batch as :meth:`submit_chunk_lines` does."""
-        if self._submits_its_own_way(FileUploadAdapter):
+        if self.submits_its_own_way:
             return self.submitted_batch(super().submit_chunk_file(chunk_id, path, config))
         with self._staged_upload(path, type(self).UPLOAD_IN_MEMORY) as content:
             return self._upload_and_create(chunk_id, content, config)

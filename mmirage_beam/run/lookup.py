@@ -280,6 +280,9 @@ class BatchStatusChecker:
         """
         adapter = self._adapters[entry.provider]
         config = self._configs[entry.provider]
+        if not adapter.cancels_batches:
+            reason = f"{entry.provider!r} cannot cancel batches (its adapter has no cancel call)"
+            return BatchStatus(entry, LOOKUP_FAILED, None, reason, self._clock())
         try:
             result = adapter.cancel_batch(entry.provider_batch_id, config)
             progress = adapter.describe_batch(result)

@@ -205,7 +205,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter[AnthropicBatchConfig]):
         is ``{"requests":[<line>,<line>,...]}`` made of the staged lines as they are (one
         copy of the chunk in memory, no parse and re-serialisation), sent with the SDK's
         raw ``content``; otherwise as :meth:`submit_chunk`."""
-        if self._submits_its_own_way(AnthropicBatchAdapter):
+        if self.submits_its_own_way:
             return self.submitted_batch(super().submit_chunk_file(chunk_id, path, config))
         import io
 
@@ -304,6 +304,9 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter[AnthropicBatchConfig]):
         return None
 
     adopts_by_shape = True
+    cancels_batches = True  # messages.batches.cancel
+    counts_tokens_exactly = True  # messages.count_tokens
+    sends_requests_inline = True  # messages.batches.create(requests=[...])
 
     @classmethod
     def claim_batch(cls, batch_id: str) -> None:

@@ -181,6 +181,7 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
     #: find_batch finds a chunk's job by its name (a resumed run); a retried create
     #: needs no lookup: it replays the chunk's clientRequestToken (adopt_lost_create)
     adopts_by_metadata: ClassVar[bool] = True
+    cancels_batches: ClassVar[bool] = True  # StopModelInvocationJob
     #: botocore's connection errors, set in setup (before it: the builtins')
     _connection_errors: tuple[type[BaseException], ...] = ()
 

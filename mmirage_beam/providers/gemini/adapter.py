@@ -265,6 +265,9 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         )
 
     adopts_by_metadata = True  # find_batch reads the batch's mmirage metadata
+    cancels_batches = True  # batches.cancel
+    counts_tokens_exactly = True  # models.count_tokens
+    takes_embeddings = True  # asyncBatchEmbedContent jobs
 
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None

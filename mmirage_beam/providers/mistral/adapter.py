@@ -191,6 +191,8 @@ class MistralBatchAdapter(FileUploadAdapter[MistralBatchConfig]):
         return self.submitted_batch(_dump(job))
 
     adopts_by_metadata = True  # find_batch reads the batch's mmirage metadata
+    cancels_batches = True  # batch.jobs.cancel
+    takes_embeddings = True  # /v1/embeddings lines
 
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None

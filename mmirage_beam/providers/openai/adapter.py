@@ -221,6 +221,8 @@ class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
         return self.submitted_batch(batch.model_dump(mode="json"))
 
     adopts_by_metadata = True  # find_batch reads the batch's mmirage metadata
+    cancels_batches = True  # batches.cancel
+    takes_embeddings = True  # /v1/embeddings lines
 
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None

@@ -147,7 +147,10 @@ class TogetherBatchConfig(_ChatProfileConfig):
 
 
 class _ProfileAdapter(OpenAIBatchAdapter):
-    """The OpenAI adapter under another service's name: no OpenAI prices."""
+    """The OpenAI adapter under another service's name: no OpenAI prices, and chat
+    completions only (the profiles' config classes name no ``EMBEDDINGS_ENDPOINT``)."""
+
+    takes_embeddings = False
 
     @classmethod
     def price_table(cls) -> Optional[Mapping[str, Any]]:

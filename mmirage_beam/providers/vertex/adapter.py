@@ -360,6 +360,8 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
         )
 
     adopts_by_metadata = True  # find_batch reads the job's display_name
+    cancels_batches = True  # batches.cancel
+    counts_tokens_exactly = True  # countTokens (Gemini models; Claude: none)
 
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None
