@@ -22,6 +22,19 @@ records; a plugin may still return the provider's dict, converted where shared c
 receives it (:meth:`BatchSubmissionAdapter.submitted_batch`,
 :meth:`~BatchSubmissionAdapter.found_batch`).
 
+Typed records, and why some are TypedDicts: what shared code reads fields of is a frozen
+dataclass or NamedTuple (:class:`SubmittedBatch`, :class:`FoundBatch`,
+:class:`BatchSubmissionResult`, :class:`~mmirage_beam.records.ProviderResult`), converted
+once from a plugin's dict. What is handed to an SDK or written to a file as JSON, a
+request line and the bodies inside it, is a ``TypedDict`` named for the wire shape
+(``OpenAIBatchLine``, ``OpenAIChatBody``, ``AnthropicMessageParams``...): at run time it is
+the very dict the SDK or the JSON encoder takes, so the bytes of a request line are
+unchanged and its key order is the order it is built in, while its keys and value types
+are declared. A record would need converting back to a dict field by field before
+every encode, on the hottest path (one per row). The provider's own batch / job objects,
+whose shape is the provider's, are :data:`JSONObject`. The capability flags (below, on
+the class) say what an adapter can do; shared code reads them, never probes.
+
 What an adapter returns about a batch lives in :mod:`~mmirage_beam.providers.batch_status`,
 the credentials it needs are read by :mod:`~mmirage_beam.providers.credentials`, staged
 chunk files are opened by :mod:`~mmirage_beam.providers.chunk_files`; their public names
@@ -64,6 +77,8 @@ from mmirage_beam.providers.batch_status import (
     BatchProgress,
     BatchSubmissionResult,
     FoundBatch,
+    JSONObject,
+    JSONValue,
     ProviderLimits,
     SubmittedBatch,
     normalize_status,
@@ -85,6 +100,9 @@ __all__ = [
     "SubmittedBatch",
     "FoundBatch",
     "Submission",
+    "RequestLine",
+    "JSONObject",
+    "JSONValue",
     "BatchProgress",
     "ProviderLimits",
     "parse_timestamp",
@@ -107,6 +125,12 @@ ConfigT = TypeVar("ConfigT", bound=BatchProviderConfig)
 #: batch object as a dict (plugins written before the record), converted by
 #: :meth:`BatchSubmissionAdapter.submitted_batch`.
 Submission = Union[SubmittedBatch, Dict[str, Any]]
+#: One batch request line as :meth:`BatchSubmissionAdapter.build_request` returns it. Each
+#: built-in adapter returns a TypedDict named for its provider's wire shape
+#: (``OpenAIBatchLine``, ``AnthropicBatchLine``, ``GeminiBatchLine``, ``MistralBatchLine``,
+#: ``BedrockRecord``, ``VertexBatchLine``); every TypedDict is a ``Mapping[str, object]``,
+#: which is all shared code may assume (it encodes the line, never reads its fields).
+RequestLine = Mapping[str, object]
 
 
 #: ``json.dumps(request, ensure_ascii=False, separators=(",", ":"))``, one encoder made once
@@ -670,7 +694,7 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
         Default: nothing to record (adoption by metadata names its chunk)."""
 
     # -- provider knowledge shared code asks for (every hook has a default) ----------
-    def request_without_id(self, request: Dict[str, Any]) -> Dict[str, Any]:
+    def request_without_id(self, request: Dict[str, Any]) -> RequestLine:
         """``request`` (what :meth:`build_request` returned) without the field that holds
         its custom_id, for the answer key of :mod:`mmirage_beam.reuse`: two requests
         whose rest is equal get the same answer. Default: the top-level ``custom_id``
@@ -797,8 +821,10 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
     @abc.abstractmethod
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: ConfigT
-    ) -> Dict[str, Any]:
-        """Turn a neutral payload into one provider batch request line (a dict).
+    ) -> RequestLine:
+        """Turn a neutral payload into one provider batch request line: a JSON object,
+        typed by the adapter as a TypedDict of its wire shape (:data:`RequestLine`; a
+        plugin may return a plain dict).
 
         Raises:
             mmirage_beam.errors.RequestBuildError: when the row can never be accepted

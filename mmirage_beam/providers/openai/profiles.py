@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Dict, Mapping, Optional
 
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.providers.model_rules import ModelRules
-from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
+from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter, OpenAIBatchLine
 from mmirage_beam.providers.openai.config import OpenAIBatchConfig
 
 AZURE_SOURCE = (
@@ -178,7 +178,7 @@ class TogetherBatchAdapter(_ProfileAdapter):
 
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: OpenAIBatchConfig
-    ) -> Dict[str, Any]:
+    ) -> OpenAIBatchLine:
         """The OpenAI line without ``method`` and ``url`` (Together's line shape)."""
         line = super().build_request(custom_id, payload, config)
         return {"custom_id": line["custom_id"], "body": line["body"]}
