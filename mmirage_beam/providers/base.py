@@ -112,6 +112,10 @@ __all__ = [
     "open_chunk_file",
     "iter_chunk_lines",
     "BatchAdapterRegistry",
+    "OpenedAdapters",
+    "open_adapter",
+    "close_adapter",
+    "opened_adapter",
 ]
 
 
@@ -1006,6 +1010,55 @@ def opened_adapter(
         yield adapter
     finally:
         close_adapter(adapter)
+
+
+class OpenedAdapters(Mapping[str, BatchSubmissionAdapter[Any]]):
+    """Adapters with their clients open, by provider name: how a DoFn or a lookup that
+    talks to several providers opens them (:meth:`open`, through :func:`open_adapter`)
+    and closes them (:meth:`close`, through :func:`close_adapter`), so none keeps a loop
+    of its own. Read like a dict (``adapters["openai"]``).
+
+    Args:
+        describe: how a failure to close is logged (a caller holding keys redacts them).
+    """
+
+    def __init__(self, describe: Callable[[BaseException], str] = str) -> None:
+        self._describe = describe
+        self._open: Dict[str, BatchSubmissionAdapter[Any]] = {}
+
+    def open(
+        self,
+        name: str,
+        adapter_cls: type[BatchSubmissionAdapter[ConfigT]],
+        config: ConfigT,
+        run_id: Optional[str] = None,
+        credentials: Optional[Mapping[str, str]] = None,
+    ) -> BatchSubmissionAdapter[Any]:
+        """The adapter of provider ``name``, opened by :func:`open_adapter` unless it is
+        open already.
+
+        Raises:
+            mmirage_beam.errors.CredentialsError: the key is missing (naming its variable).
+        """
+        if name not in self._open:
+            self._open[name] = open_adapter(adapter_cls, config, run_id, credentials)
+        return self._open[name]
+
+    def close(self) -> None:
+        """:func:`close_adapter` every adapter (a failure is logged, never raised) and
+        forget them all: safe after a setup that failed half-way, and twice."""
+        adapters, self._open = self._open, {}
+        for adapter in adapters.values():
+            close_adapter(adapter, self._describe)
+
+    def __getitem__(self, name: str) -> BatchSubmissionAdapter[Any]:
+        return self._open[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._open)
+
+    def __len__(self) -> int:
+        return len(self._open)
 
 
 def _short_reason(exc: BaseException) -> str:

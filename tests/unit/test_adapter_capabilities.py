@@ -200,7 +200,7 @@ def test_cancel_of_a_provider_that_cannot_cancel_says_so_without_calling_it():
     from mmirage_beam.run.lookup import LOOKUP_FAILED, BatchStatusChecker
 
     checker = BatchStatusChecker([], clock=lambda: 5.0)
-    checker._adapters["minimal"] = _Minimal()
+    checker._adapters.open("minimal", _Minimal, None, credentials={})
     checker._configs["minimal"] = None
     entry: Any = SimpleNamespace(provider="minimal", provider_batch_id="b1")
     status = checker.cancel_one(entry)
@@ -216,3 +216,28 @@ def test_embedding_outputs_are_refused_for_a_provider_whose_adapter_takes_none()
     with pytest.raises(ConfigError, match="takes no embeddings batches") as err:
         groq.for_outputs(True, {"model"})
     assert "built for gemini, mistral, openai" in str(err.value)
+
+
+def test_opened_adapters_open_each_provider_once_and_close_all_even_when_one_fails(caplog):
+    from mmirage_beam.providers.base import OpenedAdapters
+
+    events: list[str] = []
+
+    class _Tracked(_Minimal):
+        def setup(self, config: Any) -> None:
+            events.append(f"setup {config}")
+
+        def teardown(self) -> None:
+            events.append("teardown")
+            raise RuntimeError("closing failed: key sk-secret")
+
+    adapters = OpenedAdapters(lambda exc: str(exc).replace("sk-secret", "***"))
+    first = adapters.open("a", _Tracked, "cfg-a", credentials={})
+    assert adapters.open("a", _Tracked, "cfg-a", credentials={}) is first
+    adapters.open("b", _Tracked, "cfg-b", credentials={})
+    assert sorted(adapters) == ["a", "b"] and adapters["a"] is first
+    adapters.close()
+    adapters.close()  # twice: nothing left to close
+    assert events == ["setup cfg-a", "setup cfg-b", "teardown", "teardown"]
+    assert len(adapters) == 0
+    assert "sk-secret" not in caplog.text and "key ***" in caplog.text
