@@ -232,8 +232,12 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
     #: envelope) and the batch has no ``input_file_id``. An adapter declaring it keeps
     #: no ``upload_file``.
     sends_requests_inline: ClassVar[bool] = False
-    #: set for each subclass when it is defined: a class below the one that defines its
-    #: :meth:`submit_chunk_file` overrides :meth:`submit_chunk` or
+    #: declared by a class whose :meth:`submit_chunk_file` sends the staged file as it
+    #: is, without going through :meth:`submit_chunk_lines` / :meth:`submit_chunk`
+    #: (``FileUploadAdapter``, Anthropic's adapter).
+    streams_staged_file: ClassVar[bool] = False
+    #: set for each subclass when it is defined: a class below the nearest one declaring
+    #: :attr:`streams_staged_file` overrides :meth:`submit_chunk` or
     #: :meth:`submit_chunk_lines`, so that faster ``submit_chunk_file`` must go through
     #: the override (a plugin's override is always called).
     submits_its_own_way: ClassVar[bool] = False
@@ -306,7 +310,7 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
                 f"{cls.__qualname__} sets sends_requests_inline = True but uploads a file "
                 "(upload_file): leave sends_requests_inline False"
             )
-        owner = next(k for k in cls.__mro__ if "submit_chunk_file" in k.__dict__)
+        owner = next((k for k in mro if k.__dict__.get("streams_staged_file")), base)
         below = cls.__mro__[: cls.__mro__.index(owner)]
         cls.submits_its_own_way = any(
             name in k.__dict__ for k in below for name in ("submit_chunk", "submit_chunk_lines")
@@ -774,7 +778,9 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
     def exact_token_counter(self, config: ConfigT) -> Optional[Callable[[Dict[str, Any]], int]]:
         """A callable(request line) -> exact input tokens through the provider's own
         (free) counting endpoint, used with ``exact_tokens`` / ``--exact-tokens``; None
-        when the provider has none (the default: the offline count is kept).
+        when the provider has none (the default: the offline count is kept). Shared code
+        asks only an adapter declaring :attr:`counts_tokens_exactly` (which an override
+        sets).
 
         The callable is built here without a client or a key (it is pickled with the
         DoFn) and opens its client, reading the key from the worker's environment, on
@@ -911,7 +917,9 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
 
     def cancel_batch(self, provider_batch_id: str, config: ConfigT) -> BatchSubmissionResult:
         """Ask the provider to cancel the batch (``mmirage cancel``); the batch then ends
-        cancelled, keeping the results of the requests already processed.
+        cancelled, keeping the results of the requests already processed. Shared code
+        calls it only on an adapter declaring :attr:`cancels_batches` (which an override
+        sets).
 
         Returns:
             The batch as the cancel call answered it (often still ``cancelling``).

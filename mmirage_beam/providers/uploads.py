@@ -38,6 +38,8 @@ class FileUploadAdapter(BatchSubmissionAdapter[ConfigT]):
     #: how the SDK's upload takes a chunk held in memory: the bytes themselves (the
     #: default), or e.g. ``io.BytesIO`` for an SDK that wants a file object.
     UPLOAD_IN_MEMORY: ClassVar[Callable[[bytes], Any]] = bytes
+    #: :meth:`submit_chunk_file` uploads the staged file as it is
+    streams_staged_file: ClassVar[bool] = True
 
     @abc.abstractmethod
     def upload_file(self, chunk_id: str, content: Any, config: ConfigT) -> Any:

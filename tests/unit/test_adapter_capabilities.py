@@ -193,7 +193,11 @@ def test_an_override_of_submit_chunk_below_the_fast_file_path_is_set_when_define
     own = type("_Own", (OpenAIBatchAdapter,), {"submit_chunk": lambda *a: None})
     lines = type("_Lines", (AnthropicBatchAdapter,), {"submit_chunk_lines": lambda *a: None})
     child = type("_Child", (own,), {})
+    both = type(
+        "_Both", (OpenAIBatchAdapter,), {"submit_chunk": lambda *a: None, "submit_chunk_file": 1}
+    )
     assert own.submits_its_own_way and lines.submits_its_own_way and child.submits_its_own_way
+    assert both.submits_its_own_way  # its submit_chunk_file's super() goes through submit_chunk
 
 
 def test_cancel_of_a_provider_that_cannot_cancel_says_so_without_calling_it():

@@ -320,6 +320,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter[AnthropicBatchConfig]):
     cancels_batches = True  # messages.batches.cancel
     counts_tokens_exactly = True  # messages.count_tokens
     sends_requests_inline = True  # messages.batches.create(requests=[...])
+    streams_staged_file = True  # submit_chunk_file sends the staged lines as they are
 
     @classmethod
     def claim_batch(cls, batch_id: str) -> None:
