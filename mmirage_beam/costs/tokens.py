@@ -270,7 +270,9 @@ class TokenCounter:
         self._counters: dict[str, Any] = {}
         adapter = self._adapter()
         self._exact = (
-            adapter.exact_token_counter(self._config_for_exact()) if self.exact_tokens else None
+            adapter.exact_token_counter(self._config_for_exact())
+            if self.exact_tokens and adapter.counts_tokens_exactly
+            else None
         )
 
     def _adapter(self) -> Any:

@@ -22,6 +22,19 @@ records; a plugin may still return the provider's dict, converted where shared c
 receives it (:meth:`BatchSubmissionAdapter.submitted_batch`,
 :meth:`~BatchSubmissionAdapter.found_batch`).
 
+Typed records, and why some are TypedDicts: what shared code reads fields of is a frozen
+dataclass or NamedTuple (:class:`SubmittedBatch`, :class:`FoundBatch`,
+:class:`BatchSubmissionResult`, :class:`~mmirage_beam.records.ProviderResult`), converted
+once from a plugin's dict. What is handed to an SDK or written to a file as JSON, a
+request line and the bodies inside it, is a ``TypedDict`` named for the wire shape
+(``OpenAIBatchLine``, ``OpenAIChatBody``, ``AnthropicMessageParams``...): at run time it is
+the very dict the SDK or the JSON encoder takes, so the bytes of a request line are
+unchanged and its key order is the order it is built in, while its keys and value types
+are declared. A record would need converting back to a dict field by field before
+every encode, on the hottest path (one per row). The provider's own batch / job objects,
+whose shape is the provider's, are :data:`JSONObject`. The capability flags (below, on
+the class) say what an adapter can do; shared code reads them, never probes.
+
 What an adapter returns about a batch lives in :mod:`~mmirage_beam.providers.batch_status`,
 the credentials it needs are read by :mod:`~mmirage_beam.providers.credentials`, staged
 chunk files are opened by :mod:`~mmirage_beam.providers.chunk_files`; their public names
@@ -64,6 +77,8 @@ from mmirage_beam.providers.batch_status import (
     BatchProgress,
     BatchSubmissionResult,
     FoundBatch,
+    JSONObject,
+    JSONValue,
     ProviderLimits,
     SubmittedBatch,
     normalize_status,
@@ -85,6 +100,9 @@ __all__ = [
     "SubmittedBatch",
     "FoundBatch",
     "Submission",
+    "RequestLine",
+    "JSONObject",
+    "JSONValue",
     "BatchProgress",
     "ProviderLimits",
     "parse_timestamp",
@@ -94,6 +112,10 @@ __all__ = [
     "open_chunk_file",
     "iter_chunk_lines",
     "BatchAdapterRegistry",
+    "OpenedAdapters",
+    "open_adapter",
+    "close_adapter",
+    "opened_adapter",
 ]
 
 
@@ -107,6 +129,12 @@ ConfigT = TypeVar("ConfigT", bound=BatchProviderConfig)
 #: batch object as a dict (plugins written before the record), converted by
 #: :meth:`BatchSubmissionAdapter.submitted_batch`.
 Submission = Union[SubmittedBatch, Dict[str, Any]]
+#: One batch request line as :meth:`BatchSubmissionAdapter.build_request` returns it. Each
+#: built-in adapter returns a TypedDict named for its provider's wire shape
+#: (``OpenAIBatchLine``, ``AnthropicBatchLine``, ``GeminiBatchLine``, ``MistralBatchLine``,
+#: ``BedrockRecord``, ``VertexBatchLine``); every TypedDict is a ``Mapping[str, object]``,
+#: which is all shared code may assume (it encodes the line, never reads its fields).
+RequestLine = Mapping[str, object]
 
 
 #: ``json.dumps(request, ensure_ascii=False, separators=(",", ":"))``, one encoder made once
@@ -185,12 +213,42 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
     #: time and request count, then confirmed by its custom_ids (Anthropic, whose batches
     #: carry no metadata). Requires an override of :meth:`find_candidate_batches`.
     adopts_by_shape: ClassVar[bool] = False
+    #: :meth:`cancel_batch` answers (``mmirage cancel``). Set it with an override of
+    #: :meth:`cancel_batch` (an override without it sets it: plugins written before it);
+    #: shared code never calls the base class's, which cannot cancel.
+    cancels_batches: ClassVar[bool] = False
+    #: :meth:`exact_token_counter` gives a counter for some configs (the provider has a
+    #: free counting endpoint, used with ``exact_tokens``); it may still answer None for
+    #: a config it cannot count (Vertex AI's Claude). Set like :attr:`cancels_batches`.
+    counts_tokens_exactly: ClassVar[bool] = False
+    #: :meth:`build_request` builds the provider's embeddings request for
+    #: ``output_type: embedding`` payloads. Requires the adapter's config class (its
+    #: ``ConfigT``) to name its ``EMBEDDINGS_ENDPOINT``; when no class declares it, it
+    #: is that endpoint's presence (plugins written before it).
+    takes_embeddings: ClassVar[bool] = False
+    #: the batch create carries the requests in its own body (Anthropic's
+    #: ``messages.batches.create(requests=[...])``), not an uploaded input file: a
+    #: chunk's size limit is then the create call's (``chunk_overhead_bytes`` counts its
+    #: envelope) and the batch has no ``input_file_id``. An adapter declaring it keeps
+    #: no ``upload_file``.
+    sends_requests_inline: ClassVar[bool] = False
+    #: declared by a class whose :meth:`submit_chunk_file` sends the staged file as it
+    #: is, without going through :meth:`submit_chunk_lines` / :meth:`submit_chunk`
+    #: (``FileUploadAdapter``, Anthropic's adapter).
+    streams_staged_file: ClassVar[bool] = False
+    #: set for each subclass when it is defined: a class below the nearest one declaring
+    #: :attr:`streams_staged_file` overrides :meth:`submit_chunk` or
+    #: :meth:`submit_chunk_lines`, so that faster ``submit_chunk_file`` must go through
+    #: the override (a plugin's override is always called).
+    submits_its_own_way: ClassVar[bool] = False
     #: set for each subclass when it is defined: it overrides :meth:`serialize_request`
     #: (its request lines are not the base class's JSON encoding of the request dict).
     serializes_its_own_way: ClassVar[bool] = False
     #: set for each subclass when it is defined: it overrides
     #: :meth:`estimate_request_bytes` (a chunk's size is not the sum of its lines).
     estimates_its_own_size: ClassVar[bool] = False
+    #: the capabilities :meth:`__init_subclass__` set for this class (not declared by it)
+    _derived_capabilities: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Derive the set-when-defined capabilities and refuse a declared one whose
@@ -198,30 +256,68 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
         that cannot work.
 
         Raises:
-            TypeError: ``adopts_by_metadata`` without a :meth:`find_batch` of its own, or
-                ``adopts_by_shape`` without a :meth:`find_candidate_batches`.
+            TypeError: a declared capability whose method is the base class's
+                (``adopts_by_metadata`` without a :meth:`find_batch` of its own,
+                ``adopts_by_shape`` without :meth:`find_candidate_batches`,
+                ``cancels_batches`` without :meth:`cancel_batch`,
+                ``counts_tokens_exactly`` without :meth:`exact_token_counter`);
+                ``takes_embeddings`` with a config class that names no
+                ``EMBEDDINGS_ENDPOINT``; ``sends_requests_inline`` with an
+                ``upload_file``.
         """
         super().__init_subclass__(**kwargs)
         base = BatchSubmissionAdapter
+        mro = cls.__mro__[: cls.__mro__.index(base)]
 
         def overrides(name: str) -> bool:
             return getattr(cls, name) is not getattr(base, name)
 
-        if overrides("find_batch") and not any(
-            "adopts_by_metadata" in k.__dict__ for k in cls.__mro__[:-1] if k is not base
-        ):
-            cls.adopts_by_metadata = True
-        for flag, method in (
+        derived: set[str] = set()  # set here, not declared: a subclass derives its own
+
+        def declared(flag: str) -> bool:
+            return any(
+                flag in k.__dict__ and flag not in k.__dict__.get("_derived_capabilities", ())
+                for k in mro
+            )
+
+        capabilities = (
             ("adopts_by_metadata", "find_batch"),
             ("adopts_by_shape", "find_candidate_batches"),
-        ):
+            ("cancels_batches", "cancel_batch"),
+            ("counts_tokens_exactly", "exact_token_counter"),
+        )
+        for flag, method in capabilities:
+            if flag != "adopts_by_shape" and overrides(method) and not declared(flag):
+                setattr(cls, flag, True)  # a plugin written before the flag
+                derived.add(flag)
             if getattr(cls, flag) and not overrides(method):
                 raise TypeError(
                     f"{cls.__qualname__} sets {flag} = True but keeps the base class's "
                     f"{method}(): define {method}() or leave {flag} False"
                 )
+        config_cls = _config_class(cls)
+        endpoint = getattr(config_cls, "EMBEDDINGS_ENDPOINT", None)
+        if not declared("takes_embeddings"):
+            cls.takes_embeddings = endpoint is not None
+            derived.add("takes_embeddings")
+        elif cls.takes_embeddings and config_cls is not None and endpoint is None:
+            raise TypeError(
+                f"{cls.__qualname__} sets takes_embeddings = True but its config class "
+                f"{config_cls.__qualname__} names no EMBEDDINGS_ENDPOINT"
+            )
+        if cls.sends_requests_inline and hasattr(cls, "upload_file"):
+            raise TypeError(
+                f"{cls.__qualname__} sets sends_requests_inline = True but uploads a file "
+                "(upload_file): leave sends_requests_inline False"
+            )
+        owner = next((k for k in mro if k.__dict__.get("streams_staged_file")), base)
+        below = cls.__mro__[: cls.__mro__.index(owner)]
+        cls.submits_its_own_way = any(
+            name in k.__dict__ for k in below for name in ("submit_chunk", "submit_chunk_lines")
+        )
         cls.serializes_its_own_way = overrides("serialize_request")
         cls.estimates_its_own_size = overrides("estimate_request_bytes")
+        cls._derived_capabilities = frozenset(derived)
 
     #: the run being submitted; set by the submit step before ``submit_chunk``.
     run_id: Optional[str] = None
@@ -606,7 +702,7 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
         Default: nothing to record (adoption by metadata names its chunk)."""
 
     # -- provider knowledge shared code asks for (every hook has a default) ----------
-    def request_without_id(self, request: Dict[str, Any]) -> Dict[str, Any]:
+    def request_without_id(self, request: Dict[str, Any]) -> RequestLine:
         """``request`` (what :meth:`build_request` returned) without the field that holds
         its custom_id, for the answer key of :mod:`mmirage_beam.reuse`: two requests
         whose rest is equal get the same answer. Default: the top-level ``custom_id``
@@ -682,7 +778,9 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
     def exact_token_counter(self, config: ConfigT) -> Optional[Callable[[Dict[str, Any]], int]]:
         """A callable(request line) -> exact input tokens through the provider's own
         (free) counting endpoint, used with ``exact_tokens`` / ``--exact-tokens``; None
-        when the provider has none (the default: the offline count is kept).
+        when the provider has none (the default: the offline count is kept). Shared code
+        asks only an adapter declaring :attr:`counts_tokens_exactly` (which an override
+        sets).
 
         The callable is built here without a client or a key (it is pickled with the
         DoFn) and opens its client, reading the key from the worker's environment, on
@@ -733,8 +831,10 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
     @abc.abstractmethod
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: ConfigT
-    ) -> Dict[str, Any]:
-        """Turn a neutral payload into one provider batch request line (a dict).
+    ) -> RequestLine:
+        """Turn a neutral payload into one provider batch request line: a JSON object,
+        typed by the adapter as a TypedDict of its wire shape (:data:`RequestLine`; a
+        plugin may return a plain dict).
 
         Raises:
             mmirage_beam.errors.RequestBuildError: when the row can never be accepted
@@ -779,15 +879,6 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
     #: adapters that upload a file (:func:`~mmirage_beam.providers.chunk_files.staged_upload`).
     _staged_upload = staticmethod(staged_upload)
 
-    def _submits_its_own_way(self, owner: type) -> bool:
-        """Whether a subclass of ``owner`` overrides ``submit_chunk_lines`` or
-        ``submit_chunk``: then ``owner``'s faster ``submit_chunk_file`` must not bypass
-        it (a plugin's override is always called)."""
-        return any(
-            getattr(type(self), name) is not getattr(owner, name)
-            for name in ("submit_chunk_lines", "submit_chunk")
-        )
-
     def parse_submission_result(self, raw_result: Dict[str, Any]) -> BatchSubmissionResult:
         """Wrap a raw submission/status response in a :class:`BatchSubmissionResult`.
 
@@ -826,7 +917,9 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
 
     def cancel_batch(self, provider_batch_id: str, config: ConfigT) -> BatchSubmissionResult:
         """Ask the provider to cancel the batch (``mmirage cancel``); the batch then ends
-        cancelled, keeping the results of the requests already processed.
+        cancelled, keeping the results of the requests already processed. Shared code
+        calls it only on an adapter declaring :attr:`cancels_batches` (which an override
+        sets).
 
         Returns:
             The batch as the cancel call answered it (often still ``cancelling``).
@@ -858,6 +951,18 @@ class BatchSubmissionAdapter(abc.ABC, Generic[ConfigT]):
             total=optional_int(counts.get("total")),
             created_at=parse_timestamp(raw.get("created_at")),
         )
+
+
+def _config_class(adapter_cls: type) -> Optional[type]:
+    """The config class an adapter class is written for: the ``ConfigT`` argument of the
+    nearest parameterised base (``FileUploadAdapter[OpenAIBatchConfig]``), None when no
+    base names one (a plugin subclassing the bare ``BatchSubmissionAdapter``)."""
+    for klass in adapter_cls.__mro__:
+        for orig in klass.__dict__.get("__orig_bases__", ()):
+            for arg in getattr(orig, "__args__", ()):
+                if isinstance(arg, type) and issubclass(arg, BatchProviderConfig):
+                    return arg
+    return None
 
 
 _DUCK_TYPED_RETRY_FILTER = retrying.make_retry_filter((), (Exception,))
@@ -913,6 +1018,55 @@ def opened_adapter(
         yield adapter
     finally:
         close_adapter(adapter)
+
+
+class OpenedAdapters(Mapping[str, BatchSubmissionAdapter[Any]]):
+    """Adapters with their clients open, by provider name: how a DoFn or a lookup that
+    talks to several providers opens them (:meth:`open`, through :func:`open_adapter`)
+    and closes them (:meth:`close`, through :func:`close_adapter`), so none keeps a loop
+    of its own. Read like a dict (``adapters["openai"]``).
+
+    Args:
+        describe: how a failure to close is logged (a caller holding keys redacts them).
+    """
+
+    def __init__(self, describe: Callable[[BaseException], str] = str) -> None:
+        self._describe = describe
+        self._open: Dict[str, BatchSubmissionAdapter[Any]] = {}
+
+    def open(
+        self,
+        name: str,
+        adapter_cls: type[BatchSubmissionAdapter[ConfigT]],
+        config: ConfigT,
+        run_id: Optional[str] = None,
+        credentials: Optional[Mapping[str, str]] = None,
+    ) -> BatchSubmissionAdapter[Any]:
+        """The adapter of provider ``name``, opened by :func:`open_adapter` unless it is
+        open already.
+
+        Raises:
+            mmirage_beam.errors.CredentialsError: the key is missing (naming its variable).
+        """
+        if name not in self._open:
+            self._open[name] = open_adapter(adapter_cls, config, run_id, credentials)
+        return self._open[name]
+
+    def close(self) -> None:
+        """:func:`close_adapter` every adapter (a failure is logged, never raised) and
+        forget them all: safe after a setup that failed half-way, and twice."""
+        adapters, self._open = self._open, {}
+        for adapter in adapters.values():
+            close_adapter(adapter, self._describe)
+
+    def __getitem__(self, name: str) -> BatchSubmissionAdapter[Any]:
+        return self._open[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._open)
+
+    def __len__(self) -> int:
+        return len(self._open)
 
 
 def _short_reason(exc: BaseException) -> str:

@@ -18,7 +18,34 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, TypeVar, Union
+from typing import (
+    Any,
+    Dict,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Tuple,
+    TypedDict,
+    TypeVar,
+    Union,
+)
+
+#: A JSON value as an SDK's ``model_dump(mode="json")`` or :func:`json.loads` gives it.
+JSONValue = Union[None, bool, int, float, str, List["JSONValue"], Dict[str, "JSONValue"]]
+#: A JSON object whose shape is the provider's, not ours: its batch / job object as its
+#: SDK dumps it, or an error object. Records keep it as ``raw`` and hand it back from
+#: ``to_json`` unchanged; the fields shared code reads are the records' own.
+JSONObject = Dict[str, JSONValue]
+
+
+class OwnFields(TypedDict, total=False):
+    """The fields a batch record subclass reads from the provider's object beside the
+    shared ones (:meth:`_ProviderBatch._own_fields`)."""
+
+    input_file_id: Optional[str]
+    adoption: Optional[Mapping[str, Any]]
+
 
 __all__ = [
     "NORMALISED_STATUSES",
@@ -175,7 +202,7 @@ class _ProviderBatch:
         )
 
     @classmethod
-    def _own_fields(cls, body: Dict[str, Any], fields: BatchFields) -> Dict[str, Any]:
+    def _own_fields(cls, body: Dict[str, Any], fields: BatchFields) -> OwnFields:
         """The subclass's fields read from ``body`` (which it may take keys out of)."""
         return {}
 
@@ -184,7 +211,7 @@ class _ProviderBatch:
         :meth:`to_json`)."""
         return BatchSubmissionResult(self.batch_id, self.status, self.to_json())
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The provider's batch object, a new dict equal to the one the adapter read."""
         return dict(self.raw)
 
@@ -204,7 +231,7 @@ class SubmittedBatch(_ProviderBatch):
     input_file_id: Optional[str] = None
     adoption: Optional[Mapping[str, Any]] = None
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The dict ``submit_chunk*`` returned before the records: the provider's batch
         object, plus ``mmirage_adoption`` (last) when adopted."""
         out = dict(self.raw)
@@ -213,7 +240,7 @@ class SubmittedBatch(_ProviderBatch):
         return out
 
     @classmethod
-    def _own_fields(cls, body: Dict[str, Any], fields: BatchFields) -> Dict[str, Any]:
+    def _own_fields(cls, body: Dict[str, Any], fields: BatchFields) -> OwnFields:
         """The input file where ``fields`` says, and ``mmirage_adoption`` taken out of
         ``body`` into :attr:`adoption` (:meth:`to_json` puts it back)."""
         adoption = body.pop(ADOPTION_KEY, None)

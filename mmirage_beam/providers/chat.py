@@ -12,7 +12,7 @@ request line (and their hash in the receipts) do not change.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from mmirage_beam.records import ResultError
 from mmirage_beam.results import MALFORMED_RESPONSE
@@ -28,17 +28,19 @@ __all__ = [
 _SCHEMA_NAME_RE = re.compile(r"[^a-zA-Z0-9_-]")
 
 
-def generation_options(config: Any, max_tokens_key: str) -> Dict[str, Any]:
-    """The config's optional length and sampling settings that are set, in this order:
-    ``max_tokens`` (as ``int``, under ``max_tokens_key``: ``max_completion_tokens``,
+def generation_options(config: Any, max_tokens_key: str) -> List[Tuple[str, float]]:
+    """The config's optional length and sampling settings that are set, as ``(wire
+    key, value)`` pairs in this order (a body's ``update`` keeps it): ``max_tokens``
+    (as ``int``, under ``max_tokens_key``: ``max_completion_tokens``,
     ``max_output_tokens``...), ``temperature``, ``top_p``. A config without one of
-    these fields sends nothing for it."""
-    options: Dict[str, Any] = {}
+    these fields sends nothing for it. Pairs, not a dict: the key of the length is the
+    caller's, so each body's TypedDict names it."""
+    options: List[Tuple[str, float]] = []
     if getattr(config, "max_tokens", None) is not None:
-        options[max_tokens_key] = int(config.max_tokens)
+        options.append((max_tokens_key, int(config.max_tokens)))
     for name in ("temperature", "top_p"):
         if getattr(config, name, None) is not None:
-            options[name] = getattr(config, name)
+            options.append((name, getattr(config, name)))
     return options
 
 

@@ -183,11 +183,9 @@ class BatchProviderConfig:
                     "them output_type: embedding)",
                 )
             return self
-        if self.EMBEDDINGS_ENDPOINT is None:
+        if not _takes_embeddings(self.provider) or self.EMBEDDINGS_ENDPOINT is None:
             takes = [
-                name
-                for name in BatchProviderConfigRegistry.names()
-                if BatchProviderConfigRegistry.get(name).EMBEDDINGS_ENDPOINT is not None
+                name for name in BatchProviderConfigRegistry.names() if _takes_embeddings(name)
             ]
             raise ConfigError(
                 "provider",
@@ -278,3 +276,15 @@ def check_str(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(name, f"must be a non-empty string, got {value!r}")
     return value
+
+
+def _takes_embeddings(provider: str) -> bool:
+    """Whether ``provider``'s adapter declares ``takes_embeddings`` (its config class's
+    ``EMBEDDINGS_ENDPOINT`` when no adapter is registered under the name)."""
+    from mmirage_beam.providers.base import BatchAdapterRegistry
+
+    if provider in BatchAdapterRegistry.names():
+        return BatchAdapterRegistry.get(provider).takes_embeddings
+    if provider in BatchProviderConfigRegistry.names():
+        return BatchProviderConfigRegistry.get(provider).EMBEDDINGS_ENDPOINT is not None
+    return False

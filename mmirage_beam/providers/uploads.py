@@ -38,6 +38,8 @@ class FileUploadAdapter(BatchSubmissionAdapter[ConfigT]):
     #: how the SDK's upload takes a chunk held in memory: the bytes themselves (the
     #: default), or e.g. ``io.BytesIO`` for an SDK that wants a file object.
     UPLOAD_IN_MEMORY: ClassVar[Callable[[bytes], Any]] = bytes
+    #: :meth:`submit_chunk_file` uploads the staged file as it is
+    streams_staged_file: ClassVar[bool] = True
 
     @abc.abstractmethod
     def upload_file(self, chunk_id: str, content: Any, config: ConfigT) -> Any:
@@ -88,7 +90,7 @@ class FileUploadAdapter(BatchSubmissionAdapter[ConfigT]):
         """Upload the staged chunk file ``path`` as it is (streamed from a local disk, a
         fresh read for every upload attempt; object-store paths are read into memory),
         then create the batch as :meth:`submit_chunk_lines` does."""
-        if self._submits_its_own_way(FileUploadAdapter):
+        if self.submits_its_own_way:
             return self.submitted_batch(super().submit_chunk_file(chunk_id, path, config))
         with self._staged_upload(path, type(self).UPLOAD_IN_MEMORY) as content:
             return self._upload_and_create(chunk_id, content, config)

@@ -29,8 +29,7 @@ from mmirage_beam.providers.base import (
     BatchAdapterRegistry,
     BatchProgress,
     BatchSubmissionAdapter,
-    close_adapter,
-    open_adapter,
+    OpenedAdapters,
     resolve_credentials,
 )
 from mmirage_beam.providers.config import BatchProviderConfigRegistry
@@ -196,7 +195,7 @@ class BatchStatusChecker:
         self._max_workers = max(1, int(max_workers))
         self._plans: Dict[str, Tuple[type[BatchSubmissionAdapter], Dict[str, str]]] = {}
         self._configs: Dict[str, BatchProviderConfig] = {}
-        self._adapters: Dict[str, BatchSubmissionAdapter] = {}
+        self._adapters = OpenedAdapters(self._redact)
         self._secrets: List[str] = []
         for provider in sorted(set(providers)):
             adapter_cls = BatchAdapterRegistry.get(provider)
@@ -222,16 +221,11 @@ class BatchStatusChecker:
     def open(self) -> None:
         """Build one adapter per provider and call its ``setup(config)``."""
         for provider, (adapter_cls, creds) in self._plans.items():
-            if provider not in self._adapters:
-                self._adapters[provider] = open_adapter(
-                    adapter_cls, self._configs[provider], credentials=creds
-                )
+            self._adapters.open(provider, adapter_cls, self._configs[provider], credentials=creds)
 
     def close(self) -> None:
         """``teardown()`` every adapter (errors are logged, not raised)."""
-        adapters, self._adapters = self._adapters, {}
-        for adapter in adapters.values():
-            close_adapter(adapter, self._redact)  # closing must not hide the report
+        self._adapters.close()  # a failure is logged (redacted): it must not hide the report
 
     def check(self, batches: Sequence[ReceiptEntry]) -> List[BatchStatus]:
         """Look every batch up; one :class:`BatchStatus` per entry, in the same order.
@@ -280,6 +274,9 @@ class BatchStatusChecker:
         """
         adapter = self._adapters[entry.provider]
         config = self._configs[entry.provider]
+        if not adapter.cancels_batches:
+            reason = f"{entry.provider!r} cannot cancel batches (its adapter has no cancel call)"
+            return BatchStatus(entry, LOOKUP_FAILED, None, reason, self._clock())
         try:
             result = adapter.cancel_batch(entry.provider_batch_id, config)
             progress = adapter.describe_batch(result)

@@ -329,8 +329,10 @@ def submit_adapter(config: PipelineConfig, dry_run: bool) -> type:
         )
     provider = config.processor.provider
     adapter_cls = BatchAdapterRegistry.get(provider)
-    exact = config.processor.exact_tokens and (
-        adapter_cls().exact_token_counter(config.processor) is not None
+    exact = (
+        config.processor.exact_tokens
+        and adapter_cls.counts_tokens_exactly
+        and adapter_cls().exact_token_counter(config.processor) is not None
     )
     if not dry_run or exact:
         adapter_cls.check_dependencies()  # the provider's SDK (an optional extra)

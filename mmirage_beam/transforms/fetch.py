@@ -21,7 +21,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from mmirage_beam.metrics import METRICS_NAMESPACE
-from mmirage_beam.providers.base import ENDED_STATUSES, close_adapter, open_adapter
+from mmirage_beam.providers.base import ENDED_STATUSES, OpenedAdapters
 from mmirage_beam.providers.config import BatchProviderConfig
 from mmirage_beam.records import ProviderResult, ResultError, provider_result
 from mmirage_beam.results import is_retryable
@@ -115,19 +115,18 @@ def outcome_error(error: ResultError) -> dict[str, Any]:
 class _FetchResultsFn(beam.DoFn):
     def __init__(self, providers: dict[str, tuple[type, BatchProviderConfig]]) -> None:
         self._providers = dict(providers)
+        self._adapters = OpenedAdapters()
         self._unknown = Metrics.counter(METRICS_NAMESPACE, "unknown_custom_ids")
         self._duplicates = Metrics.counter(METRICS_NAMESPACE, "duplicate_results")
         self._fetched = Metrics.counter(METRICS_NAMESPACE, "batches_fetched")
         self._malformed_unknown = Metrics.counter(METRICS_NAMESPACE, "unreadable_result_lines")
 
     def setup(self) -> None:
-        self._adapters = {}
         for name, (cls, config) in self._providers.items():
-            self._adapters[name] = (open_adapter(cls, config), config)
+            self._adapters.open(name, cls, config)
 
     def teardown(self) -> None:
-        for adapter, _ in getattr(self, "_adapters", {}).values():
-            close_adapter(adapter)
+        self._adapters.close()
 
     def process(self, batch: BatchToFetch) -> Iterator[Any]:
         mapping = batch.mapping()
@@ -139,7 +138,7 @@ class _FetchResultsFn(beam.DoFn):
                 reused_as.setdefault(old_cid, []).append(new_cid)
         results: Iterable[Any] = ()
         if batch.status in ENDED_STATUSES:
-            adapter, config = self._adapters[batch.provider]
+            adapter, config = self._adapters[batch.provider], self._providers[batch.provider][1]
             results = adapter.retrieve_results(batch.provider_batch_id, config)
             self._fetched.inc()
         seen: set[str] = set()

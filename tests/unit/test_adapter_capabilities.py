@@ -5,6 +5,7 @@ code reads them, never probes an adapter with ``getattr``."""
 from __future__ import annotations
 
 import ast
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -115,3 +116,132 @@ def test_no_shared_module_probes_an_adapter_with_getattr():
             ):
                 found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
     assert found == [], "\n".join(found)
+
+
+def test_the_built_in_providers_declare_cancel_exact_counts_embeddings_and_inline_requests():
+    names = ("openai", "anthropic", "gemini", "mistral", "bedrock", "vertex", "groq")
+    got = {
+        name: {
+            flag
+            for flag in (
+                "cancels_batches",
+                "counts_tokens_exactly",
+                "takes_embeddings",
+                "sends_requests_inline",
+            )
+            if getattr(BatchAdapterRegistry.get(name), flag)
+        }
+        for name in names
+    }
+    assert all("cancels_batches" in flags for flags in got.values()), got
+    assert {n for n in names if "counts_tokens_exactly" in got[n]} == {
+        "anthropic",
+        "gemini",
+        "vertex",
+    }
+    assert {n for n in names if "takes_embeddings" in got[n]} == {"openai", "gemini", "mistral"}
+    assert {n for n in names if "sends_requests_inline" in got[n]} == {"anthropic"}
+
+
+def test_a_minimal_adapter_cannot_cancel_count_exactly_embed_or_send_inline():
+    assert not _Minimal.cancels_batches and not _Minimal.counts_tokens_exactly
+    assert not _Minimal.takes_embeddings and not _Minimal.sends_requests_inline
+
+
+@pytest.mark.parametrize(
+    "flag, method",
+    [("cancels_batches", "cancel_batch"), ("counts_tokens_exactly", "exact_token_counter")],
+)
+def test_cancel_and_exact_counts_are_refused_without_their_method_and_set_by_one(flag, method):
+    with pytest.raises(TypeError, match=f"{flag} = True but keeps the base class's {method}"):
+        type("_Declared", (_Minimal,), {flag: True})
+    old = type("_Old", (_Minimal,), {method: lambda self, *a: None})
+    refusing = type("_Refusing", (old,), {flag: False})
+    assert getattr(old, flag) and not getattr(refusing, flag)
+
+
+def test_takes_embeddings_follows_the_config_class_and_is_checked_against_it():
+    from mmirage_beam.providers.config import BatchProviderConfig
+    from mmirage_beam.providers.openai.config import OpenAIBatchConfig
+
+    class _Embeds(_Minimal, BatchSubmissionAdapter[OpenAIBatchConfig]):
+        pass
+
+    class _Refuses(_Embeds):
+        takes_embeddings = False
+
+    assert _Embeds.takes_embeddings and not _Refuses.takes_embeddings
+    with pytest.raises(TypeError, match="takes_embeddings = True but its config class"):
+
+        class _NoEndpoint(_Minimal, BatchSubmissionAdapter[BatchProviderConfig]):
+            takes_embeddings = True
+
+
+def test_inline_requests_are_refused_on_an_adapter_that_uploads_a_file():
+    from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
+
+    with pytest.raises(TypeError, match="sends_requests_inline = True but uploads a file"):
+        type("_Both", (OpenAIBatchAdapter,), {"sends_requests_inline": True})
+
+
+def test_an_override_of_submit_chunk_below_the_fast_file_path_is_set_when_defined():
+    from mmirage_beam.providers.anthropic.adapter import AnthropicBatchAdapter
+    from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
+
+    assert not OpenAIBatchAdapter.submits_its_own_way
+    assert not AnthropicBatchAdapter.submits_its_own_way
+    own = type("_Own", (OpenAIBatchAdapter,), {"submit_chunk": lambda *a: None})
+    lines = type("_Lines", (AnthropicBatchAdapter,), {"submit_chunk_lines": lambda *a: None})
+    child = type("_Child", (own,), {})
+    both = type(
+        "_Both", (OpenAIBatchAdapter,), {"submit_chunk": lambda *a: None, "submit_chunk_file": 1}
+    )
+    assert own.submits_its_own_way and lines.submits_its_own_way and child.submits_its_own_way
+    assert both.submits_its_own_way  # its submit_chunk_file's super() goes through submit_chunk
+
+
+def test_cancel_of_a_provider_that_cannot_cancel_says_so_without_calling_it():
+    from mmirage_beam.run.lookup import LOOKUP_FAILED, BatchStatusChecker
+
+    checker = BatchStatusChecker([], clock=lambda: 5.0)
+    checker._adapters.open("minimal", _Minimal, None, credentials={})
+    checker._configs["minimal"] = None
+    entry: Any = SimpleNamespace(provider="minimal", provider_batch_id="b1")
+    status = checker.cancel_one(entry)
+    assert status.status == LOOKUP_FAILED
+    assert status.error == "'minimal' cannot cancel batches (its adapter has no cancel call)"
+
+
+def test_embedding_outputs_are_refused_for_a_provider_whose_adapter_takes_none():
+    from mmirage_beam.errors import ConfigError
+    from mmirage_beam.providers.config import BatchProviderConfigRegistry
+
+    groq = BatchProviderConfigRegistry.get("groq")()
+    with pytest.raises(ConfigError, match="takes no embeddings batches") as err:
+        groq.for_outputs(True, {"model"})
+    assert "built for gemini, mistral, openai" in str(err.value)
+
+
+def test_opened_adapters_open_each_provider_once_and_close_all_even_when_one_fails(caplog):
+    from mmirage_beam.providers.base import OpenedAdapters
+
+    events: list[str] = []
+
+    class _Tracked(_Minimal):
+        def setup(self, config: Any) -> None:
+            events.append(f"setup {config}")
+
+        def teardown(self) -> None:
+            events.append("teardown")
+            raise RuntimeError("closing failed: key sk-secret")
+
+    adapters = OpenedAdapters(lambda exc: str(exc).replace("sk-secret", "***"))
+    first = adapters.open("a", _Tracked, "cfg-a", credentials={})
+    assert adapters.open("a", _Tracked, "cfg-a", credentials={}) is first
+    adapters.open("b", _Tracked, "cfg-b", credentials={})
+    assert sorted(adapters) == ["a", "b"] and adapters["a"] is first
+    adapters.close()
+    adapters.close()  # twice: nothing left to close
+    assert events == ["setup cfg-a", "setup cfg-b", "teardown", "teardown"]
+    assert len(adapters) == 0
+    assert "sk-secret" not in caplog.text and "key ***" in caplog.text

@@ -39,7 +39,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import Any, Callable, ClassVar, Dict, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    TypedDict,
+    Union,
+)
 
 from mmirage_beam.images import image_error, images_error
 from mmirage_beam.providers.anthropic.config import AnthropicBatchConfig
@@ -178,7 +191,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter[AnthropicBatchConfig]):
 
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: AnthropicBatchConfig
-    ) -> Dict[str, Any]:
+    ) -> AnthropicBatchLine:
         """``{"custom_id", "params"}``: :func:`message_params` of the payload."""
         return {"custom_id": custom_id, "params": message_params(payload, config)}
 
@@ -205,7 +218,7 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter[AnthropicBatchConfig]):
         is ``{"requests":[<line>,<line>,...]}`` made of the staged lines as they are (one
         copy of the chunk in memory, no parse and re-serialisation), sent with the SDK's
         raw ``content``; otherwise as :meth:`submit_chunk`."""
-        if self._submits_its_own_way(AnthropicBatchAdapter):
+        if self.submits_its_own_way:
             return self.submitted_batch(super().submit_chunk_file(chunk_id, path, config))
         import io
 
@@ -304,6 +317,10 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter[AnthropicBatchConfig]):
         return None
 
     adopts_by_shape = True
+    cancels_batches = True  # messages.batches.cancel
+    counts_tokens_exactly = True  # messages.count_tokens
+    sends_requests_inline = True  # messages.batches.create(requests=[...])
+    streams_staged_file = True  # submit_chunk_file sends the staged lines as they are
 
     @classmethod
     def claim_batch(cls, batch_id: str) -> None:
@@ -526,7 +543,35 @@ def normalise_result(item: Any) -> ProviderResult:
     raise MalformedResult(f"unknown result type {kind!r}", cid)
 
 
-def message_params(payload: Dict[str, Any], config: Any) -> Dict[str, Any]:
+class AnthropicImageBlock(TypedDict):
+    """An image content block (``{"type": "image", "source": {"type": "base64",
+    "media_type", "data"} | {"type": "url", "url"}}``, anthropic ``ImageBlockParam``)."""
+
+    type: str
+    source: Dict[str, str]
+
+
+class AnthropicMessageParams(TypedDict, total=False):
+    """A batch request's ``params`` (anthropic ``MessageCreateParamsNonStreaming``),
+    keys in the order they are sent."""
+
+    model: str
+    max_tokens: int
+    messages: List[Dict[str, Union[str, List[Dict[str, Any]]]]]
+    temperature: float
+    top_p: float
+    output_config: Dict[str, Any]
+
+
+class AnthropicBatchLine(TypedDict):
+    """One request of a message batch: ``{"custom_id", "params"}`` (anthropic
+    ``batch_create_params.Request``)."""
+
+    custom_id: str
+    params: AnthropicMessageParams
+
+
+def message_params(payload: Dict[str, Any], config: Any) -> AnthropicMessageParams:
     """The Messages API ``params`` of a neutral payload: ``model``, ``max_tokens``,
     one user message (the prompt text, then the images as blocks), ``temperature`` /
     ``top_p`` when set, a JSON schema as ``output_config.format``. ``config`` is an
@@ -550,7 +595,7 @@ def message_params(payload: Dict[str, Any], config: Any) -> Dict[str, Any]:
         content += [_image_block(img, max_side, len(images)) for img in images]
     else:
         content = text
-    params: Dict[str, Any] = {
+    params: AnthropicMessageParams = {
         "model": config.model,
         "max_tokens": config.max_tokens,
         "messages": [{"role": "user", "content": content}],
@@ -572,7 +617,7 @@ def _prompt_text(messages: Sequence[Dict[str, Any]]) -> str:
     return "\n".join(p["text"] for p in content if p.get("type") == "text")
 
 
-def _image_block(img: Dict[str, Any], max_side_px: int, n_images: int) -> Dict[str, Any]:
+def _image_block(img: Dict[str, Any], max_side_px: int, n_images: int) -> AnthropicImageBlock:
     if img.get("data") is None:
         return {"type": "image", "source": {"type": "url", "url": img["url"]}}
     if img["media_type"] not in ACCEPTED_IMAGE_TYPES:

@@ -119,8 +119,9 @@ class AnthropicExactCounter:
         self.base_url = base_url
         self._client: Any = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"adapter_cls": self.adapter_cls, "base_url": self.base_url, "_client": None}
+    def __reduce__(self) -> tuple[type, tuple[Any, Optional[str]]]:
+        # pickled as its constructor's arguments: never the client
+        return (type(self), (self.adapter_cls, self.base_url))
 
     def __call__(self, request: dict[str, Any]) -> int:
         if self._client is None:

@@ -39,18 +39,25 @@ import contextlib
 import datetime as _dt
 import json
 import logging
-from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, TypedDict
 
 from mmirage_beam.errors import ConfigError, CredentialsError
 from mmirage_beam.providers.base import BatchProgress as _Progress
-from mmirage_beam.providers.base import BatchSubmissionAdapter
+from mmirage_beam.providers.base import BatchSubmissionAdapter, RequestLine
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
-from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch, whole_count
+from mmirage_beam.providers.batch_status import (
+    BatchFields,
+    FoundBatch,
+    JSONObject,
+    SubmittedBatch,
+    whole_count,
+)
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.bedrock.config import LIMITS_SOURCE, BedrockBatchConfig
 from mmirage_beam.providers.bedrock.outcomes import normalise_result_line
 from mmirage_beam.providers.bedrock.requests import (
     PAD_PREFIX,
+    BedrockRecord,
     client_request_token,
     custom_id_of,
     job_name,
@@ -158,6 +165,20 @@ def _split_s3(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
+class CreateJobParams(TypedDict, total=False):
+    """The ``CreateModelInvocationJob`` parameters (boto3 ``bedrock``
+    ``create_model_invocation_job``), in the order they are built."""
+
+    jobName: str
+    roleArn: str
+    clientRequestToken: str
+    modelId: str
+    inputDataConfig: Dict[str, Dict[str, str]]
+    outputDataConfig: Dict[str, Dict[str, str]]
+    timeoutDurationInHours: int
+    tags: List[Dict[str, str]]
+
+
 class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
     """``provider: bedrock``: builds records and drives Bedrock batch inference (boto3).
 
@@ -181,6 +202,7 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
     #: find_batch finds a chunk's job by its name (a resumed run); a retried create
     #: needs no lookup: it replays the chunk's clientRequestToken (adopt_lost_create)
     adopts_by_metadata: ClassVar[bool] = True
+    cancels_batches: ClassVar[bool] = True  # StopModelInvocationJob
     #: botocore's connection errors, set in setup (before it: the builtins')
     _connection_errors: tuple[type[BaseException], ...] = ()
 
@@ -253,7 +275,7 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
     # -- requests ---------------------------------------------------------------------
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: BedrockBatchConfig
-    ) -> Dict[str, Any]:
+    ) -> BedrockRecord:
         """One record ``{"recordId", "modelInput"}``: the escaped custom_id
         (:func:`~.requests.record_id`) and the model family's ``InvokeModel`` body
         (:func:`~.requests.model_input`).
@@ -263,7 +285,7 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
         """
         return {"recordId": record_id(custom_id), "modelInput": model_input(payload, config)}
 
-    def request_without_id(self, request: Dict[str, Any]) -> Dict[str, Any]:
+    def request_without_id(self, request: Dict[str, Any]) -> RequestLine:
         """The record without its ``recordId``."""
         return {k: v for k, v in request.items() if k != "recordId"}
 
@@ -339,10 +361,10 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
         key = "/".join(p for p in (prefix, self.run_id or "norun", "output") if p)
         return f"s3://{bucket}/{key}/"
 
-    def create_request(self, chunk_id: str, config: BedrockBatchConfig) -> Dict[str, Any]:
+    def create_request(self, chunk_id: str, config: BedrockBatchConfig) -> CreateJobParams:
         """The ``CreateModelInvocationJob`` parameters of chunk ``chunk_id`` (the same for
         every attempt: the token and the name come from the run and the chunk)."""
-        params: Dict[str, Any] = {
+        params: CreateJobParams = {
             "jobName": job_name(self.run_id, chunk_id),
             "roleArn": config.role_arn,
             "clientRequestToken": client_request_token(self.run_id, chunk_id),
@@ -444,7 +466,7 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
                 return None
 
     # -- status -----------------------------------------------------------------------
-    def _get_job(self, job_arn: str) -> Dict[str, Any]:
+    def _get_job(self, job_arn: str) -> JSONObject:
         """``get_model_invocation_job`` of a receipted job (a not-found retried), as JSON."""
         job = self.call_lookup_with_retries(
             f"Bedrock get_model_invocation_job ({job_arn})",

@@ -28,11 +28,48 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, TypedDict, Union
 
 from mmirage_beam.errors import RequestBuildError
 
 ANTHROPIC_VERSION = "bedrock-2023-05-31"
+
+
+class BedrockClaudeBody(TypedDict, total=False):
+    """An Anthropic Claude ``InvokeModel`` body on Bedrock (Bedrock user guide,
+    "Anthropic Claude Messages API"), keys in the order they are sent."""
+
+    anthropic_version: str
+    max_tokens: int
+    messages: List[Dict[str, Any]]
+    temperature: float
+    top_p: float
+    output_config: Dict[str, Any]
+
+
+class BedrockLlamaBody(TypedDict, total=False):
+    """A Meta Llama ``InvokeModel`` body on Bedrock (Bedrock user guide, "Meta Llama
+    models")."""
+
+    prompt: str
+    max_gen_len: int
+    temperature: float
+    top_p: float
+
+
+#: a record's ``modelInput``, by the model's family
+BedrockModelInput = Union[BedrockClaudeBody, BedrockLlamaBody]
+
+
+class BedrockRecord(TypedDict):
+    """One record of a Bedrock batch inference input file: ``{"recordId",
+    "modelInput"}`` (Bedrock user guide, "Format and upload your batch inference
+    data")."""
+
+    recordId: str
+    modelInput: BedrockModelInput
+
+
 LLAMA_JSON_INSTRUCTION = (
     "Reply with only a JSON object (no other text) that matches this JSON schema:"
 )
@@ -125,7 +162,7 @@ def _prompt_text(payload: Dict[str, Any]) -> str:
     return "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
 
 
-def claude_body(payload: Dict[str, Any], config: Any) -> Dict[str, Any]:
+def claude_body(payload: Dict[str, Any], config: Any) -> BedrockClaudeBody:
     """The Anthropic Messages ``InvokeModel`` body of a neutral payload.
 
     Raises:
@@ -152,7 +189,7 @@ def claude_body(payload: Dict[str, Any], config: Any) -> Dict[str, Any]:
                     },
                 }
             )
-    body: Dict[str, Any] = {
+    body: BedrockClaudeBody = {
         "anthropic_version": ANTHROPIC_VERSION,
         "max_tokens": int(config.max_tokens),
         "messages": [{"role": "user", "content": content}],
@@ -167,7 +204,7 @@ def claude_body(payload: Dict[str, Any], config: Any) -> Dict[str, Any]:
     return body
 
 
-def llama_body(payload: Dict[str, Any], config: Any) -> Dict[str, Any]:
+def llama_body(payload: Dict[str, Any], config: Any) -> BedrockLlamaBody:
     """The Meta Llama ``InvokeModel`` body of a neutral payload (Llama 3 chat template).
 
     Raises:
@@ -183,7 +220,7 @@ def llama_body(payload: Dict[str, Any], config: Any) -> Dict[str, Any]:
         "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n"
         f"{text}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
     )
-    body: Dict[str, Any] = {"prompt": prompt, "max_gen_len": int(config.max_tokens)}
+    body: BedrockLlamaBody = {"prompt": prompt, "max_gen_len": int(config.max_tokens)}
     if config.temperature is not None:
         body["temperature"] = config.temperature
     if config.top_p is not None:
@@ -191,7 +228,7 @@ def llama_body(payload: Dict[str, Any], config: Any) -> Dict[str, Any]:
     return body
 
 
-def model_input(payload: Dict[str, Any], config: Any) -> Dict[str, Any]:
+def model_input(payload: Dict[str, Any], config: Any) -> BedrockModelInput:
     """The ``modelInput`` of ``config.model``'s family.
 
     Raises:

@@ -54,15 +54,16 @@ from mmirage_beam.errors import ConfigError
 from mmirage_beam.jsonl import iter_raw_lines
 from mmirage_beam.providers import retrying
 from mmirage_beam.providers.base import BatchProgress as _Progress
-from mmirage_beam.providers.base import BatchSubmissionAdapter
+from mmirage_beam.providers.base import BatchSubmissionAdapter, RequestLine
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
-from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
+from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, JSONObject, SubmittedBatch
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.gemini.config import GeminiBatchConfig
 from mmirage_beam.providers.gemini.outcomes import FINISH_OUTCOMES, normalise_result_line
 from mmirage_beam.providers.gemini.requests import (
     ACCEPTED_IMAGE_TYPES,
     VISION_LIMITS_SOURCE,
+    GeminiBatchLine,
     embed_request,
     generate_content_request,
     response_schema,
@@ -254,7 +255,7 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
     # -- requests -------------------------------------------------------------------------
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: GeminiBatchConfig
-    ) -> Dict[str, Any]:
+    ) -> GeminiBatchLine:
         """``{"key": custom_id, "request": {"contents": [{"role": "user", "parts"}],
         "generation_config"?}}``: the prompt text, then each image as ``inline_data``; an
         embedding output's line holds an embeddings request instead
@@ -269,7 +270,7 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         return {"key": custom_id, "request": generate_content_request(payload, config)}
 
     # -- submission -----------------------------------------------------------------------
-    def request_without_id(self, request: Dict[str, Any]) -> Dict[str, Any]:
+    def request_without_id(self, request: Dict[str, Any]) -> RequestLine:
         """The line without its ``key`` (Gemini's custom_id field)."""
         return {k: v for k, v in request.items() if k != "key"}
 
@@ -324,6 +325,9 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         )
 
     adopts_by_metadata = True  # find_batch reads the batch's mmirage metadata
+    cancels_batches = True  # batches.cancel
+    counts_tokens_exactly = True  # models.count_tokens
+    takes_embeddings = True  # asyncBatchEmbedContent jobs
 
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None
@@ -483,7 +487,7 @@ def newest_named_job(
         adapter.call_with_retries(what, pager.next_page)
 
 
-def _job_dict(job: Any) -> Dict[str, Any]:
+def _job_dict(job: Any) -> JSONObject:
     raw = job.model_dump(mode="json", exclude_none=True)
     raw.pop("sdk_http_response", None)
     return raw

@@ -7,13 +7,18 @@ as Gemini's ``response_schema`` (an OpenAPI 3.0 subset, google-genai 2.34
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, TypedDict, Union
 
 from mmirage_beam.images import image_error, images_error
 from mmirage_beam.providers.chat import generation_options
 from mmirage_beam.providers.gemini.config import MAX_INLINE_BYTES
 
 __all__ = [
+    "GeminiBatchLine",
+    "GeminiEmbedRequest",
+    "GeminiGenerateContentRequest",
+    "GeminiGenerationConfig",
+    "GeminiSchema",
     "ACCEPTED_IMAGE_TYPES",
     "VISION_LIMITS_SOURCE",
     "embed_request",
@@ -29,7 +34,65 @@ ACCEPTED_IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp", "image/heic", "
 VISION_LIMITS_SOURCE = "Gemini image understanding guide"
 
 
-def generate_content_request(payload: Dict[str, Any], config: Any) -> Dict[str, Any]:
+class GeminiSchema(TypedDict, total=False):
+    """Gemini's ``response_schema`` (google-genai ``types.Schema``, snake_case), keys in
+    the order :func:`response_schema` writes them."""
+
+    nullable: bool
+    type: str
+    description: str
+    enum: List[Any]
+    format: str
+    minimum: float
+    maximum: float
+    min_items: int
+    max_items: int
+    min_length: int
+    max_length: int
+    pattern: str
+    title: str
+    properties: Dict[str, GeminiSchema]
+    property_ordering: List[str]
+    items: GeminiSchema
+    required: List[str]
+    any_of: List[GeminiSchema]
+
+
+class GeminiGenerationConfig(TypedDict, total=False):
+    """A request's ``generation_config`` (google-genai ``types.GenerationConfig``)."""
+
+    max_output_tokens: int
+    temperature: float
+    top_p: float
+    response_mime_type: str
+    response_schema: GeminiSchema
+
+
+class GeminiGenerateContentRequest(TypedDict, total=False):
+    """A ``GenerateContentRequest`` of a batch line: ``contents``, ``generation_config``
+    (Vertex AI's lines put their ``labels`` first)."""
+
+    labels: Dict[str, str]
+    contents: List[Dict[str, Any]]
+    generation_config: GeminiGenerationConfig
+
+
+class GeminiEmbedRequest(TypedDict, total=False):
+    """An embeddings-job line's ``request`` (``EmbedContentRequest``)."""
+
+    content: Dict[str, List[Dict[str, str]]]
+    output_dimensionality: int
+
+
+class GeminiBatchLine(TypedDict):
+    """One line of a Gemini batch input file: ``{"key", "request"}`` (Gemini batch
+    mode docs, "input file": https://ai.google.dev/gemini-api/docs/batch-mode)."""
+
+    key: str
+    request: Union[GeminiGenerateContentRequest, GeminiEmbedRequest]
+
+
+def generate_content_request(payload: Dict[str, Any], config: Any) -> GeminiGenerateContentRequest:
     """``{"contents": [{"role": "user", "parts"}], "generation_config"?}`` of a neutral
     payload: the prompt text, then each image as ``inline_data``; ``config``'s
     ``max_tokens`` / ``temperature`` / ``top_p`` (as ``max_output_tokens``...) and the
@@ -65,12 +128,12 @@ def generate_content_request(payload: Dict[str, Any], config: Any) -> Dict[str, 
             f"({MAX_INLINE_BYTES} bytes) per request with inline data "
             f"({VISION_LIMITS_SOURCE})",
         )
-    generation = generation_options(config, "max_output_tokens")
+    generation: GeminiGenerationConfig = dict(generation_options(config, "max_output_tokens"))  # type: ignore[assignment]
     schema = payload.get("json_schema")
     if schema is not None:
         generation["response_mime_type"] = "application/json"
         generation["response_schema"] = response_schema(schema)
-    request: Dict[str, Any] = {"contents": [{"role": "user", "parts": parts}]}
+    request: GeminiGenerateContentRequest = {"contents": [{"role": "user", "parts": parts}]}
     if generation:
         request["generation_config"] = generation
     return request
@@ -102,13 +165,13 @@ _SCHEMA_KEYS = {
 }
 
 
-def response_schema(schema: Mapping[str, Any]) -> Dict[str, Any]:
+def response_schema(schema: Mapping[str, Any]) -> GeminiSchema:
     """A JSON schema (:mod:`mmirage_beam.config.schema`) as Gemini's
     ``response_schema``: the same ``type`` / ``properties`` / ``items`` / ``required``
     tree with the keywords of :data:`_SCHEMA_KEYS`, ``property_ordering`` set to the
     properties' order (so keys come back in that order) and ``additionalProperties``
     dropped (Gemini's schema has no such keyword: unlisted keys are never generated)."""
-    out: Dict[str, Any] = {}
+    out: GeminiSchema = {}
     kind = schema.get("type")
     if isinstance(kind, list):  # ["string", "null"] -> nullable string
         kinds = [k for k in kind if k != "null"]
@@ -119,7 +182,7 @@ def response_schema(schema: Mapping[str, Any]) -> Dict[str, Any]:
         out["type"] = str(kind).upper()
     for key, name in _SCHEMA_KEYS.items():
         if key in schema:
-            out[name] = schema[key]
+            out[name] = schema[key]  # type: ignore[literal-required]
     props = schema.get("properties")
     if isinstance(props, Mapping):
         out["properties"] = {k: response_schema(v) for k, v in props.items()}
@@ -133,14 +196,14 @@ def response_schema(schema: Mapping[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def embed_request(payload: Dict[str, Any]) -> Dict[str, Any]:
+def embed_request(payload: Dict[str, Any]) -> GeminiEmbedRequest:
     """The ``request`` of an embeddings-job line for an embedding output's payload:
     ``{"content": {"parts": [{"text"}]}, "output_dimensionality"?}``, the file form of
     Gemini batch embeddings ("Gemini Batch API now supports Embeddings", Google
     Developers Blog, 2025-09-10:
     https://developers.googleblog.com/gemini-batch-api-now-supports-embeddings-and-openai-compatibility;
     google-genai ``EmbedContentConfig.output_dimensionality``)."""
-    request: Dict[str, Any] = {"content": {"parts": [{"text": payload["text"]}]}}
+    request: GeminiEmbedRequest = {"content": {"parts": [{"text": payload["text"]}]}}
     if payload.get("dimensions") is not None:
         request["output_dimensionality"] = int(payload["dimensions"])
     return request

@@ -32,13 +32,14 @@ from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.batch_status import (
     BatchFields,
     FoundBatch,
+    JSONObject,
     SubmittedBatch,
     whole_count,
 )
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.mistral.config import MistralBatchConfig
 from mmirage_beam.providers.mistral.outcomes import normalise_result_line
-from mmirage_beam.providers.mistral.requests import chat_body, embeddings_body
+from mmirage_beam.providers.mistral.requests import MistralBatchLine, chat_body, embeddings_body
 from mmirage_beam.providers.mistral.tokens import count_mistral_request
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
@@ -142,7 +143,7 @@ class MistralBatchAdapter(FileUploadAdapter[MistralBatchConfig]):
     # -- requests ---------------------------------------------------------------------
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: MistralBatchConfig
-    ) -> Dict[str, Any]:
+    ) -> MistralBatchLine:
         """One input line ``{"custom_id", "body"}``: the payload's messages (text, and
         image parts as ``image_url`` chunks, data URLs or http(s)), ``response_format``
         ``json_schema`` for a JSON output, and the config's optional ``max_tokens``,
@@ -191,6 +192,8 @@ class MistralBatchAdapter(FileUploadAdapter[MistralBatchConfig]):
         return self.submitted_batch(_dump(job))
 
     adopts_by_metadata = True  # find_batch reads the batch's mmirage metadata
+    cancels_batches = True  # batch.jobs.cancel
+    takes_embeddings = True  # /v1/embeddings lines
 
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None
@@ -232,7 +235,7 @@ class MistralBatchAdapter(FileUploadAdapter[MistralBatchConfig]):
             page_no += 1
 
     # -- status -----------------------------------------------------------------------
-    def _get_job(self, provider_batch_id: str) -> Dict[str, Any]:
+    def _get_job(self, provider_batch_id: str) -> JSONObject:
         """``batch.jobs.get`` of a receipted job (a 404 retried too), as JSON."""
         job = self.call_lookup_with_retries(
             f"Mistral batch.jobs.get ({provider_batch_id})",
@@ -311,6 +314,6 @@ class MistralBatchAdapter(FileUploadAdapter[MistralBatchConfig]):
             )
 
 
-def _dump(model: Any) -> Dict[str, Any]:
+def _dump(model: Any) -> JSONObject:
     """An SDK model as the JSON the API sent (unset fields left out)."""
     return model.model_dump(mode="json", by_alias=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from mmirage_beam.providers.batch_status import JSONObject
 from mmirage_beam.providers.chat import first_choice
 from mmirage_beam.providers.chat import malformed_200 as _malformed
 from mmirage_beam.records import ProviderResult, ResultError
@@ -88,7 +89,7 @@ def _status(response: Dict[str, Any]) -> Optional[int]:
         return None
 
 
-def _error_fields(body: Any) -> Dict[str, Any]:
+def _error_fields(body: Any) -> JSONObject:
     """Mistral's flat error object, or an ``{"error": {...}}`` wrapper, as one dict."""
     if not isinstance(body, dict):
         return {"message": str(body)} if body else {}

@@ -9,15 +9,49 @@ names it (``batch.jobs.create(model=...)``).
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List, TypedDict, Union
 
 from mmirage_beam.providers.chat import generation_options, json_schema_format, schema_name
 from mmirage_beam.providers.config import BatchProviderConfig
 
-__all__ = ["chat_body", "embeddings_body", "schema_name"]
+__all__ = [
+    "MistralBatchLine",
+    "MistralChatBody",
+    "MistralEmbeddingsBody",
+    "chat_body",
+    "embeddings_body",
+    "schema_name",
+]
 
 
-def chat_body(payload: Dict[str, Any], config: BatchProviderConfig) -> Dict[str, Any]:
+class MistralChatBody(TypedDict, total=False):
+    """A ``/v1/chat/completions`` line's body (mistralai ``ChatCompletionRequest``
+    without ``model``), keys in the order they are sent."""
+
+    messages: List[Dict[str, Any]]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    response_format: Dict[str, Any]
+
+
+class MistralEmbeddingsBody(TypedDict, total=False):
+    """A ``/v1/embeddings`` line's body (mistralai ``EmbeddingRequest`` without
+    ``model``)."""
+
+    input: str
+    encoding_format: str
+    output_dimension: int
+
+
+class MistralBatchLine(TypedDict):
+    """One line of a Mistral batch input file: ``{"custom_id", "body"}``."""
+
+    custom_id: str
+    body: Union[MistralChatBody, MistralEmbeddingsBody]
+
+
+def chat_body(payload: Dict[str, Any], config: BatchProviderConfig) -> MistralChatBody:
     """The ``/v1/chat/completions`` body of a neutral payload (see
     :class:`~mmirage_beam.providers.base.BatchSubmissionAdapter` for its shape).
 
@@ -35,21 +69,21 @@ def chat_body(payload: Dict[str, Any], config: BatchProviderConfig) -> Dict[str,
                 for p in content
             ]
         messages.append({"role": message.get("role", "user"), "content": content})
-    body: Dict[str, Any] = {"messages": messages}
-    body.update(generation_options(config, "max_tokens"))
+    body: MistralChatBody = {"messages": messages}
+    body.update(generation_options(config, "max_tokens"))  # type: ignore[typeddict-item]
     response_format = json_schema_format(payload, strict_first=False)
     if response_format is not None:
         body["response_format"] = response_format
     return body
 
 
-def embeddings_body(payload: Dict[str, Any]) -> Dict[str, Any]:
+def embeddings_body(payload: Dict[str, Any]) -> MistralEmbeddingsBody:
     """The ``/v1/embeddings`` body of an embedding output's payload: ``{"input": text,
     "encoding_format": "float", "output_dimension"?}`` (mistralai 3.7
     ``EmbeddingRequest``: ``input``, ``output_dimension`` "The dimension of the output
     embeddings when feature available", ``encoding_format`` ``float | base64``); the
     model is the job's, as for chat lines."""
-    body: Dict[str, Any] = {"input": payload["text"], "encoding_format": "float"}
+    body: MistralEmbeddingsBody = {"input": payload["text"], "encoding_format": "float"}
     if payload.get("dimensions") is not None:
         body["output_dimension"] = int(payload["dimensions"])
     return body

@@ -27,7 +27,19 @@ import dataclasses
 import json
 import logging
 import time
-from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
+from typing import (
+    Any,
+    ClassVar,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    NotRequired,
+    Optional,
+    Sequence,
+    TypedDict,
+    Union,
+)
 
 from mmirage_beam.images import image_error, images_error
 from mmirage_beam.providers.base import BatchProgress as _Progress
@@ -38,6 +50,7 @@ from mmirage_beam.providers.chat import first_choice, generation_options, json_s
 from mmirage_beam.providers.chat import malformed_200 as _malformed
 from mmirage_beam.providers.openai.config import OpenAIBatchConfig
 from mmirage_beam.providers.openai.responses import (
+    OpenAIResponsesBody,
     build_responses_body,
     detail_tokens,
     normalise_responses_body,
@@ -75,6 +88,49 @@ ACCEPTED_IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp", "image/gif")
 VISION_LIMITS_SOURCE = "OpenAI Images and vision guide, image input requirements"
 MAX_REQUEST_PAYLOAD_BYTES = 50 * 1000 * 1000  # 50 MB
 MAX_IMAGES_PER_REQUEST = 500
+
+
+class OpenAIChatBody(TypedDict, total=False):
+    """A ``/v1/chat/completions`` batch body (openai-python
+    ``CompletionCreateParamsNonStreaming``), keys in the order they are sent."""
+
+    model: str
+    messages: List[Dict[str, Any]]
+    max_completion_tokens: int
+    temperature: float
+    top_p: float
+    response_format: Dict[str, Any]
+
+
+class OpenAIEmbeddingsBody(TypedDict, total=False):
+    """A ``/v1/embeddings`` batch body (openai-python ``EmbeddingCreateParams``)."""
+
+    model: str
+    input: str
+    encoding_format: str
+    dimensions: int
+
+
+#: the body of one line, by ``batch_endpoint``
+OpenAIBody = Union[OpenAIChatBody, OpenAIResponsesBody, OpenAIEmbeddingsBody]
+
+
+class OpenAIBatchLine(TypedDict):
+    """One line of an OpenAI batch input file (``{"custom_id", "method", "url",
+    "body"}``, https://platform.openai.com/docs/api-reference/batch/request-input);
+    Together's lines hold ``custom_id`` and ``body`` only."""
+
+    custom_id: str
+    method: NotRequired[str]
+    url: NotRequired[str]
+    body: OpenAIBody
+
+
+class ErrorCodeParam(TypedDict, total=False):
+    """An OpenAI error object's ``code`` and ``param``, kept beside its message."""
+
+    code: str
+    param: str
 
 
 class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
@@ -136,7 +192,7 @@ class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
 
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: OpenAIBatchConfig
-    ) -> Dict[str, Any]:
+    ) -> OpenAIBatchLine:
         """One batch input line for ``config.batch_endpoint``: a chat-completions body
         (``messages``, ``response_format``), a Responses body
         (:func:`~mmirage_beam.providers.openai.responses.build_responses_body`), or for
@@ -177,6 +233,7 @@ class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
                 f"{MAX_IMAGES_PER_REQUEST} image inputs per request ({VISION_LIMITS_SOURCE})",
             )
         detail = getattr(config, "image_detail", None)
+        body: OpenAIBody
         if config.batch_endpoint == "/v1/responses":
             body = build_responses_body(payload, config, image_detail=detail or "auto")
         else:
@@ -221,6 +278,8 @@ class OpenAIBatchAdapter(FileUploadAdapter[OpenAIBatchConfig]):
         return self.submitted_batch(batch.model_dump(mode="json"))
 
     adopts_by_metadata = True  # find_batch reads the batch's mmirage metadata
+    cancels_batches = True  # batches.cancel
+    takes_embeddings = True  # /v1/embeddings lines
 
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None
@@ -417,12 +476,15 @@ def normalise_result_line(line: Any) -> ProviderResult:
     raise MalformedResult("neither 'response' nor 'error'", cid)
 
 
-def _code_and_param(err: Dict[str, Any], kind: Any) -> Dict[str, Any]:
+def _code_and_param(err: Dict[str, Any], kind: Any) -> ErrorCodeParam:
     """The provider error's ``code`` and ``param`` (e.g. ``invalid_value``,
     ``messages[0].content``), kept beside its message when set and when the code is not
     already the error's type: OpenAI's error object is ``{message, type, param, code}``
     (https://platform.openai.com/docs/guides/error-codes)."""
-    kept = {k: err[k] for k in ("code", "param") if isinstance(err.get(k), str) and err[k]}
+    kept: ErrorCodeParam = {}
+    for key in ("code", "param"):
+        if isinstance(err.get(key), str) and err[key]:
+            kept[key] = err[key]  # type: ignore[literal-required]
     if "code" in kept and kept["code"] == kind:
         del kept["code"]
     return kept
@@ -483,7 +545,7 @@ def _chat_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
 
 def _chat_body(
     payload: Dict[str, Any], config: OpenAIBatchConfig, detail: Optional[str]
-) -> Dict[str, Any]:
+) -> OpenAIChatBody:
     """The ``/v1/chat/completions`` body: the payload's messages (every image part with
     ``detail`` when one is configured), ``response_format`` for a JSON schema, and the
     config's optional ``max_tokens`` (as ``max_completion_tokens``), ``temperature`` and
@@ -499,19 +561,19 @@ def _chat_body(
                 for p in content
             ]
         messages.append({**message, "content": content})
-    body: Dict[str, Any] = {"model": config.model, "messages": messages}
-    body.update(generation_options(config, "max_completion_tokens"))
+    body: OpenAIChatBody = {"model": config.model, "messages": messages}
+    body.update(generation_options(config, "max_completion_tokens"))  # type: ignore[typeddict-item]
     response_format = json_schema_format(payload, strict_first=True)
     if response_format is not None:
         body["response_format"] = response_format
     return body
 
 
-def embeddings_body(payload: Dict[str, Any], config: OpenAIBatchConfig) -> Dict[str, Any]:
+def embeddings_body(payload: Dict[str, Any], config: OpenAIBatchConfig) -> OpenAIEmbeddingsBody:
     """The ``/v1/embeddings`` body of an embedding output's payload: ``{"model", "input":
     text, "encoding_format": "float", "dimensions"?}`` (openai-python 3.57
     ``EmbeddingCreateParams``; ``dimensions`` only when the processor sets it)."""
-    body: Dict[str, Any] = {
+    body: OpenAIEmbeddingsBody = {
         "model": config.model,
         "input": payload["text"],
         "encoding_format": "float",

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Dict, Mapping, Optional
 
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.providers.model_rules import ModelRules
-from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
+from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter, OpenAIBatchLine
 from mmirage_beam.providers.openai.config import OpenAIBatchConfig
 
 AZURE_SOURCE = (
@@ -147,7 +147,10 @@ class TogetherBatchConfig(_ChatProfileConfig):
 
 
 class _ProfileAdapter(OpenAIBatchAdapter):
-    """The OpenAI adapter under another service's name: no OpenAI prices."""
+    """The OpenAI adapter under another service's name: no OpenAI prices, and chat
+    completions only (the profiles' config classes name no ``EMBEDDINGS_ENDPOINT``)."""
+
+    takes_embeddings = False
 
     @classmethod
     def price_table(cls) -> Optional[Mapping[str, Any]]:
@@ -175,7 +178,7 @@ class TogetherBatchAdapter(_ProfileAdapter):
 
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: OpenAIBatchConfig
-    ) -> Dict[str, Any]:
+    ) -> OpenAIBatchLine:
         """The OpenAI line without ``method`` and ``url`` (Together's line shape)."""
         line = super().build_request(custom_id, payload, config)
         return {"custom_id": line["custom_id"], "body": line["body"]}

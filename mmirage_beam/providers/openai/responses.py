@@ -21,7 +21,7 @@ Contract facts (openai-python 3.57, ``types/responses/response_create_params.py`
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, TypedDict
 
 from mmirage_beam.providers.chat import generation_options, schema_name
 from mmirage_beam.records import ProviderResult, ResultError
@@ -54,9 +54,22 @@ def detail_tokens(usage: Dict[str, Any], input_details: str, output_details: str
     return out
 
 
+class OpenAIResponsesBody(TypedDict, total=False):
+    """A ``/v1/responses`` batch body (openai-python ``ResponseCreateParamsNonStreaming``),
+    keys in the order they are sent."""
+
+    model: str
+    input: List[Dict[str, Any]]
+    instructions: str
+    max_output_tokens: int
+    temperature: float
+    top_p: float
+    text: Dict[str, Any]
+
+
 def build_responses_body(
     payload: Mapping[str, Any], config: Any, image_detail: str = "auto"
-) -> Dict[str, Any]:
+) -> OpenAIResponsesBody:
     """The ``/v1/responses`` body for one neutral payload (see
     :class:`~mmirage_beam.providers.base.BatchSubmissionAdapter`).
 
@@ -95,10 +108,10 @@ def build_responses_body(
                     }
                 )
         items.append({"role": role, "content": parts})
-    body: Dict[str, Any] = {"model": config.model, "input": items}
+    body: OpenAIResponsesBody = {"model": config.model, "input": items}
     if instructions:
         body["instructions"] = "\n\n".join(instructions)
-    body.update(generation_options(config, "max_output_tokens"))
+    body.update(generation_options(config, "max_output_tokens"))  # type: ignore[typeddict-item]
     schema = payload.get("json_schema")
     if schema is not None:
         body["text"] = {

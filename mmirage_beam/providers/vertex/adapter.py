@@ -41,14 +41,27 @@ import contextlib
 import dataclasses
 import logging
 import os
-from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    TypedDict,
+    Union,
+)
 
 from mmirage_beam.errors import CredentialsError
 from mmirage_beam.providers.anthropic.adapter import message_params
 from mmirage_beam.providers.anthropic.tokens import count_anthropic_request
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
-from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
+from mmirage_beam.providers.base import RequestLine
+from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, JSONObject, SubmittedBatch
 from mmirage_beam.providers.batch_status import optional_int as _optional_int
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.gemini.adapter import (
@@ -57,7 +70,10 @@ from mmirage_beam.providers.gemini.adapter import (
     import_sdk,
     newest_named_job,
 )
-from mmirage_beam.providers.gemini.requests import generate_content_request
+from mmirage_beam.providers.gemini.requests import (
+    GeminiGenerateContentRequest,
+    generate_content_request,
+)
 from mmirage_beam.providers.gemini.tokens import count_gemini_request
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.providers.uploads import FileUploadAdapter
@@ -76,6 +92,8 @@ __all__ = [
     "ANTHROPIC_VERSION",
     "TOKEN_ENV_VAR",
     "VertexBatchAdapter",
+    "VertexBatchLine",
+    "VertexClaudeBody",
     "VertexExactCounter",
     "vertex_client",
     "input_uri",
@@ -85,6 +103,29 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger(__name__)
+
+
+class VertexClaudeBody(TypedDict, total=False):
+    """A Claude request on Vertex AI: the Anthropic Messages ``params`` without
+    ``model``, with ``anthropic_version`` first (Vertex AI, "Batch predictions with
+    Anthropic Claude models")."""
+
+    anthropic_version: str
+    max_tokens: int
+    messages: List[Dict[str, Any]]
+    temperature: float
+    top_p: float
+    output_config: Dict[str, Any]
+
+
+class VertexBatchLine(TypedDict, total=False):
+    """One line of a Vertex AI batch prediction input file: ``{"request":
+    GenerateContentRequest}`` with the custom_id in its ``labels`` (Gemini), or
+    ``{"custom_id", "request"}`` (Claude)."""
+
+    custom_id: str
+    request: Union[GeminiGenerateContentRequest, VertexClaudeBody]
+
 
 #: a bare OAuth access token for a fake (real use: Application Default Credentials)
 TOKEN_ENV_VAR = "VERTEX_ACCESS_TOKEN"
@@ -152,8 +193,9 @@ class VertexExactCounter:
         self.config = config
         self._client: Any = None
 
-    def __getstate__(self) -> Dict[str, Any]:
-        return {"config": self.config, "_client": None}
+    def __reduce__(self) -> tuple[type, tuple[VertexBatchConfig]]:
+        # pickled as its constructor's argument: never the client
+        return (type(self), (self.config,))
 
     def __call__(self, request: Dict[str, Any]) -> int:
         if self._client is None:
@@ -277,7 +319,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
     # -- requests -------------------------------------------------------------------------
     def build_request(
         self, custom_id: str, payload: Dict[str, Any], config: VertexBatchConfig
-    ) -> Dict[str, Any]:
+    ) -> VertexBatchLine:
         """``{"request": {"labels", "contents", "generation_config"?}}``: the Gemini
         adapter's request, with the custom_id in ``labels``
         (:func:`~mmirage_beam.providers.vertex.outcomes.id_labels`); an embedding
@@ -297,7 +339,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
             "request": {"labels": id_labels(custom_id), **generate_content_request(payload, config)}
         }
 
-    def _claude_body(self, payload: Dict[str, Any], config: VertexBatchConfig) -> Dict[str, Any]:
+    def _claude_body(self, payload: Dict[str, Any], config: VertexBatchConfig) -> VertexClaudeBody:
         """Claude on Vertex AI: the Anthropic adapter's Messages ``params`` without
         ``model`` (the job names it) and with ``anthropic_version``; ``max_tokens``
         defaults to :data:`CLAUDE_DEFAULT_MAX_TOKENS`."""
@@ -311,9 +353,9 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
         )
         params = message_params(payload, settings)
         params.pop("model")
-        return {"anthropic_version": ANTHROPIC_VERSION, **params}
+        return {"anthropic_version": ANTHROPIC_VERSION, **params}  # type: ignore[typeddict-item]
 
-    def request_without_id(self, request: Dict[str, Any]) -> Dict[str, Any]:
+    def request_without_id(self, request: Dict[str, Any]) -> RequestLine:
         """The line without the labels that carry its custom_id (Claude: without its
         ``custom_id``; an embedding instance: without its ``mmirage_id``)."""
         if "request" not in request and embeddings.ID_FIELD in request:
@@ -376,6 +418,8 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
         )
 
     adopts_by_metadata = True  # find_batch reads the job's display_name
+    cancels_batches = True  # batches.cancel
+    counts_tokens_exactly = True  # countTokens (Gemini models; Claude: none)
 
     def find_batch(
         self, run_id: str, chunk_id: str, created_after: Optional[float] = None
@@ -491,7 +535,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
             )
 
 
-def _job_dict(job: Any) -> Dict[str, Any]:
+def _job_dict(job: Any) -> JSONObject:
     raw = job.model_dump(mode="json", exclude_none=True)
     raw.pop("sdk_http_response", None)
     return raw

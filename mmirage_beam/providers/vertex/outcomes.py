@@ -27,7 +27,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, TypedDict
 
 from mmirage_beam.providers.anthropic.adapter import normalise_result as _claude_line
 from mmirage_beam.providers.gemini.outcomes import normalise_result_line as _gemini_line
@@ -83,7 +83,15 @@ def id_from_labels(labels: Any) -> str:
         raise MalformedResult(f"the {ID_PART_LABEL}* labels are not base32") from None
 
 
-def _status_error(status: str) -> Dict[str, Any]:
+class StatusError(TypedDict, total=False):
+    """A failed row's error as a ``google.rpc.Status``-like object."""
+
+    code: Any
+    status: Any
+    message: str
+
+
+def _status_error(status: str) -> StatusError:
     """A failed row's ``status`` text as a ``google.rpc.Status``-like dict: the JSON
     error object it holds (``Bad Request: {"error": {"code", "message", "status"}}``),
     else the text as the message (code unknown)."""
