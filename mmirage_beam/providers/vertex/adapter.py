@@ -419,6 +419,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
 
     adopts_by_metadata = True  # find_batch reads the job's display_name
     cancels_batches = True  # batches.cancel
+    takes_embeddings = True  # text embedding batch prediction jobs (embeddings.py)
     counts_tokens_exactly = True  # countTokens (Gemini models; Claude: none)
 
     def find_batch(
