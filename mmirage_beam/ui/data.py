@@ -88,7 +88,7 @@ def config_at_state(config: PipelineConfig, state_dir: str) -> PipelineConfig:
         config: the loaded config.
         state_dir: a folder, local or any Beam filesystem path (``gs://``, ``s3://``).
     """
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     name = config.processor.metadata_output_path.rstrip("/").rsplit("/", 1)[-1]
     metadata = FileSystems.join(state_dir, name) if name else ""
@@ -279,7 +279,7 @@ def _merged_rows(output_path: str, wanted: set[int]) -> dict[int, dict[str, Any]
     Raises:
         ValueError: a line before the last wanted row is not JSON (file and line named).
     """
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     if not wanted or not output_path.endswith(".jsonl") or not FileSystems.exists(output_path):
         return {}
