@@ -298,7 +298,10 @@ def _merged_rows(output_path: str, wanted: set[int]) -> dict[int, dict[str, Any]
 def failures_view(source: Source, run_id: str, error_type: Optional[str] = None) -> dict[str, Any]:
     """The chain's failed rows at its last merge: ``{run_id, errors_path, error_type,
     total, rows: [{source_index, output_name, custom_id, error_type, message,
-    status_code, retryable, row}]}`` (``row``: the merged file's row of that
+    status_code, retryable, prompt, prompt_chars, row}]}`` (``prompt``: the request's
+    prompt text as the merge rebuilt it from the row, None for a merge that kept none or
+    a row missing or changed since the submission; ``prompt_chars``: its whole length
+    when the errors file kept only its start; ``row``: the merged file's row of that
     ``source_index``, None when the merged file is not JSONL or is gone), the first
     :data:`MAX_FAILED_ROWS` of ``error_type`` (None: every type), in the errors file's
     order (``source_index``).
@@ -337,6 +340,8 @@ def failures_view(source: Source, run_id: str, error_type: Optional[str] = None)
                 "message": e.get("message"),
                 "status_code": e.get("status_code"),
                 "retryable": e.get("retryable"),
+                "prompt": e.get("prompt"),
+                "prompt_chars": e.get("prompt_chars"),
                 "row": rows.get(int(e["source_index"])),
             }
             for e in shown
