@@ -89,7 +89,7 @@ def iter_jsonl_file(path: str) -> Iterator[tuple[RawLine, Any]]:
         ValueError: a line is not UTF-8 or not JSON; the message names the file and the
             line number.
     """
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     with FileSystems.open(path, compression_type="uncompressed") as f:
         for line in iter_raw_lines(iter_file_blocks(f)):
@@ -120,7 +120,7 @@ def read_jsonl(path: str, limit: Optional[int] = None) -> list[dict[str, Any]]:
     Raises:
         ValueError: a line is not UTF-8 or not JSON (names the file and line).
     """
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     if not FileSystems.exists(path):
         return []
@@ -135,7 +135,7 @@ def read_jsonl(path: str, limit: Optional[int] = None) -> list[dict[str, Any]]:
 def read_text_lines(path: str) -> list[str]:
     """The non-blank lines of a UTF-8 text file (e.g. an id list), split on ``\\n`` only,
     stripped; ``[]`` when it is absent."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     if not FileSystems.exists(path):
         return []

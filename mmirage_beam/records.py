@@ -14,11 +14,11 @@ PCollection typed with them is encoded field by field, deterministically.
 
 # No ``from __future__ import annotations``: Beam reads the field types of the NamedTuples
 # (RowCoder schemas), which must be real types, not strings.
+import sys
 from typing import Any, Mapping, NamedTuple, Optional, Union
 
-import apache_beam as beam
-
 __all__ = [
+    "register_coders",
     "ResultError",
     "ProviderResult",
     "provider_result",
@@ -371,14 +371,24 @@ class ChangedRow(NamedTuple):
     chunk_key: str
 
 
-# Encoded field by field wherever a PCollection is typed with them (deterministic, so
-# they can be keys), instead of pickled.
-for _record in (
-    ResultError,
-    ProviderResult,
-    ExpectedRequest,
-    RebuiltRequest,
-    ChunkRequestLine,
-    ChangedRow,
-):
-    beam.coders.registry.register_coder(_record, beam.coders.RowCoder)
+def register_coders() -> None:
+    """Register Beam's ``RowCoder`` for the records PCollections are typed with, so they
+    are encoded field by field (deterministic, so they can be keys) instead of pickled.
+    Idempotent. Done at import when Beam is loaded already, else by the transforms that
+    type PCollections with them (``transforms/fetch.py``, ``transforms/merge.py``), so a
+    command that builds no pipeline does not load Beam for these records."""
+    import apache_beam as beam
+
+    for record in (
+        ResultError,
+        ProviderResult,
+        ExpectedRequest,
+        RebuiltRequest,
+        ChunkRequestLine,
+        ChangedRow,
+    ):
+        beam.coders.registry.register_coder(record, beam.coders.RowCoder)
+
+
+if "apache_beam" in sys.modules:
+    register_coders()

@@ -242,7 +242,7 @@ def settings_key(provider_config: Any) -> str:
 
 def earlier_answer_files(base: str, run_id: Optional[str] = None) -> list[str]:
     """The answers files under ``base``, sorted, except ``run_id``'s own."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     pattern = answers_path(base, "*")
     found = FileSystems.match([pattern])[0].metadata_list

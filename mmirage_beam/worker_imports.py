@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import pkgutil
 from typing import Any
 
@@ -40,21 +41,35 @@ WORKER_IMPORTS = __name__
 #: dashboard (``mmirage ui``)
 _NOT_ON_WORKERS = ("mmirage_beam.testing", "mmirage_beam.engines", "mmirage_beam.ui")
 
+#: nor do the fakes that live in their provider's folder (``providers/<name>/fake.py``,
+#: ``fake_bodies.py``...): they serve the fake provider (werkzeug), never a worker
+_FAKE_MODULE_PREFIX = "fake"
+
 
 def runtime_modules() -> list[str]:
     """The dotted names of mmirage-beam's modules that a worker may import (every module
-    of the package but the :data:`_NOT_ON_WORKERS` wings), in a fixed order.
+    of the package but the :data:`_NOT_ON_WORKERS` wings and the providers' fakes), in a
+    fixed order.
 
     Returns:
         module names, sorted.
     """
-    names = [
-        info.name
-        for info in pkgutil.walk_packages(
-            mmirage_beam.__path__, "mmirage_beam.", onerror=lambda name: None
-        )
-        if not info.name.startswith(_NOT_ON_WORKERS)
-    ]
+    names: list[str] = []
+
+    # pkgutil.walk_packages imports every package it descends into, the excluded wings
+    # too (the fake provider and its HTTP server: most of this module's import time);
+    # this walk descends by folder and never into them, and imports nothing.
+    def walk(paths: list[str], prefix: str) -> None:
+        for info in pkgutil.iter_modules(paths, prefix):
+            last = info.name.rsplit(".", 1)[-1]
+            if info.name.startswith(_NOT_ON_WORKERS) or last.startswith(_FAKE_MODULE_PREFIX):
+                continue
+            names.append(info.name)
+            if info.ispkg:
+                folder = os.path.join(info.module_finder.path, last)
+                walk([folder], info.name + ".")
+
+    walk(list(mmirage_beam.__path__), "mmirage_beam.")
     return sorted(names)
 
 

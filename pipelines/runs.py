@@ -51,7 +51,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from mmirage_beam.config import load_config
     from mmirage_beam.run.listing import format_table, list_runs
 
-    config = load_config(args.config)
+    config = load_config(args.config, check_models=False)  # it sends nothing
     rows = list_runs(config, lookup=not args.no_lookup)
     if not rows:
         print(f"mmirage runs: no run under {args.config}'s state yet")

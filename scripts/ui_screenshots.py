@@ -35,10 +35,11 @@ def _config(fake, provider: str, work: Path, marked: dict[int, str]) -> str:
     data = work / "gsm8k_sample.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     config = work / f"demo_{provider}.yaml"
+    # the processor keys as `mmirage demo` writes them (pipelines/demo.py)
+    processor = {"base_url": fake.base_url_for(provider), "max_requests_per_chunk": 10}
     text = CONFIG.format(
         provider=provider,
-        base_url=fake.base_url_for(provider),
-        per_chunk=10,
+        processor="".join(f"    {k}: {json.dumps(v)}\n" for k, v in processor.items()),
         work=work,
         data=data,
     )

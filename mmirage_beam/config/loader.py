@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 
-def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
+def load_config(path: str | os.PathLike[str], check_models: bool = True) -> PipelineConfig:
     """Read, expand and validate the YAML config at ``path``.
 
     Every path (datasets' ``path``, ``output_dir`` and ``image_base_path``,
@@ -40,7 +40,8 @@ def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
     directory of the calling process, as MMIRAGE resolves them, so that workers in other
     processes or folders see the same files (:func:`resolve_config_paths`). URIs such as
     ``gs://bucket/x`` are kept. Relative image paths inside the rows resolve against
-    ``image_base_path``, which defaults to that directory.
+    ``image_base_path``, which defaults to that directory. ``check_models``: see
+    :func:`~mmirage_beam.config.validation.config_from_dict`.
 
     Raises:
         ConfigError: (exit status 2) for a missing file, a file that is not UTF-8, bad
@@ -63,7 +64,7 @@ def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
         raise ConfigError("--config", f"{path} is not valid YAML: {exc}") from None
     except RecursionError:
         raise ConfigError("--config", f"{path} is not valid YAML: nested too deeply") from None
-    cfg = resolve_config_paths(config_from_dict(raw))
+    cfg = resolve_config_paths(config_from_dict(raw, check_models))
     return dataclasses.replace(cfg, config_path=str(path))
 
 

@@ -69,8 +69,12 @@ def expand_env(value: Any, key: str = "") -> Any:
     return value
 
 
-def config_from_dict(raw: Any) -> PipelineConfig:
-    """Validate a parsed YAML mapping (see :func:`load_config`).
+def config_from_dict(raw: Any, check_models: bool = True) -> PipelineConfig:
+    """Validate a parsed YAML mapping (see :func:`load_config`). ``check_models=False``
+    skips the warning about a model the provider's SDK does not list (which imports
+    the SDK's types, about a CPU second for openai), for commands that send nothing and
+    may ask the provider nothing (``mmirage runs``); the settings a model family
+    refuses are still refused.
 
     Raises:
         ConfigError: naming the offending key.
@@ -88,7 +92,7 @@ def config_from_dict(raw: Any) -> PipelineConfig:
             raise ConfigError(section, "section is missing")
     _reject_secrets(raw.get("processors"), "processors")
     raw = expand_env(raw)
-    processor, processor_key, given = _processor(raw["processors"])
+    processor, processor_key, given = _processor(raw["processors"], check_models)
     loading = _mapping(raw["loading_params"], "loading_params")
     _check_keys(
         loading,
@@ -201,7 +205,9 @@ def _shard_id(value: Any) -> int:
     return require_int(key, value, 0)
 
 
-def _processor(value: Any) -> tuple[BatchProviderConfig, str, frozenset[str]]:
+def _processor(
+    value: Any, check_models: bool = True
+) -> tuple[BatchProviderConfig, str, frozenset[str]]:
     """The ``batch_api`` processor's config, its YAML key (``processors[i]``) and the
     keys its block sets.
 
@@ -260,7 +266,7 @@ def _processor(value: Any) -> tuple[BatchProviderConfig, str, frozenset[str]]:
     # The model and parameter rules the services apply (the fake provider's table too):
     # an unlisted model is warned about, a setting the model family refuses is refused.
     for message in model_rules.check_config(
-        config.MODEL_RULES, getattr(config, "model", None), kwargs, key
+        config.MODEL_RULES, getattr(config, "model", None), kwargs, key, check_models
     ):
         if message not in _WARNED:  # a command may load its config twice: said once
             _WARNED.add(message)

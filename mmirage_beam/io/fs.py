@@ -13,21 +13,22 @@ across filesystems (``OSError(18, 'Invalid cross-device link')``, rename(2)'s ``
 and across schemes (Beam's ``FileSystems.rename`` requires one scheme).
 
 Importing this module also applies :func:`mmirage_beam.io.beam_s3.fix_beam_s3` (Beam's
-``s3://`` filesystem: empty files, one client per setting), so every process that writes
-through it, the launcher's and the workers', has it.
+``s3://`` filesystem: empty files, one client per setting) when Beam is loaded (a
+worker's), else :mod:`mmirage_beam.io.filesystems` applies it when it loads Beam, so every
+process that writes through it, the launcher's and the workers', has it. Local paths
+go through :mod:`mmirage_beam.io.filesystems` without loading Beam.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from typing import Optional, Sequence
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
 from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.io.beam_s3 import fix_beam_s3
+from mmirage_beam.io.filesystems import FileSystems
 from mmirage_beam.paths import is_uri
 
 __all__ = [
@@ -46,7 +47,8 @@ __all__ = [
 #: Bytes copied at a time by :func:`move_file` across filesystems (1 MiB).
 COPY_BLOCK_BYTES = 1 << 20
 
-fix_beam_s3()
+if "apache_beam" in sys.modules:  # else when Beam loads (io/filesystems.beam_filesystems)
+    fix_beam_s3()
 
 
 def write_durably(path: str, data: bytes) -> None:
@@ -62,7 +64,7 @@ def write_durably(path: str, data: bytes) -> None:
         apache_beam.io.filesystem.BeamIOError / OSError: the file cannot be written.
     """
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with FileSystems.create(tmp, compression_type="uncompressed") as f:
         f.write(data)
     crash_point("tmp_written")
     try:
@@ -153,8 +155,8 @@ def move_file(src: str, dst: str, block_bytes: int = COPY_BLOCK_BYTES) -> None:
         return
     tmp = _hidden_temp_beside(dst)
     try:
-        with FileSystems.open(src, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as out:
+        with FileSystems.open(src, compression_type="uncompressed") as f:
+            with FileSystems.create(tmp, compression_type="uncompressed") as out:
                 while True:
                     block = f.read(block_bytes)
                     if not block:

@@ -20,7 +20,6 @@ from mmirage_beam.launch.flags import (
     FILESYSTEM_FLAGS_HELP,
     check_beam_args,
     check_own_flag_typos,
-    filesystem_pipeline_options,
     own_flags,
     parse_filesystem_args,
 )
@@ -93,6 +92,10 @@ def parse_storage_args(
 
 def start_storage_command(args: argparse.Namespace) -> None:
     """Logging set up (``-v``), then the filesystem flags handed to Beam's
-    ``FileSystems``, before any receipt is read."""
+    ``FileSystems``, before any receipt is read: at once when there are any, else when a
+    path first needs Beam (:func:`mmirage_beam.io.filesystems.defer_options`), so a
+    command over a local state never loads Beam."""
+    from mmirage_beam.io.filesystems import defer_options
+
     configure_logging(args.verbose)
-    filesystem_pipeline_options(args.filesystem_flags)
+    defer_options(args.filesystem_flags)

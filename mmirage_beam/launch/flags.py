@@ -76,6 +76,8 @@ def check_beam_args(beam_args: Sequence[str], own_flags: Sequence[str]) -> None:
         user probably meant; nothing has been read or run.
     """
     _refuse_secret_flags(beam_args)
+    if not beam_args:  # nothing to check: Beam's parser of every runner is not built
+        return
     parser = _beam_option_parser()
     try:
         known_args, unknown = parser.parse_known_args(list(beam_args))

@@ -97,6 +97,28 @@ def fewer_young_collections(threshold: int = RUN_GC_THRESHOLD) -> Iterator[None]
         gc.set_threshold(*old)
 
 
+def in_process_direct_runner(pipeline: Any) -> None:
+    """Keep the DirectRunner (the default runner) in this process.
+
+    Beam's DirectRunner (``SwitchingDirectRunner``, apache_beam/runners/direct/
+    direct_runner.py) first tries the Prism runner for a pipeline it supports (the merge
+    pipeline is one): it downloads Prism's binary from GitHub, starts it as a job service
+    and runs the job in it; offline the download fails and it falls back to the
+    in-process runners it would choose without Prism (the FnApiRunner, else the
+    BundleBasedDirectRunner). A fixed cost per job for a local run, and another runner
+    than the one the tests and the docs describe. The runner's own switch
+    (``is_interactive()``, which Beam's InteractiveRunner sets to the same end) turns the
+    Prism attempt off; its other choices stay Beam's. Other runners are untouched
+    (``--runner PrismRunner`` still runs on Prism)."""
+    try:
+        from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
+    except ImportError:  # pragma: no cover - a Beam without it has no Prism detour
+        return
+    runner = getattr(pipeline, "runner", None)
+    if isinstance(runner, SwitchingDirectRunner):
+        runner.is_interactive()
+
+
 def run_pipeline(
     pipeline: Any,
     stop_marker: Optional[str] = None,
@@ -104,7 +126,8 @@ def run_pipeline(
     outcome: Optional[RunOutcome] = None,
     nothing_in_flight: Optional[Callable[[], bool]] = None,
 ) -> Any:
-    """Run ``pipeline`` to completion; Ctrl-C and SIGTERM stop it on every runner.
+    """Run ``pipeline`` to completion; Ctrl-C and SIGTERM stop it on every runner. The
+    DirectRunner runs in this process (:func:`in_process_direct_runner`).
 
     With ``stop_marker`` (a path the workers can see, watched by ``SubmitChunks``), the
     first Ctrl-C or SIGTERM writes the marker: no new provider call starts, the calls in
@@ -126,6 +149,7 @@ def run_pipeline(
     outcome = outcome if outcome is not None else RunOutcome()
     if interrupt_requested():  # a Ctrl-C before the job whose KeyboardInterrupt was lost
         raise KeyboardInterrupt
+    in_process_direct_runner(pipeline)
     timer: list[threading.Timer] = []
 
     def idle() -> bool:

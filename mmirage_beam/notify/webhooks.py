@@ -270,7 +270,7 @@ def _retry_after(value: Optional[str]) -> Optional[float]:
 def delivered_ids(base: str, run_id: str) -> set[str]:
     """The ``event_id`` of every delivery recorded for ``run_id`` (unreadable lines are
     skipped: they were cut by a crash and their event is sent again)."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     path = notifications_path(base, run_id)
     if not FileSystems.exists(path):
@@ -289,7 +289,7 @@ def delivered_ids(base: str, run_id: str) -> set[str]:
 def _record(base: str, run_id: str, delivery: Delivery) -> None:
     """Add one line for ``delivery`` to the run's record (the whole file rewritten
     durably: Beam filesystems have no append)."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     path = notifications_path(base, run_id)
     old = b""

@@ -121,7 +121,11 @@ CONFIG_SETTINGS = ("temperature", "top_p")
 
 
 def check_config(
-    rules: Optional[ModelRules], model: Any, settings: Mapping[str, Any], key: str
+    rules: Optional[ModelRules],
+    model: Any,
+    settings: Mapping[str, Any],
+    key: str,
+    check_name: bool = True,
 ) -> list[str]:
     """The config-load check of a ``batch_api`` processor: a model the provider's SDK
     (or docs) do not list is a warning (returned, with "did you mean"); a setting the
@@ -133,6 +137,8 @@ def check_config(
         model: the YAML ``model``.
         settings: YAML key -> value of the processor (``temperature``, ``top_p``...).
         key: the processor's YAML path (``processors[0]``), to name keys.
+        check_name: False: the model name is not looked up (no warning; the SDK's
+            types are not imported), only the refused settings are checked.
 
     Returns:
         Warning messages, each naming ``<key>.model``.
@@ -146,7 +152,7 @@ def check_config(
     warnings: list[str] = []
     if rules is None or not isinstance(model, str):
         return warnings
-    if not rules.is_known(model):
+    if check_name and not rules.is_known(model):
         close = rules.did_you_mean(model)
         hint = f"did you mean {close[0]!r}? " if close else ""
         warnings.append(

@@ -258,7 +258,7 @@ def _receipt_file_of(path: str) -> str:
 
 
 def _exists(path: str) -> bool:
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     return FileSystems.exists(path)
 

@@ -64,7 +64,7 @@ def run_record_path(base: str, run_id: str) -> str:
 
 def _data_files(path: str) -> list[Any]:
     """FileMetadata of the files a dataset path names (a file, a glob or a folder)."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     if any(c in path for c in "*?["):
         return sorted(FileSystems.match([path])[0].metadata_list, key=lambda m: m.path)
@@ -80,7 +80,7 @@ def _data_files(path: str) -> list[Any]:
 
 
 def _sample_hash(path: str, size: int) -> str:
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     h = hashlib.sha256()
     with FileSystems.open(path, compression_type="uncompressed") as f:

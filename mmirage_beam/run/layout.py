@@ -23,7 +23,7 @@ def receipts_base(metadata_output_path: str, state_dir: Optional[str] = None) ->
     """
     path = metadata_output_path
     if not path:
-        from apache_beam.io.filesystems import FileSystems
+        from mmirage_beam.io.filesystems import FileSystems
 
         path = FileSystems.join(state_dir or ".", DEFAULT_METADATA_BASE)
     return path[: -len(".jsonl")] if path.endswith(".jsonl") else path

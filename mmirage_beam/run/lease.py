@@ -92,7 +92,7 @@ def read_lease(path: str) -> Optional[LeaseRecord]:
     Raises:
         OSError / apache_beam.io.filesystem.BeamIOError: the file exists but cannot be read.
     """
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     try:
         if is_local(path):
@@ -118,7 +118,7 @@ def _mtime(path: str) -> float:
             return os.stat(_local(path)).st_mtime
         except OSError:
             return 0.0
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     try:
         return float(FileSystems.last_updated(path))
@@ -218,7 +218,7 @@ class Lease:
                 self._on_lost(current.to_json())
             return False
         self.info["refreshed_at"] = time.time()
-        from mmirage_beam.io.fs import write_durably  # loads Beam: the lease module does not
+        from mmirage_beam.io.fs import write_durably  # late, as the lease module imports no I/O
 
         write_durably(self.path, _encode(self.info))
         return True
@@ -267,7 +267,7 @@ def _delete(path: str) -> None:
         except FileNotFoundError:
             pass
         return
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     if FileSystems.exists(path):
         FileSystems.delete([path])
@@ -335,7 +335,7 @@ def acquire(
                 raise _locked(run_id, path, current)
             _take_over_local(path, current, stale_after)
         raise _locked(run_id, path, read_lease(path) or LeaseRecord())
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     current = read_lease(path)
     if current is not None and not is_stale(current, time.time(), stale_after, _mtime(path)):

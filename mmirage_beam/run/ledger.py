@@ -53,7 +53,7 @@ def _now() -> str:
 
 def read_json_record(path: str) -> Optional[dict[str, Any]]:
     """The JSON object at ``path``, or None (absent, unreadable or not an object)."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     try:
         if not FileSystems.exists(path):

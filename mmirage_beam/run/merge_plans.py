@@ -20,9 +20,8 @@ import dataclasses
 import uuid
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from apache_beam.io.filesystems import FileSystems
-
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.io.filesystems import FileSystems
 from mmirage_beam.io.fs import delete_folder
 from mmirage_beam.jsonl import iter_file_blocks, iter_raw_lines, read_jsonl
 from mmirage_beam.reuse import answers_path

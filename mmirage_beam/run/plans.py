@@ -23,8 +23,6 @@ import dataclasses
 import time
 from typing import Any, Callable, NamedTuple, Optional
 
-from apache_beam.io.filesystems import FileSystems
-
 from mmirage_beam.config.loader import PipelineConfig
 from mmirage_beam.costs.tokens import (
     check_sample_fraction,
@@ -34,6 +32,7 @@ from mmirage_beam.costs.tokens import (
 from mmirage_beam.crashpoints import crash_point
 from mmirage_beam.errors import ConfigError, CredentialsError
 from mmirage_beam.ids import check_run_id, new_run_id
+from mmirage_beam.io.filesystems import FileSystems
 from mmirage_beam.io.fs import delete_files, list_files, write_durably
 from mmirage_beam.jsonl import read_jsonl, read_text_lines
 from mmirage_beam.providers.base import BatchAdapterRegistry, resolve_credentials
@@ -263,7 +262,7 @@ def prepare_merge(
     Raises:
         apache_beam.io.filesystem.BeamIOError: the receipts place cannot be read.
     """
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
     blocked = None

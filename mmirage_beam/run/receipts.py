@@ -116,7 +116,7 @@ def mark_submitted(receipts: int, base: str, run_id: str, attempt: int) -> int:
 def submission_complete(base: str, run_id: str) -> bool:
     """Whether the last attempt of ``run_id`` receipted every chunk it built (its
     :func:`submitted_marker_path` exists)."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     return FileSystems.exists(submitted_marker_path(base, run_id))
 
@@ -128,7 +128,7 @@ def receipt_line(receipt: dict[str, Any]) -> bytes:
 
 def read_receipt_part(path: str) -> Optional[dict[str, Any]]:
     """The receipt stored at a part path, or None when there is none."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     if not FileSystems.exists(path):
         return None
@@ -152,7 +152,7 @@ def consolidate(receipt_file: str) -> int:
     is then renamed over ``receipt_file``), so a run of millions of requests is
     consolidated in the memory of its biggest receipt.
     """
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     pdir = parts_dir(receipt_file)
     _delete_leftover_temps(receipt_file, pdir)
@@ -193,7 +193,7 @@ def consolidate(receipt_file: str) -> int:
 def _delete_leftover_temps(receipt_file: str, pdir: str) -> None:
     """Delete what :func:`~mmirage_beam.io.fs.write_durably` and :func:`consolidate`
     left of a write that died between its temporary file and its rename."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     found = FileSystems.match([f"{receipt_file}.tmp-*"])[0].metadata_list
     leftovers = [m.path for m in found] + list_files(pdir, "*.tmp-*")
@@ -206,7 +206,7 @@ def _part_line(path: str) -> bytes:
     receipt: copied, not parsed and encoded again); a part that is not one JSON object
     line is parsed and encoded again (a malformed one raises ``json.JSONDecodeError``,
     as before)."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     with FileSystems.open(path, compression_type="uncompressed") as f:
         data = f.read()
@@ -222,7 +222,7 @@ def _receipt_lines(path: str) -> Iterator[tuple[Any, dict[str, Any]]]:
 
 
 def _read_span(path: str, offset: int, length: int) -> bytes:
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     with FileSystems.open(path, compression_type="uncompressed") as f:
         f.seek(offset)
@@ -255,7 +255,7 @@ def pending_intents(base: str, run_id: str) -> list[str]:
 
 def read_receipts(path: str) -> list[dict[str, Any]]:
     """Every receipt in a receipt file (blank lines skipped); parts folder included."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     out: dict[str, dict[str, Any]] = {}
     if FileSystems.exists(path):
@@ -321,7 +321,7 @@ def iter_located_receipts(path: str) -> Iterator[tuple[ReceiptLocation, Any]]:
     """The receipts :func:`read_receipts` returns, in the same order, one at a time with
     where each is stored. Streamed: one receipt in memory at a time, plus a location per
     receipt (each is parsed twice, once to find it and once to yield it)."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     where: dict[str, ReceiptLocation] = {}
     if FileSystems.exists(path):
@@ -367,7 +367,7 @@ def find_receipt_files(
     stopped before consolidating). ``<base>.dry-run.*`` files are returned separately,
     never as receipts. With ``run_id``, only that run.
     """
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     found: dict[str, ReceiptFile] = {}
     skipped: list[str] = []

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 if TYPE_CHECKING:
     from mmirage_beam.run.records import RunRecord
 
-from apache_beam.io.filesystems import FileSystems
-
 from mmirage_beam.costs.report import estimate_lines, usage_lines
+from mmirage_beam.io.filesystems import FileSystems
 from mmirage_beam.jsonl import iter_jsonl_file
 from mmirage_beam.launch.failures import describe_failure
 from mmirage_beam.progress.text import human_bytes

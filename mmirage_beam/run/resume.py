@@ -83,7 +83,7 @@ class ResumeState:
 
 
 def _intents(receipt_file: str) -> list[tuple[str, dict[str, Any]]]:
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     out = []
     for path in list_files(parts_dir(receipt_file), "*.intent"):
@@ -104,7 +104,7 @@ def prepare_resume(
         mmirage_beam.errors.CredentialsError: an adoption lookup needs the key and it
             is missing.
     """
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     state = ResumeState()
     attempts = [0]
@@ -180,7 +180,7 @@ def _unconfirmed_adoption(receipt: dict[str, Any]) -> bool:
 
 
 def _adopt(rfile, path, intent, batch: FoundBatch, run_id, state, adoption=None) -> None:  # noqa: ANN001
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     chunk_id = intent["chunk_id"]
     receipt = dict(intent)
@@ -228,7 +228,7 @@ def _adopt_by_shape(adapter, pending, provider_config, run_id, state):  # noqa: 
     returns the intents left (sent again by the caller)."""
     import time
 
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     window = _create_window_secs(adapter, provider_config)
     now = time.time()

@@ -26,9 +26,8 @@ import json
 import uuid
 from typing import Any, Iterator, NamedTuple, Optional
 
-from apache_beam.io.filesystems import FileSystems
-
 from mmirage_beam.errors import MmirageError
+from mmirage_beam.io.filesystems import FileSystems
 from mmirage_beam.io.fs import delete_files, delete_folder
 from mmirage_beam.io.splits import _list_splits
 from mmirage_beam.paths import is_uri

@@ -132,9 +132,8 @@ def probe_location(base: str, run_id: str, key: str) -> None:
     Raises:
         ConfigError: naming ``key`` with the storage error.
     """
-    from apache_beam.io.filesystems import FileSystems
-
-    from mmirage_beam.io.fs import write_durably  # loads Beam, as the line above
+    from mmirage_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.fs import write_durably
 
     probe = f"{RunLayout(base, run_id).probe}.{uuid.uuid4().hex[:12]}"
     payload = f"mmirage probe {run_id}\n".encode()

@@ -39,7 +39,7 @@ __all__ = ["RunStore", "run_records"]
 def run_records(base: str) -> list[RunRecord]:
     """Every readable run record under receipts base ``base`` whose ``run_id`` is the
     one in its file name, newest ``started_at`` first."""
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     out = []
     for m in FileSystems.match([RunLayout(base, "*").run_record])[0].metadata_list:
@@ -152,7 +152,7 @@ class RunStore:
     def has_started(self) -> bool:
         """Whether the run has sent anything, or may have: a receipt file, a parts folder
         (receipts not yet consolidated) or an intent, in any modality."""
-        from apache_beam.io.filesystems import FileSystems
+        from mmirage_beam.io.filesystems import FileSystems
 
         for path in self.receipt_paths():
             if FileSystems.exists(path) or FileSystems.exists(parts_dir(path)):
@@ -168,7 +168,7 @@ class RunStore:
         Raises:
             OSError / BeamIOError: the storage failed.
         """
-        from apache_beam.io.filesystems import FileSystems
+        from mmirage_beam.io.filesystems import FileSystems
 
         if self.has_started():
             return False
@@ -191,7 +191,7 @@ class RunStore:
             OSError / BeamIOError: it cannot be read; ValueError: not JSON; TypeError:
             not a JSON object.
         """
-        from apache_beam.io.filesystems import FileSystems
+        from mmirage_beam.io.filesystems import FileSystems
 
         with FileSystems.open(path, compression_type="uncompressed") as f:
             return Receipt.from_json(json.loads(f.read().decode("utf-8")))
@@ -215,7 +215,7 @@ class RunStore:
 
     def stop_requested(self) -> bool:
         """Whether the stop marker exists (the run submits nothing more)."""
-        from apache_beam.io.filesystems import FileSystems
+        from mmirage_beam.io.filesystems import FileSystems
 
         return bool(FileSystems.exists(self.layout.stop_marker))
 

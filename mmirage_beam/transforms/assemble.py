@@ -20,8 +20,9 @@ from mmirage_beam.jsonl import json_line
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.results import check_answer
 from mmirage_beam.reuse import answer_record
+from mmirage_beam.transforms.build import _clean_text
 from mmirage_beam.transforms.fetch import NEVER_SUBMITTED, OutputResult, error_record
-from mmirage_beam.transforms.render import MISSING, SchemaRenderer
+from mmirage_beam.transforms.render import MISSING, PromptTemplate, SchemaRenderer, make_environment
 from mmirage_beam.transforms.rows import assemble_output_row
 
 __all__ = ["ERRORS_TAG", "ANSWERS_TAG", "MergedRow"]
@@ -29,6 +30,10 @@ __all__ = ["ERRORS_TAG", "ANSWERS_TAG", "MergedRow"]
 
 ERRORS_TAG = "errors"
 ANSWERS_TAG = "answers"
+
+#: characters of a failed output's prompt kept in its errors-file line (``prompt``); a
+#: longer prompt is cut there and its whole length given (``prompt_chars``)
+PROMPT_CHARS = 20_000
 
 
 class MergedRow(NamedTuple):
@@ -65,6 +70,8 @@ class _AssembleFn(beam.DoFn):
 
     def setup(self) -> None:
         self._renderer = SchemaRenderer(self._schema) if self._schema is not None else None
+        env = make_environment(reject_null=True)  # as the submission renders them
+        self._prompts = {o.name: PromptTemplate(o.prompt, env) for o in self._outputs if o.prompt}
         self._json_schemas = {
             o.name: json_schema_for(o.output_schema)
             for o in self._outputs
@@ -83,6 +90,23 @@ class _AssembleFn(beam.DoFn):
             )
         pair[0].inc(int(input_tokens or 0))
         pair[1].inc(int(output_tokens or 0))
+
+    def _prompt_fields(self, output_name: str, rows: Sequence[Any], changed: Any) -> dict:
+        """``{"prompt"}`` of a failed output for its errors-file line: its template
+        rendered from the row's inputs as the submission rendered it (the text part; a
+        multimodal request's images are not repeated), cut at :data:`PROMPT_CHARS` with
+        ``prompt_chars`` then; {} when the row is missing or changed since (the prompt
+        sent is not known then) or the template does not render."""
+        template = self._prompts.get(output_name)
+        if template is None or not rows or changed:
+            return {}
+        try:
+            prompt = _clean_text(template.render(rows[0].values))
+        except Exception:  # noqa: BLE001 - the prompt is a help, never the merge's failure
+            return {}
+        if len(prompt) <= PROMPT_CHARS:
+            return {"prompt": prompt}
+        return {"prompt": prompt[:PROMPT_CHARS], "prompt_chars": len(prompt)}
 
     def _failed(self, kind: str) -> None:
         Metrics.counter(METRICS_NAMESPACE, f"failed_{kind}").inc()
@@ -271,6 +295,7 @@ class _AssembleFn(beam.DoFn):
                         "retryable": bool(err.get("retryable")),
                         # the provider's code and param, when it gave them
                         **{k: err[k] for k in ("code", "param") if err.get(k) is not None},
+                        **self._prompt_fields(name, rows, changed),
                     },
                 )
         self._rows.inc()

@@ -23,9 +23,11 @@ from apache_beam.metrics import Metrics
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.providers.base import ENDED_STATUSES, OpenedAdapters
 from mmirage_beam.providers.config import BatchProviderConfig
-from mmirage_beam.records import ProviderResult, ResultError, provider_result
+from mmirage_beam.records import ProviderResult, ResultError, provider_result, register_coders
 from mmirage_beam.results import is_retryable
 from mmirage_beam.run.selection import BatchToFetch  # built by run selection
+
+register_coders()  # the records these PCollections carry: RowCoder, not pickle
 
 __all__ = [
     "UNKNOWN_TAG",

@@ -35,7 +35,13 @@ from mmirage_beam.io.writers import concatenate_files
 from mmirage_beam.jsonl import json_line
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.progress.counters import add
-from mmirage_beam.records import ChangedRow, ChunkRequestLine, ExpectedRequest, RebuiltRequest
+from mmirage_beam.records import (
+    ChangedRow,
+    ChunkRequestLine,
+    ExpectedRequest,
+    RebuiltRequest,
+    register_coders,
+)
 from mmirage_beam.reuse import canonical_settings, hash_and_answer_key, key_settings
 from mmirage_beam.run.receipts import request_hash
 from mmirage_beam.transforms.assemble import ANSWERS_TAG, ERRORS_TAG, MergedRow, _AssembleFn
@@ -67,6 +73,8 @@ from mmirage_beam.transforms.spill import (
     partitions_for,
     read_spilled,
 )
+
+register_coders()  # the records these PCollections carry: RowCoder, not pickle
 
 # The join, and the public names of the stages it joins, importable from here as before.
 __all__ = [

@@ -95,7 +95,7 @@ def config_at_state(config: PipelineConfig, state_dir: str) -> PipelineConfig:
         config: the loaded config.
         state_dir: a folder, local or any Beam filesystem path (``gs://``, ``s3://``).
     """
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     name = config.processor.metadata_output_path.rstrip("/").rsplit("/", 1)[-1]
     metadata = FileSystems.join(state_dir, name) if name else ""
@@ -291,7 +291,7 @@ def _merged_rows(output_path: str, wanted: set[int]) -> dict[int, dict[str, Any]
     Raises:
         ValueError: a line before the last wanted row is not JSON (file and line named).
     """
-    from apache_beam.io.filesystems import FileSystems
+    from mmirage_beam.io.filesystems import FileSystems
 
     if not wanted or not output_path.endswith(".jsonl") or not FileSystems.exists(output_path):
         return {}
@@ -310,7 +310,10 @@ def _merged_rows(output_path: str, wanted: set[int]) -> dict[int, dict[str, Any]
 def failures_view(source: Source, run_id: str, error_type: Optional[str] = None) -> dict[str, Any]:
     """The chain's failed rows at its last merge: ``{run_id, errors_path, error_type,
     total, rows: [{source_index, output_name, custom_id, error_type, message,
-    status_code, retryable, row}]}`` (``row``: the merged file's row of that
+    status_code, retryable, prompt, prompt_chars, row}]}`` (``prompt``: the request's
+    prompt text as the merge rebuilt it from the row, None for a merge that kept none or
+    a row missing or changed since the submission; ``prompt_chars``: its whole length
+    when the errors file kept only its start; ``row``: the merged file's row of that
     ``source_index``, None when the merged file is not JSONL or is gone), the first
     :data:`MAX_FAILED_ROWS` of ``error_type`` (None: every type), in the errors file's
     order (``source_index``).
@@ -349,6 +352,8 @@ def failures_view(source: Source, run_id: str, error_type: Optional[str] = None)
                 "message": e.get("message"),
                 "status_code": e.get("status_code"),
                 "retryable": e.get("retryable"),
+                "prompt": e.get("prompt"),
+                "prompt_chars": e.get("prompt_chars"),
                 "row": rows.get(int(e["source_index"])),
             }
             for e in shown

@@ -4,7 +4,8 @@ Playwright, against a dashboard served in this process over runs made by the rea
 
 One browser, one fake and one dashboard per module. The runs (first 20 GSM8K rows, two
 batches of 10): ``merged1`` submitted and merged (rows 3 and 7 carry
-``FAKE_ERROR:server_error``, row 11 ``FAKE_ERROR:invalid_request``); later tests add runs
+``FAKE_ERROR:server_error``, row 11 ``FAKE_ERROR:invalid_request``, row 3 some HTML
+markup); later tests add runs
 whose batches take 600 s of the fake's clock.
 
 Skipped when /usr/bin/chromium is missing, unless ``MMIRAGE_REQUIRE_BROWSER=1`` (CI),
@@ -46,6 +47,8 @@ from pipelines.submit import main as run_main  # noqa: E402
 
 KEY = "sk-test-openai"
 FAILING = {3: "server_error", 7: "server_error", 11: "invalid_request"}
+#: in row 3's question, so in its prompt: the page must show it as text
+MARKUP = "<b id='injected'>bold?</b>"
 #: generous: the page refreshes every 0.2 s; a lookup of a few batches takes ~50 ms
 WAIT_MS = 20_000
 CHROMIUM_ARGS = [
@@ -70,6 +73,8 @@ class World:
         rows = [json.loads(x) for x in lines]
         for i, marker in FAILING.items():
             rows[i]["question"] += f" FAKE_ERROR:{marker}"
+        rows[3]["question"] += f" {MARKUP}"  # shown as text, never as HTML
+        self.questions = [r["question"] for r in rows]
         data = tmp / "rows.jsonl"
         data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         cfg = base_config(tmp, "openai", base_url=self.fake.openai_base_url)
@@ -177,9 +182,16 @@ def test_drill_down_shows_the_failed_rows_with_their_markers(world, page):
         expect(rows).to_have_count(len(want))
         indexes = [int(x) for x in rows.evaluate_all("rs => rs.map(r => r.dataset.sourceIndex)")]
         assert indexes == want
-        for r in rows.all():
+        for i, r in zip(want, rows.all()):
             expect(r.locator("pre.row")).to_contain_text(f"FAKE_ERROR:{marker}")
             assert r.locator("td.message").inner_text().strip()
+            # the prompt that was sent (base_config's template), marker included
+            prompt = r.locator("pre.prompt")
+            expect(prompt).to_have_text(f"Answer concisely:\n{world.questions[i]}")
+            expect(prompt).to_contain_text(f"FAKE_ERROR:{marker}")
+            r.locator("details.prompt summary").click()
+            expect(prompt).to_be_visible()
+        expect(page.locator("#injected")).to_have_count(0)  # row 3's markup stayed text
 
 
 def _submit_slow(world, run_id: str) -> None:

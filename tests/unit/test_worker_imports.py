@@ -114,14 +114,16 @@ def test_two_threads_entering_the_package_by_two_modules_import_it_after_the_plu
 
 def test_the_plugin_imports_every_runtime_module() -> None:
     """After the plugin, no module of the package (but the fake's and the engine
-    launcher's wings) is left for a worker's threads to import."""
+    launcher's wings) is left for a worker's threads to import; the fake provider's
+    server is not imported on the way."""
     script = textwrap.dedent(
         f"""
         import importlib, sys
         import {WORKER_IMPORTS} as w
         skipped = w.import_package()
         missing = [n for n in w.runtime_modules() if n not in sys.modules]
-        print(len(w.runtime_modules()), skipped, missing)
+        fakes = [n for n in ("werkzeug", "mmirage_beam.testing.fake_provider") if n in sys.modules]
+        print(len(w.runtime_modules()), skipped, missing, fakes)
         """
     )
     proc = subprocess.run(
@@ -130,7 +132,7 @@ def test_the_plugin_imports_every_runtime_module() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     count, rest = proc.stdout.split(" ", 1)
     assert int(count) > 50
-    assert rest.strip() == "[] []"
+    assert rest.strip() == "[] [] []"  # and the fakes' server (werkzeug) not loaded
 
 
 def test_runtime_modules_leave_out_the_wings_that_never_run_on_a_worker() -> None:
@@ -139,6 +141,8 @@ def test_runtime_modules_leave_out_the_wings_that_never_run_on_a_worker() -> Non
     assert "mmirage_beam.run.selection" in names
     never = ("mmirage_beam.testing", "mmirage_beam.engines", "mmirage_beam.ui")
     assert not [n for n in names if n.startswith(never)]
+    # the fakes in their provider's folder (providers/bedrock/fake.py...) neither
+    assert not [n for n in names if n.rsplit(".", 1)[-1].startswith("fake")]
 
 
 def test_a_composed_pipeline_names_the_plugin_once() -> None:

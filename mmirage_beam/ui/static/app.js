@@ -176,10 +176,14 @@ async function showFailedRows(base, type, box) {
   box.replaceChildren(el("h2", {}, `${type}: ${num(view.total)} row(s)`,
       view.total > view.rows.length ? ` (first ${view.rows.length})` : ""),
     el("table", { id: "failed-rows" },
-      el("tr", {}, ["source_index", "output", "error type", "message", "row"].map((h) => el("th", {}, h))),
+      el("tr", {}, ["source_index", "output", "error type", "message", "prompt", "row"].map((h) => el("th", {}, h))),
       view.rows.map((r) => el("tr", { "data-source-index": r.source_index },
         el("td", { class: "num" }, r.source_index), el("td", {}, r.output_name || "-"),
         el("td", {}, r.error_type), el("td", { class: "message" }, r.message || ""),
+        // the prompt as text (a text node: never parsed as HTML), cut ones say so
+        el("td", {}, r.prompt == null ? "-" : el("details", { class: "prompt" }, el("summary", {}, "prompt"),
+          el("pre", { class: "prompt" }, r.prompt,
+            r.prompt_chars ? `\n[first ${num(r.prompt.length)} of ${num(r.prompt_chars)} characters]` : ""))),
         el("td", {}, r.row ? el("details", {}, el("summary", {}, "merged row"),
           el("pre", { class: "row" }, JSON.stringify(r.row, null, 1))) : "-")))));
 }
