@@ -139,7 +139,12 @@ def test_the_built_in_providers_declare_cancel_exact_counts_embeddings_and_inlin
         "gemini",
         "vertex",
     }
-    assert {n for n in names if "takes_embeddings" in got[n]} == {"openai", "gemini", "mistral", "vertex"}
+    assert {n for n in names if "takes_embeddings" in got[n]} == {
+        "openai",
+        "gemini",
+        "mistral",
+        "vertex",
+    }
     assert {n for n in names if "sends_requests_inline" in got[n]} == {"anthropic"}
 
 
