@@ -11,8 +11,8 @@ import json
 import openai
 import pytest
 
+from mmirage_beam.providers.openai import fake_profiles as profiles
 from mmirage_beam.providers.openai import profiles as adapter_profiles
-from mmirage_beam.testing.fake_provider import profiles
 from pipelines.check import main as check_main
 from pipelines.merge import main as merge_main
 from pipelines.submit import main as submit_main

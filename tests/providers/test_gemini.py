@@ -313,7 +313,7 @@ def test_sdk_create_embeddings_answers_vectors_of_their_output_dimensionality(fa
     failure and a line without content refused, each as an SDK type."""
     from google.genai import types
 
-    from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+    from mmirage_beam.providers.openai.fake_bodies import embedding_vector
 
     client = _client(fake_provider)
 

@@ -76,9 +76,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, scripting
-from mmirage_beam.testing.fake_provider.answers import make_answer
-from mmirage_beam.testing.fake_provider.gemini_bodies import (
+from mmirage_beam.providers.gemini.fake_bodies import (
     FAILURES,
     check_response,
     get_field,
@@ -86,6 +84,8 @@ from mmirage_beam.testing.fake_provider.gemini_bodies import (
     prompt_of,
     request_model,
 )
+from mmirage_beam.testing.fake_provider import lifecycle, scripting
+from mmirage_beam.testing.fake_provider.answers import make_answer
 from mmirage_beam.testing.fake_provider.scripting import (
     SCRIPT_DEFAULTS,
     SCRIPT_PARSERS,
@@ -498,8 +498,8 @@ class FakeVertexServer:
         fake checks Anthropic params (with the job's model) plus ``anthropic_version``;
         the answer an Anthropic ``Message`` (checked with the anthropic SDK's type when
         it is installed) in ``response``."""
-        from mmirage_beam.testing.fake_provider.anthropic import check_params
-        from mmirage_beam.testing.fake_provider.anthropic import prompt_of as claude_prompt
+        from mmirage_beam.providers.anthropic.fake import check_params
+        from mmirage_beam.providers.anthropic.fake import prompt_of as claude_prompt
 
         model_id = model.rsplit("/", 1)[-1]
         version = body.get("anthropic_version")

@@ -267,9 +267,27 @@ Command line::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from mmirage_beam.testing.fake_provider.answers import fake_answer_json, fake_answer_text
-from mmirage_beam.testing.fake_provider.app import FakeProviderServer
-from mmirage_beam.testing.fake_provider.command import main
 from mmirage_beam.testing.fake_provider.scripting import SCRIPT_KEYS
 
+if TYPE_CHECKING:
+    from mmirage_beam.testing.fake_provider.app import FakeProviderServer
+    from mmirage_beam.testing.fake_provider.command import main
+
 __all__ = ["SCRIPT_KEYS", "FakeProviderServer", "fake_answer_json", "fake_answer_text", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    # The server and the command line load on first use: the providers' fakes import
+    # this package's core modules (store, wire, scripting...), and the server loads them.
+    if name == "FakeProviderServer":
+        from mmirage_beam.testing.fake_provider.app import FakeProviderServer
+
+        return FakeProviderServer
+    if name == "main":
+        from mmirage_beam.testing.fake_provider.command import main
+
+        return main
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

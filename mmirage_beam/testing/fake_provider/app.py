@@ -19,13 +19,14 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
 from werkzeug.wrappers import Request, Response
 
 import mmirage_beam.providers  # noqa: F401 - the built-in providers register their fakes
-from mmirage_beam.testing.fake_provider import gemini, limits
-from mmirage_beam.testing.fake_provider.anthropic import AnthropicApi
-from mmirage_beam.testing.fake_provider.mistral import MISTRAL, MistralApi
-from mmirage_beam.testing.fake_provider.mistral import PREFIX as MISTRAL_PREFIX
-from mmirage_beam.testing.fake_provider.openai import OpenAIApi
-from mmirage_beam.testing.fake_provider.profile_api import ProfileApi
-from mmirage_beam.testing.fake_provider.profiles import PROFILES
+from mmirage_beam.providers.anthropic.fake import AnthropicApi
+from mmirage_beam.providers.gemini import fake as gemini
+from mmirage_beam.providers.mistral.fake import MISTRAL, MistralApi
+from mmirage_beam.providers.mistral.fake import PREFIX as MISTRAL_PREFIX
+from mmirage_beam.providers.openai.fake import OpenAIApi
+from mmirage_beam.providers.openai.fake_profile_api import ProfileApi
+from mmirage_beam.providers.openai.fake_profiles import PROFILES
+from mmirage_beam.testing.fake_provider import limits
 from mmirage_beam.testing.fake_provider.scripting import (
     SCRIPT_DEFAULTS,
     SCRIPT_PARSERS,

@@ -34,8 +34,8 @@ from typing import Any
 from mmirage_beam.providers.anthropic.rules import RULES as ANTHROPIC_RULES
 from mmirage_beam.providers.gemini.rules import RULES as GEMINI_RULES
 from mmirage_beam.providers.mistral.rules import RULES as MISTRAL_RULES
+from mmirage_beam.providers.openai.fake_bodies import HttpFailure, oa_error
 from mmirage_beam.providers.openai.rules import RULES as OPENAI_RULES
-from mmirage_beam.testing.fake_provider.openai_bodies import HttpFailure, oa_error
 from mmirage_beam.testing.fake_provider.wire import ApiError
 
 __all__ = [

@@ -65,9 +65,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
-from mmirage_beam.testing.fake_provider.answers import make_answer
-from mmirage_beam.testing.fake_provider.mistral_bodies import (
+from mmirage_beam.providers.mistral.fake_bodies import (
     FAILURES,
     api_error,
     completion_body,
@@ -79,6 +77,8 @@ from mmirage_beam.testing.fake_provider.mistral_bodies import (
     scripted_error,
     validate_with_sdk,
 )
+from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
+from mmirage_beam.testing.fake_provider.answers import make_answer
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import (
     Batch,

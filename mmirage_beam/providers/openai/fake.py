@@ -12,9 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
-from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
-from mmirage_beam.testing.fake_provider.openai_bodies import (
+from mmirage_beam.providers.openai.fake_bodies import (
     HttpFailure,
     check_body,
     error_line,
@@ -23,12 +21,14 @@ from mmirage_beam.testing.fake_provider.openai_bodies import (
     prompt_of,
     success_body,
 )
-from mmirage_beam.testing.fake_provider.openai_input import (
+from mmirage_beam.providers.openai.fake_input import (
     check_metadata,
     check_output_expires_after,
     is_batch_jsonl,
     parse_input_file,
 )
+from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
+from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import (
     Batch,
@@ -52,7 +52,7 @@ from mmirage_beam.testing.fake_provider.wire import (
 __all__ = ["OpenAIApi", "is_batch_jsonl"]
 
 if TYPE_CHECKING:
-    from mmirage_beam.testing.fake_provider.profiles import Profile
+    from mmirage_beam.providers.openai.fake_profiles import Profile
 
 
 class OpenAIApi:

@@ -17,7 +17,7 @@ from mmirage_beam.testing.fake_provider.wire import (
 )
 
 if TYPE_CHECKING:
-    from mmirage_beam.testing.fake_provider.profiles import Profile
+    from mmirage_beam.providers.openai.fake_profiles import Profile
 
 __all__ = [
     "is_batch_jsonl",

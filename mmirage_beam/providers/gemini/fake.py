@@ -64,9 +64,7 @@ from typing import Any, Optional
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
-from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
-from mmirage_beam.testing.fake_provider.gemini_bodies import (
+from mmirage_beam.providers.gemini.fake_bodies import (
     FAILURES,
     broken_line,
     check_response,
@@ -76,6 +74,8 @@ from mmirage_beam.testing.fake_provider.gemini_bodies import (
     prompt_of,
     request_model,
 )
+from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
+from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
@@ -594,7 +594,7 @@ def embed_response_line(key: str, text: str, dimensions: Any) -> dict[str, Any]:
     checked with that SDK type."""
     from google.genai import types  # an optional extra, see gemini_bodies.request_model
 
-    from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+    from mmirage_beam.providers.openai.fake_bodies import embedding_vector
 
     response = {
         "embedding": {"values": embedding_vector(text, dimensions)},

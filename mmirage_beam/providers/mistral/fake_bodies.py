@@ -97,7 +97,7 @@ def embeddings_response(
     "usage", "data": [{"object": "embedding", "embedding", "index"}]}``), one vector of
     ``dimensions`` numbers per input (8 when unset; the same vectors as the OpenAI fake's,
     :func:`~mmirage_beam.testing.fake_provider.openai_bodies.embedding_vector`)."""
-    from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+    from mmirage_beam.providers.openai.fake_bodies import embedding_vector
 
     return {
         "id": uuid.uuid4().hex,

@@ -8,8 +8,8 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider.openai import OpenAIApi
-from mmirage_beam.testing.fake_provider.profiles import Profile
+from mmirage_beam.providers.openai.fake import OpenAIApi
+from mmirage_beam.providers.openai.fake_profiles import Profile
 from mmirage_beam.testing.fake_provider.store import Store
 from mmirage_beam.testing.fake_provider.wire import (
     OPENAI,
