@@ -426,8 +426,11 @@ def test_anthropic_count_tokens_matches_the_sdk_type():
 def test_every_served_endpoint_is_covered_here():
     """The fake's routes are exactly the endpoints the tests above drive."""
     with FakeProviderServer() as fake:
-        routes = {rule.endpoint for rule in fake._url_map.iter_rules()}  # noqa: SLF001
-        routes |= {rule.endpoint for rule in fake._gemini_map.iter_rules()}  # noqa: SLF001
+        routes = {
+            rule.endpoint
+            for name in ("openai", "anthropic", "gemini")  # each fake's own route table
+            for rule in fake.registered_fake(name)._map.iter_rules()  # noqa: SLF001
+        }
     assert {r for r in routes if not r.startswith(("admin_", "gemini_"))} == SERVED
     # Gemini's endpoints are driven by google-genai in tests/providers/test_gemini.py
     gemini_calls = {

@@ -49,7 +49,7 @@ Lifecycle with delay ``D``: ``PENDING`` for ``D/3``, ``RUNNING`` until ``D``, th
 outcomes: ``refusal`` -> ``finishReason: SAFETY`` with no content, ``content_filter`` ->
 ``PROHIBITED_CONTENT``, ``length`` -> ``MAX_TOKENS`` with the cut text, ``empty`` -> no
 parts; failures are ``{"key", "error": {code, message, status}}`` lines (built, with the
-request and response checks, by :mod:`~mmirage_beam.testing.fake_provider.gemini_bodies`).
+request and response checks, by :mod:`~mmirage_beam.providers.gemini.fake_bodies`).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from typing import Any, Optional
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request, Response
 
+from mmirage_beam.providers.gemini import fake_service
 from mmirage_beam.providers.gemini.fake_bodies import (
     FAILURES,
     broken_line,
@@ -74,12 +75,12 @@ from mmirage_beam.providers.gemini.fake_bodies import (
     prompt_of,
     request_model,
 )
-from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
+from mmirage_beam.providers.gemini.fake_service import GEMINI
+from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
 from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
-    GEMINI,
     ApiError,
     json_payload,
     json_response,
@@ -153,12 +154,22 @@ def _gemini_error(status: int, message: str) -> ApiError:
 class GeminiApi:
     """The Gemini endpoints over a shared :class:`Store` (handlers named ``gemini_*``).
 
-    Uploaded and generated files live in ``store.gemini_files`` (``id -> record``),
-    uploads in progress in ``store.gemini_uploads``.
+    Uploaded and generated files live in ``self.files`` (``id -> record``),
+    uploads in progress in ``self.uploads`` (in ``store.provider_state``).
     """
 
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    @property
+    def files(self) -> dict[str, dict[str, Any]]:
+        """Uploaded and generated files, ``id -> record`` (emptied by ``reset()``)."""
+        return self.store.provider_state.setdefault(GEMINI, {}).setdefault("files", {})
+
+    @property
+    def uploads(self) -> dict[str, dict[str, Any]]:
+        """Resumable uploads in progress, ``upload_id -> record``."""
+        return self.store.provider_state.setdefault(GEMINI, {}).setdefault("uploads", {})
 
     # -- files ----------------------------------------------------------------------------
 
@@ -182,7 +193,7 @@ class GeminiApi:
                 )
             uid = new_id("")
             with self.store.lock:
-                self.store.gemini_uploads[uid] = {
+                self.uploads[uid] = {
                     "size": size,
                     "mime_type": request.headers.get("X-Goog-Upload-Header-Content-Type")
                     or get_field(meta, "mime_type")
@@ -203,7 +214,7 @@ class GeminiApi:
             raise _gemini_error(400, f"Unknown X-Goog-Upload-Command {command!r}.")
         data = request.get_data(cache=False)
         with self.store.lock:
-            upload = self.store.gemini_uploads.get(upload_id)
+            upload = self.uploads.get(upload_id)
             if upload is None or not _UPLOAD_ID.match(upload_id):
                 raise _gemini_error(404, f"Upload {upload_id} not found.")
             offset = request.headers.get("X-Goog-Upload-Offset", "")
@@ -218,7 +229,7 @@ class GeminiApi:
                 raise _gemini_error(400, "More bytes than the declared size were sent.")
             if command == "upload":
                 return Response(b"", headers={"X-Goog-Upload-Status": "active"})
-            del self.store.gemini_uploads[upload_id]
+            del self.uploads[upload_id]
             if len(upload["data"]) != upload["size"]:
                 raise _gemini_error(
                     400,
@@ -262,11 +273,11 @@ class GeminiApi:
         if source == "GENERATED":
             view["downloadUri"] = view["uri"] + ":download?alt=media"
         record = {"id": fid, "content": content, "view": view}
-        self.store.gemini_files[fid] = record
+        self.files[fid] = record
         return record
 
     def _file(self, file_id: str) -> dict[str, Any]:
-        record = self.store.gemini_files.get(file_id)
+        record = self.files.get(file_id)
         if record is None:
             raise _gemini_error(404, f"File files/{file_id} not found.")
         return record
@@ -328,7 +339,7 @@ class GeminiApi:
         file_name = get_field(input_config, "file_name")
         if not isinstance(file_name, str) or not file_name.startswith("files/"):
             raise _gemini_error(400, "batch.input_config.file_name must be 'files/<id>'.")
-        unknown_model = rules.gemini_model_error(model, self.store.models)
+        unknown_model = fake_service.gemini_model_error(model, self.store.models)
         if unknown_model is not None:
             raise unknown_model
         with self.store.lock:
@@ -590,7 +601,7 @@ def embed_response_line(key: str, text: str, dimensions: Any) -> dict[str, Any]:
     response of one request of an embeddings batch; ``tokenCount`` an int64, a string in
     JSON, here the text's word count), ``dimensions`` numbers (8 when unset; the OpenAI
     fake's vector of the same text,
-    :func:`~mmirage_beam.testing.fake_provider.openai_bodies.embedding_vector`),
+    :func:`~mmirage_beam.providers.openai.fake_bodies.embedding_vector`),
     checked with that SDK type."""
     from google.genai import types  # an optional extra, see gemini_bodies.request_model
 
@@ -611,3 +622,20 @@ _TERMINAL = (
     "BATCH_STATE_EXPIRED",
 )
 _EMPTY_REQUEST = {"contents": [{"role": "user", "parts": [{"text": ""}]}]}
+
+
+class GeminiFake(fake_service.GeminiRoutes):
+    """The fake registered as ``gemini``: :func:`routes` to :class:`GeminiApi`, for the
+    requests :func:`serves` accepts."""
+
+    def rules(self) -> list[Rule]:
+        """:func:`routes`."""
+        return routes()
+
+    def make_api(self, store: Store) -> GeminiApi:
+        """:class:`GeminiApi` over the shared store."""
+        return GeminiApi(store)
+
+    def claims(self, request: Request) -> bool:
+        """:func:`serves`."""
+        return serves(request)

@@ -1,7 +1,7 @@
 """The shapes the fake Gemini batch API reads and writes: one batch line's ``request``
 checked with google-genai's own pydantic types, a ``response_schema`` read back as JSON
 schema, the user prompt of a request, error lines and scripted failures, and responses
-checked as the SDK reads them. :mod:`~mmirage_beam.testing.fake_provider.gemini` serves
+checked as the SDK reads them. :mod:`~mmirage_beam.providers.gemini.fake` serves
 them.
 """
 
