@@ -68,6 +68,7 @@ from mmirage_beam.providers.gemini import fake_service
 from mmirage_beam.providers.gemini.fake_bodies import (
     FAILURES,
     broken_line,
+    candidate_response,
     check_response,
     error_line,
     get_field,
@@ -427,31 +428,8 @@ class GeminiApi:
         except ValueError as exc:
             line = error_line(key, 400, "INVALID_ARGUMENT", f"Invalid schema: {exc}")
             return Item(key, line, False)
-        finish = {
-            "refusal": "SAFETY",
-            "content_filter": "PROHIBITED_CONTENT",
-            "length": "MAX_TOKENS",
-        }.get(answer.finish, "STOP")
-        candidate: dict[str, Any] = {"finishReason": finish, "index": 0}
-        if answer.finish in ("refusal", "content_filter"):
-            candidate["safetyRatings"] = [
-                {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH"}
-            ]
-            output_tokens = 0
-        else:
-            parts = [] if answer.finish == "empty" else [{"text": answer.text}]
-            candidate["content"] = {"role": "model", "parts": parts}
-            output_tokens = answer.output_tokens
-        response = {
-            "candidates": [candidate],
-            "usageMetadata": {
-                "promptTokenCount": answer.input_tokens,
-                "candidatesTokenCount": output_tokens,
-                "totalTokenCount": answer.input_tokens + output_tokens,
-            },
-            "modelVersion": model.split("/", 1)[-1],
-            "responseId": new_id(""),
-        }
+        response, output_tokens = candidate_response(answer, model.split("/", 1)[-1])
+        response["responseId"] = new_id("")
         check_response(response)
         line = {"key": key, "response": response}
         if marker in scripting.LINE_MARKERS:

@@ -127,6 +127,45 @@ def prompt_of(contents: Any) -> tuple[str, int]:
     return "\n".join(texts), images
 
 
+#: the answer's finish (``answers.Answer.finish``) -> ``Candidate.finishReason``
+FINISH_REASONS = {
+    "refusal": "SAFETY",
+    "content_filter": "PROHIBITED_CONTENT",
+    "length": "MAX_TOKENS",
+}
+
+
+def candidate_response(answer: Any, model_version: str) -> tuple[dict[str, Any], int]:
+    """The ``GenerateContentResponse`` of ``answer`` (an ``answers.Answer`` of the fake's
+    core) and its output tokens: one candidate whose
+    ``finishReason`` says how it ended (a refusal or a filtered answer has
+    ``safetyRatings`` and no content, and counts no output tokens), ``usageMetadata`` and
+    ``modelVersion``. The Gemini API's fake and Vertex AI's answer with it."""
+    candidate: dict[str, Any] = {
+        "finishReason": FINISH_REASONS.get(answer.finish, "STOP"),
+        "index": 0,
+    }
+    if answer.finish in ("refusal", "content_filter"):
+        candidate["safetyRatings"] = [
+            {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH"}
+        ]
+        output_tokens = 0
+    else:
+        parts = [] if answer.finish == "empty" else [{"text": answer.text}]
+        candidate["content"] = {"role": "model", "parts": parts}
+        output_tokens = answer.output_tokens
+    response = {
+        "candidates": [candidate],
+        "usageMetadata": {
+            "promptTokenCount": answer.input_tokens,
+            "candidatesTokenCount": output_tokens,
+            "totalTokenCount": answer.input_tokens + output_tokens,
+        },
+        "modelVersion": model_version,
+    }
+    return response, output_tokens
+
+
 def check_response(response: Mapping[str, Any]) -> None:
     """Raises if ``response`` is not a ``GenerateContentResponse`` the SDK reads."""
     from google.genai import types  # an optional extra, see request_model()

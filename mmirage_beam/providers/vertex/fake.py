@@ -78,6 +78,7 @@ from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.providers.gemini.fake_bodies import (
     FAILURES,
+    candidate_response,
     check_response,
     get_field,
     json_schema_of,
@@ -463,30 +464,8 @@ class FakeVertexServer:
             return Item(
                 cid, _failed_line(body, 400, "INVALID_ARGUMENT", f"Invalid schema: {exc}"), False
             )
-        finish = {
-            "refusal": "SAFETY",
-            "content_filter": "PROHIBITED_CONTENT",
-            "length": "MAX_TOKENS",
-        }
-        candidate: dict[str, Any] = {"finishReason": finish.get(answer.finish, "STOP"), "index": 0}
-        output_tokens = answer.output_tokens
-        if answer.finish in ("refusal", "content_filter"):
-            candidate["safetyRatings"] = [
-                {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH"}
-            ]
-            output_tokens = 0
-        else:
-            parts = [] if answer.finish == "empty" else [{"text": answer.text}]
-            candidate["content"] = {"role": "model", "parts": parts}
-        response = {
-            "candidates": [candidate],
-            "usageMetadata": {
-                "promptTokenCount": answer.input_tokens,
-                "candidatesTokenCount": output_tokens,
-                "totalTokenCount": answer.input_tokens + output_tokens,
-            },
-            "modelVersion": model.rsplit("/", 1)[-1] + "@default",
-        }
+        model_version = model.rsplit("/", 1)[-1] + "@default"
+        response, output_tokens = candidate_response(answer, model_version)
         check_response(response)
         line = {"status": "", "request": body, "response": response}
         if marker in scripting.LINE_MARKERS:
