@@ -4,6 +4,7 @@ fake on a port until Ctrl-C or SIGTERM, with failures scripted from flags."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import signal
@@ -116,6 +117,16 @@ def _parser() -> argparse.ArgumentParser:
         "name is refused as the service refuses it: docs/fake-provider.md)",
     )
     parser.add_argument(
+        "--with",
+        dest="with_fakes",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also start what the registered fake NAME's demo needs beside this server "
+        "(e.g. vertex: a GCS emulator and Vertex AI's fake, a server of its own; bedrock: "
+        "S3 in this process); prints its processor keys (repeatable)",
+    )
+    parser.add_argument(
         "--verbose", action="store_true", help="log every request (DEBUG) to stderr"
     )
     return parser
@@ -143,6 +154,22 @@ def _script_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return script
 
 
+def _demo_of(fake: FakeProviderServer, name: str) -> Any:
+    """The ``demo`` context manager of the registered fake ``name``.
+
+    Raises:
+        ValueError: no registered fake has that name, or it has no ``demo``.
+    """
+    try:
+        demo = getattr(fake.registered_fake(name), "demo", None)
+    except KeyError:
+        demo = None
+    if demo is None:
+        known = [n for n in fake.registered_names if hasattr(fake.registered_fake(n), "demo")]
+        raise ValueError(f"--with {name}: no registered fake of that name has a demo; {known}")
+    return demo
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the fake until Ctrl-C or SIGTERM; returns the process exit code.
 
@@ -164,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             host=args.host, port=args.port, processing_delay_secs=args.delay, models=models
         )
         fake.script(**_script_from_args(args))
+        demos = [_demo_of(fake, name) for name in args.with_fakes]
     except ValueError as exc:  # includes json.JSONDecodeError
         parser.error(str(exc))
     stop = threading.Event()
@@ -173,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, lambda *_: stop.set())
     fake.start()
+    extras = contextlib.ExitStack()
     try:
         named = ", ".join(f"{label}: {fake.base_url_for(p)}" for label, p in fake.labels())
         print(f"fake provider listening on {fake.base_url} ({named})", flush=True)
@@ -181,11 +210,18 @@ def main(argv: list[str] | None = None) -> int:
                 fake.registered_fake(name), "own_server", False
             ):
                 print(f"  and {name}: {fake.base_url_for(name)}", flush=True)
+        for name, demo in zip(args.with_fakes, demos):
+            try:  # the fake's own services (an emulator, a server of its own...)
+                keys = dict(extras.enter_context(demo(fake.base_url_for(name), 100)))
+            except Exception as exc:  # noqa: BLE001 - e.g. an emulator not installed
+                parser.error(f"--with {name}: {exc}")
+            print(f"  with {name}: {json.dumps(keys, sort_keys=True)}", flush=True)
         while not stop.wait(0.2):
             pass
     except KeyboardInterrupt:
         pass
     finally:
+        extras.close()
         fake.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
