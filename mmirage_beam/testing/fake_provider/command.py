@@ -123,8 +123,8 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="also start what the registered fake NAME's demo needs beside this server "
-        "(e.g. vertex: a GCS emulator and Vertex AI's fake, a server of its own; bedrock: "
-        "S3 in this process); prints its processor keys (repeatable)",
+        "(a fake that is a server of its own, on an emulator; a storage server...) and "
+        "print its processor keys (repeatable; docs/fake-provider.md)",
     )
     parser.add_argument(
         "--verbose", action="store_true", help="log every request (DEBUG) to stderr"
