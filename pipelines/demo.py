@@ -79,14 +79,13 @@ def parser() -> argparse.ArgumentParser:
         description="Submit, watch and merge the bundled GSM8K sample against the embedded "
         "fake provider (no key, no network).",
     )
-    import mmirage_beam.providers  # noqa: F401 - the built-ins register their fakes
-    from mmirage_beam.testing.fake_provider.wire import PROVIDERS  # what the fake serves
     from mmirage_beam.testing.fake_registry import registered_fakes
 
-    # and the fakes that live in their provider's package and have a demo
-    own = [name for name, cls in registered_fakes().items() if hasattr(cls, "demo")]
-    # vertex: its own fake server (mmirage_beam/providers/vertex/fake.py) on a GCS emulator
-    ap.add_argument("--provider", choices=[*PROVIDERS, *own, "vertex"], default=PROVIDERS[0])
+    fakes = registered_fakes()  # the built-ins register theirs (rank order)
+    # the providers a registered fake serves under its own name: the shared fake's demo,
+    # or the fake's own demo() when it has one
+    served = [n for n, cls in fakes.items() if n in getattr(cls, "provider_names", (n,))]
+    ap.add_argument("--provider", choices=served, default=served[0])
     ap.add_argument(
         "--workdir",
         default="mmirage-demo",
@@ -191,29 +190,23 @@ def _fake_services(
     """Start the fake(s) ``provider``'s demo talks to, on ``stack``: ``(base_url,
     processor keys)``. The embedded fake serves the built-in providers; a fake that lives
     in its provider's package and registered itself (``testing/fake_registry``) says in
-    its ``demo`` what else it needs (Bedrock: S3); Vertex's fake is a server of its own
-    on a GCS emulator (``project``, ``location``, ``gcs_staging_uri`` too).
+    its ``demo`` what else it needs and which processor keys it sets (Bedrock: S3;
+    Vertex AI: a server of its own on a GCS emulator, with ``project``, ``location``,
+    ``gcs_staging_uri``).
 
     Raises:
         RuntimeError: a demo's own service cannot start (its message says why).
     """
     per_chunk = max(10, n_rows // 4)
-    if provider == "vertex":
-        from mmirage_beam.providers.vertex.fake import demo_services
-
-        keys = dict(stack.enter_context(demo_services(work, delay)))
-        return keys["base_url"], {**keys, "max_requests_per_chunk": per_chunk}
     from mmirage_beam.testing import FakeProviderServer
 
     fake = stack.enter_context(FakeProviderServer(processing_delay_secs=delay))
     base_url = fake.base_url_for(provider)
     processor: dict[str, object] = {"base_url": base_url, "max_requests_per_chunk": per_chunk}
-    try:
-        registered = fake.registered_fake(provider)
-    except KeyError:
-        registered = None
-    if registered is not None:  # its demo says what else it needs (e.g. S3)
-        processor = stack.enter_context(registered.demo(base_url, n_rows))
+    demo = getattr(fake.registered_fake(provider), "demo", None)
+    if demo is not None:  # its demo says what else it needs (S3, a server of its own...)
+        processor = dict(stack.enter_context(demo(base_url, n_rows)))
+        base_url = str(processor.get("base_url", base_url))  # a server of its own?
     return base_url, processor
 
 

@@ -333,10 +333,14 @@ def estimate_summary_lines(
         if not now:
             estimate = ["tokens and estimated cost: nothing sent now ($0)"]
     if estimate and estimate == told and len(estimate) > 2:
-        # the same lines were logged before the first batch: say so, keep the total (or
-        # the one output's line) and what follows it (the max_enqueued_tokens warning)
+        # the same lines were logged before the first batch: say so, keep the price, the
+        # total (or the one output's line) and what follows it (max_enqueued_tokens)
         at = next((i for i, x in enumerate(estimate) if x.startswith("  total: ")), 2)
-        estimate = ["tokens and estimated cost (as logged before submitting):", *estimate[at:]]
+        estimate = [
+            "tokens and estimated cost (as logged before submitting):",
+            estimate[1],
+            *estimate[at:],
+        ]
     lines += estimate
     lines += savings_lines(stats, provider_config, dry_run)
     return lines

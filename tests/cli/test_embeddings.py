@@ -12,7 +12,7 @@ import pytest
 
 from mmirage_beam.config import config_from_dict
 from mmirage_beam.errors import ConfigError
-from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+from mmirage_beam.providers.openai.fake_bodies import embedding_vector
 from pipelines.merge import main as merge_main
 from pipelines.submit import main as submit_main
 from tests.conftest import GSM8K_JSONL, base_config, write_config
@@ -300,8 +300,8 @@ def test_mistral_embeddings_run_wait_merges_vectors_of_the_requested_dimensions(
 def test_mistral_fake_answers_an_embedding_response_the_sdk_reads():
     from mistralai.client.models import EmbeddingResponse
 
+    from mmirage_beam.providers.mistral.fake_bodies import embeddings_response
     from mmirage_beam.providers.mistral.outcomes import normalise_result_line
-    from mmirage_beam.testing.fake_provider.mistral_bodies import embeddings_response
 
     body = embeddings_response("mistral-embed", ["hello"], 5, 1)
     EmbeddingResponse.model_validate(body)

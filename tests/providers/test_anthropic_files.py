@@ -60,11 +60,13 @@ def test_sdk_download_only_what_the_service_made_and_until_it_expires():
         assert uploaded.expires_at is not None
         with pytest.raises(anthropic.BadRequestError, match="not downloadable"):
             client.beta.files.download(uploaded.id, betas=BETA)
-        made = fake.anthropic_files.add_generated("report.csv", b"a,b\n1,2\n")
+        made = fake.registered_fake("anthropic").files_api.add_generated(
+            "report.csv", b"a,b\n1,2\n"
+        )
         meta = client.beta.files.retrieve_metadata(made, betas=BETA)
         assert meta.downloadable is True and meta.mime_type == "text/csv"
         assert client.beta.files.download(made, betas=BETA).read() == b"a,b\n1,2\n"
-        fake.anthropic_files.files[made].expires_at = clock[0] + 10
+        fake.registered_fake("anthropic").files_api.files[made].expires_at = clock[0] + 10
         clock[0] += 11
         with pytest.raises(anthropic.NotFoundError, match="expired"):
             client.beta.files.download(made)

@@ -209,15 +209,17 @@ def test_key_appears_nowhere(tmp_path, capsys, caplog, monkeypatch, provider_env
 @pytest.fixture
 def auth_seen(monkeypatch):
     """The credentials every fake-provider request carried (the fake runs in-process)."""
-    seen: list[str] = []
-    original = FakeProviderServer._check_auth
+    from mmirage_beam.testing.fake_provider.routing import RoutedFake
 
-    def recording(provider, request):  # noqa: ANN001, ANN202
+    seen: list[str] = []
+    original = RoutedFake.handle  # every registered fake answers through it
+
+    def recording(self, request):  # noqa: ANN001, ANN202
         header = request.headers.get("Authorization", "").partition(" ")[2]
         seen.append(header or request.headers.get("x-api-key", ""))
-        return original(provider, request)
+        return original(self, request)
 
-    monkeypatch.setattr(FakeProviderServer, "_check_auth", staticmethod(recording))
+    monkeypatch.setattr(RoutedFake, "handle", recording)
     return seen
 
 

@@ -1,5 +1,5 @@
 """The OpenAI-compatible profiles (``azure-openai``, ``groq``, ``together``) against the
-fake's emulation of each service (``mmirage_beam/testing/fake_provider/profiles.py``,
+fake's emulation of each service (``mmirage_beam/providers/openai/fake_profiles.py``,
 rules and sources in ``tests/spec/README.md``): a run -> check -> merge of 20 GSM8K rows
 per profile through the CLI drivers in-process, and each refusal through the openai SDK
 at the profile's base URL."""
@@ -11,8 +11,8 @@ import json
 import openai
 import pytest
 
+from mmirage_beam.providers.openai import fake_profiles as profiles
 from mmirage_beam.providers.openai import profiles as adapter_profiles
-from mmirage_beam.testing.fake_provider import profiles
 from pipelines.check import main as check_main
 from pipelines.merge import main as merge_main
 from pipelines.submit import main as submit_main
@@ -109,7 +109,7 @@ def test_profile_limits_match_the_adapter_configs():
     )
     # one documented "200 MB" (OpenAI's and Azure's API references), one number: issue 38
     from mmirage_beam.providers.openai import OpenAIBatchConfig
-    from mmirage_beam.testing.fake_provider.limits import OPENAI_MAX_FILE_BYTES
+    from mmirage_beam.providers.openai.fake_service import OPENAI_MAX_FILE_BYTES
 
     assert OpenAIBatchConfig.PROVIDER_MAX_BATCH_BYTES == azure.PROVIDER_MAX_BATCH_BYTES
     assert OPENAI_MAX_FILE_BYTES == OpenAIBatchConfig.PROVIDER_MAX_BATCH_BYTES == 200_000_000

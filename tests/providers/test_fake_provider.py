@@ -20,8 +20,9 @@ import anthropic
 import openai
 import pytest
 
+from mmirage_beam.providers.anthropic import fake_service as anthropic_fake
+from mmirage_beam.providers.openai import fake_service as openai_fake
 from mmirage_beam.testing import FakeProviderServer, fake_answer_json, fake_answer_text
-from mmirage_beam.testing.fake_provider import limits
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "mmirage_beam" / "examples" / "data" / "images"
@@ -371,7 +372,7 @@ def test_openai_line_level_validation_fails_the_batch(fake):
 
 def test_openai_file_limits_fail_the_batch(fake, monkeypatch):
     oa = _oa(fake)
-    monkeypatch.setattr(limits, "OPENAI_MAX_LINES", 2)
+    monkeypatch.setattr(openai_fake, "OPENAI_MAX_LINES", 2)
     batch = _run_openai(oa, [_chat_line(f"l{i}", "x") for i in range(3)])
     assert batch.status == "failed" and batch.errors.data[0].code == "too_many_tasks"
 
@@ -619,10 +620,10 @@ def test_anthropic_bad_custom_ids_and_sizes_are_http_errors(fake, monkeypatch):
         with pytest.raises(anthropic.BadRequestError) as info:
             an.messages.batches.create(requests=requests)
         assert info.value.body["error"]["type"] == "invalid_request_error"
-    monkeypatch.setattr(limits, "ANTHROPIC_MAX_REQUESTS", 2)
+    monkeypatch.setattr(anthropic_fake, "ANTHROPIC_MAX_REQUESTS", 2)
     with pytest.raises(anthropic.BadRequestError):
         an.messages.batches.create(requests=[_anthropic_request(f"r{i}", "x") for i in range(3)])
-    monkeypatch.setattr(limits, "ANTHROPIC_MAX_BODY_BYTES", 100)
+    monkeypatch.setattr(anthropic_fake, "ANTHROPIC_MAX_BODY_BYTES", 100)
     with pytest.raises(anthropic.APIStatusError) as info:
         an.messages.batches.create(requests=[_anthropic_request("big", "x" * 200)])
     assert info.value.status_code == 413

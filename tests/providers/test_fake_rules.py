@@ -2,7 +2,7 @@
 an unknown parameter, ``stream`` in a batch line, the reasoning-model and thinking-budget
 rules; and it honours ``n``, ``dimensions`` and the system prompt / tools in
 ``count_tokens`` (rules and sources: mmirage_beam/providers/model_rules.py,
-mmirage_beam/testing/fake_provider/rules.py, docs/fake-provider.md)."""
+mmirage_beam/providers/<name>/fake_service.py, docs/fake-provider.md)."""
 
 from __future__ import annotations
 

@@ -426,8 +426,11 @@ def test_anthropic_count_tokens_matches_the_sdk_type():
 def test_every_served_endpoint_is_covered_here():
     """The fake's routes are exactly the endpoints the tests above drive."""
     with FakeProviderServer() as fake:
-        routes = {rule.endpoint for rule in fake._url_map.iter_rules()}  # noqa: SLF001
-        routes |= {rule.endpoint for rule in fake._gemini_map.iter_rules()}  # noqa: SLF001
+        routes = {
+            rule.endpoint
+            for name in ("openai", "anthropic", "gemini")  # each fake's own route table
+            for rule in fake.registered_fake(name)._map.iter_rules()  # noqa: SLF001
+        }
     assert {r for r in routes if not r.startswith(("admin_", "gemini_"))} == SERVED
     # Gemini's endpoints are driven by google-genai in tests/providers/test_gemini.py
     gemini_calls = {
@@ -455,7 +458,7 @@ def test_every_served_endpoint_is_covered_here():
         "delete": "beta.files.delete",
         "download": "beta.files.download",
     }
-    files_map = fake.anthropic_files._url_map  # noqa: SLF001
+    files_map = fake.registered_fake("anthropic").files_api._url_map  # noqa: SLF001
     assert {rule.endpoint for rule in files_map.iter_rules()} == set(files_calls)
     files_source = (Path(__file__).parent / "test_anthropic_files.py").read_text(encoding="utf-8")
     assert all(call + "(" in files_source for call in files_calls.values())

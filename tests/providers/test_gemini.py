@@ -327,7 +327,7 @@ def test_sdk_create_embeddings_answers_vectors_of_their_output_dimensionality(fa
     failure and a line without content refused, each as an SDK type."""
     from google.genai import types
 
-    from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+    from mmirage_beam.providers.openai.fake_bodies import embedding_vector
 
     client = _client(fake_provider)
 
@@ -532,7 +532,7 @@ def test_sdk_inline_batch_runs_the_state_machine_and_answers_in_order():
 def test_inline_requests_over_the_size_limit_or_empty_are_refused(fake_provider, monkeypatch):
     from google.genai import errors
 
-    from mmirage_beam.testing.fake_provider import gemini
+    from mmirage_beam.providers.gemini import fake as gemini
 
     client = _client(fake_provider)
     monkeypatch.setattr(gemini, "MAX_INLINE_BYTES", 2000)  # the service's is 20 MB
@@ -626,7 +626,7 @@ def test_sdk_inline_embeddings_batch_answers_vectors_and_markers(fake_provider):
     """batches.create_embeddings(src={"inlined_requests": ...}): the vectors in
     dest.inlined_embed_content_responses, in order, of the config's
     output_dimensionality, a marked text failing as in a file."""
-    from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+    from mmirage_beam.providers.openai.fake_bodies import embedding_vector
 
     client = _client(fake_provider)
     texts = ["first text", "x FAKE_ERROR:invalid_request", "third one here"]

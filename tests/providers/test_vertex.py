@@ -659,3 +659,36 @@ def test_the_fake_embeds_text_embedding_instances_and_refuses_bad_ones(vertex, g
     with pytest.raises(errors.ClientError) as info:
         client.batches.create(model="text-embedding-005", src=src, config=bad)
     assert info.value.code == 400
+
+
+def test_fake_provider_command_starts_vertex_with_its_emulator():
+    """``mmirage fake-provider --with vertex``: beside the shared fake, the GCS emulator and
+    Vertex AI's fake (a server of its own), whose processor keys are printed; it answers
+    in Vertex's error shape and everything stops on SIGTERM."""
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    skip_unless_gcs_emulator()
+    cmd = [sys.executable, "-m", "mmirage_beam.testing.fake_provider", "--port", "0"]
+    proc = subprocess.Popen(
+        [*cmd, "--with", "vertex"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        line = proc.stdout.readline()  # blocks until the fake prints (or exits)
+        while line and not line.startswith("  with vertex: "):
+            line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        keys = json.loads(line.split(": ", 1)[1])
+        assert keys["project"] == "mmirage-demo" and keys["gcs_staging_uri"].startswith("gs://")
+        jobs = (
+            f"{keys['base_url']}/v1/projects/mmirage-demo/locations/us-central1/batchPredictionJobs"
+        )
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(jobs, timeout=30)
+        assert info.value.code == 401
+        assert json.loads(info.value.read())["error"]["status"] == "UNAUTHENTICATED"
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=60) == 0

@@ -14,4 +14,29 @@ from mmirage_beam.providers.config import BatchProviderConfigRegistry
 BatchProviderConfigRegistry.register("anthropic", AnthropicBatchConfig)
 BatchAdapterRegistry.register("anthropic", AnthropicBatchAdapter)
 
+# Its fake (imported only when a fake server starts; mmirage_beam.testing.fake_registry).
+from mmirage_beam.testing.fake_registry import register_fake  # noqa: E402
+
+#: the fake's endpoint names (``call_counts()``, ``leading_errors.paths``).
+FAKE_ENDPOINT_NAMES = (
+    "messages_count_tokens",
+    "messages_batches_create",
+    "messages_batches_list",
+    "messages_batches_retrieve",
+    "messages_batches_cancel",
+    "messages_batches_delete",
+    "messages_batches_results",
+    "anthropic_files_upload",
+    "anthropic_files_list",
+    "anthropic_files_retrieve",
+    "anthropic_files_delete",
+    "anthropic_files_download",
+)
+register_fake(
+    "anthropic",
+    "mmirage_beam.providers.anthropic.fake:AnthropicFake",
+    FAKE_ENDPOINT_NAMES,
+    rank=1,
+)
+
 __all__ = ["AnthropicBatchAdapter", "AnthropicBatchConfig"]

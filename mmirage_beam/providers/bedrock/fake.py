@@ -244,9 +244,9 @@ class BedrockFake:
                 else:
                     os.environ[k] = v
 
-    def claims(self, path: str) -> bool:
-        """Whether ``path`` is one of Bedrock's routes."""
-        return path.startswith(self.PREFIXES)
+    def claims(self, request: Request) -> bool:
+        """Whether the request's path is one of Bedrock's routes."""
+        return request.path.startswith(self.PREFIXES)
 
     @property
     def _state(self) -> dict[str, Any]:

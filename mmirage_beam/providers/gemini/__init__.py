@@ -15,4 +15,25 @@ from mmirage_beam.providers.gemini.config import GeminiBatchConfig
 BatchProviderConfigRegistry.register("gemini", GeminiBatchConfig)
 BatchAdapterRegistry.register("gemini", GeminiBatchAdapter)
 
+# Its fake (imported only when a fake server starts; mmirage_beam.testing.fake_registry).
+from mmirage_beam.testing.fake_registry import register_fake  # noqa: E402
+
+#: the fake's endpoint names (``call_counts()``, ``leading_errors.paths``).
+FAKE_ENDPOINT_NAMES = (
+    "gemini_files_upload",
+    "gemini_files_get",
+    "gemini_files_download",
+    "gemini_batches_create",
+    "gemini_batches_list",
+    "gemini_batches_get",
+    "gemini_batches_cancel",
+    "gemini_batches_delete",
+    "gemini_count_tokens",
+    "gemini_files_list",
+    "gemini_files_delete",
+)
+register_fake(
+    "gemini", "mmirage_beam.providers.gemini.fake:GeminiFake", FAKE_ENDPOINT_NAMES, rank=2
+)
+
 __all__ = ["GeminiBatchAdapter", "GeminiBatchConfig"]

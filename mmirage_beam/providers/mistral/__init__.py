@@ -27,4 +27,29 @@ PROVIDER = "mistral"
 BatchProviderConfigRegistry.register(PROVIDER, MistralBatchConfig)
 BatchAdapterRegistry.register(PROVIDER, MistralBatchAdapter)
 
+# Its fake (imported only when a fake server starts; mmirage_beam.testing.fake_registry).
+from mmirage_beam.testing.fake_registry import register_fake  # noqa: E402
+
+#: the fake's endpoint names (``call_counts()``, ``leading_errors.paths``).
+FAKE_ENDPOINT_NAMES = (
+    "mistral_files_upload",
+    "mistral_files_list",
+    "mistral_files_retrieve",
+    "mistral_files_delete",
+    "mistral_files_download",
+    "mistral_jobs_create",
+    "mistral_jobs_list",
+    "mistral_jobs_get",
+    "mistral_jobs_cancel",
+    "mistral_jobs_delete",
+    "mistral_files_signed_url",
+    "mistral_signed_download",
+)
+register_fake(
+    "mistral",
+    "mmirage_beam.providers.mistral.fake:MistralFake",
+    FAKE_ENDPOINT_NAMES,
+    rank=3,
+)
+
 __all__ = ["MistralBatchAdapter", "MistralBatchConfig", "MissingExtraError", "PROVIDER"]

@@ -21,4 +21,30 @@ for _name, (_config_cls, _adapter_cls) in PROFILES.items():
     BatchProviderConfigRegistry.register(_name, _config_cls)
     BatchAdapterRegistry.register(_name, _adapter_cls)
 
+# Its fake (imported only when a fake server starts; mmirage_beam.testing.fake_registry).
+from mmirage_beam.testing.fake_registry import register_fake  # noqa: E402
+
+#: the fake's endpoint names (``call_counts()``, ``leading_errors.paths``).
+FAKE_ENDPOINT_NAMES = (
+    "files_create",
+    "files_list",
+    "files_retrieve",
+    "files_delete",
+    "files_content",
+    "batches_create",
+    "batches_list",
+    "batches_retrieve",
+    "batches_cancel",
+)
+register_fake(
+    "openai",
+    "mmirage_beam.providers.openai.fake:OpenAIFake",
+    FAKE_ENDPOINT_NAMES,
+    fallback=True,
+    rank=0,
+)
+register_fake(
+    "openai-compatible", "mmirage_beam.providers.openai.fake_profile_api:CompatibleFake", rank=4
+)
+
 __all__ = ["OpenAIBatchAdapter", "OpenAIBatchConfig"]

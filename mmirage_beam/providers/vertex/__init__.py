@@ -18,4 +18,10 @@ from mmirage_beam.providers.vertex.config import VertexBatchConfig
 BatchProviderConfigRegistry.register("vertex", VertexBatchConfig)
 BatchAdapterRegistry.register("vertex", VertexBatchAdapter)
 
+# Its fake is a server of its own on a GCS emulator, not a handler of the shared port:
+# it registers for ``mmirage demo --provider vertex`` (fake.VertexDemo.demo).
+from mmirage_beam.testing.fake_registry import register_fake  # noqa: E402
+
+register_fake("vertex", "mmirage_beam.providers.vertex.fake:VertexDemo")
+
 __all__ = ["VertexBatchAdapter", "VertexBatchConfig"]

@@ -26,7 +26,7 @@ Routes (``<v>`` is ``v1`` or ``v1beta1``; google-genai ``batches.py``: ``batchPr
 
 Input: each line ``{"request": GenerateContentRequest}``, the request checked against
 google-genai's own pydantic types (the Gemini fake's
-:func:`~mmirage_beam.testing.fake_provider.gemini_bodies.request_model`, plus Vertex's
+:func:`~mmirage_beam.providers.gemini.fake_bodies.request_model`, plus Vertex's
 ``labels``: at most 64, keys and values of at most 63 lowercase letters, digits, ``_``,
 ``-``, as https://docs.cloud.google.com/vertex-ai/generative-ai/docs/multimodal/add-labels-to-api-calls
 says); a request that does not validate is a failed row (``status`` holding the 400). A
@@ -47,7 +47,7 @@ Answers, markers and lifecycle are the shared fake's, through their public funct
 :func:`~mmirage_beam.testing.fake_provider.answers.make_answer` (deterministic text and
 JSON, usage), the ``FAKE_ERROR:...`` markers
 (:func:`~mmirage_beam.testing.fake_provider.scripting.error_marker`; failures as the
-Gemini fake's :data:`~mmirage_beam.testing.fake_provider.gemini_bodies.FAILURES`,
+Gemini fake's :data:`~mmirage_beam.providers.gemini.fake_bodies.FAILURES`,
 ``refusal`` -> ``SAFETY``, ``content_filter`` -> ``PROHIBITED_CONTENT``, ``length`` ->
 ``MAX_TOKENS``, the line markers break the written line), the script keys
 (:class:`~mmirage_beam.testing.fake_provider.store.Store`: ``processing_delay_secs``,
@@ -78,17 +78,19 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.providers.vertex import fake_embeddings
-from mmirage_beam.testing.fake_provider import lifecycle, scripting
-from mmirage_beam.testing.fake_provider.answers import make_answer
-from mmirage_beam.testing.fake_provider.gemini_bodies import (
+from mmirage_beam.providers.gemini.fake_bodies import (
     FAILURES,
+    candidate_response,
     check_response,
     get_field,
     json_schema_of,
     prompt_of,
     request_model,
 )
+from mmirage_beam.providers.gemini.fake_service import GEMINI
+from mmirage_beam.providers.vertex import fake_embeddings
+from mmirage_beam.testing.fake_provider import lifecycle, scripting
+from mmirage_beam.testing.fake_provider.answers import make_answer
 from mmirage_beam.testing.fake_provider.scripting import (
     SCRIPT_DEFAULTS,
     SCRIPT_PARSERS,
@@ -98,7 +100,6 @@ from mmirage_beam.testing.fake_provider.scripting import (
 from mmirage_beam.testing.fake_provider.serving import serve_in_thread, stop_serving
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
-    GEMINI,
     ApiError,
     error_response,
     json_payload,
@@ -106,7 +107,7 @@ from mmirage_beam.testing.fake_provider.wire import (
     status_error,
 )
 
-__all__ = ["DEMO_ADC", "FakeVertexServer", "VERTEX", "demo_services"]
+__all__ = ["DEMO_ADC", "FakeVertexServer", "VERTEX", "VertexDemo", "demo_services"]
 
 _LOG = logging.getLogger(__name__)
 VERTEX = "vertex"
@@ -481,30 +482,8 @@ class FakeVertexServer:
             return Item(
                 cid, _failed_line(body, 400, "INVALID_ARGUMENT", f"Invalid schema: {exc}"), False
             )
-        finish = {
-            "refusal": "SAFETY",
-            "content_filter": "PROHIBITED_CONTENT",
-            "length": "MAX_TOKENS",
-        }
-        candidate: dict[str, Any] = {"finishReason": finish.get(answer.finish, "STOP"), "index": 0}
-        output_tokens = answer.output_tokens
-        if answer.finish in ("refusal", "content_filter"):
-            candidate["safetyRatings"] = [
-                {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH"}
-            ]
-            output_tokens = 0
-        else:
-            parts = [] if answer.finish == "empty" else [{"text": answer.text}]
-            candidate["content"] = {"role": "model", "parts": parts}
-        response = {
-            "candidates": [candidate],
-            "usageMetadata": {
-                "promptTokenCount": answer.input_tokens,
-                "candidatesTokenCount": output_tokens,
-                "totalTokenCount": answer.input_tokens + output_tokens,
-            },
-            "modelVersion": model.rsplit("/", 1)[-1] + "@default",
-        }
+        model_version = model.rsplit("/", 1)[-1] + "@default"
+        response, output_tokens = candidate_response(answer, model_version)
         check_response(response)
         line = {"status": "", "request": body, "response": response}
         if marker in scripting.LINE_MARKERS:
@@ -516,8 +495,8 @@ class FakeVertexServer:
         fake checks Anthropic params (with the job's model) plus ``anthropic_version``;
         the answer an Anthropic ``Message`` (checked with the anthropic SDK's type when
         it is installed) in ``response``."""
-        from mmirage_beam.testing.fake_provider.anthropic import check_params
-        from mmirage_beam.testing.fake_provider.anthropic import prompt_of as claude_prompt
+        from mmirage_beam.providers.anthropic.fake import check_params
+        from mmirage_beam.providers.anthropic.fake import prompt_of as claude_prompt
 
         model_id = model.rsplit("/", 1)[-1]
         version = body.get("anthropic_version")
@@ -852,3 +831,38 @@ def demo_services(workdir: Path, delay_secs: float) -> Iterator[dict[str, str]]:
             else:
                 os.environ[name] = value
         storage.stop()
+
+
+class VertexDemo:
+    """Vertex AI's entry in the fake registry (:mod:`mmirage_beam.testing.fake_registry`).
+
+    The fake reads and writes its job files in Cloud Storage, so it is a server of its
+    own beside a GCS emulator (:class:`FakeVertexServer`, :func:`demo_services`), not a
+    handler of the shared port: it claims no request there (``own_server``), and its
+    :meth:`demo` starts the emulator and the server for ``mmirage demo --provider vertex``.
+    """
+
+    #: served by a server of its own, not on the shared port
+    own_server = True
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def claims(self, request: Request) -> bool:
+        """Nothing on the shared port."""
+        return False
+
+    def handle(self, request: Request) -> Response:  # pragma: no cover - claims nothing
+        """Never called: :meth:`claims` takes nothing."""
+        raise AssertionError("the Vertex AI fake serves no request of the shared port")
+
+    @contextlib.contextmanager
+    def demo(self, base_url: str, rows: int) -> Iterator[dict[str, Any]]:
+        """:func:`demo_services` with the shared fake's processing delay, its offline
+        ADC file in a temporary folder; yields the processor keys (``base_url`` is the
+        Vertex fake's own; chunks of a quarter of the ``rows``, at least 10)."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="mmirage-vertex-demo-") as folder:
+            with demo_services(Path(folder), self.store.default_delay_secs) as keys:
+                yield {**keys, "max_requests_per_chunk": max(10, rows // 4)}

@@ -9,7 +9,7 @@ each input line is an instance ``{"content", "title"?, "task_type"?}``; each out
 "truncated"}, "values"}}], "status": ""}``. The job's ``modelParameters.outputDimensionality``
 sets the vector length (8 when unset, as the other fakes' vectors: the OpenAI fake's
 vector of the same text,
-:func:`~mmirage_beam.testing.fake_provider.openai_bodies.embedding_vector`), and its
+:func:`~mmirage_beam.providers.openai.fake_bodies.embedding_vector`), and its
 ``instanceConfig.keyField`` (``BatchPredictionJob.InstanceConfig``) is applied as
 documented: the key field is taken out of the instance the model sees, and the output
 line has ``key`` instead of ``instance``.
@@ -19,7 +19,7 @@ The fake's own strictness (not documented behaviour): an instance field other th
 ``TextEmbeddingPredictionInstance``), or no ``content`` string, is a failed row (a 400 in
 ``status``), so an adapter that leaves its id field in what the model sees fails here.
 A failure marker (``FAKE_ERROR:...``) in the content is a failed row as in the Gemini
-lines (:data:`~mmirage_beam.testing.fake_provider.gemini_bodies.FAILURES`).
+lines (:data:`~mmirage_beam.providers.gemini.fake_bodies.FAILURES`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import json
 import re
 from typing import Any, Callable, Mapping, Optional
 
-from mmirage_beam.testing.fake_provider.gemini_bodies import FAILURES
-from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+from mmirage_beam.providers.gemini.fake_bodies import FAILURES
+from mmirage_beam.providers.openai.fake_bodies import embedding_vector
 from mmirage_beam.testing.fake_provider.scripting import error_marker
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store
 

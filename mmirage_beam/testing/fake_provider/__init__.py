@@ -4,7 +4,7 @@ the Gemini API's batch mode.
 One embedded Werkzeug server on a loopback port serves every provider, so the real,
 unmodified ``openai``, ``anthropic`` and ``google-genai`` SDKs can drive it through their
 base URL (Gemini: ``fake.gemini_base_url``; its endpoints are described in
-:mod:`mmirage_beam.testing.fake_provider.gemini`)::
+:mod:`mmirage_beam.providers.gemini.fake`)::
 
     with FakeProviderServer() as fake:                      # port 0: a free port
         oa = openai.OpenAI(api_key="sk-test", base_url=fake.openai_base_url)
@@ -13,7 +13,8 @@ base URL (Gemini: ``fake.gemini_base_url``; its endpoints are described in
 State (files, batches, results, recorded requests) lives in memory and is lost on
 ``stop()``. Only loopback hosts can be bound.
 
-Models and parameters are checked as each service checks them (``rules``: a typo'd
+Models and parameters are checked as each service checks them (each provider's
+``fake_service.py``: a typo'd
 model, an unknown request key, ``stream`` in a batch line, the reasoning-model and
 thinking-budget rules; the tables are the providers' own
 ``mmirage_beam/providers/<name>/rules.py``, listed with sources in
@@ -85,17 +86,17 @@ Anthropic (``x-api-key`` or ``Authorization: Bearer`` required, else 401 with
 Anthropic's Files API (beta; ``client.beta.files`` upload, list, retrieve_metadata,
 delete, download) on ``/v1/files`` beside OpenAI's, told apart by the
 ``anthropic-beta: files-api-2025-04-14`` or ``anthropic-version`` header: see
-:mod:`mmirage_beam.testing.fake_provider.anthropic_files`.
+:mod:`mmirage_beam.providers.anthropic.fake_files`.
 
 Mistral (files and batch jobs as the mistralai SDK calls them, under ``/mistral``:
 ``Mistral(server_url=fake.mistral_base_url)``; inline jobs, chat and FIM completions,
 embeddings, moderations, signed URLs and ``agent_id`` jobs): see
-:mod:`mmirage_beam.testing.fake_provider.mistral` for its endpoints, lifecycle and markers.
+:mod:`mmirage_beam.providers.mistral.fake` for its endpoints, lifecycle and markers.
 
 OpenAI-compatible services (the OpenAI Files + Batches endpoints with each service's
 rules, under ``/azure/openai/v1``, ``/groq/openai/v1`` and ``/together/v1``:
 ``openai.OpenAI(base_url=fake.base_url_for("groq"))``): see
-:mod:`mmirage_beam.testing.fake_provider.profiles`.
+:mod:`mmirage_beam.providers.openai.fake_profiles`.
 
 Admin (no auth; for tests and for a fake started from the command line):
 
@@ -161,7 +162,7 @@ Values are captured by each batch when it is created.
   ``gemini_count_tokens``, ``gemini_files_list``, ``gemini_files_delete``; Anthropic
   files ``anthropic_files_upload``, ``anthropic_files_list``,
   ``anthropic_files_retrieve``, ``anthropic_files_delete``, ``anthropic_files_download``;
-  Mistral :data:`~mmirage_beam.testing.fake_provider.scripting.MISTRAL_ENDPOINT_NAMES`.
+  Mistral ``mmirage_beam.providers.mistral.FAKE_ENDPOINT_NAMES``.
   No ``paths``: every API endpoint.
 - ``fail_batch_creates`` (dict): ``{"nth": K, "permanent": false, "status": 500,
   "retry_after_ms": 10, "created": false}``; the K-th valid batch create call (both
@@ -261,13 +262,20 @@ it is the ``prompt``/``input`` (list items joined by ``"\\n"``).
 
 Modules
 -------
-``app`` (server, routing, admin endpoints), ``openai`` (Files + Batches handlers, input
-file validation, output/error files), ``openai_bodies`` (per-line body checks, prompt,
-result bodies and lines), ``anthropic`` (Message Batches), ``gemini`` (Gemini v1beta and
-v1), ``rules`` (model and parameter refusals), ``store`` (files, batches, records),
-``lifecycle`` (status from the clock), ``scripting`` (script keys, markers), ``answers``
-(deterministic answers), ``media`` (image bytes), ``wire`` (error shapes, JSON
-responses), ``limits`` (the real services' limits), ``command`` (the command line).
+This package is the core, and names no provider: ``app`` (server, admin endpoints,
+dispatch to the registered fakes), ``routing`` (a fake's route table, call count,
+authentication, leading errors and error shape: :class:`~.routing.RoutedFake`), ``store``
+(files, batches, records), ``lifecycle`` (status from the clock), ``scripting`` (script
+keys, markers), ``answers`` (deterministic answers), ``media`` (image bytes), ``wire``
+(errors in each provider's registered shape, JSON responses), ``limits`` (the shared
+limits), ``serving`` (a WSGI app in a thread), ``command`` (the command line).
+
+Each provider's fake lives in its package, ``mmirage_beam/providers/<name>/``:
+``fake.py`` (handlers; ``fake_bodies.py``... beside it) and ``fake_service.py`` (its name,
+limits, error shape, lifecycle phases, model and parameter refusals, routes and
+credentials, and the class registered with :mod:`mmirage_beam.testing.fake_registry` from
+the package's ``__init__``). The server builds every registered fake over one store and
+hands each request to the fake that claims it (OpenAI's, the fallback, last).
 
 Command line::
 
@@ -277,9 +285,27 @@ Command line::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from mmirage_beam.testing.fake_provider.answers import fake_answer_json, fake_answer_text
-from mmirage_beam.testing.fake_provider.app import FakeProviderServer
-from mmirage_beam.testing.fake_provider.command import main
 from mmirage_beam.testing.fake_provider.scripting import SCRIPT_KEYS
 
+if TYPE_CHECKING:
+    from mmirage_beam.testing.fake_provider.app import FakeProviderServer
+    from mmirage_beam.testing.fake_provider.command import main
+
 __all__ = ["SCRIPT_KEYS", "FakeProviderServer", "fake_answer_json", "fake_answer_text", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    # The server and the command line load on first use: the providers' fakes import
+    # this package's core modules (store, wire, scripting...), and the server loads them.
+    if name == "FakeProviderServer":
+        from mmirage_beam.testing.fake_provider.app import FakeProviderServer
+
+        return FakeProviderServer
+    if name == "main":
+        from mmirage_beam.testing.fake_provider.command import main
+
+        return main
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

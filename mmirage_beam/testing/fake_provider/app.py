@@ -1,6 +1,7 @@
-"""The HTTP server: :class:`FakeProviderServer` binds a loopback port, routes each call
-to the OpenAI or Anthropic handlers (after authentication and scripted leading errors),
-serves the admin endpoints and offers the in-process helpers tests use."""
+"""The HTTP server: :class:`FakeProviderServer` binds a loopback port, serves the admin
+endpoints, hands every other call to the provider fake that claims it (each registered
+with :mod:`mmirage_beam.testing.fake_registry` from its provider's package) and offers
+the in-process helpers tests use. It names no provider."""
 
 from __future__ import annotations
 
@@ -18,14 +19,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
 from werkzeug.wrappers import Request, Response
 
-import mmirage_beam.providers  # noqa: F401 - the built-in providers register their fakes
-from mmirage_beam.testing.fake_provider import anthropic_files, gemini, limits
-from mmirage_beam.testing.fake_provider.anthropic import AnthropicApi
-from mmirage_beam.testing.fake_provider.mistral import MISTRAL, MistralApi
-from mmirage_beam.testing.fake_provider.mistral import PREFIX as MISTRAL_PREFIX
-from mmirage_beam.testing.fake_provider.openai import OpenAIApi
-from mmirage_beam.testing.fake_provider.profile_api import ProfileApi
-from mmirage_beam.testing.fake_provider.profiles import PROFILES
+from mmirage_beam.testing.fake_provider import limits
 from mmirage_beam.testing.fake_provider.scripting import (
     SCRIPT_DEFAULTS,
     SCRIPT_PARSERS,
@@ -33,18 +27,8 @@ from mmirage_beam.testing.fake_provider.scripting import (
 )
 from mmirage_beam.testing.fake_provider.serving import serve_in_thread, stop_serving
 from mmirage_beam.testing.fake_provider.store import Batch, Store
-from mmirage_beam.testing.fake_provider.wire import (
-    ANTHROPIC,
-    GEMINI,
-    OPENAI,
-    PROVIDERS,
-    ApiError,
-    error_response,
-    json_response,
-    new_id,
-    status_error,
-)
-from mmirage_beam.testing.fake_registry import registered_fakes
+from mmirage_beam.testing.fake_provider.wire import json_response, new_id
+from mmirage_beam.testing.fake_registry import fallback_names, registered_fakes
 
 __all__ = ["FakeProviderServer"]
 
@@ -76,16 +60,16 @@ class _QuietRequestHandler(WSGIRequestHandler):
         _LOG.log(level, "%s - " + message.rstrip(), self.address_string(), *args)
 
 
-def check_provider(provider: str | None) -> None:
-    """Raises ValueError unless ``provider`` is one the fake serves (a profile such as
-    ``azure-openai`` included) or None."""
-    if provider is not None and provider not in PROVIDERS and provider not in PROFILES:
-        known = (*PROVIDERS, *PROFILES)
-        raise ValueError(f"provider must be one of {known} or None, got {provider!r}")
+def provider_names(name: str, fake: Any) -> tuple[str, ...]:
+    """The provider names a registered fake answers for (its ``provider_names``, else
+    its registered ``name``)."""
+    return tuple(getattr(fake, "provider_names", ()) or (name,))
 
 
 class FakeProviderServer:
-    """Embedded OpenAI + Anthropic batch API fake on one loopback port.
+    """Embedded fake of the providers' batch APIs on one loopback port: every fake
+    registered with :mod:`mmirage_beam.testing.fake_registry` (the built-ins register
+    theirs from their packages) answers the calls it claims.
 
     Use as a context manager (``with FakeProviderServer() as fake:``) or call
     :meth:`start` and :meth:`stop`. All state is in memory. See the package docstring for
@@ -97,13 +81,14 @@ class FakeProviderServer:
         processing_delay_secs: seconds from creation until a batch has finished; 0
             means finished on the first read after creation.
         clock: returns the current Unix time in seconds; injectable for tests.
-        max_batch_file_bytes: the largest ``purpose=batch`` upload accepted, in bytes
-            (default 200,000,000 bytes: 200 MB, OpenAI's batch input limit); larger
-            uploads get 400 "File is too large.". Tests lower it to avoid uploading 200 MB.
+        max_batch_file_bytes: the largest batch input upload accepted, in bytes
+            (default :data:`~mmirage_beam.testing.fake_provider.limits.MAX_BATCH_FILE_BYTES`,
+            200 MB); larger uploads get 400 "File is too large.". Tests lower it to avoid
+            uploading 200 MB.
         models: model names served beside those the rule table knows
             (:mod:`mmirage_beam.providers.model_rules`; ``--models`` on the command
-            line); any other name is refused as its service refuses it
-            (:mod:`~mmirage_beam.testing.fake_provider.rules`).
+            line); any other name is refused as its service refuses it (each provider's
+            ``fake_service.py``).
 
     Raises:
         ValueError: for a non-loopback host or a negative delay.
@@ -116,7 +101,7 @@ class FakeProviderServer:
         processing_delay_secs: float = 0.0,
         *,
         clock: Callable[[], float] = time.time,
-        max_batch_file_bytes: int = limits.OPENAI_MAX_FILE_BYTES,
+        max_batch_file_bytes: int = limits.MAX_BATCH_FILE_BYTES,
         models: Iterable[str] = (),
     ) -> None:
         check_loopback(host)
@@ -131,59 +116,26 @@ class FakeProviderServer:
         )
         self._models = frozenset(models)
         self._store.models = self._models
-        self._openai = OpenAIApi(self._store)
-        self._anthropic = AnthropicApi(self._store)
-        self._gemini = gemini.GeminiApi(self._store)
-        self._mistral = MistralApi(self._store)
-        self.anthropic_files = anthropic_files.AnthropicFilesApi(self._store)
-        self._profiles = [ProfileApi(self._store, profile) for profile in PROFILES.values()]
-        # fakes that live in their provider's package (mmirage_beam.testing.fake_registry)
+        # every registered fake, in rank order; the fallback is asked last
         self._registered = {name: cls(self._store) for name, cls in registered_fakes().items()}
+        fallback = fallback_names()
+        self._claim_order = [f for n, f in self._registered.items() if n not in fallback] + [
+            f for n, f in self._registered.items() if n in fallback
+        ]
+        self._by_provider: dict[str, Any] = {}
+        for name, fake in self._registered.items():
+            for provider in provider_names(name, fake):
+                self._by_provider.setdefault(provider, fake)
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
-        self._url_map = Map(
+        self._admin_map = Map(
             [
-                Rule("/v1/files", methods=["POST"], endpoint="files_create"),
-                Rule("/v1/files", methods=["GET"], endpoint="files_list"),
-                Rule("/v1/files/<file_id>", methods=["GET"], endpoint="files_retrieve"),
-                Rule("/v1/files/<file_id>", methods=["DELETE"], endpoint="files_delete"),
-                Rule("/v1/files/<file_id>/content", methods=["GET"], endpoint="files_content"),
-                Rule("/v1/batches", methods=["POST"], endpoint="batches_create"),
-                Rule("/v1/batches", methods=["GET"], endpoint="batches_list"),
-                Rule("/v1/batches/<batch_id>", methods=["GET"], endpoint="batches_retrieve"),
-                Rule("/v1/batches/<batch_id>/cancel", methods=["POST"], endpoint="batches_cancel"),
-                Rule(
-                    "/v1/messages/count_tokens", methods=["POST"], endpoint="messages_count_tokens"
-                ),
-                Rule("/v1/messages/batches", methods=["POST"], endpoint="messages_batches_create"),
-                Rule("/v1/messages/batches", methods=["GET"], endpoint="messages_batches_list"),
-                Rule(
-                    "/v1/messages/batches/<batch_id>",
-                    methods=["GET"],
-                    endpoint="messages_batches_retrieve",
-                ),
-                Rule(
-                    "/v1/messages/batches/<batch_id>",
-                    methods=["DELETE"],
-                    endpoint="messages_batches_delete",
-                ),
-                Rule(
-                    "/v1/messages/batches/<batch_id>/cancel",
-                    methods=["POST"],
-                    endpoint="messages_batches_cancel",
-                ),
-                Rule(
-                    "/v1/messages/batches/<batch_id>/results",
-                    methods=["GET"],
-                    endpoint="messages_batches_results",
-                ),
                 Rule("/_fake/script", methods=["GET", "POST"], endpoint="admin_script"),
                 Rule("/_fake/state", methods=["GET"], endpoint="admin_state"),
                 Rule("/_fake/reset", methods=["POST"], endpoint="admin_reset"),
             ],
             strict_slashes=False,
         )
-        self._gemini_map = Map(gemini.routes(), strict_slashes=False)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -230,45 +182,36 @@ class FakeProviderServer:
         host = f"[{self._host}]" if ":" in self._host else self._host
         return f"http://{host}:{self.port}"
 
-    @property
-    def openai_base_url(self) -> str:
-        """``base_url + "/v1"``, for ``openai.OpenAI(base_url=...)``."""
-        return self.base_url + "/v1"
-
-    @property
-    def anthropic_base_url(self) -> str:
-        """``base_url``, for ``anthropic.Anthropic(base_url=...)``."""
-        return self.base_url
-
-    @property
-    def gemini_base_url(self) -> str:
-        """``base_url``, for ``genai.Client(http_options={"base_url": ...})`` (the SDK
-        adds ``v1beta/...`` and ``upload/v1beta/files`` (google-genai 2.x) or ``v1/...``
-        (3.x); the fake serves both)."""
-        return self.base_url
-
-    @property
-    def mistral_base_url(self) -> str:
-        """``base_url + "/mistral"``, for ``Mistral(server_url=...)`` (its paths are the
-        OpenAI fake's, ``/v1/files``..., so they live under a prefix of their own)."""
-        return self.base_url + MISTRAL_PREFIX
+    def __getattr__(self, name: str) -> str:
+        # ``fake.<provider>_base_url`` (``openai_base_url``, ``mistral_base_url``...): the
+        # base URL that provider's SDK takes, as base_url_for(<provider>) gives it.
+        if name.endswith("_base_url") and not name.startswith("_"):
+            provider = name[: -len("_base_url")]
+            if provider in self.__dict__.get("_by_provider", {}):
+                return self.base_url_for(provider)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def base_url_for(self, provider: str) -> str:
-        """The base URL ``provider``'s SDK takes (``<provider>_base_url``; for an
-        OpenAI-compatible profile, ``azure-openai``, ``groq``, ``together``, the openai
-        SDK's ``base_url`` under that profile's prefix, e.g. ``.../groq/openai/v1``).
+        """The base URL ``provider``'s SDK takes: its fake's ``base_url(root, provider)``
+        (e.g. ``.../v1`` for the openai SDK, ``.../groq/openai/v1`` for the groq profile),
+        else the server's root.
 
         Raises:
             ValueError: a provider this fake does not serve.
         """
-        if provider in PROFILES:  # OpenAI-compatible services: <base>/<prefix>/v1
-            return self.base_url + PROFILES[provider].api_prefix
-        if provider in self._registered:  # a registered fake's routes: at the root
-            return self.base_url
-        if provider not in PROVIDERS:
-            known = (*PROVIDERS, *PROFILES)
+        fake = self._by_provider.get(provider)
+        if fake is None:
+            known = tuple(self._by_provider)
             raise ValueError(f"provider must be one of {known}, got {provider!r}")
-        return getattr(self, f"{provider}_base_url")
+        if hasattr(fake, "base_url"):
+            return fake.base_url(self.base_url, provider)
+        return self.base_url
+
+    def check_provider(self, provider: str | None) -> None:
+        """Raises ValueError unless ``provider`` is one the fake serves or None."""
+        if provider is not None and provider not in self._by_provider:
+            known = tuple(self._by_provider)
+            raise ValueError(f"provider must be one of {known} or None, got {provider!r}")
 
     # -- in-process helpers ---------------------------------------------------------------
 
@@ -276,11 +219,11 @@ class FakeProviderServer:
         """Every request line accepted into a created batch, in order of receipt.
 
         Each entry is ``{"provider", "batch_id", "custom_id", "request"}`` where
-        ``request`` is the OpenAI input line or the Anthropic ``{custom_id, params}``.
-        Lines of OpenAI batches that later fail validation are included when they parsed
-        as an object with a ``custom_id``.
+        ``request`` is the request as the provider's batch holds it (an input file's line,
+        a ``{custom_id, params}`` request...). Lines of batches that later fail
+        validation are included when they parsed as an object with a ``custom_id``.
         """
-        check_provider(provider)
+        self.check_provider(provider)
         with self._store.lock:
             return [
                 copy.deepcopy(entry)
@@ -289,7 +232,7 @@ class FakeProviderServer:
             ]
 
     def create_counts(self) -> dict[str, int]:
-        """custom_id -> number of created batches (either provider) that contained it."""
+        """custom_id -> number of created batches (any provider) that contained it."""
         with self._store.lock:
             return dict(self._store.create_counts)
 
@@ -300,37 +243,32 @@ class FakeProviderServer:
 
     def batches(self, provider: str | None = None) -> list[dict[str, Any]]:
         """The current batch objects (as the API shows them now), oldest first."""
-        check_provider(provider)
+        self.check_provider(provider)
         with self._store.lock:
             now = self._store.clock()
-            return [
+            views = (
                 self._view(batch, now)
                 for batch in self._store.batches.values()
                 if not batch.deleted
                 and (provider is None or (batch.profile or batch.provider) == provider)
-            ]
+            )
+            return [view for view in views if view is not None]
 
     def expire_results(self, batch_id: str) -> None:
         """Make an ended batch's results expire now, as the real services do after their
-        retention (OpenAI: the output and error files are deleted, ``files.retrieve`` and
-        ``files.content`` answer 404 ``No such File object``; Anthropic: the batch stays
-        viewable, ``results`` answers 404 ``not_found_error``).
+        retention (the fake of the batch's provider says how: its ``expire_results``).
 
         Raises:
-            ValueError: no OpenAI or Anthropic batch has this id.
+            ValueError: no batch has this id, or its provider's fake cannot expire results.
         """
         with self._store.lock:
             batch = self._store.batches.get(batch_id)
-            if batch is None or batch.provider not in ("openai", "anthropic"):
-                raise ValueError(f"no OpenAI or Anthropic batch {batch_id!r}")
             now = self._store.clock()
-            if batch.provider == "anthropic":
-                batch.results_expire_at = now
-                return
-            for file_id in (batch.output_file_id, batch.error_file_id):
-                stored = self._store.files.get(file_id) if file_id else None
-                if stored is not None:
-                    stored.expires_at = int(now)
+            for fake in self._registered.values():
+                expire = getattr(fake, "expire_results", None)
+                if batch is not None and expire is not None and expire(batch, now):
+                    return
+            raise ValueError(f"no batch {batch_id!r} whose results can expire")
 
     def script(self, **behaviour: Any) -> None:
         """Merges scripting keys into the current script (``None`` restores a default).
@@ -380,14 +318,15 @@ class FakeProviderServer:
             self._store.reset()
             self._store.models = self._models
 
-    def _view(self, batch: Batch, now: float) -> dict[str, Any]:
-        """The batch object at time ``now`` (materialising results once it is done)."""
-        if batch.provider == GEMINI:
-            return self._gemini.view(batch, now)
-        if batch.provider == MISTRAL:
-            return self._mistral.view(batch, now)
-        api = self._openai if batch.provider == OPENAI else self._anthropic
-        return api.view(batch, now)
+    def _view(self, batch: Batch, now: float) -> dict[str, Any] | None:
+        """The batch object at time ``now`` (materialising results once it is done), from
+        the fake of its provider (None: no fake shows it)."""
+        for fake in self._registered.values():
+            view = getattr(fake, "batch_view", None)
+            shown = view(batch, now) if view is not None else None
+            if shown is not None:
+                return shown
+        return None
 
     # -- HTTP plumbing --------------------------------------------------------------------
 
@@ -398,10 +337,19 @@ class FakeProviderServer:
         finally:
             request.close()  # closes spooled upload files
         # Every answer carries a request id, as the real services do; the SDKs expose it
-        # as ``_request_id`` (OpenAI ``x-request-id``, Anthropic ``request-id``).
-        header = "request-id" if request.path.startswith("/v1/messages") else "x-request-id"
-        response.headers[header] = new_id("req_")
+        # as ``_request_id``. A fake that names its own header sets it; else x-request-id.
+        if "request-id" not in response.headers:
+            response.headers["x-request-id"] = new_id("req_")
         return response(environ, start_response)
+
+    def labels(self, name: str | None = None) -> list[tuple[str, str]]:
+        """``(label, provider name)`` of the start-up line, of every registered fake in
+        rank order (or of fake ``name``)."""
+        out: list[tuple[str, str]] = []
+        for fake_name, fake in self._registered.items():
+            if name is None or fake_name == name:
+                out.extend(getattr(fake, "labels", ()) or ())
+        return out
 
     @property
     def registered_names(self) -> list[str]:
@@ -413,81 +361,21 @@ class FakeProviderServer:
         return self._registered[name]
 
     def _dispatch(self, request: Request) -> Response:
-        for fake in self._registered.values():
-            if fake.claims(request.path):
-                return fake.handle(request)
-        if anthropic_files.serves(request):  # /v1/files with Anthropic's headers
-            return self.anthropic_files.handle(request)
-        if request.path.startswith(MISTRAL_PREFIX + "/"):
-            return self._mistral.handle(request)
-        for profile_api in self._profiles:  # /azure/openai/v1/..., /groq/..., /together/...
-            if profile_api.serves(request.path):
-                return profile_api.handle(request)
-        provider = ANTHROPIC if request.path.startswith("/v1/messages") else OPENAI
-        url_map = self._url_map
-        if gemini.serves(request):  # /v1beta/..., or a Gemini-shaped /v1/... call
-            provider, url_map = GEMINI, self._gemini_map
-        adapter = url_map.bind_to_environ(request.environ)
-        try:
-            endpoint, args = adapter.match()
-            args.pop("api_version", None)  # Gemini's v1beta or v1: the same handlers
-        except HTTPException as exc:
-            status = exc.code or 404
-            kind = {ANTHROPIC: "not_found_error", GEMINI: "NOT_FOUND"}.get(
-                provider, "invalid_request_error"
-            )
-            return error_response(
-                provider,
-                ApiError(status, kind, f"{request.method} {request.path}: {exc.name}"),
-            )
-        if endpoint.startswith("admin_"):
-            handler = getattr(self, f"_h_{endpoint}")
-        elif endpoint.startswith("messages_"):
-            handler = getattr(self._anthropic, endpoint)
-        elif endpoint.startswith("gemini_"):
-            handler = getattr(self._gemini, endpoint)
-        else:
-            handler = getattr(self._openai, endpoint)
-        if endpoint.startswith("admin_"):
+        if request.path.startswith("/_fake/"):
             try:
-                return handler(request, **args)
-            except ValueError as exc:
-                return json_response({"error": str(exc)}, 400)
-        with self._store.lock:
-            self._store.call_counts[endpoint] = self._store.call_counts.get(endpoint, 0) + 1
-        try:
-            self._check_auth(provider, request)
-            leading = self._store.take_leading_error(endpoint)
-            if leading is not None:
-                raise status_error(provider, *leading, f"leading error on {endpoint}", args)
-            return handler(request, **args)
-        except ApiError as err:
-            return error_response(provider, err)
-        except Exception:  # a bug in the fake: answer 500 rather than drop the connection
-            _LOG.exception("fake provider failed on %s %s", request.method, request.path)
-            kind = {ANTHROPIC: "api_error", GEMINI: "INTERNAL"}.get(provider, "server_error")
-            return error_response(provider, ApiError(500, kind, "Internal error in the fake."))
-
-    @staticmethod
-    def _check_auth(provider: str, request: Request) -> None:
-        if provider == GEMINI:  # the SDK sends x-goog-api-key (the REST docs: ?key=)
-            if request.headers.get("x-goog-api-key", "").strip() or request.args.get("key"):
-                return
-            if request.path.startswith("/upload/") and request.args.get("upload_id"):
-                return  # a resumable upload's URL is its own credential
-            raise ApiError(401, "UNAUTHENTICATED", "API key not valid. Please pass a valid key.")
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and token.strip():
-            return
-        if provider == ANTHROPIC:
-            if request.headers.get("x-api-key", "").strip():
-                return
-            raise ApiError(401, "authentication_error", "x-api-key header is required")
-        raise ApiError(
-            401,
-            "invalid_request_error",
-            "You didn't provide an API key. You need to provide your API key in an "
-            "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                endpoint, args = self._admin_map.bind_to_environ(request.environ).match()
+            except HTTPException:
+                pass  # not an admin path: the fakes answer (the fallback's 404)
+            else:
+                try:
+                    return getattr(self, f"_h_{endpoint}")(request, **args)
+                except ValueError as exc:
+                    return json_response({"error": str(exc)}, 400)
+        for fake in self._claim_order:
+            if fake.claims(request):
+                return fake.handle(request)
+        return json_response(
+            {"error": {"message": f"{request.method} {request.path}: Not Found"}}, 404
         )
 
     # -- admin endpoints ------------------------------------------------------------------

@@ -4,6 +4,7 @@ fake on a port until Ctrl-C or SIGTERM, with failures scripted from flags."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import signal
@@ -16,18 +17,31 @@ from mmirage_beam.testing.fake_provider.scripting import SCRIPT_KEYS, markers_he
 __all__ = ["main"]
 
 
+def _labels() -> list[str]:
+    """The labels of the registered fakes (each provider's fake names its own)."""
+    from mmirage_beam.testing.fake_registry import registered_fakes
+
+    out: list[str] = []
+    for name, cls in registered_fakes().items():
+        labels = getattr(cls, "labels", ())
+        if isinstance(labels, tuple) and labels:
+            out.extend(label for label, _ in labels)
+        else:
+            out.append(name)
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mmirage fake-provider",
-        description="A fake of the batch APIs of OpenAI, Anthropic, Gemini, Mistral, Azure "
-        "OpenAI, Groq and Together, in memory on one loopback port, for tests and "
-        "rehearsals (nothing reaches a real provider).\n"
-        "Point the SDKs or a config's base_url at it: "
-        "OpenAI http://HOST:PORT/v1, Anthropic and Gemini http://HOST:PORT, Mistral "
-        "http://HOST:PORT/mistral, the OpenAI-compatible Azure OpenAI, Groq and Together "
-        "APIs http://HOST:PORT/azure/openai/v1, /groq/openai/v1, /together/v1. Any non-empty "
-        "key is accepted. Script failures at start with the flags below, or later with "
-        "POST /_fake/script (same keys as --script); GET /_fake/state shows what it holds.",
+        description="A fake of the batch APIs of the providers ("
+        + ", ".join(_labels())
+        + "), in memory on one loopback port, for tests and rehearsals (nothing reaches a "
+        "real provider).\n"
+        "Point the SDKs or a config's base_url at it: the start-up line gives each "
+        "provider's base URL. Any non-empty key is accepted. Script failures at start with "
+        "the flags below, or later with POST /_fake/script (same keys as --script); GET "
+        "/_fake/state shows what it holds.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Markers in a prompt script single requests (see the package docstring of "
         "mmirage_beam.testing.fake_provider for each provider's exact shape):\n"
@@ -66,12 +80,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--token-limit-exceeded",
         action="store_true",
-        help="OpenAI batches fail validation with token_limit_exceeded",
+        help="batches whose service checks a token limit at validation fail with "
+        "token_limit_exceeded",
     )
     parser.add_argument(
         "--empty-error-file-id",
         action="store_true",
-        help='OpenAI error_file_id is "" when nothing failed',
+        help='error_file_id is "" when nothing failed (services with an error file)',
     )
     parser.add_argument(
         "--shuffle-results", action="store_true", help="results in a shuffled order"
@@ -102,6 +117,16 @@ def _parser() -> argparse.ArgumentParser:
         "name is refused as the service refuses it: docs/fake-provider.md)",
     )
     parser.add_argument(
+        "--with",
+        dest="with_fakes",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also start what the registered fake NAME's demo needs beside this server "
+        "(a fake that is a server of its own, on an emulator; a storage server...) and "
+        "print its processor keys (repeatable; docs/fake-provider.md)",
+    )
+    parser.add_argument(
         "--verbose", action="store_true", help="log every request (DEBUG) to stderr"
     )
     return parser
@@ -129,14 +154,29 @@ def _script_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return script
 
 
+def _demo_of(fake: FakeProviderServer, name: str) -> Any:
+    """The ``demo`` context manager of the registered fake ``name``.
+
+    Raises:
+        ValueError: no registered fake has that name, or it has no ``demo``.
+    """
+    try:
+        demo = getattr(fake.registered_fake(name), "demo", None)
+    except KeyError:
+        demo = None
+    if demo is None:
+        known = [n for n in fake.registered_names if hasattr(fake.registered_fake(n), "demo")]
+        raise ValueError(f"--with {name}: no registered fake of that name has a demo; {known}")
+    return demo
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the fake until Ctrl-C or SIGTERM; returns the process exit code.
 
-    Prints one banner line ``fake provider listening on http://HOST:PORT (OpenAI:
-    http://HOST:PORT/v1, Anthropic: http://HOST:PORT, Gemini: http://HOST:PORT, Mistral:
-    http://HOST:PORT/mistral, Azure OpenAI: http://HOST:PORT/azure/openai/v1, Groq:
-    http://HOST:PORT/groq/openai/v1, Together: http://HOST:PORT/together/v1)`` once the
-    port is bound.
+    Prints one banner line ``fake provider listening on http://HOST:PORT (<label>:
+    <base URL>, ...)`` once the port is bound, with the labels of the registered fakes in
+    their rank order (``OpenAI: http://HOST:PORT/v1, Anthropic: http://HOST:PORT, ...``),
+    then an ``and <name>: URL`` line for each fake without a label.
     """
     parser = _parser()
     args = parser.parse_args(argv)
@@ -151,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             host=args.host, port=args.port, processing_delay_secs=args.delay, models=models
         )
         fake.script(**_script_from_args(args))
+        demos = [_demo_of(fake, name) for name in args.with_fakes]
     except ValueError as exc:  # includes json.JSONDecodeError
         parser.error(str(exc))
     stop = threading.Event()
@@ -160,22 +201,27 @@ def main(argv: list[str] | None = None) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, lambda *_: stop.set())
     fake.start()
+    extras = contextlib.ExitStack()
     try:
-        print(
-            f"fake provider listening on {fake.base_url} "
-            f"(OpenAI: {fake.openai_base_url}, Anthropic: {fake.anthropic_base_url}, "
-            f"Gemini: {fake.gemini_base_url}, Mistral: {fake.mistral_base_url}, "
-            f"Azure OpenAI: {fake.base_url_for('azure-openai')}, "
-            f"Groq: {fake.base_url_for('groq')}, Together: {fake.base_url_for('together')})",
-            flush=True,
-        )
-        for name in fake.registered_names:  # fakes that live in their provider's package
-            print(f"  and {name}: {fake.base_url_for(name)}", flush=True)
+        named = ", ".join(f"{label}: {fake.base_url_for(p)}" for label, p in fake.labels())
+        print(f"fake provider listening on {fake.base_url} ({named})", flush=True)
+        for name in fake.registered_names:  # fakes without a label: a line of their own
+            if not fake.labels(name) and not getattr(
+                fake.registered_fake(name), "own_server", False
+            ):
+                print(f"  and {name}: {fake.base_url_for(name)}", flush=True)
+        for name, demo in zip(args.with_fakes, demos):
+            try:  # the fake's own services (an emulator, a server of its own...)
+                keys = dict(extras.enter_context(demo(fake.base_url_for(name), 100)))
+            except Exception as exc:  # noqa: BLE001 - e.g. an emulator not installed
+                parser.error(f"--with {name}: {exc}")
+            print(f"  with {name}: {json.dumps(keys, sort_keys=True)}", flush=True)
         while not stop.wait(0.2):
             pass
     except KeyboardInterrupt:
         pass
     finally:
+        extras.close()
         fake.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)

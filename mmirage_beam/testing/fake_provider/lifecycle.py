@@ -2,6 +2,8 @@
 
 Nothing runs in the background: every read computes the phase from ``batch.created``,
 ``batch.delay_secs`` and a cancellation time (see "Lifecycle" in the package docstring).
+Each provider's phases (its status names and timestamps) live with its fake
+(``mmirage_beam/providers/<name>/fake_service.py``); this module holds what they share.
 """
 
 from __future__ import annotations
@@ -11,17 +13,23 @@ from collections.abc import Callable
 from typing import Any
 
 from mmirage_beam.testing.fake_provider.store import Batch
-from mmirage_beam.testing.fake_provider.wire import OPENAI
 
-OPENAI_TERMINAL = ("completed", "failed", "expired", "cancelled")
+#: provider -> seconds after creation at which its batches start processing, as a
+#: function of the delay (each provider's fake registers its own; 0 when it has none)
+_PROCESSING_STARTS: dict[str, Callable[[float], float]] = {}
+
+
+def register_processing_start(provider: str, start: Callable[[float], float]) -> None:
+    """``provider``'s batches process their requests from ``start(delay_secs)`` seconds
+    after their creation (e.g. after a validation phase) until two thirds of the delay."""
+    _PROCESSING_STARTS[provider] = start
 
 
 def processing_window(batch: Batch) -> tuple[float, float]:
     """(start, end) Unix seconds of the window in which requests are processed."""
     d = batch.delay_secs
-    if batch.provider == OPENAI:
-        return batch.created + d / 3, batch.created + 2 * d / 3
-    return batch.created, batch.created + 2 * d / 3
+    start = _PROCESSING_STARTS.get(batch.provider)
+    return batch.created + (start(d) if start else 0), batch.created + 2 * d / 3
 
 
 def processed(batch: Batch, at: float) -> int:
@@ -44,90 +52,6 @@ def final_processed(batch: Batch) -> int:
     if batch.cancel_requested_at is not None:
         return processed(batch, batch.cancel_requested_at)
     return processed(batch, math.inf)
-
-
-def is_terminal(batch: Batch, now: float) -> bool:
-    """Whether the batch has reached a terminal status at ``now``."""
-    if batch.provider == OPENAI:
-        return openai_phase(batch, now)["status"] in OPENAI_TERMINAL
-    return anthropic_phase(batch, now)["processing_status"] == "ended"
-
-
-def openai_phase(batch: Batch, now: float) -> dict[str, Any]:
-    """OpenAI ``status`` and the ``*_at`` timestamps (Unix seconds or None) at ``now``."""
-    d, t0 = batch.delay_secs, batch.created
-    v_end, ip_end, end = t0 + d / 3, t0 + 2 * d / 3, t0 + d
-    out: dict[str, Any] = dict.fromkeys(
-        (
-            "in_progress_at",
-            "finalizing_at",
-            "completed_at",
-            "failed_at",
-            "expired_at",
-            "cancelling_at",
-            "cancelled_at",
-        )
-    )
-    tc = batch.cancel_requested_at
-    if tc is not None:
-        out["in_progress_at"] = v_end if tc >= v_end and batch.errors is None else None
-        out["finalizing_at"] = ip_end if tc >= ip_end and batch.errors is None else None
-        out["cancelling_at"] = tc
-        if now < tc + d / 3:
-            out["status"] = "cancelling"
-        else:
-            out["status"] = "cancelled"
-            out["cancelled_at"] = tc + d / 3
-    elif now < v_end:
-        out["status"] = "validating"
-    elif batch.errors is not None:
-        out["status"], out["failed_at"] = "failed", v_end
-    else:
-        out["in_progress_at"] = v_end
-        if now < ip_end:
-            out["status"] = "in_progress"
-        elif batch.stop_kind == "cancelled":
-            out["cancelling_at"] = ip_end
-            if now < end:
-                out["status"] = "cancelling"
-            else:
-                out["status"], out["cancelled_at"] = "cancelled", end
-        elif batch.stop_kind == "overrun":  # Azure: an overrunning job is not expired
-            out["status"] = "in_progress"
-        elif batch.stop_kind == "expired":
-            if now < end:
-                out["status"] = "in_progress"
-            else:
-                out["status"], out["expired_at"] = "expired", end
-        else:
-            out["finalizing_at"] = ip_end
-            if now < end:
-                out["status"] = "finalizing"
-            else:
-                out["status"], out["completed_at"] = "completed", end
-    return out
-
-
-def anthropic_phase(batch: Batch, now: float) -> dict[str, Any]:
-    """Anthropic ``processing_status``, ``cancel_initiated_at`` and ``ended_at`` at ``now``."""
-    d, t0 = batch.delay_secs, batch.created
-    end = t0 + d
-    out: dict[str, Any] = {"cancel_initiated_at": None, "ended_at": None}
-    tc = batch.cancel_requested_at
-    if tc is not None:
-        out["cancel_initiated_at"] = tc
-        end = tc + d / 3
-        status = "canceling"
-    elif batch.stop_kind == "cancelled":
-        initiated = t0 + 2 * d / 3
-        out["cancel_initiated_at"] = initiated if now >= initiated else None
-        status = "canceling" if now >= initiated else "in_progress"
-    else:
-        status = "in_progress"
-    if now >= end:
-        status, out["ended_at"] = "ended", end
-    out["processing_status"] = status
-    return out
 
 
 def split_processed(batch: Batch) -> tuple[list[Any], list[Any], bool]:

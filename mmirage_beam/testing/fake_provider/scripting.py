@@ -26,16 +26,16 @@ MARKERS: dict[str, str] = {
     "server_error": "the request fails with a 500 server error",
     "invalid_request": "the request fails with a 400 invalid_request_error",
     "rate_limit": "the request fails with a 429",
-    "timeout": "the request times out (OpenAI error.code request_timeout)",
+    "timeout": "the request times out (a timeout error in the result)",
     "transient": "fails like server_error once per custom_id, then answers",
     "flaky": "fails like rate_limit the first time this prompt is seen, then answers",
     "not_json": "a JSON-output request gets plain, non-JSON text",
-    "refusal": "the model refuses (OpenAI message.refusal, Anthropic stop_reason refusal)",
+    "refusal": "the model refuses (the service's refusal field or stop reason)",
     "length": "the answer is cut at the token limit (finish_reason length, max_tokens)",
-    "content_filter": "OpenAI finish_reason content_filter (Anthropic answers normally)",
+    "content_filter": "finish_reason content_filter where the service has one (else answers)",
     "empty": "an empty answer (content '', output [], content [])",
-    "error_body_200": "OpenAI: status_code 200 with an error object as the body",
-    "empty_body_200": "OpenAI: status_code 200 with an empty body {}",
+    "error_body_200": "status_code 200 with an error object as the body, where lines carry one",
+    "empty_body_200": "status_code 200 with an empty body {}, where lines carry one",
     "malformed_line": "this request's result line is not JSON",
     "truncated_line": "this request's result line is cut mid-way",
     "wrong_shape": "this request's result line is JSON of the wrong shape",
@@ -50,64 +50,6 @@ U2028_MESSAGE = (
 )
 _MARKER_RE = re.compile(re.escape(FAKE_ERROR_PREFIX) + r"([a-z0-9_]+)")
 DEFAULT_RETRY_AFTER_MS = 10
-
-OPENAI_ENDPOINT_NAMES = (
-    "files_create",
-    "files_list",
-    "files_retrieve",
-    "files_delete",
-    "files_content",
-    "batches_create",
-    "batches_list",
-    "batches_retrieve",
-    "batches_cancel",
-)
-ANTHROPIC_ENDPOINT_NAMES = (
-    "messages_batches_create",
-    "messages_batches_list",
-    "messages_batches_retrieve",
-    "messages_batches_cancel",
-    "messages_batches_delete",
-    "messages_batches_results",
-    "anthropic_files_upload",
-    "anthropic_files_list",
-    "anthropic_files_retrieve",
-    "anthropic_files_delete",
-    "anthropic_files_download",
-)
-GEMINI_ENDPOINT_NAMES = (
-    "gemini_files_upload",
-    "gemini_files_get",
-    "gemini_files_download",
-    "gemini_batches_create",
-    "gemini_batches_list",
-    "gemini_batches_get",
-    "gemini_batches_cancel",
-    "gemini_batches_delete",
-    "gemini_count_tokens",
-    "gemini_files_list",
-    "gemini_files_delete",
-)
-MISTRAL_ENDPOINT_NAMES = (
-    "mistral_files_upload",
-    "mistral_files_list",
-    "mistral_files_retrieve",
-    "mistral_files_delete",
-    "mistral_files_download",
-    "mistral_jobs_create",
-    "mistral_jobs_list",
-    "mistral_jobs_get",
-    "mistral_jobs_cancel",
-    "mistral_jobs_delete",
-    "mistral_files_signed_url",
-    "mistral_signed_download",
-)
-API_ENDPOINT_NAMES = frozenset(
-    OPENAI_ENDPOINT_NAMES
-    + ANTHROPIC_ENDPOINT_NAMES
-    + GEMINI_ENDPOINT_NAMES
-    + MISTRAL_ENDPOINT_NAMES
-)
 
 
 def error_marker(prompt_text: str) -> str | None:
@@ -245,7 +187,7 @@ def _parse_leading_errors(value: Any) -> LeadingErrors:
             raise ValueError("leading_errors.paths must be a list of endpoint names")
         from mmirage_beam.testing.fake_registry import registered_endpoint_names
 
-        known = API_ENDPOINT_NAMES | registered_endpoint_names()
+        known = registered_endpoint_names()  # each fake registers its own
         bad = [p for p in paths if p not in known]
         if bad:
             raise ValueError(

@@ -1,7 +1,7 @@
 """The fake's in-memory state: files, batches and their processed items, the records
 tests read back (submitted requests, create and call counts) and the current script.
 
-One :class:`Store` is shared by the OpenAI and Anthropic handlers; every access holds
+One :class:`Store` is shared by the providers' fakes; every access holds
 ``store.lock``.
 """
 
@@ -24,7 +24,7 @@ from mmirage_beam.testing.fake_provider.scripting import (
     LeadingErrors,
     broken_line,
 )
-from mmirage_beam.testing.fake_provider.wire import ANTHROPIC, ApiError, new_id
+from mmirage_beam.testing.fake_provider.wire import ApiError, error_shape, new_id
 
 
 def rfc3339(ts: float | None) -> str | None:
@@ -70,7 +70,7 @@ class StoredFile:
     content: bytes
     created_at: int
     expires_at: int | None = None
-    owner: str = "openai"  # "openai" or the OpenAI-compatible profile that holds it
+    owner: str = ""  # the fake (or the compatible profile) whose file it is
 
     def view(self) -> dict[str, Any]:
         """The OpenAI file object."""
@@ -183,7 +183,7 @@ class Store:
         self,
         clock: Callable[[], float],
         default_delay_secs: float,
-        max_batch_file_bytes: int = limits.OPENAI_MAX_FILE_BYTES,
+        max_batch_file_bytes: int = limits.MAX_BATCH_FILE_BYTES,
     ) -> None:
         self.clock = clock
         self.default_delay_secs = default_delay_secs
@@ -204,9 +204,6 @@ class Store:
             self.transient_failed: set[str] = set()
             self.call_counts: dict[str, int] = {}
             self.script: dict[str, Any] = dict(SCRIPT_DEFAULTS)
-            # Gemini: uploaded and generated files, and resumable uploads in progress
-            self.gemini_files: dict[str, dict[str, Any]] = {}
-            self.gemini_uploads: dict[str, dict[str, Any]] = {}
             # provider name -> that provider module's own state (e.g. Mistral's files)
             self.provider_state: dict[str, dict[str, Any]] = {}
 
@@ -242,11 +239,7 @@ class Store:
         """The batch; raises a 404 :class:`ApiError` in ``provider``'s shape when unknown."""
         batch = self.batches.get(batch_id)
         if batch is None or batch.provider != provider or batch.deleted:
-            if provider == ANTHROPIC:
-                raise ApiError(404, "not_found_error", f"Message batch {batch_id} not found.")
-            raise ApiError(
-                404, "invalid_request_error", f"No batch found with id '{batch_id}'.", param="id"
-            )
+            raise error_shape(provider).unknown_batch(batch_id)
         return batch
 
     def new_batch(self, provider: str, prefix: str, now: float) -> Batch:

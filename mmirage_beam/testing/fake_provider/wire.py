@@ -1,5 +1,6 @@
-"""HTTP helpers shared by both providers: provider names, ids, the providers' error
-shapes (:class:`ApiError`), JSON responses, and query/body parsing."""
+"""HTTP helpers shared by the providers' fakes: ids, errors (:class:`ApiError`) answered in
+the shape each provider's fake registers (:class:`ErrorShape`), JSON responses, and
+query/body parsing."""
 
 from __future__ import annotations
 
@@ -11,23 +12,64 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
-OPENAI = "openai"
-ANTHROPIC = "anthropic"
-GEMINI = "gemini"
-MISTRAL = "mistral"
-PROVIDERS = (OPENAI, ANTHROPIC, GEMINI, MISTRAL)
-#: google.rpc status names of HTTP codes (Gemini's error shape)
-_GOOGLE_STATUS = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    409: "ABORTED",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
+
+class ErrorShape:
+    """How one provider answers errors; each provider's fake registers its own
+    (:func:`register_error_shape`) and the shared helpers below look it up by name.
+
+    Subclasses override :meth:`body`, :meth:`not_found`, :meth:`scripted_kind` and the two
+    kinds; the defaults here are the plain ``{"error": {message, type, param, code}}``
+    shape."""
+
+    #: ``error_type`` of the 404 for a path none of the provider's routes serves.
+    missing_route_kind = "invalid_request_error"
+    #: ``error_type`` of a 500 caused by a bug in the fake.
+    internal_kind = "server_error"
+
+    def body(self, err: ApiError) -> dict[str, Any]:
+        """The JSON body of ``err``."""
+        return {
+            "error": {
+                "message": err.message,
+                "type": err.error_type,
+                "param": err.param,
+                "code": err.code,
+            }
+        }
+
+    def not_found(self, args: Mapping[str, str]) -> ApiError:
+        """The 404 for the object named in the URL arguments ``args``."""
+        return ApiError(404, self.missing_route_kind, f"{dict(args)} not found.")
+
+    def unknown_batch(self, batch_id: str) -> ApiError:
+        """The 404 for a batch id the store does not hold (``store.get_batch``)."""
+        return self.not_found({"batch_id": batch_id})
+
+    def scripted_kind(self, status: int) -> tuple[str, str | None]:
+        """``(error_type, code)`` of a scripted error with HTTP ``status`` (not 404)."""
+        return ("server_error" if status >= 500 else "invalid_request_error"), None
+
+
+_SHAPES: dict[str, ErrorShape] = {}
+
+
+def register_error_shape(provider: str, shape: ErrorShape) -> None:
+    """Answer ``provider``'s errors in ``shape`` (a later registration replaces it)."""
+    _SHAPES[provider] = shape
+
+
+def error_shape(provider: str) -> ErrorShape:
+    """The error shape registered for ``provider``.
+
+    Raises:
+        KeyError: no fake registered one under that name.
+    """
+    try:
+        return _SHAPES[provider]
+    except KeyError:
+        raise KeyError(
+            f"no error shape registered for {provider!r}; known: {sorted(_SHAPES)}"
+        ) from None
 
 
 def new_id(prefix: str) -> str:
@@ -67,57 +109,13 @@ def json_response(
 
 
 def error_response(provider: str, err: ApiError) -> Response:
-    """``err`` in the provider's error shape (OpenAI ``{error}``, Anthropic ``{type, error}``,
-    Gemini ``{error: {code, message, status}}``)."""
-    if provider == GEMINI:
-        status = err.error_type if err.error_type.isupper() else None
-        body = {
-            "error": {
-                "code": err.status,
-                "message": err.message,
-                "status": status or _GOOGLE_STATUS.get(err.status, "UNKNOWN"),
-            }
-        }
-        return json_response(body, err.status, err.headers)
-    if provider == ANTHROPIC:
-        body: dict[str, Any] = {
-            "type": "error",
-            "error": {"type": err.error_type, "message": err.message},
-            "request_id": new_id("req_"),
-        }
-    else:
-        body = {
-            "error": {
-                "message": err.message,
-                "type": err.error_type,
-                "param": err.param,
-                "code": err.code,
-            }
-        }
-    return json_response(body, err.status, err.headers)
+    """``err`` in the provider's error shape (:func:`register_error_shape`)."""
+    return json_response(error_shape(provider).body(err), err.status, err.headers)
 
 
 def not_found_error(provider: str, args: Mapping[str, str]) -> ApiError:
-    """The provider's 404 for the object named in the URL arguments ``args``.
-
-    OpenAI: ``{"error": {"message": "No batch found with id '...'.", "type":
-    "invalid_request_error", "param": null, "code": null}}`` (files: "No such File
-    object: ..."); Anthropic: ``{"type": "error", "error": {"type": "not_found_error",
-    "message": ...}}``.
-    """
-    if provider == ANTHROPIC:
-        what = args.get("batch_id", "")
-        return ApiError(404, "not_found_error", f"Message batch {what} not found.")
-    if provider == GEMINI:
-        what = (
-            f"files/{args['file_id']}" if "file_id" in args else f"batches/{args.get('batch_id')}"
-        )
-        return ApiError(404, "NOT_FOUND", f"{what} not found.")
-    if "file_id" in args:
-        return ApiError(404, "invalid_request_error", f"No such File object: {args['file_id']}")
-    return ApiError(
-        404, "invalid_request_error", f"No batch found with id '{args.get('batch_id', '')}'."
-    )
+    """The provider's 404 for the object named in the URL arguments ``args``."""
+    return error_shape(provider).not_found(args)
 
 
 def status_error(
@@ -132,18 +130,7 @@ def status_error(
     headers."""
     if status == 404:
         return not_found_error(provider, args or {})
-    if provider == GEMINI:
-        kind, code = _GOOGLE_STATUS.get(status, "UNKNOWN"), None
-    elif provider == ANTHROPIC:
-        kind = {429: "rate_limit_error", 529: "overloaded_error", 504: "timeout_error"}.get(
-            status, "api_error" if status >= 500 else "invalid_request_error"
-        )
-        code = None
-    else:
-        kind = {429: "requests"}.get(
-            status, "server_error" if status >= 500 else "invalid_request_error"
-        )
-        code = {429: "rate_limit_exceeded", 503: "service_unavailable"}.get(status)
+    kind, code = error_shape(provider).scripted_kind(status)
     headers = {
         "retry-after-ms": str(retry_after_ms),
         "retry-after": str(math.ceil(retry_after_ms / 1000)),

@@ -1,7 +1,7 @@
 """The shapes the fake Gemini batch API reads and writes: one batch line's ``request``
 checked with google-genai's own pydantic types, a ``response_schema`` read back as JSON
 schema, the user prompt of a request, error lines and scripted failures, and responses
-checked as the SDK reads them. :mod:`~mmirage_beam.testing.fake_provider.gemini` serves
+checked as the SDK reads them. :mod:`~mmirage_beam.providers.gemini.fake` serves
 them.
 """
 
@@ -125,6 +125,45 @@ def prompt_of(contents: Any) -> tuple[str, int]:
             elif isinstance(part, Mapping) and get_field(part, "inline_data") is not None:
                 images += 1
     return "\n".join(texts), images
+
+
+#: the answer's finish (``answers.Answer.finish``) -> ``Candidate.finishReason``
+FINISH_REASONS = {
+    "refusal": "SAFETY",
+    "content_filter": "PROHIBITED_CONTENT",
+    "length": "MAX_TOKENS",
+}
+
+
+def candidate_response(answer: Any, model_version: str) -> tuple[dict[str, Any], int]:
+    """The ``GenerateContentResponse`` of ``answer`` (an ``answers.Answer`` of the fake's
+    core) and its output tokens: one candidate whose
+    ``finishReason`` says how it ended (a refusal or a filtered answer has
+    ``safetyRatings`` and no content, and counts no output tokens), ``usageMetadata`` and
+    ``modelVersion``. The Gemini API's fake and Vertex AI's answer with it."""
+    candidate: dict[str, Any] = {
+        "finishReason": FINISH_REASONS.get(answer.finish, "STOP"),
+        "index": 0,
+    }
+    if answer.finish in ("refusal", "content_filter"):
+        candidate["safetyRatings"] = [
+            {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH"}
+        ]
+        output_tokens = 0
+    else:
+        parts = [] if answer.finish == "empty" else [{"text": answer.text}]
+        candidate["content"] = {"role": "model", "parts": parts}
+        output_tokens = answer.output_tokens
+    response = {
+        "candidates": [candidate],
+        "usageMetadata": {
+            "promptTokenCount": answer.input_tokens,
+            "candidatesTokenCount": output_tokens,
+            "totalTokenCount": answer.input_tokens + output_tokens,
+        },
+        "modelVersion": model_version,
+    }
+    return response, output_tokens
 
 
 def check_response(response: Mapping[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """What the fake Mistral batch API writes: its flat error object, a result file's
 lines (a chat completion, an HTTP error, a request that never ran), the scripted
 failures, and request checks with the mistralai SDK's own pydantic types.
-:mod:`~mmirage_beam.testing.fake_provider.mistral` serves them.
+:mod:`~mmirage_beam.providers.mistral.fake` serves them.
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def embeddings_response(
     """An ``EmbeddingResponse`` body (mistralai 3.7: ``{"id", "object", "model",
     "usage", "data": [{"object": "embedding", "embedding", "index"}]}``), one vector of
     ``dimensions`` numbers per input (8 when unset; the same vectors as the OpenAI fake's,
-    :func:`~mmirage_beam.testing.fake_provider.openai_bodies.embedding_vector`)."""
-    from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+    :func:`~mmirage_beam.providers.openai.fake_bodies.embedding_vector`)."""
+    from mmirage_beam.providers.openai.fake_bodies import embedding_vector
 
     return {
         "id": uuid.uuid4().hex,

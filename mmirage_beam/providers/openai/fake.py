@@ -2,7 +2,7 @@
 retrieval, listing and cancellation, and the output and error files of a finished batch.
 
 The checks of an input file and of a create call are in
-:mod:`~mmirage_beam.testing.fake_provider.openai_input`."""
+:mod:`~mmirage_beam.providers.openai.fake_input`."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
-from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
-from mmirage_beam.testing.fake_provider.openai_bodies import (
+from mmirage_beam.providers.openai import fake_service
+from mmirage_beam.providers.openai.fake_bodies import (
     HttpFailure,
     check_body,
     error_line,
@@ -23,12 +22,15 @@ from mmirage_beam.testing.fake_provider.openai_bodies import (
     prompt_of,
     success_body,
 )
-from mmirage_beam.testing.fake_provider.openai_input import (
+from mmirage_beam.providers.openai.fake_input import (
     check_metadata,
     check_output_expires_after,
     is_batch_jsonl,
     parse_input_file,
 )
+from mmirage_beam.providers.openai.fake_service import OPENAI
+from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
+from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import (
     Batch,
@@ -40,7 +42,6 @@ from mmirage_beam.testing.fake_provider.store import (
     jsonl,
 )
 from mmirage_beam.testing.fake_provider.wire import (
-    OPENAI,
     ApiError,
     json_payload,
     json_response,
@@ -52,7 +53,7 @@ from mmirage_beam.testing.fake_provider.wire import (
 __all__ = ["OpenAIApi", "is_batch_jsonl"]
 
 if TYPE_CHECKING:
-    from mmirage_beam.testing.fake_provider.profiles import Profile
+    from mmirage_beam.providers.openai.fake_profiles import Profile
 
 
 class OpenAIApi:
@@ -63,7 +64,7 @@ class OpenAIApi:
     :class:`ApiError` for an HTTP error; the caller holds no lock.
 
     With a ``profile`` (an OpenAI-compatible service, see
-    :mod:`~mmirage_beam.testing.fake_provider.profiles`) the files and batches are that
+    :mod:`~mmirage_beam.providers.openai.fake_profiles`) the files and batches are that
     profile's own and its window, line, size and expiry rules apply.
     """
 
@@ -99,7 +100,7 @@ class OpenAIApi:
             raise ApiError(
                 400, "invalid_request_error", "Missing required parameter: 'file'.", param="file"
             )
-        if purpose not in limits.OPENAI_FILE_PURPOSES:
+        if purpose not in fake_service.OPENAI_FILE_PURPOSES:
             raise ApiError(
                 400,
                 "invalid_request_error",
@@ -110,7 +111,7 @@ class OpenAIApi:
         maximum = (
             self.store.max_batch_file_bytes
             if purpose == "batch"
-            else limits.OPENAI_MAX_UPLOAD_BYTES
+            else fake_service.OPENAI_MAX_UPLOAD_BYTES
         )
         if purpose == "batch" and self.profile is not None:
             maximum = self.profile.max_file_bytes
@@ -127,7 +128,7 @@ class OpenAIApi:
                     "invalid_request_error",
                     "Invalid file format for Batch API. Must be .jsonl",
                 )
-            expires_after = limits.OPENAI_BATCH_FILE_LIFETIME_SECS
+            expires_after = fake_service.OPENAI_BATCH_FILE_LIFETIME_SECS
         with self.store.lock:
             stored = self.store.store_file(filename, purpose, content, expires_after)
             stored.owner = self.owner
@@ -136,7 +137,9 @@ class OpenAIApi:
     def files_list(self, request: Request) -> Response:
         """``GET /v1/files?after=&limit=&order=&purpose=``."""
         limit = query_limit(
-            request, limits.OPENAI_FILE_LIST_MAX_LIMIT, limits.OPENAI_FILE_LIST_MAX_LIMIT
+            request,
+            fake_service.OPENAI_FILE_LIST_MAX_LIMIT,
+            fake_service.OPENAI_FILE_LIST_MAX_LIMIT,
         )
         purpose = request.args.get("purpose")
         with self.store.lock:
@@ -177,12 +180,12 @@ class OpenAIApi:
         endpoint = shown if self.profile is None else self.profile.canonical_endpoint(shown)
         window = payload.get("completion_window")
         metadata = payload.get("metadata")
-        if endpoint not in limits.OPENAI_ENDPOINTS:
+        if endpoint not in fake_service.OPENAI_ENDPOINTS:
             raise ApiError(
                 400,
                 "invalid_request_error",
                 f"Invalid value: {shown!r}. Supported values are: "
-                + ", ".join(repr(e) for e in limits.OPENAI_ENDPOINTS)
+                + ", ".join(repr(e) for e in fake_service.OPENAI_ENDPOINTS)
                 + ".",
                 param="endpoint",
                 code="invalid_value",
@@ -256,7 +259,7 @@ class OpenAIApi:
                 and other.profile == batch.profile
                 and other is not batch
                 and other.model == model
-                and not lifecycle.is_terminal(other, now)
+                and not fake_service.is_terminal(other, now)
             )
         if self.store.script["token_limit_exceeded"] or (limit is not None and enqueued > limit):
             batch.items = []
@@ -277,12 +280,14 @@ class OpenAIApi:
 
     def _process_line(self, endpoint: str, line: Mapping[str, Any], now: float) -> Item:
         custom_id, body = line["custom_id"], line["body"]
-        if endpoint in limits.OPENAI_UNFAKED_ENDPOINTS:
+        if endpoint in fake_service.OPENAI_UNFAKED_ENDPOINTS:
             failure = oa_error(
                 400,
                 f"The fake provider does not fake {endpoint} results; only "
                 + ", ".join(
-                    e for e in limits.OPENAI_ENDPOINTS if e not in limits.OPENAI_UNFAKED_ENDPOINTS
+                    e
+                    for e in fake_service.OPENAI_ENDPOINTS
+                    if e not in fake_service.OPENAI_UNFAKED_ENDPOINTS
                 )
                 + ".",
                 code="unsupported_endpoint",
@@ -290,7 +295,7 @@ class OpenAIApi:
             return Item(custom_id, http_line(custom_id, failure), ok=False)
         failure = check_body(endpoint, body)
         if failure is None and self.profile is None:  # profiles: other services' models
-            failure = rules.openai_failure(endpoint, body, self.store.models)
+            failure = fake_service.openai_failure(endpoint, body, self.store.models)
         if failure is not None:
             return Item(custom_id, http_line(custom_id, failure), ok=False)
         prompt, images, mode, schema = prompt_of(endpoint, body)
@@ -332,7 +337,9 @@ class OpenAIApi:
 
     def batches_list(self, request: Request) -> Response:
         """``GET /v1/batches?after=&limit=``, newest first."""
-        limit = query_limit(request, limits.DEFAULT_LIST_LIMIT, limits.OPENAI_BATCH_LIST_MAX_LIMIT)
+        limit = query_limit(
+            request, limits.DEFAULT_LIST_LIMIT, fake_service.OPENAI_BATCH_LIST_MAX_LIMIT
+        )
         with self.store.lock:
             now = self.store.clock()
             views = [
@@ -348,7 +355,7 @@ class OpenAIApi:
             batch = self._get_batch(batch_id)
             now = self.store.clock()
             view = self.view(batch, now)
-            if view["status"] in lifecycle.OPENAI_TERMINAL:
+            if view["status"] in fake_service.OPENAI_TERMINAL:
                 raise ApiError(
                     409,
                     "invalid_request_error",
@@ -363,7 +370,7 @@ class OpenAIApi:
         (result line dicts, or ``bytes`` a marker scripted) as JSONL in the batch's
         shuffled order, owned by the batch's profile, expiring as the batch asked (else
         after the default file lifetime). Returns the file's id."""
-        expires_after = limits.OPENAI_BATCH_FILE_LIFETIME_SECS
+        expires_after = fake_service.OPENAI_BATCH_FILE_LIFETIME_SECS
         if batch.output_expires_after is not None:
             expires_after = batch.output_expires_after["seconds"]
         stored = self.store.store_file(
@@ -437,7 +444,7 @@ class OpenAIApi:
 
     def view(self, batch: Batch, now: float) -> dict[str, Any]:
         """The batch object at ``now`` (output and error files made once it has ended)."""
-        phase = lifecycle.openai_phase(batch, now)
+        phase = fake_service.openai_phase(batch, now)
         status = phase.pop("status")
         terminal = status in ("completed", "failed", "expired", "cancelled")
         if terminal and status != "failed":
@@ -517,3 +524,11 @@ _FAILURES: dict[str, HttpFailure] = {
     ),
     "u2028": oa_error(400, scripting.U2028_MESSAGE),
 }
+
+
+class OpenAIFake(fake_service.OpenAIRoutes):
+    """The fake registered as ``openai``: :class:`OpenAIApi` behind its routes."""
+
+    def make_api(self, store: Store) -> OpenAIApi:
+        """:class:`OpenAIApi` over the shared store."""
+        return OpenAIApi(store)

@@ -26,7 +26,7 @@ Endpoints (``Authorization: Bearer <any non-empty key>``, else 401):
   not run; an empty file or more than 100,000 lines fails the job (``FAILED``). A job
   of ``endpoint: /v1/embeddings`` checks each body with ``EmbeddingRequest`` instead
   and answers ``EmbeddingResponse`` bodies of ``output_dimension`` numbers
-  (:func:`~mmirage_beam.testing.fake_provider.mistral_bodies.embeddings_response`).
+  (:func:`~mmirage_beam.providers.mistral.fake_bodies.embeddings_response`).
 - ``GET /v1/batch/jobs`` (``page``, ``page_size``, ``model``, ``status`` (repeated),
   ``agent_id``, ``created_after``, ``order_by`` (``created | -created``); every other
   query parameter
@@ -61,7 +61,7 @@ Script keys honoured: ``processing_delay_secs``, ``expire_after_requests``,
 ``shuffle_results``, ``unknown_custom_id``.
 
 Result lines, error bodies and the SDK checks are built by
-:mod:`~mmirage_beam.testing.fake_provider.mistral_bodies`.
+:mod:`~mmirage_beam.providers.mistral.fake_bodies`.
 """
 
 from __future__ import annotations
@@ -80,9 +80,8 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
-from mmirage_beam.testing.fake_provider.answers import make_answer
-from mmirage_beam.testing.fake_provider.mistral_bodies import (
+from mmirage_beam.providers.mistral import fake_service
+from mmirage_beam.providers.mistral.fake_bodies import (
     FAILURES,
     api_error,
     completion_body,
@@ -96,6 +95,8 @@ from mmirage_beam.testing.fake_provider.mistral_bodies import (
     validate_response,
     validate_with_sdk,
 )
+from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
+from mmirage_beam.testing.fake_provider.answers import make_answer
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import (
     Batch,
@@ -108,9 +109,9 @@ from mmirage_beam.testing.fake_provider.store import (
 )
 from mmirage_beam.testing.fake_provider.wire import ApiError, json_response, new_id
 
-MISTRAL = "mistral"
+MISTRAL = fake_service.MISTRAL
 #: path prefix of every Mistral route on the fake's port.
-PREFIX = "/mistral"
+PREFIX = fake_service.PREFIX
 #: Mistral known limitations (docs.mistral.ai/resources/known-limitations): 512 MB per
 #: batch file, 100,000 requests per batch.
 MAX_BATCH_FILE_BYTES = 512 * 1000 * 1000
@@ -132,7 +133,7 @@ ENDPOINTS = (
 SIGNED_URL_EXPIRY_HOURS = (1, 168)
 TERMINAL = ("SUCCESS", "FAILED", "TIMEOUT_EXCEEDED", "CANCELLED")
 #: endpoint names of ``leading_errors.paths`` and ``call_counts()``.
-ENDPOINT_NAMES = scripting.MISTRAL_ENDPOINT_NAMES
+ENDPOINT_NAMES = fake_service.ENDPOINT_NAMES
 _LIST_PARAMS = {
     "page",
     "page_size",
@@ -353,7 +354,7 @@ class MistralApi:
         if agent_id and endpoint != "/v1/chat/completions":
             raise api_error(400, "An agent_id job runs /v1/chat/completions only.")
         if model:
-            unknown_model = rules.mistral_model_error(model, self.store.models)
+            unknown_model = fake_service.mistral_model_error(model, self.store.models)
             if unknown_model is not None:
                 raise api_error(400, unknown_model)
         with self.store.lock:
@@ -759,3 +760,30 @@ def _parse_time(raw: str | None) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=_dt.timezone.utc)
     return when.timestamp()
+
+
+class MistralFake:
+    """Files and batch jobs as the mistralai SDK calls them, under :data:`PREFIX`."""
+
+    provider_names = (MISTRAL,)
+    labels = (("Mistral", MISTRAL),)
+
+    def __init__(self, store: Store) -> None:
+        self.api = MistralApi(store)
+
+    def claims(self, request: Request) -> bool:
+        """A path under :data:`PREFIX`."""
+        return request.path.startswith(PREFIX + "/")
+
+    def handle(self, request: Request) -> Response:
+        """:meth:`MistralApi.handle`."""
+        return self.api.handle(request)
+
+    def base_url(self, root: str, provider: str) -> str:
+        """``root + "/mistral"``, for ``Mistral(server_url=...)`` (its paths are OpenAI's,
+        ``/v1/files``..., so they live under a prefix of their own)."""
+        return root + PREFIX
+
+    def batch_view(self, batch: Batch, now: float) -> dict[str, Any] | None:
+        """The job object of a Mistral batch, else None."""
+        return self.api.view(batch, now) if batch.provider == MISTRAL else None

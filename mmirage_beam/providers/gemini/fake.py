@@ -56,7 +56,7 @@ Lifecycle with delay ``D``: ``PENDING`` for ``D/3``, ``RUNNING`` until ``D``, th
 outcomes: ``refusal`` -> ``finishReason: SAFETY`` with no content, ``content_filter`` ->
 ``PROHIBITED_CONTENT``, ``length`` -> ``MAX_TOKENS`` with the cut text, ``empty`` -> no
 parts; failures are ``{"key", "error": {code, message, status}}`` lines (built, with the
-request and response checks, by :mod:`~mmirage_beam.testing.fake_provider.gemini_bodies`).
+request and response checks, by :mod:`~mmirage_beam.providers.gemini.fake_bodies`).
 """
 
 from __future__ import annotations
@@ -71,11 +71,11 @@ from typing import Any, Optional
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
-from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
-from mmirage_beam.testing.fake_provider.gemini_bodies import (
+from mmirage_beam.providers.gemini import fake_service
+from mmirage_beam.providers.gemini.fake_bodies import (
     FAILURES,
     broken_line,
+    candidate_response,
     check_response,
     error_line,
     get_field,
@@ -83,10 +83,12 @@ from mmirage_beam.testing.fake_provider.gemini_bodies import (
     prompt_of,
     request_model,
 )
+from mmirage_beam.providers.gemini.fake_service import GEMINI
+from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
+from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
-    GEMINI,
     ApiError,
     json_payload,
     json_response,
@@ -167,12 +169,22 @@ def _gemini_error(status: int, message: str) -> ApiError:
 class GeminiApi:
     """The Gemini endpoints over a shared :class:`Store` (handlers named ``gemini_*``).
 
-    Uploaded and generated files live in ``store.gemini_files`` (``id -> record``),
-    uploads in progress in ``store.gemini_uploads``.
+    Uploaded and generated files live in ``self.files`` (``id -> record``),
+    uploads in progress in ``self.uploads`` (in ``store.provider_state``).
     """
 
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    @property
+    def files(self) -> dict[str, dict[str, Any]]:
+        """Uploaded and generated files, ``id -> record`` (emptied by ``reset()``)."""
+        return self.store.provider_state.setdefault(GEMINI, {}).setdefault("files", {})
+
+    @property
+    def uploads(self) -> dict[str, dict[str, Any]]:
+        """Resumable uploads in progress, ``upload_id -> record``."""
+        return self.store.provider_state.setdefault(GEMINI, {}).setdefault("uploads", {})
 
     # -- files ----------------------------------------------------------------------------
 
@@ -196,7 +208,7 @@ class GeminiApi:
                 )
             uid = new_id("")
             with self.store.lock:
-                self.store.gemini_uploads[uid] = {
+                self.uploads[uid] = {
                     "size": size,
                     "mime_type": request.headers.get("X-Goog-Upload-Header-Content-Type")
                     or get_field(meta, "mime_type")
@@ -217,7 +229,7 @@ class GeminiApi:
             raise _gemini_error(400, f"Unknown X-Goog-Upload-Command {command!r}.")
         data = request.get_data(cache=False)
         with self.store.lock:
-            upload = self.store.gemini_uploads.get(upload_id)
+            upload = self.uploads.get(upload_id)
             if upload is None or not _UPLOAD_ID.match(upload_id):
                 raise _gemini_error(404, f"Upload {upload_id} not found.")
             offset = request.headers.get("X-Goog-Upload-Offset", "")
@@ -232,7 +244,7 @@ class GeminiApi:
                 raise _gemini_error(400, "More bytes than the declared size were sent.")
             if command == "upload":
                 return Response(b"", headers={"X-Goog-Upload-Status": "active"})
-            del self.store.gemini_uploads[upload_id]
+            del self.uploads[upload_id]
             if len(upload["data"]) != upload["size"]:
                 raise _gemini_error(
                     400,
@@ -277,11 +289,11 @@ class GeminiApi:
             base = host_url.rstrip("/")
             view["downloadUri"] = f"{base}/download/v1beta/files/{fid}:download?alt=media"
         record = {"id": fid, "content": content, "view": view}
-        self.store.gemini_files[fid] = record
+        self.files[fid] = record
         return record
 
     def _file(self, file_id: str) -> dict[str, Any]:
-        record = self.store.gemini_files.get(file_id)
+        record = self.files.get(file_id)
         if record is None:
             raise _gemini_error(404, f"File files/{file_id} not found.")
         return record
@@ -305,7 +317,7 @@ class GeminiApi:
         if not 1 <= size <= 100 or start < 0:
             raise _gemini_error(400, "pageSize must be in 1..100.")
         with self.store.lock:
-            records = list(reversed(self.store.gemini_files.values()))
+            records = list(reversed(self.files.values()))
             body: dict[str, Any] = {"files": [r["view"] for r in records[start : start + size]]}
             if start + size < len(records):
                 body["nextPageToken"] = str(start + size)
@@ -317,7 +329,7 @@ class GeminiApi:
         ``files.delete`` says: "Deletes the File")."""
         with self.store.lock:
             self._file(file_id)
-            del self.store.gemini_files[file_id]
+            del self.files[file_id]
         return json_response({})
 
     def gemini_files_download(self, request: Request, file_id: str) -> Response:
@@ -376,7 +388,7 @@ class GeminiApi:
         file_name = get_field(input_config, "file_name")
         if not isinstance(file_name, str) or not file_name.startswith("files/"):
             raise _gemini_error(400, "batch.input_config.file_name must be 'files/<id>'.")
-        unknown_model = rules.gemini_model_error(model, self.store.models)
+        unknown_model = fake_service.gemini_model_error(model, self.store.models)
         if unknown_model is not None:
             raise unknown_model
         with self.store.lock:
@@ -425,7 +437,7 @@ class GeminiApi:
                 f"Inline requests hold {size} bytes, over the {MAX_INLINE_BYTES} bytes "
                 "allowed; upload a file instead.",
             )
-        unknown_model = rules.gemini_model_error(model, self.store.models)
+        unknown_model = fake_service.gemini_model_error(model, self.store.models)
         if unknown_model is not None:
             raise unknown_model
         with self.store.lock:
@@ -533,31 +545,8 @@ class GeminiApi:
         except ValueError as exc:
             line = error_line(key, 400, "INVALID_ARGUMENT", f"Invalid schema: {exc}")
             return Item(key, line, False)
-        finish = {
-            "refusal": "SAFETY",
-            "content_filter": "PROHIBITED_CONTENT",
-            "length": "MAX_TOKENS",
-        }.get(answer.finish, "STOP")
-        candidate: dict[str, Any] = {"finishReason": finish, "index": 0}
-        if answer.finish in ("refusal", "content_filter"):
-            candidate["safetyRatings"] = [
-                {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH"}
-            ]
-            output_tokens = 0
-        else:
-            parts = [] if answer.finish == "empty" else [{"text": answer.text}]
-            candidate["content"] = {"role": "model", "parts": parts}
-            output_tokens = answer.output_tokens
-        response = {
-            "candidates": [candidate],
-            "usageMetadata": {
-                "promptTokenCount": answer.input_tokens,
-                "candidatesTokenCount": output_tokens,
-                "totalTokenCount": answer.input_tokens + output_tokens,
-            },
-            "modelVersion": model.split("/", 1)[-1],
-            "responseId": new_id(""),
-        }
+        response, output_tokens = candidate_response(answer, model.split("/", 1)[-1])
+        response["responseId"] = new_id("")
         check_response(response)
         line = {"key": key, "response": response}
         if marker in scripting.LINE_MARKERS and not inline:
@@ -747,11 +736,11 @@ def embed_response_line(key: str, text: str, dimensions: Any) -> dict[str, Any]:
     response of one request of an embeddings batch; ``tokenCount`` an int64, a string in
     JSON, here the text's word count), ``dimensions`` numbers (8 when unset; the OpenAI
     fake's vector of the same text,
-    :func:`~mmirage_beam.testing.fake_provider.openai_bodies.embedding_vector`),
+    :func:`~mmirage_beam.providers.openai.fake_bodies.embedding_vector`),
     checked with that SDK type."""
     from google.genai import types  # an optional extra, see gemini_bodies.request_model
 
-    from mmirage_beam.testing.fake_provider.openai_bodies import embedding_vector
+    from mmirage_beam.providers.openai.fake_bodies import embedding_vector
 
     response = {
         "embedding": {"values": embedding_vector(text, dimensions)},
@@ -768,3 +757,20 @@ _TERMINAL = (
     "BATCH_STATE_EXPIRED",
 )
 _EMPTY_REQUEST = {"contents": [{"role": "user", "parts": [{"text": ""}]}]}
+
+
+class GeminiFake(fake_service.GeminiRoutes):
+    """The fake registered as ``gemini``: :func:`routes` to :class:`GeminiApi`, for the
+    requests :func:`serves` accepts."""
+
+    def rules(self) -> list[Rule]:
+        """:func:`routes`."""
+        return routes()
+
+    def make_api(self, store: Store) -> GeminiApi:
+        """:class:`GeminiApi` over the shared store."""
+        return GeminiApi(store)
+
+    def claims(self, request: Request) -> bool:
+        """:func:`serves`."""
+        return serves(request)

@@ -9,7 +9,9 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider import lifecycle, limits, rules, scripting
+from mmirage_beam.providers.anthropic import fake_files, fake_service
+from mmirage_beam.providers.anthropic.fake_service import ANTHROPIC
+from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
 from mmirage_beam.testing.fake_provider.answers import (
     count_parts,
     count_words,
@@ -21,7 +23,6 @@ from mmirage_beam.testing.fake_provider.media import b64decode, sniff_image
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
-    ANTHROPIC,
     ApiError,
     json_payload,
     json_response,
@@ -46,7 +47,7 @@ def _check_block(block: Any, where: str) -> str | None:
     if source.get("type") != "base64":
         return f"{where}.source.type: Input should be 'base64' or 'url'"
     media_type = source.get("media_type")
-    if media_type not in limits.ANTHROPIC_MEDIA_TYPES:
+    if media_type not in fake_service.ANTHROPIC_MEDIA_TYPES:
         return (
             f"{where}.source.base64.media_type: Input should be 'image/jpeg', 'image/png', "
             "'image/gif' or 'image/webp'"
@@ -55,10 +56,10 @@ def _check_block(block: Any, where: str) -> str | None:
     decoded = b64decode(data) if isinstance(data, str) else None
     if decoded is None:
         return f"{where}.source.base64.data: The image data is not valid base64."
-    if len(decoded) > limits.ANTHROPIC_MAX_IMAGE_BYTES:
+    if len(decoded) > fake_service.ANTHROPIC_MAX_IMAGE_BYTES:
         return (
             f"{where}.source.base64: image exceeds 5 MB maximum: {len(decoded)} bytes > "
-            f"{limits.ANTHROPIC_MAX_IMAGE_BYTES} bytes"
+            f"{fake_service.ANTHROPIC_MAX_IMAGE_BYTES} bytes"
         )
     actual = sniff_image(decoded)
     if actual != media_type:
@@ -207,7 +208,7 @@ class AnthropicApi:
         )
         if problem is not None:
             raise ApiError(400, "invalid_request_error", problem)
-        rule = rules.anthropic_problem(
+        rule = fake_service.anthropic_problem(
             {k: v for k, v in params.items() if k != "max_tokens"}, self.store.models
         )
         if rule is not None:
@@ -219,23 +220,23 @@ class AnthropicApi:
     def messages_batches_create(self, request: Request) -> Response:
         """``POST /v1/messages/batches``: checks the requests, creates the batch."""
         size = request.content_length
-        if size is not None and size > limits.ANTHROPIC_MAX_BODY_BYTES:
+        if size is not None and size > fake_service.ANTHROPIC_MAX_BODY_BYTES:
             raise ApiError(
                 413,
                 "request_too_large",
                 f"Request exceeds the maximum allowed number of bytes "
-                f"({limits.ANTHROPIC_MAX_BODY_BYTES}).",
+                f"({fake_service.ANTHROPIC_MAX_BODY_BYTES}).",
             )
         payload = json_payload(request)
         requests = payload.get("requests")
         if not isinstance(requests, list):
             raise ApiError(400, "invalid_request_error", "requests: Field required")
-        if not 1 <= len(requests) <= limits.ANTHROPIC_MAX_REQUESTS:
+        if not 1 <= len(requests) <= fake_service.ANTHROPIC_MAX_REQUESTS:
             raise ApiError(
                 400,
                 "invalid_request_error",
                 f"requests: List should have at least 1 item and at most "
-                f"{limits.ANTHROPIC_MAX_REQUESTS:,} items, not {len(requests)}",
+                f"{fake_service.ANTHROPIC_MAX_REQUESTS:,} items, not {len(requests)}",
             )
         seen: set[str] = set()
         for i, entry in enumerate(requests):
@@ -278,7 +279,7 @@ class AnthropicApi:
         problem = check_params(params)
         if problem is not None:
             return Item(custom_id, errored_line(custom_id, "invalid_request_error", problem), False)
-        rule = rules.anthropic_problem(params, self.store.models)
+        rule = fake_service.anthropic_problem(params, self.store.models)
         if rule is not None:
             return Item(custom_id, errored_line(custom_id, *rule), False)
         prompt, images, mode, schema = prompt_of(params)
@@ -339,7 +340,9 @@ class AnthropicApi:
 
     def messages_batches_list(self, request: Request) -> Response:
         """``GET /v1/messages/batches?after_id=&before_id=&limit=``, newest first."""
-        limit = query_limit(request, limits.DEFAULT_LIST_LIMIT, limits.ANTHROPIC_LIST_MAX_LIMIT)
+        limit = query_limit(
+            request, limits.DEFAULT_LIST_LIMIT, fake_service.ANTHROPIC_LIST_MAX_LIMIT
+        )
         after_id, before_id = request.args.get("after_id"), request.args.get("before_id")
         if after_id and before_id:
             raise ApiError(
@@ -422,7 +425,7 @@ class AnthropicApi:
             )
             expire_at = batch.results_expire_at
             if expire_at is None:
-                expire_at = batch.created + limits.ANTHROPIC_RESULTS_LIFETIME_SECS
+                expire_at = batch.created + fake_service.ANTHROPIC_RESULTS_LIFETIME_SECS
             if self.store.clock() >= expire_at:
                 raise ApiError(
                     404,
@@ -462,7 +465,7 @@ class AnthropicApi:
 
     def view(self, batch: Batch, now: float) -> dict[str, Any]:
         """The message batch object at ``now`` (results materialised once ended)."""
-        phase = lifecycle.anthropic_phase(batch, now)
+        phase = fake_service.anthropic_phase(batch, now)
         ended = phase["processing_status"] == "ended"
         if ended:
             lifecycle.finish_once(batch, self._finish_results)
@@ -499,3 +502,30 @@ _FAILURES: dict[str, tuple[str, str]] = {
     "timeout": ("timeout_error", "Request timed out (FAKE_ERROR:timeout)"),
     "u2028": ("invalid_request_error", scripting.U2028_MESSAGE),
 }
+
+
+class AnthropicFake(fake_service.AnthropicRoutes):
+    """The fake registered as ``anthropic``: :class:`AnthropicApi` behind its routes, and
+    the Files API beta (:mod:`~mmirage_beam.providers.anthropic.fake_files`) on the
+    ``/v1/files`` calls that carry Anthropic's headers (OpenAI's fake, asked last, keeps
+    the others)."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.files_api = fake_files.AnthropicFilesApi(store)
+
+    def make_api(self, store: Store) -> AnthropicApi:
+        """:class:`AnthropicApi` over the shared store."""
+        return AnthropicApi(store)
+
+    def claims(self, request: Request) -> bool:
+        """``/v1/messages`` and below, and Anthropic's ``/v1/files`` calls."""
+        return fake_files.serves(request) or super().claims(request)
+
+    def handle(self, request: Request) -> Response:
+        """The Files API's calls to :attr:`files_api`, the rest through the routes."""
+        if fake_files.serves(request):
+            response = self.files_api.handle(request)
+            response.headers[self.request_id_header] = new_id("req_")
+            return response
+        return super().handle(request)

@@ -24,7 +24,8 @@ errors in Anthropic's ``{"type": "error", "error": {type, message}}`` shape):
   (``{"id", "type": "file_deleted"}``), ``GET /v1/files/{id}/content`` (``download``):
   only a file the service made is downloadable (files guide: "You can only download
   files that were created by skills or the code execution tool"), so an uploaded file
-  answers 400; :meth:`AnthropicFilesApi.add_generated` stands in for such a file. After
+  answers 400; :meth:`AnthropicFilesApi.add_generated` stands in for such a file (the
+registered fake's ``files_api``: ``fake.registered_fake("anthropic").files_api``). After
   ``expires_at`` the bytes are gone (404).
 
 Each is counted in ``call_counts()`` as ``anthropic_files_*`` and honours
@@ -42,9 +43,9 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
+from mmirage_beam.providers.anthropic.fake_service import ANTHROPIC
 from mmirage_beam.testing.fake_provider.store import Store, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
-    ANTHROPIC,
     ApiError,
     error_response,
     json_response,

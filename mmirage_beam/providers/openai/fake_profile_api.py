@@ -1,6 +1,6 @@
 """The routes of the OpenAI-compatible profiles (:mod:`.profiles`): per profile, its
 authentication rule, scripted leading errors, then the OpenAI Files + Batches handlers
-(:class:`~mmirage_beam.testing.fake_provider.openai.OpenAIApi`) bound to that profile."""
+(:class:`~mmirage_beam.providers.openai.fake.OpenAIApi`) bound to that profile."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.testing.fake_provider.openai import OpenAIApi
-from mmirage_beam.testing.fake_provider.profiles import Profile
+from mmirage_beam.providers.openai.fake import OpenAIApi
+from mmirage_beam.providers.openai.fake_profiles import PROFILES, Profile
+from mmirage_beam.providers.openai.fake_service import OPENAI
 from mmirage_beam.testing.fake_provider.store import Store
 from mmirage_beam.testing.fake_provider.wire import (
-    OPENAI,
     ApiError,
     error_response,
     json_response,
@@ -43,7 +43,7 @@ _ROUTES = Map(
 
 class ProfileApi:
     """One profile's routes: authentication, scripted leading errors, then the OpenAI
-    handlers (an :class:`~mmirage_beam.testing.fake_provider.openai.OpenAIApi` bound to
+    handlers (an :class:`~mmirage_beam.providers.openai.fake.OpenAIApi` bound to
     the profile, so its files and batches are its own)."""
 
     def __init__(self, store: Store, profile: Profile) -> None:
@@ -97,3 +97,33 @@ class ProfileApi:
             return getattr(self.api, endpoint)(request, **args)
         except ApiError as err:
             return error_response(OPENAI, err)
+
+
+#: profile -> its name on the start-up line
+_LABELS = {"azure-openai": "Azure OpenAI", "groq": "Groq", "together": "Together"}
+
+
+class CompatibleFake:
+    """The OpenAI-compatible services (``azure-openai``, ``groq``, ``together``), each
+    under its own prefix (:mod:`~mmirage_beam.providers.openai.fake_profiles`)."""
+
+    provider_names = tuple(PROFILES)
+    labels = tuple((_LABELS.get(name, name), name) for name in PROFILES)
+
+    def __init__(self, store: Store) -> None:
+        self.apis = [ProfileApi(store, profile) for profile in PROFILES.values()]
+
+    def claims(self, request: Request) -> bool:
+        """A path under one profile's prefix."""
+        return any(api.serves(request.path) for api in self.apis)
+
+    def handle(self, request: Request) -> Response:
+        """Answers with the profile whose prefix the path is under."""
+        for api in self.apis:
+            if api.serves(request.path):
+                return api.handle(request)
+        raise AssertionError("handle() of a request claims() refused")  # pragma: no cover
+
+    def base_url(self, root: str, provider: str) -> str:
+        """``<root>/<prefix>/v1``, the openai SDK's ``base_url`` for the profile."""
+        return root + PROFILES[provider].api_prefix

@@ -1,7 +1,7 @@
 """What the fake OpenAI Batches API checks before it accepts a batch: the uploaded
 input file (:func:`parse_input_file`: JSONL lines, custom_ids, endpoint, model, limits),
 its name and content (:func:`is_batch_jsonl`), and the create call's ``metadata`` and
-``output_expires_after``. :mod:`~mmirage_beam.testing.fake_provider.openai` serves them.
+``output_expires_after``. :mod:`~mmirage_beam.providers.openai.fake` serves them.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from mmirage_beam.testing.fake_provider import limits
+from mmirage_beam.providers.openai import fake_service as limits  # its limits
 from mmirage_beam.testing.fake_provider.wire import (
     ApiError,
 )
 
 if TYPE_CHECKING:
-    from mmirage_beam.testing.fake_provider.profiles import Profile
+    from mmirage_beam.providers.openai.fake_profiles import Profile
 
 __all__ = [
     "is_batch_jsonl",
@@ -225,7 +225,10 @@ def check_output_expires_after(value: Any) -> dict[str, Any] | None:
     """Validates ``output_expires_after`` (``{"anchor": "created_at", "seconds": N}``)."""
     if value is None:
         return None
-    low, high = limits.OPENAI_OUTPUT_EXPIRES_MIN_SECS, limits.OPENAI_OUTPUT_EXPIRES_MAX_SECS
+    low, high = (
+        limits.OPENAI_OUTPUT_EXPIRES_MIN_SECS,
+        limits.OPENAI_OUTPUT_EXPIRES_MAX_SECS,
+    )
     if not isinstance(value, Mapping) or value.get("anchor") != "created_at":
         raise ApiError(
             400,
