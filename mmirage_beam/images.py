@@ -18,7 +18,7 @@ import io
 import os
 import posixpath
 import re
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from mmirage_beam.errors import RequestBuildError
 
@@ -175,13 +175,28 @@ def images_error(images: list[dict[str, Any]], message: str) -> RequestBuildErro
     return err
 
 
+class PayloadImage(TypedDict):
+    """One image of the neutral payload (:func:`load_image`): for a URL, ``url`` is the
+    URL and the rest None / False; for a file, ``data`` is its base64, ``url`` a
+    ``data:`` URI, ``size_bytes`` its size (bytes) and ``width`` / ``height`` its pixels."""
+
+    source: str
+    url: str
+    media_type: Optional[str]
+    data: Optional[str]
+    size_bytes: Optional[int]
+    animated: bool
+    width: Optional[int]
+    height: Optional[int]
+
+
 def load_image(
     value: Any,
     image_base_path: Optional[str],
     allow_outside_base: bool = False,
     max_file_bytes: Optional[int] = None,
     file_limit: str = "",
-) -> dict[str, Any]:
+) -> PayloadImage:
     """Turn one image input value into the neutral payload image dict.
 
     Args:

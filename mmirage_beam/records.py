@@ -15,10 +15,13 @@ PCollection typed with them is encoded field by field, deterministically.
 # No ``from __future__ import annotations``: Beam reads the field types of the NamedTuples
 # (RowCoder schemas), which must be real types, not strings.
 import sys
-from typing import Any, Mapping, NamedTuple, Optional, Union
+from typing import Any, Mapping, NamedTuple, Optional, TypedDict, Union
 
 __all__ = [
     "register_coders",
+    "ErrorJson",
+    "ResultJson",
+    "RowErrorJson",
     "ResultError",
     "ProviderResult",
     "provider_result",
@@ -48,6 +51,16 @@ class SourceRow(NamedTuple):
     row: dict[str, Any]
 
 
+class RowErrorJson(TypedDict):
+    """A :class:`RowError` as the invalid-rows file holds it (:meth:`RowError.to_json`)."""
+
+    source_index: Optional[int]
+    dataset_path: str
+    input_name: Optional[str]
+    reason: str
+    location: Optional[str]
+
+
 class RowError(NamedTuple):
     """A row (or file region) that could not be turned into valid requests.
 
@@ -67,8 +80,8 @@ class RowError(NamedTuple):
     reason: str
     location: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return self._asdict()
+    def to_json(self) -> RowErrorJson:
+        return RowErrorJson(**self._asdict())
 
 
 class BatchRequest(NamedTuple):
@@ -151,6 +164,21 @@ class ChunkRef(NamedTuple):
     flush_reason: str
 
 
+class ErrorJson(TypedDict, total=False):
+    """The neutral dict of a :class:`ResultError` (:meth:`ResultError.to_json`):
+    ``type``, ``message`` and ``status_code`` always; ``retryable`` in the error of one
+    merge outcome (merged rows' ``mmirage_errors``, ``OUT.errors.jsonl``); ``raw_text``,
+    ``code`` and ``param`` only when set."""
+
+    type: str
+    message: str
+    status_code: Optional[int]
+    retryable: bool
+    raw_text: str
+    code: str
+    param: str
+
+
 class ResultError(NamedTuple):
     """Why one provider result is not a usable answer: the one error record every
     adapter and the shared result rules build.
@@ -175,7 +203,7 @@ class ResultError(NamedTuple):
     code: Optional[str] = None
     param: Optional[str] = None
 
-    def to_json(self, retryable: Optional[bool] = None) -> dict[str, Any]:
+    def to_json(self, retryable: Optional[bool] = None) -> ErrorJson:
         """``{"type", "message", "status_code", "raw_text"?, "code"?, "param"?}``: the
         optional keys only when set.
 
@@ -184,11 +212,7 @@ class ResultError(NamedTuple):
                 of one merge outcome, as merged rows' ``mmirage_errors`` and
                 ``OUT.errors.jsonl`` hold it (``transforms/fetch.error_record``).
         """
-        out: dict[str, Any] = {
-            "type": self.type,
-            "message": self.message,
-            "status_code": self.status_code,
-        }
+        out = ErrorJson(type=self.type, message=self.message, status_code=self.status_code)
         if retryable is not None:
             out["retryable"] = retryable
         for key in ("raw_text", "code", "param"):
@@ -226,6 +250,23 @@ _RESULT_FIELDS = (
 )
 
 
+class ResultJson(TypedDict, total=False):
+    """The neutral dict of a :class:`ProviderResult` (:meth:`ProviderResult.to_json`):
+    ``custom_id`` always, the other keys only when set."""
+
+    custom_id: Optional[str]
+    generated_text: str
+    error: ErrorJson
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_creation_input_tokens: int
+    line: int
+    offset: int
+    cached_input_tokens: int
+    reasoning_tokens: int
+
+
 class ProviderResult(NamedTuple):
     """One line of a provider's result file, normalised by its adapter.
 
@@ -261,13 +302,13 @@ class ProviderResult(NamedTuple):
     cached_input_tokens: Optional[int] = None
     reasoning_tokens: Optional[int] = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ResultJson:
         """The neutral dict: ``{"custom_id", "generated_text"?, "error"?: {...},
         "input_tokens"?, "output_tokens"?, "cache_read_input_tokens"?,
         "cache_creation_input_tokens"?, "line"?, "offset"?, "cached_input_tokens"?,
         "reasoning_tokens"?}``, the optional keys only
         when set."""
-        out: dict[str, Any] = {"custom_id": self.custom_id}
+        out = ResultJson(custom_id=self.custom_id)
         for key in _RESULT_FIELDS:
             value = getattr(self, key)
             if value is not None:

@@ -23,8 +23,8 @@ copies the earlier answer, marked ``mmirage_reused_from: {<output>: <run_id>}``.
   before chunking): requests are joined on their answer key with the earlier answers
   files (a CoGroupByKey: memory stays flat in the data). A reused request is not
   chunked; it goes into a *reused receipt* of the run, one per earlier batch and output
-  (:func:`reused_receipt`), which merge treats as a receipt of the earlier batch
-  restricted to those requests.
+  (:func:`mmirage_beam.run.receipts.reused_receipt`), which merge treats as a receipt of
+  the earlier batch restricted to those requests.
 - **Stale answers** (:func:`check_staleness`): before the pipeline, the launcher asks the
   provider, once per earlier batch, whether its results can still be downloaded
   (:meth:`~mmirage_beam.providers.base.BatchSubmissionAdapter.results_available`); the
@@ -34,24 +34,30 @@ copies the earlier answer, marked ``mmirage_reused_from: {<output>: <run_id>}``.
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import hashlib
 import json
 import re
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from mmirage_beam.jsonl import iter_jsonl_file
 from mmirage_beam.request_hashes import REQUEST_HASH_CHARS, parsed_request_hash, str_keys_only
 
-#: provider config fields left out of the answer key: they change how requests are
-#: chunked, priced, counted or waited for, never an answer.
-NOT_IN_KEY = (
+#: provider config fields that change nothing sent to the provider (the cost keys only
+#: change what is printed, ``max_enqueued_tokens`` only when batches are created): left
+#: out of a run's fingerprint (:mod:`mmirage_beam.run.fingerprint`) and of answer keys.
+NOT_SENT = (
     "metadata_output_path",
     "timeout_seconds",
     "price_per_million_input_tokens",
     "price_per_million_output_tokens",
     "max_enqueued_tokens",
     "exact_tokens",
+)
+
+#: provider config fields left out of the answer key: they change how requests are
+#: chunked, priced, counted or waited for, never an answer.
+NOT_IN_KEY = (
+    *NOT_SENT,
     "max_chunk_bytes",
     "max_requests_per_chunk",
     "oversized_request_policy",
@@ -355,66 +361,6 @@ def staleness_lines(run_id: str, st: Staleness) -> list[str]:
     if len(shown) > STALE_SHOWN:
         lines.append(f"{head} ... and {len(shown) - STALE_SHOWN:,} more such batch(es)")
     return lines
-
-
-def reused_receipt(
-    *,
-    provider: str,
-    run_id: str,
-    attempt: int,
-    output_name: str,
-    output_type: str,
-    modality: str,
-    model: Optional[str],
-    reused_from: str,
-    provider_batch_id: str,
-    entries: Iterable[tuple[str, int, str, str, int]],
-) -> dict[str, Any]:
-    """The receipt of the requests of one output that reuse answers of one earlier batch.
-
-    Shaped like :func:`mmirage_beam.run.receipts.make_receipt`'s (so ``check``, ``merge``,
-    resumes and the fingerprint read it as one), with ``status`` ``reused``,
-    ``reused_from`` (the run that paid) and ``reused_custom_ids`` (this run's
-    custom_id -> the earlier batch's custom_id holding the answer).
-
-    Args:
-        entries: ``(custom_id, source_index, earlier custom_id, request line hash,
-            request bytes)`` of each reused request.
-    """
-    ordered = sorted(entries)
-    index = {cid: int(idx) for cid, idx, _old, _h, _n in ordered}
-    snapshot: dict[str, Any] = {
-        "output_name": output_name,
-        "output_type": output_type,
-        "modality": modality,
-    }
-    if model:
-        snapshot["model"] = model
-    safe_batch = "".join(c if c.isalnum() or c in "_-" else "_" for c in provider_batch_id)
-    return {
-        "provider": provider,
-        "chunk_id": f"reused-a{attempt}-{output_name}-{modality}-{safe_batch}",
-        "provider_batch_id": provider_batch_id,
-        "status": REUSED_STATUS,
-        "custom_id_to_source_index": index,
-        # no chunk was built: a digest of the requests' own hashes (each is checked)
-        "request_hash": hashlib.sha256(
-            "".join(h for _c, _i, _o, h, _n in ordered).encode("ascii")
-        ).hexdigest(),
-        "request_hashes": {cid: h for cid, _i, _o, h, _n in ordered},
-        "reused_custom_ids": {cid: old for cid, _i, old, _h, _n in ordered},
-        "reused_from": reused_from,
-        "model_params_snapshot": snapshot,
-        "submitted_request_count": len(index),
-        "total_bytes": sum(n for *_rest, n in ordered),
-        "has_oversized_request": False,
-        "flush_reason": REUSED_STATUS,
-        "submitted_at_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-        "run_id": run_id,
-        "output_name": output_name,
-        "modality": modality,
-        "attempt": attempt,
-    }
 
 
 def split_stats(stats: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:

@@ -48,16 +48,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     start_storage_command(args)  # before any receipt is read
 
-    from mmirage_beam.config import load_config
-    from mmirage_beam.run.listing import format_table, list_runs
+    from mmirage_beam.commands import show
+    from mmirage_beam.commands.runs import RunsCommand
 
-    config = load_config(args.config, check_models=False)  # it sends nothing
-    rows = list_runs(config, lookup=not args.no_lookup)
-    if not rows:
-        print(f"mmirage runs: no run under {args.config}'s state yet")
-        return 0
-    print("\n".join(format_table(rows)))
-    return 0
+    report = RunsCommand(args.config, lookup=not args.no_lookup).run()
+    show(report.lines)
+    return report.exit_code
 
 
 main = guarded(_main)

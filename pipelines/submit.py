@@ -54,15 +54,35 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     beam_options(beam_args, args.verbose)
 
     from mmirage_beam.commands.submit import SubmitCommand
-    from mmirage_beam.config import load_config
-    from mmirage_beam.cycle.flags import cycle_wanted
-    from mmirage_beam.cycle.loop import run_cycle
+    from mmirage_beam.cycle.loop import CycleCommand
     from mmirage_beam.run.submit_flags import SubmitFlags
 
-    command = SubmitCommand(SubmitFlags.from_args(args, beam_args), args.verbose)
-    if cycle_wanted(args, load_config(args.config)):
-        return run_cycle(args, beam_args, command)
-    return command.run().exit_code
+    # argv onto the one command of ``mmirage run``: the submission, and the cycle around
+    # it when --wait or the config asks for it
+    submit = SubmitFlags(
+        config=args.config,
+        beam_args=tuple(beam_args),
+        export_prompts=args.export_prompts,
+        run_id=args.run_id,
+        new_run=args.new_run,
+        limit=args.limit,
+        skip_invalid_rows=args.skip_invalid_rows,
+        exact_tokens=args.exact_tokens,
+        estimate=args.estimate,
+        estimate_fraction=args.estimate_fraction,
+        no_reuse=args.no_reuse,
+        keep_staged=args.keep_staged,
+        skip_space_check=args.skip_space_check,
+    )
+    command = CycleCommand(
+        SubmitCommand(submit, args.verbose),
+        wait=args.wait,
+        output_path=args.output_path,
+        retries=args.retries,
+        poll_interval=args.poll_interval,
+        timeout=args.timeout,
+    )
+    return command.run()
 
 
 main = guarded(_main)

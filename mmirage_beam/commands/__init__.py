@@ -1,5 +1,5 @@
-"""One command object per verb: what ``mmirage run``, ``merge``, ``resubmit`` and
-``cancel`` do once their flags are parsed.
+"""One command object per verb: what ``mmirage run``, ``merge``, ``resubmit``,
+``cancel``, ``check`` and ``runs`` do once their flags are parsed.
 
 A driver in ``pipelines/`` maps its argv onto one command and returns its exit status;
 ``mmirage run --wait`` (:mod:`mmirage_beam.cycle.loop`) builds the same commands from its
@@ -8,7 +8,8 @@ argv or reading a record back from disk. Each command is a frozen dataclass of i
 inputs; those that run a Beam job have ``run(beam_args, verbose, ...)``, whose steps are
 the ``run.merge_plans`` and ``run.plans`` functions, which print nothing themselves;
 ``CancelCommand`` (no job) has ``plan()`` then ``cancel(planned)``, so the driver asks
-its question between them.
+its question between them; ``CheckCommand`` has ``start()``, ``look()``, ``finish()`` and
+``notify()``, so the driver prints the table between them; ``RunsCommand`` has ``run()``.
 """
 
 from __future__ import annotations

@@ -10,13 +10,44 @@ required and no other property is allowed (as OpenAI's ``strict: true`` demands)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from mmirage_beam.errors import ConfigError
 
 __all__ = [
+    "FieldSchema",
+    "ObjectSchema",
     "json_schema_for",
 ]
+
+
+class FieldSchema(TypedDict, total=False):
+    """The JSON schema of one field: ``type`` always, the other keywords when the
+    declaration asks for them (JSON Schema validation keywords,
+    https://json-schema.org/draft/2020-12/json-schema-validation)."""
+
+    type: str
+    description: str
+    items: dict[str, str]
+    properties: dict[str, Any]
+    additionalProperties: bool
+    required: list[str]
+    minimum: float
+    maximum: float
+    minLength: int
+    maxLength: int
+    minItems: int
+    maxItems: int
+
+
+class ObjectSchema(TypedDict):
+    """The JSON schema of an output: an object of its fields, every field required and
+    no other property allowed (OpenAI's ``strict: true``)."""
+
+    type: str
+    properties: dict[str, FieldSchema]
+    required: list[str]
+    additionalProperties: bool
 
 
 _TYPES = {
@@ -42,7 +73,7 @@ _BOUNDS = {
 }
 
 
-def json_schema_for(output_schema: Any) -> dict[str, Any]:
+def json_schema_for(output_schema: Any) -> ObjectSchema:
     """Build the JSON schema for ``output_schema``.
 
     Returns:
@@ -60,7 +91,7 @@ def json_schema_for(output_schema: Any) -> dict[str, Any]:
         spec = output_schema
     else:
         raise ConfigError("<root>", "must be a list of field names or a mapping of field: type")
-    props: dict[str, Any] = {}
+    props: dict[str, FieldSchema] = {}
     for name, decl in spec.items():
         if not isinstance(name, str) or not name:
             raise ConfigError(str(name), "field names must be non-empty strings")
@@ -73,7 +104,7 @@ def json_schema_for(output_schema: Any) -> dict[str, Any]:
     }
 
 
-def _field(name: str, decl: Any) -> dict[str, Any]:
+def _field(name: str, decl: Any) -> FieldSchema:
     if isinstance(decl, str) or decl is None:
         decl = {"type": decl or "string"}
     if not isinstance(decl, dict):
@@ -90,7 +121,7 @@ def _field(name: str, decl: Any) -> dict[str, Any]:
             f"{name}.type",
             f"unknown type {decl.get('type')!r}; use one of {', '.join(sorted(set(_TYPES)))}",
         )
-    out: dict[str, Any] = {"type": t}
+    out = FieldSchema(type=t)
     if decl.get("description"):
         out["description"] = str(decl["description"])
     if t == "array":

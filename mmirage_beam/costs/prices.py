@@ -16,7 +16,7 @@ no price: the summaries say "price unknown" instead of guessing.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, TypedDict
 
 from mmirage_beam.providers.base import BatchAdapterRegistry
 from mmirage_beam.providers.config import PRICE_KEYS
@@ -25,6 +25,7 @@ __all__ = [
     "BatchPrice",
     "provider_price_table",
     "price_table",
+    "PriceTable",
     "batch_price",
 ]
 
@@ -73,10 +74,18 @@ def _cached_table(adapter_cls: type) -> Optional[dict[str, Any]]:
     return dict(table) if table else None
 
 
-def price_table() -> dict[str, Any]:
-    """Every registered provider's rows in one table: ``{"batch_discount": {provider:
-    {...}}, "models": [{"provider", "model", ...}]}`` (for listings and checks)."""
-    out: dict[str, Any] = {"batch_discount": {}, "models": []}
+class PriceTable(TypedDict):
+    """Every registered provider's prices (:func:`price_table`): ``batch_discount``
+    (provider -> its discount rows) and ``models`` (one row per provider and model:
+    ``{"provider", "model", ...}``, each provider's ``prices.json`` row)."""
+
+    batch_discount: dict[str, Any]
+    models: list[dict[str, Any]]
+
+
+def price_table() -> PriceTable:
+    """Every registered provider's rows in one table (for listings and checks)."""
+    out = PriceTable(batch_discount={}, models=[])
     for name in BatchAdapterRegistry.names():
         table = provider_price_table(name)
         if not table:

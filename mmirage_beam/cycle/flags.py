@@ -2,12 +2,13 @@
 
 :func:`add_cycle_arguments` adds them to the driver's parser (``mmirage run --help``
 imports this module: it stays light); :func:`cycle_wanted` checks them against the
-config. :mod:`mmirage_beam.cycle.loop` drives the cycle and re-exports both.
+config. :class:`mmirage_beam.cycle.loop.CycleCommand` drives the cycle.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from mmirage_beam.config.pipeline_config import DEFAULT_RETRIES, PipelineConfig
 from mmirage_beam.errors import ConfigError
@@ -72,9 +73,13 @@ def add_cycle_arguments(ap: argparse.ArgumentParser) -> None:
     )
 
 
-def cycle_wanted(args: argparse.Namespace, config: PipelineConfig) -> bool:
+def cycle_wanted(args: Any, config: PipelineConfig) -> bool:
     """Whether ``mmirage run`` does the whole cycle: ``--wait``, or
     ``execution_params.merge`` / ``retry`` in the config (not for a dry run).
+
+    ``args`` has the flags as attributes (``wait``, ``output_path``, ``retries``,
+    ``poll_interval``, ``timeout``, ``export_prompts``; None: not given): the
+    :class:`~mmirage_beam.cycle.loop.CycleCommand`, or the parsed command line.
 
     Raises:
         ConfigError: a ``--wait`` flag without ``--wait`` (and without the config keys),

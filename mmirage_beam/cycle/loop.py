@@ -26,12 +26,11 @@ two processes never drive one cycle.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shlex
 import sys
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -43,7 +42,11 @@ from mmirage_beam.config.loader import PipelineConfig, load_config
 from mmirage_beam.costs.prices import batch_price
 from mmirage_beam.costs.report import usage_lines
 from mmirage_beam.costs.tokens import INPUT_TOKENS
-from mmirage_beam.cycle.flags import DEFAULT_POLL_INTERVAL_SECS, FIRST_POLL_INTERVAL_SECS
+from mmirage_beam.cycle.flags import (
+    DEFAULT_POLL_INTERVAL_SECS,
+    FIRST_POLL_INTERVAL_SECS,
+    cycle_wanted,
+)
 from mmirage_beam.cycle.state import (
     DONE,
     MERGED,
@@ -69,21 +72,100 @@ from mmirage_beam.run.selection import linked_runs
 from mmirage_beam.run.store import RunStore
 from mmirage_beam.settings import errors_path_for
 
-__all__ = ["run_cycle"]
+__all__ = ["CycleCommand"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CycleCommand:
+    """``mmirage run``'s command: the submission, and the ``--wait`` flags as given.
+
+    Attributes:
+        submit: the submission (``mmirage run``'s flags without the cycle's).
+        wait: ``--wait``: do the whole cycle whatever the config says.
+        output_path: ``--output-path``: the merged file; None: not given.
+        retries: ``--retries``: re-sends of the retryable failures; None: not given.
+        poll_interval: ``--poll-interval``: seconds between polls; None: not given.
+        timeout: ``--timeout``: seconds after which waiting stops; None: no limit.
+    """
+
+    submit: SubmitCommand
+    wait: bool = False
+    output_path: Optional[str] = None
+    retries: Optional[int] = None
+    poll_interval: Optional[float] = None
+    timeout: Optional[float] = None
+
+    @property
+    def export_prompts(self) -> Optional[str]:
+        """``--export-prompts`` of the submission (a dry run: no cycle)."""
+        return self.submit.flags.export_prompts
+
+    def given(self) -> tuple[str, ...]:
+        """The cycle's flags as given (``--output-path OUT``, ``--retries N``...), kept in
+        the commands a ``--wait`` run names (issue 38: the exit-3 advice dropped them)."""
+        words: list[str] = []
+        for flag, value in (
+            ("--output-path", self.output_path),
+            ("--retries", self.retries),
+            ("--poll-interval", self.poll_interval),
+            ("--timeout", self.timeout),
+        ):
+            if value is not None:
+                words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        return tuple(words)
+
+    def run(self) -> int:
+        """Submit, and when ``--wait`` or the config (``execution_params.merge`` /
+        ``retry``) asks for it, drive the whole cycle (fresh, or resumed with
+        ``--run-id``): follow, merge, re-send the retryable failures, merge again.
+
+        Returns:
+            0 submitted (without the cycle) or every row succeeded; 1 rows failed (the
+            summary names them and the command that continues), a batch could not be
+            looked up, or ``--timeout`` stopped the wait; 2 bad usage or config; 3 the
+            config was already submitted (nothing sent); 130 stopped by Ctrl-C (the
+            batches keep running; ``--wait --run-id`` continues).
+
+        Raises:
+            ConfigError: (exit 2) a bad ``--run-id`` or a ``--wait`` flag that does not
+                fit (:func:`~mmirage_beam.cycle.flags.cycle_wanted`).
+            mmirage_beam.run.lease.RunLocked: (exit 2) another process drives this cycle.
+        """
+        flags = dataclasses.replace(self.submit.flags, wait=self.wait, wait_args=self.given())
+        submit = dataclasses.replace(self.submit, flags=flags)
+        config = load_config(flags.config)
+        if not cycle_wanted(self, config):
+            return submit.run().exit_code
+        return _run_cycle(dataclasses.replace(self, submit=submit), config)
 
 
 @dataclasses.dataclass
 class _Context:
-    """What every step needs: the command line, the config and how to report."""
+    """What every step needs: the command, the config and how to report."""
 
-    args: argparse.Namespace
-    beam_args: list[str]
+    command: CycleCommand
     config: PipelineConfig
     base: str
     poll_interval_secs: float
     deadline: Optional[float]  # time.monotonic() after which waiting stops
-    submit: SubmitCommand
     stream: Any = None  # None: sys.stdout at the time of each line
+
+    @property
+    def submit(self) -> SubmitCommand:
+        return self.command.submit
+
+    @property
+    def config_path(self) -> str:
+        """``--config`` as given."""
+        return self.submit.flags.config
+
+    @property
+    def beam_args(self) -> list[str]:
+        return list(self.submit.flags.beam_args)
+
+    @property
+    def verbose(self) -> bool:
+        return self.submit.verbose
 
     @property
     def out(self) -> Any:
@@ -93,41 +175,25 @@ class _Context:
         print(f"mmirage run --wait: {text}", file=self.out, flush=True)
 
     def continue_command(self, state: CycleState, retries: Optional[int] = None) -> str:
-        parts = ["mmirage run", "--config", self.args.config, "--wait", "--run-id", state.run_id]
+        parts = ["mmirage run", "--config", self.config_path, "--wait", "--run-id", state.run_id]
         if retries is not None:
             parts += ["--retries", str(retries)]
         return " ".join(parts[:2] + [shlex.quote(p) for p in parts[2:] + self.beam_args])
 
 
-def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], submit: SubmitCommand) -> int:
-    """Drive the cycle of ``mmirage run --wait`` (fresh, or resumed with ``--run-id``).
-
-    Args:
-        args: ``mmirage run``'s parsed flags (``config``, ``run_id``, the cycle flags).
-        beam_args: the Beam pipeline options, passed to every step.
-        submit: the submission (``mmirage run``'s command without ``--wait``).
-
-    Returns:
-        0 every row succeeded; 1 rows failed (the summary names them and the command
-        that continues), a batch could not be looked up, or ``--timeout`` stopped the
-        wait; 2 bad usage or config; 3 the config was already submitted (nothing sent);
-        130 stopped by Ctrl-C (the batches keep running; ``--wait --run-id`` continues).
-
-    Raises:
-        ConfigError: (exit 2) a bad ``--run-id``.
-        mmirage_beam.run.lease.RunLocked: (exit 2) another process drives this cycle.
-    """
-    config = load_config(args.config)
+def _run_cycle(command: CycleCommand, config: PipelineConfig) -> int:
+    """Drive the cycle of ``command`` (:meth:`CycleCommand.run`)."""
+    flags = command.submit.flags
     base = receipts_base(config.processor.metadata_output_path, config.state_dir)
-    poll = args.poll_interval or DEFAULT_POLL_INTERVAL_SECS
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    ctx = _Context(args, list(beam_args), config, base, poll, deadline, submit)
-    fresh = args.run_id is None
+    poll = command.poll_interval or DEFAULT_POLL_INTERVAL_SECS
+    deadline = None if command.timeout is None else time.monotonic() + command.timeout
+    ctx = _Context(command, config, base, poll, deadline)
+    fresh = flags.run_id is None
     if fresh:
         run_id = new_run_id()
     else:
         try:
-            run_id = check_run_id(args.run_id)
+            run_id = check_run_id(flags.run_id)
         except ValueError as exc:
             raise ConfigError("--run-id", str(exc)) from None
     state = None if fresh else CycleState.load(base, run_id)
@@ -137,10 +203,10 @@ def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], submit: Submit
         if record is not None and record.finished:
             state.phase = WAITING  # submitted without --wait: follow it from here
     else:
-        if args.output_path is not None:
+        if command.output_path is not None:
             state.output_path = _output_path(ctx, run_id)
-        if args.retries is not None:
-            state.retries = args.retries
+        if command.retries is not None:
+            state.retries = command.retries
         if state.phase in (MERGED, DONE):
             # Follow and merge again: a resubmission typed by hand since (linked by its
             # receipts) is waited for and merged too.
@@ -164,7 +230,7 @@ def run_cycle(args: argparse.Namespace, beam_args: Sequence[str], submit: Submit
 
 
 def _output_path(ctx: _Context, run_id: str) -> str:
-    given = ctx.args.output_path or ctx.config.execution.merge_output_path
+    given = ctx.command.output_path or ctx.config.execution.merge_output_path
     if given:
         return resolve_path(given)
     folder = ctx.base.rsplit("/", 1)[0] if "/" in ctx.base else "."
@@ -172,8 +238,8 @@ def _output_path(ctx: _Context, run_id: str) -> str:
 
 
 def _retries(ctx: _Context) -> int:
-    if ctx.args.retries is not None:
-        return ctx.args.retries
+    if ctx.command.retries is not None:
+        return ctx.command.retries
     return ctx.config.execution.retries
 
 
@@ -320,7 +386,7 @@ def _wait(ctx: _Context, state: CycleState) -> bool:
     timeout = None
     if ctx.deadline is not None:
         timeout = max(0.0, ctx.deadline - time.monotonic())
-    first = None if ctx.args.poll_interval else FIRST_POLL_INTERVAL_SECS
+    first = None if ctx.command.poll_interval else FIRST_POLL_INTERVAL_SECS
     every = f"every {ctx.poll_interval_secs:g}s"
     if first is not None and first < ctx.poll_interval_secs:
         every = f"after {first:g}s, then twice as long each time up to {every}"
@@ -376,12 +442,12 @@ def _merge(ctx: _Context, state: CycleState) -> tuple[int, Optional[MergeRecord]
     from mmirage_beam.io.formats import format_for_path
 
     command = MergeCommand(
-        config_path=ctx.args.config,
+        config_path=ctx.config_path,
         output_path=state.output_path,
         output_format=format_for_path(state.output_path),  # .parquet: Parquet
         run_ids=(state.run_id,),
     )
-    verbose = bool(ctx.args.verbose)
+    verbose = ctx.verbose
     again = [*command.command_line(verbose), *ctx.beam_args]
     code, outcome = guarded_call(lambda: command.run(ctx.beam_args, verbose, again))
     return code, (outcome.record if outcome is not None else None)
@@ -406,13 +472,13 @@ def _resubmit(ctx: _Context, state: CycleState) -> int:
     else:
         ctx.say(f"retry {k} of {state.retries}: re-sending the retryable failures as run {new}")
         command = ResubmitCommand(
-            config_path=ctx.args.config,
+            config_path=ctx.config_path,
             errors_file=errors_path_for(state.output_path),
             run_id=state.run_id,
             only="retryable",
             new_run_id=new,
         )
-        code, outcome = guarded_call(lambda: command.run(ctx.beam_args, bool(ctx.args.verbose)))
+        code, outcome = guarded_call(lambda: command.run(ctx.beam_args, ctx.verbose))
         if code != 0 or outcome is None:
             return code
         sent = bool(outcome.receipts)  # what the re-send just wrote
@@ -439,7 +505,7 @@ def _notify(ctx: _Context, state: CycleState) -> None:
     from mmirage_beam.notify import notify_run
 
     try:
-        result = notify_run(ctx.base, state.run_id, ctx.config, config_arg=ctx.args.config)
+        result = notify_run(ctx.base, state.run_id, ctx.config, config_arg=ctx.config_path)
     except Exception as exc:  # the run's outcome stands whatever the webhook does
         ctx.say(f"notify: not sent ({type(exc).__name__}: {exc})")
         return
@@ -493,7 +559,7 @@ def _finish(ctx: _Context, state: CycleState, record: MergeRecord) -> int:
         left.append(
             f"{retryable:,} are retryable, but the run was cancelled (mmirage cancel), so "
             "they were not re-sent; re-send them on purpose with:\n  "
-            f"mmirage resubmit --config {shlex.quote(ctx.args.config)} --from "
+            f"mmirage resubmit --config {shlex.quote(ctx.config_path)} --from "
             f"{shlex.quote(errors_file)} --run-id {state.run_id}\n  and merge again: "
             f"{ctx.continue_command(state)}"
         )
@@ -508,7 +574,7 @@ def _finish(ctx: _Context, state: CycleState, record: MergeRecord) -> int:
         left.append(
             f"{failed - retryable:,} are not retryable (e.g. invalid requests): fix the rows "
             "or the config, then re-send them with:\n  "
-            f"mmirage resubmit --config {shlex.quote(ctx.args.config)} --from "
+            f"mmirage resubmit --config {shlex.quote(ctx.config_path)} --from "
             f"{shlex.quote(errors_file)} --only all\n  and merge again: "
             f"{ctx.continue_command(state)}"
         )

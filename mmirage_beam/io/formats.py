@@ -21,13 +21,16 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from mmirage_beam.errors import ConfigError
 from mmirage_beam.io.fs import delete_files, list_files
+
+if TYPE_CHECKING:  # pyarrow loads only where a Parquet file is written
+    import pyarrow as pa
 
 __all__ = [
     "OUTPUT_FORMATS",
@@ -80,7 +83,7 @@ def _scalar_type(declared: Any) -> Any:
     }.get(str(name))
 
 
-def declared_types(outputs: Sequence[Any], output_schema: Any) -> dict[str, Any]:
+def declared_types(outputs: Sequence[Any], output_schema: Any) -> dict[str, pa.DataType]:
     """Column name -> Arrow type, from the config alone: the tool's own integer fields,
     plain outputs (text), embedding outputs (``list<float32>``, of fixed size
     ``dimensions`` when the config gives it), and each top-level ``output_schema`` entry
@@ -91,7 +94,7 @@ def declared_types(outputs: Sequence[Any], output_schema: Any) -> dict[str, Any]
     have (:func:`derive_schema`)."""
     import pyarrow as pa
 
-    types: dict[str, Any] = {name: pa.int64() for name in _INT_FIELDS}
+    types: dict[str, pa.DataType] = {name: pa.int64() for name in _INT_FIELDS}
     by_name = {o.name: o for o in outputs}
 
     def of_output(name: str, field: Optional[str]) -> Any:

@@ -34,7 +34,7 @@ from mmirage_beam.run.receipts import (
     receipt_patterns,
     source_index_range,
 )
-from mmirage_beam.run.records import Receipt
+from mmirage_beam.run.records import Receipt, ReceiptJson
 
 if TYPE_CHECKING:
     from mmirage_beam.config.loader import PipelineConfig
@@ -105,7 +105,7 @@ class ReceiptEntry:
     source_index_range: Optional[Tuple[int, int]] = dataclasses.field(default=None, compare=False)
     has_request_hashes: Optional[bool] = dataclasses.field(default=None, compare=False)
 
-    def full_receipt(self) -> Mapping[str, Any]:
+    def full_receipt(self) -> ReceiptJson:
         """The whole receipt, per-request maps included (read back from ``location``).
 
         Raises:

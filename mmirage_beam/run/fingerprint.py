@@ -37,6 +37,7 @@ import json
 from typing import Any, Optional
 
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.reuse import NOT_SENT
 from mmirage_beam.run import store as _store
 from mmirage_beam.run.layout import RunLayout
 from mmirage_beam.run.records import RunRecord
@@ -44,17 +45,6 @@ from mmirage_beam.run.store import RunStore
 
 #: bytes hashed at each end of every data file.
 SAMPLE_BYTES = 64 * 1024
-#: provider config fields that do not change what is sent.
-# Settings that change nothing sent to the provider (the cost keys only change what is
-# printed, max_enqueued_tokens only when batches are created).
-_NOT_SENT = (
-    "metadata_output_path",
-    "timeout_seconds",
-    "price_per_million_input_tokens",
-    "price_per_million_output_tokens",
-    "max_enqueued_tokens",
-    "exact_tokens",
-)
 
 
 def run_record_path(base: str, run_id: str) -> str:
@@ -131,7 +121,7 @@ def run_fingerprint(config: PipelineConfig, *, read_data: bool = True) -> str:
     Raises:
         apache_beam.io.filesystem.BeamIOError / OSError: a data file cannot be read.
     """
-    provider = {k: v for k, v in dataclasses.asdict(config.processor).items() if k not in _NOT_SENT}
+    provider = {k: v for k, v in dataclasses.asdict(config.processor).items() if k not in NOT_SENT}
     shaped: dict[str, Any] = {
         "provider": provider,
         "inputs": [dataclasses.asdict(i) for i in config.inputs],

@@ -18,6 +18,7 @@ accept either form, so a run that died midway still has every receipt.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import uuid
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Optional
@@ -37,8 +38,9 @@ from mmirage_beam.request_hashes import (  # noqa: F401 (public here too)
     request_hash,
     request_line_hash,
 )
+from mmirage_beam.reuse import REUSED_STATUS
 from mmirage_beam.run.layout import RunLayout, part_chunk_id, parts_dir
-from mmirage_beam.run.records import Receipt, SubmittedMarker
+from mmirage_beam.run.records import Receipt, ReceiptJson, SubmittedMarker
 
 
 def receipt_path(base: str, modality: str, run_id: str, dry_run: bool = False) -> str:
@@ -46,53 +48,77 @@ def receipt_path(base: str, modality: str, run_id: str, dry_run: bool = False) -
     return RunLayout(base, run_id).receipt(modality, dry_run)
 
 
-def make_receipt(
+def make_receipt(**fields: Any) -> ReceiptJson:
+    """The receipt line (a dict) of :meth:`Receipt.for_chunk
+    <mmirage_beam.run.records.Receipt.for_chunk>`, which takes the same keywords
+    (``provider``, ``chunk``, ``provider_batch_id``, ``status``, ``run_id``,
+    ``output_type``, ``model``, ``submitted_at``, ``attempt``, ``parent_run_id``,
+    ``metas``, ``maps``) and documents them.
+
+    Raises:
+        TypeError: a keyword ``Receipt.for_chunk`` does not take, or a missing one.
+    """
+    return Receipt.for_chunk(**fields).to_json()
+
+
+def reused_receipt(
     *,
     provider: str,
-    chunk: Any,
-    provider_batch_id: str,
-    status: str,
     run_id: str,
+    attempt: int,
+    output_name: str,
     output_type: str,
+    modality: str,
     model: Optional[str],
-    submitted_at: Optional[_dt.datetime] = None,
-    attempt: int = 1,
-    parent_run_id: Optional[str] = None,
-    metas: Optional[Iterable[Any]] = None,
-    maps: Optional[tuple[dict[str, int], dict[str, str]]] = None,
-) -> dict[str, Any]:
-    """The receipt line for ``chunk`` once submitted as ``provider_batch_id``.
+    reused_from: str,
+    provider_batch_id: str,
+    entries: Iterable[tuple[str, int, str, str, int]],
+) -> ReceiptJson:
+    """The receipt of the requests of one output that reuse answers of one earlier batch.
 
-    ``chunk`` is a :class:`~mmirage_beam.records.Chunk` (requests in memory) or a
-    :class:`~mmirage_beam.records.ChunkRef` with ``metas``, its staged requests'
-    :class:`~mmirage_beam.run.staging.RequestMeta` in chunk order (``request_hash`` then
-    comes from the ref: the hash of the staged bytes).
+    Shaped like :func:`make_receipt`'s (so ``check``, ``merge``,
+    resumes and the fingerprint read it as one), with ``status`` ``reused``,
+    ``reused_from`` (the run that paid) and ``reused_custom_ids`` (this run's
+    custom_id -> the earlier batch's custom_id holding the answer).
 
-    Besides MMIRAGE's fields and ``run_id``/``output_name``/``modality``: ``attempt``
-    (1, or the resume attempt that submitted it), ``request_hashes`` (custom_id ->
-    :func:`request_line_hash`, so merge marks only the rows whose own request changed;
-    receipts without it are checked per chunk with ``request_hash``) and, for a
-    resubmission run, ``parent_run_id`` (the run whose failed requests it re-sends).
-
-    ``maps``: instead of ``metas``, the ref's two maps already built
-    (:func:`mmirage_beam.run.staging.receipt_maps`), used as they are.
-
-    Returns the receipt as a dict; typed: :meth:`mmirage_beam.run.records.Receipt.for_chunk`.
+    Args:
+        entries: ``(custom_id, source_index, earlier custom_id, request line hash,
+            request bytes)`` of each reused request.
     """
-    return Receipt.for_chunk(
-        provider=provider,
-        chunk=chunk,
-        provider_batch_id=provider_batch_id,
-        status=status,
-        run_id=run_id,
-        output_type=output_type,
-        model=model,
-        submitted_at=submitted_at,
-        attempt=attempt,
-        parent_run_id=parent_run_id,
-        metas=metas,
-        maps=maps,
-    ).to_json()
+    ordered = sorted(entries)
+    index = {cid: int(idx) for cid, idx, _old, _h, _n in ordered}
+    snapshot: dict[str, Any] = {
+        "output_name": output_name,
+        "output_type": output_type,
+        "modality": modality,
+    }
+    if model:
+        snapshot["model"] = model
+    safe_batch = "".join(c if c.isalnum() or c in "_-" else "_" for c in provider_batch_id)
+    return {
+        "provider": provider,
+        "chunk_id": f"reused-a{attempt}-{output_name}-{modality}-{safe_batch}",
+        "provider_batch_id": provider_batch_id,
+        "status": REUSED_STATUS,
+        "custom_id_to_source_index": index,
+        # no chunk was built: a digest of the requests' own hashes (each is checked)
+        "request_hash": hashlib.sha256(
+            "".join(h for _c, _i, _o, h, _n in ordered).encode("ascii")
+        ).hexdigest(),
+        "request_hashes": {cid: h for cid, _i, _o, h, _n in ordered},
+        "reused_custom_ids": {cid: old for cid, _i, old, _h, _n in ordered},
+        "reused_from": reused_from,
+        "model_params_snapshot": snapshot,
+        "submitted_request_count": len(index),
+        "total_bytes": sum(n for *_rest, n in ordered),
+        "has_oversized_request": False,
+        "flush_reason": REUSED_STATUS,
+        "submitted_at_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "run_id": run_id,
+        "output_name": output_name,
+        "modality": modality,
+        "attempt": attempt,
+    }
 
 
 def submitted_marker_path(base: str, run_id: str) -> str:
@@ -302,7 +328,7 @@ class ReceiptLocation(NamedTuple):
     length: int = -1
 
 
-def read_receipt_at(location: ReceiptLocation) -> dict[str, Any]:
+def read_receipt_at(location: ReceiptLocation) -> ReceiptJson:
     """The receipt stored at ``location``, read whole (its per-request maps included).
 
     Raises:

@@ -34,7 +34,7 @@ import dataclasses
 import datetime as _dt
 import functools
 import json
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Optional, TypedDict, TypeVar
 
 from mmirage_beam.request_hashes import request_hash, request_line_hash
 
@@ -45,6 +45,7 @@ __all__ = [
     "LedgerEntry",
     "MergeRecord",
     "Receipt",
+    "ReceiptJson",
     "RunRecord",
     "RunState",
     "SubmittedMarker",
@@ -145,6 +146,36 @@ class JsonRecord:
         return dataclasses.replace(self, **changes)
 
 
+class ReceiptJson(TypedDict, total=False):
+    """One receipt line as the receipt files hold it (:meth:`Receipt.to_json`): the keys
+    are :class:`Receipt`'s fields, each written when set; keys this tool does not know
+    are kept as read."""
+
+    provider: str
+    chunk_id: str
+    provider_batch_id: str
+    status: str
+    custom_id_to_source_index: dict[str, int]
+    request_hash: str
+    request_hashes: dict[str, str]
+    model_params_snapshot: dict[str, Any]
+    submitted_request_count: int
+    total_bytes: int
+    has_oversized_request: bool
+    flush_reason: str
+    submitted_at_utc: str
+    run_id: str
+    output_name: str
+    modality: str
+    attempt: int
+    parent_run_id: str
+    input_tokens_estimate: int
+    intent_at_utc: str
+    adoption: dict[str, Any]
+    reused_from: str
+    reused_custom_ids: dict[str, str]
+
+
 @dataclasses.dataclass(frozen=True)
 class Receipt(JsonRecord):
     """One receipt: a batch the provider accepted (docs/files.md).
@@ -243,10 +274,22 @@ class Receipt(JsonRecord):
         metas: Optional[Iterable[Any]] = None,
         maps: Optional[tuple[dict[str, int], dict[str, str]]] = None,
     ) -> Receipt:
-        """The receipt of ``chunk`` once submitted as ``provider_batch_id``: see
-        :func:`mmirage_beam.run.receipts.make_receipt` for the arguments (``chunk``: a
-        :class:`~mmirage_beam.records.Chunk`, or a :class:`~mmirage_beam.records.ChunkRef`
-        with ``metas`` or ``maps``; ``submitted_at``: now when None)."""
+        """The receipt of ``chunk`` once submitted as ``provider_batch_id``
+        (``submitted_at``: now when None).
+
+        ``chunk`` is a :class:`~mmirage_beam.records.Chunk` (requests in memory) or a
+        :class:`~mmirage_beam.records.ChunkRef` with ``metas``, its staged requests'
+        :class:`~mmirage_beam.run.staging.RequestMeta` in chunk order (``request_hash``
+        then comes from the ref: the hash of the staged bytes), or ``maps``: the ref's
+        two maps already built (:func:`mmirage_beam.run.staging.receipt_maps`), used as
+        they are.
+
+        Besides MMIRAGE's fields and ``run_id``/``output_name``/``modality``: ``attempt``
+        (1, or the resume attempt that submitted it), ``request_hashes`` (custom_id ->
+        :func:`~mmirage_beam.request_hashes.request_line_hash`, so merge marks only the
+        rows whose own request changed; receipts without it are checked per chunk with
+        ``request_hash``) and, for a resubmission run, ``parent_run_id`` (the run whose
+        failed requests it re-sends)."""
         when = submitted_at or _dt.datetime.now(_dt.timezone.utc)
         snapshot: dict[str, Any] = {
             "output_name": chunk.output_name,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from mmirage_beam.paths import path_argument
 
@@ -90,15 +90,6 @@ def add_submit_arguments(ap: argparse.ArgumentParser) -> None:
     )
 
 
-#: ``(argparse dest, flag)`` of the ``--wait`` cycle's flags (cycle/flags.py)
-_CYCLE_FLAGS = (
-    ("output_path", "--output-path"),
-    ("retries", "--retries"),
-    ("poll_interval", "--poll-interval"),
-    ("timeout", "--timeout"),
-)
-
-
 @dataclasses.dataclass(frozen=True)
 class SubmitFlags:
     """The flags of ``mmirage run`` that its plan reads (``--config`` as given, and the
@@ -117,24 +108,12 @@ class SubmitFlags:
     no_reuse: bool = False
     keep_staged: bool = False
     skip_space_check: bool = False
+    #: ``--wait`` and the cycle's flags as given (set by
+    #: :class:`~mmirage_beam.cycle.loop.CycleCommand`)
     wait: Optional[bool] = None
     #: the cycle's flags as given (``--output-path OUT``, ``--retries N``...), kept in
     #: the commands a ``--wait`` run names (issue 38: the exit-3 advice dropped them)
     wait_args: tuple[str, ...] = ()
-
-    @classmethod
-    def from_args(cls, args: Any, beam_args: Sequence[str]) -> SubmitFlags:
-        """The flags of a parsed command line (``argparse.Namespace``)."""
-        names = [
-            f.name for f in dataclasses.fields(cls) if f.name not in ("beam_args", "wait_args")
-        ]
-        given = {name: getattr(args, name) for name in names if hasattr(args, name)}
-        wait_args: list[str] = []
-        for name, flag in _CYCLE_FLAGS:
-            value = getattr(args, name, None)
-            if value is not None:
-                wait_args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-        return cls(beam_args=tuple(beam_args), wait_args=tuple(wait_args), **given)
 
     @property
     def dry_run(self) -> bool:

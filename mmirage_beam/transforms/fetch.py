@@ -23,7 +23,13 @@ from apache_beam.metrics import Metrics
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.providers.base import ENDED_STATUSES, OpenedAdapters
 from mmirage_beam.providers.config import BatchProviderConfig
-from mmirage_beam.records import ProviderResult, ResultError, provider_result, register_coders
+from mmirage_beam.records import (
+    ErrorJson,
+    ProviderResult,
+    ResultError,
+    provider_result,
+    register_coders,
+)
 from mmirage_beam.results import is_retryable
 from mmirage_beam.run.selection import BatchToFetch  # built by run selection
 
@@ -99,14 +105,14 @@ class OutputResult(NamedTuple):
 
 def error_record(
     kind: str, message: str, status_code: Optional[int] = None, raw_text: Optional[str] = None
-) -> dict[str, Any]:
+) -> ErrorJson:
     """The error of one outcome: ``{"type", "message", "status_code", "retryable"}``
     (retryability from :func:`mmirage_beam.results.is_retryable`), plus ``raw_text``
     (the provider's own text: a refusal, a cut answer) when given."""
     return outcome_error(ResultError(kind, message, status_code, raw_text))
 
 
-def outcome_error(error: ResultError) -> dict[str, Any]:
+def outcome_error(error: ResultError) -> ErrorJson:
     """``error`` as the error of one outcome (merged rows' ``mmirage_errors``):
     :meth:`ResultError.to_json <mmirage_beam.records.ResultError.to_json>` with
     ``retryable`` (:func:`mmirage_beam.results.is_retryable`); the provider's ``code``

@@ -34,6 +34,7 @@ from mmirage_beam.run.receipts import (
     read_receipt_at,
     source_index_range,
 )
+from mmirage_beam.run.records import ReceiptJson
 from mmirage_beam.settings import (
     ROWS_PER_PARTITION,
     MergeSettings,
@@ -90,8 +91,7 @@ class MergeRows(beam.PTransform):
     """``PCollection[SourceRow]`` (every row of the datasets) -> the merged file and its
     errors file: everything ``mmirage merge`` does after reading (fetch the batches'
     results, verify the re-read source against the receipts, join by source_index,
-    ordered write). Args: as :func:`build_merge_pipeline`, less the pipeline:
-    ``MergeRows(config, batches, receipts, providers, settings)`` with a
+    ordered write). ``MergeRows(config, batches, receipts, providers, settings)`` with a
     :class:`~mmirage_beam.settings.MergeSettings`, or ``output_path`` and the other
     settings as keywords, as before (they build the settings, on ``.settings``); the
     :class:`MergePlan` is on ``.plan`` once expanded. Returns a ``PCollection[str]``
@@ -103,7 +103,40 @@ class MergeRows(beam.PTransform):
     ``<output>.merge-tmp-<id>/`` (:class:`~mmirage_beam.transforms.spill.SpillByRange`);
     only file names cross a stage boundary; each range is then joined by one DoFn call
     and the ranges' parts concatenated in order
-    (:class:`~mmirage_beam.transforms.merge.JoinPartitions`)."""
+    (:class:`~mmirage_beam.transforms.merge.JoinPartitions`).
+
+    Args:
+        config: the validated config (datasets, inputs, outputs, output_schema).
+        batches: the :class:`~mmirage_beam.run.selection.BatchToFetch` of the merge.
+        receipts: their receipts: the
+            :class:`~mmirage_beam.run.discovery.ReceiptEntry` of
+            :func:`mmirage_beam.run.selection.select_run` (read back one at a time by the
+            workers, so no per-request map is held here) or receipt dicts; those with a
+            ``run_id`` (written by mmirage-beam) are verified against the re-read source.
+        providers: provider name -> (adapter class, provider config).
+        output_path: the merged JSONL file (errors go to ``OUT.errors.jsonl``), with
+            the settings below as keywords; or a
+            :class:`~mmirage_beam.settings.MergeSettings` holding them all.
+        num_partitions: ordered-write partitions (default: as many as it takes for
+            none to hold more than ``rows_per_partition`` of the receipts'
+            source_index range).
+        rows_per_partition: the default partition's width, in rows.
+        verify_source: rebuild the requests and compare chunk hashes.
+        invalid_rows_files: the runs' ``<base>.invalid_rows.<run_id>.jsonl`` files; their
+            rows (skipped at submission) are written marked ``mmirage_skipped``.
+        unsubmitted_run: ``(run_id, resume command)``: report every rebuilt request that
+            no receipt holds as ``never_submitted`` of that run (its row is written,
+            marked), counted in ``requests_never_submitted``. Only when the receipts are
+            every receipt of runs that read all the rows this merge reads (one shard) and
+            the source is verified.
+        errors_path: where the errors file goes (default: :func:`errors_path_for`
+            ``output_path``), e.g. beside the final output when ``output_path`` is the
+            temporary JSONL of a Parquet or hf merge.
+        answers_path: where to write the answers file of the merge (every output merged
+            without error, with its answer key; :mod:`mmirage_beam.reuse`), written last;
+            None: none. Needs the source verified (the keys come from the rebuilt
+            requests).
+    """
 
     def __init__(
         self,
@@ -308,7 +341,7 @@ def _held_receipt(r: Any) -> _HeldReceipt:
     return _HeldReceipt(full, index_range, bool(full.get("request_hashes")), full)
 
 
-def _load_receipt(source: Any) -> dict[str, Any]:
+def _load_receipt(source: Any) -> ReceiptJson:
     """The whole receipt from a :attr:`_HeldReceipt.source`."""
     return read_receipt_at(source) if isinstance(source, ReceiptLocation) else source
 
@@ -326,63 +359,22 @@ def build_merge_pipeline(
     receipts: Sequence[Any],
     providers: dict[str, tuple[type, Any]],
     output_path: Union[str, MergeSettings],
-    num_partitions: Optional[int] = None,
-    rows_per_partition: int = ROWS_PER_PARTITION,
-    verify_source: bool = True,
-    invalid_rows_files: Sequence[str] = (),
-    unsubmitted_run: Optional[tuple[str, str]] = None,
-    errors_path: Optional[str] = None,
-    answers_path: Optional[str] = None,
+    **settings: Any,
 ) -> MergePlan:
     """Add the merge graph: fetch results, verify and re-read the source, join, write.
 
     Args:
         p: the pipeline to extend.
         config: the validated config (datasets, inputs, outputs, output_schema).
-        batches: the :class:`~mmirage_beam.run.selection.BatchToFetch` of the merge.
-        receipts: their receipts: the
-            :class:`~mmirage_beam.run.discovery.ReceiptEntry` of
-            :func:`mmirage_beam.run.selection.select_run` (read back one at a time by the
-            workers, so no per-request map is held here) or receipt dicts; those with a
-            ``run_id`` (written by mmirage-beam) are verified against the re-read source.
-        providers: provider name -> (adapter class, provider config).
-        output_path: the merged JSONL file (errors go to ``OUT.errors.jsonl``), with
-            the settings below as keywords; or a
-            :class:`~mmirage_beam.settings.MergeSettings` holding them all.
-        num_partitions: ordered-write partitions (default: as many as it takes for
-            none to hold more than ``rows_per_partition`` of the receipts'
-            source_index range).
-        rows_per_partition: the default partition's width, in rows.
-        verify_source: rebuild the requests and compare chunk hashes.
-        invalid_rows_files: the runs' ``<base>.invalid_rows.<run_id>.jsonl`` files; their
-            rows (skipped at submission) are written marked ``mmirage_skipped``.
-        unsubmitted_run: ``(run_id, resume command)``: report every rebuilt request that
-            no receipt holds as ``never_submitted`` of that run (its row is written,
-            marked), counted in ``requests_never_submitted``. Only when the receipts are
-            every receipt of runs that read all the rows this merge reads (one shard) and
-            the source is verified.
-        errors_path: where the errors file goes (default: :func:`errors_path_for`
-            ``output_path``), e.g. beside the final output when ``output_path`` is the
-            temporary JSONL of a Parquet or hf merge.
-        answers_path: where to write the answers file of the merge (every output merged
-            without error, with its answer key; :mod:`mmirage_beam.reuse`), written last;
-            None: none. Needs the source verified (the keys come from the rebuilt
-            requests).
+        batches, receipts, providers, output_path: as :class:`MergeRows` takes them.
+        settings: :class:`MergeRows`' keywords (``num_partitions``, ``verify_source``,
+            ``errors_path``...) when ``output_path`` is a path, as it documents them.
+
+    Raises:
+        TypeError: a settings object and keyword settings were both given, or an
+            unknown keyword.
     """
-    merge = MergeRows(
-        config,
-        batches,
-        receipts,
-        providers,
-        output_path,
-        num_partitions=num_partitions,
-        rows_per_partition=rows_per_partition,
-        verify_source=verify_source,
-        invalid_rows_files=invalid_rows_files,
-        unsubmitted_run=unsubmitted_run,
-        errors_path=errors_path,
-        answers_path=answers_path,
-    )
+    merge = MergeRows(config, batches, receipts, providers, output_path, **settings)
     # Every row of the datasets is read (not only this config's shard): receipts from
     # several shards can be merged together; rows without results are not written.
     # A run made with --limit N (config.row_limit): only its first N rows.

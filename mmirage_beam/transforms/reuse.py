@@ -29,10 +29,14 @@ from mmirage_beam.reuse import (
     STALE_REQUESTS,
     answer_key,
     key_settings,
-    reused_receipt,
 )
 from mmirage_beam.run.layout import part_path
-from mmirage_beam.run.receipts import receipt_line, receipt_path, request_line_hash
+from mmirage_beam.run.receipts import (
+    receipt_line,
+    receipt_path,
+    request_line_hash,
+    reused_receipt,
+)
 
 REUSED_TAG = "reused"
 TOKENS_TAG = "tokens"

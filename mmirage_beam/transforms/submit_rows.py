@@ -208,10 +208,34 @@ class SubmitRows(beam.PTransform):
     ``output_dir``. Rows read some other way (e.g. a Beam YAML pipeline's rows turned
     into :class:`~mmirage_beam.records.SourceRow`) compose here directly.
 
-    Args: as :func:`build_submit_pipeline`, less the pipeline: ``SubmitRows(config,
-    settings)`` with a :class:`~mmirage_beam.settings.SubmitSettings`, or
-    ``SubmitRows(config, run_id, export_prompts=..., ...)`` as before (the keywords build
-    the settings). ``.settings`` holds them, ``skip_invalid_rows`` decided.
+    ``SubmitRows(config, settings)`` with a :class:`~mmirage_beam.settings.SubmitSettings`,
+    or ``SubmitRows(config, run_id, export_prompts=..., ...)`` as before (the keywords
+    build the settings). ``.settings`` holds them, ``skip_invalid_rows`` decided.
+
+    Args:
+        config: the validated config.
+        run_id: the run's :class:`~mmirage_beam.settings.SubmitSettings` (then no other
+            keyword is given), or the run's id with the other settings as keywords
+            (file names, receipts, OpenAI batch metadata).
+        export_prompts: dry run: write requests here instead of submitting.
+        skip_invalid_rows: override ``execution_params.skip_invalid_rows``.
+        attempt: the submission attempt of ``run_id`` (resumes count up; chunk ids of a
+            later attempt never reuse an earlier one's).
+        exclude_custom_ids: requests already submitted in this run (a resume).
+        only_custom_ids: send only these requests (a resubmission); placeholder rows
+            are not written again.
+        parent_run_id: for a resubmission, the run it re-sends failures of.
+        chunking_parallelism: chunkers per ``(output, modality)``; default
+            ``execution_params.chunking_parallelism``, else
+            :func:`default_chunking_parallelism` of the pipeline's options.
+        reuse_files: earlier runs' answers files: requests they answered are not sent
+            (:mod:`mmirage_beam.reuse`); empty: reuse off.
+        stale_batches: earlier batches whose results expired (their answers are sent
+            again).
+        estimate_fraction: ``--estimate sample``: count the tokens of only this share
+            of the requests (in (0, 1], chosen by custom_id) and extrapolate the
+            estimate (:func:`mmirage_beam.costs.tokens.sample_estimate`); None: count
+            every request (exact). The requests themselves are the same either way.
 
     Raises:
         mmirage_beam.errors.ConfigError: no adapter is registered for the provider, or a
@@ -510,16 +534,7 @@ def build_submit_pipeline(
     p: beam.Pipeline,
     config: PipelineConfig,
     run_id: Union[str, SubmitSettings],
-    export_prompts: Optional[str] = None,
-    skip_invalid_rows: Optional[bool] = None,
-    attempt: int = 1,
-    exclude_custom_ids: frozenset = frozenset(),
-    only_custom_ids: Optional[frozenset] = None,
-    parent_run_id: Optional[str] = None,
-    chunking_parallelism: Optional[int] = None,
-    reuse_files: Sequence[str] = (),
-    stale_batches: frozenset = frozenset(),
-    estimate_fraction: Optional[float] = None,
+    **settings: Any,
 ) -> SubmitPlan:
     """Add the whole submit (or dry-run) graph for ``config`` to pipeline ``p``:
     :class:`~mmirage_beam.io.readers.ReadDatasets` then :class:`SubmitRows`.
@@ -528,27 +543,9 @@ def build_submit_pipeline(
         p: the pipeline to extend.
         config: the validated config.
         run_id: the run's :class:`~mmirage_beam.settings.SubmitSettings` (then no other
-            keyword is given), or the run's id with the other settings as keywords
-            (file names, receipts, OpenAI batch metadata).
-        export_prompts: dry run: write requests here instead of submitting.
-        skip_invalid_rows: override ``execution_params.skip_invalid_rows``.
-        attempt: the submission attempt of ``run_id`` (resumes count up; chunk ids of a
-            later attempt never reuse an earlier one's).
-        exclude_custom_ids: requests already submitted in this run (a resume).
-        only_custom_ids: send only these requests (a resubmission); placeholder rows
-            are not written again.
-        parent_run_id: for a resubmission, the run it re-sends failures of.
-        chunking_parallelism: chunkers per ``(output, modality)``; default
-            ``execution_params.chunking_parallelism``, else
-            :func:`default_chunking_parallelism` of the pipeline's options.
-        reuse_files: earlier runs' answers files: requests they answered are not sent
-            (:mod:`mmirage_beam.reuse`); empty: reuse off.
-        stale_batches: earlier batches whose results expired (their answers are sent
-            again).
-        estimate_fraction: ``--estimate sample``: count the tokens of only this share
-            of the requests (in (0, 1], chosen by custom_id) and extrapolate the
-            estimate (:func:`mmirage_beam.costs.tokens.sample_estimate`); None: count
-            every request (exact). The requests themselves are the same either way.
+            keyword is given), or the run's id with the other settings as keywords.
+        settings: :class:`SubmitRows`' keywords (``export_prompts``, ``attempt``,
+            ``exclude_custom_ids``...), as it documents them.
 
     Every path in ``config`` must already be absolute or a URI
     (``config.loader.resolve_config_paths``; ``load_config`` does it): workers in other
@@ -557,22 +554,10 @@ def build_submit_pipeline(
     Raises:
         mmirage_beam.errors.ConfigError: no adapter is registered for the provider, or
             ``estimate_fraction`` is not in (0, 1].
-        TypeError: a settings object and keyword settings were both given.
+        TypeError: a settings object and keyword settings were both given, or an
+            unknown keyword.
     """
-    submit = SubmitRows(
-        config,
-        run_id,
-        export_prompts=export_prompts,
-        skip_invalid_rows=skip_invalid_rows,
-        attempt=attempt,
-        exclude_custom_ids=exclude_custom_ids,
-        only_custom_ids=only_custom_ids,
-        parent_run_id=parent_run_id,
-        chunking_parallelism=chunking_parallelism,
-        reuse_files=reuse_files,
-        stale_batches=stale_batches,
-        estimate_fraction=estimate_fraction,
-    )
+    submit = SubmitRows(config, run_id, **settings)
     read = p | "ReadDatasets" >> ReadDatasets(
         config.datasets,
         num_shards=config.num_shards,

@@ -1,6 +1,7 @@
 """``mmirage ui``: a local, read-mostly web dashboard of the runs under one or more configs'
 state and of their spend.
 
+- :mod:`mmirage_beam.ui.views`: the JSON documents the views answer with, as ``TypedDict``.
 - :mod:`mmirage_beam.ui.data`: the JSON views (runs, one run, spend), built from the same
   functions ``mmirage runs`` (:func:`mmirage_beam.run.listing.list_runs`), ``mmirage check``
   (:class:`mmirage_beam.run.lookup.BatchStatusChecker`) and the merge records

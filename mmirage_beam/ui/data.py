@@ -38,6 +38,7 @@ from mmirage_beam.run.lookup import TERMINAL_STATUSES, BatchStatusChecker
 from mmirage_beam.run.selection import linked_runs
 from mmirage_beam.run.store import RunStore
 from mmirage_beam.settings import errors_path_for
+from mmirage_beam.ui.views import FailuresView, RunJson, RunsView, RunView, SpendView
 
 __all__ = ["Source", "config_at_state", "failures_view", "run_view", "runs_view", "spend_view"]
 
@@ -103,7 +104,7 @@ def config_at_state(config: PipelineConfig, state_dir: str) -> PipelineConfig:
     return dataclasses.replace(config, processor=processor, state_dir=state_dir)
 
 
-def _run_json(source: Source, row: RunRow) -> dict[str, Any]:
+def _run_json(source: Source, row: RunRow) -> RunJson:
     return {
         "config": source.index,
         "config_path": source.label,
@@ -129,7 +130,7 @@ def _run_json(source: Source, row: RunRow) -> dict[str, Any]:
     }
 
 
-def runs_view(sources: Sequence[Source], lookup: bool = True) -> dict[str, Any]:
+def runs_view(sources: Sequence[Source], lookup: bool = True) -> RunsView:
     """``{"columns": [str], "runs": [run]}``: every chain of runs of every source, each
     source's newest first, as :func:`~mmirage_beam.run.listing.list_runs` finds them.
 
@@ -182,7 +183,7 @@ def _merge_record(source: Source, chain: Sequence[str]) -> Optional[Any]:
     return record if record is not None and record.to_json() else None
 
 
-def run_view(source: Source, run_id: str, lookup: bool = True) -> dict[str, Any]:
+def run_view(source: Source, run_id: str, lookup: bool = True) -> RunView:
     """One chain of runs: ``{config, run_id, runs, provider, model, batches: [batch],
     in_flight, failures: {merged, merged_at, output_path, errors_path, by_type
     {error_type: rows}, retryable}}``.
@@ -307,7 +308,7 @@ def _merged_rows(output_path: str, wanted: set[int]) -> dict[int, dict[str, Any]
     return rows
 
 
-def failures_view(source: Source, run_id: str, error_type: Optional[str] = None) -> dict[str, Any]:
+def failures_view(source: Source, run_id: str, error_type: Optional[str] = None) -> FailuresView:
     """The chain's failed rows at its last merge: ``{run_id, errors_path, error_type,
     total, rows: [{source_index, output_name, custom_id, error_type, message,
     status_code, retryable, prompt, prompt_chars, row}]}`` (``prompt``: the request's
@@ -368,7 +369,7 @@ def _add(into: dict[str, dict[str, float]], key: str, run: dict[str, Any]) -> No
     slot["actual_usd"] += run["actual_usd"] or 0.0
 
 
-def spend_view(sources: Sequence[Source]) -> dict[str, Any]:
+def spend_view(sources: Sequence[Source]) -> SpendView:
     """The cost ledger: ``{runs: [{config, run_id, provider, model, day, state,
     estimated_usd, estimate_is_lower_bound, actual_usd, estimated_tokens, used_tokens}],
     by_day: [{day, estimated_usd, actual_usd, runs}], by_provider: [{provider, ...}],

@@ -138,3 +138,34 @@ def test_cancel_command_refuses_a_malformed_run_id(tmp_path) -> None:
 
     with pytest.raises(ConfigError, match="--run-id"):
         CancelCommand(str(tmp_path / "c.yaml"), "../etc").plan()
+
+
+def test_the_cycle_command_names_the_wait_flags_as_given() -> None:
+    """``mmirage run``'s one command keeps the ``--wait`` flags given, in the words the
+    commands it prints repeat (floats as typed: ``0.5``, not ``0.500000``)."""
+    from mmirage_beam.commands.submit import SubmitCommand
+    from mmirage_beam.cycle.loop import CycleCommand
+    from mmirage_beam.run.submit_flags import SubmitFlags
+
+    submit = SubmitCommand(SubmitFlags("c.yaml", export_prompts="p.jsonl"))
+    command = CycleCommand(submit, wait=True, retries=2, poll_interval=0.5)
+    assert command.given() == ("--retries", "2", "--poll-interval", "0.5")
+    assert command.export_prompts == "p.jsonl"
+    assert CycleCommand(submit).given() == ()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("run_id", "../etc"), ("interval_secs", 0.0), ("timeout_secs", -1.0)],
+)
+def test_check_command_refuses_bad_flags_before_reading(tmp_path, field, value) -> None:
+    """A malformed ``--run-id``, ``--interval`` or ``--timeout`` is refused naming the
+    flag, before any config or receipt is read (the config here does not exist)."""
+    from mmirage_beam.commands.check import CheckCommand
+    from mmirage_beam.errors import ConfigError
+
+    command = CheckCommand(str(tmp_path / "missing.yaml"), **{field: value})
+    flag = {"run_id": "--run-id", "interval_secs": "--interval", "timeout_secs": "--timeout"}
+    with pytest.raises(ConfigError) as info:
+        command.start()
+    assert info.value.key == flag[field]

@@ -16,9 +16,9 @@ from types import SimpleNamespace
 
 from mmirage_beam.io.fs import write_durably
 from mmirage_beam.records import BatchRequest, Chunk, ChunkRef
-from mmirage_beam.reuse import reused_receipt
 from mmirage_beam.run import cancel, fingerprint, lease, ledger, receipts
 from mmirage_beam.run.layout import RunLayout
+from mmirage_beam.run.receipts import reused_receipt
 from mmirage_beam.run.staging import RequestMeta
 
 OUT = os.path.dirname(os.path.abspath(__file__))
