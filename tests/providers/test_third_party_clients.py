@@ -16,7 +16,9 @@ that take none and the source line saying so, is docs/third-party-clients.md):
   ``openai`` route (OpenAI, and Groq, Together and Azure's v1 URL through it), its
   ``azure`` route (``api-key`` and ``?api-version=`` data-plane paths), its ``mistral``
   and ``gemini`` routes (they need ``model=`` on every call to load their provider
-  config), and ``retrieve_batch`` and ``file_content`` of an Anthropic message batch.
+  config), its ``bedrock`` route (S3 on a moto server through ``s3_endpoint_url``, the
+  Bedrock fake through ``aws_bedrock_control_plane_endpoint``), and ``retrieve_batch``
+  and ``file_content`` of an Anthropic message batch.
 
 Only base URLs, keys and cache directories are given to them; nothing of theirs is
 patched.
@@ -46,7 +48,7 @@ at ``tmp_path`` and disables telemetry before importing it); curator's cache goe
 The models named are ones litellm's bundled cost map knows (curator asks litellm for
 their prices and, for Anthropic, their ``max_tokens``).
 
-Wall time about 100 s for the 15 tests on one core (curator sleeps 1 s after each upload
+Wall time about 3 minutes for the 14 tests on one core (curator sleeps 1 s after each upload
 and polls at most once a second), plus about 15 s of imports.
 """
 
@@ -431,3 +433,61 @@ def test_litellm_gemini_files_and_batches() -> None:
             for line in lines
         }
         assert answers == {f"g{i}": fake_answer_text(p) for i, p in enumerate(PROMPTS)}
+
+
+def test_litellm_bedrock_files_and_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """litellm's Bedrock route (``custom_llm_provider="bedrock"``): ``create_file`` puts
+    the OpenAI-shaped lines, turned into Bedrock records, on S3 (``s3_endpoint_url``: a
+    moto server), ``create_batch`` calls CreateModelInvocationJob on
+    ``aws_bedrock_control_plane_endpoint`` (the Bedrock fake), ``retrieve_batch`` and
+    ``file_content`` read the job and its output back. 100 records: Bedrock's minimum."""
+    from tests.storage_servers import REGION, S3Server, skip_unless_moto
+
+    skip_unless_moto()
+    model = "anthropic.claude-3-5-haiku-20241022-v1:0"
+    prompts = [f"What is {i} plus {i}?" for i in range(100)]
+    rows = [
+        {
+            "custom_id": f"b{i}",
+            "method": "POST",
+            "url": CHAT,
+            "body": {
+                "model": model,
+                "max_tokens": 32,
+                "messages": [{"role": "user", "content": p}],
+            },
+        }
+        for i, p in enumerate(prompts)
+    ]
+    data = ("\n".join(json.dumps(r) for r in rows) + "\n").encode()
+    with S3Server(tmp_path / "moto") as s3, FakeProviderServer() as fake:
+        for key, value in s3.endpoint_env.items():  # the fake writes the output with them
+            monkeypatch.setenv(key, value)
+        kw: dict[str, Any] = {
+            "custom_llm_provider": "bedrock",
+            "model": f"bedrock/{model}",
+            "aws_region_name": REGION,
+            "aws_access_key_id": s3.env["AWS_ACCESS_KEY_ID"],
+            "aws_secret_access_key": s3.env["AWS_SECRET_ACCESS_KEY"],
+            "s3_bucket_name": s3.bucket,
+            "s3_endpoint_url": s3.endpoint,
+            "aws_bedrock_control_plane_endpoint": fake.base_url,
+        }
+        uploaded = litellm.create_file(file=data, purpose="batch", **kw)
+        print(f"\n[litellm/bedrock] create_file -> {uploaded.id}")
+        created = litellm.create_batch(
+            completion_window="24h",
+            endpoint=CHAT,
+            input_file_id=uploaded.id,
+            aws_batch_role_arn="arn:aws:iam::123456789012:role/mmirage-batch",
+            **kw,
+        )
+        batch = litellm.retrieve_batch(batch_id=created.id, **kw)
+        print(f"[litellm/bedrock] retrieve_batch -> {batch.status} {batch.request_counts}")
+        assert batch.status == "completed"
+        content = litellm.file_content(file_id=batch.output_file_id, **kw).content
+        lines = [json.loads(row) for row in content.splitlines() if row.strip()]
+        answers = {line["recordId"]: line["modelOutput"]["content"][0]["text"] for line in lines}
+        print(f"[litellm/bedrock] file_content b0: {answers.get('b0')}")
+        assert answers == {f"b{i}": fake_answer_text(p) for i, p in enumerate(prompts)}
+        assert fake.call_counts()["bedrock_create_job"] == 1
