@@ -32,8 +32,15 @@ _GEMINI = "google-genai>=2.34,<4"
 # is where `mistralai.client.Mistral` lives.
 _MISTRAL = "mistralai>=3.7.0,<4"
 # provider: bedrock (mmirage_beam/providers/bedrock/): boto3's "bedrock" client with the
-# batch inference operations (CreateModelInvocationJob...) and "s3".
-_BEDROCK = "boto3>=1.34.150"
+# batch inference operations (CreateModelInvocationJob...) and "s3". botocore 1.35.1
+# (2024-08-19) is the first whose bedrock model has CreateModelInvocationJob (boto3
+# 1.34.150, the old floor, failed: "'Bedrock' object has no attribute
+# 'create_model_invocation_job'"); 1.42.81 the first whose GetModelInvocationJob output
+# has totalRecordCount/successRecordCount/errorRecordCount, which the adapter reads for a
+# job's progress (botocore's parser drops members its model lacks: on 1.35.1 to 1.42.80
+# `mmirage check` shows no counts). `.ci/peers` runs the Bedrock tests on boto3 and
+# botocore at this floor.
+_BEDROCK = "boto3>=1.42.81"
 
 setup(
     name="mmirage-beam",
@@ -93,11 +100,16 @@ setup(
         # Beam YAML pipelines over mmirage_beam.beam_yaml.transforms.
         "yaml": [_YAML],
         # Opt-in: third-party batch clients driven against the fake provider
-        # (tests/providers/test_third_party_clients.py). litellm, and the runtime dependencies of
-        # bespokelabs-curator that resolve with requirements.txt; curator itself (and
-        # instructor) then go in with `pip install --no-deps -r tests/clients-nodeps.txt`
-        # (that file says which of their pins clash). Not in "test": it moves shared pins.
+        # (tests/providers/test_third_party_clients.py, run by `.ci/peers` in a virtualenv
+        # of its own). litellm, and the runtime dependencies of bespokelabs-curator that
+        # resolve with requirements.txt (datasets<4 for curator: the test extra's 5.x
+        # would not do); curator itself (and instructor) then go in with
+        # `pip install --no-deps -r tests/clients-nodeps.txt` (that file says which of
+        # their pins clash). Not in "test": it moves shared pins.
         "clients": [
+            "pytest==9.0.3",
+            "pytest-timeout==2.4.0",
+            "datasets==3.6.0",
             "litellm==1.110.2",
             "xxhash==3.8.2",
             "posthog==3.25.0",
