@@ -506,6 +506,9 @@ def _notify(ctx: _Context, state: CycleState) -> None:
 
     try:
         result = notify_run(ctx.base, state.run_id, ctx.config, config_arg=ctx.config_path)
+    except NoReceiptsError:  # no batch was sent (every row skipped): no batch event
+        ctx.say("notify: nothing sent (the run sent no batch)")
+        return
     except Exception as exc:  # the run's outcome stands whatever the webhook does
         ctx.say(f"notify: not sent ({type(exc).__name__}: {exc})")
         return
@@ -522,13 +525,19 @@ def _finish(ctx: _Context, state: CycleState, record: MergeRecord) -> int:
     by_type = record.failed_by_type or {}
     rows = int(stats.get("rows_written", 0))
     failed_rows = int(stats.get("rows_with_failures", 0))
+    # rows skipped as invalid at submit (skip_invalid_rows) were never sent: not succeeded
+    skipped = int(stats.get("rows_skipped_invalid", 0))
     failed = sum(by_type.values())
     lines = [
         "",
         f"cycle summary, run {state.run_id}"
         + (f" (+ resubmissions {', '.join(state.runs[1:])})" if state.runs[1:] else ""),
         f"  rows:              {rows:,}",
-        f"  rows succeeded:    {rows - failed_rows:,}",
+        f"  rows succeeded:    {max(rows - failed_rows - skipped, 0):,}",
+    ]
+    if skipped:
+        lines.append(f"  rows skipped:      {skipped:,} (invalid at submit, never sent)")
+    lines += [
         f"  outputs succeeded: {int(stats.get('outputs_succeeded', 0)):,}",
         f"  outputs failed:    {failed:,}",
     ]
@@ -544,12 +553,24 @@ def _finish(ctx: _Context, state: CycleState, record: MergeRecord) -> int:
     lines += ["  " + line for line in usage_lines(stats, ctx.config.processor)]
     print("\n".join(lines), file=ctx.out)
     unknown = int(stats.get("unknown_custom_ids", 0))
-    if not failed and not failed_rows and not unknown:
+    if not failed and not failed_rows and not unknown and not skipped:
         ctx.say("every row succeeded")
         return 0
     errors_file = errors_path_for(state.output_path)
     retryable = int(record.retryable or 0)
-    left = [f"{failed:,} output(s) failed in {failed_rows:,} row(s), listed in {errors_file}"]
+    left = []
+    if failed or failed_rows:
+        left.append(
+            f"{failed:,} output(s) failed in {failed_rows:,} row(s), listed in {errors_file}"
+        )
+    if skipped:
+        invalid = RunStore(ctx.base, state.run_id).invalid_rows_path
+        left.append(
+            f"{skipped:,} row(s) were skipped as invalid at submit (skip_invalid_rows) and "
+            f"never sent: they are listed, with why, in {invalid}, and marked "
+            "mmirage_skipped in the merged file; fix them in the source and send them in a "
+            "new run"
+        )
     if by_type.get("never_submitted"):
         left.append(
             "the run stopped before submitting every row; send the rest (nothing is sent "

@@ -166,7 +166,8 @@ def snapshot_of(
     if merged is not None:
         stats = merged.stats or {}
         total = int(stats.get("rows_written", 0))
-        failed = int(stats.get("rows_with_failures", 0))
+        # a row skipped as invalid at submit was never sent: not done
+        failed = int(stats.get("rows_with_failures", 0)) + int(stats.get("rows_skipped_invalid", 0))
         done, counted = total - failed, "merge"
     else:
         total = sum(s.total for s in mine)

@@ -243,3 +243,25 @@ def test_limit_is_a_trial_run_of_the_first_rows_and_merge_says_so(tmp_path, caps
     # Its own fingerprint: the full run afterwards is not refused as "already submitted".
     config = load_config(cfg)
     assert run_fingerprint(config) != run_fingerprint(dataclasses.replace(config, row_limit=5))
+
+
+def test_rows_skipped_as_invalid_are_not_counted_as_succeeded(tmp_path, capsys, provider_env):
+    """``run --wait --skip-invalid-rows``: a row left out at submit was never sent, so
+    the summary counts it apart and the cycle exits 1 (newcomer trial: "rows succeeded:
+    30 ... every row succeeded", exit 0, with 3 rows never sent)."""
+    fake = provider_env
+    cfg = _setup(tmp_path, fake, flaky=())
+    data = Path(cfg["loading_params"]["datasets"][0]["path"])
+    rows = [json.loads(x) for x in data.read_text(encoding="utf-8").splitlines()[:6]]
+    del rows[2]["question"]  # invalid: its input is missing
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "merged.jsonl"
+    argv = ["--config", write_config(tmp_path, cfg), "--wait", "--poll-interval", "0.2"]
+    assert submit_main([*argv, "--skip-invalid-rows", "--output-path", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert "rows succeeded:    5" in text and "rows skipped:      1" in text
+    assert "not every row succeeded" in text and "wait: every row succeeded" not in text
+    assert "1 row(s) were skipped as invalid at submit" in text
+    merged = _read_jsonl(out)
+    assert [m["source_index"] for m in merged if "mmirage_skipped" in m] == [2]
+    assert sorted(_sent(fake)) == sorted(f"answer-text-{i}" for i in (0, 1, 3, 4, 5))
