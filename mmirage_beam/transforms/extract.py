@@ -117,16 +117,30 @@ def _input_error(
 
 
 def _missing(row: Any, key: str) -> str:
-    """Why a row's input is None: null, or (a plain key the row does not have) absent,
-    with the row's nearest key, so a typo'd YAML key is told from a bad row."""
-    if not isinstance(row, Mapping) or not _PLAIN_KEY.match(key) or key in row:
+    """Why a row's input is None: null, or (a plain key ``a`` or ``a.b.c`` whose field
+    the row does not have) absent, with the nearest key where the path broke, so a
+    typo'd YAML key is told from a bad row."""
+    parts = key.split(".")
+    if not isinstance(row, Mapping) or not all(_PLAIN_KEY.match(p) for p in parts):
         return "is missing or null"
-    names = [str(k) for k in row]
-    near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-    if near:
-        return f"is missing: the row has no key {key!r} (did you mean {near[0]!r}?)"
-    shown = ", ".join(repr(n) for n in sorted(names)[:8]) + (", ..." if len(names) > 8 else "")
-    return f"is missing: the row has no key {key!r} (its keys: {shown or 'none'})"
+    obj: Any = row
+    for i, part in enumerate(parts):
+        if not isinstance(obj, Mapping):
+            return "is missing or null"  # a field of a non-object: not a key typo
+        if part not in obj:
+            names = [str(k) for k in obj]
+            prefix = ".".join(parts[:i])
+            near = difflib.get_close_matches(part, names, n=1, cutoff=0.6)
+            if near:
+                hint = f"did you mean {'.'.join([*parts[:i], near[0]])!r}?"
+            else:
+                shown = ", ".join(repr(n) for n in sorted(names)[:8])
+                more = ", ..." if len(names) > 8 else ""
+                where = f"keys of {prefix!r}" if prefix else "its keys"
+                hint = f"{where}: {shown or 'none'}{more}"
+            return f"is missing: the row has no key {key!r} ({hint})"
+        obj = obj[part]
+    return "is missing or null"
 
 
 #: a JMESPath key that names one top-level field (no dots, brackets or functions).
