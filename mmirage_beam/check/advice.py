@@ -81,6 +81,14 @@ def advice_lines(report: StatusReport, config_arg: Optional[str]) -> List[str]:
                 "of the account that submitted them, and that the receipts are this "
                 "config's"
             )
+        elif report.cancelled_on_purpose(s):
+            key = ("on_purpose", run)
+            text = (
+                "cancelled with 'mmirage cancel', as asked: the requests that ran keep their "
+                "results. Merge them (the rest is written as cancelled):\n    mmirage merge "
+                f"--config {config} --run-id {run} --output-path OUT.jsonl\n    and only if "
+                f"you want the rest after all: mmirage resubmit --config {config} --run-id {run}"
+            )
         else:
             progress = s.progress
             word = (progress.provider_status if progress else "").lower()

@@ -19,6 +19,9 @@ from typing import (
 from mmirage_beam.run.discovery import ReceiptEntry, ReceiptSet
 from mmirage_beam.run.lookup import LOOKUP_FAILED, STATUS_ORDER, BatchStatus, exit_code
 
+#: the providers' status words of a cancelled batch (Bedrock's ``Stopped`` included)
+CANCELLED_WORDS = ("cancelled", "canceled", "cancelling", "canceling", "stopped", "stopping")
+
 __all__ = [
     "GroupSummary",
     "StatusReport",
@@ -65,6 +68,9 @@ class StatusReport:
         files: receipt files read.
         skipped_dry_run: dry-run receipt files skipped.
         checked_at: when the report was built, Unix seconds.
+        unfinished_runs: runs that stopped before all their chunks were submitted.
+        cancelled_runs: runs cancelled with ``mmirage cancel`` (a cancel record): their
+            batches that ended cancelled are told as ``cancelled``, not as failures.
     """
 
     statuses: Tuple[BatchStatus, ...]
@@ -74,11 +80,23 @@ class StatusReport:
     skipped_dry_run: Tuple[str, ...]
     checked_at: float
     unfinished_runs: Tuple[str, ...] = ()
+    cancelled_runs: Tuple[str, ...] = ()
+
+    def cancelled_on_purpose(self, s: BatchStatus) -> bool:
+        """``s`` ended cancelled (the provider's word) in a run cancelled with
+        ``mmirage cancel``: what the user asked for, not a failure."""
+        word = (s.progress.provider_status if s.progress else "").lower()
+        return (
+            s.status == "failed"
+            and s.receipt.run_id in self.cancelled_runs
+            and word in CANCELLED_WORDS
+        )
 
     @property
     def failed_requests(self) -> int:
-        """Requests the providers report failed, over every batch."""
-        return sum(s.failed or 0 for s in self.statuses)
+        """Requests the providers report failed, over every batch (those of batches
+        cancelled on purpose left out)."""
+        return sum(s.failed or 0 for s in self.statuses if not self.cancelled_on_purpose(s))
 
     @property
     def running(self) -> int:
@@ -91,7 +109,8 @@ class StatusReport:
         chunks were submitted (``unfinished_runs``), or every batch ended and requests
         failed; 0 when every request of the ended batches succeeded or batches are still
         running with nothing failed so far (the one verdict line says which)."""
-        if exit_code(self.statuses) or self.unfinished_runs:
+        others = [s for s in self.statuses if not self.cancelled_on_purpose(s)]
+        if exit_code(others) or self.unfinished_runs:
             return 1
         return 1 if not self.running and self.failed_requests else 0
 
@@ -181,15 +200,16 @@ def _num(value: Optional[int]) -> str:
     return "-" if value is None else str(value)
 
 
-def _row(s: BatchStatus) -> List[str]:
+def _row(s: BatchStatus, report: Optional[StatusReport] = None) -> List[str]:
     r = s.receipt
+    on_purpose = report is not None and report.cancelled_on_purpose(s)
     return [
         r.run_id,
         r.modality,
         r.provider,
         r.provider_batch_id,
         r.chunk_id or "-",
-        s.status,
+        "cancelled" if on_purpose else s.status,
         s.progress.provider_status if s.progress else "-",
         _num(s.done),
         _num(s.failed),
@@ -219,7 +239,8 @@ def _headline(report: StatusReport) -> str:
 def _verdict(report: StatusReport) -> str:
     """The one verdict line; "ok" only when every request of the ended batches succeeded
     (and no run stopped midway): it agrees with :attr:`StatusReport.exit_code`."""
-    failed = sum(1 for s in report.statuses if s.status == "failed")
+    on_purpose = sum(1 for s in report.statuses if report.cancelled_on_purpose(s))
+    failed = sum(1 for s in report.statuses if s.status == "failed") - on_purpose
     lookups = sum(1 for s in report.statuses if s.status == LOOKUP_FAILED)
     running = report.running
     if failed or lookups:
@@ -247,6 +268,12 @@ def _verdict(report: StatusReport) -> str:
         return f"result: still running ({running} batch(es) not finished; {so_far})"
     if failed_requests:
         return f"result: completed with failures (every batch ended; {note})"
+    if on_purpose:
+        return (
+            f"result: cancelled ({on_purpose} batch(es) cancelled with 'mmirage cancel', "
+            "as asked; nothing else failed: the requests that ran keep their results, "
+            "which mmirage merge writes, the rest as cancelled)"
+        )
     return (
         "result: ok (every batch completed and the provider reports no failed request; "
         "the answers themselves (refusals, truncations, invalid JSON) are judged by "
@@ -271,7 +298,7 @@ def format_report_lines(report: StatusReport) -> List[str]:
         lines.append(
             "skipped dry-run receipts (nothing was submitted): " + ", ".join(report.skipped_dry_run)
         )
-    rows = [list(_COLUMNS)] + [_row(s) for s in report.statuses]
+    rows = [list(_COLUMNS)] + [_row(s, report) for s in report.statuses]
     widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS) - 1)]
     for r in rows:
         cells = [c.ljust(w) for c, w in zip(r[:-1], widths)] + [r[-1]]
@@ -320,7 +347,7 @@ def print_rich_report(report: StatusReport, console: Any = None) -> None:
         numeric = col in ("DONE", "FAILED", "TOTAL", "AGE")
         table.add_column(col.title(), justify="right" if numeric else "left", overflow="fold")
     for s in report.statuses:
-        cells = [escape(c) for c in _row(s)]
+        cells = [escape(c) for c in _row(s, report)]
         style = _STATUS_STYLES.get(s.status, "")
         cells[5] = f"[{style}]{cells[5]}[/{style}]" if style else cells[5]
         table.add_row(*cells)

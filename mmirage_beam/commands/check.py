@@ -192,17 +192,24 @@ class CheckCommand:
         from mmirage_beam.run.cancel import cancelled_note
         from mmirage_beam.run.lookup import not_terminal
         from mmirage_beam.run.selection import RunStates, run_states
+        from mmirage_beam.run.store import RunStore
 
         config, receipts = started.config, started.receipts
         states = RunStates([], ())
         note = None
+        cancelled: tuple[str, ...] = ()
         if config is not None:
             base = _base(config)
             if not self.metadata_paths:
                 states = run_states(base, receipts, self.config_path)
             note = cancelled_note(base, receipts.run_ids)
+            cancelled = tuple(
+                r for r in receipts.run_ids if RunStore(base, r).read_cancel_record() is not None
+            )
         built = build_report(receipts, list(looked.statuses))
-        summary = dataclasses.replace(built, unfinished_runs=states.unfinished)
+        summary = dataclasses.replace(
+            built, unfinished_runs=states.unfinished, cancelled_runs=cancelled
+        )
         waiting = len(not_terminal(looked.statuses))
         if looked.interrupted:
             return CheckReport(

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from mmirage_beam.check.advice import advice_lines
-from mmirage_beam.check.report import StatusReport
+from mmirage_beam.check.report import CANCELLED_WORDS, StatusReport
 from mmirage_beam.costs.prices import batch_price
 from mmirage_beam.costs.report import USED_INPUT_TOKENS, USED_OUTPUT_TOKENS, per_output
 from mmirage_beam.costs.tokens import INPUT_TOKENS
@@ -38,7 +38,7 @@ from mmirage_beam.settings import errors_path_for
 
 __all__ = ["Event", "RunSnapshot", "event_id", "events_for", "snapshot_of"]
 
-_CANCELLED_WORDS = ("cancelled", "canceled", "cancelling", "canceling")
+_CANCELLED_WORDS = CANCELLED_WORDS
 BUDGET_ERROR_CODE = "token_limit_exceeded"
 
 
@@ -271,7 +271,7 @@ def _with_next_command(
     else:
         fixes = [line.split("Fix: ", 1)[1] for line in advice if "Fix: " in line]
         command = (
-            fixes[0].split("\n", 1)[0]
+            fixes[0].split("\n", 1)[0].split(", then ", 1)[0]  # one command to type
             if fixes
             else f"mmirage merge --config {cfg} --run-id {run} --output-path OUT.jsonl"
         )

@@ -14,6 +14,7 @@ import pytest
 from mmirage_beam.config import config_from_dict
 from mmirage_beam.errors import ConfigError
 from pipelines.cancel import main as cancel_main
+from pipelines.check import main as check_main
 from pipelines.cli import main as cli_main
 from pipelines.resubmit import main as resubmit_main
 from pipelines.runs import main as runs_main
@@ -171,6 +172,13 @@ def test_cancel_a_delayed_run_once_then_merge_marks_it_cancelled(
     while any(b["status"] != "cancelled" for b in fake.batches("openai")):
         assert time.monotonic() < deadline, [b["status"] for b in fake.batches("openai")]
         time.sleep(0.05)
+    # check tells a cancel the user asked for as such, not as a failure (newcomer trial:
+    # "result: FAILED", exit 1, and advice to resubmit what was cancelled on purpose)
+    assert check_main(["--config", cfg, "--run-id", "slow"]) == 0
+    text = capsys.readouterr().out
+    assert "result: cancelled (3 batch(es) cancelled with 'mmirage cancel', as asked" in text
+    assert text.count("  cancelled  ") == 3 and "Fix: " not in text
+    assert "mmirage merge --config " in text
     out = tmp_path / "merged.jsonl"
     code = submit_main(
         ["--config", cfg, "--wait", "--run-id", "slow", "--retries", "2"]
