@@ -51,7 +51,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         help="also show the runs in the state folder DIR (the receipts of the first "
         "--config's kind kept there, e.g. copied from another machine); repeatable",
     )
-    ap.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: a free one)")
+    ap.add_argument(
+        "--port",
+        type=int,
+        default=8766,
+        help="port on 127.0.0.1 (0: a free one; not 8765, the README's fake-provider port)",
+    )
     ap.add_argument(
         "--no-lookup",
         action="store_true",

@@ -295,11 +295,19 @@ class DashboardServer:
         port: the port; 0: a free one.
 
     Raises:
-        OSError: the port is taken (Werkzeug says so on stderr first).
+        OSError: the port is taken.
     """
 
     def __init__(self, app: Dashboard, port: int = 0) -> None:
         self.app = app
+        if port:  # taken: say it once (Werkzeug prints its own lines, then exits)
+            import socket
+
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.bind((HOST, port))
+                except OSError:
+                    raise OSError(f"port {port} is in use") from None
         try:
             self._server: BaseWSGIServer = make_server(
                 HOST, port, app, threaded=True, request_handler=_QuietRequestHandler

@@ -88,3 +88,20 @@ def test_ui_serves_the_runs_and_stops_on_ctrl_c(tmp_path, capsys, provider_env):
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "mmirage ui: stopped" in out
+
+
+def test_a_taken_port_is_said_once(tmp_path, capsys):
+    """``mmirage ui --port P`` on a port in use: one line naming it, exit 2 (Werkzeug
+    printed its own lines first; the newcomer's fake-provider held the default port)."""
+    import socket
+
+    from pipelines.ui import main as ui_main
+
+    cfg = write_config(tmp_path, base_config(tmp_path))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert ui_main(["--config", cfg, "--port", str(port), "--no-lookup"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"mmirage ui: cannot listen on 127.0.0.1:{port}: port {port} is in use"
