@@ -41,6 +41,12 @@ __all__ = ["check_notify_secrets", "config_from_dict", "expand_env"]
 _LOG = logging.getLogger(__name__)
 #: the model-rule warnings given in this process (each is said once)
 _WARNED: set[str] = set()
+
+
+def model_warnings() -> list[str]:
+    """The model-name warnings said at config load in this process (a model the
+    provider's SDK does not list), for a run's summary to repeat at its end."""
+    return sorted(_WARNED)
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _SECRET_KEY_RE = re.compile(r"^(api_key|.*_api_key|token|.*_token|secret|.*_secret)$", re.I)
 

@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any, Callable, Optional
 
 from mmirage_beam.config.loader import PipelineConfig
-from mmirage_beam.config.validation import check_notify_secrets
+from mmirage_beam.config.validation import check_notify_secrets, model_warnings
 from mmirage_beam.errors import ConfigError, MmirageError
 from mmirage_beam.progress.counters import told_estimate
 from mmirage_beam.providers.base import BatchAdapterRegistry
@@ -362,6 +362,8 @@ def finish_run(
     estimate = reports.estimate_summary_lines(
         stats, start.config.processor, flags.dry_run, told_estimate()
     )
+    # said at load among the log lines: repeated last, where it is read (newcomer trial)
+    estimate += [f"warning: {m}" for m in model_warnings()]
     read = stats.get("rows_read", 0) + stats.get("row_errors", 0)
     if read == 0 and start.config.num_shards == 1:  # an empty source (a shard may be empty)
         text = reports.nothing_read_message(run_id, start.config.datasets, flags.dry_run)

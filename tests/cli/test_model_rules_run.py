@@ -39,7 +39,10 @@ def test_a_typod_model_is_warned_before_any_upload(tmp_path, capsys, provider_en
         code = run_main(["--config", write_config(tmp_path, cfg), "--run-id", "typo"])
     finally:
         logger.removeHandler(handler)
-    assert code == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert code == 0, out
+    # repeated at the end of the summary, where it is read (it was one log line at the top)
+    assert out.rstrip().splitlines()[-1].startswith("warning: processors[0].model")
     warnings = [(m, counts) for m, counts in handler.seen if "is not a model" in m]
     assert warnings, handler.seen
     message, counts_then = warnings[0]
