@@ -47,6 +47,8 @@ def model_warnings() -> list[str]:
     """The model-name warnings said at config load in this process (a model the
     provider's SDK does not list), for a run's summary to repeat at its end."""
     return sorted(_WARNED)
+
+
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _SECRET_KEY_RE = re.compile(r"^(api_key|.*_api_key|token|.*_token|secret|.*_secret)$", re.I)
 

@@ -86,7 +86,7 @@ from mmirage_beam.providers.batch_status import (
     parse_timestamp,
 )
 from mmirage_beam.providers.chunk_files import iter_chunk_lines, open_chunk_file, staged_upload
-from mmirage_beam.providers.config import BatchProviderConfig
+from mmirage_beam.providers.config import ADAPTER_TAKES_EMBEDDINGS, BatchProviderConfig
 from mmirage_beam.providers.credentials import credential_env_var, resolve_credentials
 from mmirage_beam.providers.registry import ProviderRegistry
 from mmirage_beam.providers.tokens import TokenCount
@@ -1086,3 +1086,14 @@ class BatchAdapterRegistry(ProviderRegistry):
 
     base_class = BatchSubmissionAdapter
     unknown_message = "no adapter registered for {name!r}; registered: {known}"
+
+    @classmethod
+    def register(cls, name: str, klass: type) -> None:
+        """Register ``klass`` for ``provider: name``, and its ``takes_embeddings`` for the
+        configs' output check (:data:`mmirage_beam.providers.config.ADAPTER_TAKES_EMBEDDINGS`).
+
+        Raises:
+            TypeError: if ``klass`` is not a :class:`BatchSubmissionAdapter` subclass.
+        """
+        super().register(name, klass)
+        ADAPTER_TAKES_EMBEDDINGS[name] = bool(klass.takes_embeddings)

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Collection, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.model_rules import ModelRules
-from mmirage_beam.providers.registry import ProviderRegistry
+from mmirage_beam.providers.registry import ProviderRegistry, load_plugins
 
 __all__ = [
     "DEFAULT_MAX_CHUNK_BYTES",
@@ -278,13 +278,18 @@ def check_str(name: str, value: Any) -> str:
     return value
 
 
+#: provider name -> its adapter's ``takes_embeddings``, kept by
+#: ``BatchAdapterRegistry.register`` (:mod:`mmirage_beam.providers.base`), so that this
+#: module, below the adapters, reads the capability without importing them.
+ADAPTER_TAKES_EMBEDDINGS: dict[str, bool] = {}
+
+
 def _takes_embeddings(provider: str) -> bool:
     """Whether ``provider``'s adapter declares ``takes_embeddings`` (its config class's
     ``EMBEDDINGS_ENDPOINT`` when no adapter is registered under the name)."""
-    from mmirage_beam.providers.base import BatchAdapterRegistry
-
-    if provider in BatchAdapterRegistry.names():
-        return BatchAdapterRegistry.get(provider).takes_embeddings
+    load_plugins()  # a plugin's adapter registers itself on load
+    if provider in ADAPTER_TAKES_EMBEDDINGS:
+        return ADAPTER_TAKES_EMBEDDINGS[provider]
     if provider in BatchProviderConfigRegistry.names():
         return BatchProviderConfigRegistry.get(provider).EMBEDDINGS_ENDPOINT is not None
     return False
