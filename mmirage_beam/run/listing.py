@@ -40,7 +40,7 @@ from mmirage_beam.run.discovery import NoReceiptsError, collect_receipts
 from mmirage_beam.run.layout import receipts_base
 from mmirage_beam.run.lease import REFRESH_SECS, is_stale
 from mmirage_beam.run.lookup import TERMINAL_STATUSES, BatchStatusChecker
-from mmirage_beam.run.records import JsonRecord, RunRecord
+from mmirage_beam.run.records import JsonRecord, MergeRecord, RunRecord
 from mmirage_beam.run.selection import find_unfinished, linked_runs
 from mmirage_beam.run.store import RunStore, run_records
 
@@ -171,10 +171,13 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
     every_run = list(dict.fromkeys([*records, *(e.run_id for e in entries)]))
     roots = [r for r in every_run if not parent.get(r)]
     chains: dict[str, tuple[list[str], list[Any]]] = {}
+    merges: dict[str, Optional[MergeRecord]] = {}
     for root in roots:
         chain, _rank = linked_runs(entries, [root]) if root in parent else ([root], {root: 0})
         # its own receipts, one per batch: a reused receipt names an earlier run's batch
         chains[root] = (chain, list({e.key: e for e in entries if e.run_id in chain}.values()))
+        merged = RunStore(base, root).read_merge_record()
+        merges[root] = merged if _holds(merged) else None
     statuses: dict[tuple[str, str], Any] = {}
     # a chain merged whole after its last batch was submitted has only ended batches (merge
     # refuses while any runs, unless --allow-partial, whose rows are "pending"): its
@@ -183,7 +186,7 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
     batches = [
         e
         for root, (_chain, mine) in chains.items()
-        if not merged_whole(RunStore(base, root), mine)
+        if not merged_whole(merges[root], mine)
         for e in mine
     ]
     batches = list({e.key: e for e in batches}.values())
@@ -214,11 +217,10 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
                 "max_output": tokens[MAX_OUTPUT_TOKENS] if limited else None,
             }
         store = RunStore(base, root)
-        merged = store.read_merge_record()
-        merged = merged if _holds(merged) else None
+        merged = merges[root]
         looked = [statuses.get(e.key) for e in mine]
         ended = bool(mine) and all(s is not None and s.status in TERMINAL_STATUSES for s in looked)
-        if merged is not None and merged_whole(store, mine):
+        if merged_whole(merged, mine):
             looked, ended = [], True
             row.by_status[MERGED_WHOLE] = len(mine)
         for s in looked:
@@ -255,10 +257,10 @@ def list_runs(config: PipelineConfig, lookup: bool = True) -> list[RunRow]:
     return rows
 
 
-def merged_whole(store: RunStore, mine: list[Any]) -> bool:
-    """True when the chain's merge record is newer than its last submitted batch and
-    holds no ``pending`` row: every batch had ended when it was merged."""
-    merged = store.read_merge_record()
+def merged_whole(merged: Optional[MergeRecord], mine: Sequence[Any]) -> bool:
+    """True when the chain's merge record ``merged`` (its root's, None before a merge) is
+    newer than its last submitted batch of ``mine`` and holds no ``pending`` row: every
+    batch had ended when it was merged."""
     if not _holds(merged) or not mine:
         return False
     newest = max((e.submitted_at for e in mine if e.submitted_at), default=None)

@@ -200,8 +200,9 @@ def run_view(source: Source, run_id: str, lookup: bool = True) -> RunView:
     """
     chain, batches = _chain(source, run_id)
     statuses: dict[Any, Any] = {}
+    merged = _merge_record(source, chain)
     # merged whole: every batch had ended, nothing to look up (as mmirage runs lists it)
-    settled = merged_whole(RunStore(source.base, chain[0]), batches)
+    settled = merged_whole(merged, batches)
     if lookup and batches and not settled:
         with BatchStatusChecker({e.provider for e in batches}, source.config) as checker:
             statuses = {s.receipt.key: s for s in checker.check(batches)}
@@ -226,7 +227,6 @@ def run_view(source: Source, run_id: str, lookup: bool = True) -> RunView:
             }
         )
     notified = _notify(source, chain, list(statuses.values())) if statuses else []
-    merged = _merge_record(source, chain)
     failures: dict[str, Any] = {"merged": merged is not None}
     if merged is not None:
         failures.update(
