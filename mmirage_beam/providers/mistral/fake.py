@@ -169,6 +169,28 @@ class _File:
         }
 
 
+def _marked_failure(cid: str, marker: str | None, tokens: int) -> Item | None:
+    """The failed item of a line whose marker fails its request (``timeout``, or one of
+    ``FAILURES``), None for any other marker: the same for every endpoint."""
+    if marker == "timeout":
+        line = error_line(cid, "request_timeout", "The request timed out.")
+        return Item(cid, line, ok=False, input_tokens=tokens)
+    if marker in FAILURES:
+        status, kind, message = FAILURES[marker]
+        return failed_response_item(marker, cid, http_line(cid, status, message, kind), tokens)
+    return None
+
+
+def _answer_line(cid: str, response_body: dict[str, Any]) -> dict[str, Any]:
+    """A result line answering ``cid`` with HTTP 200 and ``response_body``."""
+    return {
+        "id": new_id("batch-req-"),
+        "custom_id": cid,
+        "response": {"status_code": 200, "body": response_body},
+        "error": None,
+    }
+
+
 class MistralApi:
     """Mistral's Files and batch jobs endpoints over the shared :class:`Store`.
 
@@ -441,21 +463,13 @@ class MistralApi:
         prompt = "\n".join(str(x) for x in inputs)
         tokens = len(prompt.split())
         marker = self.store.resolve_transient(error_marker(prompt), cid)
-        if marker == "timeout":
-            line = error_line(cid, "request_timeout", "The request timed out.")
-            return Item(cid, line, ok=False, input_tokens=tokens)
-        if marker in FAILURES:
-            status, kind, message = FAILURES[marker]
-            return failed_response_item(marker, cid, http_line(cid, status, message, kind), tokens)
+        failed = _marked_failure(cid, marker, tokens)
+        if failed is not None:
+            return failed
         response_body = embeddings_response(
             batch.model or "", inputs, body.get("output_dimension"), tokens
         )
-        line = {
-            "id": new_id("batch-req-"),
-            "custom_id": cid,
-            "response": {"status_code": 200, "body": response_body},
-            "error": None,
-        }
+        line = _answer_line(cid, response_body)
         return Item(cid, line, ok=True, input_tokens=tokens)
 
     def _process_moderation(self, batch: Batch, cid: str, body: dict[str, Any]) -> Item:
@@ -478,20 +492,12 @@ class MistralApi:
         prompt = "\n".join(texts)
         tokens = len(prompt.split())
         marker = self.store.resolve_transient(error_marker(prompt), cid)
-        if marker == "timeout":
-            line = error_line(cid, "request_timeout", "The request timed out.")
-            return Item(cid, line, ok=False, input_tokens=tokens)
-        if marker in FAILURES:
-            status, kind, message = FAILURES[marker]
-            return failed_response_item(marker, cid, http_line(cid, status, message, kind), tokens)
+        failed = _marked_failure(cid, marker, tokens)
+        if failed is not None:
+            return failed
         flagged = [error_marker(t) == "content_filter" for t in texts]
         response_body = moderation_response(batch.model or "", flagged)
-        line = {
-            "id": new_id("batch-req-"),
-            "custom_id": cid,
-            "response": {"status_code": 200, "body": response_body},
-            "error": None,
-        }
+        line = _answer_line(cid, response_body)
         return Item(cid, line, ok=True, input_tokens=tokens)
 
     def _process(self, batch: Batch, cid: str, body: dict[str, Any], now: float) -> Item:
@@ -523,12 +529,9 @@ class MistralApi:
         marker = self.store.resolve_transient(error_marker(prompt), cid)
         if marker in ("refusal", "content_filter"):
             marker = None  # Mistral has neither a refusal field nor a content filter
-        if marker == "timeout":
-            line = error_line(cid, "request_timeout", "The request timed out.")
-            return Item(cid, line, ok=False, input_tokens=tokens)
-        if marker in FAILURES:
-            status, kind, message = FAILURES[marker]
-            return failed_response_item(marker, cid, http_line(cid, status, message, kind), tokens)
+        failed = _marked_failure(cid, marker, tokens)
+        if failed is not None:
+            return failed
         answer = make_answer(prompt, images, mode, schema, marker)
         if marker == "error_body_200":
             response_body: dict[str, Any] = error_body(api_error(500, "Scripted error body."))
@@ -539,12 +542,7 @@ class MistralApi:
             validate_response(
                 "FIMCompletionResponse" if fim else "ChatCompletionResponse", {**response_body}
             )
-        line = {
-            "id": new_id("batch-req-"),
-            "custom_id": cid,
-            "response": {"status_code": 200, "body": response_body},
-            "error": None,
-        }
+        line = _answer_line(cid, response_body)
         return answered_response_item(marker, cid, line, answer)
 
     def _jobs_get(self, request: Request, job_id: str) -> Response:
