@@ -77,6 +77,7 @@ from mmirage_beam.providers.gemini.fake_bodies import (
     broken_line,
     candidate_response,
     check_response,
+    contents_tokens,
     error_line,
     get_field,
     json_schema_of,
@@ -84,8 +85,8 @@ from mmirage_beam.providers.gemini.fake_bodies import (
     request_model,
 )
 from mmirage_beam.providers.gemini.fake_service import GEMINI
-from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
-from mmirage_beam.testing.fake_provider.answers import count_words, make_answer
+from mmirage_beam.testing.fake_provider import lifecycle, scripting
+from mmirage_beam.testing.fake_provider.answers import make_answer
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
@@ -352,15 +353,11 @@ class GeminiApi:
         10 per image, as a batch reports it."""
         payload = json_payload(request)
         body = get_field(payload, "generate_content_request") or payload
-        contents = get_field(body, "contents")
         try:
-            request_model().model_validate({"contents": contents})
-        except Exception as exc:  # pydantic.ValidationError
+            tokens = contents_tokens(get_field(body, "contents"))
+        except ValueError as exc:
             raise _gemini_error(400, f"Invalid contents: {exc}") from None
-        prompt, images = prompt_of(contents)
-        return json_response(
-            {"totalTokens": count_words(prompt) + limits.TOKENS_PER_IMAGE * images}
-        )
+        return json_response({"totalTokens": tokens})
 
     # -- batches --------------------------------------------------------------------------
 

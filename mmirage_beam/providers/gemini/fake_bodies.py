@@ -135,6 +135,24 @@ FINISH_REASONS = {
 }
 
 
+def contents_tokens(contents: Any) -> int:
+    """``countTokens`` of ``contents`` as the fakes answer it (Gemini's and Vertex AI's):
+    the prompt's words plus ``limits.TOKENS_PER_IMAGE`` per image, as a batch reports it.
+
+    Raises:
+        ValueError: google-genai's request type refuses ``contents`` (its message).
+    """
+    from mmirage_beam.testing.fake_provider import limits
+    from mmirage_beam.testing.fake_provider.answers import count_words
+
+    try:
+        request_model().model_validate({"contents": contents})
+    except Exception as exc:  # pydantic.ValidationError
+        raise ValueError(str(exc)) from None
+    prompt, images = prompt_of(contents)
+    return count_words(prompt) + limits.TOKENS_PER_IMAGE * images
+
+
 def candidate_response(answer: Any, model_version: str) -> tuple[dict[str, Any], int]:
     """The ``GenerateContentResponse`` of ``answer`` (an ``answers.Answer`` of the fake's
     core) and its output tokens: one candidate whose

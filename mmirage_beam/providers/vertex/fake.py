@@ -75,13 +75,14 @@ from typing import Any, Optional
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
+from werkzeug.serving import BaseWSGIServer
 from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.providers.gemini.fake_bodies import (
     FAILURES,
     candidate_response,
     check_response,
+    contents_tokens,
     get_field,
     json_schema_of,
     prompt_of,
@@ -97,7 +98,11 @@ from mmirage_beam.testing.fake_provider.scripting import (
     UNKNOWN_CUSTOM_ID,
     error_marker,
 )
-from mmirage_beam.testing.fake_provider.serving import serve_in_thread, stop_serving
+from mmirage_beam.testing.fake_provider.serving import (
+    QuietRequestHandler,
+    serve_in_thread,
+    stop_serving,
+)
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
     ApiError,
@@ -159,11 +164,6 @@ def _error(status: int, message: str, kind: Optional[str] = None) -> ApiError:
     return ApiError(status, kind or {400: "INVALID_ARGUMENT"}.get(status, ""), message)
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_request(self, *args: Any, **kwargs: Any) -> None:  # noqa: D102 - quiet
-        pass
-
-
 class FakeVertexServer:
     """A loopback Vertex AI batch prediction fake (see the module docstring).
 
@@ -221,7 +221,7 @@ class FakeVertexServer:
             if self._server is not None:
                 return self
             self._server, self._thread = serve_in_thread(
-                self._host, self._requested_port, self._wsgi, _Quiet, "fake-vertex"
+                self._host, self._requested_port, self._wsgi, QuietRequestHandler, "fake-vertex"
             )
         return self
 
@@ -552,19 +552,12 @@ class FakeVertexServer:
     ) -> Response:
         """``countTokens`` ``{"contents", "generationConfig"?}``: ``{"totalTokens": N}``,
         N the prompt's words plus 10 per image, as a job's ``promptTokenCount`` says."""
-        from mmirage_beam.testing.fake_provider import limits
-        from mmirage_beam.testing.fake_provider.answers import count_words
-
         payload = json_payload(request)
-        contents = get_field(payload, "contents")
         try:
-            request_model().model_validate({"contents": contents})
-        except Exception as exc:  # pydantic.ValidationError
+            tokens = contents_tokens(get_field(payload, "contents"))
+        except ValueError as exc:
             raise _error(400, f"Invalid contents: {' '.join(str(exc).split())}") from None
-        prompt, images = prompt_of(contents)
-        return json_response(
-            {"totalTokens": count_words(prompt) + limits.TOKENS_PER_IMAGE * images}
-        )
+        return json_response({"totalTokens": tokens})
 
     def _get(
         self, request: Request, version: str, project: str, location: str, job_id: str

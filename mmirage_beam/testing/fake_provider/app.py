@@ -16,7 +16,7 @@ from typing import Any
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
+from werkzeug.serving import BaseWSGIServer
 from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.testing.fake_provider import limits
@@ -25,7 +25,11 @@ from mmirage_beam.testing.fake_provider.scripting import (
     SCRIPT_PARSERS,
     parse_delay,
 )
-from mmirage_beam.testing.fake_provider.serving import serve_in_thread, stop_serving
+from mmirage_beam.testing.fake_provider.serving import (
+    QuietRequestHandler,
+    serve_in_thread,
+    stop_serving,
+)
 from mmirage_beam.testing.fake_provider.store import Batch, Store
 from mmirage_beam.testing.fake_provider.wire import json_response, new_id
 from mmirage_beam.testing.fake_registry import fallback_names, registered_fakes
@@ -45,19 +49,6 @@ def check_loopback(host: str) -> None:
         loopback = False
     if not loopback:
         raise ValueError(f"the fake provider binds loopback addresses only, not {host!r}")
-
-
-class _QuietRequestHandler(WSGIRequestHandler):
-    """Sends Werkzeug's per-request lines to this module's logger at DEBUG."""
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        """Logs the request line at DEBUG."""
-        _LOG.debug("%s %r %s %s", self.address_string(), self.requestline, code, size)
-
-    def log(self, type: str, message: str, *args: Any) -> None:
-        """Logs Werkzeug's messages (info at DEBUG, others at WARNING)."""
-        level = logging.DEBUG if type == "info" else logging.WARNING
-        _LOG.log(level, "%s - " + message.rstrip(), self.address_string(), *args)
 
 
 def provider_names(name: str, fake: Any) -> tuple[str, ...]:
@@ -148,7 +139,7 @@ class FakeProviderServer:
                 self._host,
                 self._requested_port,
                 self._wsgi_app,
-                _QuietRequestHandler,
+                QuietRequestHandler,
                 "fake-provider",
             )
             self._store.results_base_url = self.base_url
