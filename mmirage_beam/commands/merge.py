@@ -89,6 +89,7 @@ class MergeCommand:
         import apache_beam as beam
 
         from mmirage_beam.config import load_config
+        from mmirage_beam.costs.prices import processor_price
         from mmirage_beam.errors import ConfigError
         from mmirage_beam.progress import counters
         from mmirage_beam.run import merge_plans
@@ -125,8 +126,9 @@ class MergeCommand:
         plan = build_merge_pipeline(
             pipeline, config, sel.batches, receipts, sel.providers, settings
         )
-        counters.expect_run(
-            config.processor, totals={"results fetched": start.results_expected or None}
+        counters.expect(
+            totals={"results fetched": start.results_expected or None},
+            price=processor_price(config.processor),
         )
         ran = _run_job(pipeline, plan, options, outputs, config, again)
         if isinstance(ran, int):  # the job failed (1) or the runner only translated it (0)

@@ -110,6 +110,7 @@ def _submit(start: SubmitStart, flags: SubmitFlags, held: RunHold, options: Any)
     it says; its exit status."""
     import apache_beam as beam
 
+    from mmirage_beam.costs.prices import processor_price
     from mmirage_beam.progress import counters
     from mmirage_beam.run import submit_plans
     from mmirage_beam.run.staging import staging_area, staging_dir
@@ -121,7 +122,10 @@ def _submit(start: SubmitStart, flags: SubmitFlags, held: RunHold, options: Any)
     plan = build_submit_pipeline(pipeline, start.config, settings)
     say([submit_plans.job_line(start, flags)])
     submit_plans.check_space(start, flags)
-    counters.expect_run(start.config.processor, staging=staging_dir(start.base, start.run_id))
+    counters.expect(
+        price=processor_price(start.config.processor),
+        estimate_file=counters.estimate_file(staging_dir(start.base, start.run_id)),
+    )
     outcome = RunOutcome()
     try:
         with staging_area(start.base, start.run_id, keep=flags.keep_staged or start.translate_only):

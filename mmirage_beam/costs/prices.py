@@ -27,6 +27,7 @@ __all__ = [
     "price_table",
     "PriceTable",
     "batch_price",
+    "processor_price",
 ]
 
 
@@ -109,6 +110,18 @@ def _row_for(table: Optional[dict[str, Any]], model: str) -> Optional[dict[str, 
             if best is None or len(name) > len(best["model"]):
                 best = row
     return best
+
+
+def processor_price(provider_config: Any) -> Optional[BatchPrice]:
+    """The batch price of a processor config (:func:`batch_price` of its provider, model
+    and overrides), or None when it is unknown, or when the provider is unknown (an
+    unknown provider fails the run elsewhere, with its own message)."""
+    try:
+        return batch_price(
+            provider_config.provider, getattr(provider_config, "model", None), provider_config
+        )
+    except Exception:
+        return None
 
 
 def batch_price(

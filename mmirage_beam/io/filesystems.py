@@ -24,7 +24,14 @@ import shutil
 import sys
 from typing import Any, NamedTuple, Optional, Sequence
 
-__all__ = ["FileSystems", "FileMetadata", "MatchResult", "beam_filesystems", "defer_options"]
+__all__ = [
+    "FileSystems",
+    "FileMetadata",
+    "MatchResult",
+    "beam_filesystems",
+    "defer_options",
+    "use_filesystem_options",
+]
 
 #: Beam's ``FileSystems.URI_SCHEMA_PATTERN``: a path with a scheme goes to Beam
 _URI = re.compile(r"(?P<scheme>[a-zA-Z][-a-zA-Z0-9+.]*)://.*")
@@ -75,14 +82,30 @@ def beam_filesystems() -> Any:
         flags, _pending_flags = _pending_flags, None
         from apache_beam.options.pipeline_options import PipelineOptions
 
-        from mmirage_beam.launch.flags import use_filesystem_options
-
         use_filesystem_options(PipelineOptions(flags))
     else:
         from mmirage_beam.io.beam_s3 import fix_beam_s3
 
         fix_beam_s3()
     return BeamFileSystems
+
+
+def use_filesystem_options(options: Any) -> None:
+    """Hand ``options`` (Beam ``PipelineOptions``) to Beam's ``FileSystems``, so every
+    file the launcher itself reads or writes (receipts, leases, run records, probes,
+    merged files on ``s3://``...) goes through the same filesystem settings
+    (``--s3_endpoint_url``...) as the workers'.
+
+    Beam sets them only when a ``Pipeline`` is built; the launcher touches its storage
+    before (and the commands that run no pipeline never build one). Without options,
+    Beam's S3 filesystem cannot even make a client. Its two fixes
+    (:func:`mmirage_beam.io.beam_s3.fix_beam_s3`) are applied here too."""
+    from apache_beam.io.filesystems import FileSystems as BeamFileSystems
+
+    from mmirage_beam.io.beam_s3 import fix_beam_s3
+
+    fix_beam_s3()
+    BeamFileSystems.set_options(options)
 
 
 def _local(*paths: str) -> bool:

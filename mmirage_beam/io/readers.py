@@ -44,15 +44,13 @@ from mmirage_beam.io.decode import (
     replace_lone_surrogates,
     to_json_value,
 )
-from mmirage_beam.io.splits import _JSONL, _PARQUET, _list_splits, _Split
+from mmirage_beam.io.splits import _JSONL, _PARQUET, DatasetSource, _list_splits, _Split
 from mmirage_beam.metrics import METRICS_NAMESPACE
 from mmirage_beam.progress.counters import set_total
 from mmirage_beam.records import RowError, SourceRow
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from mmirage_beam.config.loader import DatasetConfig
 
 __all__ = [
     "DEFAULT_DESIRED_SPLIT_BYTES",
@@ -138,7 +136,7 @@ class ReadDatasets(beam.PTransform):
 
     def __init__(
         self,
-        datasets: Sequence[DatasetConfig],
+        datasets: Sequence[DatasetSource],
         num_shards: int = 1,
         shard_id: int = 0,
         desired_split_bytes: int = DEFAULT_DESIRED_SPLIT_BYTES,

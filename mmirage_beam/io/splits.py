@@ -15,17 +15,28 @@ import logging
 import os
 import posixpath
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from mmirage_beam.errors import ConfigError
 
-if TYPE_CHECKING:
-    from mmirage_beam.config.loader import DatasetConfig
-
 _LOGGER = logging.getLogger(__name__)
+
+
+class DatasetSource(Protocol):
+    """What the readers take of one dataset, ``loading_params.datasets[i]``: its
+    ``path`` (a file, a glob, a folder or a URI) and ``type`` (``JSONL``, ``parquet`` or
+    ``loadable``, any case). :class:`mmirage_beam.config.DatasetConfig` is one; the
+    readers name no config class, so ``io/`` stays below ``config/``."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
+
 
 _JSONL, _PARQUET, _ARROW = "JSONL", "parquet", "loadable"
 _TYPES = {"jsonl": _JSONL, "parquet": _PARQUET, "loadable": _ARROW}
@@ -105,7 +116,7 @@ def _file_splits(
     return [{}]
 
 
-def _list_splits(datasets: Sequence[DatasetConfig], desired_split_bytes: int) -> tuple[_Split, ...]:
+def _list_splits(datasets: Sequence[DatasetSource], desired_split_bytes: int) -> tuple[_Split, ...]:
     splits: list[_Split] = []
     file_id = 0
     for index, ds in enumerate(datasets):

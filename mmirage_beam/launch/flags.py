@@ -8,6 +8,7 @@ import sys
 from typing import Any, Optional, Sequence
 
 from mmirage_beam.errors import ConfigError
+from mmirage_beam.io.filesystems import use_filesystem_options
 
 # Beam modules that define pipeline options but are not imported by ``apache_beam``
 # itself. They are read, not imported: some cannot be imported without optional
@@ -235,23 +236,6 @@ FILESYSTEM_FLAGS_HELP = (
     "--blob_service_endpoint, --hdfs_host/--hdfs_port/--hdfs_user. Storage credentials "
     "come from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, a profile...)."
 )
-
-
-def use_filesystem_options(options: Any) -> None:
-    """Hand ``options`` to Beam's ``FileSystems``, so every file the launcher itself reads
-    or writes (receipts, leases, run records, probes, merged files on ``s3://``...) goes
-    through the same filesystem settings (``--s3_endpoint_url``...) as the workers'.
-
-    Beam sets them only when a ``Pipeline`` is built; the launcher touches its storage
-    before (and the commands that run no pipeline never build one). Without options,
-    Beam's S3 filesystem cannot even make a client. Its two fixes
-    (:func:`mmirage_beam.io.beam_s3.fix_beam_s3`) are applied here too."""
-    from apache_beam.io.filesystems import FileSystems
-
-    from mmirage_beam.io.beam_s3 import fix_beam_s3
-
-    fix_beam_s3()
-    FileSystems.set_options(options)
 
 
 def _refuse_secret_flags(args: Sequence[str]) -> None:

@@ -42,12 +42,10 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import apache_beam as beam
 
-from mmirage_beam.costs.prices import batch_price
-from mmirage_beam.costs.report import estimate_lines
 from mmirage_beam.progress.bar import LiveBar
 from mmirage_beam.progress.text import (
     INPUT_TOKENS,
@@ -66,7 +64,6 @@ __all__ = [
     "snapshot",
     "runs_in_process",
     "expect",
-    "expect_run",
     "begin",
     "finish",
     "estimate_file",
@@ -186,28 +183,6 @@ def expect(
             _JOB["estimate_file"] = estimate_file
 
 
-def expect_run(
-    provider_config: Any,
-    *,
-    totals: Optional[Mapping[str, Optional[int]]] = None,
-    staging: Optional[str] = None,
-) -> None:
-    """:func:`expect` for a run or merge of ``provider_config`` (a processor config):
-    its batch price (none when the adapter's price table has no row for the model) and,
-    with ``staging`` (the run's staging folder), the estimate file."""
-    try:
-        price = batch_price(
-            provider_config.provider, getattr(provider_config, "model", None), provider_config
-        )
-    except Exception:  # an unknown provider fails the run elsewhere, with its message
-        price = None
-    expect(
-        totals=totals,
-        price=price,
-        estimate_file=estimate_file(staging) if staging else None,
-    )
-
-
 def begin(options: Any = None, stream: Any = None) -> None:
     """The launcher starts a job in this process: report its progress as a live bar
     (``stream``, default ``sys.stderr``, is a terminal and the runner runs in process,
@@ -256,11 +231,10 @@ def estimate_file(staging: str) -> str:
     return f"{staging.rstrip('/')}/estimate.txt"
 
 
-def announce_estimate(
-    stats: dict[str, int], provider_config: Any, path: Optional[str] = None
-) -> dict[str, int]:
-    """``dict[str, int] -> the same dict``: tell the run's token and cost estimate once,
-    before its first batch (a step on the summed token counters, which the submit
+def announce_estimate(lines: Sequence[str], path: Optional[str] = None) -> None:
+    """Tell the run's token and cost estimate (``lines``:
+    :func:`mmirage_beam.costs.report.estimate_lines`; none: nothing to tell) once, before
+    its first batch (called by a step on the summed token counters, which the submit
     step takes as a side input, so it runs first and once per job).
 
     In the launcher's process it is logged at INFO at once; in a worker process of a
@@ -268,9 +242,8 @@ def announce_estimate(
     written to ``path`` (see :func:`estimate_file`) for the launcher to log, and the
     worker logs nothing; without a listening launcher (a Beam YAML pipeline run by
     Beam's own launcher), the worker logs it, once per job."""
-    lines = estimate_lines(stats, provider_config) if stats else []
     if not lines:
-        return stats
+        return
     text = "before submitting: " + "\n".join(lines)
     with _LOCK:
         here = bool(_JOB.get("launcher"))
@@ -281,7 +254,6 @@ def announce_estimate(
         _write_text(path, text)
     else:
         _LOG.info("%s", text)
-    return stats
 
 
 def _exists(path: str) -> bool:

@@ -22,6 +22,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from mmirage_beam.config.loader import PipelineConfig
+from mmirage_beam.costs.report import estimate_lines
 from mmirage_beam.io.readers import ReadDatasets
 from mmirage_beam.io.writers import WriteJsonLinesShards, WriteSingleFile
 from mmirage_beam.jsonl import json_line
@@ -131,8 +132,11 @@ def _announce_sent_estimate(
     _impulse: bytes, stats: dict[str, int], provider_config: Any, path: str
 ) -> dict[str, int]:
     """Impulse, the summed token counters -> those of what is sent (less the reused
-    requests': :func:`sent_stats`), announced (:func:`announce_estimate`)."""
-    return announce_estimate(sent_stats(stats), provider_config, path)
+    requests': :func:`sent_stats`), announced (:func:`announce_estimate`) with their
+    estimate lines (:func:`~mmirage_beam.costs.report.estimate_lines`)."""
+    sent = sent_stats(stats)
+    announce_estimate(estimate_lines(sent, provider_config) if sent else [], path)
+    return sent
 
 
 def _sum_counts(counts: Any) -> dict[str, int]:

@@ -142,8 +142,8 @@ def test_empty_files_and_one_client_per_setting(s3, monkeypatch):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from mmirage_beam.io import beam_s3
+    from mmirage_beam.io.filesystems import use_filesystem_options
     from mmirage_beam.io.fs import write_durably
-    from mmirage_beam.launch.flags import use_filesystem_options
 
     for name, value in s3.env.items():
         monkeypatch.setenv(name, value)
