@@ -6,6 +6,7 @@ types."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -170,6 +171,9 @@ def test_sdk_ocr_and_transcription_read_uploaded_files(fake_provider):
     doc = client.files.upload(
         file={"file_name": "scan.txt", "content": b"Invoice 42\nTotal: 10 EUR\n"}, purpose="ocr"
     )
+    pdf = client.files.upload(
+        file={"file_name": "scan.pdf", "content": b"%PDF-1.7\n\xff\xfe\x00binary"}, purpose="ocr"
+    )
     bad_doc = client.files.upload(
         file={"file_name": "bad.txt", "content": b"FAKE_ERROR:rate_limit"}, purpose="ocr"
     )
@@ -181,6 +185,11 @@ def test_sdk_ocr_and_transcription_read_uploaded_files(fake_provider):
             {"custom_id": "doc", "body": {"document": {"type": "file", "file_id": doc.id}}},
             {"custom_id": "bad", "body": {"document": {"type": "file", "file_id": bad_doc.id}}},
             {"custom_id": "gone", "body": {"document": {"type": "file", "file_id": "nope"}}},
+            {"custom_id": "pdf", "body": {"document": {"type": "file", "file_id": pdf.id}}},
+            {
+                "custom_id": "minus",
+                "body": {"document": {"type": "file", "file_id": doc.id}, "pages": [-1]},
+            },
         ],
         model="mistral-ocr-2505",
         endpoint="/v1/ocr",
@@ -189,6 +198,9 @@ def test_sdk_ocr_and_transcription_read_uploaded_files(fake_provider):
     page = mistralai.models.OCRResponse.model_validate(lines["doc"]["response"]["body"])
     assert page.pages[0].markdown.startswith("Invoice 42\nTotal: 10 EUR")
     assert page.usage_info.doc_size_bytes == 25
+    binary = mistralai.models.OCRResponse.model_validate(lines["pdf"]["response"]["body"])
+    assert binary.pages[0].markdown.startswith("Fake OCR of scan.pdf")
+    assert lines["minus"]["response"]["status_code"] == 400
     assert (lines["bad"]["response"]["status_code"], lines["gone"]["response"]["status_code"]) == (
         429,
         404,
@@ -210,3 +222,23 @@ def test_sdk_ocr_and_transcription_read_uploaded_files(fake_provider):
             requests=[{"body": {"input": "x"}}], model=CLASSIFIER, endpoint="/v1/unknown"
         )
     assert refused.value.status_code == 400
+
+
+def test_extra_inputs_names_the_wire_keys_a_request_type_lacks():
+    """The service's names are the SDK's aliases: ``inputs`` (the Python name of
+    ``ClassificationRequest.input``) is a key the service does not know; ``schema``
+    (``JSONSchema``'s alias) is one it does; ``metadata`` takes any key."""
+    from mmirage_beam.providers.mistral.fake_endpoints import extra_inputs
+
+    def extras(kind: str, payload: dict) -> list[str]:
+        return extra_inputs(getattr(mistralai.models, kind).model_validate(payload), payload)
+
+    assert extras("ClassificationRequest", {"model": CLASSIFIER, "inputs": "x"}) == ["inputs"]
+    assert (
+        extras("ClassificationRequest", {"model": CLASSIFIER, "input": "x", "metadata": {"a": 1}})
+        == []
+    )
+    ocr = copy.deepcopy({**CASES["/v1/ocr"][1], "model": "mistral-ocr-latest"})
+    assert extras("OCRRequest", ocr) == []
+    ocr["document_annotation_format"]["json_schema"]["strict_mode"] = True
+    assert extras("OCRRequest", ocr) == ["document_annotation_format.json_schema.strict_mode"]

@@ -128,13 +128,14 @@ def extra_inputs(instance: Any, data: Any, loc: tuple[str, ...] = ()) -> list[st
     """The dotted paths of the keys of ``data`` (a JSON body) that ``instance`` (the
     SDK's pydantic model ``data`` validated as) has no field for, at every depth (the
     union member pydantic chose decides the fields); ``Dict[str, Any]`` fields (such
-    as ``metadata``) take any key."""
+    as ``metadata``) take any key. A field's wire name is its alias (``input`` of
+    ``ClassificationRequest``, ``schema`` of ``JSONSchema``): the SDK's Python name,
+    which its models also accept (``populate_by_name``), is not the service's."""
     import pydantic
 
     found: list[str] = []
     if isinstance(instance, pydantic.BaseModel) and isinstance(data, Mapping):
         fields = {(info.alias or name): name for name, info in type(instance).model_fields.items()}
-        fields.update({name: name for name in type(instance).model_fields})
         for key, value in data.items():
             if key not in fields:
                 found.append(".".join((*loc, str(key))))
@@ -232,11 +233,11 @@ def _uploaded(api: MistralApi, cid: str, file_id: str) -> tuple[Any, Item | None
 
 def _pages(raw: Any) -> list[int] | None:
     """The 0-based page indexes of OCR's ``pages`` (a list, or ``"0,2-4"``), [0] when
-    unset; None when a string names no page."""
+    unset; None when it names no page or a negative one."""
     if raw is None:
         return [0]
     if isinstance(raw, list):
-        return sorted(set(raw))
+        return sorted(set(raw)) if raw and min(raw) >= 0 else None
     out: set[int] = set()
     for part in str(raw).split(","):
         low, _, high = part.strip().partition("-")
@@ -262,8 +263,11 @@ def _ocr(api: MistralApi, batch: Batch, cid: str, payload: dict[str, Any], now: 
         stored, missing = _uploaded(api, cid, doc["file_id"])
         if missing is not None:
             return missing
-        source, size = stored.content.decode("utf-8", "replace"), len(stored.content)
-        text = source.strip()
+        source, size = stored.content.decode("utf-8", "ignore"), len(stored.content)
+        try:  # a text file reads as itself; any other file as a line naming it
+            text = stored.content.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            text = f"Fake OCR of {stored.filename}"
     else:
         url = doc.get("document_url") or doc.get("image_url")
         source = url.get("url", "") if isinstance(url, Mapping) else str(url)
