@@ -15,7 +15,10 @@ Endpoints (``Authorization: Bearer <any non-empty key>``, else 401):
   (422 ``HTTPValidationError``-shaped ``detail`` otherwise); 404 for an unknown input
   file, 400 for a file of another purpose or an endpoint the fake does not answer
   (:data:`ENDPOINTS`: chat and FIM completions, embeddings, moderations and chat
-  moderations). Exactly one of ``input_files`` and ``requests`` (inline batching, each
+  moderations; OCR, classifications, chat classifications, conversations and audio
+  transcriptions are :mod:`~mmirage_beam.providers.mistral.fake_endpoints`', which
+  also refuses a model its endpoint does not take). Exactly one of ``input_files`` and
+  ``requests`` (inline batching, each
   ``{"custom_id"?, "body"}`` run as a line of a file, its index for a missing
   ``custom_id``), and one of ``model`` and ``agent_id`` (an agent's job: bodies checked
   with ``AgentsCompletionRequest``, answers named after the agent, ``model: null``).
@@ -80,7 +83,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from mmirage_beam.providers.mistral import fake_service
+from mmirage_beam.providers.mistral import fake_endpoints, fake_service
 from mmirage_beam.providers.mistral.fake_bodies import (
     FAILURES,
     api_error,
@@ -117,10 +120,10 @@ PREFIX = fake_service.PREFIX
 MAX_BATCH_FILE_BYTES = 512 * 1000 * 1000
 MAX_REQUESTS = 100_000
 FILE_PURPOSES = ("fine-tune", "batch", "ocr", "agentic_safety")
-#: the endpoints whose jobs the fake answers (each in its own response shape; the SDK's
-#: ``APIEndpoint`` also names ``/v1/ocr``, ``/v1/classifications``,
+#: the endpoints whose jobs this module answers (each in its own response shape; the
+#: rest of the SDK's ``APIEndpoint``, ``/v1/ocr``, ``/v1/classifications``,
 #: ``/v1/chat/classifications``, ``/v1/conversations`` and ``/v1/audio/transcriptions``,
-#: which it refuses with 400)
+#: are :mod:`~mmirage_beam.providers.mistral.fake_endpoints`')
 ENDPOINTS = (
     "/v1/chat/completions",
     "/v1/embeddings",
@@ -364,8 +367,9 @@ class MistralApi:
             raise api_error(400, f"Invalid JSON body: {exc}") from None
         validate_with_sdk("CreateBatchJobRequest", payload)
         endpoint = payload.get("endpoint")
-        if endpoint not in ENDPOINTS:
-            raise api_error(400, f"The fake answers only {ENDPOINTS}, not {endpoint!r}.")
+        if endpoint not in ENDPOINTS + fake_endpoints.ENDPOINTS:
+            served = ENDPOINTS + fake_endpoints.ENDPOINTS
+            raise api_error(400, f"The fake answers only {served}, not {endpoint!r}.")
         inline = payload.get("requests") or []
         file_ids = payload.get("input_files") or []
         if bool(inline) == bool(file_ids):
@@ -379,6 +383,10 @@ class MistralApi:
             unknown_model = fake_service.mistral_model_error(model, self.store.models)
             if unknown_model is not None:
                 raise api_error(400, unknown_model)
+            if endpoint in fake_endpoints.ENDPOINTS:
+                wrong = fake_endpoints.model_error(endpoint, model, self.store.models)
+                if wrong is not None:
+                    raise api_error(400, wrong)
         with self.store.lock:
             files = [self._get_file(fid) for fid in file_ids]
             for stored in files:
@@ -502,7 +510,10 @@ class MistralApi:
 
     def _process(self, batch: Batch, cid: str, body: dict[str, Any], now: float) -> Item:
         """One line of a job: answered in its endpoint's response shape (chat and FIM
-        completions, embeddings, moderations), or its error line."""
+        completions, embeddings, moderations; the other endpoints are
+        :func:`fake_endpoints.process`'s), or its error line."""
+        if batch.endpoint in fake_endpoints.ENDPOINTS:
+            return fake_endpoints.process(self, batch, cid, body, now)
         if batch.endpoint == "/v1/embeddings":
             return self._process_embedding(batch, cid, body)
         if batch.endpoint in ("/v1/moderations", "/v1/chat/moderations"):
