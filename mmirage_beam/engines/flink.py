@@ -19,8 +19,8 @@ On separate hosts each TaskManager's ``localhost:50000`` pool is its own, which 
 PROCESS gives here.) Killing a TaskManager's process group kills its workers with it.
 
 Everything listens on 127.0.0.1 only, on free ports. The state (ports, PIDs, flags) is
-written to ``D/cluster.json``; :func:`stop_cluster` stops every process by PID (SIGTERM,
-then SIGKILL). Logs stay in ``D/logs/``.
+written to ``D/cluster.json``; :func:`~mmirage_beam.engines.cluster.stop_cluster` stops
+every process by PID (SIGTERM, then SIGKILL). Logs stay in ``D/logs/``.
 """
 
 from __future__ import annotations
