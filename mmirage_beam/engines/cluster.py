@@ -28,6 +28,7 @@ from mmirage_beam.engines.processes import (
     stop_daemon,
     wait_until,
 )
+from mmirage_beam.engines.provision import Say
 
 STATE_FILE = "cluster.json"
 
@@ -246,8 +247,6 @@ def portable_flags(job_port: int, boot: Path) -> list[str]:
     ]
 
 
-#: A callable given each progress line.
-Say = Callable[[str], object]
 #: A process environment.
 Env = Mapping[str, str]
 

@@ -34,7 +34,6 @@ from mmirage_beam.engines.cluster import (
     ClusterState,
     Engine,
     Env,
-    Say,
     java,
     portable_flags,
     start_cluster,
@@ -46,6 +45,7 @@ from mmirage_beam.engines.processes import (
     get_json,
     start_daemon,
 )
+from mmirage_beam.engines.provision import Say
 
 #: Flink settings of the rehearsal cluster (config.yaml keys). Memory is sized for a
 #: laptop: the heavy work runs in the Python SDK workers, outside the JVMs. The network

@@ -49,7 +49,6 @@ from mmirage_beam.engines.cluster import (
     ClusterState,
     Engine,
     Env,
-    Say,
     java,
     portable_flags,
     start_cluster,
@@ -63,6 +62,7 @@ from mmirage_beam.engines.processes import (
     start_daemon,
     wait_until,
 )
+from mmirage_beam.engines.provision import Say
 
 #: The JVM options Spark 3.5's launcher gives its JVMs on Java 17
 #: (``org.apache.spark.launcher.JavaModuleOptions``); the executors get them from Spark.

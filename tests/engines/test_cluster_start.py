@@ -20,12 +20,12 @@ from mmirage_beam.engines.cluster import (
     ClusterState,
     Engine,
     Env,
-    Say,
     portable_flags,
     start_cluster,
     stop_cluster,
 )
 from mmirage_beam.engines.processes import Daemon, EngineError, start_daemon
+from mmirage_beam.engines.provision import Say
 
 #: A worker: writes ``<cwd>/registered`` with its MARK variable, then waits to be stopped;
 #: with EXIT_AT_ONCE set it exits first instead (a worker that died).
