@@ -4,6 +4,8 @@
 PID, folder and log of each process (:class:`~mmirage_beam.engines.processes.Daemon`)
 and the runner flags that submit to it; :func:`stop_cluster` stops by those PIDs.
 ``D/sdk-boot.sh`` (:func:`boot_script`) is the command of Beam's PROCESS environment.
+:func:`start_cluster` starts a master, its workers and Beam's job server (Flink's,
+Spark's), given the :class:`Engine` that says what differs.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from mmirage_beam.engines.processes import (
 from mmirage_beam.engines.provision import Say
 
 STATE_FILE = "cluster.json"
+#: A process environment.
+Env = Mapping[str, str]
 
 
 @dataclass
@@ -245,10 +249,6 @@ def portable_flags(job_port: int, boot: Path) -> list[str]:
         "--environment_option",
         f"process_command={boot}",
     ]
-
-
-#: A process environment.
-Env = Mapping[str, str]
 
 
 class Engine(abc.ABC):
