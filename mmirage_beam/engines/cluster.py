@@ -4,18 +4,24 @@
 PID, folder and log of each process (:class:`~mmirage_beam.engines.processes.Daemon`)
 and the runner flags that submit to it; :func:`stop_cluster` stops by those PIDs.
 ``D/sdk-boot.sh`` (:func:`boot_script`) is the command of Beam's PROCESS environment.
+:func:`start_cluster` starts a master, its workers and Beam's job server (Flink's,
+Spark's), given the :class:`Engine` that says what differs.
 """
 
 from __future__ import annotations
 
+import abc
 import json
+import os
 import shlex
 import shutil
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
+from mmirage_beam.engines import versions
 from mmirage_beam.engines.processes import (
     Daemon,
     EngineError,
@@ -24,8 +30,11 @@ from mmirage_beam.engines.processes import (
     stop_daemon,
     wait_until,
 )
+from mmirage_beam.engines.provision import Say
 
 STATE_FILE = "cluster.json"
+#: A process environment.
+Env = Mapping[str, str]
 
 
 @dataclass
@@ -223,3 +232,156 @@ def java(env: Mapping[str, str]) -> str:
     choose), else ``java`` from PATH."""
     home = env.get("JAVA_HOME")
     return str(Path(home) / "bin" / "java") if home else "java"
+
+
+def portable_flags(job_port: int, boot: Path) -> list[str]:
+    """The Beam options every engine started here begins its runner flags with: Beam's
+    portable runner to the job service on ``localhost:<job_port>``, and the SDK workers
+    started by the engine with Beam's PROCESS environment and the command ``boot``
+    (:func:`boot_script`)."""
+    return [
+        "--runner",
+        "PortableRunner",
+        "--job_endpoint",
+        f"localhost:{job_port}",
+        "--environment_type",
+        "PROCESS",
+        "--environment_option",
+        f"process_command={boot}",
+    ]
+
+
+class Engine(abc.ABC):
+    """An engine of a master, workers and Beam's job server (Flink, Spark), as
+    :func:`start_cluster` starts it: what differs between engines. ``workers`` is how
+    many workers the cluster has, ``per_worker`` what each offers (task slots, cores)."""
+
+    #: :attr:`ClusterState.engine` (``"flink"``), capitalised in the progress lines.
+    name: str
+    #: What a worker and its master are called in the messages (``"TaskManager"``,
+    #: ``"JobManager"``).
+    roles: tuple[str, str]
+    #: The Java releases the engine runs on (``"11 or 17"``), for the error without one.
+    java_releases: str
+    #: The engine's release and its Beam job server's (:mod:`.versions`).
+    releases: tuple[str, str]
+
+    @abc.abstractmethod
+    def provision(self, say: Say) -> None:
+        """Fetch the engine and its job server into the engine cache if they are not
+        there (:mod:`~mmirage_beam.engines.provision`).
+
+        Raises:
+            EngineError: they could not be fetched, or cannot be used from there.
+        """
+
+    @abc.abstractmethod
+    def prepare(self, cluster_dir: Path, workers: int, per_worker: int) -> dict[str, int]:
+        """Write the cluster's configuration under ``cluster_dir`` and choose its ports.
+
+        Returns:
+            The ports by name (:attr:`ClusterState.ports`); ``"job"`` is 0 until the job
+            server is up.
+        """
+
+    @abc.abstractmethod
+    def launch_master(self, state: ClusterState, env: Env, deadline: float, say: Say) -> None:
+        """Start the master with ``env``, append it to ``state.daemons`` and save the
+        state; wait until ``deadline`` (``time.monotonic()``) if the workers need it up.
+        """
+
+    @abc.abstractmethod
+    def launch_worker(self, state: ClusterState, index: int, per_worker: int, env: Env) -> Daemon:
+        """Start worker ``index`` (from 1) with ``env``; do not wait for it."""
+
+    @abc.abstractmethod
+    def count_registered(self, state: ClusterState) -> int:
+        """How many workers the master lists now (0 when it does not answer)."""
+
+    @abc.abstractmethod
+    def launch_job_server(self, state: ClusterState, env: Env, port: int) -> Daemon:
+        """Start Beam's job server with ``env`` on job port ``port``; do not wait."""
+
+    @abc.abstractmethod
+    def flags(self, job_port: int, boot: Path, workers: int, per_worker: int) -> list[str]:
+        """The runner flags that submit to the cluster (:func:`portable_flags` and more)."""
+
+
+def start_cluster(
+    cluster_dir: Path,
+    engine: Engine,
+    workers: int,
+    per_worker: int,
+    worker_env: Sequence[Env],
+    env: Optional[Env],
+    timeout: float,
+    say: Say,
+) -> ClusterState:
+    """Start ``engine``'s master, ``workers`` workers and Beam's job server in
+    ``cluster_dir`` and wait until all workers are registered and the job server accepts
+    connections (fetching the engine and the job server first if they are not cached).
+
+    Args:
+        cluster_dir: the cluster's folder (created; must not hold a running cluster).
+        engine: what to start.
+        workers: workers to start (>= 1).
+        per_worker: what each worker offers (>= 1: Flink's task slots, Spark's cores).
+        worker_env: per worker, variables added to ``env`` for it alone.
+        env: the environment of every process (default: this process's); what a worker
+            starts (the SDK workers) inherits the worker's, so provider keys go here.
+        timeout: seconds for the whole start; past it everything started is stopped.
+        say: called with a line for each step (progress for the CLI).
+
+    Returns:
+        The saved :class:`ClusterState`; its ``flags`` submit to the cluster.
+
+    Raises:
+        EngineError: a piece could not be fetched or started (everything started is
+            stopped, the logs are kept and their tails are in the message), or a cluster
+            is already running in ``cluster_dir``.
+    """
+    cluster_dir = check_cluster_dir(cluster_dir)
+    engine.provision(say)
+    title = engine.name.capitalize()
+    base_env = java_env(
+        os.environ if env is None else env, f"{title} needs Java {engine.java_releases}"
+    )
+    ports = engine.prepare(cluster_dir, workers, per_worker)
+    boot = boot_script(cluster_dir)
+    release, job_server_release = engine.releases
+    state = ClusterState(
+        engine=engine.name,
+        dir=str(cluster_dir),
+        versions={
+            engine.name: release,
+            "beam_job_server": job_server_release,
+            "beam_sdk": versions.beam_sdk_version(),
+        },
+        ports=ports,
+    )
+    worker, master = engine.roles
+    deadline = time.monotonic() + timeout
+    try:
+        engine.launch_master(state, base_env, deadline, say)
+        for i in range(1, workers + 1):
+            extra = worker_env[i - 1] if i <= len(worker_env) else {}
+            daemon = engine.launch_worker(state, i, per_worker, {**base_env, **extra})
+            state.daemons.append(daemon)
+            state.save()
+        say(f"waiting for {workers} {worker}(s) to register")
+        wait_until(
+            f"{workers} {worker}s to register with the {master}",
+            lambda: True if engine.count_registered(state) >= workers else None,
+            deadline,
+            state.daemons,
+        )
+        say(f"starting Beam's {title} job server")
+        ports["job"] = start_job_server(
+            state, lambda port: engine.launch_job_server(state, base_env, port), deadline
+        )
+        state.flags = engine.flags(ports["job"], boot, workers, per_worker)
+    except BaseException:
+        stop_cluster(cluster_dir, state=state)
+        raise
+    state.save()
+    return state

@@ -19,27 +19,24 @@ On separate hosts each TaskManager's ``localhost:50000`` pool is its own, which 
 PROCESS gives here.) Killing a TaskManager's process group kills its workers with it.
 
 Everything listens on 127.0.0.1 only, on free ports. The state (ports, PIDs, flags) is
-written to ``D/cluster.json``; :func:`stop_cluster` stops every process by PID (SIGTERM,
-then SIGKILL). Logs stay in ``D/logs/``.
+written to ``D/cluster.json``; :func:`~mmirage_beam.engines.cluster.stop_cluster` stops
+every process by PID (SIGTERM, then SIGKILL). Logs stay in ``D/logs/``.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from mmirage_beam.engines import provision, versions
 from mmirage_beam.engines.cluster import (
     ClusterState,
-    boot_script,
-    check_cluster_dir,
+    Engine,
+    Env,
     java,
-    java_env,
-    start_job_server,
-    stop_cluster,
+    portable_flags,
+    start_cluster,
 )
 from mmirage_beam.engines.processes import (
     Daemon,
@@ -47,8 +44,8 @@ from mmirage_beam.engines.processes import (
     free_port,
     get_json,
     start_daemon,
-    wait_until,
 )
+from mmirage_beam.engines.provision import Say
 
 #: Flink settings of the rehearsal cluster (config.yaml keys). Memory is sized for a
 #: laptop: the heavy work runs in the Python SDK workers, outside the JVMs. The network
@@ -103,18 +100,7 @@ def _write_conf(home: Path, conf: Path, settings: Mapping[str, str]) -> None:
 def runner_flags(job_port: int, boot: Path, parallelism: int) -> list[str]:
     """The Beam options that run a pipeline on the cluster: the portable runner to the
     job server, PROCESS workers started by the TaskManagers, one task per slot."""
-    return [
-        "--runner",
-        "PortableRunner",
-        "--job_endpoint",
-        f"localhost:{job_port}",
-        "--environment_type",
-        "PROCESS",
-        "--environment_option",
-        f"process_command={boot}",
-        "--parallelism",
-        str(parallelism),
-    ]
+    return [*portable_flags(job_port, boot), "--parallelism", str(parallelism)]
 
 
 def start_flink(
@@ -127,101 +113,86 @@ def start_flink(
     say=lambda _line: None,  # noqa: ANN001
 ) -> ClusterState:
     """Start a JobManager, ``taskmanagers`` TaskManagers and Beam's Flink job server in
-    ``cluster_dir`` and wait until all TaskManagers are registered and the job server
-    accepts connections (fetching Flink and the job server first if they are not cached).
+    ``cluster_dir``: :func:`~mmirage_beam.engines.cluster.start_cluster`, which says
+    what ``cluster_dir``, ``env``, ``timeout`` and ``say`` are, what it returns and what
+    it raises.
 
     Args:
-        cluster_dir: the cluster's folder (created; must not hold a running cluster).
-        taskmanagers: TaskManager JVMs to start (>= 1).
+        taskmanagers: TaskManager JVMs to start (>= 1); the SDK workers inherit their
+            TaskManager's environment.
         slots: task slots per TaskManager; the printed ``--parallelism`` is
             ``taskmanagers * slots``.
-        env: the environment of every process (default: this process's); the SDK
-            workers inherit their TaskManager's, so provider keys go here.
         taskmanager_env: per TaskManager, variables added to ``env`` for it alone.
-        timeout: seconds for the whole start; past it everything started is stopped.
-        say: called with a line for each step (progress for the CLI).
-
-    Returns:
-        The saved :class:`ClusterState`; its ``flags`` submit to the cluster.
 
     Raises:
-        EngineError: a piece could not be fetched or started (everything started is
-            stopped, the logs are kept and their tails are in the message), or a cluster
-            is already running in ``cluster_dir``.
+        EngineError: ``taskmanagers`` or ``slots`` is below 1, or as ``start_cluster``.
     """
     if taskmanagers < 1 or slots < 1:
         raise EngineError("--taskmanagers and --slots must be at least 1")
-    cluster_dir = check_cluster_dir(cluster_dir)
-    home = provision.flink_home(say=say)
-    classpath = provision.flink_job_server_classpath(say=say)
-    base_env = java_env(os.environ if env is None else env, "Flink needs Java 11 or 17")
-    conf, logs = cluster_dir / "conf", cluster_dir / "logs"
-    ports = {"rest": free_port(), "rpc": free_port(), "job": 0}
-    settings = {
-        **_FLINK_SETTINGS,
-        "jobmanager.rpc.port": str(ports["rpc"]),
-        "rest.port": str(ports["rest"]),
-        "taskmanager.numberOfTaskSlots": str(slots),
-        "parallelism.default": str(taskmanagers * slots),
-    }
-    _write_conf(home, conf, settings)
-    boot = boot_script(cluster_dir)
-    flink_env = {**base_env, "FLINK_CONF_DIR": str(conf), "FLINK_LOG_DIR": str(logs)}
-    state = ClusterState(
-        engine="flink",
-        dir=str(cluster_dir),
-        versions={
-            "flink": versions.FLINK_VERSION,
-            "beam_job_server": versions.BEAM_JOB_SERVER_VERSION,
-            "beam_sdk": versions.beam_sdk_version(),
-        },
-        ports=ports,
+    return start_cluster(
+        cluster_dir, _Flink(), taskmanagers, slots, taskmanager_env, env, timeout, say
     )
-    deadline = time.monotonic() + timeout
-    try:
-        say(f"starting the JobManager (REST on localhost:{ports['rest']})")
-        state.daemons.append(start_jobmanager(state, flink_env))
+
+
+class _Flink(Engine):
+    """Flink's JobManager (the master) and TaskManagers (the workers, ``per_worker``
+    task slots each), and Beam's Flink job server."""
+
+    name = "flink"
+    roles = ("TaskManager", "JobManager")
+    java_releases = "11 or 17"
+    releases = (versions.FLINK_VERSION, versions.BEAM_JOB_SERVER_VERSION)
+
+    def provision(self, say: Say) -> None:
+        provision.flink_home(say=say)
+        provision.flink_job_server_classpath(say=say)
+
+    def prepare(self, cluster_dir: Path, workers: int, per_worker: int) -> dict[str, int]:
+        ports = {"rest": free_port(), "rpc": free_port(), "job": 0}
+        settings = {
+            **_FLINK_SETTINGS,
+            "jobmanager.rpc.port": str(ports["rpc"]),
+            "rest.port": str(ports["rest"]),
+            "taskmanager.numberOfTaskSlots": str(per_worker),
+            "parallelism.default": str(workers * per_worker),
+        }
+        _write_conf(provision.flink_home(), cluster_dir / "conf", settings)
+        return ports
+
+    def launch_master(self, state: ClusterState, env: Env, deadline: float, say: Say) -> None:
+        say(f"starting the JobManager (REST on localhost:{state.ports['rest']})")
+        state.daemons.append(start_jobmanager(state, env))
         state.save()
-        for i in range(1, taskmanagers + 1):
-            extra = taskmanager_env[i - 1] if i <= len(taskmanager_env) else {}
-            state.daemons.append(start_taskmanager(state, i, {**flink_env, **extra}))
-            state.save()
-        say(f"waiting for {taskmanagers} TaskManager(s) to register")
-        wait_until(
-            f"{taskmanagers} TaskManagers to register with the JobManager",
-            lambda: True if registered_taskmanagers(state) >= taskmanagers else None,
-            deadline,
-            state.daemons,
+
+    def launch_worker(self, state: ClusterState, index: int, per_worker: int, env: Env) -> Daemon:
+        return start_taskmanager(state, index, env)
+
+    def count_registered(self, state: ClusterState) -> int:
+        return registered_taskmanagers(state)
+
+    def launch_job_server(self, state: ClusterState, env: Env, port: int) -> Daemon:
+        cluster_dir = Path(state.dir)
+        return start_daemon(
+            "job-server",
+            [
+                java(env),
+                "-cp",
+                str(provision.flink_job_server_classpath() / "lib" / "*"),
+                "org.apache.beam.runners.flink.FlinkJobServerDriver",
+                f"--flink-master=localhost:{state.ports['rest']}",
+                f"--flink-conf-dir={cluster_dir / 'conf'}",
+                "--job-host=localhost",
+                f"--job-port={port}",
+                "--artifact-port=0",
+                "--expansion-port=0",
+            ],
+            cluster_dir / "job-server",
+            cluster_dir / "logs" / "job-server.log",
+            env,
         )
-        say("starting Beam's Flink job server")
 
-        def job_server(port: int) -> Daemon:
-            return start_daemon(
-                "job-server",
-                [
-                    java(base_env),
-                    "-cp",
-                    str(classpath / "lib" / "*"),
-                    "org.apache.beam.runners.flink.FlinkJobServerDriver",
-                    f"--flink-master=localhost:{ports['rest']}",
-                    f"--flink-conf-dir={conf}",
-                    "--job-host=localhost",
-                    f"--job-port={port}",
-                    "--artifact-port=0",
-                    "--expansion-port=0",
-                ],
-                cluster_dir / "job-server",
-                logs / "job-server.log",
-                base_env,
-            )
-
-        ports["job"] = start_job_server(state, job_server, deadline)
-        state.flags = runner_flags(ports["job"], boot, taskmanagers * slots)
-    except BaseException:
-        stop_cluster(cluster_dir, state=state)
-        raise
-    state.save()
-    return state
+    def flags(self, job_port: int, boot: Path, workers: int, per_worker: int) -> list[str]:
+        return runner_flags(job_port, boot, workers * per_worker)
 
 
 def _flink_daemon(state: ClusterState, name: str, script: str, env: Mapping[str, str]) -> Daemon:

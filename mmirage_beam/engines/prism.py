@@ -21,6 +21,7 @@ from mmirage_beam.engines.cluster import (
     ClusterState,
     boot_script,
     check_cluster_dir,
+    portable_flags,
     stop_cluster,
 )
 from mmirage_beam.engines.processes import accepts, free_port, start_daemon, wait_until
@@ -51,16 +52,7 @@ def start_prism(
         dir=str(cluster_dir),
         versions={"prism": versions.beam_sdk_version(), "beam_sdk": versions.beam_sdk_version()},
         ports={"job": port},
-        flags=[
-            "--runner",
-            "PortableRunner",
-            "--job_endpoint",
-            f"localhost:{port}",
-            "--environment_type",
-            "PROCESS",
-            "--environment_option",
-            f"process_command={boot}",
-        ],
+        flags=portable_flags(port, boot),
     )
     say(f"starting Prism (localhost:{port})")
     daemon = start_daemon(

@@ -40,7 +40,6 @@ in ``D/logs/`` (an executor's log is ``stderr`` in its folder).
 from __future__ import annotations
 
 import os
-import time
 import zipfile
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -48,12 +47,11 @@ from typing import Mapping, Optional, Sequence
 from mmirage_beam.engines import provision, versions
 from mmirage_beam.engines.cluster import (
     ClusterState,
-    boot_script,
-    check_cluster_dir,
+    Engine,
+    Env,
     java,
-    java_env,
-    start_job_server,
-    stop_cluster,
+    portable_flags,
+    start_cluster,
 )
 from mmirage_beam.engines.processes import (
     Daemon,
@@ -64,6 +62,7 @@ from mmirage_beam.engines.processes import (
     start_daemon,
     wait_until,
 )
+from mmirage_beam.engines.provision import Say
 
 #: The JVM options Spark 3.5's launcher gives its JVMs on Java 17
 #: (``org.apache.spark.launcher.JavaModuleOptions``); the executors get them from Spark.
@@ -109,14 +108,7 @@ def runner_flags(job_port: int, boot: Path, runner_jar: Path) -> list[str]:
     job server, PROCESS workers started by the executors, kept for the job's tasks, and
     nothing staged to the executors but the runner jar they already have."""
     return [
-        "--runner",
-        "PortableRunner",
-        "--job_endpoint",
-        f"localhost:{job_port}",
-        "--environment_type",
-        "PROCESS",
-        "--environment_option",
-        f"process_command={boot}",
+        *portable_flags(job_port, boot),
         "--environment_cache_millis",
         str(ENVIRONMENT_CACHE_MILLIS),
         "--files_to_stage",
@@ -134,84 +126,76 @@ def start_spark(
     say=lambda _line: None,  # noqa: ANN001
 ) -> ClusterState:
     """Start a Spark master, ``workers`` workers and Beam's Spark job server in
-    ``cluster_dir`` and wait until all workers are registered and the job server accepts
-    connections (fetching Spark and the job server first if they are not cached).
+    ``cluster_dir``: :func:`~mmirage_beam.engines.cluster.start_cluster`, which says
+    what ``cluster_dir``, ``env``, ``timeout`` and ``say`` are, what it returns and what
+    it raises.
 
     Args:
-        cluster_dir: the cluster's folder (created; must not hold a running cluster).
-        workers: worker JVMs to start (>= 1).
+        workers: worker JVMs to start (>= 1); the executors and their SDK workers inherit
+            their worker's environment.
         cores: cores each worker offers (a job's executor on it runs that many tasks
             at once).
-        env: the environment of every process (default: this process's); the executors
-            and their SDK workers inherit their worker's, so provider keys go here.
         worker_env: per worker, variables added to ``env`` for it alone.
-        timeout: seconds for the whole start; past it everything started is stopped.
-        say: called with a line for each step (progress for a CLI).
-
-    Returns:
-        The saved :class:`ClusterState`; its ``flags`` submit to the cluster.
 
     Raises:
-        EngineError: a piece could not be fetched or started (everything started is
-            stopped, the logs are kept and their tails are in the message), or a cluster
-            is already running in ``cluster_dir``.
+        EngineError: ``workers`` or ``cores`` is below 1, the engine cache's path holds a
+            space, or as ``start_cluster``.
     """
     if workers < 1 or cores < 1:
         raise EngineError("workers and cores must be at least 1")
-    cluster_dir = check_cluster_dir(cluster_dir)
-    home = provision.spark_home(say=say)
-    classpath = provision.spark_job_server_classpath(say=say)
-    runner_jar = classpath / "lib" / f"beam-runners-spark-3-{versions.SPARK_JOB_SERVER_VERSION}.jar"
-    if any(c.isspace() for c in str(runner_jar)):
-        raise EngineError(f"the engine cache path {str(runner_jar)!r} holds a space")
-    base_env = java_env(os.environ if env is None else env, "Spark needs Java 17")
-    _write_conf(home, cluster_dir / "conf")
-    ports = {"master": free_port(), "master_ui": free_port(), "job": 0}
-    for i in range(1, workers + 1):
-        ports[f"worker-{i}_ui"] = free_port()
-    boot = boot_script(cluster_dir)
-    state = ClusterState(
-        engine="spark",
-        dir=str(cluster_dir),
-        versions={
-            "spark": versions.SPARK_VERSION,
-            "beam_job_server": versions.SPARK_JOB_SERVER_VERSION,
-            "beam_sdk": versions.beam_sdk_version(),
-        },
-        ports=ports,
-    )
-    deadline = time.monotonic() + timeout
-    try:
-        say(f"starting the Spark master (spark://127.0.0.1:{ports['master']})")
-        state.daemons.append(start_master(state, base_env))
+    return start_cluster(cluster_dir, _Spark(), workers, cores, worker_env, env, timeout, say)
+
+
+def _runner_jar() -> Path:
+    """Beam's Spark runner jar in the job server's classpath (what the flags stage)."""
+    jar = f"beam-runners-spark-3-{versions.SPARK_JOB_SERVER_VERSION}.jar"
+    return provision.spark_job_server_classpath() / "lib" / jar
+
+
+class _Spark(Engine):
+    """Spark's master and workers (``per_worker`` cores each), and Beam's Spark job
+    server."""
+
+    name = "spark"
+    roles = ("worker", "master")
+    java_releases = "17"
+    releases = (versions.SPARK_VERSION, versions.SPARK_JOB_SERVER_VERSION)
+
+    def provision(self, say: Say) -> None:
+        provision.spark_home(say=say)
+        provision.spark_job_server_classpath(say=say)
+        if any(c.isspace() for c in str(_runner_jar())):
+            raise EngineError(f"the engine cache path {str(_runner_jar())!r} holds a space")
+
+    def prepare(self, cluster_dir: Path, workers: int, per_worker: int) -> dict[str, int]:
+        _write_conf(provision.spark_home(), cluster_dir / "conf")
+        ports = {"master": free_port(), "master_ui": free_port(), "job": 0}
+        for i in range(1, workers + 1):
+            ports[f"worker-{i}_ui"] = free_port()
+        return ports
+
+    def launch_master(self, state: ClusterState, env: Env, deadline: float, say: Say) -> None:
+        say(f"starting the Spark master (spark://127.0.0.1:{state.ports['master']})")
+        state.daemons.append(start_master(state, env))
         state.save()
         wait_until(
             "the Spark master to accept connections",
-            lambda: True if accepts(ports["master"]) else None,
+            lambda: True if accepts(state.ports["master"]) else None,
             deadline,
             state.daemons,
         )
-        for i in range(1, workers + 1):
-            extra = worker_env[i - 1] if i <= len(worker_env) else {}
-            state.daemons.append(start_worker(state, i, cores, {**base_env, **extra}))
-            state.save()
-        say(f"waiting for {workers} worker(s) to register")
-        wait_until(
-            f"{workers} workers to register with the master",
-            lambda: True if registered_workers(state) >= workers else None,
-            deadline,
-            state.daemons,
-        )
-        say("starting Beam's Spark job server")
-        ports["job"] = start_job_server(
-            state, lambda port: _job_server(state, base_env, port), deadline
-        )
-        state.flags = runner_flags(ports["job"], boot, runner_jar)
-    except BaseException:
-        stop_cluster(cluster_dir, state=state)
-        raise
-    state.save()
-    return state
+
+    def launch_worker(self, state: ClusterState, index: int, per_worker: int, env: Env) -> Daemon:
+        return start_worker(state, index, per_worker, env)
+
+    def count_registered(self, state: ClusterState) -> int:
+        return registered_workers(state)
+
+    def launch_job_server(self, state: ClusterState, env: Env, port: int) -> Daemon:
+        return _job_server(state, env, port)
+
+    def flags(self, job_port: int, boot: Path, workers: int, per_worker: int) -> list[str]:
+        return runner_flags(job_port, boot, _runner_jar())
 
 
 def _spark_env(state: ClusterState, name: str, env: Mapping[str, str]) -> dict[str, str]:

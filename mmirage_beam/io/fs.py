@@ -22,6 +22,7 @@ go through :mod:`mmirage_beam.io.filesystems` without loading Beam.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import uuid
 from typing import Optional, Sequence
@@ -157,11 +158,7 @@ def move_file(src: str, dst: str, block_bytes: int = COPY_BLOCK_BYTES) -> None:
     try:
         with FileSystems.open(src, compression_type="uncompressed") as f:
             with FileSystems.create(tmp, compression_type="uncompressed") as out:
-                while True:
-                    block = f.read(block_bytes)
-                    if not block:
-                        break
-                    out.write(block)
+                shutil.copyfileobj(f, out, block_bytes)
         crash_point("tmp_written")
         replace_file(tmp, dst)
     except BaseException:

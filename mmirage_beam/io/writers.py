@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import Any, BinaryIO, Iterator, Sequence
 
 import apache_beam as beam
@@ -104,11 +105,7 @@ def concatenate_files(parts: Sequence[str], output_path: str, block_bytes: int =
     with FileSystems.create(tmp) as out:
         for path in parts:
             with FileSystems.open(path, compression_type="uncompressed") as f:
-                while True:
-                    block = f.read(block_bytes)
-                    if not block:
-                        break
-                    out.write(block)
+                shutil.copyfileobj(f, out, block_bytes)
 
     replace_file(tmp, output_path)
 

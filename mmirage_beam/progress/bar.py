@@ -46,7 +46,8 @@ class LiveBar:
         )
         self._tasks: dict[str, Any] = {}
         self._started = self._stopped = False
-        self._lock = threading.Lock()  # the reporter draws, the launcher stops
+        # the reporter draws, the launcher stops (drawing the last counts: re-entrant)
+        self._lock = threading.RLock()
 
     def _task(self, name: str, total: Optional[int]) -> Any:
         task = self._tasks.get(name)
@@ -76,29 +77,20 @@ class LiveBar:
             if not self._started:
                 self._progress.start()
                 self._started = True
-            self._draw(counts, totals, first, price, now)
-
-    def _draw(
-        self,
-        counts: Mapping[str, int],
-        totals: Mapping[str, Optional[int]],
-        first: Mapping[str, float],
-        price: Any,
-        now: float,
-    ) -> None:
-        for name, n in counts.items():
-            if name in TOKEN_NAMES:
-                continue
-            total = totals.get(name)
-            rate = rate_per_sec(name, n, first, now) if total is not None else None
-            stats = counter_text(name, n, total, rate, with_name=False)
-            if name in totals and total is None:
-                stats += " of ?"
-            self._progress.update(self._task(name, total), completed=n, total=total, stats=stats)
-        tokens = tokens_text(counts, price)
-        if tokens:
-            what = "tokens (est.)" if OUTPUT_TOKENS not in counts else "tokens"
-            self._progress.update(self._task(what, None), stats=tokens.removeprefix("tokens "))
+            for name, n in counts.items():
+                if name in TOKEN_NAMES:
+                    continue
+                total = totals.get(name)
+                rate = rate_per_sec(name, n, first, now) if total is not None else None
+                stats = counter_text(name, n, total, rate, with_name=False)
+                if name in totals and total is None:
+                    stats += " of ?"
+                task = self._task(name, total)
+                self._progress.update(task, completed=n, total=total, stats=stats)
+            tokens = tokens_text(counts, price)
+            if tokens:
+                what = "tokens (est.)" if OUTPUT_TOKENS not in counts else "tokens"
+                self._progress.update(self._task(what, None), stats=tokens.removeprefix("tokens "))
 
     def stop(
         self,
@@ -110,6 +102,6 @@ class LiveBar:
         """Draw the final counts and stop (the bar stays on screen)."""
         with self._lock:
             if self._started and not self._stopped:
-                self._draw(counts, totals, first, price, time.monotonic())
+                self.update(counts, totals, first, price, time.monotonic())
                 self._progress.stop()
             self._stopped = True

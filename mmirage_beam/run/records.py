@@ -34,7 +34,7 @@ import dataclasses
 import datetime as _dt
 import functools
 import json
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Optional, TypedDict, TypeVar
+from typing import Any, ClassVar, Iterable, Mapping, Optional, TypedDict, TypeVar
 
 from mmirage_beam.request_hashes import request_hash, request_line_hash
 
@@ -67,19 +67,25 @@ def _keys_of(cls: type) -> tuple[str, ...]:
 class JsonRecord:
     """The shared JSON shape of the records: typed keys, unknown keys, key order.
 
-    Subclasses declare their keys as fields (in the order the writer writes them) and
-    ``_ALWAYS``: the keys a record built here always writes, even when None; the other
-    fields are written when not None. ``extra`` (unknown keys, in the order read) and
-    ``key_order`` (the keys as read, None for a record built here) come last.
+    Subclasses declare their keys as fields (in the order the writer writes them) and,
+    unless a record built here writes every key even when None, ``_ALWAYS``: the keys
+    it writes even when None; the other fields are written when not None. ``extra``
+    (unknown keys, in the order read) and ``key_order`` (the keys as read, None for a
+    record built here) are declared here, keyword-only: last in every record's
+    ``__init__``.
     """
 
-    _ALWAYS: ClassVar[tuple[str, ...]] = ()
+    #: the keys a record built here writes even when None (None: every key)
+    _ALWAYS: ClassVar[Optional[tuple[str, ...]]] = None
     #: json.dumps keywords of the file's writer
     _DUMPS: ClassVar[Mapping[str, Any]] = {}
 
-    if TYPE_CHECKING:  # every subclass declares them last, as fields
-        extra: Mapping[str, Any]
-        key_order: Optional[tuple[str, ...]]
+    extra: Mapping[str, Any] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False, kw_only=True
+    )
+    key_order: Optional[tuple[str, ...]] = dataclasses.field(
+        default=None, compare=False, repr=False, kw_only=True
+    )
 
     @classmethod
     def _keys(cls) -> tuple[str, ...]:
@@ -89,6 +95,7 @@ class JsonRecord:
         """The dict the file holds: keys in the order read (a record read from a file),
         else in the writer's order; unknown keys kept; absent keys left out."""
         keys = self._keys()
+        always = keys if self._ALWAYS is None else self._ALWAYS
         values = {k: getattr(self, k) for k in keys}
         extra: Mapping[str, Any] = self.extra or {}
         order: Optional[tuple[str, ...]] = self.key_order
@@ -100,7 +107,7 @@ class JsonRecord:
                 elif k in extra:
                     out[k] = extra[k]
         for k in keys:
-            if k not in out and ((order is None and k in self._ALWAYS) or values[k] is not None):
+            if k not in out and ((order is None and k in always) or values[k] is not None):
                 out[k] = self._encode_value(k, values[k])
         for k, v in extra.items():
             out.setdefault(k, v)
@@ -231,10 +238,6 @@ class Receipt(JsonRecord):
     adoption: Optional[Mapping[str, Any]] = None
     reused_from: Optional[str] = None
     reused_custom_ids: Optional[Mapping[str, str]] = None
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    key_order: Optional[tuple[str, ...]] = dataclasses.field(
-        default=None, compare=False, repr=False
-    )
 
     _ALWAYS: ClassVar[tuple[str, ...]] = (
         "provider",
@@ -367,10 +370,6 @@ class RunRecord(JsonRecord):
     chunks_submitted: Optional[int] = None
     estimate: Optional[Mapping[str, int]] = None
     limit: Optional[int] = None
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    key_order: Optional[tuple[str, ...]] = dataclasses.field(
-        default=None, compare=False, repr=False
-    )
 
     _ALWAYS: ClassVar[tuple[str, ...]] = (
         "run_id",
@@ -403,10 +402,6 @@ class RunState(JsonRecord):
     run_id: Optional[str] = None
     state: Optional[str] = None
     requests_total: Optional[int] = None
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    key_order: Optional[tuple[str, ...]] = dataclasses.field(
-        default=None, compare=False, repr=False
-    )
 
     _ALWAYS: ClassVar[tuple[str, ...]] = ("run_id", "state")
 
@@ -447,21 +442,7 @@ class MergeRecord(JsonRecord):
     stats: Optional[Mapping[str, int]] = None
     failed_by_type: Optional[Mapping[str, int]] = None
     retryable: Optional[int] = None
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    key_order: Optional[tuple[str, ...]] = dataclasses.field(
-        default=None, compare=False, repr=False
-    )
 
-    _ALWAYS: ClassVar[tuple[str, ...]] = (
-        "run_id",
-        "runs",
-        "output_path",
-        "merged_at",
-        "merged_at_unix",
-        "stats",
-        "failed_by_type",
-        "retryable",
-    )
     _DUMPS: ClassVar[Mapping[str, Any]] = {"sort_keys": True}
 
     @property
@@ -489,19 +470,6 @@ class LedgerEntry(JsonRecord):
     status_before: Optional[str] = None
     status_after: Optional[str] = None
     error: Optional[str] = None
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    key_order: Optional[tuple[str, ...]] = dataclasses.field(
-        default=None, compare=False, repr=False
-    )
-
-    _ALWAYS: ClassVar[tuple[str, ...]] = (
-        "provider",
-        "provider_batch_id",
-        "run_id",
-        "status_before",
-        "status_after",
-        "error",
-    )
 
     @property
     def key(self) -> tuple[Optional[str], Optional[str]]:
@@ -526,12 +494,7 @@ class CancelRecord(JsonRecord):
     cancelled_at: Optional[str] = None
     last_cancel_at: Optional[str] = None
     batches: Optional[tuple[LedgerEntry, ...]] = None
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    key_order: Optional[tuple[str, ...]] = dataclasses.field(
-        default=None, compare=False, repr=False
-    )
 
-    _ALWAYS: ClassVar[tuple[str, ...]] = ("run_id", "cancelled_at", "last_cancel_at", "batches")
     _DUMPS: ClassVar[Mapping[str, Any]] = {"sort_keys": True}
 
     def _encode_value(self, key: str, value: Any) -> Any:
@@ -570,19 +533,7 @@ class LeaseRecord(JsonRecord):
     started_at: Optional[float] = None
     refreshed_at: Optional[float] = None
     token: Optional[str] = None
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    key_order: Optional[tuple[str, ...]] = dataclasses.field(
-        default=None, compare=False, repr=False
-    )
 
-    _ALWAYS: ClassVar[tuple[str, ...]] = (
-        "run_id",
-        "host",
-        "pid",
-        "started_at",
-        "refreshed_at",
-        "token",
-    )
     _DUMPS: ClassVar[Mapping[str, Any]] = {"sort_keys": True}
 
 
@@ -601,9 +552,3 @@ class SubmittedMarker(JsonRecord):
     run_id: Optional[str] = None
     attempt: Optional[int] = None
     receipts: Optional[int] = None
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    key_order: Optional[tuple[str, ...]] = dataclasses.field(
-        default=None, compare=False, repr=False
-    )
-
-    _ALWAYS: ClassVar[tuple[str, ...]] = ("run_id", "attempt", "receipts")

@@ -44,17 +44,12 @@ from mmirage_beam.records import (
 )
 from mmirage_beam.reuse import canonical_settings, hash_and_answer_key, key_settings
 from mmirage_beam.run.receipts import request_hash
+from mmirage_beam.transforms import fetch, spill
 from mmirage_beam.transforms.assemble import ANSWERS_TAG, ERRORS_TAG, MergedRow, _AssembleFn
-from mmirage_beam.transforms.fetch import (
-    CACHE_TOKEN_FIELDS,
-    NEVER_SUBMITTED,
-    UNKNOWN_TAG,
-    FetchResults,
-    FetchResultsResult,
-    OutputResult,
-    never_submitted_result,
-)
+from mmirage_beam.transforms.fetch import *  # noqa: F403 (re-exported, see __all__)
+from mmirage_beam.transforms.fetch import OutputResult, never_submitted_result
 from mmirage_beam.transforms.memory import release_free_memory
+from mmirage_beam.transforms.spill import *  # noqa: F403 (re-exported, see __all__)
 from mmirage_beam.transforms.spill import (
     ANSWER_KEYS_KIND,
     CHANGED_KIND,
@@ -63,44 +58,22 @@ from mmirage_beam.transforms.spill import (
     RESULTS_KIND,
     ROWS_KIND,
     SKIPPED_KIND,
-    SPILL_BUFFER_BYTES,
     UNKNOWN_KIND,
     RangePartitioner,
-    SpillByRange,
     SpillFile,
     SpillWriter,
-    partition_bounds,
-    partitions_for,
     read_spilled,
 )
 
 register_coders()  # the records these PCollections carry: RowCoder, not pickle
 
-# The join, and the public names of the stages it joins, importable from here as before.
+# The join, and the public names of the stages it joins (fetch, spill), importable from
+# here as before.
 __all__ = [
-    "UNKNOWN_TAG",
+    *fetch.__all__,
+    *spill.__all__,
     "ERRORS_TAG",
-    "OutputResult",
-    "FetchResults",
-    "FetchResultsResult",
-    "NEVER_SUBMITTED",
-    "never_submitted_result",
     "MergedRow",
-    "CACHE_TOKEN_FIELDS",
-    "partitions_for",
-    "partition_bounds",
-    "SPILL_BUFFER_BYTES",
-    "ROWS_KIND",
-    "RESULTS_KIND",
-    "EXPECTED_KIND",
-    "REBUILT_KIND",
-    "CHANGED_KIND",
-    "SKIPPED_KIND",
-    "UNKNOWN_KIND",
-    "RangePartitioner",
-    "SpillFile",
-    "read_spilled",
-    "SpillByRange",
     "JoinPartitions",
     "ExpectedRequest",
     "RebuiltRequest",
