@@ -228,7 +228,7 @@ def test_extra_inputs_names_the_wire_keys_a_request_type_lacks():
     """The service's names are the SDK's aliases: ``inputs`` (the Python name of
     ``ClassificationRequest.input``) is a key the service does not know; ``schema``
     (``JSONSchema``'s alias) is one it does; ``metadata`` takes any key."""
-    from mmirage_beam.providers.mistral.fake_endpoints import extra_inputs
+    from mmirage_beam.providers.mistral.fake_bodies import extra_inputs
 
     def extras(kind: str, payload: dict) -> list[str]:
         return extra_inputs(getattr(mistralai.models, kind).model_validate(payload), payload)

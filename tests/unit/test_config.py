@@ -134,6 +134,13 @@ def test_load_config_from_file_and_env_expansion(tmp_path, monkeypatch):
         ("openai", "processors.0.provider", "nope", "processors[0].provider", "unknown provider"),
         ("openai", "processors.0.colour", "red", "processors[0].colour", "unknown field"),
         (
+            "mistral",
+            "processors.0.max_tokens_to_sample",
+            5,
+            "processors[0].max_tokens_to_sample",
+            "unknown field for provider 'mistral'",
+        ),
+        (
             "openai",
             "loading_params.datasets.0.type",
             "csv",

@@ -20,15 +20,20 @@ Endpoints (``Authorization: Bearer <any non-empty key>``, else 401):
   also refuses a model its endpoint does not take). Exactly one of ``input_files`` and
   ``requests`` (inline batching, each
   ``{"custom_id"?, "body"}`` run as a line of a file, its index for a missing
-  ``custom_id``), and one of ``model`` and ``agent_id`` (an agent's job: bodies checked
-  with ``AgentsCompletionRequest``, answers named after the agent, ``model: null``).
+  ``custom_id``), and one of ``model`` and ``agent_id`` (an agent's job, on
+  ``/v1/chat/completions`` or ``/v1/conversations`` only: chat bodies checked with
+  ``AgentsCompletionRequest``, answers named after the agent, ``model: null``;
+  conversation bodies with ``ConversationRequest`` and the agent's ``agent_id``).
   Each line ``{"custom_id", "body"}`` is checked like the service does: a body that the
-  SDK's ``ChatCompletionRequest`` refuses (with the job's model) becomes a 400 line in
-  the error file; an unreadable line, a line without ``custom_id`` or ``body`` and a
-  repeated ``custom_id`` are counted in the job's ``errors`` (``{message, count}``) and
-  not run; an empty file or more than 100,000 lines fails the job (``FAILED``). A job
-  of ``endpoint: /v1/embeddings`` checks each body with ``EmbeddingRequest`` instead
-  and answers ``EmbeddingResponse`` bodies of ``output_dimension`` numbers
+  SDK's ``ChatCompletionRequest`` refuses (with the job's model), or that has a key the
+  type has no field for ("K: Extra inputs are not permitted") or ``stream: true``
+  (:func:`~mmirage_beam.providers.mistral.fake_bodies.refusal`, the same check on every
+  endpoint), becomes a 400 line in the error file; an unreadable line, a line without
+  ``custom_id`` or ``body`` and a repeated ``custom_id`` are counted in the job's
+  ``errors`` (``{message, count}``) and not run; an empty file or more than 100,000
+  lines fails the job (``FAILED``). A job of ``endpoint: /v1/embeddings`` checks each
+  body with ``EmbeddingRequest`` instead and answers ``EmbeddingResponse`` bodies of
+  ``output_dimension`` numbers
   (:func:`~mmirage_beam.providers.mistral.fake_bodies.embeddings_response`).
 - ``GET /v1/batch/jobs`` (``page``, ``page_size``, ``model``, ``status`` (repeated),
   ``agent_id``, ``created_after``, ``order_by`` (``created | -created``); every other
@@ -94,6 +99,7 @@ from mmirage_beam.providers.mistral.fake_bodies import (
     http_line,
     moderation_response,
     prompt_of,
+    refusal,
     scripted_error,
     validate_response,
     validate_with_sdk,
@@ -131,6 +137,10 @@ ENDPOINTS = (
     "/v1/moderations",
     "/v1/chat/moderations",
 )
+#: the endpoints whose request types take an ``agent_id`` in place of a model (mistralai
+#: 3.7 ``AgentsCompletionRequest``, the body of an agent's chat completion, and
+#: ``ConversationRequest.agent_id``); a job with ``agent_id`` runs one of them.
+AGENT_ENDPOINTS = ("/v1/chat/completions", "/v1/conversations")
 #: files.get_signed_url's ``expiry``, in hours (mistralai 3.7 ``files.get_signed_url``:
 #: "Must be between 1h and 168h", default 24)
 SIGNED_URL_EXPIRY_HOURS = (1, 168)
@@ -377,8 +387,8 @@ class MistralApi:
         model, agent_id = payload.get("model"), payload.get("agent_id")
         if bool(model) == bool(agent_id):
             raise api_error(400, "Give exactly one of model and agent_id.")
-        if agent_id and endpoint != "/v1/chat/completions":
-            raise api_error(400, "An agent_id job runs /v1/chat/completions only.")
+        if agent_id and endpoint not in AGENT_ENDPOINTS:
+            raise api_error(400, f"An agent_id job runs {' or '.join(AGENT_ENDPOINTS)} only.")
         if model:
             unknown_model = fake_service.mistral_model_error(model, self.store.models)
             if unknown_model is not None:
@@ -464,7 +474,7 @@ class MistralApi:
         """One ``/v1/embeddings`` line: an ``EmbeddingResponse`` of the requested
         ``output_dimension`` (:func:`embeddings_response`); the error markers of chat
         lines that fail a request (``FAILURES``, ``timeout``) apply as well."""
-        reason = validate_with_sdk("EmbeddingRequest", {"model": batch.model, **body}, raise_=False)
+        reason = refusal("EmbeddingRequest", {"model": batch.model, **body})
         if reason is not None:
             return Item(cid, http_line(cid, 400, f"Invalid request body: {reason}"), ok=False)
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
@@ -488,7 +498,7 @@ class MistralApi:
         its text, the failure markers fail it as a chat line."""
         chat = batch.endpoint == "/v1/chat/moderations"
         kind = "ChatModerationRequest" if chat else "ClassificationRequest"
-        reason = validate_with_sdk(kind, {"model": batch.model, **body}, raise_=False)
+        reason = refusal(kind, {"model": batch.model, **body})
         if reason is not None:
             return Item(cid, http_line(cid, 400, f"Invalid request body: {reason}"), ok=False)
         raw = body["input"]
@@ -521,18 +531,12 @@ class MistralApi:
         fim = batch.endpoint == "/v1/fim/completions"
         agent_id = self.agents.get(batch.id)
         if fim:  # FIMCompletionRequest: the prompt (and suffix) to complete
-            reason = validate_with_sdk(
-                "FIMCompletionRequest", {"model": batch.model, **body}, raise_=False
-            )
+            reason = refusal("FIMCompletionRequest", {"model": batch.model, **body})
             body = {"messages": [{"role": "user", "content": str(body.get("prompt", ""))}]}
         elif agent_id:  # AgentsCompletionRequest: the agent in place of a model
-            reason = validate_with_sdk(
-                "AgentsCompletionRequest", {"agent_id": agent_id, **body}, raise_=False
-            )
+            reason = refusal("AgentsCompletionRequest", {"agent_id": agent_id, **body})
         else:
-            reason = validate_with_sdk(
-                "ChatCompletionRequest", {"model": batch.model, **body}, raise_=False
-            )
+            reason = refusal("ChatCompletionRequest", {"model": batch.model, **body})
         if reason is not None:
             return Item(cid, http_line(cid, 400, f"Invalid request body: {reason}"), ok=False)
         prompt, images, mode, schema = prompt_of(body)

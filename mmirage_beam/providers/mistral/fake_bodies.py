@@ -1,6 +1,7 @@
 """What the fake Mistral batch API writes: its flat error object, a result file's
 lines (a chat completion, an HTTP error, a request that never ran), the scripted
-failures, and request checks with the mistralai SDK's own pydantic types.
+failures, and request checks with the mistralai SDK's own pydantic types
+(:func:`refusal`, every endpoint's line check).
 :mod:`~mmirage_beam.providers.mistral.fake` serves them.
 """
 
@@ -28,6 +29,8 @@ __all__ = [
     "FAILURES",
     "scripted_error",
     "validate_with_sdk",
+    "extra_inputs",
+    "refusal",
 ]
 
 
@@ -237,3 +240,62 @@ def validate_with_sdk(model_name: str, payload: Any, raise_: bool = True) -> str
             raise api_error(422, f"Validation error: {reason}") from None
         return reason
     return None
+
+
+def extra_inputs(instance: Any, data: Any, loc: tuple[str, ...] = ()) -> list[str]:
+    """The dotted paths of the keys of ``data`` (a JSON body) that ``instance`` (the
+    SDK's pydantic model ``data`` validated as) has no field for, at every depth (the
+    union member pydantic chose decides the fields); ``Dict[str, Any]`` fields (such
+    as ``metadata``) take any key. A field's wire name is its alias (``input`` of
+    ``ClassificationRequest``, ``schema`` of ``JSONSchema``): the SDK's Python name,
+    which its models also accept (``populate_by_name``), is not the service's."""
+    import pydantic
+
+    found: list[str] = []
+    if isinstance(instance, pydantic.BaseModel) and isinstance(data, Mapping):
+        fields = {(info.alias or name): name for name, info in type(instance).model_fields.items()}
+        for key, value in data.items():
+            if key not in fields:
+                found.append(".".join((*loc, str(key))))
+            else:
+                found += extra_inputs(getattr(instance, fields[key], None), value, (*loc, key))
+    elif isinstance(instance, list) and isinstance(data, list):
+        for i, (item, raw) in enumerate(zip(instance, data)):
+            found += extra_inputs(item, raw, (*loc, str(i)))
+    elif isinstance(instance, dict) and isinstance(data, Mapping):
+        for key, value in data.items():
+            if key in instance:
+                found += extra_inputs(instance[key], value, (*loc, str(key)))
+    return found
+
+
+#: the refusal of ``stream: true`` in a batch line (the wording is **undocumented**).
+STREAM_REFUSAL = "stream: streaming is not supported in batch requests"
+
+
+def refusal(kind: str, payload: Mapping[str, Any]) -> str | None:
+    """Why the service refuses ``payload`` (a batch line's body, the job's ``model`` or
+    ``agent_id`` put in) as the mistralai request type ``kind``
+    (``"ChatCompletionRequest"``...), else None; every endpoint's lines are judged here.
+
+    In this order: ``stream: true`` in a type that has ``stream`` (a batch line is
+    answered with one response body; the SDK's types for batchable endpoints are the
+    non-streaming ones, ``ConversationRequest`` and ``AudioTranscriptionRequest`` type
+    it ``Literal[False]``, the streaming variants are ``ChatCompletionStreamRequest``...),
+    :data:`STREAM_REFUSAL`; the SDK's validation error (``"<loc>: <msg>"``); the first
+    key the type has no field for (:func:`extra_inputs`), ``"<key>: Extra inputs are
+    not permitted"``, the service's 422 ``extra_forbidden`` answer (quoted in
+    Gage-Technologies/mistral-go#3 and crewAIInc/crewAI#60). Without the SDK nothing
+    is checked."""
+    try:
+        from mistralai.client import models
+    except ImportError:  # pragma: no cover - the SDK is a test dependency
+        return None
+    model = getattr(models, kind)
+    if payload.get("stream") and "stream" in model.model_fields:
+        return STREAM_REFUSAL
+    reason = validate_with_sdk(kind, payload, raise_=False)
+    if reason is not None:
+        return reason
+    extras = extra_inputs(model.model_validate(payload), payload)
+    return f"{extras[0]}: Extra inputs are not permitted" if extras else None

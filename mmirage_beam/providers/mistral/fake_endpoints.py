@@ -9,15 +9,17 @@ object can be any valid request body for the endpoint you are using").
 :class:`~mmirage_beam.providers.mistral.fake.MistralApi` hands a job of one of
 :data:`ENDPOINTS` to :func:`model_error` (at the create) and each of its lines to
 :func:`process`. A line's body is checked with the SDK's own request type of its
-endpoint (:data:`REQUEST_TYPES`, the job's model put in), and, as the service refuses
-them, every key that type does not have is refused: "Extra inputs are not permitted"
-(the service's 422 ``extra_forbidden`` answer, quoted in Gage-Technologies/mistral-go#3
-and crewAIInc/crewAI#60). A refused body is a 400 line in the error file, as on the other
-endpoints. A 200 line's body validates as the SDK's response type of its endpoint
-(:data:`RESPONSE_TYPES`). The failure markers (``FAKE_ERROR:server_error``,
-``invalid_request``, ``rate_limit``, ``timeout``, ``transient``, ``u2028``) fail a line
-as they fail a chat line; where a line's marker is read is each endpoint's (see
-:func:`process`).
+endpoint (:data:`REQUEST_TYPES`, the job's model, or its ``agent_id`` for a
+conversation job created with one, put in) by
+:func:`~mmirage_beam.providers.mistral.fake_bodies.refusal`, as every Mistral line is:
+as the service refuses them, every key that type does not have is refused: "Extra
+inputs are not permitted" (the service's 422 ``extra_forbidden`` answer, quoted in
+Gage-Technologies/mistral-go#3 and crewAIInc/crewAI#60), and so is ``stream: true``. A
+refused body is a 400 line in the error file, as on the other endpoints. A 200 line's
+body validates as the SDK's response type of its endpoint (:data:`RESPONSE_TYPES`).
+The failure markers (``FAKE_ERROR:server_error``, ``invalid_request``, ``rate_limit``,
+``timeout``, ``transient``, ``u2028``) fail a line as they fail a chat line; where a
+line's marker is read is each endpoint's (see :func:`process`).
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from mmirage_beam.providers.mistral.fake_bodies import (
     error_body,
     http_line,
     prompt_of,
+    refusal,
     validate_response,
-    validate_with_sdk,
 )
 from mmirage_beam.testing.fake_provider import limits
 from mmirage_beam.testing.fake_provider.answers import make_answer
@@ -50,7 +52,6 @@ __all__ = [
     "RESPONSE_TYPES",
     "CLASSIFIER_TARGET",
     "model_error",
-    "extra_inputs",
     "process",
 ]
 
@@ -124,47 +125,6 @@ def model_error(endpoint: str, model: str, admitted: Collection[str] = ()) -> st
     return f"Invalid model: {model} does not serve {endpoint}: it takes {rule[0]}."
 
 
-def extra_inputs(instance: Any, data: Any, loc: tuple[str, ...] = ()) -> list[str]:
-    """The dotted paths of the keys of ``data`` (a JSON body) that ``instance`` (the
-    SDK's pydantic model ``data`` validated as) has no field for, at every depth (the
-    union member pydantic chose decides the fields); ``Dict[str, Any]`` fields (such
-    as ``metadata``) take any key. A field's wire name is its alias (``input`` of
-    ``ClassificationRequest``, ``schema`` of ``JSONSchema``): the SDK's Python name,
-    which its models also accept (``populate_by_name``), is not the service's."""
-    import pydantic
-
-    found: list[str] = []
-    if isinstance(instance, pydantic.BaseModel) and isinstance(data, Mapping):
-        fields = {(info.alias or name): name for name, info in type(instance).model_fields.items()}
-        for key, value in data.items():
-            if key not in fields:
-                found.append(".".join((*loc, str(key))))
-            else:
-                found += extra_inputs(getattr(instance, fields[key], None), value, (*loc, key))
-    elif isinstance(instance, list) and isinstance(data, list):
-        for i, (item, raw) in enumerate(zip(instance, data)):
-            found += extra_inputs(item, raw, (*loc, str(i)))
-    elif isinstance(instance, dict) and isinstance(data, Mapping):
-        for key, value in data.items():
-            if key in instance:
-                found += extra_inputs(instance[key], value, (*loc, str(key)))
-    return found
-
-
-def _refusal(kind: str, payload: dict[str, Any]) -> str | None:
-    """Why the service refuses ``payload`` as mistralai's ``kind``: the SDK's
-    validation error, or the first key ``kind`` has no field for, else None."""
-    reason = validate_with_sdk(kind, payload, raise_=False)
-    if reason is not None:
-        return reason
-    try:
-        from mistralai.client import models
-    except ImportError:  # pragma: no cover - the SDK is a test dependency
-        return None
-    extras = extra_inputs(getattr(models, kind).model_validate(payload), payload)
-    return f"{extras[0]}: Extra inputs are not permitted" if extras else None
-
-
 def _refused(cid: str, reason: str) -> Item:
     return Item(cid, http_line(cid, 400, f"Invalid request body: {reason}"), ok=False)
 
@@ -194,8 +154,10 @@ def process(api: MistralApi, batch: Batch, cid: str, body: dict[str, Any], now: 
     Returns:
         The line's :class:`~mmirage_beam.testing.fake_provider.store.Item`.
     """
-    payload = {"model": batch.model, **body}
-    reason = _refusal(REQUEST_TYPES[batch.endpoint], payload)
+    agent_id = api.agents.get(batch.id)
+    job = {"agent_id": agent_id} if agent_id else {"model": batch.model}
+    payload = {**job, **body}
+    reason = refusal(REQUEST_TYPES[batch.endpoint], payload)
     if reason is not None:
         return _refused(cid, reason)
     handler = {
@@ -334,8 +296,10 @@ def _conversation(
 ) -> Item:
     """A ``ConversationResponse``: one ``message.output`` entry, the fake's answer to
     the user entries (``inputs`` a text or entries), in the format of
-    ``completion_args.response_format``; the chat markers apply (Mistral has no
-    refusal field: ``refusal`` and ``content_filter`` answer normally)."""
+    ``completion_args.response_format``, named after the job's model, or its agent
+    (``agent_id``, ``model: null``) for a job created with ``agent_id``; the chat
+    markers apply (Mistral has no refusal field: ``refusal`` and ``content_filter``
+    answer normally)."""
     inputs = payload["inputs"]
     entries = [{"role": "user", "content": inputs}] if isinstance(inputs, str) else inputs
     fmt = (payload.get("completion_args") or {}).get("response_format")
@@ -364,6 +328,7 @@ def _conversation(
                     "created_at": _iso(now),
                     "completed_at": _iso(now),
                     "model": batch.model,
+                    "agent_id": payload.get("agent_id"),
                     "id": "msg_" + uuid.uuid4().hex,
                     "role": "assistant",
                     "content": answer.text,
