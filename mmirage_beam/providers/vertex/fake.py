@@ -67,7 +67,6 @@ import json
 import logging
 import re
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -75,7 +74,6 @@ from typing import Any, Optional
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import BaseWSGIServer
 from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.providers.gemini.fake_bodies import (
@@ -98,11 +96,7 @@ from mmirage_beam.testing.fake_provider.scripting import (
     UNKNOWN_CUSTOM_ID,
     error_marker,
 )
-from mmirage_beam.testing.fake_provider.serving import (
-    QuietRequestHandler,
-    serve_in_thread,
-    stop_serving,
-)
+from mmirage_beam.testing.fake_provider.serving import ThreadServed
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
     ApiError,
@@ -164,10 +158,11 @@ def _error(status: int, message: str, kind: Optional[str] = None) -> ApiError:
     return ApiError(status, kind or {400: "INVALID_ARGUMENT"}.get(status, ""), message)
 
 
-class FakeVertexServer:
+class FakeVertexServer(ThreadServed):
     """A loopback Vertex AI batch prediction fake (see the module docstring).
 
-    Use as a context manager or call :meth:`start` / :meth:`stop`. Point google-genai at
+    Use as a context manager or call :meth:`start` / :meth:`stop` (:class:`ThreadServed`'s,
+    as the shared fake's). Point google-genai at
     it with ``genai.Client(vertexai=True, project=, location=, credentials=,
     http_options={"base_url": fake.base_url, "api_version": "v1"})``.
 
@@ -189,13 +184,11 @@ class FakeVertexServer:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.gcs_endpoint = gcs_endpoint
-        self._host, self._requested_port = host, port
         self._store = Store(
             clock, scripting.parse_delay("processing_delay_secs", processing_delay_secs)
         )
+        super().__init__(host, port, self._store.lock, "fake-vertex")
         self._jobs: dict[str, dict[str, Any]] = {}
-        self._server: Optional[BaseWSGIServer] = None
-        self._thread: Optional[threading.Thread] = None
         self._gcs: Any = None
         self._url_map = Map(
             [
@@ -213,42 +206,6 @@ class FakeVertexServer:
             ],
             strict_slashes=False,
         )
-
-    # -- life cycle -----------------------------------------------------------------------
-    def start(self) -> FakeVertexServer:
-        """Binds the port and serves in a daemon thread; returns ``self``."""
-        with self._store.lock:
-            if self._server is not None:
-                return self
-            self._server, self._thread = serve_in_thread(
-                self._host, self._requested_port, self._wsgi, QuietRequestHandler, "fake-vertex"
-            )
-        return self
-
-    def stop(self) -> None:
-        """Stops serving and closes the port (idempotent)."""
-        with self._store.lock:
-            server, thread = self._server, self._thread
-            self._server = self._thread = None
-        stop_serving(server, thread)
-
-    def __enter__(self) -> FakeVertexServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        """The bound port. Raises RuntimeError before :meth:`start`."""
-        if self._server is None:
-            raise RuntimeError("FakeVertexServer is not started")
-        return int(self._server.server_port)
-
-    @property
-    def base_url(self) -> str:
-        """``http://HOST:PORT``, for ``http_options.base_url``."""
-        return f"http://{self._host}:{self.port}"
 
     # -- what tests read and script -------------------------------------------------------
     def script(self, **keys: Any) -> None:
@@ -302,7 +259,7 @@ class FakeVertexServer:
             return [self._view(b, now) for b in self._store.batches.values() if not b.deleted]
 
     # -- WSGI -----------------------------------------------------------------------------
-    def _wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+    def _wsgi_app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         request = Request(environ)
         adapter = self._url_map.bind_to_environ(environ)
         try:
