@@ -382,14 +382,13 @@ class AnthropicApi:
         with self.store.lock:
             batch = self.store.get_batch(ANTHROPIC, batch_id)
             now = self.store.clock()
-            if self.view(batch, now)["processing_status"] == "ended":
-                raise ApiError(
-                    400,
-                    "invalid_request_error",
-                    f"Message batch {batch_id} has already ended and cannot be canceled.",
-                )
-            if batch.cancel_requested_at is None:
-                batch.cancel_requested_at = now
+            message = f"Message batch {batch_id} has already ended and cannot be canceled."
+            lifecycle.request_cancel(
+                batch,
+                now,
+                ended=self.view(batch, now)["processing_status"] == "ended",
+                refusal=ApiError(400, "invalid_request_error", message),
+            )
             return json_response(self.view(batch, now))
 
     def _ended_batch(self, batch_id: str, not_ended: str) -> Batch:

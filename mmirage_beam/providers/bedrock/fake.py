@@ -474,10 +474,12 @@ class BedrockFake:
             job = self._job(ident)
             now = self.store.clock()
             status = self.view(job, now)["status"]
-            if status in TERMINAL:
-                raise _validation(f"The job {ident} is {status} and cannot be stopped.")
-            if job.batch.cancel_requested_at is None:
-                job.batch.cancel_requested_at = now
+            lifecycle.request_cancel(
+                job.batch,
+                now,
+                ended=status in TERMINAL,
+                refusal=_validation(f"The job {ident} is {status} and cannot be stopped."),
+            )
             return "StopModelInvocationJob", {}
 
     def _list_jobs(self, request: Request, region: str) -> tuple[str, dict[str, Any]]:

@@ -591,11 +591,8 @@ class GeminiApi:
         """``POST /v1beta/batches/{id}:cancel`` (400 once the job has ended)."""
         with self.store.lock:
             batch = self._batch(batch_id)
-            now = self.store.clock()
-            if self._state(batch, now) in _TERMINAL:
-                raise _gemini_error(400, f"Batch batches/{batch_id} has already ended.")
-            if batch.cancel_requested_at is None:
-                batch.cancel_requested_at = now
+            refusal = _gemini_error(400, f"Batch batches/{batch_id} has already ended.")
+            fake_service.cancel_google_job(batch, self.store.clock(), refusal)
             return json_response({})
 
     def gemini_batches_delete(self, request: Request, batch_id: str) -> Response:
@@ -607,21 +604,8 @@ class GeminiApi:
     # -- lifecycle and views --------------------------------------------------------------
 
     def _state(self, batch: Batch, now: float) -> str:
-        d, t0 = batch.delay_secs, batch.created
-        tc = batch.cancel_requested_at
-        if tc is not None:
-            return "BATCH_STATE_CANCELLED" if now >= tc + d / 3 else "BATCH_STATE_RUNNING"
-        if now < t0 + d / 3:
-            return "BATCH_STATE_PENDING"
-        if batch.errors is not None:
-            return "BATCH_STATE_FAILED"
-        if now < t0 + d:
-            return "BATCH_STATE_RUNNING"
-        if batch.stop_kind == "expired":
-            return "BATCH_STATE_EXPIRED"
-        if batch.stop_kind == "cancelled":
-            return "BATCH_STATE_CANCELLED"
-        return "BATCH_STATE_SUCCEEDED"
+        state = fake_service.google_job_state(batch, now)
+        return "BATCH_STATE_" + ("RUNNING" if state == "CANCELLING" else state)
 
     def _finish(self, batch: Batch, host_url: str) -> None:
         if batch.finished:
@@ -747,12 +731,7 @@ def embed_response_line(key: str, text: str, dimensions: Any) -> dict[str, Any]:
     return {"key": key, "response": response}
 
 
-_TERMINAL = (
-    "BATCH_STATE_SUCCEEDED",
-    "BATCH_STATE_FAILED",
-    "BATCH_STATE_CANCELLED",
-    "BATCH_STATE_EXPIRED",
-)
+_TERMINAL = tuple("BATCH_STATE_" + state for state in fake_service.GOOGLE_ENDED)
 _EMPTY_REQUEST = {"contents": [{"role": "user", "parts": [{"text": ""}]}]}
 
 

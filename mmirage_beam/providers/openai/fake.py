@@ -354,15 +354,15 @@ class OpenAIApi:
         with self.store.lock:
             batch = self._get_batch(batch_id)
             now = self.store.clock()
-            view = self.view(batch, now)
-            if view["status"] in fake_service.OPENAI_TERMINAL:
-                raise ApiError(
-                    409,
-                    "invalid_request_error",
-                    f"Cannot cancel a batch with status '{view['status']}'.",
-                )
-            if batch.cancel_requested_at is None:
-                batch.cancel_requested_at = now
+            status = self.view(batch, now)["status"]
+            lifecycle.request_cancel(
+                batch,
+                now,
+                ended=status in fake_service.OPENAI_TERMINAL,
+                refusal=ApiError(
+                    409, "invalid_request_error", f"Cannot cancel a batch with status '{status}'."
+                ),
+            )
             return json_response(self.view(batch, now))
 
     def _store_results_file(self, batch: Batch, kind: str, lines: list[Any]) -> str:

@@ -86,7 +86,12 @@ from mmirage_beam.providers.gemini.fake_bodies import (
     prompt_of,
     request_model,
 )
-from mmirage_beam.providers.gemini.fake_service import GEMINI
+from mmirage_beam.providers.gemini.fake_service import (
+    GEMINI,
+    GOOGLE_ENDED,
+    cancel_google_job,
+    google_job_state,
+)
 from mmirage_beam.providers.vertex import fake_embeddings
 from mmirage_beam.testing.fake_provider import lifecycle, scripting
 from mmirage_beam.testing.fake_provider.answers import make_answer
@@ -115,7 +120,7 @@ _ID_LABEL = "mmirage_id"
 _LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _FILTER = re.compile(r'^\s*display_name\s*=\s*"([^"]*)"\s*$')
-_TERMINAL = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED")
+_TERMINAL = tuple("JOB_STATE_" + state for state in GOOGLE_ENDED)
 _ROUTE = "/<version>/projects/<project>/locations/<location>/batchPredictionJobs"
 _HTTP_REASON = {400: "Bad Request", 429: "Too Many Requests", 500: "Internal Server Error"}
 _HTTP_REASON.update({504: "Gateway Timeout", 503: "Service Unavailable"})
@@ -557,13 +562,9 @@ class FakeVertexServer(ThreadServed):
     def _cancel(
         self, request: Request, version: str, project: str, location: str, job_id: str
     ) -> Response:
+        refusal = _error(400, f"The job {job_id} has already ended.", "FAILED_PRECONDITION")
         with self._store.lock:
-            batch = self._job(job_id)
-            now = self._store.clock()
-            if self._state(batch, now) in _TERMINAL:
-                raise _error(400, f"The job {job_id} has already ended.", "FAILED_PRECONDITION")
-            if batch.cancel_requested_at is None:
-                batch.cancel_requested_at = now
+            cancel_google_job(self._job(job_id), self._store.clock(), refusal)
             return json_response({})
 
     def _delete(
@@ -577,18 +578,7 @@ class FakeVertexServer(ThreadServed):
 
     # -- lifecycle and views --------------------------------------------------------------
     def _state(self, batch: Batch, now: float) -> str:
-        d, t0, tc = batch.delay_secs, batch.created, batch.cancel_requested_at
-        if tc is not None:
-            return "JOB_STATE_CANCELLED" if now >= tc + d / 3 else "JOB_STATE_CANCELLING"
-        if now < t0 + d / 3:
-            return "JOB_STATE_PENDING"
-        if batch.errors is not None:
-            return "JOB_STATE_FAILED"
-        if now < t0 + d:
-            return "JOB_STATE_RUNNING"
-        return {"expired": "JOB_STATE_EXPIRED", "cancelled": "JOB_STATE_CANCELLED"}.get(
-            batch.stop_kind or "", "JOB_STATE_SUCCEEDED"
-        )
+        return "JOB_STATE_" + google_job_state(batch, now)
 
     def _write_output(
         self, batch: Batch, done: list[Item], never_run: list[Item], cancelled: bool
