@@ -94,7 +94,6 @@ from mmirage_beam.testing.fake_provider.wire import (
     json_payload,
     json_response,
     new_id,
-    status_error,
 )
 
 #: Gemini batch mode docs: input files up to 2 GB.
@@ -390,18 +389,15 @@ class GeminiApi:
             raise unknown_model
         with self.store.lock:
             stored = self._file(file_name.split("/", 1)[1])
-            failure = self.store.take_create_failure()
-            if failure is not None and not failure.created:
-                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
-            now = self.store.clock()
-            batch = self.store.new_batch(GEMINI, "", now)
+            lost_answer = self.store.admit_create(GEMINI)
+            batch = self.store.new_batch(GEMINI, "", self.store.clock())
             batch.model = model
             batch.endpoint = endpoint
             batch.input_file_id = file_name
             batch.metadata = {"displayName": str(get_field(batch_body, "display_name") or "")}
             batch.items = self._process_file(batch, stored["content"])
-            if failure is not None:
-                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
+            if lost_answer is not None:
+                raise lost_answer
             return json_response(self.view(batch, batch.created - 1e-6, request.host_url))
 
     def _create_inline(
@@ -438,11 +434,8 @@ class GeminiApi:
         if unknown_model is not None:
             raise unknown_model
         with self.store.lock:
-            failure = self.store.take_create_failure()
-            if failure is not None and not failure.created:
-                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
-            now = self.store.clock()
-            batch = self.store.new_batch(GEMINI, "", now)
+            lost_answer = self.store.admit_create(GEMINI)
+            batch = self.store.new_batch(GEMINI, "", self.store.clock())
             batch.model = model
             batch.endpoint = endpoint
             batch.metadata = {
@@ -466,8 +459,8 @@ class GeminiApi:
                     item = self._process_request(key, body, model, inline=True)
                 item.line = _inlined_response(item.line, meta, endpoint == EMBED_ENDPOINT)
                 batch.items.append(item)
-            if failure is not None:
-                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
+            if lost_answer is not None:
+                raise lost_answer
             return json_response(self.view(batch, batch.created - 1e-6, request.host_url))
 
     def _process_file(self, batch: Batch, content: bytes) -> list[Item]:

@@ -47,7 +47,6 @@ from mmirage_beam.testing.fake_provider.wire import (
     json_response,
     new_id,
     query_limit,
-    status_error,
 )
 
 __all__ = ["OpenAIApi", "is_batch_jsonl"]
@@ -220,15 +219,13 @@ class OpenAIApi:
                     "purpose 'batch'.",
                     param="input_file_id",
                 )
-            failure = self.store.take_create_failure()
-            if failure is not None and not failure.created:
-                raise status_error(OPENAI, failure.status, failure.retry_after_ms, "create")
+            lost_answer = self.store.admit_create(OPENAI)
             batch = self._create_batch(stored, endpoint, metadata)
             batch.endpoint_shown = shown
             batch.completion_window = window
             batch.output_expires_after = output_expires_after
-            if failure is not None:
-                raise status_error(OPENAI, failure.status, failure.retry_after_ms, "create")
+            if lost_answer is not None:
+                raise lost_answer
             return json_response(self.view(batch, batch.created - 1e-6))
 
     def _create_batch(

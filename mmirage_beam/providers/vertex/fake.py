@@ -323,11 +323,8 @@ class FakeVertexServer(ThreadServed):
             raise _error(400, "outputConfig: a jsonl gcsDestination.outputUriPrefix is required.")
         content, missing = self._read_inputs(uris)
         with self._store.lock:
-            failure = self._store.take_create_failure()
-            if failure is not None and not failure.created:
-                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
-            now = self._store.clock()
-            batch = self._store.new_batch(VERTEX, "", now)
+            lost_answer = self._store.admit_create(GEMINI)
+            batch = self._store.new_batch(VERTEX, "", self._store.clock())
             del self._store.batches[batch.id]
             batch.id = str(10**18 + secrets.randbelow(9 * 10**18))
             self._store.batches[batch.id] = batch
@@ -352,8 +349,8 @@ class FakeVertexServer(ThreadServed):
                 del self._store.batches[batch.id]
                 del self._jobs[batch.id]
                 raise
-            if failure is not None:  # created, then the answer is lost
-                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
+            if lost_answer is not None:  # created, then the answer is lost
+                raise lost_answer
             # the create answers the job as it starts (pending), even with no delay
             return json_response(self._view(batch, batch.created - 1e-6))
 

@@ -24,7 +24,7 @@ from mmirage_beam.testing.fake_provider.scripting import (
     LeadingErrors,
     broken_line,
 )
-from mmirage_beam.testing.fake_provider.wire import ApiError, error_shape, new_id
+from mmirage_beam.testing.fake_provider.wire import ApiError, error_shape, new_id, status_error
 
 
 def rfc3339(ts: float | None) -> str | None:
@@ -304,6 +304,21 @@ class Store:
                 return None
             leading.remaining -= 1
             return leading.status, leading.retry_after_ms
+
+    def admit_create(self, provider: str) -> ApiError | None:
+        """Counts a valid create call (:meth:`take_create_failure`); a scripted failure
+        is an error in ``provider``'s shape
+        (:func:`~mmirage_beam.testing.fake_provider.wire.status_error`), raised here when
+        the create fails before creating, else returned for the caller to raise once the
+        batch is created (``created: true``: a lost answer). None: no failure. Call it
+        holding :attr:`lock`."""
+        failure = self.take_create_failure()
+        if failure is None:
+            return None
+        error = status_error(provider, failure.status, failure.retry_after_ms, "create")
+        if not failure.created:
+            raise error
+        return error
 
     def take_create_failure(self) -> CreateFailure | None:
         """Counts a valid create call; returns the scripted failure if this one fails."""
