@@ -90,10 +90,12 @@ from mmirage_beam.testing.fake_provider.answers import make_answer
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
+    NOT_JSON,
     ApiError,
     json_payload,
     json_response,
     new_id,
+    numbered_json_lines,
 )
 
 #: Gemini batch mode docs: input files up to 2 GB.
@@ -466,12 +468,8 @@ class GeminiApi:
     def _process_file(self, batch: Batch, content: bytes) -> list[Item]:
         items: list[Item] = []
         seen: set[str] = set()
-        for number, raw in enumerate(content.split(b"\n"), start=1):
-            if not raw.strip():
-                continue
-            try:
-                line = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
+        for number, line in numbered_json_lines(content):
+            if line is NOT_JSON:
                 batch.errors = [{"message": f"Line {number} of the input file is not JSON."}]
                 return []
             key = line.get("key") if isinstance(line, dict) else None

@@ -104,10 +104,12 @@ from mmirage_beam.testing.fake_provider.scripting import (
 from mmirage_beam.testing.fake_provider.serving import ThreadServed
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
+    NOT_JSON,
     ApiError,
     error_response,
     json_payload,
     json_response,
+    numbered_json_lines,
     status_error,
 )
 
@@ -388,12 +390,8 @@ class FakeVertexServer(ThreadServed):
             job = self._jobs[batch.id]
             return fake_embeddings.embedding_items(self._store, batch, content, job, fail_job)
         items: list[Item] = []
-        for number, raw in enumerate(content.split(b"\n"), start=1):
-            if not raw.strip():
-                continue
-            try:
-                line = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
+        for number, line in numbered_json_lines(content):
+            if line is NOT_JSON:
                 batch.errors = [{"code": 3, "message": f"Line {number} of the input is not JSON."}]
                 return []
             body = line.get("request") if isinstance(line, dict) else None
