@@ -102,7 +102,14 @@ from mmirage_beam.testing.fake_provider.scripting import (
     error_marker,
 )
 from mmirage_beam.testing.fake_provider.serving import ThreadServed
-from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
+from mmirage_beam.testing.fake_provider.store import (
+    Batch,
+    Item,
+    Store,
+    StoreCounts,
+    jsonl,
+    rfc3339,
+)
 from mmirage_beam.testing.fake_provider.wire import (
     NOT_JSON,
     ApiError,
@@ -165,7 +172,7 @@ def _error(status: int, message: str, kind: Optional[str] = None) -> ApiError:
     return ApiError(status, kind or {400: "INVALID_ARGUMENT"}.get(status, ""), message)
 
 
-class FakeVertexServer(ThreadServed):
+class FakeVertexServer(ThreadServed, StoreCounts):
     """A loopback Vertex AI batch prediction fake (see the module docstring).
 
     Use as a context manager or call :meth:`start` / :meth:`stop` (:class:`ThreadServed`'s,
@@ -248,16 +255,6 @@ class FakeVertexServer(ThreadServed):
                 for entry in self._store.submitted
                 if provider in (None, entry["provider"])
             ]
-
-    def call_counts(self) -> dict[str, int]:
-        """Route name (``vertex_create``, ``vertex_get``...) -> HTTP calls received."""
-        with self._store.lock:
-            return dict(self._store.call_counts)
-
-    def create_counts(self) -> dict[str, int]:
-        """custom_id -> number of created jobs that held it."""
-        with self._store.lock:
-            return dict(self._store.create_counts)
 
     def jobs(self) -> list[dict[str, Any]]:
         """Every job as the API shows it now (REST JSON), oldest first."""

@@ -24,7 +24,7 @@ from mmirage_beam.testing.fake_provider.scripting import (
     parse_delay,
 )
 from mmirage_beam.testing.fake_provider.serving import ThreadServed
-from mmirage_beam.testing.fake_provider.store import Batch, Store
+from mmirage_beam.testing.fake_provider.store import Batch, Store, StoreCounts
 from mmirage_beam.testing.fake_provider.wire import json_response, new_id
 from mmirage_beam.testing.fake_registry import fallback_names, registered_fakes
 
@@ -51,7 +51,7 @@ def provider_names(name: str, fake: Any) -> tuple[str, ...]:
     return tuple(getattr(fake, "provider_names", ()) or (name,))
 
 
-class FakeProviderServer(ThreadServed):
+class FakeProviderServer(ThreadServed, StoreCounts):
     """Embedded fake of the providers' batch APIs on one loopback port: every fake
     registered with :mod:`mmirage_beam.testing.fake_registry` (the built-ins register
     theirs from their packages) answers the calls it claims.
@@ -173,16 +173,6 @@ class FakeProviderServer(ThreadServed):
                 for entry in self._store.submitted
                 if provider is None or entry["provider"] == provider
             ]
-
-    def create_counts(self) -> dict[str, int]:
-        """custom_id -> number of created batches (any provider) that contained it."""
-        with self._store.lock:
-            return dict(self._store.create_counts)
-
-    def call_counts(self) -> dict[str, int]:
-        """Endpoint name -> number of HTTP calls received (including rejected ones)."""
-        with self._store.lock:
-            return dict(self._store.call_counts)
 
     def batches(self, provider: str | None = None) -> list[dict[str, Any]]:
         """The current batch objects (as the API shows them now), oldest first."""

@@ -329,3 +329,21 @@ class Store:
         if failure.seen == failure.nth or (failure.permanent and failure.seen > failure.nth):
             return failure
         return None
+
+
+class StoreCounts:
+    """The counters tests read from a fake server that keeps its state in a
+    :class:`Store` (``self._store``): the shared fake's and Vertex AI's."""
+
+    _store: Store
+
+    def create_counts(self) -> dict[str, int]:
+        """custom_id -> number of created batches (jobs) that contained it."""
+        with self._store.lock:
+            return dict(self._store.create_counts)
+
+    def call_counts(self) -> dict[str, int]:
+        """Endpoint name (the fake's: ``files_create``, ``vertex_create``...) -> number of
+        HTTP calls received (including rejected ones)."""
+        with self._store.lock:
+            return dict(self._store.call_counts)
