@@ -110,22 +110,31 @@ def failed_response_item(
 
 
 def answered_response_item(
-    marker: str | None, custom_id: str, line: dict[str, Any], answer: Any
+    marker: str | None,
+    custom_id: str,
+    line: dict[str, Any],
+    answer: Any,
+    *,
+    id_key: str = "custom_id",
+    body_key: str = "response",
 ) -> Item:
-    """The succeeded :class:`Item` of a request answered with HTTP 200, in an OpenAI-shaped
-    result line (the body under ``response``: OpenAI, Mistral): ``line``, broken as one of
-    :data:`~mmirage_beam.testing.fake_provider.scripting.LINE_MARKERS` scripts it, with
-    the token counts of ``answer`` (an :class:`~.answers.Answer`)."""
+    """The succeeded :class:`Item` of a request answered with HTTP 200, in a result line
+    with its id under ``id_key`` and its body under ``body_key`` (OpenAI, Mistral:
+    ``custom_id`` and ``response``; Bedrock: ``recordId`` and ``modelOutput``): ``line``,
+    broken as one of :data:`~mmirage_beam.testing.fake_provider.scripting.LINE_MARKERS`
+    scripts it, with the token counts of ``answer`` (an :class:`~.answers.Answer`)."""
     out: dict[str, Any] | bytes = line
     if marker in LINE_MARKERS:
         out = broken_line(
             marker,
             custom_id,
             line,
-            body_key="response",
+            body_key=body_key,
             answer_text=answer.text,
-            wrong_shape={"custom_id": custom_id, "unexpected": True},
+            wrong_shape={id_key: custom_id, "unexpected": True},
         )
+        if id_key != "custom_id":  # broken_line names the id custom_id
+            out = out.replace(b'"custom_id"', json.dumps(id_key).encode("utf-8"))
     return Item(custom_id, out, True, answer.input_tokens, answer.output_tokens)
 
 
