@@ -37,6 +37,16 @@ def oa_error(
     return HttpFailure(status, {"message": message, "type": kind, "param": param, "code": code})
 
 
+def _missing_parameter(param: str) -> HttpFailure:
+    """400 ``missing_required_parameter`` for a body without ``param``."""
+    return oa_error(
+        400,
+        f"Missing required parameter: '{param}'.",
+        param=param,
+        code="missing_required_parameter",
+    )
+
+
 def _check_image_url(url: Any, param: str) -> HttpFailure | None:
     if not isinstance(url, str) or not url:
         return oa_error(400, f"Missing required parameter: '{param}'.", param=param)
@@ -107,12 +117,7 @@ def check_body(endpoint: str, body: Any) -> HttpFailure | None:
     if endpoint == "/v1/chat/completions":
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            return oa_error(
-                400,
-                "Missing required parameter: 'messages'.",
-                param="messages",
-                code="missing_required_parameter",
-            )
+            return _missing_parameter("messages")
         for i, msg in enumerate(messages):
             if not isinstance(msg, Mapping) or msg.get("role") not in (
                 "system",
@@ -145,32 +150,17 @@ def check_body(endpoint: str, body: Any) -> HttpFailure | None:
         given = "input" in body and body["input"] is not None
         context = any(body.get(key) for key in _RESPONSES_CONTEXT_KEYS)
         if (given and not isinstance(body["input"], (str, list))) or not (given or context):
-            return oa_error(
-                400,
-                "Missing required parameter: 'input'.",
-                param="input",
-                code="missing_required_parameter",
-            )
+            return _missing_parameter("input")
         text_cfg = body.get("text")
         fmt = text_cfg.get("format") if isinstance(text_cfg, Mapping) else None
         if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
             return _check_schema(fmt, "text.format", nested=False)
     elif endpoint == "/v1/completions":
         if not isinstance(body.get("prompt"), (str, list)):
-            return oa_error(
-                400,
-                "Missing required parameter: 'prompt'.",
-                param="prompt",
-                code="missing_required_parameter",
-            )
+            return _missing_parameter("prompt")
     elif endpoint == "/v1/embeddings":
         if not isinstance(body.get("input"), (str, list)):
-            return oa_error(
-                400,
-                "Missing required parameter: 'input'.",
-                param="input",
-                code="missing_required_parameter",
-            )
+            return _missing_parameter("input")
     return None
 
 
