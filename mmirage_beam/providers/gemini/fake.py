@@ -87,6 +87,7 @@ from mmirage_beam.providers.gemini.fake_bodies import (
 from mmirage_beam.providers.gemini.fake_service import GEMINI
 from mmirage_beam.testing.fake_provider import lifecycle, scripting
 from mmirage_beam.testing.fake_provider.answers import make_answer
+from mmirage_beam.testing.fake_provider.routing import route_rules
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
@@ -115,33 +116,26 @@ def routes() -> list[Rule]:
     one map: one set per server); the endpoint names are :class:`GeminiApi`'s handlers and
     each match carries an ``api_version`` argument that :func:`serves`'s caller drops."""
     v = _VERSION
-    return [
-        Rule(f"/upload/{v}/files", methods=["POST"], endpoint="gemini_files_upload"),
-        Rule(f"/{v}/files/<file_id>:download", methods=["GET"], endpoint="gemini_files_download"),
-        Rule(
-            f"/download/{v}/files/<file_id>:download",
-            methods=["GET"],
-            endpoint="gemini_files_download",
-        ),
-        Rule(f"/{v}/files", methods=["GET"], endpoint="gemini_files_list"),
-        Rule(f"/{v}/files/<file_id>", methods=["GET"], endpoint="gemini_files_get"),
-        Rule(f"/{v}/files/<file_id>", methods=["DELETE"], endpoint="gemini_files_delete"),
-        Rule(
-            f"/{v}/models/<model>:batchGenerateContent",
-            methods=["POST"],
-            endpoint="gemini_batches_create",
-        ),
-        Rule(
-            f"/{v}/models/<model>:asyncBatchEmbedContent",
-            methods=["POST"],
-            endpoint="gemini_batches_create_embeddings",
-        ),
-        Rule(f"/{v}/models/<model>:countTokens", methods=["POST"], endpoint="gemini_count_tokens"),
-        Rule(f"/{v}/batches", methods=["GET"], endpoint="gemini_batches_list"),
-        Rule(f"/{v}/batches/<batch_id>:cancel", methods=["POST"], endpoint="gemini_batches_cancel"),
-        Rule(f"/{v}/batches/<batch_id>", methods=["GET"], endpoint="gemini_batches_get"),
-        Rule(f"/{v}/batches/<batch_id>", methods=["DELETE"], endpoint="gemini_batches_delete"),
-    ]
+    return route_rules(
+        {
+            f"/upload/{v}/files": {"POST": "gemini_files_upload"},
+            f"/{v}/files/<file_id>:download": {"GET": "gemini_files_download"},
+            f"/download/{v}/files/<file_id>:download": {"GET": "gemini_files_download"},
+            f"/{v}/files": {"GET": "gemini_files_list"},
+            f"/{v}/files/<file_id>": {"GET": "gemini_files_get", "DELETE": "gemini_files_delete"},
+            f"/{v}/models/<model>:batchGenerateContent": {"POST": "gemini_batches_create"},
+            f"/{v}/models/<model>:asyncBatchEmbedContent": {
+                "POST": "gemini_batches_create_embeddings"
+            },
+            f"/{v}/models/<model>:countTokens": {"POST": "gemini_count_tokens"},
+            f"/{v}/batches": {"GET": "gemini_batches_list"},
+            f"/{v}/batches/<batch_id>:cancel": {"POST": "gemini_batches_cancel"},
+            f"/{v}/batches/<batch_id>": {
+                "GET": "gemini_batches_get",
+                "DELETE": "gemini_batches_delete",
+            },
+        }
+    )
 
 
 def serves(request: Request) -> bool:
@@ -166,6 +160,19 @@ def serves(request: Request) -> bool:
 
 def _gemini_error(status: int, message: str) -> ApiError:
     return ApiError(status, _STATUS.get(status, "UNKNOWN"), message)
+
+
+def _page(request: Request, default: int, maximum: int) -> tuple[int, int]:
+    """``(pageSize, offset)`` of a list call: ``pageSize`` from 1 to ``maximum``
+    (``default`` when absent), ``pageToken`` the offset (0 when absent); 400 otherwise."""
+    try:
+        size = int(request.args.get("pageSize", str(default)))
+        start = int(request.args.get("pageToken") or "0")
+    except ValueError:
+        raise _gemini_error(400, "pageSize and pageToken must be integers.") from None
+    if not 1 <= size <= maximum or start < 0:
+        raise _gemini_error(400, f"pageSize must be in 1..{maximum}.")
+    return size, start
 
 
 class GeminiApi:
@@ -311,13 +318,7 @@ class GeminiApi:
         10), the token being the offset (REST reference ``files.list``,
         https://ai.google.dev/api/files#method:-files.list: "pageSize ... Maximum 100";
         uploaded and generated files alike)."""
-        try:
-            size = int(request.args.get("pageSize", "10"))
-            start = int(request.args.get("pageToken") or "0")
-        except ValueError:
-            raise _gemini_error(400, "pageSize and pageToken must be integers.") from None
-        if not 1 <= size <= 100 or start < 0:
-            raise _gemini_error(400, "pageSize must be in 1..100.")
+        size, start = _page(request, 10, 100)
         with self.store.lock:
             records = list(reversed(self.files.values()))
             body: dict[str, Any] = {"files": [r["view"] for r in records[start : start + size]]}
@@ -556,13 +557,7 @@ class GeminiApi:
     def gemini_batches_list(self, request: Request) -> Response:
         """``GET /v1beta/batches?pageSize=&pageToken=``, newest first (page size 1..1000,
         default 50; the token is the offset)."""
-        try:
-            size = int(request.args.get("pageSize", "50"))
-            start = int(request.args.get("pageToken") or "0")
-        except ValueError:
-            raise _gemini_error(400, "pageSize and pageToken must be integers.") from None
-        if not 1 <= size <= 1000 or start < 0:
-            raise _gemini_error(400, "pageSize must be in 1..1000.")
+        size, start = _page(request, 50, 1000)
         with self.store.lock:
             now = self.store.clock()
             jobs = [
