@@ -15,6 +15,7 @@ from werkzeug.wrappers import Request, Response
 from mmirage_beam.providers.openai import fake_service
 from mmirage_beam.providers.openai.fake_bodies import (
     HttpFailure,
+    answer_line,
     check_body,
     error_line,
     http_line,
@@ -45,7 +46,6 @@ from mmirage_beam.testing.fake_provider.wire import (
     ApiError,
     json_payload,
     json_response,
-    new_id,
     query_limit,
 )
 
@@ -315,16 +315,7 @@ class OpenAIApi:
             response_body = {}
         else:
             response_body = success_body(endpoint, body, answer, now)
-        result: dict[str, Any] | bytes = {
-            "id": new_id("batch_req_"),
-            "custom_id": custom_id,
-            "response": {
-                "status_code": 200,
-                "request_id": new_id("req_"),
-                "body": response_body,
-            },
-            "error": None,
-        }
+        result = answer_line(custom_id, 200, response_body)
         return answered_response_item(marker, custom_id, result, answer)
 
     def batches_retrieve(self, request: Request, batch_id: str) -> Response:
@@ -401,18 +392,7 @@ class OpenAIApi:
                     answer,
                     self.store.clock(),
                 )
-                ok_lines.append(
-                    {
-                        "id": new_id("batch_req_"),
-                        "custom_id": UNKNOWN_CUSTOM_ID,
-                        "response": {
-                            "status_code": 200,
-                            "request_id": new_id("req_"),
-                            "body": body,
-                        },
-                        "error": None,
-                    }
-                )
+                ok_lines.append(answer_line(UNKNOWN_CUSTOM_ID, 200, body))
             else:
                 err_lines.append(
                     http_line(UNKNOWN_CUSTOM_ID, oa_error(500, "Unknown request (fake)."))

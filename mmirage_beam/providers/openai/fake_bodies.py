@@ -18,6 +18,7 @@ from mmirage_beam.testing.fake_provider.answers import (
     text_parts,
 )
 from mmirage_beam.testing.fake_provider.media import DATA_URL_RE, b64decode, sniff_image
+from mmirage_beam.testing.fake_provider.store import result_line
 from mmirage_beam.testing.fake_provider.wire import new_id
 
 
@@ -393,25 +394,17 @@ def embedding_vector(item: Any, dimensions: Any = None) -> list[float]:
     return _vector(item, dimensions if ok else 8)
 
 
+def answer_line(custom_id: str, status: int, body: dict[str, Any]) -> dict[str, Any]:
+    """A result line with ``response = {status_code, request_id, body}``, ``error: null``."""
+    response = {"status_code": status, "request_id": new_id("req_"), "body": body}
+    return result_line("batch_req_", custom_id, response, None)
+
+
 def http_line(custom_id: str, failure: HttpFailure) -> dict[str, Any]:
     """An error-file line with ``response = {status_code, request_id, body: {error}}``."""
-    return {
-        "id": new_id("batch_req_"),
-        "custom_id": custom_id,
-        "response": {
-            "status_code": failure.status,
-            "request_id": new_id("req_"),
-            "body": {"error": dict(failure.error)},
-        },
-        "error": None,
-    }
+    return answer_line(custom_id, failure.status, {"error": dict(failure.error)})
 
 
 def error_line(custom_id: str, code: str, message: str) -> dict[str, Any]:
     """An error-file line with ``response: null`` and ``error = {code, message}``."""
-    return {
-        "id": new_id("batch_req_"),
-        "custom_id": custom_id,
-        "response": None,
-        "error": {"code": code, "message": message},
-    }
+    return result_line("batch_req_", custom_id, None, {"code": code, "message": message})

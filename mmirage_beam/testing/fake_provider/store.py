@@ -60,6 +60,16 @@ def file_object_head(stored: Any) -> dict[str, Any]:
     }
 
 
+def result_line(
+    id_prefix: str, custom_id: str, response: dict[str, Any] | None, error: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A line of an OpenAI-shaped batch output or error file (OpenAI's and Mistral's
+    batch APIs), in wire order: ``id`` (a new id behind ``id_prefix``), ``custom_id``,
+    ``response`` (``{status_code, ..., body}`` or None) and ``error`` (``{code,
+    message}`` or None)."""
+    return {"id": new_id(id_prefix), "custom_id": custom_id, "response": response, "error": error}
+
+
 @dataclass
 class StoredFile:
     """One file: an upload or a batch's output or error file."""
