@@ -319,6 +319,23 @@ def test_fake_refuses_what_the_service_refuses(fake_provider):
     )
     failed = client.batches.create(model="gemini-2.5-flash", src=keyless.name)
     assert client.batches.get(name=failed.name).state.name == "JOB_STATE_FAILED"
+    # so does a line that is not JSON, named by its number (blank lines counted)
+    not_json = client.files.upload(
+        file=io.BytesIO(_line("k") + b"\n{not json\n"), config={"mime_type": "jsonl"}
+    )
+    failed = client.batches.create(model="gemini-2.5-flash", src=not_json.name).name
+    assert client.batches.get(name=failed).state.name == "JOB_STATE_FAILED"
+    operation = httpx.get(f"{fake.base_url}/v1beta/{failed}", headers={"x-goog-api-key": "k"})
+    assert operation.json()["error"]["message"] == "Line 3 of the input file is not JSON."
+    # list pages: files.list takes 1..100, batches.list 1..1000
+    for path, size, most in (("files", 101, 100), ("batches", 0, 1000)):
+        page = httpx.get(
+            f"{fake.base_url}/v1beta/{path}",
+            params={"pageSize": size},
+            headers={"x-goog-api-key": "k"},
+        )
+        assert page.status_code == 400
+        assert page.json()["error"]["message"] == f"pageSize must be in 1..{most}."
 
 
 def test_sdk_create_embeddings_answers_vectors_of_their_output_dimensionality(fake_provider):

@@ -28,7 +28,6 @@ from mmirage_beam.testing.fake_provider.wire import (
     json_response,
     new_id,
     query_limit,
-    status_error,
 )
 
 
@@ -263,16 +262,13 @@ class AnthropicApi:
             if "params" not in entry:
                 raise ApiError(400, "invalid_request_error", f"requests.{i}.params: Field required")
         with self.store.lock:
-            failure = self.store.take_create_failure()
-            if failure is not None and not failure.created:
-                raise status_error(ANTHROPIC, failure.status, failure.retry_after_ms, "create")
-            now = self.store.clock()
-            batch = self.store.new_batch(ANTHROPIC, "msgbatch_", now)
+            lost_answer = self.store.admit_create(ANTHROPIC)
+            batch = self.store.new_batch(ANTHROPIC, "msgbatch_", self.store.clock())
             for entry in requests:
                 self.store.record(batch, entry["custom_id"], entry)
             batch.items = [self._process_request(e["custom_id"], e["params"]) for e in requests]
-            if failure is not None:
-                raise status_error(ANTHROPIC, failure.status, failure.retry_after_ms, "create")
+            if lost_answer is not None:
+                raise lost_answer
             return json_response(self.view(batch, batch.created - 1e-6))
 
     def _process_request(self, custom_id: str, params: Any) -> Item:
@@ -382,14 +378,13 @@ class AnthropicApi:
         with self.store.lock:
             batch = self.store.get_batch(ANTHROPIC, batch_id)
             now = self.store.clock()
-            if self.view(batch, now)["processing_status"] == "ended":
-                raise ApiError(
-                    400,
-                    "invalid_request_error",
-                    f"Message batch {batch_id} has already ended and cannot be canceled.",
-                )
-            if batch.cancel_requested_at is None:
-                batch.cancel_requested_at = now
+            message = f"Message batch {batch_id} has already ended and cannot be canceled."
+            lifecycle.request_cancel(
+                batch,
+                now,
+                ended=self.view(batch, now)["processing_status"] == "ended",
+                refusal=ApiError(400, "invalid_request_error", message),
+            )
             return json_response(self.view(batch, now))
 
     def _ended_batch(self, batch_id: str, not_ended: str) -> Batch:

@@ -40,10 +40,11 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from werkzeug.exceptions import HTTPException
-from werkzeug.routing import Map, Rule
+from werkzeug.routing import Map
 from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.providers.anthropic.fake_service import ANTHROPIC
+from mmirage_beam.testing.fake_provider.routing import route_rules
 from mmirage_beam.testing.fake_provider.store import Store, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
     ApiError,
@@ -111,16 +112,12 @@ class AnthropicFilesApi:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._url_map = Map(
-            [
-                Rule("/v1/files", methods=["POST"], endpoint="upload"),
-                Rule("/v1/files", methods=["GET"], endpoint="list"),
-                Rule("/v1/files/<file_id>", methods=["GET"], endpoint="retrieve"),
-                Rule("/v1/files/<file_id>", methods=["DELETE"], endpoint="delete"),
-                Rule("/v1/files/<file_id>/content", methods=["GET"], endpoint="download"),
-            ],
-            strict_slashes=False,
-        )
+        routes = {
+            "/v1/files": {"POST": "upload", "GET": "list"},
+            "/v1/files/<file_id>": {"GET": "retrieve", "DELETE": "delete"},
+            "/v1/files/<file_id>/content": {"GET": "download"},
+        }
+        self._url_map = Map(route_rules(routes), strict_slashes=False)
 
     @property
     def files(self) -> dict[str, _File]:

@@ -18,7 +18,7 @@ from werkzeug.wrappers import Request
 
 from mmirage_beam.providers.anthropic import FAKE_ENDPOINT_NAMES
 from mmirage_beam.providers.anthropic.rules import RULES
-from mmirage_beam.testing.fake_provider.routing import RoutedFake
+from mmirage_beam.testing.fake_provider.routing import RoutedFake, route_rules
 from mmirage_beam.testing.fake_provider.store import Batch
 from mmirage_beam.testing.fake_provider.wire import (
     ApiError,
@@ -123,31 +123,19 @@ class AnthropicRoutes(RoutedFake):
 
     def rules(self) -> list[Rule]:
         """The Message Batches and count_tokens routes."""
-        return [
-            Rule("/v1/messages/count_tokens", methods=["POST"], endpoint="messages_count_tokens"),
-            Rule("/v1/messages/batches", methods=["POST"], endpoint="messages_batches_create"),
-            Rule("/v1/messages/batches", methods=["GET"], endpoint="messages_batches_list"),
-            Rule(
-                "/v1/messages/batches/<batch_id>",
-                methods=["GET"],
-                endpoint="messages_batches_retrieve",
-            ),
-            Rule(
-                "/v1/messages/batches/<batch_id>",
-                methods=["DELETE"],
-                endpoint="messages_batches_delete",
-            ),
-            Rule(
-                "/v1/messages/batches/<batch_id>/cancel",
-                methods=["POST"],
-                endpoint="messages_batches_cancel",
-            ),
-            Rule(
-                "/v1/messages/batches/<batch_id>/results",
-                methods=["GET"],
-                endpoint="messages_batches_results",
-            ),
-        ]
+        return route_rules(
+            {
+                "/count_tokens": {"POST": "messages_count_tokens"},
+                "/batches": {"POST": "messages_batches_create", "GET": "messages_batches_list"},
+                "/batches/<batch_id>": {
+                    "GET": "messages_batches_retrieve",
+                    "DELETE": "messages_batches_delete",
+                },
+                "/batches/<batch_id>/cancel": {"POST": "messages_batches_cancel"},
+                "/batches/<batch_id>/results": {"GET": "messages_batches_results"},
+            },
+            prefix="/v1/messages",
+        )
 
     def claims(self, request: Request) -> bool:
         """``/v1/messages`` and below."""

@@ -71,7 +71,13 @@ from mmirage_beam.providers.bedrock import FAKE_ENDPOINT_NAMES
 from mmirage_beam.testing.fake_provider import lifecycle, scripting
 from mmirage_beam.testing.fake_provider.answers import count_parts, make_answer, text_parts
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
-from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl
+from mmirage_beam.testing.fake_provider.store import (
+    Batch,
+    Item,
+    Store,
+    answered_response_item,
+    jsonl,
+)
 
 _LOG = logging.getLogger("mmirage_beam.testing.fake_provider.bedrock")
 BEDROCK = "bedrock"
@@ -442,17 +448,9 @@ class BedrockFake:
                 "stop_reason": "length" if answer.finish == "length" else "stop",
             }
         line = {"recordId": rid, "modelInput": body, "modelOutput": output}
-        out: dict[str, Any] | bytes = line
-        if marker in scripting.LINE_MARKERS:
-            out = scripting.broken_line(
-                marker,
-                rid,
-                line,
-                body_key="modelOutput",
-                answer_text=answer.text,
-                wrong_shape={"recordId": rid, "unexpected": True},
-            ).replace(b'"custom_id"', b'"recordId"')
-        return Item(rid, out, True, answer.input_tokens, answer.output_tokens)
+        return answered_response_item(
+            marker, rid, line, answer, id_key="recordId", body_key="modelOutput"
+        )
 
     def _job(self, ident: str) -> _Job:
         job_id = ident.rsplit("/", 1)[-1]
@@ -474,10 +472,12 @@ class BedrockFake:
             job = self._job(ident)
             now = self.store.clock()
             status = self.view(job, now)["status"]
-            if status in TERMINAL:
-                raise _validation(f"The job {ident} is {status} and cannot be stopped.")
-            if job.batch.cancel_requested_at is None:
-                job.batch.cancel_requested_at = now
+            lifecycle.request_cancel(
+                job.batch,
+                now,
+                ended=status in TERMINAL,
+                refusal=_validation(f"The job {ident} is {status} and cannot be stopped."),
+            )
             return "StopModelInvocationJob", {}
 
     def _list_jobs(self, request: Request, region: str) -> tuple[str, dict[str, Any]]:

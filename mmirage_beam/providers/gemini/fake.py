@@ -87,14 +87,16 @@ from mmirage_beam.providers.gemini.fake_bodies import (
 from mmirage_beam.providers.gemini.fake_service import GEMINI
 from mmirage_beam.testing.fake_provider import lifecycle, scripting
 from mmirage_beam.testing.fake_provider.answers import make_answer
+from mmirage_beam.testing.fake_provider.routing import route_rules
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
+    NOT_JSON,
     ApiError,
     json_payload,
     json_response,
     new_id,
-    status_error,
+    numbered_json_lines,
 )
 
 #: Gemini batch mode docs: input files up to 2 GB.
@@ -114,33 +116,26 @@ def routes() -> list[Rule]:
     one map: one set per server); the endpoint names are :class:`GeminiApi`'s handlers and
     each match carries an ``api_version`` argument that :func:`serves`'s caller drops."""
     v = _VERSION
-    return [
-        Rule(f"/upload/{v}/files", methods=["POST"], endpoint="gemini_files_upload"),
-        Rule(f"/{v}/files/<file_id>:download", methods=["GET"], endpoint="gemini_files_download"),
-        Rule(
-            f"/download/{v}/files/<file_id>:download",
-            methods=["GET"],
-            endpoint="gemini_files_download",
-        ),
-        Rule(f"/{v}/files", methods=["GET"], endpoint="gemini_files_list"),
-        Rule(f"/{v}/files/<file_id>", methods=["GET"], endpoint="gemini_files_get"),
-        Rule(f"/{v}/files/<file_id>", methods=["DELETE"], endpoint="gemini_files_delete"),
-        Rule(
-            f"/{v}/models/<model>:batchGenerateContent",
-            methods=["POST"],
-            endpoint="gemini_batches_create",
-        ),
-        Rule(
-            f"/{v}/models/<model>:asyncBatchEmbedContent",
-            methods=["POST"],
-            endpoint="gemini_batches_create_embeddings",
-        ),
-        Rule(f"/{v}/models/<model>:countTokens", methods=["POST"], endpoint="gemini_count_tokens"),
-        Rule(f"/{v}/batches", methods=["GET"], endpoint="gemini_batches_list"),
-        Rule(f"/{v}/batches/<batch_id>:cancel", methods=["POST"], endpoint="gemini_batches_cancel"),
-        Rule(f"/{v}/batches/<batch_id>", methods=["GET"], endpoint="gemini_batches_get"),
-        Rule(f"/{v}/batches/<batch_id>", methods=["DELETE"], endpoint="gemini_batches_delete"),
-    ]
+    return route_rules(
+        {
+            f"/upload/{v}/files": {"POST": "gemini_files_upload"},
+            f"/{v}/files/<file_id>:download": {"GET": "gemini_files_download"},
+            f"/download/{v}/files/<file_id>:download": {"GET": "gemini_files_download"},
+            f"/{v}/files": {"GET": "gemini_files_list"},
+            f"/{v}/files/<file_id>": {"GET": "gemini_files_get", "DELETE": "gemini_files_delete"},
+            f"/{v}/models/<model>:batchGenerateContent": {"POST": "gemini_batches_create"},
+            f"/{v}/models/<model>:asyncBatchEmbedContent": {
+                "POST": "gemini_batches_create_embeddings"
+            },
+            f"/{v}/models/<model>:countTokens": {"POST": "gemini_count_tokens"},
+            f"/{v}/batches": {"GET": "gemini_batches_list"},
+            f"/{v}/batches/<batch_id>:cancel": {"POST": "gemini_batches_cancel"},
+            f"/{v}/batches/<batch_id>": {
+                "GET": "gemini_batches_get",
+                "DELETE": "gemini_batches_delete",
+            },
+        }
+    )
 
 
 def serves(request: Request) -> bool:
@@ -165,6 +160,19 @@ def serves(request: Request) -> bool:
 
 def _gemini_error(status: int, message: str) -> ApiError:
     return ApiError(status, _STATUS.get(status, "UNKNOWN"), message)
+
+
+def _page(request: Request, default: int, maximum: int) -> tuple[int, int]:
+    """``(pageSize, offset)`` of a list call: ``pageSize`` from 1 to ``maximum``
+    (``default`` when absent), ``pageToken`` the offset (0 when absent); 400 otherwise."""
+    try:
+        size = int(request.args.get("pageSize", str(default)))
+        start = int(request.args.get("pageToken") or "0")
+    except ValueError:
+        raise _gemini_error(400, "pageSize and pageToken must be integers.") from None
+    if not 1 <= size <= maximum or start < 0:
+        raise _gemini_error(400, f"pageSize must be in 1..{maximum}.")
+    return size, start
 
 
 class GeminiApi:
@@ -310,13 +318,7 @@ class GeminiApi:
         10), the token being the offset (REST reference ``files.list``,
         https://ai.google.dev/api/files#method:-files.list: "pageSize ... Maximum 100";
         uploaded and generated files alike)."""
-        try:
-            size = int(request.args.get("pageSize", "10"))
-            start = int(request.args.get("pageToken") or "0")
-        except ValueError:
-            raise _gemini_error(400, "pageSize and pageToken must be integers.") from None
-        if not 1 <= size <= 100 or start < 0:
-            raise _gemini_error(400, "pageSize must be in 1..100.")
+        size, start = _page(request, 10, 100)
         with self.store.lock:
             records = list(reversed(self.files.values()))
             body: dict[str, Any] = {"files": [r["view"] for r in records[start : start + size]]}
@@ -390,18 +392,15 @@ class GeminiApi:
             raise unknown_model
         with self.store.lock:
             stored = self._file(file_name.split("/", 1)[1])
-            failure = self.store.take_create_failure()
-            if failure is not None and not failure.created:
-                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
-            now = self.store.clock()
-            batch = self.store.new_batch(GEMINI, "", now)
+            lost_answer = self.store.admit_create(GEMINI)
+            batch = self.store.new_batch(GEMINI, "", self.store.clock())
             batch.model = model
             batch.endpoint = endpoint
             batch.input_file_id = file_name
             batch.metadata = {"displayName": str(get_field(batch_body, "display_name") or "")}
             batch.items = self._process_file(batch, stored["content"])
-            if failure is not None:
-                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
+            if lost_answer is not None:
+                raise lost_answer
             return json_response(self.view(batch, batch.created - 1e-6, request.host_url))
 
     def _create_inline(
@@ -438,11 +437,8 @@ class GeminiApi:
         if unknown_model is not None:
             raise unknown_model
         with self.store.lock:
-            failure = self.store.take_create_failure()
-            if failure is not None and not failure.created:
-                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
-            now = self.store.clock()
-            batch = self.store.new_batch(GEMINI, "", now)
+            lost_answer = self.store.admit_create(GEMINI)
+            batch = self.store.new_batch(GEMINI, "", self.store.clock())
             batch.model = model
             batch.endpoint = endpoint
             batch.metadata = {
@@ -466,19 +462,15 @@ class GeminiApi:
                     item = self._process_request(key, body, model, inline=True)
                 item.line = _inlined_response(item.line, meta, endpoint == EMBED_ENDPOINT)
                 batch.items.append(item)
-            if failure is not None:
-                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
+            if lost_answer is not None:
+                raise lost_answer
             return json_response(self.view(batch, batch.created - 1e-6, request.host_url))
 
     def _process_file(self, batch: Batch, content: bytes) -> list[Item]:
         items: list[Item] = []
         seen: set[str] = set()
-        for number, raw in enumerate(content.split(b"\n"), start=1):
-            if not raw.strip():
-                continue
-            try:
-                line = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
+        for number, line in numbered_json_lines(content):
+            if line is NOT_JSON:
                 batch.errors = [{"message": f"Line {number} of the input file is not JSON."}]
                 return []
             key = line.get("key") if isinstance(line, dict) else None
@@ -565,13 +557,7 @@ class GeminiApi:
     def gemini_batches_list(self, request: Request) -> Response:
         """``GET /v1beta/batches?pageSize=&pageToken=``, newest first (page size 1..1000,
         default 50; the token is the offset)."""
-        try:
-            size = int(request.args.get("pageSize", "50"))
-            start = int(request.args.get("pageToken") or "0")
-        except ValueError:
-            raise _gemini_error(400, "pageSize and pageToken must be integers.") from None
-        if not 1 <= size <= 1000 or start < 0:
-            raise _gemini_error(400, "pageSize must be in 1..1000.")
+        size, start = _page(request, 50, 1000)
         with self.store.lock:
             now = self.store.clock()
             jobs = [
@@ -591,11 +577,8 @@ class GeminiApi:
         """``POST /v1beta/batches/{id}:cancel`` (400 once the job has ended)."""
         with self.store.lock:
             batch = self._batch(batch_id)
-            now = self.store.clock()
-            if self._state(batch, now) in _TERMINAL:
-                raise _gemini_error(400, f"Batch batches/{batch_id} has already ended.")
-            if batch.cancel_requested_at is None:
-                batch.cancel_requested_at = now
+            refusal = _gemini_error(400, f"Batch batches/{batch_id} has already ended.")
+            fake_service.cancel_google_job(batch, self.store.clock(), refusal)
             return json_response({})
 
     def gemini_batches_delete(self, request: Request, batch_id: str) -> Response:
@@ -607,21 +590,8 @@ class GeminiApi:
     # -- lifecycle and views --------------------------------------------------------------
 
     def _state(self, batch: Batch, now: float) -> str:
-        d, t0 = batch.delay_secs, batch.created
-        tc = batch.cancel_requested_at
-        if tc is not None:
-            return "BATCH_STATE_CANCELLED" if now >= tc + d / 3 else "BATCH_STATE_RUNNING"
-        if now < t0 + d / 3:
-            return "BATCH_STATE_PENDING"
-        if batch.errors is not None:
-            return "BATCH_STATE_FAILED"
-        if now < t0 + d:
-            return "BATCH_STATE_RUNNING"
-        if batch.stop_kind == "expired":
-            return "BATCH_STATE_EXPIRED"
-        if batch.stop_kind == "cancelled":
-            return "BATCH_STATE_CANCELLED"
-        return "BATCH_STATE_SUCCEEDED"
+        state = fake_service.google_job_state(batch, now)
+        return "BATCH_STATE_" + ("RUNNING" if state == "CANCELLING" else state)
 
     def _finish(self, batch: Batch, host_url: str) -> None:
         if batch.finished:
@@ -747,12 +717,7 @@ def embed_response_line(key: str, text: str, dimensions: Any) -> dict[str, Any]:
     return {"key": key, "response": response}
 
 
-_TERMINAL = (
-    "BATCH_STATE_SUCCEEDED",
-    "BATCH_STATE_FAILED",
-    "BATCH_STATE_CANCELLED",
-    "BATCH_STATE_EXPIRED",
-)
+_TERMINAL = tuple("BATCH_STATE_" + state for state in fake_service.GOOGLE_ENDED)
 _EMPTY_REQUEST = {"contents": [{"role": "user", "parts": [{"text": ""}]}]}
 
 

@@ -15,7 +15,9 @@ from werkzeug.wrappers import Request
 
 from mmirage_beam.providers.gemini import FAKE_ENDPOINT_NAMES
 from mmirage_beam.providers.gemini.rules import RULES
+from mmirage_beam.testing.fake_provider import lifecycle
 from mmirage_beam.testing.fake_provider.routing import RoutedFake
+from mmirage_beam.testing.fake_provider.store import Batch
 from mmirage_beam.testing.fake_provider.wire import ApiError, ErrorShape, register_error_shape
 
 GEMINI = "gemini"
@@ -65,6 +67,38 @@ class GoogleErrors(ErrorShape):
 
 
 register_error_shape(GEMINI, GoogleErrors())
+
+
+def google_job_state(batch: Batch, now: float) -> str:
+    """The state of a Gemini batch or a Vertex AI batch prediction job at ``now`` (Unix
+    seconds), without its prefix (``BATCH_STATE_``, ``JOB_STATE_``): ``PENDING`` for the
+    first third of the delay, then ``FAILED`` for a bad input, else ``RUNNING`` until the
+    delay has passed, then ``EXPIRED`` or ``CANCELLED`` for a scripted stop, else
+    ``SUCCEEDED``; once cancelled, ``CANCELLING`` for a third of the delay, then
+    ``CANCELLED`` (Gemini's ``BatchState`` has no ``CANCELLING``: its fake shows
+    ``RUNNING``)."""
+    d, t0, tc = batch.delay_secs, batch.created, batch.cancel_requested_at
+    if tc is not None:
+        return "CANCELLED" if now >= tc + d / 3 else "CANCELLING"
+    if now < t0 + d / 3:
+        return "PENDING"
+    if batch.errors is not None:
+        return "FAILED"
+    if now < t0 + d:
+        return "RUNNING"
+    return {"expired": "EXPIRED", "cancelled": "CANCELLED"}.get(batch.stop_kind or "", "SUCCEEDED")
+
+
+#: the states of :func:`google_job_state` in which a job has ended
+GOOGLE_ENDED = ("SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED")
+
+
+def cancel_google_job(batch: Batch, now: float, refusal: ApiError) -> None:
+    """Cancel a Gemini batch or a Vertex AI job at ``now`` (Unix seconds)
+    (:func:`~mmirage_beam.testing.fake_provider.lifecycle.request_cancel`): raises
+    ``refusal`` once it has ended (a state in :data:`GOOGLE_ENDED`)."""
+    ended = google_job_state(batch, now) in GOOGLE_ENDED
+    lifecycle.request_cancel(batch, now, ended, refusal)
 
 
 def gemini_model_error(model: str, models: Collection[str]) -> ApiError | None:

@@ -85,7 +85,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from werkzeug.exceptions import HTTPException
-from werkzeug.routing import Map, Rule
+from werkzeug.routing import Map
 from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.providers.mistral import fake_endpoints, fake_service
@@ -106,6 +106,7 @@ from mmirage_beam.providers.mistral.fake_bodies import (
 )
 from mmirage_beam.testing.fake_provider import lifecycle, limits, scripting
 from mmirage_beam.testing.fake_provider.answers import make_answer
+from mmirage_beam.testing.fake_provider.routing import route_rules
 from mmirage_beam.testing.fake_provider.scripting import UNKNOWN_CUSTOM_ID, error_marker
 from mmirage_beam.testing.fake_provider.store import (
     Batch,
@@ -213,23 +214,17 @@ class MistralApi:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._url_map = Map(
-            [
-                Rule("/v1/files", methods=["POST"], endpoint="files_upload"),
-                Rule("/v1/files", methods=["GET"], endpoint="files_list"),
-                Rule("/v1/files/<file_id>", methods=["GET"], endpoint="files_retrieve"),
-                Rule("/v1/files/<file_id>", methods=["DELETE"], endpoint="files_delete"),
-                Rule("/v1/files/<file_id>/content", methods=["GET"], endpoint="files_download"),
-                Rule("/v1/files/<file_id>/url", methods=["GET"], endpoint="files_signed_url"),
-                Rule("/_signed/<file_id>", methods=["GET"], endpoint="signed_download"),
-                Rule("/v1/batch/jobs", methods=["POST"], endpoint="jobs_create"),
-                Rule("/v1/batch/jobs", methods=["GET"], endpoint="jobs_list"),
-                Rule("/v1/batch/jobs/<job_id>", methods=["GET"], endpoint="jobs_get"),
-                Rule("/v1/batch/jobs/<job_id>", methods=["DELETE"], endpoint="jobs_delete"),
-                Rule("/v1/batch/jobs/<job_id>/cancel", methods=["POST"], endpoint="jobs_cancel"),
-            ],
-            strict_slashes=False,
-        )
+        routes = {
+            "/v1/files": {"POST": "files_upload", "GET": "files_list"},
+            "/v1/files/<file_id>": {"GET": "files_retrieve", "DELETE": "files_delete"},
+            "/v1/files/<file_id>/content": {"GET": "files_download"},
+            "/v1/files/<file_id>/url": {"GET": "files_signed_url"},
+            "/_signed/<file_id>": {"GET": "signed_download"},
+            "/v1/batch/jobs": {"POST": "jobs_create", "GET": "jobs_list"},
+            "/v1/batch/jobs/<job_id>": {"GET": "jobs_get", "DELETE": "jobs_delete"},
+            "/v1/batch/jobs/<job_id>/cancel": {"POST": "jobs_cancel"},
+        }
+        self._url_map = Map(route_rules(routes), strict_slashes=False)
 
     @property
     def agents(self) -> dict[str, str]:

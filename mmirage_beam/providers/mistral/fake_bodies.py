@@ -14,7 +14,8 @@ from typing import Any
 
 from mmirage_beam.testing.fake_provider import scripting
 from mmirage_beam.testing.fake_provider.answers import count_parts, text_parts
-from mmirage_beam.testing.fake_provider.wire import ApiError, new_id
+from mmirage_beam.testing.fake_provider.store import result_line
+from mmirage_beam.testing.fake_provider.wire import ApiError
 
 __all__ = [
     "api_error",
@@ -168,21 +169,12 @@ def validate_response(model_name: str, body: Mapping[str, Any]) -> None:
 
 
 def http_line(cid: str, status: int, message: str, kind: str | None = None) -> dict[str, Any]:
-    return {
-        "id": new_id("batch-req-"),
-        "custom_id": cid,
-        "response": {"status_code": status, "body": error_body(api_error(status, message, kind))},
-        "error": None,
-    }
+    response = {"status_code": status, "body": error_body(api_error(status, message, kind))}
+    return result_line("batch-req-", cid, response, None)
 
 
 def error_line(cid: str, code: str, message: str) -> dict[str, Any]:
-    return {
-        "id": new_id("batch-req-"),
-        "custom_id": cid,
-        "response": None,
-        "error": {"message": message, "code": code},
-    }
+    return result_line("batch-req-", cid, None, {"message": message, "code": code})
 
 
 #: marker -> (HTTP status, error type, message) of a failed request's line.

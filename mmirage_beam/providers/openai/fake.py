@@ -15,6 +15,7 @@ from werkzeug.wrappers import Request, Response
 from mmirage_beam.providers.openai import fake_service
 from mmirage_beam.providers.openai.fake_bodies import (
     HttpFailure,
+    answer_line,
     check_body,
     error_line,
     http_line,
@@ -45,9 +46,7 @@ from mmirage_beam.testing.fake_provider.wire import (
     ApiError,
     json_payload,
     json_response,
-    new_id,
     query_limit,
-    status_error,
 )
 
 __all__ = ["OpenAIApi", "is_batch_jsonl"]
@@ -220,15 +219,13 @@ class OpenAIApi:
                     "purpose 'batch'.",
                     param="input_file_id",
                 )
-            failure = self.store.take_create_failure()
-            if failure is not None and not failure.created:
-                raise status_error(OPENAI, failure.status, failure.retry_after_ms, "create")
+            lost_answer = self.store.admit_create(OPENAI)
             batch = self._create_batch(stored, endpoint, metadata)
             batch.endpoint_shown = shown
             batch.completion_window = window
             batch.output_expires_after = output_expires_after
-            if failure is not None:
-                raise status_error(OPENAI, failure.status, failure.retry_after_ms, "create")
+            if lost_answer is not None:
+                raise lost_answer
             return json_response(self.view(batch, batch.created - 1e-6))
 
     def _create_batch(
@@ -318,16 +315,7 @@ class OpenAIApi:
             response_body = {}
         else:
             response_body = success_body(endpoint, body, answer, now)
-        result: dict[str, Any] | bytes = {
-            "id": new_id("batch_req_"),
-            "custom_id": custom_id,
-            "response": {
-                "status_code": 200,
-                "request_id": new_id("req_"),
-                "body": response_body,
-            },
-            "error": None,
-        }
+        result = answer_line(custom_id, 200, response_body)
         return answered_response_item(marker, custom_id, result, answer)
 
     def batches_retrieve(self, request: Request, batch_id: str) -> Response:
@@ -354,15 +342,15 @@ class OpenAIApi:
         with self.store.lock:
             batch = self._get_batch(batch_id)
             now = self.store.clock()
-            view = self.view(batch, now)
-            if view["status"] in fake_service.OPENAI_TERMINAL:
-                raise ApiError(
-                    409,
-                    "invalid_request_error",
-                    f"Cannot cancel a batch with status '{view['status']}'.",
-                )
-            if batch.cancel_requested_at is None:
-                batch.cancel_requested_at = now
+            status = self.view(batch, now)["status"]
+            lifecycle.request_cancel(
+                batch,
+                now,
+                ended=status in fake_service.OPENAI_TERMINAL,
+                refusal=ApiError(
+                    409, "invalid_request_error", f"Cannot cancel a batch with status '{status}'."
+                ),
+            )
             return json_response(self.view(batch, now))
 
     def _store_results_file(self, batch: Batch, kind: str, lines: list[Any]) -> str:
@@ -404,18 +392,7 @@ class OpenAIApi:
                     answer,
                     self.store.clock(),
                 )
-                ok_lines.append(
-                    {
-                        "id": new_id("batch_req_"),
-                        "custom_id": UNKNOWN_CUSTOM_ID,
-                        "response": {
-                            "status_code": 200,
-                            "request_id": new_id("req_"),
-                            "body": body,
-                        },
-                        "error": None,
-                    }
-                )
+                ok_lines.append(answer_line(UNKNOWN_CUSTOM_ID, 200, body))
             else:
                 err_lines.append(
                     http_line(UNKNOWN_CUSTOM_ID, oa_error(500, "Unknown request (fake)."))

@@ -18,6 +18,7 @@ from mmirage_beam.testing.fake_provider.answers import (
     text_parts,
 )
 from mmirage_beam.testing.fake_provider.media import DATA_URL_RE, b64decode, sniff_image
+from mmirage_beam.testing.fake_provider.store import result_line
 from mmirage_beam.testing.fake_provider.wire import new_id
 
 
@@ -35,6 +36,16 @@ def oa_error(
     """A failure whose type is ``invalid_request_error`` (< 500) or ``server_error``."""
     kind = "invalid_request_error" if status < 500 else "server_error"
     return HttpFailure(status, {"message": message, "type": kind, "param": param, "code": code})
+
+
+def _missing_parameter(param: str) -> HttpFailure:
+    """400 ``missing_required_parameter`` for a body without ``param``."""
+    return oa_error(
+        400,
+        f"Missing required parameter: '{param}'.",
+        param=param,
+        code="missing_required_parameter",
+    )
 
 
 def _check_image_url(url: Any, param: str) -> HttpFailure | None:
@@ -107,12 +118,7 @@ def check_body(endpoint: str, body: Any) -> HttpFailure | None:
     if endpoint == "/v1/chat/completions":
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            return oa_error(
-                400,
-                "Missing required parameter: 'messages'.",
-                param="messages",
-                code="missing_required_parameter",
-            )
+            return _missing_parameter("messages")
         for i, msg in enumerate(messages):
             if not isinstance(msg, Mapping) or msg.get("role") not in (
                 "system",
@@ -145,32 +151,17 @@ def check_body(endpoint: str, body: Any) -> HttpFailure | None:
         given = "input" in body and body["input"] is not None
         context = any(body.get(key) for key in _RESPONSES_CONTEXT_KEYS)
         if (given and not isinstance(body["input"], (str, list))) or not (given or context):
-            return oa_error(
-                400,
-                "Missing required parameter: 'input'.",
-                param="input",
-                code="missing_required_parameter",
-            )
+            return _missing_parameter("input")
         text_cfg = body.get("text")
         fmt = text_cfg.get("format") if isinstance(text_cfg, Mapping) else None
         if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
             return _check_schema(fmt, "text.format", nested=False)
     elif endpoint == "/v1/completions":
         if not isinstance(body.get("prompt"), (str, list)):
-            return oa_error(
-                400,
-                "Missing required parameter: 'prompt'.",
-                param="prompt",
-                code="missing_required_parameter",
-            )
+            return _missing_parameter("prompt")
     elif endpoint == "/v1/embeddings":
         if not isinstance(body.get("input"), (str, list)):
-            return oa_error(
-                400,
-                "Missing required parameter: 'input'.",
-                param="input",
-                code="missing_required_parameter",
-            )
+            return _missing_parameter("input")
     return None
 
 
@@ -403,25 +394,17 @@ def embedding_vector(item: Any, dimensions: Any = None) -> list[float]:
     return _vector(item, dimensions if ok else 8)
 
 
+def answer_line(custom_id: str, status: int, body: dict[str, Any]) -> dict[str, Any]:
+    """A result line with ``response = {status_code, request_id, body}``, ``error: null``."""
+    response = {"status_code": status, "request_id": new_id("req_"), "body": body}
+    return result_line("batch_req_", custom_id, response, None)
+
+
 def http_line(custom_id: str, failure: HttpFailure) -> dict[str, Any]:
     """An error-file line with ``response = {status_code, request_id, body: {error}}``."""
-    return {
-        "id": new_id("batch_req_"),
-        "custom_id": custom_id,
-        "response": {
-            "status_code": failure.status,
-            "request_id": new_id("req_"),
-            "body": {"error": dict(failure.error)},
-        },
-        "error": None,
-    }
+    return answer_line(custom_id, failure.status, {"error": dict(failure.error)})
 
 
 def error_line(custom_id: str, code: str, message: str) -> dict[str, Any]:
     """An error-file line with ``response: null`` and ``error = {code, message}``."""
-    return {
-        "id": new_id("batch_req_"),
-        "custom_id": custom_id,
-        "response": None,
-        "error": {"code": code, "message": message},
-    }
+    return result_line("batch_req_", custom_id, None, {"code": code, "message": message})

@@ -5,12 +5,13 @@ authentication rule, scripted leading errors, then the OpenAI Files + Batches ha
 from __future__ import annotations
 
 from werkzeug.exceptions import HTTPException
-from werkzeug.routing import Map, Rule
+from werkzeug.routing import Map
 from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.providers.openai.fake import OpenAIApi
 from mmirage_beam.providers.openai.fake_profiles import PROFILES, Profile
-from mmirage_beam.providers.openai.fake_service import OPENAI
+from mmirage_beam.providers.openai.fake_service import FILES_AND_BATCHES, OPENAI
+from mmirage_beam.testing.fake_provider.routing import route_rules
 from mmirage_beam.testing.fake_provider.store import Store
 from mmirage_beam.testing.fake_provider.wire import (
     ApiError,
@@ -25,20 +26,7 @@ AZURE_401_MESSAGE = (
     "endpoint for your resource."
 )
 
-_ROUTES = Map(
-    [
-        Rule("/files", methods=["POST"], endpoint="files_create"),
-        Rule("/files", methods=["GET"], endpoint="files_list"),
-        Rule("/files/<file_id>", methods=["GET"], endpoint="files_retrieve"),
-        Rule("/files/<file_id>", methods=["DELETE"], endpoint="files_delete"),
-        Rule("/files/<file_id>/content", methods=["GET"], endpoint="files_content"),
-        Rule("/batches", methods=["POST"], endpoint="batches_create"),
-        Rule("/batches", methods=["GET"], endpoint="batches_list"),
-        Rule("/batches/<batch_id>", methods=["GET"], endpoint="batches_retrieve"),
-        Rule("/batches/<batch_id>/cancel", methods=["POST"], endpoint="batches_cancel"),
-    ],
-    strict_slashes=False,
-)
+_ROUTES = Map(route_rules(FILES_AND_BATCHES), strict_slashes=False)
 
 
 class ProfileApi:

@@ -27,7 +27,7 @@ from mmirage_beam.providers.openai import FAKE_ENDPOINT_NAMES
 from mmirage_beam.providers.openai.fake_bodies import HttpFailure, oa_error
 from mmirage_beam.providers.openai.rules import RULES
 from mmirage_beam.testing.fake_provider import lifecycle, limits
-from mmirage_beam.testing.fake_provider.routing import RoutedFake
+from mmirage_beam.testing.fake_provider.routing import RoutedFake, route_rules
 from mmirage_beam.testing.fake_provider.store import Batch
 from mmirage_beam.testing.fake_provider.wire import ApiError, ErrorShape, register_error_shape
 
@@ -106,6 +106,16 @@ register_error_shape(OPENAI, OpenAIErrors())
 lifecycle.register_processing_start(OPENAI, lambda d: d / 3)
 
 OPENAI_TERMINAL = ("completed", "failed", "expired", "cancelled")
+#: the Files and Batches routes below a base URL (``/v1`` on the shared port, a
+#: compatible profile's own root, :mod:`.fake_profile_api`): ``{path: {method: handler}}``
+FILES_AND_BATCHES = {
+    "/files": {"POST": "files_create", "GET": "files_list"},
+    "/files/<file_id>": {"GET": "files_retrieve", "DELETE": "files_delete"},
+    "/files/<file_id>/content": {"GET": "files_content"},
+    "/batches": {"POST": "batches_create", "GET": "batches_list"},
+    "/batches/<batch_id>": {"GET": "batches_retrieve"},
+    "/batches/<batch_id>/cancel": {"POST": "batches_cancel"},
+}
 
 
 def is_terminal(batch: Batch, now: float) -> bool:
@@ -243,18 +253,8 @@ class OpenAIRoutes(RoutedFake):
     url_prefix = "/v1"
 
     def rules(self) -> list[Rule]:
-        """The Files and Batches routes."""
-        return [
-            Rule("/v1/files", methods=["POST"], endpoint="files_create"),
-            Rule("/v1/files", methods=["GET"], endpoint="files_list"),
-            Rule("/v1/files/<file_id>", methods=["GET"], endpoint="files_retrieve"),
-            Rule("/v1/files/<file_id>", methods=["DELETE"], endpoint="files_delete"),
-            Rule("/v1/files/<file_id>/content", methods=["GET"], endpoint="files_content"),
-            Rule("/v1/batches", methods=["POST"], endpoint="batches_create"),
-            Rule("/v1/batches", methods=["GET"], endpoint="batches_list"),
-            Rule("/v1/batches/<batch_id>", methods=["GET"], endpoint="batches_retrieve"),
-            Rule("/v1/batches/<batch_id>/cancel", methods=["POST"], endpoint="batches_cancel"),
-        ]
+        """The Files and Batches routes (:data:`FILES_AND_BATCHES`) under ``/v1``."""
+        return route_rules(FILES_AND_BATCHES, prefix="/v1")
 
     def claims(self, request: Request) -> bool:
         """Everything the other fakes leave (it is the fallback)."""

@@ -67,7 +67,6 @@ import json
 import logging
 import re
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -75,7 +74,6 @@ from typing import Any, Optional
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import BaseWSGIServer
 from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.providers.gemini.fake_bodies import (
@@ -88,7 +86,12 @@ from mmirage_beam.providers.gemini.fake_bodies import (
     prompt_of,
     request_model,
 )
-from mmirage_beam.providers.gemini.fake_service import GEMINI
+from mmirage_beam.providers.gemini.fake_service import (
+    GEMINI,
+    GOOGLE_ENDED,
+    cancel_google_job,
+    google_job_state,
+)
 from mmirage_beam.providers.vertex import fake_embeddings
 from mmirage_beam.testing.fake_provider import lifecycle, scripting
 from mmirage_beam.testing.fake_provider.answers import make_answer
@@ -98,17 +101,22 @@ from mmirage_beam.testing.fake_provider.scripting import (
     UNKNOWN_CUSTOM_ID,
     error_marker,
 )
-from mmirage_beam.testing.fake_provider.serving import (
-    QuietRequestHandler,
-    serve_in_thread,
-    stop_serving,
+from mmirage_beam.testing.fake_provider.serving import ThreadServed
+from mmirage_beam.testing.fake_provider.store import (
+    Batch,
+    Item,
+    Store,
+    StoreCounts,
+    jsonl,
+    rfc3339,
 )
-from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, jsonl, rfc3339
 from mmirage_beam.testing.fake_provider.wire import (
+    NOT_JSON,
     ApiError,
     error_response,
     json_payload,
     json_response,
+    numbered_json_lines,
     status_error,
 )
 
@@ -121,7 +129,7 @@ _ID_LABEL = "mmirage_id"
 _LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _FILTER = re.compile(r'^\s*display_name\s*=\s*"([^"]*)"\s*$')
-_TERMINAL = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED")
+_TERMINAL = tuple("JOB_STATE_" + state for state in GOOGLE_ENDED)
 _ROUTE = "/<version>/projects/<project>/locations/<location>/batchPredictionJobs"
 _HTTP_REASON = {400: "Bad Request", 429: "Too Many Requests", 500: "Internal Server Error"}
 _HTTP_REASON.update({504: "Gateway Timeout", 503: "Service Unavailable"})
@@ -164,10 +172,11 @@ def _error(status: int, message: str, kind: Optional[str] = None) -> ApiError:
     return ApiError(status, kind or {400: "INVALID_ARGUMENT"}.get(status, ""), message)
 
 
-class FakeVertexServer:
+class FakeVertexServer(ThreadServed, StoreCounts):
     """A loopback Vertex AI batch prediction fake (see the module docstring).
 
-    Use as a context manager or call :meth:`start` / :meth:`stop`. Point google-genai at
+    Use as a context manager or call :meth:`start` / :meth:`stop` (:class:`ThreadServed`'s,
+    as the shared fake's). Point google-genai at
     it with ``genai.Client(vertexai=True, project=, location=, credentials=,
     http_options={"base_url": fake.base_url, "api_version": "v1"})``.
 
@@ -189,13 +198,11 @@ class FakeVertexServer:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.gcs_endpoint = gcs_endpoint
-        self._host, self._requested_port = host, port
         self._store = Store(
             clock, scripting.parse_delay("processing_delay_secs", processing_delay_secs)
         )
+        super().__init__(host, port, self._store.lock, "fake-vertex")
         self._jobs: dict[str, dict[str, Any]] = {}
-        self._server: Optional[BaseWSGIServer] = None
-        self._thread: Optional[threading.Thread] = None
         self._gcs: Any = None
         self._url_map = Map(
             [
@@ -213,42 +220,6 @@ class FakeVertexServer:
             ],
             strict_slashes=False,
         )
-
-    # -- life cycle -----------------------------------------------------------------------
-    def start(self) -> FakeVertexServer:
-        """Binds the port and serves in a daemon thread; returns ``self``."""
-        with self._store.lock:
-            if self._server is not None:
-                return self
-            self._server, self._thread = serve_in_thread(
-                self._host, self._requested_port, self._wsgi, QuietRequestHandler, "fake-vertex"
-            )
-        return self
-
-    def stop(self) -> None:
-        """Stops serving and closes the port (idempotent)."""
-        with self._store.lock:
-            server, thread = self._server, self._thread
-            self._server = self._thread = None
-        stop_serving(server, thread)
-
-    def __enter__(self) -> FakeVertexServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        """The bound port. Raises RuntimeError before :meth:`start`."""
-        if self._server is None:
-            raise RuntimeError("FakeVertexServer is not started")
-        return int(self._server.server_port)
-
-    @property
-    def base_url(self) -> str:
-        """``http://HOST:PORT``, for ``http_options.base_url``."""
-        return f"http://{self._host}:{self.port}"
 
     # -- what tests read and script -------------------------------------------------------
     def script(self, **keys: Any) -> None:
@@ -285,16 +256,6 @@ class FakeVertexServer:
                 if provider in (None, entry["provider"])
             ]
 
-    def call_counts(self) -> dict[str, int]:
-        """Route name (``vertex_create``, ``vertex_get``...) -> HTTP calls received."""
-        with self._store.lock:
-            return dict(self._store.call_counts)
-
-    def create_counts(self) -> dict[str, int]:
-        """custom_id -> number of created jobs that held it."""
-        with self._store.lock:
-            return dict(self._store.create_counts)
-
     def jobs(self) -> list[dict[str, Any]]:
         """Every job as the API shows it now (REST JSON), oldest first."""
         with self._store.lock:
@@ -302,7 +263,7 @@ class FakeVertexServer:
             return [self._view(b, now) for b in self._store.batches.values() if not b.deleted]
 
     # -- WSGI -----------------------------------------------------------------------------
-    def _wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+    def _wsgi_app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         request = Request(environ)
         adapter = self._url_map.bind_to_environ(environ)
         try:
@@ -361,11 +322,8 @@ class FakeVertexServer:
             raise _error(400, "outputConfig: a jsonl gcsDestination.outputUriPrefix is required.")
         content, missing = self._read_inputs(uris)
         with self._store.lock:
-            failure = self._store.take_create_failure()
-            if failure is not None and not failure.created:
-                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
-            now = self._store.clock()
-            batch = self._store.new_batch(VERTEX, "", now)
+            lost_answer = self._store.admit_create(GEMINI)
+            batch = self._store.new_batch(VERTEX, "", self._store.clock())
             del self._store.batches[batch.id]
             batch.id = str(10**18 + secrets.randbelow(9 * 10**18))
             self._store.batches[batch.id] = batch
@@ -390,8 +348,8 @@ class FakeVertexServer:
                 del self._store.batches[batch.id]
                 del self._jobs[batch.id]
                 raise
-            if failure is not None:  # created, then the answer is lost
-                raise status_error(GEMINI, failure.status, failure.retry_after_ms, "create")
+            if lost_answer is not None:  # created, then the answer is lost
+                raise lost_answer
             # the create answers the job as it starts (pending), even with no delay
             return json_response(self._view(batch, batch.created - 1e-6))
 
@@ -429,12 +387,8 @@ class FakeVertexServer:
             job = self._jobs[batch.id]
             return fake_embeddings.embedding_items(self._store, batch, content, job, fail_job)
         items: list[Item] = []
-        for number, raw in enumerate(content.split(b"\n"), start=1):
-            if not raw.strip():
-                continue
-            try:
-                line = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
+        for number, line in numbered_json_lines(content):
+            if line is NOT_JSON:
                 batch.errors = [{"code": 3, "message": f"Line {number} of the input is not JSON."}]
                 return []
             body = line.get("request") if isinstance(line, dict) else None
@@ -600,13 +554,9 @@ class FakeVertexServer:
     def _cancel(
         self, request: Request, version: str, project: str, location: str, job_id: str
     ) -> Response:
+        refusal = _error(400, f"The job {job_id} has already ended.", "FAILED_PRECONDITION")
         with self._store.lock:
-            batch = self._job(job_id)
-            now = self._store.clock()
-            if self._state(batch, now) in _TERMINAL:
-                raise _error(400, f"The job {job_id} has already ended.", "FAILED_PRECONDITION")
-            if batch.cancel_requested_at is None:
-                batch.cancel_requested_at = now
+            cancel_google_job(self._job(job_id), self._store.clock(), refusal)
             return json_response({})
 
     def _delete(
@@ -620,18 +570,7 @@ class FakeVertexServer:
 
     # -- lifecycle and views --------------------------------------------------------------
     def _state(self, batch: Batch, now: float) -> str:
-        d, t0, tc = batch.delay_secs, batch.created, batch.cancel_requested_at
-        if tc is not None:
-            return "JOB_STATE_CANCELLED" if now >= tc + d / 3 else "JOB_STATE_CANCELLING"
-        if now < t0 + d / 3:
-            return "JOB_STATE_PENDING"
-        if batch.errors is not None:
-            return "JOB_STATE_FAILED"
-        if now < t0 + d:
-            return "JOB_STATE_RUNNING"
-        return {"expired": "JOB_STATE_EXPIRED", "cancelled": "JOB_STATE_CANCELLED"}.get(
-            batch.stop_kind or "", "JOB_STATE_SUCCEEDED"
-        )
+        return "JOB_STATE_" + google_job_state(batch, now)
 
     def _write_output(
         self, batch: Batch, done: list[Item], never_run: list[Item], cancelled: bool

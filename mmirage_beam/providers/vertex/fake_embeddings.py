@@ -32,6 +32,7 @@ from mmirage_beam.providers.gemini.fake_bodies import FAILURES
 from mmirage_beam.providers.openai.fake_bodies import embedding_vector
 from mmirage_beam.testing.fake_provider.scripting import error_marker
 from mmirage_beam.testing.fake_provider.store import Batch, Item, Store
+from mmirage_beam.testing.fake_provider.wire import numbered_json_lines
 
 __all__ = ["check_job", "embedding_items", "is_text_embedding"]
 
@@ -83,13 +84,7 @@ def embedding_items(
     dims = params.get("outputDimensionality")
     key_field = (job.get("instanceConfig") or {}).get("keyField")
     items: list[Item] = []
-    for number, raw in enumerate(content.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            line = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            line = None
+    for number, line in numbered_json_lines(content):
         if not isinstance(line, dict):
             fail_job(f"Line {number} of the input is not a JSON object.")
             return []

@@ -9,14 +9,12 @@ import copy
 import ipaddress
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import BaseWSGIServer
 from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.testing.fake_provider import limits
@@ -25,12 +23,8 @@ from mmirage_beam.testing.fake_provider.scripting import (
     SCRIPT_PARSERS,
     parse_delay,
 )
-from mmirage_beam.testing.fake_provider.serving import (
-    QuietRequestHandler,
-    serve_in_thread,
-    stop_serving,
-)
-from mmirage_beam.testing.fake_provider.store import Batch, Store
+from mmirage_beam.testing.fake_provider.serving import ThreadServed
+from mmirage_beam.testing.fake_provider.store import Batch, Store, StoreCounts
 from mmirage_beam.testing.fake_provider.wire import json_response, new_id
 from mmirage_beam.testing.fake_registry import fallback_names, registered_fakes
 
@@ -57,7 +51,7 @@ def provider_names(name: str, fake: Any) -> tuple[str, ...]:
     return tuple(getattr(fake, "provider_names", ()) or (name,))
 
 
-class FakeProviderServer:
+class FakeProviderServer(ThreadServed, StoreCounts):
     """Embedded fake of the providers' batch APIs on one loopback port: every fake
     registered with :mod:`mmirage_beam.testing.fake_registry` (the built-ins register
     theirs from their packages) answers the calls it claims.
@@ -98,13 +92,12 @@ class FakeProviderServer:
         check_loopback(host)
         if isinstance(max_batch_file_bytes, bool) or not isinstance(max_batch_file_bytes, int):
             raise ValueError(f"max_batch_file_bytes must be an int, got {max_batch_file_bytes!r}")
-        self._host = host
-        self._requested_port = port
         self._store = Store(
             clock,
             parse_delay("processing_delay_secs", processing_delay_secs),
             max_batch_file_bytes,
         )
+        super().__init__(host, port, self._store.lock, "fake-provider")
         self._models = frozenset(models)
         self._store.models = self._models
         # every registered fake, in rank order; the fallback is asked last
@@ -117,8 +110,6 @@ class FakeProviderServer:
         for name, fake in self._registered.items():
             for provider in provider_names(name, fake):
                 self._by_provider.setdefault(provider, fake)
-        self._server: BaseWSGIServer | None = None
-        self._thread: threading.Thread | None = None
         self._admin_map = Map(
             [
                 Rule("/_fake/script", methods=["GET", "POST"], endpoint="admin_script"),
@@ -128,50 +119,11 @@ class FakeProviderServer:
             strict_slashes=False,
         )
 
-    # -- lifecycle ------------------------------------------------------------------------
+    # -- lifecycle: ThreadServed's start, stop, with, port and base_url -------------------
 
-    def start(self) -> FakeProviderServer:
-        """Binds the port and serves in a daemon thread; returns ``self``."""
-        with self._store.lock:
-            if self._server is not None:
-                return self
-            self._server, self._thread = serve_in_thread(
-                self._host,
-                self._requested_port,
-                self._wsgi_app,
-                QuietRequestHandler,
-                "fake-provider",
-            )
-            self._store.results_base_url = self.base_url
+    def _started(self) -> None:
+        self._store.results_base_url = self.base_url
         _LOG.info("fake provider listening on %s", self.base_url)
-        return self
-
-    def stop(self) -> None:
-        """Stops serving and closes the port (idempotent)."""
-        with self._store.lock:
-            server, thread = self._server, self._thread
-            self._server = self._thread = None
-        stop_serving(server, thread)
-
-    def __enter__(self) -> FakeProviderServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        """The bound TCP port. Raises RuntimeError before :meth:`start`."""
-        server = self._server
-        if server is None:
-            raise RuntimeError("FakeProviderServer is not started")
-        return int(server.server_port)
-
-    @property
-    def base_url(self) -> str:
-        """``http://HOST:PORT`` (no trailing slash)."""
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"http://{host}:{self.port}"
 
     def __getattr__(self, name: str) -> str:
         # ``fake.<provider>_base_url`` (``openai_base_url``, ``mistral_base_url``...): the
@@ -221,16 +173,6 @@ class FakeProviderServer:
                 for entry in self._store.submitted
                 if provider is None or entry["provider"] == provider
             ]
-
-    def create_counts(self) -> dict[str, int]:
-        """custom_id -> number of created batches (any provider) that contained it."""
-        with self._store.lock:
-            return dict(self._store.create_counts)
-
-    def call_counts(self) -> dict[str, int]:
-        """Endpoint name -> number of HTTP calls received (including rejected ones)."""
-        with self._store.lock:
-            return dict(self._store.call_counts)
 
     def batches(self, provider: str | None = None) -> list[dict[str, Any]]:
         """The current batch objects (as the API shows them now), oldest first."""

@@ -47,6 +47,16 @@ def processed(batch: Batch, at: float) -> int:
     return done
 
 
+def request_cancel(batch: Batch, now: float, ended: bool, refusal: Exception) -> None:
+    """Ask to cancel ``batch`` at ``now`` (Unix seconds): raises ``refusal`` (the
+    provider's error) when the batch has ``ended``; a repeated request keeps the first
+    one's time, from which the cancel's phases run."""
+    if ended:
+        raise refusal
+    if batch.cancel_requested_at is None:
+        batch.cancel_requested_at = now
+
+
 def final_processed(batch: Batch) -> int:
     """How many requests were processed once the batch has ended."""
     if batch.cancel_requested_at is not None:

@@ -11,7 +11,7 @@ A provider's fake (registered with :mod:`mmirage_beam.testing.fake_registry`) su
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from werkzeug.exceptions import HTTPException
@@ -27,9 +27,20 @@ from mmirage_beam.testing.fake_provider.wire import (
     status_error,
 )
 
-__all__ = ["RoutedFake"]
+__all__ = ["RoutedFake", "route_rules"]
 
 _LOG = logging.getLogger("mmirage_beam.testing.fake_provider")
+
+
+def route_rules(table: Mapping[str, Mapping[str, str]], prefix: str = "") -> list[Rule]:
+    """New werkzeug rules of a route table ``{path: {HTTP method: endpoint}}``, one rule
+    per path and method in the table's order, each path behind ``prefix`` (a rule binds
+    to one map: one list per map)."""
+    return [
+        Rule(prefix + path, methods=[method], endpoint=endpoint)
+        for path, endpoints in table.items()
+        for method, endpoint in endpoints.items()
+    ]
 
 
 class RoutedFake:

@@ -24,7 +24,7 @@ from mmirage_beam.testing.fake_provider.scripting import (
     LeadingErrors,
     broken_line,
 )
-from mmirage_beam.testing.fake_provider.wire import ApiError, error_shape, new_id
+from mmirage_beam.testing.fake_provider.wire import ApiError, error_shape, new_id, status_error
 
 
 def rfc3339(ts: float | None) -> str | None:
@@ -58,6 +58,16 @@ def file_object_head(stored: Any) -> dict[str, Any]:
         "filename": stored.filename,
         "purpose": stored.purpose,
     }
+
+
+def result_line(
+    id_prefix: str, custom_id: str, response: dict[str, Any] | None, error: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A line of an OpenAI-shaped batch output or error file (OpenAI's and Mistral's
+    batch APIs), in wire order: ``id`` (a new id behind ``id_prefix``), ``custom_id``,
+    ``response`` (``{status_code, ..., body}`` or None) and ``error`` (``{code,
+    message}`` or None)."""
+    return {"id": new_id(id_prefix), "custom_id": custom_id, "response": response, "error": error}
 
 
 @dataclass
@@ -110,22 +120,31 @@ def failed_response_item(
 
 
 def answered_response_item(
-    marker: str | None, custom_id: str, line: dict[str, Any], answer: Any
+    marker: str | None,
+    custom_id: str,
+    line: dict[str, Any],
+    answer: Any,
+    *,
+    id_key: str = "custom_id",
+    body_key: str = "response",
 ) -> Item:
-    """The succeeded :class:`Item` of a request answered with HTTP 200, in an OpenAI-shaped
-    result line (the body under ``response``: OpenAI, Mistral): ``line``, broken as one of
-    :data:`~mmirage_beam.testing.fake_provider.scripting.LINE_MARKERS` scripts it, with
-    the token counts of ``answer`` (an :class:`~.answers.Answer`)."""
+    """The succeeded :class:`Item` of a request answered with HTTP 200, in a result line
+    with its id under ``id_key`` and its body under ``body_key`` (OpenAI, Mistral:
+    ``custom_id`` and ``response``; Bedrock: ``recordId`` and ``modelOutput``): ``line``,
+    broken as one of :data:`~mmirage_beam.testing.fake_provider.scripting.LINE_MARKERS`
+    scripts it, with the token counts of ``answer`` (an :class:`~.answers.Answer`)."""
     out: dict[str, Any] | bytes = line
     if marker in LINE_MARKERS:
         out = broken_line(
             marker,
             custom_id,
             line,
-            body_key="response",
+            body_key=body_key,
             answer_text=answer.text,
-            wrong_shape={"custom_id": custom_id, "unexpected": True},
+            wrong_shape={id_key: custom_id, "unexpected": True},
         )
+        if id_key != "custom_id":  # broken_line names the id custom_id
+            out = out.replace(b'"custom_id"', json.dumps(id_key).encode("utf-8"))
     return Item(custom_id, out, True, answer.input_tokens, answer.output_tokens)
 
 
@@ -305,6 +324,21 @@ class Store:
             leading.remaining -= 1
             return leading.status, leading.retry_after_ms
 
+    def admit_create(self, provider: str) -> ApiError | None:
+        """Counts a valid create call (:meth:`take_create_failure`); a scripted failure
+        is an error in ``provider``'s shape
+        (:func:`~mmirage_beam.testing.fake_provider.wire.status_error`), raised here when
+        the create fails before creating, else returned for the caller to raise once the
+        batch is created (``created: true``: a lost answer). None: no failure. Call it
+        holding :attr:`lock`."""
+        failure = self.take_create_failure()
+        if failure is None:
+            return None
+        error = status_error(provider, failure.status, failure.retry_after_ms, "create")
+        if not failure.created:
+            raise error
+        return error
+
     def take_create_failure(self) -> CreateFailure | None:
         """Counts a valid create call; returns the scripted failure if this one fails."""
         failure: CreateFailure | None = self.script["fail_batch_creates"]
@@ -314,3 +348,21 @@ class Store:
         if failure.seen == failure.nth or (failure.permanent and failure.seen > failure.nth):
             return failure
         return None
+
+
+class StoreCounts:
+    """The counters tests read from a fake server that keeps its state in a
+    :class:`Store` (``self._store``): the shared fake's and Vertex AI's."""
+
+    _store: Store
+
+    def create_counts(self) -> dict[str, int]:
+        """custom_id -> number of created batches (jobs) that contained it."""
+        with self._store.lock:
+            return dict(self._store.create_counts)
+
+    def call_counts(self) -> dict[str, int]:
+        """Endpoint name (the fake's: ``files_create``, ``vertex_create``...) -> number of
+        HTTP calls received (including rejected ones)."""
+        with self._store.lock:
+            return dict(self._store.call_counts)

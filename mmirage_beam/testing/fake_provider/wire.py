@@ -1,13 +1,13 @@
 """HTTP helpers shared by the providers' fakes: ids, errors (:class:`ApiError`) answered in
 the shape each provider's fake registers (:class:`ErrorShape`), JSON responses, and
-query/body parsing."""
+query/body parsing (an input file's JSON lines too)."""
 
 from __future__ import annotations
 
 import json
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from werkzeug.wrappers import Request, Response
@@ -172,3 +172,21 @@ def json_payload(request: Request) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise ApiError(400, "invalid_request_error", "The request body must be a JSON object.")
     return payload
+
+
+#: what :func:`numbered_json_lines` gives for a line that is not UTF-8 JSON
+NOT_JSON: Any = object()
+
+
+def numbered_json_lines(content: bytes) -> Iterator[tuple[int, Any]]:
+    """``(number, value)`` of each non-blank line of a JSON Lines input file:
+    the line's number (from 1, blank lines counted) and its JSON value, or
+    :data:`NOT_JSON` when the line is not UTF-8 JSON."""
+    for number, raw in enumerate(content.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            value = NOT_JSON
+        yield number, value
