@@ -1,10 +1,11 @@
 """What the providers' request bodies and chat-completion results share.
 
-The optional length and sampling settings of a config (:func:`generation_options`), the
-structured-output ``name`` and ``json_schema`` object (:func:`schema_name`,
-:func:`json_schema_format`), and, on the way back, a chat completion's
-``choices[0].message`` (:func:`first_choice`, OpenAI's and Mistral's result shape) and
-the error of a 200 whose body is unusable (:func:`malformed_200`). Request bodies are
+The prompt text of a payload (:func:`prompt_text`), the optional length and sampling
+settings of a config (:func:`generation_options`), the structured-output ``name`` and
+``json_schema`` object (:func:`schema_name`, :func:`json_schema_format`), and, on the
+way back, a chat completion's ``choices[0].message`` (:func:`first_choice`, OpenAI's and
+Mistral's result shape) and the error of a 200 whose body is unusable
+(:func:`malformed_200`). Request bodies are
 wire JSON: every helper keeps the key order each provider's body had, so the bytes of a
 request line (and their hash in the receipts) do not change.
 """
@@ -12,12 +13,13 @@ request line (and their hash in the receipts) do not change.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mmirage_beam.records import ResultError
 from mmirage_beam.results import MALFORMED_RESPONSE
 
 __all__ = [
+    "prompt_text",
     "generation_options",
     "schema_name",
     "json_schema_format",
@@ -26,6 +28,16 @@ __all__ = [
 ]
 
 _SCHEMA_NAME_RE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The text of a payload's first message: its content when a string, else its
+    ``text`` parts joined by ``\\n`` (image parts left out). Raises ``KeyError`` on a
+    text part without ``text``."""
+    content = messages[0]["content"]
+    if isinstance(content, str):
+        return content
+    return "\n".join(p["text"] for p in content if p.get("type") == "text")
 
 
 def generation_options(config: Any, max_tokens_key: str) -> List[Tuple[str, float]]:

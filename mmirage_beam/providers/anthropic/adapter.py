@@ -62,6 +62,7 @@ from mmirage_beam.providers.base import BatchSubmissionAdapter, iter_chunk_lines
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.chat import prompt_text
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.records import ProviderResult, ResultError
@@ -581,7 +582,7 @@ def message_params(payload: Dict[str, Any], config: Any) -> AnthropicMessagePara
         mmirage_beam.errors.RequestBuildError: more images than a request may hold, or
             an image Anthropic refuses.
     """
-    text = _prompt_text(payload["messages"])
+    text = prompt_text(payload["messages"])
     images = payload.get("images") or []
     if len(images) > MAX_IMAGES_PER_REQUEST:
         raise images_error(
@@ -608,13 +609,6 @@ def message_params(payload: Dict[str, Any], config: Any) -> AnthropicMessagePara
     if schema is not None:
         params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     return params
-
-
-def _prompt_text(messages: Sequence[Dict[str, Any]]) -> str:
-    content = messages[0]["content"]
-    if isinstance(content, str):
-        return content
-    return "\n".join(p["text"] for p in content if p.get("type") == "text")
 
 
 def _image_block(img: Dict[str, Any], max_side_px: int, n_images: int) -> AnthropicImageBlock:
