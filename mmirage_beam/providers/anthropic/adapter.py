@@ -564,6 +564,29 @@ class AnthropicMessageParams(TypedDict, total=False):
     output_config: Dict[str, Any]
 
 
+class ClaudeOptions(TypedDict, total=False):
+    """The optional tail of a Claude Messages body (:func:`claude_options`), keys in the
+    order they are sent."""
+
+    temperature: float
+    top_p: float
+    output_config: Dict[str, Any]
+
+
+class ClaudePlatformBody(TypedDict, total=False):
+    """A Claude Messages body on a cloud platform: :class:`AnthropicMessageParams`
+    without ``model`` (the platform names it) and with ``anthropic_version`` first
+    (Amazon Bedrock user guide, "Anthropic Claude Messages API"; Vertex AI, "Batch
+    predictions with Anthropic Claude models"), keys in the order they are sent."""
+
+    anthropic_version: str
+    max_tokens: int
+    messages: List[Dict[str, Any]]
+    temperature: float
+    top_p: float
+    output_config: Dict[str, Any]
+
+
 class AnthropicBatchLine(TypedDict):
     """One request of a message batch: ``{"custom_id", "params"}`` (anthropic
     ``batch_create_params.Request``)."""
@@ -601,14 +624,29 @@ def message_params(payload: Dict[str, Any], config: Any) -> AnthropicMessagePara
         "max_tokens": config.max_tokens,
         "messages": [{"role": "user", "content": content}],
     }
+    params.update(claude_options(payload, config))
+    return params
+
+
+def claude_options(payload: Mapping[str, Any], config: Any) -> ClaudeOptions:
+    """What follows ``messages`` in a Claude Messages body, here and on the platforms
+    that serve Claude (Bedrock): ``temperature`` and ``top_p`` when ``config`` sets them
+    (floats), then the payload's ``json_schema`` as ``output_config.format`` (Anthropic
+    Messages API reference, structured outputs), in that order.
+
+    Args:
+        payload: the neutral payload (its ``json_schema``, or None).
+        config: any object with ``temperature`` and ``top_p`` (None: unset).
+    """
+    options: ClaudeOptions = {}
     if config.temperature is not None:
-        params["temperature"] = config.temperature
+        options["temperature"] = config.temperature
     if config.top_p is not None:
-        params["top_p"] = config.top_p
+        options["top_p"] = config.top_p
     schema = payload.get("json_schema")
     if schema is not None:
-        params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
-    return params
+        options["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+    return options
 
 
 def _image_block(img: Dict[str, Any], max_side_px: int, n_images: int) -> AnthropicImageBlock:

@@ -47,7 +47,6 @@ from typing import (
     ClassVar,
     Dict,
     Iterator,
-    List,
     Mapping,
     Optional,
     Sequence,
@@ -56,7 +55,7 @@ from typing import (
 )
 
 from mmirage_beam.errors import CredentialsError
-from mmirage_beam.providers.anthropic.adapter import message_params
+from mmirage_beam.providers.anthropic.adapter import ClaudePlatformBody, message_params
 from mmirage_beam.providers.anthropic.tokens import count_anthropic_request
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
@@ -105,17 +104,10 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 
-class VertexClaudeBody(TypedDict, total=False):
-    """A Claude request on Vertex AI: the Anthropic Messages ``params`` without
-    ``model``, with ``anthropic_version`` first (Vertex AI, "Batch predictions with
-    Anthropic Claude models")."""
-
-    anthropic_version: str
-    max_tokens: int
-    messages: List[Dict[str, Any]]
-    temperature: float
-    top_p: float
-    output_config: Dict[str, Any]
+#: A Claude request on Vertex AI: the Anthropic Messages ``params`` without ``model``,
+#: with ``anthropic_version`` first (Vertex AI, "Batch predictions with Anthropic Claude
+#: models"): the Claude platform body.
+VertexClaudeBody = ClaudePlatformBody
 
 
 class VertexBatchLine(TypedDict, total=False):
