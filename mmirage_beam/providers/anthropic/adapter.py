@@ -471,6 +471,38 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter[AnthropicBatchConfig]):
 _CUT_STOP_REASONS = ("max_tokens", "model_context_window_exceeded")
 
 
+def content_text(content: Sequence[Any]) -> Optional[str]:
+    """The text of a Claude ``Message``'s ``content`` blocks: its ``text`` blocks' texts
+    joined (a None text counts as ""), or None when a text block's ``text`` is not a
+    string (a malformed answer)."""
+    blocks = [b for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    if any(not isinstance(b.get("text"), (str, type(None))) for b in blocks):
+        return None
+    return "".join(b.get("text") or "" for b in blocks)
+
+
+def message_outcome(
+    cid: Optional[str], text: str, stop: Any, tokens: Mapping[str, int]
+) -> ProviderResult:
+    """The result of a Claude ``Message`` (here, and on Bedrock) of text ``text``
+    (:func:`content_text`) and ``stop_reason`` ``stop``: ``refusal`` -> ``refusal``,
+    ``max_tokens`` or ``model_context_window_exceeded`` -> ``truncated`` (the text kept
+    as ``raw_text``), no text -> ``empty``, else the text; ``tokens`` (``input_tokens``,
+    ``output_tokens``... as ints) on the result either way. Source: Anthropic Messages
+    API reference, "stop_reason"."""
+    if stop == "refusal":
+        error = ResultError(REFUSAL, "the model refused (stop_reason: refusal)", None, text or None)
+    elif stop in _CUT_STOP_REASONS:
+        error = ResultError(
+            TRUNCATED, f"the answer was cut (stop_reason: {stop})", None, text or None
+        )
+    elif not text:
+        error = ResultError(EMPTY, f"the answer is empty (stop_reason: {stop})")
+    else:
+        return ProviderResult(cid, generated_text=text, **tokens)
+    return ProviderResult(cid, error=error, **tokens)
+
+
 def normalise_result(item: Any) -> ProviderResult:
     """One Anthropic result line (parsed JSON) -> its :class:`ProviderResult`.
 
@@ -507,27 +539,13 @@ def normalise_result(item: Any) -> ProviderResult:
             for key in ("cache_read_input_tokens", "cache_creation_input_tokens"):
                 if token_count(usage.get(key)):
                     tokens[key] = token_count(usage[key])
-        blocks = [b for b in message["content"] if isinstance(b, dict) and b.get("type") == "text"]
-        if any(not isinstance(b.get("text"), (str, type(None))) for b in blocks):
+        text = content_text(message["content"])
+        if text is None:
             error = ResultError(
                 MALFORMED_RESPONSE, "succeeded with a text block whose text is not a string"
             )
             return ProviderResult(cid, error=error, **tokens)
-        text = "".join(b.get("text") or "" for b in blocks)
-        stop = message.get("stop_reason")
-        if stop == "refusal":
-            error = ResultError(
-                REFUSAL, "the model refused (stop_reason: refusal)", None, text or None
-            )
-        elif stop in _CUT_STOP_REASONS:
-            error = ResultError(
-                TRUNCATED, f"the answer was cut (stop_reason: {stop})", None, text or None
-            )
-        elif not text:
-            error = ResultError(EMPTY, f"the answer is empty (stop_reason: {stop})")
-        else:
-            return ProviderResult(cid, generated_text=text, **tokens)
-        return ProviderResult(cid, error=error, **tokens)
+        return message_outcome(cid, text, message.get("stop_reason"), tokens)
     if kind == "errored":
         outer = res.get("error") if isinstance(res.get("error"), dict) else {}
         err = outer.get("error") if isinstance(outer.get("error"), dict) else outer
