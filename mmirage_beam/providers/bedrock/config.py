@@ -37,7 +37,7 @@ from typing import ClassVar, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.bedrock.requests import model_family
-from mmirage_beam.providers.config import BatchProviderConfig, check_range, check_str
+from mmirage_beam.providers.config import BatchProviderConfig, check_sampling, check_str
 
 #: "Minimum number of records per batch inference job" (default quota).
 MIN_RECORDS_PER_JOB = 100
@@ -147,10 +147,7 @@ class BedrockBatchConfig(BatchProviderConfig):
             raise ConfigError(
                 "timeout_hours", f"must be in [{low}, {high}], got {self.timeout_hours}"
             )
-        require_int("max_tokens", self.max_tokens, minimum=1)
-        check_range("temperature", self.temperature, 0, 1)
-        check_range("top_p", self.top_p, 0, 1)
-        check_range("timeout_seconds", self.timeout_seconds, 0, low_open=True)
+        check_sampling(self, 1, max_tokens_required=True)
         require_int("min_records_per_job", self.min_records_per_job, minimum=1)
         if self.small_chunk_policy not in SMALL_CHUNK_POLICIES:
             raise ConfigError(
