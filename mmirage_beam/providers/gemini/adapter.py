@@ -82,12 +82,14 @@ __all__ = [
     "ACCEPTED_IMAGE_TYPES",
     "VISION_LIMITS_SOURCE",
     "FINISH_OUTCOMES",
+    "GenaiJobs",
     "display_name",
     "import_sdk",
     "GeminiBatchAdapter",
     "INLINE_MAX_BYTES",
     "InlineChunk",
     "inlined_request",
+    "job_dict",
     "normalise_result_line",
     "response_schema",
 ]
@@ -148,7 +150,41 @@ def import_sdk() -> Any:
     return genai
 
 
-class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
+class GenaiJobs:
+    """A receipted google-genai batch job's lookup, status and cancel
+    (``client.batches.get`` / ``cancel``), which the Gemini API's and Vertex AI's adapters
+    make alike: mixed in before their
+    :class:`~mmirage_beam.providers.uploads.FileUploadAdapter`, whose retries and
+    ``parse_submission_result`` it uses on the adapter's ``_client``. :attr:`JOBS_SERVICE`
+    names the service in the calls' names (logs and errors)."""
+
+    #: the service in the calls' names: ``"<JOBS_SERVICE> batches.get (<job>)"``
+    JOBS_SERVICE: ClassVar[str] = "Gemini"
+
+    def _get_job(self: Any, provider_batch_id: str) -> Any:
+        """``batches.get`` of a receipted job (a 404 retried too)."""
+        return self.call_lookup_with_retries(
+            f"{self.JOBS_SERVICE} batches.get ({provider_batch_id})",
+            lambda: self._client.batches.get(name=provider_batch_id),
+        )
+
+    def check_batch_status(self: Any, provider_batch_id: str, config: Any) -> _Result:
+        """``batches.get``, its ``state`` normalised."""
+        return self.parse_submission_result(job_dict(self._get_job(provider_batch_id)))
+
+    def cancel_batch(self: Any, provider_batch_id: str, config: Any) -> _Result:
+        """``batches.cancel`` (it answers nothing), then ``batches.get``: the job ends
+        ``JOB_STATE_CANCELLED`` (https://ai.google.dev/gemini-api/docs/batch-mode; on
+        Vertex AI, ``POST .../batchPredictionJobs/{id}:cancel``, through
+        ``JOB_STATE_CANCELLING``, keeping the predictions already written)."""
+        self.call_with_retries(
+            f"{self.JOBS_SERVICE} batches.cancel ({provider_batch_id})",
+            lambda: self._client.batches.cancel(name=provider_batch_id),
+        )
+        return self.check_batch_status(provider_batch_id, config)
+
+
+class GeminiBatchAdapter(GenaiJobs, FileUploadAdapter[GeminiBatchConfig]):
     """``provider: gemini``: builds batch lines and drives the Gemini batch API.
 
     The client (``google.genai.Client``) is built in :meth:`setup` with the key from
@@ -309,7 +345,7 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
             job = self._client.batches.create(
                 model=config.model, src=list(uploaded.requests), config=job_config
             )
-            return self.submitted_batch(_job_dict(job))
+            return self.submitted_batch(job_dict(job))
         if getattr(config, "embedding_job", False):  # models/{model}:asyncBatchEmbedContent
             job = self._client.batches.create_embeddings(
                 model=config.model, src={"file_name": uploaded.name}, config=job_config
@@ -318,7 +354,7 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
             job = self._client.batches.create(
                 model=config.model, src=uploaded.name, config=job_config
             )
-        submitted = self.submitted_batch(_job_dict(job))
+        submitted = self.submitted_batch(job_dict(job))
         # the SDK's BatchJob of the Developer API leaves ``src`` out: the file is ours
         return dataclasses.replace(
             submitted, input_file_id=submitted.input_file_id or uploaded.name
@@ -349,29 +385,9 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         pager = self.call_with_retries(
             what, lambda: self._client.batches.list(config={"page_size": self.FIND_BATCH_PAGE_SIZE})
         )
-        return newest_named_job(self, what, pager, wanted, _job_dict)
+        return newest_named_job(self, what, pager, wanted, job_dict)
 
-    # -- status ---------------------------------------------------------------------------
-    def _get_job(self, provider_batch_id: str) -> Any:
-        """``batches.get`` of a receipted job (a 404 retried too)."""
-        return self.call_lookup_with_retries(
-            f"Gemini batches.get ({provider_batch_id})",
-            lambda: self._client.batches.get(name=provider_batch_id),
-        )
-
-    def check_batch_status(self, provider_batch_id: str, config: GeminiBatchConfig) -> _Result:
-        """``batches.get``, its ``state`` normalised."""
-        return self.parse_submission_result(_job_dict(self._get_job(provider_batch_id)))
-
-    def cancel_batch(self, provider_batch_id: str, config: GeminiBatchConfig) -> _Result:
-        """``batches.cancel`` (it answers nothing), then ``batches.get``: the job ends
-        ``JOB_STATE_CANCELLED`` (https://ai.google.dev/gemini-api/docs/batch-mode)."""
-        self.call_with_retries(
-            f"Gemini batches.cancel ({provider_batch_id})",
-            lambda: self._client.batches.cancel(name=provider_batch_id),
-        )
-        return self.check_batch_status(provider_batch_id, config)
-
+    # -- status (_get_job, check_batch_status, cancel_batch: GenaiJobs) --------------------
     def describe_batch(self, result: _Result) -> _Progress:
         """``state``, ``create_time``; a failed, expired or cancelled job's code
         (``batch_failed`` / ``batch_expired`` / ``batch_cancelled``) and its error."""
@@ -487,7 +503,9 @@ def newest_named_job(
         adapter.call_with_retries(what, pager.next_page)
 
 
-def _job_dict(job: Any) -> JSONObject:
+def job_dict(job: Any) -> JSONObject:
+    """A google-genai ``BatchJob`` as its JSON fields (None fields and the SDK's
+    ``sdk_http_response`` left out)."""
     raw = job.model_dump(mode="json", exclude_none=True)
     raw.pop("sdk_http_response", None)
     return raw

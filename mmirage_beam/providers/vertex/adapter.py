@@ -60,13 +60,15 @@ from mmirage_beam.providers.anthropic.tokens import count_anthropic_request
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import RequestLine
-from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, JSONObject, SubmittedBatch
+from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
 from mmirage_beam.providers.batch_status import optional_int as _optional_int
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.gemini.adapter import (
     GeminiBatchAdapter,
+    GenaiJobs,
     display_name,
     import_sdk,
+    job_dict,
     newest_named_job,
 )
 from mmirage_beam.providers.gemini.requests import (
@@ -211,7 +213,7 @@ def output_prefix(config: VertexBatchConfig, run_id: Optional[str], chunk_id: st
     return f"{config.gcs_staging_uri}/{run_id or 'norun'}/{chunk_id}/output"
 
 
-class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
+class VertexBatchAdapter(GenaiJobs, FileUploadAdapter[VertexBatchConfig]):
     """``provider: vertex``: builds batch lines, stages them in Cloud Storage and drives
     Vertex AI batch prediction jobs.
 
@@ -239,6 +241,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
     )
     UPLOAD_CALL: ClassVar[str] = "Cloud Storage write"
     CREATE_CALL: ClassVar[str] = "Vertex AI batches.create"
+    JOBS_SERVICE: ClassVar[str] = "Vertex AI"
     UPLOAD_IN_MEMORY: ClassVar[Callable[[bytes], Any]] = bytes
 
     @classmethod
@@ -404,7 +407,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
         job = self._client.batches.create(
             model=job_model(config.model), src=str(uploaded), config=job_config
         )
-        submitted = self.submitted_batch(_job_dict(job))
+        submitted = self.submitted_batch(job_dict(job))
         return dataclasses.replace(
             submitted, input_file_id=submitted.input_file_id or str(uploaded)
         )
@@ -433,30 +436,9 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
         what = f"Vertex AI batches.list (looking for run {run_id} chunk {chunk_id})"
         list_config = {"page_size": self.FIND_BATCH_PAGE_SIZE, "filter": f'display_name="{wanted}"'}
         pager = self.call_with_retries(what, lambda: self._client.batches.list(config=list_config))
-        return newest_named_job(self, what, pager, wanted, _job_dict)
+        return newest_named_job(self, what, pager, wanted, job_dict)
 
-    # -- status ---------------------------------------------------------------------------
-    def _get_job(self, provider_batch_id: str) -> Any:
-        """``batches.get`` of a receipted job (a 404 retried too)."""
-        return self.call_lookup_with_retries(
-            f"Vertex AI batches.get ({provider_batch_id})",
-            lambda: self._client.batches.get(name=provider_batch_id),
-        )
-
-    def check_batch_status(self, provider_batch_id: str, config: VertexBatchConfig) -> _Result:
-        """``batches.get``, its ``state`` normalised."""
-        return self.parse_submission_result(_job_dict(self._get_job(provider_batch_id)))
-
-    def cancel_batch(self, provider_batch_id: str, config: VertexBatchConfig) -> _Result:
-        """``batches.cancel`` (``POST .../batchPredictionJobs/{id}:cancel``, it answers
-        nothing), then ``batches.get``: the job goes through ``JOB_STATE_CANCELLING`` to
-        ``JOB_STATE_CANCELLED``, keeping the predictions already written."""
-        self.call_with_retries(
-            f"Vertex AI batches.cancel ({provider_batch_id})",
-            lambda: self._client.batches.cancel(name=provider_batch_id),
-        )
-        return self.check_batch_status(provider_batch_id, config)
-
+    # -- status (_get_job, check_batch_status, cancel_batch: GenaiJobs) --------------------
     def describe_batch(self, result: _Result) -> _Progress:
         """``state``, ``completion_stats`` (successful, failed; total with the
         incomplete), ``create_time``; a failed, expired or cancelled job's code
@@ -526,12 +508,6 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
                 f"predictions file {path} of batch {provider_batch_id}",
                 id_key=_id_key(config),
             )
-
-
-def _job_dict(job: Any) -> JSONObject:
-    raw = job.model_dump(mode="json", exclude_none=True)
-    raw.pop("sdk_http_response", None)
-    return raw
 
 
 def _id_key(config: VertexBatchConfig) -> str:
