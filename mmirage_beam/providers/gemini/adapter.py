@@ -151,7 +151,7 @@ def import_sdk() -> Any:
 
 
 class GenaiJobs:
-    """A receipted google-genai batch job's lookup, status and cancel
+    """A receipted google-genai batch job's lookup, status, description and cancel
     (``client.batches.get`` / ``cancel``), which the Gemini API's and Vertex AI's adapters
     make alike: mixed in before their
     :class:`~mmirage_beam.providers.uploads.FileUploadAdapter`, whose retries and
@@ -160,6 +160,8 @@ class GenaiJobs:
 
     #: the service in the calls' names: ``"<JOBS_SERVICE> batches.get (<job>)"``
     JOBS_SERVICE: ClassVar[str] = "Gemini"
+    #: the detail of an expired job whose ``error`` says nothing ("": none)
+    EXPIRED_DETAIL: ClassVar[str] = ""
 
     def _get_job(self: Any, provider_batch_id: str) -> Any:
         """``batches.get`` of a receipted job (a 404 retried too)."""
@@ -182,6 +184,35 @@ class GenaiJobs:
             lambda: self._client.batches.cancel(name=provider_batch_id),
         )
         return self.check_batch_status(provider_batch_id, config)
+
+    def describe_batch(self, result: _Result) -> _Progress:
+        """``state``, ``create_time``, the request counts of :meth:`job_counts`; a
+        failed, expired or cancelled job's code (``batch_failed`` / ``batch_expired`` /
+        ``batch_cancelled``) and its error (an expired job's, when it has none:
+        :attr:`EXPIRED_DETAIL`)."""
+        raw = result.raw_response or {}
+        state = str(raw.get("state") or result.status)
+        word = state.rsplit("_", 1)[-1].lower()
+        error = raw.get("error") or {}
+        detail = str(error.get("message") or "") if isinstance(error, dict) else str(error)
+        code = None
+        if word in ("failed", "expired", "cancelled"):
+            code = f"batch_{word}"
+            if word == "expired" and not detail:
+                detail = self.EXPIRED_DETAIL
+        return _Progress(
+            provider_status=state,
+            created_at=_parse_timestamp(raw.get("create_time")),
+            detail=detail,
+            error_code=code,
+            **self.job_counts(raw),
+        )
+
+    def job_counts(self, raw: Mapping[str, Any]) -> Dict[str, Optional[int]]:
+        """The ``completed`` / ``failed`` / ``total`` requests of a job's fields ``raw``
+        (:class:`~mmirage_beam.providers.batch_status.BatchProgress` fields); {}: the
+        service reports none (the Gemini API's ``BatchJob`` holds no counts)."""
+        return {}
 
 
 class GeminiBatchAdapter(GenaiJobs, FileUploadAdapter[GeminiBatchConfig]):
@@ -226,6 +257,8 @@ class GeminiBatchAdapter(GenaiJobs, FileUploadAdapter[GeminiBatchConfig]):
         created_at=("create_time",),
         input_file_id=("src", "file_name"),
     )
+    #: Gemini batch mode docs: a job pending or running for 48 hours expires
+    EXPIRED_DETAIL: ClassVar[str] = "the job was pending or running for more than 48 hours"
     UPLOAD_CALL: ClassVar[str] = "Gemini files.upload"
     CREATE_CALL: ClassVar[str] = "Gemini batches.create"
     #: the SDK's upload takes a file object
@@ -387,27 +420,7 @@ class GeminiBatchAdapter(GenaiJobs, FileUploadAdapter[GeminiBatchConfig]):
         )
         return newest_named_job(self, what, pager, wanted, job_dict)
 
-    # -- status (_get_job, check_batch_status, cancel_batch: GenaiJobs) --------------------
-    def describe_batch(self, result: _Result) -> _Progress:
-        """``state``, ``create_time``; a failed, expired or cancelled job's code
-        (``batch_failed`` / ``batch_expired`` / ``batch_cancelled``) and its error."""
-        raw = result.raw_response or {}
-        state = str(raw.get("state") or result.status)
-        word = state.rsplit("_", 1)[-1].lower()
-        error = raw.get("error") or {}
-        detail = str(error.get("message") or "") if isinstance(error, dict) else str(error)
-        code = None
-        if word in ("failed", "expired", "cancelled"):
-            code = f"batch_{word}"
-            if word == "expired" and not detail:
-                detail = "the job was pending or running for more than 48 hours"
-        return _Progress(
-            provider_status=state,
-            created_at=_created(raw),
-            detail=detail,
-            error_code=code,
-        )
-
+    # -- status: GenaiJobs (_get_job, check_batch_status, cancel_batch, describe_batch) ----
     # -- results --------------------------------------------------------------------------
     def retrieve_results(
         self, provider_batch_id: str, config: GeminiBatchConfig
@@ -509,7 +522,3 @@ def job_dict(job: Any) -> JSONObject:
     raw = job.model_dump(mode="json", exclude_none=True)
     raw.pop("sdk_http_response", None)
     return raw
-
-
-def _created(raw: Mapping[str, Any]) -> Optional[float]:
-    return _parse_timestamp(raw.get("create_time"))

@@ -57,12 +57,9 @@ from typing import (
 from mmirage_beam.errors import CredentialsError
 from mmirage_beam.providers.anthropic.adapter import ClaudePlatformBody, message_params
 from mmirage_beam.providers.anthropic.tokens import count_anthropic_request
-from mmirage_beam.providers.base import BatchProgress as _Progress
-from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import RequestLine
 from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
 from mmirage_beam.providers.batch_status import optional_int as _optional_int
-from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.gemini.adapter import (
     GeminiBatchAdapter,
     GenaiJobs,
@@ -438,16 +435,9 @@ class VertexBatchAdapter(GenaiJobs, FileUploadAdapter[VertexBatchConfig]):
         pager = self.call_with_retries(what, lambda: self._client.batches.list(config=list_config))
         return newest_named_job(self, what, pager, wanted, job_dict)
 
-    # -- status (_get_job, check_batch_status, cancel_batch: GenaiJobs) --------------------
-    def describe_batch(self, result: _Result) -> _Progress:
-        """``state``, ``completion_stats`` (successful, failed; total with the
-        incomplete), ``create_time``; a failed, expired or cancelled job's code
-        (``batch_failed`` / ``batch_expired`` / ``batch_cancelled``) and its error."""
-        raw = result.raw_response or {}
-        state = str(raw.get("state") or result.status)
-        word = state.rsplit("_", 1)[-1].lower()
-        error = raw.get("error") or {}
-        detail = str(error.get("message") or "") if isinstance(error, dict) else str(error)
+    # -- status: GenaiJobs (_get_job, check_batch_status, cancel_batch, describe_batch) ----
+    def job_counts(self, raw: Mapping[str, Any]) -> Dict[str, Optional[int]]:
+        """``completion_stats``: successful, failed; the total with the incomplete."""
         stats = raw.get("completion_stats") or {}
         ok = _optional_int(stats.get("successful_count"))
         failed = _optional_int(stats.get("failed_count"))
@@ -455,16 +445,7 @@ class VertexBatchAdapter(GenaiJobs, FileUploadAdapter[VertexBatchConfig]):
         total = None
         if ok is not None or failed is not None:
             total = (ok or 0) + (failed or 0) + (incomplete or 0)
-        code = f"batch_{word}" if word in ("failed", "expired", "cancelled") else None
-        return _Progress(
-            provider_status=state,
-            completed=ok,
-            failed=failed,
-            total=total,
-            created_at=_parse_timestamp(raw.get("create_time")),
-            detail=detail,
-            error_code=code,
-        )
+        return {"completed": ok, "failed": failed, "total": total}
 
     # -- results --------------------------------------------------------------------------
     def prediction_files(self, provider_batch_id: str) -> list[str]:
