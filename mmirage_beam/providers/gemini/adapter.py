@@ -54,7 +54,7 @@ from mmirage_beam.errors import ConfigError
 from mmirage_beam.jsonl import iter_raw_lines
 from mmirage_beam.providers import retrying
 from mmirage_beam.providers.base import BatchProgress as _Progress
-from mmirage_beam.providers.base import BatchSubmissionAdapter, RequestLine
+from mmirage_beam.providers.base import BatchSubmissionAdapter, ConfigT, RequestLine
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, JSONObject, SubmittedBatch
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
@@ -82,7 +82,7 @@ __all__ = [
     "ACCEPTED_IMAGE_TYPES",
     "VISION_LIMITS_SOURCE",
     "FINISH_OUTCOMES",
-    "GenaiJobs",
+    "GenaiJobsAdapter",
     "display_name",
     "import_sdk",
     "GeminiBatchAdapter",
@@ -150,31 +150,30 @@ def import_sdk() -> Any:
     return genai
 
 
-class GenaiJobs:
-    """A receipted google-genai batch job's lookup, status, description and cancel
-    (``client.batches.get`` / ``cancel``), which the Gemini API's and Vertex AI's adapters
-    make alike: mixed in before their
-    :class:`~mmirage_beam.providers.uploads.FileUploadAdapter`, whose retries and
-    ``parse_submission_result`` it uses on the adapter's ``_client``. :attr:`JOBS_SERVICE`
-    names the service in the calls' names (logs and errors)."""
+class GenaiJobsAdapter(FileUploadAdapter[ConfigT]):
+    """What the Gemini API's and Vertex AI's adapters do alike with a receipted
+    google-genai batch job (``client.batches.get`` / ``cancel`` on the adapter's
+    ``_client``): look it up, read its status, describe it, cancel it. Each adapter
+    subclasses it with its config class; :attr:`JOBS_SERVICE` names the service in the
+    calls' names (logs and errors)."""
 
     #: the service in the calls' names: ``"<JOBS_SERVICE> batches.get (<job>)"``
     JOBS_SERVICE: ClassVar[str] = "Gemini"
     #: the detail of an expired job whose ``error`` says nothing ("": none)
     EXPIRED_DETAIL: ClassVar[str] = ""
 
-    def _get_job(self: Any, provider_batch_id: str) -> Any:
+    def _get_job(self, provider_batch_id: str) -> Any:
         """``batches.get`` of a receipted job (a 404 retried too)."""
         return self.call_lookup_with_retries(
             f"{self.JOBS_SERVICE} batches.get ({provider_batch_id})",
             lambda: self._client.batches.get(name=provider_batch_id),
         )
 
-    def check_batch_status(self: Any, provider_batch_id: str, config: Any) -> _Result:
+    def check_batch_status(self, provider_batch_id: str, config: ConfigT) -> _Result:
         """``batches.get``, its ``state`` normalised."""
         return self.parse_submission_result(job_dict(self._get_job(provider_batch_id)))
 
-    def cancel_batch(self: Any, provider_batch_id: str, config: Any) -> _Result:
+    def cancel_batch(self, provider_batch_id: str, config: ConfigT) -> _Result:
         """``batches.cancel`` (it answers nothing), then ``batches.get``: the job ends
         ``JOB_STATE_CANCELLED`` (https://ai.google.dev/gemini-api/docs/batch-mode; on
         Vertex AI, ``POST .../batchPredictionJobs/{id}:cancel``, through
@@ -215,7 +214,7 @@ class GenaiJobs:
         return {}
 
 
-class GeminiBatchAdapter(GenaiJobs, FileUploadAdapter[GeminiBatchConfig]):
+class GeminiBatchAdapter(GenaiJobsAdapter[GeminiBatchConfig]):
     """``provider: gemini``: builds batch lines and drives the Gemini batch API.
 
     The client (``google.genai.Client``) is built in :meth:`setup` with the key from
@@ -420,7 +419,7 @@ class GeminiBatchAdapter(GenaiJobs, FileUploadAdapter[GeminiBatchConfig]):
         )
         return newest_named_job(self, what, pager, wanted, job_dict)
 
-    # -- status: GenaiJobs (_get_job, check_batch_status, cancel_batch, describe_batch) ----
+    # -- status: GenaiJobsAdapter's (_get_job, check_batch_status, cancel_batch, describe) --
     # -- results --------------------------------------------------------------------------
     def retrieve_results(
         self, provider_batch_id: str, config: GeminiBatchConfig

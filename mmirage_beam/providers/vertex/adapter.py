@@ -62,7 +62,7 @@ from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, Submitt
 from mmirage_beam.providers.batch_status import optional_int as _optional_int
 from mmirage_beam.providers.gemini.adapter import (
     GeminiBatchAdapter,
-    GenaiJobs,
+    GenaiJobsAdapter,
     display_name,
     import_sdk,
     job_dict,
@@ -74,7 +74,6 @@ from mmirage_beam.providers.gemini.requests import (
 )
 from mmirage_beam.providers.gemini.tokens import count_gemini_request
 from mmirage_beam.providers.tokens import TokenCount
-from mmirage_beam.providers.uploads import FileUploadAdapter
 from mmirage_beam.providers.vertex import embeddings
 from mmirage_beam.providers.vertex.config import VertexBatchConfig
 from mmirage_beam.providers.vertex.outcomes import (
@@ -210,7 +209,7 @@ def output_prefix(config: VertexBatchConfig, run_id: Optional[str], chunk_id: st
     return f"{config.gcs_staging_uri}/{run_id or 'norun'}/{chunk_id}/output"
 
 
-class VertexBatchAdapter(GenaiJobs, FileUploadAdapter[VertexBatchConfig]):
+class VertexBatchAdapter(GenaiJobsAdapter[VertexBatchConfig]):
     """``provider: vertex``: builds batch lines, stages them in Cloud Storage and drives
     Vertex AI batch prediction jobs.
 
@@ -435,7 +434,7 @@ class VertexBatchAdapter(GenaiJobs, FileUploadAdapter[VertexBatchConfig]):
         pager = self.call_with_retries(what, lambda: self._client.batches.list(config=list_config))
         return newest_named_job(self, what, pager, wanted, job_dict)
 
-    # -- status: GenaiJobs (_get_job, check_batch_status, cancel_batch, describe_batch) ----
+    # -- status: GenaiJobsAdapter's (_get_job, check_batch_status, cancel_batch, describe) --
     def job_counts(self, raw: Mapping[str, Any]) -> Dict[str, Optional[int]]:
         """``completion_stats``: successful, failed; the total with the incomplete."""
         stats = raw.get("completion_stats") or {}
