@@ -86,7 +86,11 @@ from mmirage_beam.providers.batch_status import (
     parse_timestamp,
 )
 from mmirage_beam.providers.chunk_files import iter_chunk_lines, open_chunk_file, staged_upload
-from mmirage_beam.providers.config import ADAPTER_TAKES_EMBEDDINGS, BatchProviderConfig
+from mmirage_beam.providers.config import (
+    ADAPTER_TAKES_EMBEDDINGS,
+    BatchProviderConfig,
+    BatchProviderConfigRegistry,
+)
 from mmirage_beam.providers.credentials import credential_env_var, resolve_credentials
 from mmirage_beam.providers.registry import ProviderRegistry
 from mmirage_beam.providers.tokens import TokenCount
@@ -112,6 +116,7 @@ __all__ = [
     "open_chunk_file",
     "iter_chunk_lines",
     "BatchAdapterRegistry",
+    "register_provider",
     "OpenedAdapters",
     "open_adapter",
     "close_adapter",
@@ -1097,3 +1102,18 @@ class BatchAdapterRegistry(ProviderRegistry):
         """
         super().register(name, klass)
         ADAPTER_TAKES_EMBEDDINGS[name] = bool(klass.takes_embeddings)
+
+
+def register_provider(name: str, config_cls: type, adapter_cls: type) -> None:
+    """Register a provider under ``provider: name``: its config class with
+    :class:`~mmirage_beam.providers.config.BatchProviderConfigRegistry`, then its adapter
+    class with :class:`BatchAdapterRegistry` (what each built-in provider package does
+    when imported; a plugin may too).
+
+    Raises:
+        TypeError: ``config_cls`` is not a
+            :class:`~mmirage_beam.providers.config.BatchProviderConfig` subclass, or
+            ``adapter_cls`` not a :class:`BatchSubmissionAdapter` subclass.
+    """
+    BatchProviderConfigRegistry.register(name, config_cls)
+    BatchAdapterRegistry.register(name, adapter_cls)

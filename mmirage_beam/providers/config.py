@@ -30,6 +30,7 @@ __all__ = [
     "BatchProviderConfigRegistry",
     "check_number",
     "check_range",
+    "check_sampling",
     "check_str",
 ]
 
@@ -81,6 +82,9 @@ class BatchProviderConfig:
     EMBEDDINGS_ENDPOINT: ClassVar[Optional[str]] = None
     #: the keys that only generation (chat) requests use, refused with embedding outputs
     CHAT_ONLY_KEYS: ClassVar[tuple[str, ...]] = ()
+    #: the fields :meth:`for_outputs` sets itself for embedding outputs (e.g.
+    #: ``embedding_job``), refused when the YAML gives them
+    SET_FOR_EMBEDDINGS: ClassVar[tuple[str, ...]] = ()
     #: the service's model and parameter table (:class:`~mmirage_beam.providers.
     #: model_rules.ModelRules`), checked at config load; None: not checked.
     MODEL_RULES: ClassVar[Optional[ModelRules]] = None
@@ -163,11 +167,17 @@ class BatchProviderConfig:
             config has one) is :attr:`EMBEDDINGS_ENDPOINT`.
 
         Raises:
-            ConfigError: naming the key: embedding outputs with a provider that takes
-                none (``provider``), with a chat-only key (:attr:`CHAT_ONLY_KEYS`), with
-                a ``batch_endpoint`` other than :attr:`EMBEDDINGS_ENDPOINT`, or without
-                a ``model``; ``dimensions`` or the embeddings endpoint without them.
+            ConfigError: naming the key: one of :attr:`SET_FOR_EMBEDDINGS` given;
+                embedding outputs with a provider that takes none (``provider``), with a
+                chat-only key (:attr:`CHAT_ONLY_KEYS`), with a ``batch_endpoint`` other
+                than :attr:`EMBEDDINGS_ENDPOINT`, or without a ``model``; ``dimensions``
+                or the embeddings endpoint without them.
         """
+        for key in self.SET_FOR_EMBEDDINGS:
+            if key in given:
+                raise ConfigError(
+                    key, "is set by output_type: embedding outputs, not in the config"
+                )
         endpoint = getattr(self, "batch_endpoint", None)
         if not embedding:
             if "dimensions" in given:
@@ -269,6 +279,29 @@ def check_range(
     if not above:
         raise ConfigError(name, f"must be {bound}, got {number}")
     return number
+
+
+def check_sampling(
+    config: Any,
+    temperature_max: Optional[float],
+    *,
+    max_tokens_required: bool = False,
+) -> None:
+    """A generation config's length, sampling and timeout settings, checked in this
+    order: ``max_tokens`` an integer >= 1 (None: unset, unless ``max_tokens_required``),
+    ``temperature`` in ``[0, temperature_max]`` (None: no upper bound), ``top_p`` in
+    ``[0, 1]``, ``timeout_seconds`` (the SDK client's per-call timeout, seconds) > 0;
+    None leaves a float setting unset. The ranges are each provider's (its config
+    module names the source).
+
+    Raises:
+        ConfigError: naming the first key that is out of its range or not a number.
+    """
+    if max_tokens_required or config.max_tokens is not None:
+        require_int("max_tokens", config.max_tokens, minimum=1)
+    check_range("temperature", config.temperature, 0, temperature_max)
+    check_range("top_p", config.top_p, 0, 1)
+    check_range("timeout_seconds", config.timeout_seconds, 0, low_open=True)
 
 
 def check_str(name: str, value: Any) -> str:

@@ -22,7 +22,7 @@ import functools
 import io
 import json
 import re
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional
 
 __all__ = [
     "TokenCount",
@@ -43,6 +43,8 @@ __all__ = [
     "RUN_NOTE",
     "json_text",
     "first_int",
+    "request_body",
+    "count_messages",
 ]
 
 
@@ -404,3 +406,44 @@ def first_int(mapping: dict, *keys: str) -> Optional[int]:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
+
+
+def request_body(request: Mapping[str, Any], key: str, what: str) -> dict[str, Any]:
+    """``request[key]``: the body of one line of a batch input file (``body``,
+    ``params``, ``modelInput``...), which a counter reads.
+
+    Raises:
+        ValueError: it is not an object (``"<what> needs a '<key>' object"``; ``what``
+            names the line, e.g. "a Mistral batch line").
+    """
+    body = request.get(key)
+    if not isinstance(body, dict):
+        raise ValueError(f"{what} needs a {key!r} object")
+    return body
+
+
+def count_messages(
+    messages: Iterable[Mapping[str, Any]],
+    encoding: str,
+    per_message: int,
+    image_type: str,
+    image_tokens: Callable[[Mapping[str, Any]], int],
+) -> int:
+    """Estimated tokens of chat ``messages`` (``{"role", "content"}``, the content a
+    string or a list of parts): ``per_message`` tokens each (the control tokens around
+    it), the text (a string content, or each ``text`` part's ``text``) by
+    :func:`count_text` with ``encoding``, and ``image_tokens(part)`` for each part of
+    type ``image_type``; other parts count nothing."""
+    tokens = 0
+    for message in messages:
+        tokens += per_message
+        content = message.get("content")
+        if isinstance(content, str):
+            tokens += count_text(content, encoding)
+            continue
+        for part in content or ():
+            if part.get("type") == "text":
+                tokens += count_text(str(part.get("text") or ""), encoding)
+            elif part.get("type") == image_type:
+                tokens += image_tokens(part)
+    return tokens

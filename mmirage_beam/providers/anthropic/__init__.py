@@ -8,11 +8,9 @@ package registers the config and the adapter under ``anthropic``; no SDK is impo
 
 from mmirage_beam.providers.anthropic.adapter import AnthropicBatchAdapter
 from mmirage_beam.providers.anthropic.config import AnthropicBatchConfig
-from mmirage_beam.providers.base import BatchAdapterRegistry
-from mmirage_beam.providers.config import BatchProviderConfigRegistry
+from mmirage_beam.providers.base import register_provider
 
-BatchProviderConfigRegistry.register("anthropic", AnthropicBatchConfig)
-BatchAdapterRegistry.register("anthropic", AnthropicBatchAdapter)
+register_provider("anthropic", AnthropicBatchConfig, AnthropicBatchAdapter)
 
 # Its fake (imported only when a fake server starts; mmirage_beam.testing.fake_registry).
 from mmirage_beam.testing.fake_registry import register_fake  # noqa: E402

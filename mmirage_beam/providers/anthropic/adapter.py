@@ -62,6 +62,7 @@ from mmirage_beam.providers.base import BatchSubmissionAdapter, iter_chunk_lines
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
+from mmirage_beam.providers.chat import prompt_text
 from mmirage_beam.providers.retrying import make_retry_filter
 from mmirage_beam.providers.tokens import TokenCount
 from mmirage_beam.records import ProviderResult, ResultError
@@ -470,6 +471,38 @@ class AnthropicBatchAdapter(BatchSubmissionAdapter[AnthropicBatchConfig]):
 _CUT_STOP_REASONS = ("max_tokens", "model_context_window_exceeded")
 
 
+def content_text(content: Sequence[Any]) -> Optional[str]:
+    """The text of a Claude ``Message``'s ``content`` blocks: its ``text`` blocks' texts
+    joined (a None text counts as ""), or None when a text block's ``text`` is not a
+    string (a malformed answer)."""
+    blocks = [b for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    if any(not isinstance(b.get("text"), (str, type(None))) for b in blocks):
+        return None
+    return "".join(b.get("text") or "" for b in blocks)
+
+
+def message_outcome(
+    cid: Optional[str], text: str, stop: Any, tokens: Mapping[str, int]
+) -> ProviderResult:
+    """The result of a Claude ``Message`` (here, and on Bedrock) of text ``text``
+    (:func:`content_text`) and ``stop_reason`` ``stop``: ``refusal`` -> ``refusal``,
+    ``max_tokens`` or ``model_context_window_exceeded`` -> ``truncated`` (the text kept
+    as ``raw_text``), no text -> ``empty``, else the text; ``tokens`` (``input_tokens``,
+    ``output_tokens``... as ints) on the result either way. Source: Anthropic Messages
+    API reference, "stop_reason"."""
+    if stop == "refusal":
+        error = ResultError(REFUSAL, "the model refused (stop_reason: refusal)", None, text or None)
+    elif stop in _CUT_STOP_REASONS:
+        error = ResultError(
+            TRUNCATED, f"the answer was cut (stop_reason: {stop})", None, text or None
+        )
+    elif not text:
+        error = ResultError(EMPTY, f"the answer is empty (stop_reason: {stop})")
+    else:
+        return ProviderResult(cid, generated_text=text, **tokens)
+    return ProviderResult(cid, error=error, **tokens)
+
+
 def normalise_result(item: Any) -> ProviderResult:
     """One Anthropic result line (parsed JSON) -> its :class:`ProviderResult`.
 
@@ -506,27 +539,13 @@ def normalise_result(item: Any) -> ProviderResult:
             for key in ("cache_read_input_tokens", "cache_creation_input_tokens"):
                 if token_count(usage.get(key)):
                     tokens[key] = token_count(usage[key])
-        blocks = [b for b in message["content"] if isinstance(b, dict) and b.get("type") == "text"]
-        if any(not isinstance(b.get("text"), (str, type(None))) for b in blocks):
+        text = content_text(message["content"])
+        if text is None:
             error = ResultError(
                 MALFORMED_RESPONSE, "succeeded with a text block whose text is not a string"
             )
             return ProviderResult(cid, error=error, **tokens)
-        text = "".join(b.get("text") or "" for b in blocks)
-        stop = message.get("stop_reason")
-        if stop == "refusal":
-            error = ResultError(
-                REFUSAL, "the model refused (stop_reason: refusal)", None, text or None
-            )
-        elif stop in _CUT_STOP_REASONS:
-            error = ResultError(
-                TRUNCATED, f"the answer was cut (stop_reason: {stop})", None, text or None
-            )
-        elif not text:
-            error = ResultError(EMPTY, f"the answer is empty (stop_reason: {stop})")
-        else:
-            return ProviderResult(cid, generated_text=text, **tokens)
-        return ProviderResult(cid, error=error, **tokens)
+        return message_outcome(cid, text, message.get("stop_reason"), tokens)
     if kind == "errored":
         outer = res.get("error") if isinstance(res.get("error"), dict) else {}
         err = outer.get("error") if isinstance(outer.get("error"), dict) else outer
@@ -563,6 +582,29 @@ class AnthropicMessageParams(TypedDict, total=False):
     output_config: Dict[str, Any]
 
 
+class ClaudeOptions(TypedDict, total=False):
+    """The optional tail of a Claude Messages body (:func:`claude_options`), keys in the
+    order they are sent."""
+
+    temperature: float
+    top_p: float
+    output_config: Dict[str, Any]
+
+
+class ClaudePlatformBody(TypedDict, total=False):
+    """A Claude Messages body on a cloud platform: :class:`AnthropicMessageParams`
+    without ``model`` (the platform names it) and with ``anthropic_version`` first
+    (Amazon Bedrock user guide, "Anthropic Claude Messages API"; Vertex AI, "Batch
+    predictions with Anthropic Claude models"), keys in the order they are sent."""
+
+    anthropic_version: str
+    max_tokens: int
+    messages: List[Dict[str, Any]]
+    temperature: float
+    top_p: float
+    output_config: Dict[str, Any]
+
+
 class AnthropicBatchLine(TypedDict):
     """One request of a message batch: ``{"custom_id", "params"}`` (anthropic
     ``batch_create_params.Request``)."""
@@ -581,7 +623,7 @@ def message_params(payload: Dict[str, Any], config: Any) -> AnthropicMessagePara
         mmirage_beam.errors.RequestBuildError: more images than a request may hold, or
             an image Anthropic refuses.
     """
-    text = _prompt_text(payload["messages"])
+    text = prompt_text(payload["messages"])
     images = payload.get("images") or []
     if len(images) > MAX_IMAGES_PER_REQUEST:
         raise images_error(
@@ -600,21 +642,29 @@ def message_params(payload: Dict[str, Any], config: Any) -> AnthropicMessagePara
         "max_tokens": config.max_tokens,
         "messages": [{"role": "user", "content": content}],
     }
-    if config.temperature is not None:
-        params["temperature"] = config.temperature
-    if config.top_p is not None:
-        params["top_p"] = config.top_p
-    schema = payload.get("json_schema")
-    if schema is not None:
-        params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+    params.update(claude_options(payload, config))
     return params
 
 
-def _prompt_text(messages: Sequence[Dict[str, Any]]) -> str:
-    content = messages[0]["content"]
-    if isinstance(content, str):
-        return content
-    return "\n".join(p["text"] for p in content if p.get("type") == "text")
+def claude_options(payload: Mapping[str, Any], config: Any) -> ClaudeOptions:
+    """What follows ``messages`` in a Claude Messages body, here and on the platforms
+    that serve Claude (Bedrock): ``temperature`` and ``top_p`` when ``config`` sets them
+    (floats), then the payload's ``json_schema`` as ``output_config.format`` (Anthropic
+    Messages API reference, structured outputs), in that order.
+
+    Args:
+        payload: the neutral payload (its ``json_schema``, or None).
+        config: any object with ``temperature`` and ``top_p`` (None: unset).
+    """
+    options: ClaudeOptions = {}
+    if config.temperature is not None:
+        options["temperature"] = config.temperature
+    if config.top_p is not None:
+        options["top_p"] = config.top_p
+    schema = payload.get("json_schema")
+    if schema is not None:
+        options["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+    return options
 
 
 def _image_block(img: Dict[str, Any], max_side_px: int, n_images: int) -> AnthropicImageBlock:

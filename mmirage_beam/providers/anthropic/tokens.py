@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from mmirage_beam.providers.base import resolve_credentials
 from mmirage_beam.providers.tokens import Tally as _Tally
-from mmirage_beam.providers.tokens import TokenCount, image_size_from_base64
+from mmirage_beam.providers.tokens import TokenCount, image_size_from_base64, request_body
 from mmirage_beam.providers.tokens import first_int as _first_int
 from mmirage_beam.providers.tokens import json_text as _json_text
 
@@ -66,9 +66,7 @@ def count_anthropic_request(
     Raises:
         ValueError: the request has no ``params`` object.
     """
-    params = request.get("params")
-    if not isinstance(params, dict):
-        raise ValueError("an Anthropic batch request needs a 'params' object")
+    params = request_body(request, "params", "an Anthropic batch request")
     model = str(params.get("model") or model_hint or "")
     tally = _Tally()
     tally.estimate("Anthropic has no public tokenizer (cl100k_base used as a proxy)")

@@ -20,10 +20,9 @@ boto3 is optional (``pip install 'mmirage-beam[bedrock]'``); it is imported only
 client is built. Credentials: boto3's own chain.
 """
 
-from mmirage_beam.providers.base import BatchAdapterRegistry
+from mmirage_beam.providers.base import register_provider
 from mmirage_beam.providers.bedrock.adapter import BedrockBatchAdapter, MissingExtraError
 from mmirage_beam.providers.bedrock.config import BedrockBatchConfig
-from mmirage_beam.providers.config import BatchProviderConfigRegistry
 from mmirage_beam.testing.fake_registry import register_fake
 
 PROVIDER = "bedrock"
@@ -35,8 +34,7 @@ FAKE_ENDPOINT_NAMES = (
     "bedrock_stop_job",
 )
 
-BatchProviderConfigRegistry.register(PROVIDER, BedrockBatchConfig)
-BatchAdapterRegistry.register(PROVIDER, BedrockBatchAdapter)
+register_provider(PROVIDER, BedrockBatchConfig, BedrockBatchAdapter)
 register_fake(PROVIDER, "mmirage_beam.providers.bedrock.fake:BedrockFake", FAKE_ENDPOINT_NAMES)
 
 __all__ = ["BedrockBatchAdapter", "BedrockBatchConfig", "MissingExtraError", "PROVIDER"]

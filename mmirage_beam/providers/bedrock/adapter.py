@@ -42,6 +42,7 @@ import logging
 from typing import Any, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, TypedDict
 
 from mmirage_beam.errors import ConfigError, CredentialsError
+from mmirage_beam.jsonl import RawLine
 from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionAdapter, RequestLine
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
@@ -535,20 +536,7 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
             if job.get("status") in NEVER_RAN:  # stopped or expired before any output
                 yield from self._never_ran(job, set())
             return
-
-        @contextlib.contextmanager
-        def open_stream() -> Iterator[Iterator[bytes]]:
-            body = self._s3.get_object(Bucket=bucket, Key=key)["Body"]
-            try:
-                yield body.iter_chunks(1 << 16)
-            finally:
-                body.close()
-
-        lines = self.stream_lines_with_retries(
-            f"S3 get_object (s3://{bucket}/{key}, job {provider_batch_id})",
-            open_stream,
-            self.is_retryable_lookup,
-        )
+        lines = self._s3_lines(bucket, key, job_id=provider_batch_id)
         seen = 0
         answered: set[str] = set()
         for result in results_from_lines(
@@ -571,19 +559,7 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
         ``expired`` / ``cancelled`` error (retryable), read from the job's input file."""
         kind, why = NEVER_RAN[job["status"]]
         bucket, key = _split_s3(job["inputDataConfig"]["s3InputDataConfig"]["s3Uri"])
-
-        @contextlib.contextmanager
-        def open_stream() -> Iterator[Iterator[bytes]]:
-            body = self._s3.get_object(Bucket=bucket, Key=key)["Body"]
-            try:
-                yield body.iter_chunks(1 << 16)
-            finally:
-                body.close()
-
-        lines = self.stream_lines_with_retries(
-            f"S3 get_object (s3://{bucket}/{key})", open_stream, self.is_retryable_lookup
-        )
-        for line in lines:
+        for line in self._s3_lines(bucket, key):
             if not line.data.strip():
                 continue
             try:
@@ -593,6 +569,24 @@ class BedrockBatchAdapter(BatchSubmissionAdapter[BedrockBatchConfig]):
             if not isinstance(rid, str) or rid in answered or rid.startswith(PAD_PREFIX):
                 continue
             yield ProviderResult(custom_id_of(rid) or rid, error=ResultError(kind, why))
+
+    def _s3_lines(self, bucket: str, key: str, job_id: Optional[str] = None) -> Iterator[RawLine]:
+        """The lines of the S3 object ``bucket``/``key``, streamed 64 KiB at a time with
+        a lookup's retries (:meth:`stream_lines_with_retries`); ``job_id``, when given, is
+        named in the call's logs and errors."""
+        job = f", job {job_id}" if job_id is not None else ""
+
+        @contextlib.contextmanager
+        def open_stream() -> Iterator[Iterator[bytes]]:
+            body = self._s3.get_object(Bucket=bucket, Key=key)["Body"]
+            try:
+                yield body.iter_chunks(1 << 16)
+            finally:
+                body.close()
+
+        return self.stream_lines_with_retries(
+            f"S3 get_object (s3://{bucket}/{key}{job})", open_stream, self.is_retryable_lookup
+        )
 
     def _exists(self, bucket: str, key: str) -> bool:
         try:

@@ -37,7 +37,7 @@ from typing import ClassVar, Optional
 
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.bedrock.requests import model_family
-from mmirage_beam.providers.config import BatchProviderConfig, check_range, check_str
+from mmirage_beam.providers.config import BatchProviderConfig, check_sampling, check_str
 
 #: "Minimum number of records per batch inference job" (default quota).
 MIN_RECORDS_PER_JOB = 100
@@ -59,6 +59,17 @@ LIMITS_SOURCE = (
 SMALL_CHUNK_POLICIES = ("pad", "refuse")
 _S3_URI = re.compile(r"^s3://([a-z0-9][-.a-z0-9]{1,61}[a-z0-9])(/[-!_*'().a-zA-Z0-9/]*)?$")
 _ROLE_ARN = re.compile(r"^arn:aws(-[^:]+)?:iam::([0-9]{12})?:role/.+$")
+#: (field, the pattern its string must match, the rule the error states), in the order
+#: they are checked
+_MATCHED_FIELDS = (
+    ("role_arn", _ROLE_ARN, "must be an IAM role ARN (arn:aws:iam::<account>:role/<name>)"),
+    (
+        "s3_staging_uri",
+        _S3_URI,
+        "must be s3://<bucket>[/<prefix>] (key characters A-Z a-z 0-9 - ! _ * ' ( ) . /, as "
+        "Bedrock's S3Uri allows)",
+    ),
+)
 
 
 @dataclass
@@ -126,30 +137,17 @@ class BedrockBatchConfig(BatchProviderConfig):
                 f"{self.model!r}: mmirage-beam builds Bedrock bodies for Anthropic Claude "
                 "(anthropic.*) and Meta Llama (meta.*) models only",
             )
-        check_str("role_arn", self.role_arn)
-        if not _ROLE_ARN.match(self.role_arn):
-            raise ConfigError(
-                "role_arn",
-                f"must be an IAM role ARN (arn:aws:iam::<account>:role/<name>), "
-                f"got {self.role_arn!r}",
-            )
-        check_str("s3_staging_uri", self.s3_staging_uri)
-        if not _S3_URI.match(self.s3_staging_uri):
-            raise ConfigError(
-                "s3_staging_uri",
-                f"must be s3://<bucket>[/<prefix>] (key characters A-Z a-z 0-9 - ! _ * ' ( ) "
-                f". /, as Bedrock's S3Uri allows), got {self.s3_staging_uri!r}",
-            )
+        for key, pattern, must in _MATCHED_FIELDS:
+            value = check_str(key, getattr(self, key))
+            if not pattern.match(value):
+                raise ConfigError(key, f"{must}, got {value!r}")
         low, high = TIMEOUT_HOURS_RANGE
         require_int("timeout_hours", self.timeout_hours, minimum=low)
         if self.timeout_hours > high:
             raise ConfigError(
                 "timeout_hours", f"must be in [{low}, {high}], got {self.timeout_hours}"
             )
-        require_int("max_tokens", self.max_tokens, minimum=1)
-        check_range("temperature", self.temperature, 0, 1)
-        check_range("top_p", self.top_p, 0, 1)
-        check_range("timeout_seconds", self.timeout_seconds, 0, low_open=True)
+        check_sampling(self, 1, max_tokens_required=True)
         require_int("min_records_per_job", self.min_records_per_job, minimum=1)
         if self.small_chunk_policy not in SMALL_CHUNK_POLICIES:
             raise ConfigError(

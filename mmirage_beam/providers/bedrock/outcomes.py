@@ -27,19 +27,17 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from mmirage_beam.providers.anthropic.adapter import content_text, message_outcome
 from mmirage_beam.providers.chat import malformed_200 as _malformed
 from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import (
     EMPTY,
-    REFUSAL,
     TRUNCATED,
     MalformedResult,
     kind_text,
     message_text,
     token_count,
 )
-
-_CLAUDE_CUT = ("max_tokens", "model_context_window_exceeded")
 
 
 def error_type(code: Any) -> str:
@@ -103,24 +101,12 @@ def _claude(rid: str, output: Dict[str, Any]) -> ProviderResult:
     if isinstance(usage, dict) and "input_tokens" in usage:
         tokens["input_tokens"] = token_count(usage.get("input_tokens")) or 0
         tokens["output_tokens"] = token_count(usage.get("output_tokens")) or 0
-    blocks = [b for b in output["content"] if isinstance(b, dict) and b.get("type") == "text"]
-    if any(not isinstance(b.get("text"), (str, type(None))) for b in blocks):
+    text = content_text(output["content"])
+    if text is None:
         return ProviderResult(
             rid, error=_malformed("a text block's text is not a string"), **tokens
         )
-    text = "".join(b.get("text") or "" for b in blocks)
-    stop = output.get("stop_reason")
-    if stop == "refusal":
-        error = ResultError(REFUSAL, "the model refused (stop_reason: refusal)", None, text or None)
-    elif stop in _CLAUDE_CUT:
-        error = ResultError(
-            TRUNCATED, f"the answer was cut (stop_reason: {stop})", None, text or None
-        )
-    elif not text:
-        error = ResultError(EMPTY, f"the answer is empty (stop_reason: {stop})")
-    else:
-        return ProviderResult(rid, generated_text=text, **tokens)
-    return ProviderResult(rid, error=error, **tokens)
+    return message_outcome(rid, text, output.get("stop_reason"), tokens)
 
 
 def _llama(rid: str, output: Dict[str, Any]) -> ProviderResult:

@@ -28,23 +28,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Dict, List, Optional, TypedDict, Union
+from typing import Any, Dict, Optional, TypedDict, Union
 
 from mmirage_beam.errors import RequestBuildError
+from mmirage_beam.providers.anthropic.adapter import ClaudePlatformBody, claude_options
 
 ANTHROPIC_VERSION = "bedrock-2023-05-31"
 
 
-class BedrockClaudeBody(TypedDict, total=False):
-    """An Anthropic Claude ``InvokeModel`` body on Bedrock (Bedrock user guide,
-    "Anthropic Claude Messages API"), keys in the order they are sent."""
-
-    anthropic_version: str
-    max_tokens: int
-    messages: List[Dict[str, Any]]
-    temperature: float
-    top_p: float
-    output_config: Dict[str, Any]
+#: An Anthropic Claude ``InvokeModel`` body on Bedrock (Bedrock user guide, "Anthropic
+#: Claude Messages API"): the Claude platform body, keys in the order they are sent.
+BedrockClaudeBody = ClaudePlatformBody
 
 
 class BedrockLlamaBody(TypedDict, total=False):
@@ -194,13 +188,7 @@ def claude_body(payload: Dict[str, Any], config: Any) -> BedrockClaudeBody:
         "max_tokens": int(config.max_tokens),
         "messages": [{"role": "user", "content": content}],
     }
-    if config.temperature is not None:
-        body["temperature"] = config.temperature
-    if config.top_p is not None:
-        body["top_p"] = config.top_p
-    schema = payload.get("json_schema")
-    if schema is not None:
-        body["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+    body.update(claude_options(payload, config))
     return body
 
 

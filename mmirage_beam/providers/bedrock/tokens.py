@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from mmirage_beam.providers.tokens import TokenCount, count_text
+from mmirage_beam.providers.tokens import (
+    TokenCount,
+    count_messages,
+    count_text,
+    first_int,
+    request_body,
+)
 
 ENCODING = "o200k_base"
 TOKENS_PER_MESSAGE = 4
@@ -27,25 +33,17 @@ def count_bedrock_request(request: dict[str, Any], model_hint: Optional[str] = N
     Raises:
         ValueError: the record has no ``modelInput`` object.
     """
-    body = request.get("modelInput")
-    if not isinstance(body, dict):
-        raise ValueError("a Bedrock record needs a 'modelInput' object")
-    tokens = 0
+    body = request_body(request, "modelInput", "a Bedrock record")
     if isinstance(body.get("prompt"), str):  # Llama
         tokens = count_text(body["prompt"], ENCODING)
-        max_out = body.get("max_gen_len")
+        max_out = first_int(body, "max_gen_len")
     else:  # Anthropic Messages
-        for message in body.get("messages") or ():
-            tokens += TOKENS_PER_MESSAGE
-            content = message.get("content")
-            if isinstance(content, str):
-                tokens += count_text(content, ENCODING)
-                continue
-            for part in content or ():
-                if part.get("type") == "text":
-                    tokens += count_text(str(part.get("text") or ""), ENCODING)
-                elif part.get("type") == "image":
-                    tokens += UNKNOWN_IMAGE_TOKENS
-        max_out = body.get("max_tokens")
-    max_out = max_out if isinstance(max_out, int) and not isinstance(max_out, bool) else None
+        tokens = count_messages(
+            body.get("messages") or (),
+            ENCODING,
+            TOKENS_PER_MESSAGE,
+            "image",
+            lambda part: UNKNOWN_IMAGE_TOKENS,
+        )
+        max_out = first_int(body, "max_tokens")
     return TokenCount(tokens, max_out, False, (NOTE,))

@@ -7,13 +7,11 @@ package registers the config and the adapter under ``gemini``; the SDK is import
 when a client is built (``pip install 'mmirage-beam[gemini]'``).
 """
 
-from mmirage_beam.providers.base import BatchAdapterRegistry
-from mmirage_beam.providers.config import BatchProviderConfigRegistry
+from mmirage_beam.providers.base import register_provider
 from mmirage_beam.providers.gemini.adapter import GeminiBatchAdapter
 from mmirage_beam.providers.gemini.config import GeminiBatchConfig
 
-BatchProviderConfigRegistry.register("gemini", GeminiBatchConfig)
-BatchAdapterRegistry.register("gemini", GeminiBatchAdapter)
+register_provider("gemini", GeminiBatchConfig, GeminiBatchAdapter)
 
 # Its fake (imported only when a fake server starts; mmirage_beam.testing.fake_registry).
 from mmirage_beam.testing.fake_registry import register_fake  # noqa: E402

@@ -54,7 +54,7 @@ from mmirage_beam.errors import ConfigError
 from mmirage_beam.jsonl import iter_raw_lines
 from mmirage_beam.providers import retrying
 from mmirage_beam.providers.base import BatchProgress as _Progress
-from mmirage_beam.providers.base import BatchSubmissionAdapter, RequestLine
+from mmirage_beam.providers.base import BatchSubmissionAdapter, ConfigT, RequestLine
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, JSONObject, SubmittedBatch
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
@@ -82,12 +82,14 @@ __all__ = [
     "ACCEPTED_IMAGE_TYPES",
     "VISION_LIMITS_SOURCE",
     "FINISH_OUTCOMES",
+    "GenaiJobsAdapter",
     "display_name",
     "import_sdk",
     "GeminiBatchAdapter",
     "INLINE_MAX_BYTES",
     "InlineChunk",
     "inlined_request",
+    "job_dict",
     "normalise_result_line",
     "response_schema",
 ]
@@ -148,7 +150,71 @@ def import_sdk() -> Any:
     return genai
 
 
-class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
+class GenaiJobsAdapter(FileUploadAdapter[ConfigT]):
+    """What the Gemini API's and Vertex AI's adapters do alike with a receipted
+    google-genai batch job (``client.batches.get`` / ``cancel`` on the adapter's
+    ``_client``): look it up, read its status, describe it, cancel it. Each adapter
+    subclasses it with its config class; :attr:`JOBS_SERVICE` names the service in the
+    calls' names (logs and errors)."""
+
+    #: the service in the calls' names: ``"<JOBS_SERVICE> batches.get (<job>)"``
+    JOBS_SERVICE: ClassVar[str] = "Gemini"
+    #: the detail of an expired job whose ``error`` says nothing ("": none)
+    EXPIRED_DETAIL: ClassVar[str] = ""
+
+    def _get_job(self, provider_batch_id: str) -> Any:
+        """``batches.get`` of a receipted job (a 404 retried too)."""
+        return self.call_lookup_with_retries(
+            f"{self.JOBS_SERVICE} batches.get ({provider_batch_id})",
+            lambda: self._client.batches.get(name=provider_batch_id),
+        )
+
+    def check_batch_status(self, provider_batch_id: str, config: ConfigT) -> _Result:
+        """``batches.get``, its ``state`` normalised."""
+        return self.parse_submission_result(job_dict(self._get_job(provider_batch_id)))
+
+    def cancel_batch(self, provider_batch_id: str, config: ConfigT) -> _Result:
+        """``batches.cancel`` (it answers nothing), then ``batches.get``: the job ends
+        ``JOB_STATE_CANCELLED`` (https://ai.google.dev/gemini-api/docs/batch-mode; on
+        Vertex AI, ``POST .../batchPredictionJobs/{id}:cancel``, through
+        ``JOB_STATE_CANCELLING``, keeping the predictions already written)."""
+        self.call_with_retries(
+            f"{self.JOBS_SERVICE} batches.cancel ({provider_batch_id})",
+            lambda: self._client.batches.cancel(name=provider_batch_id),
+        )
+        return self.check_batch_status(provider_batch_id, config)
+
+    def describe_batch(self, result: _Result) -> _Progress:
+        """``state``, ``create_time``, the request counts of :meth:`job_counts`; a
+        failed, expired or cancelled job's code (``batch_failed`` / ``batch_expired`` /
+        ``batch_cancelled``) and its error (an expired job's, when it has none:
+        :attr:`EXPIRED_DETAIL`)."""
+        raw = result.raw_response or {}
+        state = str(raw.get("state") or result.status)
+        word = state.rsplit("_", 1)[-1].lower()
+        error = raw.get("error") or {}
+        detail = str(error.get("message") or "") if isinstance(error, dict) else str(error)
+        code = None
+        if word in ("failed", "expired", "cancelled"):
+            code = f"batch_{word}"
+            if word == "expired" and not detail:
+                detail = self.EXPIRED_DETAIL
+        return _Progress(
+            provider_status=state,
+            created_at=_parse_timestamp(raw.get("create_time")),
+            detail=detail,
+            error_code=code,
+            **self.job_counts(raw),
+        )
+
+    def job_counts(self, raw: Mapping[str, Any]) -> Dict[str, Optional[int]]:
+        """The ``completed`` / ``failed`` / ``total`` requests of a job's fields ``raw``
+        (:class:`~mmirage_beam.providers.batch_status.BatchProgress` fields); {}: the
+        service reports none (the Gemini API's ``BatchJob`` holds no counts)."""
+        return {}
+
+
+class GeminiBatchAdapter(GenaiJobsAdapter[GeminiBatchConfig]):
     """``provider: gemini``: builds batch lines and drives the Gemini batch API.
 
     The client (``google.genai.Client``) is built in :meth:`setup` with the key from
@@ -190,6 +256,8 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         created_at=("create_time",),
         input_file_id=("src", "file_name"),
     )
+    #: Gemini batch mode docs: a job pending or running for 48 hours expires
+    EXPIRED_DETAIL: ClassVar[str] = "the job was pending or running for more than 48 hours"
     UPLOAD_CALL: ClassVar[str] = "Gemini files.upload"
     CREATE_CALL: ClassVar[str] = "Gemini batches.create"
     #: the SDK's upload takes a file object
@@ -309,7 +377,7 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
             job = self._client.batches.create(
                 model=config.model, src=list(uploaded.requests), config=job_config
             )
-            return self.submitted_batch(_job_dict(job))
+            return self.submitted_batch(job_dict(job))
         if getattr(config, "embedding_job", False):  # models/{model}:asyncBatchEmbedContent
             job = self._client.batches.create_embeddings(
                 model=config.model, src={"file_name": uploaded.name}, config=job_config
@@ -318,7 +386,7 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
             job = self._client.batches.create(
                 model=config.model, src=uploaded.name, config=job_config
             )
-        submitted = self.submitted_batch(_job_dict(job))
+        submitted = self.submitted_batch(job_dict(job))
         # the SDK's BatchJob of the Developer API leaves ``src`` out: the file is ours
         return dataclasses.replace(
             submitted, input_file_id=submitted.input_file_id or uploaded.name
@@ -349,49 +417,9 @@ class GeminiBatchAdapter(FileUploadAdapter[GeminiBatchConfig]):
         pager = self.call_with_retries(
             what, lambda: self._client.batches.list(config={"page_size": self.FIND_BATCH_PAGE_SIZE})
         )
-        return newest_named_job(self, what, pager, wanted, _job_dict)
+        return newest_named_job(self, what, pager, wanted, job_dict)
 
-    # -- status ---------------------------------------------------------------------------
-    def _get_job(self, provider_batch_id: str) -> Any:
-        """``batches.get`` of a receipted job (a 404 retried too)."""
-        return self.call_lookup_with_retries(
-            f"Gemini batches.get ({provider_batch_id})",
-            lambda: self._client.batches.get(name=provider_batch_id),
-        )
-
-    def check_batch_status(self, provider_batch_id: str, config: GeminiBatchConfig) -> _Result:
-        """``batches.get``, its ``state`` normalised."""
-        return self.parse_submission_result(_job_dict(self._get_job(provider_batch_id)))
-
-    def cancel_batch(self, provider_batch_id: str, config: GeminiBatchConfig) -> _Result:
-        """``batches.cancel`` (it answers nothing), then ``batches.get``: the job ends
-        ``JOB_STATE_CANCELLED`` (https://ai.google.dev/gemini-api/docs/batch-mode)."""
-        self.call_with_retries(
-            f"Gemini batches.cancel ({provider_batch_id})",
-            lambda: self._client.batches.cancel(name=provider_batch_id),
-        )
-        return self.check_batch_status(provider_batch_id, config)
-
-    def describe_batch(self, result: _Result) -> _Progress:
-        """``state``, ``create_time``; a failed, expired or cancelled job's code
-        (``batch_failed`` / ``batch_expired`` / ``batch_cancelled``) and its error."""
-        raw = result.raw_response or {}
-        state = str(raw.get("state") or result.status)
-        word = state.rsplit("_", 1)[-1].lower()
-        error = raw.get("error") or {}
-        detail = str(error.get("message") or "") if isinstance(error, dict) else str(error)
-        code = None
-        if word in ("failed", "expired", "cancelled"):
-            code = f"batch_{word}"
-            if word == "expired" and not detail:
-                detail = "the job was pending or running for more than 48 hours"
-        return _Progress(
-            provider_status=state,
-            created_at=_created(raw),
-            detail=detail,
-            error_code=code,
-        )
-
+    # -- status: GenaiJobsAdapter's (_get_job, check_batch_status, cancel_batch, describe) --
     # -- results --------------------------------------------------------------------------
     def retrieve_results(
         self, provider_batch_id: str, config: GeminiBatchConfig
@@ -487,11 +515,9 @@ def newest_named_job(
         adapter.call_with_retries(what, pager.next_page)
 
 
-def _job_dict(job: Any) -> JSONObject:
+def job_dict(job: Any) -> JSONObject:
+    """A google-genai ``BatchJob`` as its JSON fields (None fields and the SDK's
+    ``sdk_http_response`` left out)."""
     raw = job.model_dump(mode="json", exclude_none=True)
     raw.pop("sdk_http_response", None)
     return raw
-
-
-def _created(raw: Mapping[str, Any]) -> Optional[float]:
-    return _parse_timestamp(raw.get("create_time"))

@@ -19,8 +19,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar, Collection, Optional
 
-from mmirage_beam.errors import ConfigError, require_int
-from mmirage_beam.providers.config import BatchProviderConfig, check_range
+from mmirage_beam.errors import ConfigError
+from mmirage_beam.providers.config import BatchProviderConfig, check_sampling
 from mmirage_beam.providers.config import check_str as _check_str
 from mmirage_beam.providers.gemini.rules import RULES
 from mmirage_beam.providers.model_rules import ModelRules
@@ -66,6 +66,7 @@ class GeminiBatchConfig(BatchProviderConfig):
     #: ``batches.create_embeddings``, file source), for output_type: embedding outputs
     EMBEDDINGS_ENDPOINT: ClassVar[Optional[str]] = "asyncBatchEmbedContent"
     CHAT_ONLY_KEYS: ClassVar[tuple[str, ...]] = ("max_tokens", "temperature", "top_p")
+    SET_FOR_EMBEDDINGS: ClassVar[tuple[str, ...]] = ("embedding_job",)
     MODEL_RULES: ClassVar[Optional[ModelRules]] = RULES
 
     provider: str = "gemini"
@@ -87,10 +88,6 @@ class GeminiBatchConfig(BatchProviderConfig):
         Raises:
             ConfigError: naming the key (see the base class; ``embedding_job``).
         """
-        if "embedding_job" in given:
-            raise ConfigError(
-                "embedding_job", "is set by output_type: embedding outputs, not in the config"
-            )
         checked = super().for_outputs(embedding, given)
         return dataclasses.replace(self, embedding_job=True) if embedding else checked
 
@@ -99,11 +96,7 @@ class GeminiBatchConfig(BatchProviderConfig):
         if self.base_url == "":
             self.base_url = None  # e.g. an unset ${VAR:-}
         _check_str("model", self.model)
-        if self.max_tokens is not None:
-            require_int("max_tokens", self.max_tokens, minimum=1)
-        check_range("temperature", self.temperature, 0, 2)
-        check_range("top_p", self.top_p, 0, 1)
-        check_range("timeout_seconds", self.timeout_seconds, 0, low_open=True)
+        check_sampling(self, 2)
         if self.base_url is not None:
             _check_str("base_url", self.base_url)
         if not isinstance(self.vertexai, bool):

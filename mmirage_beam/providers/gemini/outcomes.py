@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping
 
-from mmirage_beam.providers.chat import malformed_200
+from mmirage_beam.providers.chat import embedding_outcome
 from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import (
     CONTENT_FILTER,
     EMPTY,
     TRUNCATED,
     MalformedResult,
-    embedding_text,
     line_id,
 )
 
@@ -152,8 +151,4 @@ def _embedding_outcome(response: Dict[str, Any], cid: str) -> ProviderResult:
         tokens = {"input_tokens": int(count), "output_tokens": 0}
     embedding = response.get("embedding")
     values = embedding.get("values") if isinstance(embedding, dict) else None
-    text = embedding_text(values)
-    if text is None:
-        error = malformed_200("HTTP 200 but embedding.values is not a list of numbers")
-        return ProviderResult(cid, error=error, **tokens)
-    return ProviderResult(cid, generated_text=text, **tokens)
+    return embedding_outcome(cid, values, "embedding.values", tokens)

@@ -7,10 +7,10 @@ as Gemini's ``response_schema`` (an OpenAPI 3.0 subset, google-genai 2.34
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Sequence, TypedDict, Union
+from typing import Any, Dict, List, Mapping, TypedDict, Union
 
 from mmirage_beam.images import image_error, images_error
-from mmirage_beam.providers.chat import generation_options
+from mmirage_beam.providers.chat import generation_options, prompt_text
 from mmirage_beam.providers.gemini.config import MAX_INLINE_BYTES
 
 __all__ = [
@@ -23,7 +23,6 @@ __all__ = [
     "VISION_LIMITS_SOURCE",
     "embed_request",
     "generate_content_request",
-    "prompt_text",
     "response_schema",
 ]
 
@@ -137,14 +136,6 @@ def generate_content_request(payload: Dict[str, Any], config: Any) -> GeminiGene
     if generation:
         request["generation_config"] = generation
     return request
-
-
-def prompt_text(messages: Sequence[Dict[str, Any]]) -> str:
-    """The text of the first message: its string, or its text parts joined by ``\\n``."""
-    content = messages[0]["content"]
-    if isinstance(content, str):
-        return content
-    return "\n".join(p["text"] for p in content if p.get("type") == "text")
 
 
 #: JSON-schema keyword -> Gemini ``response_schema`` field (an OpenAPI 3.0 subset,

@@ -21,6 +21,7 @@ from mmirage_beam.providers.tokens import (
     TokenCount,
     count_proxy_text,
     image_size_from_base64,
+    request_body,
 )
 from mmirage_beam.providers.tokens import first_int as _first_int
 from mmirage_beam.providers.tokens import json_text as _json_text
@@ -58,9 +59,7 @@ def count_gemini_request(request: dict[str, Any], model_hint: Optional[str] = No
     Raises:
         ValueError: the line has no ``request`` object.
     """
-    body = request.get("request")
-    if not isinstance(body, dict):
-        raise ValueError("a Gemini batch line needs a 'request' object")
+    body = request_body(request, "request", "a Gemini batch line")
     tally = _Tally()
     tally.estimate("Gemini has no offline tokenizer (cl100k_base used as a proxy)")
     content = body.get("content")

@@ -17,15 +17,13 @@ and the adapter; the adapter's contract hooks give the token estimate
 limits (the config's ``PROVIDER_*`` attributes).
 """
 
-from mmirage_beam.providers.base import BatchAdapterRegistry
-from mmirage_beam.providers.config import BatchProviderConfigRegistry
+from mmirage_beam.providers.base import register_provider
 from mmirage_beam.providers.mistral.adapter import MissingExtraError, MistralBatchAdapter
 from mmirage_beam.providers.mistral.config import MistralBatchConfig
 
 PROVIDER = "mistral"
 
-BatchProviderConfigRegistry.register(PROVIDER, MistralBatchConfig)
-BatchAdapterRegistry.register(PROVIDER, MistralBatchAdapter)
+register_provider(PROVIDER, MistralBatchConfig, MistralBatchAdapter)
 
 # Its fake (imported only when a fake server starts; mmirage_beam.testing.fake_registry).
 from mmirage_beam.testing.fake_registry import register_fake  # noqa: E402

@@ -23,7 +23,7 @@ from typing import ClassVar, Optional
 from mmirage_beam.errors import ConfigError, require_int
 from mmirage_beam.providers.config import (
     BatchProviderConfig,
-    check_range,
+    check_sampling,
     check_str,
 )
 from mmirage_beam.providers.mistral.rules import RULES
@@ -107,11 +107,7 @@ class MistralBatchConfig(BatchProviderConfig):
         if self.base_url is not None:
             check_str("base_url", self.base_url)
         require_int("timeout_hours", self.timeout_hours, minimum=1)
-        if self.max_tokens is not None:
-            require_int("max_tokens", self.max_tokens, minimum=1)
-        check_range("temperature", self.temperature, 0)
-        check_range("top_p", self.top_p, 0, 1)
-        check_range("timeout_seconds", self.timeout_seconds, 0, low_open=True)
+        check_sampling(self, None)
         if not isinstance(self.metadata, dict):
             raise ConfigError("metadata", "must be a mapping of strings to strings")
         for k, v in self.metadata.items():

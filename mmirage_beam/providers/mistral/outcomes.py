@@ -30,14 +30,13 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from mmirage_beam.providers.batch_status import JSONObject
-from mmirage_beam.providers.chat import first_choice
+from mmirage_beam.providers.chat import embedding_outcome, first_choice, first_embedding
 from mmirage_beam.providers.chat import malformed_200 as _malformed
 from mmirage_beam.records import ProviderResult, ResultError
 from mmirage_beam.results import (
     EMPTY,
     TRUNCATED,
     MalformedResult,
-    embedding_text,
     split_batch_line,
 )
 
@@ -156,10 +155,4 @@ def _embedding_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
     if isinstance(usage, dict) and "prompt_tokens" in usage:
         tokens["input_tokens"] = int(usage.get("prompt_tokens") or 0)
         tokens["output_tokens"] = 0  # embeddings bill input tokens only
-    data = body.get("data")
-    first = data[0] if isinstance(data, list) and data else None
-    text = embedding_text(first.get("embedding") if isinstance(first, dict) else None)
-    if text is None:
-        error = _malformed("HTTP 200 but data[0].embedding is not a list of numbers")
-        return ProviderResult(cid, error=error, **tokens)
-    return ProviderResult(cid, generated_text=text, **tokens)
+    return embedding_outcome(cid, first_embedding(body), "data[0].embedding", tokens)

@@ -19,7 +19,14 @@ import json
 import math
 from typing import Any, Optional
 
-from mmirage_beam.providers.tokens import TokenCount, count_text, image_size_from_url
+from mmirage_beam.providers.tokens import (
+    TokenCount,
+    count_messages,
+    count_text,
+    first_int,
+    image_size_from_url,
+    request_body,
+)
 
 ENCODING = "o200k_base"
 TOKENS_PER_MESSAGE = 4
@@ -48,28 +55,20 @@ def count_mistral_request(request: dict[str, Any], model_hint: Optional[str] = N
     Raises:
         ValueError: the line has no ``body`` object.
     """
-    body = request.get("body")
-    if not isinstance(body, dict):
-        raise ValueError("a Mistral batch line needs a 'body' object")
+    body = request_body(request, "body", "a Mistral batch line")
     if "messages" not in body and isinstance(body.get("input"), str):  # an embeddings line
         return TokenCount(count_text(body["input"], ENCODING), 0, False, (NOTE,))
-    tokens = 0
-    for message in body.get("messages") or ():
-        tokens += TOKENS_PER_MESSAGE
-        content = message.get("content")
-        if isinstance(content, str):
-            tokens += count_text(content, ENCODING)
-            continue
-        for part in content or ():
-            if part.get("type") == "text":
-                tokens += count_text(str(part.get("text") or ""), ENCODING)
-            elif part.get("type") == "image_url":
-                url = part.get("image_url")
-                url = url.get("url") if isinstance(url, dict) else url
-                tokens += image_tokens(image_size_from_url(str(url or "")))
+    tokens = count_messages(
+        body.get("messages") or (), ENCODING, TOKENS_PER_MESSAGE, "image_url", _image_part_tokens
+    )
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         tokens += count_text(json.dumps(fmt, separators=(",", ":")), ENCODING)
-    max_out = body.get("max_tokens")
-    max_out = max_out if isinstance(max_out, int) and not isinstance(max_out, bool) else None
-    return TokenCount(tokens, max_out, False, (NOTE,))
+    return TokenCount(tokens, first_int(body, "max_tokens"), False, (NOTE,))
+
+
+def _image_part_tokens(part: dict[str, Any]) -> int:
+    """An ``image_url`` part's tokens (:func:`image_tokens` of its URL's image size)."""
+    url = part.get("image_url")
+    url = url.get("url") if isinstance(url, dict) else url
+    return image_tokens(image_size_from_url(str(url or "")))

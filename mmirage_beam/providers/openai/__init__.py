@@ -6,20 +6,17 @@ their sources), ``adapter`` (request building, submission, status, results),
 package registers the config and the adapter under ``openai``; no SDK is imported.
 """
 
-from mmirage_beam.providers.base import BatchAdapterRegistry
-from mmirage_beam.providers.config import BatchProviderConfigRegistry
+from mmirage_beam.providers.base import register_provider
 from mmirage_beam.providers.openai.adapter import OpenAIBatchAdapter
 from mmirage_beam.providers.openai.config import OpenAIBatchConfig
 
-BatchProviderConfigRegistry.register("openai", OpenAIBatchConfig)
-BatchAdapterRegistry.register("openai", OpenAIBatchAdapter)
+register_provider("openai", OpenAIBatchConfig, OpenAIBatchAdapter)
 
 # OpenAI-compatible services, as named profiles of this adapter (profiles.py).
 from mmirage_beam.providers.openai.profiles import PROFILES  # noqa: E402
 
 for _name, (_config_cls, _adapter_cls) in PROFILES.items():
-    BatchProviderConfigRegistry.register(_name, _config_cls)
-    BatchAdapterRegistry.register(_name, _adapter_cls)
+    register_provider(_name, _config_cls, _adapter_cls)
 
 # Its fake (imported only when a fake server starts; mmirage_beam.testing.fake_registry).
 from mmirage_beam.testing.fake_registry import register_fake  # noqa: E402

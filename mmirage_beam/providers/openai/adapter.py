@@ -46,7 +46,13 @@ from mmirage_beam.providers.base import BatchProgress as _Progress
 from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.batch_status import FoundBatch, SubmittedBatch
 from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
-from mmirage_beam.providers.chat import first_choice, generation_options, json_schema_format
+from mmirage_beam.providers.chat import (
+    embedding_outcome,
+    first_choice,
+    first_embedding,
+    generation_options,
+    json_schema_format,
+)
 from mmirage_beam.providers.chat import malformed_200 as _malformed
 from mmirage_beam.providers.openai.config import OpenAIBatchConfig
 from mmirage_beam.providers.openai.responses import (
@@ -67,7 +73,6 @@ from mmirage_beam.results import (
     REFUSAL,
     TRUNCATED,
     MalformedResult,
-    embedding_text,
     kind_text,
     message_text,
     results_from_lines,
@@ -594,11 +599,4 @@ def _embedding_outcome(body: Dict[str, Any], cid: str) -> ProviderResult:
     if isinstance(usage, dict) and "prompt_tokens" in usage:
         tokens["input_tokens"] = token_count(usage.get("prompt_tokens")) or 0
         tokens["output_tokens"] = 0  # embeddings bill input tokens only
-    data = body.get("data")
-    first = data[0] if isinstance(data, list) and data else None
-    vector = first.get("embedding") if isinstance(first, dict) else None
-    text = embedding_text(vector)
-    if text is None:
-        error = _malformed("HTTP 200 but data[0].embedding is not a list of numbers")
-        return ProviderResult(cid, error=error, **tokens)
-    return ProviderResult(cid, generated_text=text, **tokens)
+    return embedding_outcome(cid, first_embedding(body), "data[0].embedding", tokens)

@@ -29,7 +29,7 @@ import math
 from typing import Any, Optional
 
 from mmirage_beam.providers.tokens import Tally as _Tally
-from mmirage_beam.providers.tokens import TokenCount, image_size_from_url
+from mmirage_beam.providers.tokens import TokenCount, image_size_from_url, request_body
 from mmirage_beam.providers.tokens import first_int as _first_int
 from mmirage_beam.providers.tokens import json_text as _json_text
 
@@ -162,9 +162,7 @@ def count_openai_request(request: dict[str, Any], model_hint: Optional[str] = No
     Raises:
         ValueError: the line has no ``body`` object.
     """
-    body = request.get("body")
-    if not isinstance(body, dict):
-        raise ValueError("an OpenAI batch line needs a 'body' object")
+    body = request_body(request, "body", "an OpenAI batch line")
     model = str(body.get("model") or model_hint or "")
     tally = _Tally()
     encoding = encoding_for_model(model)

@@ -10,13 +10,11 @@ adapter under ``vertex``; the SDK is imported only when a client is built (``pip
 'mmirage-beam[gemini,gcp]'``).
 """
 
-from mmirage_beam.providers.base import BatchAdapterRegistry
-from mmirage_beam.providers.config import BatchProviderConfigRegistry
+from mmirage_beam.providers.base import register_provider
 from mmirage_beam.providers.vertex.adapter import VertexBatchAdapter
 from mmirage_beam.providers.vertex.config import VertexBatchConfig
 
-BatchProviderConfigRegistry.register("vertex", VertexBatchConfig)
-BatchAdapterRegistry.register("vertex", VertexBatchAdapter)
+register_provider("vertex", VertexBatchConfig, VertexBatchAdapter)
 
 # Its fake is a server of its own on a GCS emulator, not a handler of the shared port:
 # it registers for ``mmirage demo --provider vertex`` (fake.VertexDemo.demo).

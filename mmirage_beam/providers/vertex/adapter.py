@@ -47,7 +47,6 @@ from typing import (
     ClassVar,
     Dict,
     Iterator,
-    List,
     Mapping,
     Optional,
     Sequence,
@@ -56,18 +55,17 @@ from typing import (
 )
 
 from mmirage_beam.errors import CredentialsError
-from mmirage_beam.providers.anthropic.adapter import message_params
+from mmirage_beam.providers.anthropic.adapter import ClaudePlatformBody, message_params
 from mmirage_beam.providers.anthropic.tokens import count_anthropic_request
-from mmirage_beam.providers.base import BatchProgress as _Progress
-from mmirage_beam.providers.base import BatchSubmissionResult as _Result
 from mmirage_beam.providers.base import RequestLine
-from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, JSONObject, SubmittedBatch
+from mmirage_beam.providers.batch_status import BatchFields, FoundBatch, SubmittedBatch
 from mmirage_beam.providers.batch_status import optional_int as _optional_int
-from mmirage_beam.providers.batch_status import parse_timestamp as _parse_timestamp
 from mmirage_beam.providers.gemini.adapter import (
     GeminiBatchAdapter,
+    GenaiJobsAdapter,
     display_name,
     import_sdk,
+    job_dict,
     newest_named_job,
 )
 from mmirage_beam.providers.gemini.requests import (
@@ -76,7 +74,6 @@ from mmirage_beam.providers.gemini.requests import (
 )
 from mmirage_beam.providers.gemini.tokens import count_gemini_request
 from mmirage_beam.providers.tokens import TokenCount
-from mmirage_beam.providers.uploads import FileUploadAdapter
 from mmirage_beam.providers.vertex import embeddings
 from mmirage_beam.providers.vertex.config import VertexBatchConfig
 from mmirage_beam.providers.vertex.outcomes import (
@@ -105,17 +102,10 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 
-class VertexClaudeBody(TypedDict, total=False):
-    """A Claude request on Vertex AI: the Anthropic Messages ``params`` without
-    ``model``, with ``anthropic_version`` first (Vertex AI, "Batch predictions with
-    Anthropic Claude models")."""
-
-    anthropic_version: str
-    max_tokens: int
-    messages: List[Dict[str, Any]]
-    temperature: float
-    top_p: float
-    output_config: Dict[str, Any]
+#: A Claude request on Vertex AI: the Anthropic Messages ``params`` without ``model``,
+#: with ``anthropic_version`` first (Vertex AI, "Batch predictions with Anthropic Claude
+#: models"): the Claude platform body.
+VertexClaudeBody = ClaudePlatformBody
 
 
 class VertexBatchLine(TypedDict, total=False):
@@ -219,7 +209,7 @@ def output_prefix(config: VertexBatchConfig, run_id: Optional[str], chunk_id: st
     return f"{config.gcs_staging_uri}/{run_id or 'norun'}/{chunk_id}/output"
 
 
-class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
+class VertexBatchAdapter(GenaiJobsAdapter[VertexBatchConfig]):
     """``provider: vertex``: builds batch lines, stages them in Cloud Storage and drives
     Vertex AI batch prediction jobs.
 
@@ -247,6 +237,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
     )
     UPLOAD_CALL: ClassVar[str] = "Cloud Storage write"
     CREATE_CALL: ClassVar[str] = "Vertex AI batches.create"
+    JOBS_SERVICE: ClassVar[str] = "Vertex AI"
     UPLOAD_IN_MEMORY: ClassVar[Callable[[bytes], Any]] = bytes
 
     @classmethod
@@ -412,7 +403,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
         job = self._client.batches.create(
             model=job_model(config.model), src=str(uploaded), config=job_config
         )
-        submitted = self.submitted_batch(_job_dict(job))
+        submitted = self.submitted_batch(job_dict(job))
         return dataclasses.replace(
             submitted, input_file_id=submitted.input_file_id or str(uploaded)
         )
@@ -441,39 +432,11 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
         what = f"Vertex AI batches.list (looking for run {run_id} chunk {chunk_id})"
         list_config = {"page_size": self.FIND_BATCH_PAGE_SIZE, "filter": f'display_name="{wanted}"'}
         pager = self.call_with_retries(what, lambda: self._client.batches.list(config=list_config))
-        return newest_named_job(self, what, pager, wanted, _job_dict)
+        return newest_named_job(self, what, pager, wanted, job_dict)
 
-    # -- status ---------------------------------------------------------------------------
-    def _get_job(self, provider_batch_id: str) -> Any:
-        """``batches.get`` of a receipted job (a 404 retried too)."""
-        return self.call_lookup_with_retries(
-            f"Vertex AI batches.get ({provider_batch_id})",
-            lambda: self._client.batches.get(name=provider_batch_id),
-        )
-
-    def check_batch_status(self, provider_batch_id: str, config: VertexBatchConfig) -> _Result:
-        """``batches.get``, its ``state`` normalised."""
-        return self.parse_submission_result(_job_dict(self._get_job(provider_batch_id)))
-
-    def cancel_batch(self, provider_batch_id: str, config: VertexBatchConfig) -> _Result:
-        """``batches.cancel`` (``POST .../batchPredictionJobs/{id}:cancel``, it answers
-        nothing), then ``batches.get``: the job goes through ``JOB_STATE_CANCELLING`` to
-        ``JOB_STATE_CANCELLED``, keeping the predictions already written."""
-        self.call_with_retries(
-            f"Vertex AI batches.cancel ({provider_batch_id})",
-            lambda: self._client.batches.cancel(name=provider_batch_id),
-        )
-        return self.check_batch_status(provider_batch_id, config)
-
-    def describe_batch(self, result: _Result) -> _Progress:
-        """``state``, ``completion_stats`` (successful, failed; total with the
-        incomplete), ``create_time``; a failed, expired or cancelled job's code
-        (``batch_failed`` / ``batch_expired`` / ``batch_cancelled``) and its error."""
-        raw = result.raw_response or {}
-        state = str(raw.get("state") or result.status)
-        word = state.rsplit("_", 1)[-1].lower()
-        error = raw.get("error") or {}
-        detail = str(error.get("message") or "") if isinstance(error, dict) else str(error)
+    # -- status: GenaiJobsAdapter's (_get_job, check_batch_status, cancel_batch, describe) --
+    def job_counts(self, raw: Mapping[str, Any]) -> Dict[str, Optional[int]]:
+        """``completion_stats``: successful, failed; the total with the incomplete."""
         stats = raw.get("completion_stats") or {}
         ok = _optional_int(stats.get("successful_count"))
         failed = _optional_int(stats.get("failed_count"))
@@ -481,16 +444,7 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
         total = None
         if ok is not None or failed is not None:
             total = (ok or 0) + (failed or 0) + (incomplete or 0)
-        code = f"batch_{word}" if word in ("failed", "expired", "cancelled") else None
-        return _Progress(
-            provider_status=state,
-            completed=ok,
-            failed=failed,
-            total=total,
-            created_at=_parse_timestamp(raw.get("create_time")),
-            detail=detail,
-            error_code=code,
-        )
+        return {"completed": ok, "failed": failed, "total": total}
 
     # -- results --------------------------------------------------------------------------
     def prediction_files(self, provider_batch_id: str) -> list[str]:
@@ -534,12 +488,6 @@ class VertexBatchAdapter(FileUploadAdapter[VertexBatchConfig]):
                 f"predictions file {path} of batch {provider_batch_id}",
                 id_key=_id_key(config),
             )
-
-
-def _job_dict(job: Any) -> JSONObject:
-    raw = job.model_dump(mode="json", exclude_none=True)
-    raw.pop("sdk_http_response", None)
-    return raw
 
 
 def _id_key(config: VertexBatchConfig) -> str:

@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar, Collection, Optional
 
-from mmirage_beam.errors import ConfigError, require_int
-from mmirage_beam.providers.config import BatchProviderConfig, check_range
+from mmirage_beam.errors import ConfigError
+from mmirage_beam.providers.config import BatchProviderConfig, check_sampling
 from mmirage_beam.providers.config import check_str as _check_str
 
 #: Vertex AI Gemini batch inference: requests per batch job.
@@ -76,6 +76,7 @@ class VertexBatchConfig(BatchProviderConfig):
     #: (:mod:`~mmirage_beam.providers.vertex.embeddings`), for output_type: embedding
     EMBEDDINGS_ENDPOINT: ClassVar[Optional[str]] = "batchPredictionJobs"
     CHAT_ONLY_KEYS: ClassVar[tuple[str, ...]] = ("max_tokens", "temperature", "top_p")
+    SET_FOR_EMBEDDINGS: ClassVar[tuple[str, ...]] = ("embedding_job",)
 
     provider: str = "vertex"
     model: str = "gemini-2.5-flash"
@@ -110,10 +111,6 @@ class VertexBatchConfig(BatchProviderConfig):
             check_embedding_model,
         )
 
-        if "embedding_job" in given:
-            raise ConfigError(
-                "embedding_job", "is set by output_type: embedding outputs, not in the config"
-            )
         checked = super().for_outputs(embedding, given)
         if not embedding:
             return checked
@@ -152,11 +149,7 @@ class VertexBatchConfig(BatchProviderConfig):
                 f"Cloud Storage), got {staging!r}",
             )
         self.gcs_staging_uri = staging.rstrip("/")
-        if self.max_tokens is not None:
-            require_int("max_tokens", self.max_tokens, minimum=1)
-        check_range("temperature", self.temperature, 0, 2)
-        check_range("top_p", self.top_p, 0, 1)
-        check_range("timeout_seconds", self.timeout_seconds, 0, low_open=True)
+        check_sampling(self, 2)
         if self.base_url is not None:
             _check_str("base_url", self.base_url)
         _check_str("api_version", self.api_version)

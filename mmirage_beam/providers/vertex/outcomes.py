@@ -140,10 +140,7 @@ def normalise_prediction_line(line: Any) -> ProviderResult:
     cid = id_from_labels(request.get("labels"))
     status = line.get("status")
     if isinstance(status, str) and status.strip():
-        error = _status_error(status)
-        if error.get("code") is None:
-            return ProviderResult(cid, error=ResultError("unknown_error", status, None))
-        return _gemini_line({"key": cid, "error": error})
+        return _status_result(cid, status)
     return _gemini_line({"key": cid, "response": line.get("response")})
 
 
@@ -166,9 +163,6 @@ def _claude_prediction(line: Dict[str, Any]) -> ProviderResult:
         raise MalformedResult("no custom_id")
     status = line.get("status")
     if isinstance(status, str) and status.strip():
-        error = _status_error(status)
-        if error.get("code") is None:
-            return ProviderResult(cid, error=ResultError("unknown_error", status, None))
-        return _gemini_line({"key": cid, "error": error})
+        return _status_result(cid, status)
     response = line.get("response")
     return _claude_line({"custom_id": cid, "result": {"type": "succeeded", "message": response}})
