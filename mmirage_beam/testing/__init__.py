@@ -1,6 +1,8 @@
-"""Test helpers: an in-memory fake of the OpenAI and Anthropic batch APIs.
+"""Test helpers: an in-memory fake of the providers' batch APIs.
 
-``FakeProviderServer`` serves both APIs on one loopback port for the real SDKs;
+``FakeProviderServer`` serves every registered provider's fake (``fake_registry``: each
+provider package registers its own, ``providers/<name>/fake.py``; this package names
+none of them) on one loopback port for the real SDKs;
 ``fake_answer_text`` and ``fake_answer_json`` compute the answers it gives, so tests can
 state their expectations. See the package docstring of
 :mod:`mmirage_beam.testing.fake_provider` for the endpoints, scripting keys and prompt

@@ -14,7 +14,7 @@ State (files, batches, results, recorded requests) lives in memory and is lost o
 ``stop()``. Only loopback hosts can be bound.
 
 Models and parameters are checked as each service checks them (each provider's
-``fake_service.py``: a typo'd
+``fake_service.py``, or for Mistral ``fake_bodies.py``'s ``refusal``: a typo'd
 model, an unknown request key, ``stream`` in a batch line, the reasoning-model and
 thinking-budget rules; the tables are the providers' own
 ``mmirage_beam/providers/<name>/rules.py``, listed with sources in
