@@ -25,6 +25,8 @@ every process by PID (SIGTERM, then SIGKILL). Logs stay in ``D/logs/``.
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -83,14 +85,28 @@ _FLINK_SETTINGS = {
 }
 
 
+#: JVM options added to every JVM of the cluster (JobManager, TaskManagers, job server),
+#: after Flink's defaults: e.g. ``-XX:TieredStopAtLevel=1`` (no C2 compiler), which the
+#: test suite sets because its short jobs on 2 cores pay more for compiling than they
+#: gain (tests/engines/conftest.py).
+JAVA_OPTS_ENV = "MMIRAGE_ENGINE_JAVA_OPTS"
+
+
+def extra_java_opts() -> list[str]:
+    """The options of :data:`JAVA_OPTS_ENV` in the launcher's environment (none if
+    unset), split as a shell would."""
+    return shlex.split(os.environ.get(JAVA_OPTS_ENV, ""))
+
+
 def _write_conf(home: Path, conf: Path, settings: Mapping[str, str]) -> None:
-    """``conf/config.yaml`` (Flink's defaults' JVM options and the settings) and the log4j
-    files of Flink's own default conf."""
+    """``conf/config.yaml`` (Flink's defaults' JVM options, then :data:`JAVA_OPTS_ENV`'s,
+    and the settings) and the log4j files of Flink's own default conf."""
     import yaml
 
     conf.mkdir(parents=True, exist_ok=True)
     defaults = yaml.safe_load((home / "conf" / "config.yaml").read_text(encoding="utf-8"))
     java_opts = defaults.get("env", {}).get("java", {}).get("opts", {}).get("all", "")
+    java_opts = " ".join(filter(None, [java_opts, shlex.join(extra_java_opts())]))
     body = {"env.java.opts.all": java_opts, **settings}
     (conf / "config.yaml").write_text(yaml.safe_dump(body, sort_keys=False), encoding="utf-8")
     for name in ("log4j-console.properties", "log4j.properties", "log4j-cli.properties"):
@@ -176,6 +192,7 @@ class _Flink(Engine):
             "job-server",
             [
                 java(env),
+                *extra_java_opts(),
                 "-cp",
                 str(provision.flink_job_server_classpath() / "lib" / "*"),
                 "org.apache.beam.runners.flink.FlinkJobServerDriver",
