@@ -5,8 +5,10 @@ split over two files run on two xdist workers at once."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -65,13 +67,51 @@ def engine_worker_env(root: Path) -> dict:
     )
 
 
+#: The crash points every TaskManager of a module's cluster carries, each disarmed by its
+#: ``crash.<step>`` file (``mmirage_beam/crashpoints.py``: with ``MMIRAGE_CRASH_ONCE``,
+#: a worker that finds the file carries on); the TaskManager-kill test arms its step by
+#: removing the file (:func:`armed`), so it kills a TaskManager of this cluster instead
+#: of starting a cluster of its own.
+CRASH_STEPS = ("batch_created", "intent_written", "receipt_written")
+
+
+def crash_env(root: Path) -> dict[str, str]:
+    """The crash-point variables of the TaskManagers' environment (:data:`CRASH_STEPS`,
+    each killing the TaskManager's whole process group once armed)."""
+    return {
+        "MMIRAGE_CRASH_AT": ",".join(f"{step}:1" for step in CRASH_STEPS),
+        "MMIRAGE_CRASH_ONCE": str(root / "crash"),
+        "MMIRAGE_CRASH_KILL": "group",
+    }
+
+
+def disarm(root: Path) -> None:
+    """Every crash point of :data:`CRASH_STEPS` found already taken."""
+    for step in CRASH_STEPS:
+        (root / f"crash.{step}").write_text("disarmed\n", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def armed(root: Path, step: str) -> Iterator[Path]:
+    """``step``'s crash point armed for the block (the first SDK worker to reach it kills
+    its TaskManager); yields the file that worker writes; disarmed again after."""
+    marker = root / f"crash.{step}"
+    marker.unlink(missing_ok=True)
+    try:
+        yield marker
+    finally:
+        disarm(root)
+
+
 @pytest.fixture(scope="module")
 def flink(engine_root):
     """A Flink cluster for the module: JobManager, 2 TaskManagers (1 slot each), job
-    server. Stopped at the end; every process must be gone."""
+    server, the TaskManagers carrying disarmed crash points (:func:`armed`). Stopped at
+    the end; every process must be gone."""
     from mmirage_beam.engines.flink import start_flink
 
-    env = engine_worker_env(engine_root)
+    disarm(engine_root)
+    env = {**engine_worker_env(engine_root), **crash_env(engine_root)}
     state = start_engine_or_skip(start_flink, engine_root / "flink", taskmanagers=2, env=env)
     state.env = env
     yield state

@@ -18,7 +18,9 @@ runner.
 - A TaskManager killed (``kill -9`` of its process group: the JVM and its SDK workers)
   in the middle of a submission, just after the provider accepted a batch: nothing is
   created twice, nothing is lost, the error is one line with the resume command, and
-  the resume finishes the run.
+  the resume finishes the run. The kill is a crash point the module's cluster carries
+  disarmed (``tests/engines/conftest.py``: ``armed``), so the test needs no cluster of
+  its own.
 
 CI runs the S3 lifecycle, both TaskManagers' work, the TaskManager kill at
 ``batch_created`` and Prism; ``MMIRAGE_ENGINE_CAMPAIGN=1`` runs the rest too (the local
@@ -46,7 +48,13 @@ from mmirage_beam.engines.processes import pid_alive, wait_until
 from mmirage_beam.testing import FakeProviderServer
 from tests import storage_lifecycle as storage
 from tests.conftest import GSM8K_JSONL
-from tests.engines.conftest import CAMPAIGN, campaign, engine_worker_env, start_engine_or_skip
+from tests.engines.conftest import (
+    CAMPAIGN,
+    armed,
+    campaign,
+    engine_worker_env,
+    start_engine_or_skip,
+)
 from tests.lifecycle import (
     CONFIG,
     LAUNCHER_KEY,
@@ -225,73 +233,59 @@ if CAMPAIGN:
 
 @pytest.mark.parametrize(("provider", "step"), KILLS)
 def test_a_taskmanager_killed_mid_submission_loses_and_repeats_nothing(
-    provider, step, engine_root, tmp_path
+    provider, step, flink, engine_root, tmp_path
 ):
     """The first SDK worker to reach ``step`` (``batch_created``: the provider accepted
     a batch whose receipt is not written yet) kills its whole process group: its
     TaskManager JVM and every SDK worker of that TaskManager (``MMIRAGE_CRASH_KILL=
-    group``). The job fails with one line and the resume command; a TaskManager is
-    started in the dead one's place, as a supervisor would; the resume finishes the
-    run. Every request is created exactly once, none is lost or unsent."""
-    from mmirage_beam.engines.flink import (
-        registered_taskmanagers,
-        start_flink,
-        start_taskmanager,
-    )
+    group``; the module's cluster carries the crash point, armed here). The job fails
+    with one line and the resume command; a TaskManager is started in the dead one's
+    place, as a supervisor would; the resume finishes the run. Every request is created
+    exactly once, none is lost or unsent."""
+    from mmirage_beam.engines.flink import registered_taskmanagers, start_taskmanager
 
-    crash = tmp_path / "crash"
-    env = {
-        **engine_worker_env(engine_root),
-        "MMIRAGE_CRASH_AT": f"{step}:1",
-        "MMIRAGE_CRASH_ONCE": str(crash),
-        "MMIRAGE_CRASH_KILL": "group",
-    }
-    flink = start_engine_or_skip(start_flink, tmp_path / "flink", taskmanagers=2, env=env)
     root = _many_chunks_dir(tmp_path / "launch", provider)
     rows = 120
-    try:
-        with FakeProviderServer() as fake:
-            base = fake.openai_base_url if provider == "openai" else fake.anthropic_base_url
-            env = clean_env(
-                {
-                    f"{provider.upper()}_API_KEY": LAUNCHER_KEY,
-                    f"MMIRAGE_{provider.upper()}_BASE_URL": base,
-                }
-            )
-            args = ["run", "--config", "config.yaml", "--run-id", "tmkill", *flink.flags]
+    run_id = f"tmkill-{provider}-{step}".replace("_", "-")
+    with FakeProviderServer() as fake:
+        base = fake.openai_base_url if provider == "openai" else fake.anthropic_base_url
+        env = clean_env(
+            {
+                f"{provider.upper()}_API_KEY": LAUNCHER_KEY,
+                f"MMIRAGE_{provider.upper()}_BASE_URL": base,
+            }
+        )
+        with armed(engine_root, step) as crashed:
+            args = ["run", "--config", "config.yaml", "--run-id", run_id, *flink.flags]
             first = run_cli(args, root, env, timeout=600)
             died = [d for d in flink.daemons if not d.alive()]
             print(f"run exit {first.returncode}; dead: {[d.name for d in died]}")
             print(first.stderr[-2500:])
-            assert (crash.parent / f"crash.{step}").exists(), "no worker reached the step"
-            assert [d.name for d in died] in (["taskmanager-1"], ["taskmanager-2"])
-            index = int(died[0].name.rsplit("-", 1)[1])
-            flink.daemons[flink.daemons.index(died[0])] = start_taskmanager(
-                flink, index, {**engine_worker_env(engine_root), "MMIRAGE_CRASH_ONCE": str(crash)}
-            )
-            flink.save()
-            wait_until(
-                "the replacement TaskManager",
-                lambda: True if registered_taskmanagers(flink) == 2 else None,
-                time.monotonic() + 120,
-            )
-            if first.returncode != 0:
-                assert "Traceback" not in first.stderr, first.stderr[-3000:]
-                lines = first.stderr.splitlines()
-                assert any(ln.startswith("mmirage: error:") for ln in lines), first.stderr
-                at = lines.index("Resume the run with:")
-                resume = shlex.split(lines[at + 1])
-                assert resume[:2] == ["mmirage", "run"] and "tmkill" in resume, resume
-                again = run_cli(resume[1:], root, env, timeout=600)
-                assert again.returncode == 0, again.stderr[-3000:]
-            sent = collections.Counter(r["custom_id"] for r in fake.submitted_requests())
-            creates = fake.create_counts()
-    finally:
-        stop_cluster(Path(flink.dir))
+            assert crashed.exists(), "no worker reached the step"
+        assert [d.name for d in died] in (["taskmanager-1"], ["taskmanager-2"])
+        index = int(died[0].name.rsplit("-", 1)[1])
+        flink.daemons[flink.daemons.index(died[0])] = start_taskmanager(flink, index, flink.env)
+        flink.save()
+        wait_until(
+            "the replacement TaskManager",
+            lambda: True if registered_taskmanagers(flink) == 2 else None,
+            time.monotonic() + 120,
+        )
+        if first.returncode != 0:
+            assert "Traceback" not in first.stderr, first.stderr[-3000:]
+            lines = first.stderr.splitlines()
+            assert any(ln.startswith("mmirage: error:") for ln in lines), first.stderr
+            at = lines.index("Resume the run with:")
+            resume = shlex.split(lines[at + 1])
+            assert resume[:2] == ["mmirage", "run"] and run_id in resume, resume
+            again = run_cli(resume[1:], root, env, timeout=600)
+            assert again.returncode == 0, again.stderr[-3000:]
+        sent = collections.Counter(r["custom_id"] for r in fake.submitted_requests())
+        creates = fake.create_counts()
     assert sorted(sent) == sorted(f"answer-text-{i}" for i in range(rows)), "lost requests"
     assert set(sent.values()) == {1}, "a request was sent twice"
     assert set(creates.values()) == {1}, "a custom_id was created twice"
-    receipts = read_jsonl(root / "meta" / "batch_metadata.text.tmkill.jsonl")
+    receipts = read_jsonl(root / "meta" / f"batch_metadata.text.{run_id}.jsonl")
     assert sum(len(r["custom_id_to_source_index"]) for r in receipts) == rows
 
 
