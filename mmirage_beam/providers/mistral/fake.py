@@ -90,13 +90,14 @@ from werkzeug.wrappers import Request, Response
 
 from mmirage_beam.providers.mistral import fake_endpoints, fake_service
 from mmirage_beam.providers.mistral.fake_bodies import (
-    FAILURES,
+    answer_line,
     api_error,
     completion_body,
     embeddings_response,
     error_body,
     error_line,
     http_line,
+    marked_failure,
     moderation_response,
     prompt_of,
     refusal,
@@ -113,7 +114,6 @@ from mmirage_beam.testing.fake_provider.store import (
     Item,
     Store,
     answered_response_item,
-    failed_response_item,
     file_object_head,
     jsonl,
 )
@@ -181,28 +181,6 @@ class _File:
             "expires_at": None,
             "visibility": "workspace",
         }
-
-
-def _marked_failure(cid: str, marker: str | None, tokens: int) -> Item | None:
-    """The failed item of a line whose marker fails its request (``timeout``, or one of
-    ``FAILURES``), None for any other marker: the same for every endpoint."""
-    if marker == "timeout":
-        line = error_line(cid, "request_timeout", "The request timed out.")
-        return Item(cid, line, ok=False, input_tokens=tokens)
-    if marker in FAILURES:
-        status, kind, message = FAILURES[marker]
-        return failed_response_item(marker, cid, http_line(cid, status, message, kind), tokens)
-    return None
-
-
-def _answer_line(cid: str, response_body: dict[str, Any]) -> dict[str, Any]:
-    """A result line answering ``cid`` with HTTP 200 and ``response_body``."""
-    return {
-        "id": new_id("batch-req-"),
-        "custom_id": cid,
-        "response": {"status_code": 200, "body": response_body},
-        "error": None,
-    }
 
 
 class MistralApi:
@@ -476,13 +454,13 @@ class MistralApi:
         prompt = "\n".join(str(x) for x in inputs)
         tokens = len(prompt.split())
         marker = self.store.resolve_transient(error_marker(prompt), cid)
-        failed = _marked_failure(cid, marker, tokens)
+        failed = marked_failure(cid, marker, tokens)
         if failed is not None:
             return failed
         response_body = embeddings_response(
             batch.model or "", inputs, body.get("output_dimension"), tokens
         )
-        line = _answer_line(cid, response_body)
+        line = answer_line(cid, response_body)
         return Item(cid, line, ok=True, input_tokens=tokens)
 
     def _process_moderation(self, batch: Batch, cid: str, body: dict[str, Any]) -> Item:
@@ -505,12 +483,12 @@ class MistralApi:
         prompt = "\n".join(texts)
         tokens = len(prompt.split())
         marker = self.store.resolve_transient(error_marker(prompt), cid)
-        failed = _marked_failure(cid, marker, tokens)
+        failed = marked_failure(cid, marker, tokens)
         if failed is not None:
             return failed
         flagged = [error_marker(t) == "content_filter" for t in texts]
         response_body = moderation_response(batch.model or "", flagged)
-        line = _answer_line(cid, response_body)
+        line = answer_line(cid, response_body)
         return Item(cid, line, ok=True, input_tokens=tokens)
 
     def _process(self, batch: Batch, cid: str, body: dict[str, Any], now: float) -> Item:
@@ -539,7 +517,7 @@ class MistralApi:
         marker = self.store.resolve_transient(error_marker(prompt), cid)
         if marker in ("refusal", "content_filter"):
             marker = None  # Mistral has neither a refusal field nor a content filter
-        failed = _marked_failure(cid, marker, tokens)
+        failed = marked_failure(cid, marker, tokens)
         if failed is not None:
             return failed
         answer = make_answer(prompt, images, mode, schema, marker)
@@ -552,7 +530,7 @@ class MistralApi:
             validate_response(
                 "FIMCompletionResponse" if fim else "ChatCompletionResponse", {**response_body}
             )
-        line = _answer_line(cid, response_body)
+        line = answer_line(cid, response_body)
         return answered_response_item(marker, cid, line, answer)
 
     def _jobs_get(self, request: Request, job_id: str) -> Response:

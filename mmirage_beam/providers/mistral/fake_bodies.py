@@ -14,8 +14,8 @@ from typing import Any
 
 from mmirage_beam.testing.fake_provider import scripting
 from mmirage_beam.testing.fake_provider.answers import count_parts, text_parts
-from mmirage_beam.testing.fake_provider.store import result_line
-from mmirage_beam.testing.fake_provider.wire import ApiError
+from mmirage_beam.testing.fake_provider.store import Item, failed_response_item, result_line
+from mmirage_beam.testing.fake_provider.wire import ApiError, new_id
 
 __all__ = [
     "api_error",
@@ -291,3 +291,25 @@ def refusal(kind: str, payload: Mapping[str, Any]) -> str | None:
         return reason
     extras = extra_inputs(model.model_validate(payload), payload)
     return f"{extras[0]}: Extra inputs are not permitted" if extras else None
+
+
+def marked_failure(cid: str, marker: str | None, tokens: int) -> Item | None:
+    """The failed item of a line whose marker fails its request (``timeout``, or one of
+    ``FAILURES``), None for any other marker: the same for every endpoint."""
+    if marker == "timeout":
+        line = error_line(cid, "request_timeout", "The request timed out.")
+        return Item(cid, line, ok=False, input_tokens=tokens)
+    if marker in FAILURES:
+        status, kind, message = FAILURES[marker]
+        return failed_response_item(marker, cid, http_line(cid, status, message, kind), tokens)
+    return None
+
+
+def answer_line(cid: str, response_body: dict[str, Any]) -> dict[str, Any]:
+    """A result line answering ``cid`` with HTTP 200 and ``response_body``."""
+    return {
+        "id": new_id("batch-req-"),
+        "custom_id": cid,
+        "response": {"status_code": 200, "body": response_body},
+        "error": None,
+    }

@@ -28,12 +28,14 @@ import datetime as _dt
 import re
 import uuid
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mmirage_beam.providers.mistral.fake_bodies import (
+    answer_line,
     api_error,
     error_body,
     http_line,
+    marked_failure,
     prompt_of,
     refusal,
     validate_response,
@@ -41,10 +43,23 @@ from mmirage_beam.providers.mistral.fake_bodies import (
 from mmirage_beam.testing.fake_provider import limits
 from mmirage_beam.testing.fake_provider.answers import make_answer
 from mmirage_beam.testing.fake_provider.scripting import error_marker
-from mmirage_beam.testing.fake_provider.store import Batch, Item, answered_response_item
+from mmirage_beam.testing.fake_provider.store import Batch, Item, Store, answered_response_item
 
-if TYPE_CHECKING:  # pragma: no cover
-    from mmirage_beam.providers.mistral.fake import MistralApi
+
+class MistralApi(Protocol):
+    """What a job's line needs of the fake's Mistral API
+    (:class:`mmirage_beam.providers.mistral.fake.MistralApi`, which imports this
+    module): the shared store, the uploaded files by id, the agent of each agent job."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def files(self) -> Mapping[str, Any]: ...
+
+    @property
+    def agents(self) -> Mapping[str, str]: ...
+
 
 __all__ = [
     "ENDPOINTS",
@@ -172,17 +187,13 @@ def process(api: MistralApi, batch: Batch, cid: str, body: dict[str, Any], now: 
 
 def _failed(api: MistralApi, cid: str, prompt: str, tokens: int) -> tuple[str | None, Item | None]:
     """(the line's marker, its failed item when the marker fails it)."""
-    from mmirage_beam.providers.mistral.fake import _marked_failure
-
     marker = api.store.resolve_transient(error_marker(prompt), cid)
-    return marker, _marked_failure(cid, marker, tokens)
+    return marker, marked_failure(cid, marker, tokens)
 
 
 def _ok(cid: str, endpoint: str, response_body: dict[str, Any], tokens: int) -> Item:
-    from mmirage_beam.providers.mistral.fake import _answer_line
-
     validate_response(RESPONSE_TYPES[endpoint], response_body)
-    return Item(cid, _answer_line(cid, response_body), ok=True, input_tokens=tokens)
+    return Item(cid, answer_line(cid, response_body), ok=True, input_tokens=tokens)
 
 
 def _uploaded(api: MistralApi, cid: str, file_id: str) -> tuple[Any, Item | None]:
@@ -310,8 +321,6 @@ def _conversation(
         marker = None
     if failed is not None:
         return failed
-    from mmirage_beam.providers.mistral.fake import _answer_line
-
     answer = make_answer(prompt, images, mode, schema, marker)
     if marker == "error_body_200":
         response_body: dict[str, Any] = error_body(api_error(500, "Scripted error body."))
@@ -341,7 +350,7 @@ def _conversation(
             },
         }
         validate_response(RESPONSE_TYPES[batch.endpoint], response_body)
-    return answered_response_item(marker, cid, _answer_line(cid, response_body), answer)
+    return answered_response_item(marker, cid, answer_line(cid, response_body), answer)
 
 
 def _transcription(
