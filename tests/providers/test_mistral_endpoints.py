@@ -11,6 +11,8 @@ import json
 
 import pytest
 
+from tests.providers.mistral_jobs import job_lines
+
 mistralai = pytest.importorskip("mistralai.client")
 
 CLASSIFIER = "ft:classifier:ministral-3b-latest:a1b2c3d4:20250401:e5f6a7b8"
@@ -91,15 +93,6 @@ CASES = {
 }
 
 
-def _lines(client, job) -> dict[str, dict]:
-    out = {}
-    for fid in (job.output_file, job.error_file):
-        for raw in client.files.download(file_id=fid).read().split(b"\n") if fid else ():
-            if raw:
-                out[json.loads(raw)["custom_id"]] = json.loads(raw)
-    return out
-
-
 def _check_answer(endpoint: str, model: str, answer) -> None:
     """What each endpoint's good line answered, beyond parsing as its type."""
     if endpoint == "/v1/ocr":
@@ -146,7 +139,7 @@ def test_sdk_job_of_each_endpoint_answers_in_its_own_type(fake_provider, endpoin
             1,
             2,
         )
-        lines = _lines(client, done)
+        lines = job_lines(client, done)
         status = {k: line["response"]["status_code"] for k, line in lines.items()}
         assert status == {"good": 200, "marked": 500, "extra": 400}
         answer_type = getattr(mistralai.models, response_type)
@@ -194,7 +187,7 @@ def test_sdk_ocr_and_transcription_read_uploaded_files(fake_provider):
         model="mistral-ocr-2505",
         endpoint="/v1/ocr",
     )
-    lines = _lines(client, client.batch.jobs.get(job_id=ocr.id))
+    lines = job_lines(client, client.batch.jobs.get(job_id=ocr.id))
     page = mistralai.models.OCRResponse.model_validate(lines["doc"]["response"]["body"])
     assert page.pages[0].markdown.startswith("Invoice 42\nTotal: 10 EUR")
     assert page.usage_info.doc_size_bytes == 25
@@ -213,7 +206,7 @@ def test_sdk_ocr_and_transcription_read_uploaded_files(fake_provider):
         model="voxtral-mini-latest",
         endpoint="/v1/audio/transcriptions",
     )
-    lines = _lines(client, client.batch.jobs.get(job_id=heard.id))
+    lines = job_lines(client, client.batch.jobs.get(job_id=heard.id))
     text = mistralai.models.TranscriptionResponse.model_validate(lines["a"]["response"]["body"])
     assert text.text == "Fake transcription of call.wav." and text.usage.prompt_audio_seconds == 2
     assert lines["both"]["response"]["status_code"] == 400

@@ -5,11 +5,10 @@ and an agent's job on ``/v1/conversations``."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from mmirage_beam.providers.mistral.fake_bodies import STREAM_REFUSAL
+from tests.providers.mistral_jobs import job_lines
 
 mistralai = pytest.importorskip("mistralai.client")
 
@@ -76,20 +75,11 @@ CASES = {
 }
 
 
-def _lines(client, job) -> dict[str, dict]:
-    out = {}
-    for fid in (job.output_file, job.error_file):
-        for raw in client.files.download(file_id=fid).read().split(b"\n") if fid else ():
-            if raw:
-                out[json.loads(raw)["custom_id"]] = json.loads(raw)
-    return out
-
-
 def _run(client, requests: list[dict], **job) -> dict[str, dict]:
     created = client.batch.jobs.create(requests=requests, **job)
     done = client.batch.jobs.get(job_id=created.id)
     assert done.status == "SUCCESS"
-    return _lines(client, done)
+    return job_lines(client, done)
 
 
 @pytest.mark.parametrize("endpoint", list(CASES))

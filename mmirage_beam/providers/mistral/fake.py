@@ -101,6 +101,7 @@ from mmirage_beam.providers.mistral.fake_bodies import (
     moderation_response,
     prompt_of,
     refusal,
+    scripted_body,
     scripted_error,
     validate_response,
     validate_with_sdk,
@@ -521,11 +522,8 @@ class MistralApi:
         if failed is not None:
             return failed
         answer = make_answer(prompt, images, mode, schema, marker)
-        if marker == "error_body_200":
-            response_body: dict[str, Any] = error_body(api_error(500, "Scripted error body."))
-        elif marker == "empty_body_200":
-            response_body = {}
-        else:
+        response_body = scripted_body(marker)
+        if response_body is None:
             response_body = completion_body(batch.model or agent_id or "", answer, now)
             validate_response(
                 "FIMCompletionResponse" if fim else "ChatCompletionResponse", {**response_body}

@@ -313,3 +313,14 @@ def answer_line(cid: str, response_body: dict[str, Any]) -> dict[str, Any]:
         "response": {"status_code": 200, "body": response_body},
         "error": None,
     }
+
+
+def scripted_body(marker: str | None) -> dict[str, Any] | None:
+    """The 200 body a marker puts in place of a chat-like answer (``error_body_200``: an
+    error object; ``empty_body_200``: ``{}``), None for any other marker: the same for
+    chat, FIM and conversation lines."""
+    if marker == "error_body_200":
+        return error_body(api_error(500, "Scripted error body."))
+    if marker == "empty_body_200":
+        return {}
+    return None

@@ -32,12 +32,11 @@ from typing import Any, Protocol
 
 from mmirage_beam.providers.mistral.fake_bodies import (
     answer_line,
-    api_error,
-    error_body,
     http_line,
     marked_failure,
     prompt_of,
     refusal,
+    scripted_body,
     validate_response,
 )
 from mmirage_beam.testing.fake_provider import limits
@@ -322,11 +321,8 @@ def _conversation(
     if failed is not None:
         return failed
     answer = make_answer(prompt, images, mode, schema, marker)
-    if marker == "error_body_200":
-        response_body: dict[str, Any] = error_body(api_error(500, "Scripted error body."))
-    elif marker == "empty_body_200":
-        response_body = {}
-    else:
+    response_body = scripted_body(marker)
+    if response_body is None:
         response_body = {
             "object": "conversation.response",
             "conversation_id": "conv_" + uuid.uuid4().hex,
