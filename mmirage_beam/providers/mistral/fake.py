@@ -118,7 +118,7 @@ from mmirage_beam.testing.fake_provider.store import (
     file_object_head,
     jsonl,
 )
-from mmirage_beam.testing.fake_provider.wire import ApiError, json_response, new_id
+from mmirage_beam.testing.fake_provider.wire import ApiError, json_response
 
 MISTRAL = fake_service.MISTRAL
 #: path prefix of every Mistral route on the fake's port.
@@ -351,8 +351,8 @@ class MistralApi:
             raise api_error(400, f"Invalid JSON body: {exc}") from None
         validate_with_sdk("CreateBatchJobRequest", payload)
         endpoint = payload.get("endpoint")
-        if endpoint not in ENDPOINTS + fake_endpoints.ENDPOINTS:
-            served = ENDPOINTS + fake_endpoints.ENDPOINTS
+        served = ENDPOINTS + fake_endpoints.ENDPOINTS
+        if endpoint not in served:
             raise api_error(400, f"The fake answers only {served}, not {endpoint!r}.")
         inline = payload.get("requests") or []
         file_ids = payload.get("input_files") or []
@@ -652,19 +652,9 @@ class MistralApi:
         )
         err_lines += [error_line(it.custom_id, code, message) for it in rest]
         if batch.unknown_custom_id:
-            ok_lines.append(
-                {
-                    "id": new_id("batch-req-"),
-                    "custom_id": UNKNOWN_CUSTOM_ID,
-                    "response": {
-                        "status_code": 200,
-                        "body": completion_body(
-                            batch.model or "", make_answer("", 0, "text", None), self.store.clock()
-                        ),
-                    },
-                    "error": None,
-                }
-            )
+            answer = make_answer("", 0, "text", None)
+            body = completion_body(batch.model or "", answer, self.store.clock())
+            ok_lines.append(answer_line(UNKNOWN_CUSTOM_ID, body))
         for kind, lines, sample in (
             ("output", ok_lines, "batch_result"),
             ("error", err_lines, "batch_error"),

@@ -15,7 +15,7 @@ from typing import Any
 from mmirage_beam.testing.fake_provider import scripting
 from mmirage_beam.testing.fake_provider.answers import count_parts, text_parts
 from mmirage_beam.testing.fake_provider.store import Item, failed_response_item, result_line
-from mmirage_beam.testing.fake_provider.wire import ApiError, new_id
+from mmirage_beam.testing.fake_provider.wire import ApiError
 
 __all__ = [
     "api_error",
@@ -220,18 +220,23 @@ def validate_with_sdk(model_name: str, payload: Any, raise_: bool = True) -> str
         from mistralai.client import models
     except ImportError:  # pragma: no cover - the SDK is a test dependency
         return None
+    _instance, reason = _validated(getattr(models, model_name), payload)
+    if reason is not None and raise_:
+        raise api_error(422, f"Validation error: {reason}")
+    return reason
+
+
+def _validated(model: Any, payload: Any) -> tuple[Any, str | None]:
+    """``payload`` validated as the SDK's pydantic ``model``: (the instance, None), or
+    (None, the first error as ``"<loc>: <msg>"``)."""
     import pydantic
 
     try:
-        getattr(models, model_name).model_validate(payload)
+        return model.model_validate(payload), None
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
-        reason = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
-        if raise_:
-            raise api_error(422, f"Validation error: {reason}") from None
-        return reason
-    return None
+        return None, f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
 
 
 def extra_inputs(instance: Any, data: Any, loc: tuple[str, ...] = ()) -> list[str]:
@@ -286,10 +291,10 @@ def refusal(kind: str, payload: Mapping[str, Any]) -> str | None:
     model = getattr(models, kind)
     if payload.get("stream") and "stream" in model.model_fields:
         return STREAM_REFUSAL
-    reason = validate_with_sdk(kind, payload, raise_=False)
+    instance, reason = _validated(model, payload)
     if reason is not None:
         return reason
-    extras = extra_inputs(model.model_validate(payload), payload)
+    extras = extra_inputs(instance, payload)
     return f"{extras[0]}: Extra inputs are not permitted" if extras else None
 
 
@@ -307,12 +312,7 @@ def marked_failure(cid: str, marker: str | None, tokens: int) -> Item | None:
 
 def answer_line(cid: str, response_body: dict[str, Any]) -> dict[str, Any]:
     """A result line answering ``cid`` with HTTP 200 and ``response_body``."""
-    return {
-        "id": new_id("batch-req-"),
-        "custom_id": cid,
-        "response": {"status_code": 200, "body": response_body},
-        "error": None,
-    }
+    return result_line("batch-req-", cid, {"status_code": 200, "body": response_body}, None)
 
 
 def scripted_body(marker: str | None) -> dict[str, Any] | None:
